@@ -1,0 +1,89 @@
+"""Shared test helpers: run the real console scripts, build fixture hosts, fault-injecting plugins."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+sys.path.insert(0, str(TESTS))
+
+# Variables that would change how the tools behave; tests set what they need explicitly.
+_SCRUBBED = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "XLA_FLAGS", "TPU_TOOLS_SYSROOT", "TPU_TOOLS_DEBUG",
+             "NO_COLOR", "TPU_RUNTIME_METRICS_PORTS", "TPU_TOOLS_TAG")
+
+
+def clean_env(**overrides: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+    env["PYTHONUNBUFFERED"] = "1"
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def tool_command(program: str) -> list[str]:
+    """The installed console script next to this interpreter, else `python -m tpu_tools <sub>`."""
+    script = Path(sys.executable).parent / program
+    if script.exists():
+        return [str(script)]
+    found = shutil.which(program)
+    if found:
+        return [found]
+    sub = program.removeprefix("tpu-")
+    return [sys.executable, "-m", "tpu_tools"] + ([] if program == "tpu-tools" else [sub])
+
+
+def run_tool(program: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120,
+             input: str | None = None, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*tool_command(program), *args], capture_output=True, text=True,
+                          env=env if env is not None else clean_env(), timeout=timeout, input=input, cwd=cwd)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, code: int, *fragments: str) -> str:
+    """A clean failure: the exit code, no traceback, the message on stderr naming what failed."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines, "no error message"
+    message = lines[-1]
+    for fragment in fragments:
+        assert fragment in result.stderr, (fragment, result.stderr)
+    return message
+
+
+def write_plugin(root: Path, name: str, body: str) -> Path:
+    """A PJRT plugin package that jax discovers (jax_plugins namespace) and initialises in-process."""
+    package = root / "jax_plugins" / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(textwrap.dedent(body))
+    return root
+
+
+@pytest.fixture
+def hanging_plugin(tmp_path: Path) -> Path:
+    return write_plugin(tmp_path, "hang_forever", """
+        import time
+
+        def initialize():
+            time.sleep(3600)
+    """)
+
+
+@pytest.fixture
+def crashing_plugin(tmp_path: Path) -> Path:
+    return write_plugin(tmp_path, "segfaults", """
+        import os, signal
+
+        def initialize():
+            os.kill(os.getpid(), signal.SIGSEGV)
+    """)

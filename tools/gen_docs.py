@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""Generate man pages (man/) and shell completions (completions/) from the click tree.
+
+    python tools/gen_docs.py            # write the files
+    python tools/gen_docs.py --check    # exit 1 and name the files that are stale
+
+Everything comes from the commands themselves: their help, options, choices,
+defaults, subcommands and the extra man sections they carry (`man_sections`).
+The output is deterministic (no dates) so the test suite can tell when a
+checked-in file no longer matches the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tpu_tools import __version__  # noqa: E402
+from tpu_tools.cli.main import cli  # noqa: E402
+
+GROUP_PROGRAM = "tpu-tools"
+
+
+@dataclass
+class Program:
+    """A program the user types: `tpu-tools` or one of the `tpu-<command>` scripts."""
+
+    name: str
+    command: click.Command
+    subcommand_of: str | None = None  # "ls" for tpu-ls, also reachable as `tpu-tools ls`
+
+
+def programs() -> list[Program]:
+    ctx = click.Context(cli, info_name=GROUP_PROGRAM)
+    result = [Program(GROUP_PROGRAM, cli)]
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        assert command is not None
+        result.append(Program(f"tpu-{name}", command, name))
+    return result
+
+
+# --- man pages --------------------------------------------------------------------------------------
+
+def _roff(text: str) -> str:
+    escaped = text.replace("\\", "\\e").replace("-", "\\-")
+    lines = []
+    for line in escaped.splitlines():
+        lines.append("\\&" + line if line.startswith((".", "'")) else line)
+    return "\n".join(lines)
+
+
+def _paragraphs(text: str) -> str:
+    blocks = [b.strip() for b in text.strip().split("\n")]
+    return "\n.PP\n".join(_roff(b) for b in blocks if b)
+
+
+def _option_synopsis(param: click.Parameter) -> str:
+    names = ", ".join(f"\\fB{_roff(o)}\\fR" for o in [*param.opts, *param.secondary_opts])
+    if isinstance(param, click.Option) and not param.is_flag:
+        names += f" \\fI{_roff(_metavar(param))}\\fR"
+    return names
+
+
+def _metavar(param: click.Parameter) -> str:
+    if param.metavar:
+        return param.metavar
+    if isinstance(param.type, click.Choice):
+        return "[" + "|".join(str(c) for c in param.type.choices) + "]"
+    return param.type.name.upper()
+
+
+def _option_help(param: click.Option) -> str:
+    parts = [param.help or ""]
+    if param.show_default and param.default is not None and not param.is_flag:
+        parts.append(f"Default: {param.default}.")
+    if param.envvar:
+        parts.append(f"Environment: {param.envvar}.")
+    return " ".join(p for p in parts if p)
+
+
+def _usage(program: Program, command: click.Command, path: list[str]) -> str:
+    ctx = click.Context(command, info_name=" ".join(path))
+    pieces = command.collect_usage_pieces(ctx)
+    return _roff(" ".join([*path, *pieces]))
+
+
+def _options_section(command: click.Command) -> list[str]:
+    lines = []
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.hidden:
+            lines += [".TP", _option_synopsis(param), _roff(_option_help(param))]
+    lines += [".TP", "\\fB\\-h\\fR, \\fB\\-\\-help\\fR", "Show the help and exit."]
+    return lines
+
+
+def _arguments_section(command: click.Command) -> list[str]:
+    lines = []
+    for param in command.params:
+        if isinstance(param, click.Argument):
+            lines += [".TP", f"\\fI{_roff(param.human_readable_name)}\\fR", _roff(getattr(param, "help", "") or "")]
+    return lines
+
+
+def _subcommands(command: click.Command) -> list[tuple[str, click.Command]]:
+    if not isinstance(command, click.Group):
+        return []
+    ctx = click.Context(command)
+    return [(name, command.get_command(ctx, name)) for name in command.list_commands(ctx)]  # type: ignore[misc]
+
+
+def man_page(program: Program, all_programs: list[Program]) -> str:
+    command = program.command
+    summary = (command.get_short_help_str(limit=200) or "").rstrip(".")
+    lines = [
+        f'.TH {program.name.upper()} 1 "" "tpu-tools {__version__}" "tpu-tools manual"',
+        ".SH NAME",
+        f"{_roff(program.name)} \\- {_roff(summary)}",
+        ".SH SYNOPSIS",
+        f".B {_roff(program.name)}",
+        _usage(program, command, [program.name]).split(" ", 1)[1] if " " in _usage(program, command, [program.name])
+        else "",
+    ]
+    if program.subcommand_of:
+        lines += [".br", f".B tpu\\-tools {_roff(program.subcommand_of)}",
+                  _usage(program, command, [program.name]).split(" ", 1)[1]]
+    lines += [".SH DESCRIPTION", _paragraphs(command.help or "")]
+    sections = dict(getattr(command, "man_sections", {}))
+    if "DESCRIPTION" in sections:
+        lines += [".PP", _paragraphs(sections.pop("DESCRIPTION"))]
+    arguments = _arguments_section(command)
+    if arguments:
+        lines += [".SH ARGUMENTS", *arguments]
+    lines += [".SH OPTIONS", *_options_section(command)]
+    subcommands = _subcommands(command)
+    if subcommands:
+        lines.append(".SH COMMANDS")
+        for name, sub in subcommands:
+            path = [program.name, name]
+            lines += [".SS " + _roff(" ".join(path)), _usage(program, sub, path), ".PP",
+                      _paragraphs(sub.help or "")]
+            for extra_title, extra_text in getattr(sub, "man_sections", {}).items():
+                lines += [".PP", f"\\fB{_roff(extra_title.title())}\\fR", ".PP", _paragraphs(extra_text)]
+            options = [p for p in sub.params if isinstance(p, click.Option) and not p.hidden]
+            if options:
+                lines += [".PP", "Options:", ".RS"]
+                for param in options:
+                    lines += [".TP", _option_synopsis(param), _roff(_option_help(param))]
+                lines.append(".RE")
+    for title, text in sections.items():
+        lines += [f".SH {title}", _paragraphs(text)]
+    if program.name != GROUP_PROGRAM:
+        group_sections = getattr(cli, "man_sections", {})
+        for title in ("EXIT STATUS", "ENVIRONMENT"):
+            if title not in sections and title in group_sections:
+                lines += [f".SH {title}", _paragraphs(group_sections[title])]
+    others = [p.name for p in all_programs if p.name != program.name]
+    lines += [".SH SEE ALSO", ", ".join(f"\\fB{_roff(name)}\\fR(1)" for name in others)]
+    return "\n".join(line for line in lines if line is not None) + "\n"
+
+
+# --- completions ------------------------------------------------------------------------------------
+
+@dataclass
+class OptionSpec:
+    names: list[str]
+    takes_value: bool
+    choices: list[str]
+    is_path: bool
+    help: str
+
+
+def _option_specs(command: click.Command) -> list[OptionSpec]:
+    specs = []
+    for param in command.params:
+        if not isinstance(param, click.Option) or param.hidden:
+            continue
+        choices = [str(c) for c in param.type.choices] if isinstance(param.type, click.Choice) else []
+        is_path = isinstance(param.type, (click.Path, click.File))
+        specs.append(OptionSpec([*param.opts, *param.secondary_opts], not param.is_flag, choices, is_path,
+                                (param.help or "").split(". ")[0].rstrip(".")))
+    specs.append(OptionSpec(["-h", "--help"], False, [], False, "Show the help and exit"))
+    return specs
+
+
+def _command_tree(command: click.Command, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
+    """Every (path of subcommand names, command) below and including `command`."""
+    tree = [(path, command)]
+    for name, sub in _subcommands(command):
+        tree += _command_tree(sub, (*path, name))
+    return tree
+
+
+def _bash_words(words: list[str]) -> str:
+    return " ".join(words)
+
+
+def bash_completion(all_programs: list[Program]) -> str:
+    out = [
+        "# bash completion for tpu-tools; generated by tools/gen_docs.py, do not edit.",
+        "",
+        "_tpu_tools_complete() {",
+        "    local cur prev words cword",
+        "    cur=\"${COMP_WORDS[COMP_CWORD]}\"",
+        "    prev=\"${COMP_WORDS[COMP_CWORD-1]}\"",
+        "    local prog=\"${COMP_WORDS[0]##*/}\" path=\"\" i w",
+        "    for ((i = 1; i < COMP_CWORD; i++)); do",
+        "        w=\"${COMP_WORDS[i]}\"",
+        "        [[ $w == -* ]] && continue",
+        "        if _tpu_tools_is_command \"$prog\" \"$path${path:+ }$w\"; then path=\"$path${path:+ }$w\"; fi",
+        "    done",
+        "    local key=\"$prog|$path\"",
+        "    local opts=\"\" subs=\"\" choices=\"\" pathopts=\"\" valopts=\"\"",
+        "    case \"$key\" in",
+    ]
+    for program in all_programs:
+        for path, command in _command_tree(program.command):
+            specs = _option_specs(command)
+            opts = [n for s in specs for n in s.names]
+            subs = [name for name, _ in _subcommands(command)]
+            out.append(f"        '{program.name}|{' '.join(path)}')")
+            out.append(f"            opts='{_bash_words(opts)}'; subs='{_bash_words(subs)}'")
+            valopts = [n for s in specs if s.takes_value for n in s.names]
+            pathopts = [n for s in specs if s.is_path for n in s.names]
+            out.append(f"            valopts='{_bash_words(valopts)}'; pathopts='{_bash_words(pathopts)}'")
+            choice_cases = [(n, s.choices) for s in specs if s.choices for n in s.names]
+            if choice_cases:
+                out.append("            case \"$prev\" in")
+                for name, choices in choice_cases:
+                    out.append(f"                {name}) choices='{_bash_words(choices)}' ;;")
+                out.append("            esac")
+            out.append("            ;;")
+    out += [
+        "    esac",
+        "    if [[ -n $choices ]]; then COMPREPLY=($(compgen -W \"$choices\" -- \"$cur\")); return; fi",
+        "    if [[ \" $pathopts \" == *\" $prev \"* ]]; then COMPREPLY=($(compgen -f -- \"$cur\")); return; fi",
+        "    if [[ \" $valopts \" == *\" $prev \"* ]]; then COMPREPLY=(); return; fi",
+        "    if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W \"$opts\" -- \"$cur\")); return; fi",
+        "    if [[ -n $subs ]]; then COMPREPLY=($(compgen -W \"$subs\" -- \"$cur\")); return; fi",
+        "    COMPREPLY=($(compgen -f -- \"$cur\"))",
+        "}",
+        "",
+        "_tpu_tools_is_command() {",
+        "    case \"$1|$2\" in",
+    ]
+    paths = [f"{p.name}|{' '.join(path)}" for p in all_programs for path, _ in _command_tree(p.command) if path]
+    out.append("        " + "|".join(f"'{p}'" for p in paths) + ") return 0 ;;" if paths else "        *) ;;")
+    out += [
+        "    esac",
+        "    return 1",
+        "}",
+        "",
+        "complete -o default -F _tpu_tools_complete " + " ".join(p.name for p in all_programs),
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _zsh_escape(text: str) -> str:
+    return text.replace("'", "'\\''").replace("[", "\\[").replace("]", "\\]").replace(":", "\\:")
+
+
+def _zsh_arguments(command: click.Command) -> list[str]:
+    specs = _option_specs(command)
+    lines = []
+    for spec in specs:
+        names = spec.names
+        group = "(" + " ".join(names) + ")" if len(names) > 1 else ""
+        flags = "{" + ",".join(names) + "}" if len(names) > 1 else names[0]
+        action = ""
+        if spec.takes_value:
+            if spec.choices:
+                action = ":value:(" + " ".join(spec.choices) + ")"
+            elif spec.is_path:
+                action = ":file:_files"
+            else:
+                action = ":value: "
+        lines.append(f"'{group}'{flags}'[{_zsh_escape(spec.help)}]{action}'")
+    return lines
+
+
+def zsh_completion(all_programs: list[Program]) -> str:
+    out = [
+        "#compdef " + " ".join(p.name for p in all_programs),
+        "# zsh completion for tpu-tools; generated by tools/gen_docs.py, do not edit.",
+        "",
+    ]
+    functions = []
+    for program in all_programs:
+        for path, command in _command_tree(program.command):
+            fname = "_" + "_".join([program.name, *path]).replace("-", "_")
+            subs = _subcommands(command)
+            body = [f"{fname}() {{"]
+            args = _zsh_arguments(command)
+            if subs:
+                body.append("    local curcontext=\"$curcontext\" state line")
+                body.append("    _arguments -C \\")
+                for arg in args:
+                    body.append(f"        {arg} \\")
+                body.append("        '1:command:->command' '*::argument:->argument'")
+                body.append("    case $state in")
+                body.append("        command)")
+                entries = " ".join(f"'{name}:{_zsh_escape(sub.get_short_help_str(limit=60))}'" for name, sub in subs)
+                body.append(f"            local -a commands; commands=({entries})")
+                body.append("            _describe command commands ;;")
+                body.append("        argument)")
+                body.append("            case $line[1] in")
+                for name, _ in subs:
+                    body.append(f"                {name}) {fname}_{name.replace('-', '_')} ;;")
+                body.append("            esac ;;")
+                body.append("    esac")
+            else:
+                body.append("    _arguments \\")
+                for arg in args:
+                    body.append(f"        {arg} \\")
+                body.append("        '*:file:_files'")
+            body.append("}")
+            functions.append("\n".join(body))
+    out += functions
+    out += ["", "case $service in"]
+    for program in all_programs:
+        out.append(f"    {program.name}) _{program.name.replace('-', '_')} \"$@\" ;;")
+    out.append("esac")
+    return "\n".join(out) + "\n"
+
+
+def _fish_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def fish_completion(all_programs: list[Program]) -> str:
+    out = ["# fish completion for tpu-tools; generated by tools/gen_docs.py, do not edit.", ""]
+    for program in all_programs:
+        tree = _command_tree(program.command)
+        out.append(f"complete -c {program.name} -f")
+        for path, command in tree:
+            if path:
+                parent = " ".join(path[:-1])
+                condition = (f"__fish_seen_subcommand_from {path[-2]}; and not __fish_seen_subcommand_from "
+                             f"{path[-1]}" if parent else "__fish_use_subcommand")
+                out.append(f"complete -c {program.name} -n '{condition}' -a {path[-1]} "
+                           f"-d '{_fish_escape(command.get_short_help_str(limit=60))}'")
+            subs = _subcommands(command)
+            if path:
+                condition = f"-n '__fish_seen_subcommand_from {path[-1]}'"
+            elif subs:
+                condition = "-n '__fish_use_subcommand'"
+            else:
+                condition = ""
+            for spec in _option_specs(command):
+                parts = [f"complete -c {program.name}"]
+                if condition:
+                    parts.append(condition)
+                for name in spec.names:
+                    parts.append(f"-l {name[2:]}" if name.startswith("--") else f"-s {name[1:]}")
+                if spec.takes_value:
+                    parts.append("-r")
+                    if spec.choices:
+                        parts.append("-f -a '" + " ".join(spec.choices) + "'")
+                    elif spec.is_path:
+                        parts.append("-F")
+                parts.append(f"-d '{_fish_escape(spec.help)}'")
+                out.append(" ".join(parts))
+        out.append("")
+    return "\n".join(out)
+
+
+# --- files ------------------------------------------------------------------------------------------
+
+def generated_files() -> dict[Path, str]:
+    all_programs = programs()
+    files = {REPO / "man" / f"{p.name}.1": man_page(p, all_programs) for p in all_programs}
+    files[REPO / "completions" / "tpu-tools.bash"] = bash_completion(all_programs)
+    files[REPO / "completions" / "_tpu-tools"] = zsh_completion(all_programs)
+    files[REPO / "completions" / "tpu-tools.fish"] = fish_completion(all_programs)
+    return files
+
+
+def stale_files() -> list[Path]:
+    stale = []
+    files = generated_files()
+    for path, text in files.items():
+        if not path.exists() or path.read_text() != text:
+            stale.append(path)
+    for folder in ("man", "completions"):
+        for path in sorted((REPO / folder).glob("*")):
+            if path not in files:
+                stale.append(path)
+    return stale
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="report stale files instead of writing")
+    args = parser.parse_args()
+    if args.check:
+        stale = stale_files()
+        for path in stale:
+            print(f"stale: {path.relative_to(REPO)}")
+        return 1 if stale else 0
+    files = generated_files()
+    for folder in ("man", "completions"):
+        for path in (REPO / folder).glob("*"):
+            if path not in files:
+                path.unlink()
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    print(f"wrote {len(files)} files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

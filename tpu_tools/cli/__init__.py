@@ -1,0 +1,1 @@
+"""Command-line front ends: parse options, call the layers below, render."""

@@ -1,0 +1,201 @@
+"""What every command shares: options, the runtime policy, errors and exit codes.
+
+Every console script and the `tpu-tools` group run through `run_cli`, which
+turns expected failures (`ToolError`, click usage errors, Ctrl-C, a closed
+pipe) into one line on stderr and the documented exit status. `--debug` or
+TPU_TOOLS_DEBUG=1 adds the traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import click
+
+from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
+from tpu_tools.errors import EXIT_FAILURE, EXIT_INTERRUPTED, ToolError
+from tpu_tools.pjrt.runtime import PLATFORM_CHOICES, RuntimePolicy
+
+DEFAULT_TIMEOUT_S = 30.0
+_debug = False
+
+
+class ToolCommand(click.Command):
+    """A click command that also carries the extra sections of its man page.
+
+    `man_sections` maps a section title (e.g. "JSON OUTPUT") to its text; the
+    docs generator writes them after the generated OPTIONS section.
+    """
+
+    def __init__(self, *args: Any, man_sections: dict[str, str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.man_sections = man_sections or {}
+
+
+class ToolGroup(click.Group):
+    """A click group whose subcommands are defined in their own modules and imported on use."""
+
+    def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None,
+                 man_sections: dict[str, str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = lazy_commands or {}
+        self.man_sections = man_sections or {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.lazy_commands, *super().list_commands(ctx)}, key=self._order)
+
+    def _order(self, name: str) -> tuple[int, str]:
+        names = list(self.lazy_commands)
+        return (names.index(name) if name in names else len(names), name)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy_commands and name not in self.commands:
+            module_name, _, attribute = self.lazy_commands[name].partition(":")
+            import importlib
+
+            self.add_command(getattr(importlib.import_module(module_name), attribute), name)
+        return super().get_command(ctx, name)
+
+
+def is_debug() -> bool:
+    return _debug or os.environ.get("TPU_TOOLS_DEBUG", "") not in ("", "0")
+
+
+def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    global _debug
+    if value:
+        _debug = True
+
+
+def _show_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from tpu_tools.versions import version_text
+
+    click.echo(version_text(ctx.find_root().info_name or "tpu-tools"))
+    ctx.exit(0)
+
+
+def _apply(options: list[Callable], function: Callable) -> Callable:
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def common_options(function: Callable) -> Callable:
+    """--debug and --version, on every command and on the group."""
+    return _apply([
+        click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
+                     help="Show Python tracebacks for errors (also TPU_TOOLS_DEBUG=1)."),
+        click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
+                     help="Print the toolkit, jax, jaxlib and PJRT plugin versions and exit."),
+    ], function)
+
+
+def _positive_int(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise click.BadParameter(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise click.BadParameter(f"must be greater than 0, got {value:g}")
+    return value
+
+
+def runtime_options(function: Callable | None = None, *, timeout: bool = True,
+                    default_host_devices: int | None = None) -> Callable:
+    """--platform, --host-devices, --xla-flag (and --timeout) collected into `policy` (and `timeout_s`)."""
+
+    def decorate(function: Callable) -> Callable:
+        @functools.wraps(function)
+        def wrapper(*args: Any, platform: str, host_devices: int | None, xla_flags: tuple[str, ...],
+                    **kwargs: Any) -> Any:
+            policy = RuntimePolicy(platform=platform, host_devices=host_devices, xla_flags=xla_flags)
+            policy.requested_platforms()  # validates JAX_PLATFORMS now, as a usage error
+            return function(*args, policy=policy, **kwargs)
+
+        options = [
+            click.option("--platform", type=click.Choice(PLATFORM_CHOICES), default="auto", show_default=True,
+                         help="PJRT platform to use; auto follows JAX_PLATFORMS, else jax's own choice."),
+            click.option("--host-devices", type=int, default=default_host_devices, metavar="N",
+                         callback=_positive_int, show_default=default_host_devices is not None,
+                         help="Make the CPU platform expose N devices."),
+            click.option("--xla-flag", "xla_flags", multiple=True, metavar="FLAG",
+                         help="Extra XLA flag, e.g. --xla-flag=--xla_dump_to=/tmp/xla (repeatable)."),
+        ]
+        if timeout:
+            options.append(click.option(
+                "--timeout", "timeout_s", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
+                metavar="SECONDS", callback=_positive_float,
+                help="Give up on a runtime that does not answer within this many seconds."))
+        return _apply(options, wrapper)
+
+    return decorate(function) if function is not None else decorate
+
+
+def output_options(function: Callable) -> Callable:
+    """--json and --format, resolved into an `out: Output`."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, json_flag: bool, output_format: str, **kwargs: Any) -> Any:
+        return function(*args, out=Output(resolve_format(output_format, json_flag, sys.stdout)), **kwargs)
+
+    return _apply([
+        click.option("--json", "json_flag", is_flag=True, help="Print one JSON document (same as --format json)."),
+        click.option("--format", "output_format", type=click.Choice(FORMAT_CHOICES), default="auto",
+                     show_default=True, help="auto: a table on a terminal, plain text in a pipe or with NO_COLOR."),
+    ], wrapper)
+
+
+def _silence_stdout() -> None:
+    """After the reader of stdout went away, send the rest to /dev/null so exit stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
+    """Run a command as a program: documented exit codes, no traceback for expected failures."""
+    prog = prog_name or os.path.basename(sys.argv[0]) or command.name or "tpu-tools"
+    try:
+        result = command.main(prog_name=prog, standalone_mode=False)
+        code = result if isinstance(result, int) else 0
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        code = EXIT_FAILURE
+    except click.ClickException as error:
+        error.show()
+        code = error.exit_code
+    except (click.Abort, KeyboardInterrupt):
+        sys.stderr.write(f"{prog}: interrupted\n")
+        code = EXIT_INTERRUPTED
+    except ToolError as error:
+        _report(prog, str(error), error)
+        code = error.exit_code
+    except Exception as error:  # a bug: say so in one line, traceback under --debug
+        _report(prog, f"internal error: {type(error).__name__}: {error}", error, hint=True)
+        code = EXIT_FAILURE
+    sys.exit(code)
+
+
+def _report(prog: str, message: str, error: BaseException, hint: bool = False) -> None:
+    if is_debug():
+        traceback.print_exception(type(error), error, error.__traceback__)
+        for extra in ("child_traceback", "child_stderr"):
+            text = getattr(error, extra, "")
+            if text:
+                sys.stderr.write(f"--- {extra.replace('_', ' ')} ---\n{text}\n")
+    suffix = " (rerun with --debug for the traceback)" if hint and not is_debug() else ""
+    sys.stderr.write(f"{prog}: error: {message}{suffix}\n")
+    sys.stderr.flush()

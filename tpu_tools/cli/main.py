@@ -1,0 +1,43 @@
+"""The `tpu-tools` command group; each subcommand is also its own console script."""
+
+from __future__ import annotations
+
+import click
+
+from tpu_tools.cli.common import ToolGroup, common_options, run_cli
+
+# Subcommand name -> "module:command object". The console scripts (tpu-ls, ...)
+# run these same objects; the group imports a module only when it is used.
+COMMANDS = {
+    "ls": "tpu_tools.cli.ls:ls_command",
+}
+
+MAN_SECTIONS = {
+    "EXIT STATUS": (
+        "0  success.\n"
+        "1  runtime failure: no device, the runtime failed, hung or crashed, a probe or test failed.\n"
+        "2  usage error: a bad option value, an unknown platform, a bad JAX_PLATFORMS.\n"
+        "3  a gate failed: a benchmark regression, a collective below its bandwidth floor, wrong values.\n"
+        "130  interrupted (Ctrl-C)."
+    ),
+    "ENVIRONMENT": (
+        "JAX_PLATFORMS  the platform(s) used when --platform is auto.\n"
+        "TPU_TOOLS_SYSROOT  root directory for passive discovery (sysfs, /dev, /proc); default /.\n"
+        "TPU_TOOLS_DEBUG  when set to 1, errors show their Python traceback.\n"
+        "NO_COLOR  when set, human output is plain text without colour."
+    ),
+}
+
+
+@click.group(cls=ToolGroup, name="tpu-tools", lazy_commands=COMMANDS, man_sections=MAN_SECTIONS,
+             context_settings={"help_option_names": ["-h", "--help"]})
+@common_options
+def cli() -> None:
+    """Runtime tools for accelerators driven through PJRT (TPU, GPU, CPU).
+
+    Each subcommand is also installed as its own program: tpu-ls, ...
+    """
+
+
+def main() -> None:
+    run_cli(cli, prog_name="tpu-tools")

@@ -1,0 +1,75 @@
+"""Where command output goes and in which form: JSON, rich (terminal) or plain text."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from tpu_tools.render.table import TableData, plain_table, rich_table
+
+FORMAT_CHOICES = ("auto", "table", "plain", "json")
+
+
+def wants_color(stream: TextIO) -> bool:
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+def resolve_format(requested: str, json_flag: bool, stream: TextIO) -> str:
+    """'json', 'rich' or 'plain'. `auto` picks rich on a colour terminal, plain otherwise."""
+    if json_flag or requested == "json":
+        return "json"
+    if requested == "table":
+        return "rich"
+    if requested == "plain":
+        return "plain"
+    return "rich" if wants_color(stream) else "plain"
+
+
+@dataclass
+class Output:
+    format: str  # "json", "rich" or "plain"
+    stream: TextIO = sys.stdout
+
+    @property
+    def is_json(self) -> bool:
+        return self.format == "json"
+
+    def json(self, document: Any) -> None:
+        self.stream.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+        self.stream.flush()
+
+    def json_line(self, document: Any) -> None:
+        self.stream.write(json.dumps(document, separators=(",", ":")) + "\n")
+        self.stream.flush()
+
+    def text(self, text: str = "") -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def table(self, table: TableData) -> None:
+        if self.format == "rich":
+            self.rich(rich_table(table))
+        else:
+            self.text(plain_table(table))
+
+    def rich(self, renderable: Any) -> None:
+        console = self.console()
+        console.print(renderable)
+
+    def console(self):
+        from rich.console import Console
+
+        is_tty = self.stream.isatty()
+        # Box-drawn layout whenever asked for; colour only on a terminal without NO_COLOR.
+        return Console(file=self.stream, force_terminal=is_tty, no_color=not wants_color(self.stream),
+                       highlight=False, width=None if is_tty else shutil.get_terminal_size((120, 24)).columns)
+
+
+def note(message: str) -> None:
+    """A line for the user on stderr (never mixed into stdout's data)."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()

@@ -1,0 +1,49 @@
+"""Expected failures and the exit codes they map to.
+
+Layers below the CLI raise these; the CLI turns them into one sentence on
+stderr and the matching exit status. Anything else is an internal error.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_GATE = 3
+EXIT_INTERRUPTED = 130
+
+
+class ToolError(Exception):
+    """A failure the user can act on; `str(err)` is the sentence shown."""
+
+    exit_code = EXIT_FAILURE
+
+
+class UsageError(ToolError):
+    """Bad input from the command line, the environment or a config file."""
+
+    exit_code = EXIT_USAGE
+
+
+class RuntimeFailure(ToolError):
+    """The accelerator runtime could not be used or failed while in use."""
+
+    exit_code = EXIT_FAILURE
+
+
+class PlatformUnavailable(RuntimeFailure):
+    """The requested PJRT platform cannot be loaded on this machine."""
+
+
+class RuntimeHang(RuntimeFailure):
+    """The runtime did not answer within its time limit."""
+
+
+class RuntimeCrash(RuntimeFailure):
+    """The runtime process died (signal or abnormal exit)."""
+
+
+class GateFailed(ToolError):
+    """A check that CI gates on did not pass (regression, bandwidth floor, wrong values)."""
+
+    exit_code = EXIT_GATE

@@ -1,0 +1,154 @@
+"""The device inventory behind `tpu-ls` (and the dump's device listing).
+
+Joins passive discovery (chips, PCI, NUMA, holders) with what the PJRT runtime
+reports (devices, memory, versions), querying the runtime in an isolated child
+only when that is safe: a TPU held by another process is never opened unless
+the caller forces it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from tpu_tools.accelerators import spec_for_device_kind
+from tpu_tools.pjrt import isolate, queries
+from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
+from tpu_tools.pjrt.discover import Chip, Discovery, Holder, discover
+from tpu_tools.pjrt.probe import ProbeResult
+from tpu_tools.pjrt.runtime import RuntimePolicy
+from tpu_tools.versions import StackVersions, stack_versions
+
+SCHEMA = "tpu-tools/ls/v1"
+
+RUNTIME_OK = "ok"
+RUNTIME_SKIPPED = "skipped"  # --no-runtime
+RUNTIME_HELD = "held"  # a TPU is held by another process
+
+_GPU_PLATFORMS = ("gpu", "cuda", "rocm")
+
+
+@dataclass
+class DeviceEntry:
+    """One PJRT device with the chip it sits on, as far as that is known."""
+
+    device: DeviceRecord
+    chip: Chip | None = None
+    probe: ProbeResult | None = None
+
+    @property
+    def holders(self) -> list[Holder]:
+        return self.chip.holders if self.chip else []
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.device.to_dict()
+        chip = self.chip
+        spec = spec_for_device_kind(self.device.device_kind)
+        data.update(
+            chip_index=chip.index if chip else None,
+            devices_per_chip=(chip.devices_per_chip if chip else None) or (spec.devices_per_chip if spec else None),
+            cores_per_chip=(chip.cores_per_chip if chip else None) or (spec.cores_per_chip if spec else None),
+            pci_address=chip.pci_address if chip else None,
+            numa_node=chip.numa_node if chip else None,
+            holders=[h.to_dict() for h in self.holders],
+            probe=self.probe.to_dict() if self.probe else None,
+        )
+        return data
+
+
+@dataclass
+class Inventory:
+    host: str
+    time: str
+    requested_platform: str
+    runtime_status: str
+    versions: StackVersions
+    discovery: Discovery
+    runtime: RuntimeRecord | None = None
+    devices: list[DeviceEntry] = field(default_factory=list)
+    probed: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def probe_failed(self) -> bool:
+        return self.probed and (not self.devices or any(e.probe is None or not e.probe.ok for e in self.devices))
+
+    def to_dict(self) -> dict[str, Any]:
+        runtime = None
+        if self.runtime is not None:
+            runtime = {k: v for k, v in asdict(self.runtime).items() if k != "devices"}
+        return {
+            "schema": SCHEMA,
+            "host": self.host,
+            "time": self.time,
+            "requested_platform": self.requested_platform,
+            "runtime_status": self.runtime_status,
+            "runtime": runtime,
+            "versions": self.versions.to_dict(),
+            "devices": [entry.to_dict() for entry in self.devices],
+            "chips": [chip.to_dict() for chip in self.discovery.chips],
+            "notes": [*self.discovery.notes, *self.notes],
+        }
+
+
+def _holds_tpu(policy: RuntimePolicy, discovery: Discovery) -> list[Holder]:
+    """Other processes holding TPU chips, when this command would open the TPU runtime."""
+    platforms = policy.requested_platforms()
+    if platforms and "tpu" not in platforms:
+        return []
+    return discovery.tpu_holders(exclude_pids={os.getpid()})
+
+
+def _match_chips(runtime: RuntimeRecord, discovery: Discovery) -> dict[int, Chip]:
+    """Device id -> chip, pairing local devices with chips in order when the counts agree."""
+    platform = runtime.platform
+    if platform in _GPU_PLATFORMS:
+        chips = [c for c in discovery.chips if c.platform in _GPU_PLATFORMS]
+    else:
+        chips = discovery.chips_for_platform(platform)
+    local = sorted((d for d in runtime.devices if d.process_index == runtime.process_index),
+                   key=lambda d: (d.local_hardware_id if d.local_hardware_id is not None else d.id, d.id))
+    if not chips or not local:
+        return {}
+    per_chip = chips[0].devices_per_chip or max(1, len(local) // len(chips))
+    if per_chip * len(chips) != len(local):
+        return {}
+    return {device.id: chips[i // per_chip] for i, device in enumerate(local)}
+
+
+def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT_TIMEOUT_S,
+                    probe: bool = False, use_runtime: bool = True, force: bool = False) -> Inventory:
+    discovery = discover()
+    held = _holds_tpu(policy, discovery) if use_runtime and not force else []
+    call = None
+    if use_runtime and not held:
+        # Start the runtime first: it takes longest, and the rest runs while it starts.
+        call = isolate.start_isolated(queries.LIST_DEVICES, {"probe": probe}, policy, timeout_s)
+    inventory = Inventory(
+        host=socket.gethostname(),
+        time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        requested_platform=policy.display_platform(),
+        runtime_status=RUNTIME_HELD if held else RUNTIME_SKIPPED,
+        versions=stack_versions(),
+        discovery=discovery,
+        probed=probe,
+    )
+    if held:
+        owners = ", ".join(f"{h.pid} ({h.command.split(' ')[0]})" for h in held)
+        inventory.notes.append(f"the TPU is held by process {owners}: runtime details need the device "
+                               "to be free (or --force, which may disturb that process)")
+    if call is None:
+        return inventory
+    answer = call.result()
+    runtime = RuntimeRecord.from_dict(answer["runtime"])
+    chips = _match_chips(runtime, discovery)
+    probes = {p["device_id"]: ProbeResult.from_dict(p) for p in answer.get("probe", [])}
+    inventory.runtime = runtime
+    inventory.runtime_status = RUNTIME_OK
+    inventory.devices = [DeviceEntry(d, chips.get(d.id), probes.get(d.id)) for d in runtime.devices]
+    if runtime.platform == "tpu" and discovery.chips_for_platform("tpu") and not chips:
+        inventory.notes.append("could not pair PJRT devices with PCI chips (counts differ)")
+    return inventory

@@ -1,0 +1,212 @@
+"""Runtime policy: which PJRT platform, how many CPU devices, which XLA flags.
+
+On PJRT the environment is read once, when jax initialises its backends, so the
+policy has to be in `os.environ` before `import jax`. Everything here works on
+environment dictionaries and never imports jax itself, except `import_jax`,
+which applies the policy first and then imports.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from tpu_tools.errors import PlatformUnavailable, UsageError
+
+PLATFORM_CHOICES = ("auto", "cpu", "gpu", "cuda", "rocm", "tpu")
+KNOWN_JAX_PLATFORMS = ("cpu", "gpu", "cuda", "rocm", "tpu", "metal")
+
+# The modules whose presence tells us a platform's PJRT plugin is installed.
+_PLUGIN_MODULES = {
+    "cuda": ("jax_cuda13_plugin", "jax_cuda12_plugin", "jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12"),
+    "rocm": ("jax_rocm7_plugin", "jax_rocm60_plugin", "jax_plugins.xla_rocm7", "jax_plugins.xla_rocm60"),
+    "tpu": ("libtpu",),
+}
+_INSTALL_HINTS = {
+    "cuda": "pip install 'jax[cuda12]' (or jax[cuda13])",
+    "rocm": "install JAX's ROCm plugin (see the JAX installation guide)",
+    "tpu": "pip install 'jax[tpu]' on a TPU VM",
+}
+
+
+@dataclass(frozen=True)
+class RuntimePolicy:
+    """How the PJRT runtime is to be set up for one command."""
+
+    platform: str = "auto"  # one of PLATFORM_CHOICES, or "env" entries from JAX_PLATFORMS
+    host_devices: int | None = None  # CPU platform device count
+    xla_flags: tuple[str, ...] = ()
+    preallocate: bool = True  # GPU memory preallocation; read-only queries turn it off
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def environment(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """The environment a process needs to initialise jax under this policy."""
+        env = dict(os.environ if base is None else base)
+        platforms = resolve_platforms(self.platform, env)
+        if platforms is None:
+            env.pop("JAX_PLATFORMS", None)
+        else:
+            env["JAX_PLATFORMS"] = platforms
+        if self.host_devices is not None:
+            env["JAX_NUM_CPU_DEVICES"] = str(self.host_devices)
+            env["XLA_FLAGS"] = _set_flag(env.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count",
+                                         str(self.host_devices))
+        if self.xla_flags:
+            env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS", ""), *self.xla_flags]))
+        if not self.preallocate:
+            env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        env.update(self.extra_env)
+        return env
+
+    def requested_platforms(self) -> list[str]:
+        """The platforms this policy asks for ([] means: whatever jax picks)."""
+        value = resolve_platforms(self.platform, os.environ)
+        return [p for p in (value or "").split(",") if p]
+
+    def display_platform(self) -> str:
+        return ",".join(self.requested_platforms()) or "auto"
+
+
+def _set_flag(flags: str, name: str, value: str) -> str:
+    kept = [f for f in flags.split() if not f.startswith(name + "=")]
+    return " ".join([*kept, f"{name}={value}"])
+
+
+def installed_plugin_platforms() -> set[str]:
+    """Names of platforms whose plugin looks installed (cpu is always built in)."""
+    found = {"cpu"}
+    for platform, modules in _PLUGIN_MODULES.items():
+        if any(_module_exists(m) for m in modules):
+            found.add(platform)
+    if os.environ.get("TPU_LIBRARY_PATH"):
+        found.add("tpu")
+    if "cuda" in found or "rocm" in found:
+        found.add("gpu")
+    return found
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _jax_plugin_names() -> set[str]:
+    """Platform names that third-party PJRT plugins register (entry points, namespace packages)."""
+    import importlib.metadata as metadata
+    import pkgutil
+
+    names = {entry.name for entry in metadata.entry_points(group="jax_plugins")}
+    try:
+        import jax_plugins  # type: ignore[import-not-found]
+
+        names |= {m.name for m in pkgutil.iter_modules(jax_plugins.__path__)}
+    except ImportError:
+        pass
+    return names
+
+
+def resolve_platforms(choice: str, env: dict[str, str] | os._Environ) -> str | None:
+    """The JAX_PLATFORMS value for a --platform choice; None lets jax choose.
+
+    "auto" defers to JAX_PLATFORMS when the user set it. Raises UsageError for
+    a JAX_PLATFORMS value that names no platform jax or an installed plugin knows.
+    """
+    if choice != "auto":
+        if choice not in PLATFORM_CHOICES:
+            raise UsageError(f"unknown platform {choice!r}: choose one of {', '.join(PLATFORM_CHOICES)}")
+        return choice
+    value = env.get("JAX_PLATFORMS", "").strip()
+    if not value:
+        return None
+    entries = [p.strip().lower() for p in value.split(",") if p.strip()]
+    unknown = [p for p in entries if p not in KNOWN_JAX_PLATFORMS]
+    if unknown and set(unknown) - _jax_plugin_names():
+        raise UsageError(
+            f"JAX_PLATFORMS={value!r} names no known platform ({', '.join(unknown)}); "
+            f"use a comma-separated list of {', '.join(KNOWN_JAX_PLATFORMS[:-1])}, or unset it"
+        )
+    return ",".join(entries)
+
+
+def check_platform_installed(policy: RuntimePolicy) -> None:
+    """Fail early, with what to install, when the first requested platform has no plugin.
+
+    Only the first platform matters: JAX falls back along the list.
+    """
+    platforms = policy.requested_platforms()
+    if not platforms:
+        return
+    first = platforms[0]
+    if first in installed_plugin_platforms() or first not in _INSTALL_HINTS and first != "gpu":
+        return
+    raise PlatformUnavailable(platform_missing_message(first))
+
+
+def platform_missing_message(platform: str) -> str:
+    if platform == "tpu":
+        return ("the tpu platform is not available: libtpu is not installed or no TPU was found "
+                f"({_INSTALL_HINTS['tpu']})")
+    if platform == "gpu":
+        return ("the gpu platform is not available: no CUDA or ROCm plugin for jax is installed "
+                f"({_INSTALL_HINTS['cuda']})")
+    hint = _INSTALL_HINTS.get(platform)
+    return f"the {platform} platform is not available: its PJRT plugin is not installed" + (
+        f" ({hint})" if hint else "")
+
+
+def explain_backend_error(platform: str, message: str) -> str:
+    """Turn jax's backend initialisation error into one sentence for the user."""
+    text = message.strip().splitlines()[-1] if message.strip() else ""
+    lowered = text.lower()
+    if "not in the list of known backends" in lowered or "unknown backend" in lowered:
+        return platform_missing_message(platform)
+    if platform == "tpu" and ("libtpu" in lowered or "tpu" in lowered):
+        if "libtpu.so" in lowered and ("cannot open" in lowered or "failed to open" in lowered):
+            return platform_missing_message("tpu")
+        if "in use" in lowered or "busy" in lowered or "lockfile" in lowered:
+            return ("the TPU is in use by another process; stop it or run with --platform cpu "
+                    "(details: " + _short(text) + ")")
+    if "no visible" in lowered or "no devices" in lowered or "cuda_error_no_device" in lowered:
+        return f"the {platform} runtime found no device ({_short(text)})"
+    return f"the {platform or 'default'} runtime failed to start: {_short(text)}"
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    text = text.replace(" (set JAX_PLATFORMS='' to automatically choose an available backend)", "")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def apply(policy: RuntimePolicy) -> None:
+    """Write the policy into this process's environment; must precede `import jax`."""
+    if "jax" in sys.modules:
+        # jax reads its platform and flags once; changing them now would silently not apply.
+        current = os.environ.get("JAX_PLATFORMS")
+        wanted = policy.environment().get("JAX_PLATFORMS")
+        if current != wanted:
+            raise RuntimeError("runtime policy applied after jax was imported")
+    env = policy.environment()
+    for key in set(os.environ) - set(env):
+        del os.environ[key]
+    os.environ.update(env)
+
+
+def import_jax(policy: RuntimePolicy) -> ModuleType:
+    """Apply the policy, import jax and initialise its backend, mapping failures to one sentence.
+
+    For commands that run their work in-process (bench, collectives, profile).
+    """
+    check_platform_installed(policy)
+    apply(policy)
+    import jax
+
+    try:
+        jax.devices()
+    except RuntimeError as exc:
+        raise PlatformUnavailable(explain_backend_error(policy.display_platform(), str(exc))) from exc
+    return jax

@@ -1,0 +1,4 @@
+"""Rendering helpers shared by the commands: units, tables, topology drawings.
+
+Functions here build strings or rich renderables; the CLI layer writes them.
+"""

@@ -1,0 +1,114 @@
+"""Text views of the device inventory: the `tpu-ls` header and tables."""
+
+from __future__ import annotations
+
+from tpu_tools.accelerators import spec_for_device_kind
+from tpu_tools.inventory import DeviceEntry, Inventory
+from tpu_tools.pjrt.discover import Chip, Holder
+from tpu_tools.render.table import Column, TableData
+from tpu_tools.render.units import MISSING, format_bytes, format_memory_pair
+
+_COMMAND_WIDTH = 40
+
+
+def header_line(inventory: Inventory) -> str:
+    parts = [f"host {inventory.host}"]
+    runtime = inventory.runtime
+    if runtime is not None:
+        parts.append(f"platform {runtime.platform} ({runtime.platform_version})")
+        parts.append(f"jax {runtime.jax_version}, jaxlib {runtime.jaxlib_version}")
+        plugins = ", ".join(f"{k} {v}" for k, v in inventory.versions.plugins.items())
+        if plugins:
+            parts.append(plugins)
+        parts.append(f"process {runtime.process_index + 1} of {runtime.process_count}")
+        parts.append(f"{runtime.local_device_count} local of {runtime.device_count} devices")
+    else:
+        parts.append(f"runtime {inventory.runtime_status}")
+        parts.append(f"jax {inventory.versions.jax or 'not installed'}, jaxlib {inventory.versions.jaxlib or '-'}")
+        parts.append(f"{len(inventory.discovery.chips)} accelerator chips found")
+    return "  ".join(parts)
+
+
+def holders_text(holders: list[Holder]) -> str:
+    if not holders:
+        return MISSING
+    return ", ".join(f"{h.pid} {_short_command(h.command)}" for h in holders)
+
+
+def _short_command(command: str) -> str:
+    words = command.split()
+    if not words:
+        return "?"
+    words[0] = words[0].rsplit("/", 1)[-1]
+    text = " ".join(words)
+    return text if len(text) <= _COMMAND_WIDTH else text[: _COMMAND_WIDTH - 3] + "..."
+
+
+def _per_chip(entry: DeviceEntry) -> str:
+    chip = entry.chip
+    spec = spec_for_device_kind(entry.device.device_kind)
+    devices = (chip.devices_per_chip if chip else None) or (spec.devices_per_chip if spec else None)
+    cores = (chip.cores_per_chip if chip else None) or (spec.cores_per_chip if spec else None)
+    parts = []
+    if chip is not None:
+        parts.append(f"chip {chip.index}")
+    if devices:
+        parts.append(f"{devices} dev/chip")
+    if cores:
+        parts.append(f"{cores} cores")
+    return ", ".join(parts) or MISSING
+
+
+def _memory(entry: DeviceEntry) -> str:
+    device = entry.device
+    total = device.memory_limit_bytes
+    if total is None:
+        spec = spec_for_device_kind(device.device_kind)
+        total = spec.hbm_bytes // (spec.devices_per_chip or 1) if spec and spec.hbm_bytes else None
+    return format_memory_pair(device.memory_used_bytes, total)
+
+
+def _probe(entry: DeviceEntry) -> str:
+    probe = entry.probe
+    if probe is None:
+        return "not run"
+    if not probe.ok:
+        return f"FAIL {probe.error}"
+    return f"pass {probe.compile_ms:.1f} ms / {probe.execute_us:.0f} us"
+
+
+def device_table(inventory: Inventory) -> TableData:
+    columns = [Column("ID", "right"), Column("KIND"), Column("PLATFORM"), Column("CHIP"),
+               Column("MEMORY USED / TOTAL", "right"), Column("PCI"), Column("NUMA", "right")]
+    if inventory.probed:
+        columns.append(Column("HEALTH (compile / execute)"))
+    columns.append(Column("PROCESSES", max_width=_COMMAND_WIDTH + 8))
+    table = TableData(columns)
+    for entry in inventory.devices:
+        device, chip = entry.device, entry.chip
+        cells = [device.id, device.device_kind, device.platform, _per_chip(entry), _memory(entry),
+                 chip.pci_address if chip else MISSING,
+                 chip.numa_node if chip and chip.numa_node is not None else MISSING]
+        if inventory.probed:
+            cells.append(_probe(entry))
+        cells.append(holders_text(entry.holders))
+        table.add_row(*cells)
+    return table
+
+
+def chip_table(chips: list[Chip]) -> TableData:
+    """Passive view: one row per chip, for when the runtime is not opened."""
+    table = TableData([Column("CHIP", "right"), Column("KIND"), Column("PLATFORM"), Column("PER CHIP"),
+                       Column("MEMORY TOTAL", "right"), Column("PCI"), Column("NUMA", "right"),
+                       Column("NODES"), Column("PROCESSES", max_width=_COMMAND_WIDTH + 8)])
+    for chip in chips:
+        per_chip = ", ".join(filter(None, [
+            f"{chip.devices_per_chip} dev" if chip.devices_per_chip else "",
+            f"{chip.cores_per_chip} cores" if chip.cores_per_chip else "",
+        ])) or MISSING
+        nodes = " ".join(n.path + ("" if n.exists else " (missing)") for n in chip.device_nodes) or MISSING
+        numa = MISSING if chip.numa_node is None else chip.numa_node
+        table.add_row(chip.index, chip.name, chip.platform, per_chip, format_bytes(chip.hbm_bytes),
+                      chip.pci_address, numa, nodes, holders_text(chip.holders))
+    return table
+

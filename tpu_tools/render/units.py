@@ -1,0 +1,65 @@
+"""Human formatting of bytes, times and rates; "-" for what is unknown."""
+
+from __future__ import annotations
+
+import re
+
+MISSING = "-"
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_bytes(value: float | int | None) -> str:
+    if value is None:
+        return MISSING
+    size = float(value)
+    for unit in _BINARY_UNITS:
+        if abs(size) < 1024 or unit == _BINARY_UNITS[-1]:
+            if unit == "B":
+                return f"{int(size)} B"
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_duration_us(value: float | None) -> str:
+    """Microseconds shown in the most readable unit."""
+    if value is None:
+        return MISSING
+    if value < 1e3:
+        return f"{value:.1f} us"
+    if value < 1e6:
+        return f"{value / 1e3:.2f} ms"
+    return f"{value / 1e6:.2f} s"
+
+
+def format_ms(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.1f} ms"
+
+
+def format_percent(value: float | None, digits: int = 1) -> str:
+    return MISSING if value is None else f"{value:.{digits}f}%"
+
+
+def format_rate(value: float | None, unit: str, digits: int = 2) -> str:
+    return MISSING if value is None else f"{value:.{digits}f} {unit}"
+
+
+def format_memory_pair(used: int | None, total: int | None) -> str:
+    if used is None and total is None:
+        return MISSING
+    return f"{format_bytes(used)} / {format_bytes(total)}"
+
+
+_SIZE_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_SIZE_FACTORS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Parse "64", "4K", "16M", "1G", "2GiB", "512KB" as bytes (K = 1024). Raises ValueError."""
+    match = _SIZE_PATTERN.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a size (use a number with an optional K, M, G or T suffix)")
+    value = float(match.group(1)) * _SIZE_FACTORS[match.group(2).upper()]
+    if value != int(value):
+        raise ValueError(f"{text!r} is not a whole number of bytes")
+    return int(value)
