@@ -86,7 +86,7 @@ def _option_help(param: click.Option) -> str:
     return " ".join(p for p in parts if p)
 
 
-def _usage(program: Program, command: click.Command, path: list[str]) -> str:
+def _usage(command: click.Command, path: list[str]) -> str:
     ctx = click.Context(command, info_name=" ".join(path))
     pieces = command.collect_usage_pieces(ctx)
     return _roff(" ".join([*path, *pieces]))
@@ -119,18 +119,17 @@ def _subcommands(command: click.Command) -> list[tuple[str, click.Command]]:
 def man_page(program: Program, all_programs: list[Program]) -> str:
     command = program.command
     summary = (command.get_short_help_str(limit=200) or "").rstrip(".")
+    arguments_usage = _usage(command, [])
     lines = [
         f'.TH {program.name.upper()} 1 "" "tpu-tools {__version__}" "tpu-tools manual"',
         ".SH NAME",
         f"{_roff(program.name)} \\- {_roff(summary)}",
         ".SH SYNOPSIS",
         f".B {_roff(program.name)}",
-        _usage(program, command, [program.name]).split(" ", 1)[1] if " " in _usage(program, command, [program.name])
-        else "",
+        arguments_usage,
     ]
     if program.subcommand_of:
-        lines += [".br", f".B tpu\\-tools {_roff(program.subcommand_of)}",
-                  _usage(program, command, [program.name]).split(" ", 1)[1]]
+        lines += [".br", f".B tpu\\-tools {_roff(program.subcommand_of)}", arguments_usage]
     lines += [".SH DESCRIPTION", _paragraphs(command.help or "")]
     sections = dict(getattr(command, "man_sections", {}))
     if "DESCRIPTION" in sections:
@@ -144,7 +143,7 @@ def man_page(program: Program, all_programs: list[Program]) -> str:
         lines.append(".SH COMMANDS")
         for name, sub in subcommands:
             path = [program.name, name]
-            lines += [".SS " + _roff(" ".join(path)), _usage(program, sub, path), ".PP",
+            lines += [".SS " + _roff(" ".join(path)), _usage(sub, path), ".PP",
                       _paragraphs(sub.help or "")]
             for extra_title, extra_text in getattr(sub, "man_sections", {}).items():
                 lines += [".PP", f"\\fB{_roff(extra_title.title())}\\fR", ".PP", _paragraphs(extra_text)]
