@@ -18,16 +18,16 @@ _tpu_tools_complete() {
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
-            opts='--probe --topology --no-runtime --force --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
-            valopts='--platform --host-devices --xla-flag --timeout --format'; pathopts=''
+            opts='--probe --topology --no-runtime --force --runtime-status --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            valopts='--metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
             esac
             ;;
         'tpu-ls|')
-            opts='--probe --topology --no-runtime --force --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
-            valopts='--platform --host-devices --xla-flag --timeout --format'; pathopts=''
+            opts='--probe --topology --no-runtime --force --runtime-status --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            valopts='--metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;

@@ -3,18 +3,23 @@
 Joins passive discovery (chips, PCI, NUMA, holders) with what the PJRT runtime
 reports (devices, memory, versions), querying the runtime in an isolated child
 only when that is safe: a TPU held by another process is never opened unless
-the caller forces it.
+the caller forces it. Where asked, it also reads libtpu's metrics service, which
+never opens the TPU: the running job's HBM use and duty cycle, paired with the
+chips (or the runtime's devices) in order when the counts agree.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from tpu_tools.accelerators import spec_for_device_kind
+from tpu_tools.metrics.libtpu import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
+from tpu_tools.metrics.libtpu import DeviceFigures, LibtpuSnapshot, RuntimeStatus, UsageFigures, read_once
 from tpu_tools.pjrt import isolate, queries
 from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
 from tpu_tools.pjrt.discover import Chip, Discovery, Holder, discover
@@ -32,12 +37,25 @@ _GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 
 
 @dataclass
+class ServiceFigures:
+    """What libtpu's metrics service says of one listed device or chip (summed over a chip's devices)."""
+
+    address: str
+    device_ids: list[int]  # as the serving runtime numbers them
+    usage: UsageFigures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"address": self.address, "device_ids": list(self.device_ids), **self.usage.to_dict()}
+
+
+@dataclass
 class DeviceEntry:
     """One PJRT device with the chip it sits on, as far as that is known."""
 
     device: DeviceRecord
     chip: Chip | None = None
     probe: ProbeResult | None = None
+    libtpu: ServiceFigures | None = None
 
     @property
     def holders(self) -> list[Holder]:
@@ -55,6 +73,7 @@ class DeviceEntry:
             numa_node=chip.numa_node if chip else None,
             holders=[h.to_dict() for h in self.holders],
             probe=self.probe.to_dict() if self.probe else None,
+            libtpu=self.libtpu.to_dict() if self.libtpu else None,
         )
         return data
 
@@ -71,6 +90,23 @@ class Inventory:
     devices: list[DeviceEntry] = field(default_factory=list)
     probed: bool = False
     notes: list[str] = field(default_factory=list)
+    libtpu: list[LibtpuSnapshot] = field(default_factory=list)  # one per metrics address asked
+    libtpu_status: list[RuntimeStatus] | None = None  # when asked for
+    chip_libtpu: dict[int, ServiceFigures] = field(default_factory=dict)  # chip index -> service figures
+
+    @property
+    def libtpu_paired(self) -> bool:
+        return bool(self.chip_libtpu) or any(e.libtpu for e in self.devices)
+
+    def all_notes(self) -> list[str]:
+        """Discovery's notes, then the inventory's, then one about service figures that could not be paired."""
+        notes = [*self.discovery.notes, *self.notes]
+        served = sum(len(s.devices) for s in self.libtpu if s.ok)
+        if served and not self.libtpu_paired:
+            chips = len(self.discovery.chips_for_platform("tpu"))
+            notes.append(f"the libtpu metrics service reports {served} devices, which do not pair with this "
+                         f"host's {chips} TPU chips: its figures are listed by service device")
+        return notes
 
     @property
     def probe_failed(self) -> bool:
@@ -89,9 +125,16 @@ class Inventory:
             "runtime": runtime,
             "versions": self.versions.to_dict(),
             "devices": [entry.to_dict() for entry in self.devices],
-            "chips": [chip.to_dict() for chip in self.discovery.chips],
-            "notes": [*self.discovery.notes, *self.notes],
+            "chips": [{**chip.to_dict(), "libtpu": self._chip_libtpu(chip)} for chip in self.discovery.chips],
+            "notes": self.all_notes(),
+            "libtpu_metrics": [snapshot.to_dict() for snapshot in self.libtpu],
+            "libtpu_runtime_status": (None if self.libtpu_status is None
+                                      else [status.to_dict() for status in self.libtpu_status]),
         }
+
+    def _chip_libtpu(self, chip: Chip) -> dict[str, Any] | None:
+        figures = self.chip_libtpu.get(chip.index)
+        return figures.to_dict() if figures else None
 
 
 def _holds_tpu(policy: RuntimePolicy, discovery: Discovery) -> list[Holder]:
@@ -109,8 +152,7 @@ def _match_chips(runtime: RuntimeRecord, discovery: Discovery) -> dict[int, Chip
         chips = [c for c in discovery.chips if c.platform in _GPU_PLATFORMS]
     else:
         chips = discovery.chips_for_platform(platform)
-    local = sorted((d for d in runtime.devices if d.process_index == runtime.process_index),
-                   key=lambda d: (d.local_hardware_id if d.local_hardware_id is not None else d.id, d.id))
+    local = _local_order(runtime)
     if not chips or not local:
         return {}
     per_chip = chips[0].devices_per_chip or max(1, len(local) // len(chips))
@@ -119,8 +161,50 @@ def _match_chips(runtime: RuntimeRecord, discovery: Discovery) -> dict[int, Chip
     return {device.id: chips[i // per_chip] for i, device in enumerate(local)}
 
 
+def _local_order(runtime: RuntimeRecord) -> list[DeviceRecord]:
+    """This process's devices in hardware order (the order chips and service devices are paired in)."""
+    return sorted((d for d in runtime.devices if d.process_index == runtime.process_index),
+                  key=lambda d: (d.local_hardware_id if d.local_hardware_id is not None else d.id, d.id))
+
+
+def _figures(group: list[tuple[str, DeviceFigures]]) -> ServiceFigures:
+    return ServiceFigures(address=",".join(dict.fromkeys(address for address, _ in group)),
+                          device_ids=[device.device_id for _, device in group],
+                          usage=UsageFigures.combine([device for _, device in group]))
+
+
+def attach_libtpu(inventory: Inventory, snapshots: list[LibtpuSnapshot]) -> None:
+    """Pair a read of the metrics services with the listed devices and chips (again on every refresh).
+
+    Service devices of every answering address, in address order, go to this process's runtime devices
+    (TPU only) and to the TPU chips in order, when the counts agree.
+    """
+    inventory.libtpu = snapshots
+    inventory.chip_libtpu = {}
+    for entry in inventory.devices:
+        entry.libtpu = None
+    served = [(s.address, d) for s in snapshots if s.ok for d in s.devices]
+    if not served:
+        return
+    runtime = inventory.runtime
+    if runtime is not None and runtime.platform == "tpu":
+        entries = {e.device.id: e for e in inventory.devices}
+        local = _local_order(runtime)
+        if len(local) == len(served):
+            for device, pair in zip(local, served):
+                entries[device.id].libtpu = _figures([pair])
+    chips = inventory.discovery.chips_for_platform("tpu")
+    per_chip = (chips[0].devices_per_chip or 1) if chips else 0
+    if chips and len(served) == len(chips) * per_chip:
+        for position, chip in enumerate(chips):
+            inventory.chip_libtpu[chip.index] = _figures(served[position * per_chip:(position + 1) * per_chip])
+
+
 def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT_TIMEOUT_S,
-                    probe: bool = False, use_runtime: bool = True, force: bool = False) -> Inventory:
+                    probe: bool = False, use_runtime: bool = True, force: bool = False,
+                    metrics_addresses: Sequence[str] = (), metrics_timeout_s: float = METRICS_TIMEOUT_S,
+                    libtpu_status: bool = False) -> Inventory:
+    """The listing. metrics_addresses: libtpu metrics services to read (none: do not read any)."""
     discovery = discover()
     held = _holds_tpu(policy, discovery) if use_runtime and not force else []
     call = None
@@ -140,9 +224,17 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
         owners = ", ".join(f"{h.pid} ({h.command.split(' ')[0]})" for h in held)
         inventory.notes.append(f"the TPU is held by process {owners}: runtime details need the device "
                                "to be free (or --force, which may disturb that process)")
-    if call is None:
-        return inventory
-    answer = call.result()
+    snapshots: list[LibtpuSnapshot] = []
+    if metrics_addresses:  # while the runtime child starts
+        snapshots, inventory.libtpu_status = read_once(
+            metrics_addresses, metrics_timeout_s, runtime_status=libtpu_status, include_hlo_info=libtpu_status)
+    if call is not None:
+        _add_runtime(inventory, call.result(), discovery)
+    attach_libtpu(inventory, snapshots)
+    return inventory
+
+
+def _add_runtime(inventory: Inventory, answer: dict[str, Any], discovery: Discovery) -> None:
     runtime = RuntimeRecord.from_dict(answer["runtime"])
     chips = _match_chips(runtime, discovery)
     probes = {p["device_id"]: ProbeResult.from_dict(p) for p in answer.get("probe", [])}
@@ -151,4 +243,3 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
     inventory.devices = [DeviceEntry(d, chips.get(d.id), probes.get(d.id)) for d in runtime.devices]
     if runtime.platform == "tpu" and discovery.chips_for_platform("tpu") and not chips:
         inventory.notes.append("could not pair PJRT devices with PCI chips (counts differ)")
-    return inventory

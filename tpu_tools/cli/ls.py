@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from tpu_tools.cli.common import ToolCommand, common_options, output_options, run_cli, runtime_options
+from tpu_tools.cli.common import (
+    ToolCommand,
+    common_options,
+    is_debug,
+    metrics_options,
+    output_options,
+    run_cli,
+    runtime_options,
+)
 from tpu_tools.cli.output import Output, note
 from tpu_tools.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -19,7 +27,15 @@ MAN_SECTIONS = {
         "A TPU can be owned by one process only. When another process holds a TPU chip (its device node or "
         "libtpu's lock file), tpu-ls does not open the runtime: it lists the chips from passive discovery with "
         "their holders, says why runtime details are missing, and exits 0. --force opens it anyway.\n"
-        "With no accelerator, tpu-ls lists the CPU platform's devices (--host-devices N makes it expose N)."
+        "With no accelerator, tpu-ls lists the CPU platform's devices (--host-devices N makes it expose N).\n"
+        "The running job's figures come from libtpu's runtime metrics service, which a process with libtpu "
+        "loaded serves over gRPC (localhost:8431, every port in TPU_RUNTIME_METRICS_PORTS, and each "
+        "--metrics-addr). Reading it never opens the TPU, so it works while a job holds the chips: when a service "
+        "answers, a DUTY CYCLE column and HBM USED / TOTAL figures are added, per chip when the TPU is held. "
+        "Service devices are paired with chips (or runtime devices) in order when the counts agree; otherwise "
+        "the service's devices are listed in a table of their own. When no service answers, tpu-ls carries on "
+        "without those columns (--debug says why in one line on stderr). --runtime-status adds libtpu's per-core "
+        "state: program, run, program counter, queued programs, HLO location and error messages."
     ),
     "JSON OUTPUT": (
         "--json prints one document, schema \"tpu-tools/ls/v1\". Keys are stable; numbers are bytes or the "
@@ -35,7 +51,24 @@ MAN_SECTIONS = {
         "chips[]: {index, name, vendor, platform, pci_address, pci_functions[], numa_node, cpu_affinity, "
         "iommu_group, devices_per_chip, cores_per_chip, hbm_bytes, device_nodes[], holders[]}; "
         "device_nodes[]: {path, exists, mode, uid, gid, holders[]}; holders[]: {pid, user, command}.\n"
-        "notes[]: sentences about what could not be read or done."
+        "notes[]: sentences about what could not be read or done.\n"
+        "Added with the libtpu metrics service (same schema; null when no service figure pairs): "
+        "devices[].libtpu and chips[].libtpu: null or {address, device_ids[], hbm_used_bytes, hbm_total_bytes, "
+        "duty_cycle_percent} (bytes summed and duty cycle averaged over the chip's devices).\n"
+        "libtpu_metrics[]: one per address asked: {address, error, elapsed_ms, served_metrics[], "
+        "not_served_metrics[], unread_metrics[], duty_cycle_scope (device, chip or null), devices[], "
+        "transfer_latencies[], notes[]}; error is null or the sentence saying why the address did not answer. "
+        "devices[]: {device_id, hbm_used_bytes, hbm_total_bytes, duty_cycle_percent, "
+        "hbm_bandwidth_utilization_percent, tensorcore_idle_duration_s, hlo_queue_size, hlo_execution_time_us}; "
+        "transfer_latencies[]: {metric, name, buffer_size, latency_us}; hlo_execution_time_us and latency_us are "
+        "null or {count, mean, min, max, p50, p90, p99, p999}, all but count null when there are no samples. "
+        "A figure whose metric is in not_served_metrics is null: not served by this runtime.\n"
+        "libtpu_runtime_status: null without --runtime-status, else one per address: {address, error, served, "
+        "host_name, cores[]}; served is false when the runtime has no status rpc. cores[]: {global_core_id, "
+        "chip_id, core_type, core_index, state (ok or error), error_message, program_fingerprint, launch_id, "
+        "xdb_server_running, sequencers[], queued_programs[]}; sequencers[]: {sequencer_type, index, pc, tag, "
+        "tracemark, program_id, run_id, hlo_location, hlo_detailed_info}; queued_programs[]: {run_id, launch_id, "
+        "program_fingerprint}."
     ),
     "TOPOLOGY": (
         "--topology draws the chips by their coordinates: one grid for a 2-D slice, one grid per z layer for "
@@ -47,7 +80,8 @@ MAN_SECTIONS = {
         "tpu-ls\n"
         "tpu-ls --host-devices 8 --json\n"
         "tpu-ls --probe --platform tpu\n"
-        "tpu-ls --no-runtime"
+        "tpu-ls --no-runtime\n"
+        "tpu-ls --metrics-addr localhost:8432 --runtime-status"
     ),
 }
 
@@ -59,18 +93,25 @@ MAN_SECTIONS = {
 @click.option("--topology", is_flag=True, help="Draw the device mesh from TPU coordinates.")
 @click.option("--no-runtime", is_flag=True, help="Passive discovery only: never start a runtime (fast).")
 @click.option("--force", is_flag=True, help="Open the runtime even when another process holds a TPU.")
+@click.option("--runtime-status", is_flag=True,
+              help="Also show libtpu's per-core runtime state and error messages (from its metrics service).")
+@metrics_options
 @runtime_options
 @output_options
 @common_options
-def ls_command(probe: bool, topology: bool, no_runtime: bool, force: bool, policy: RuntimePolicy,
-               timeout_s: float, out: Output) -> int:
+def ls_command(probe: bool, topology: bool, no_runtime: bool, force: bool, runtime_status: bool,
+               metrics_addresses: list[str], metrics_timeout_s: float, policy: RuntimePolicy, timeout_s: float,
+               out: Output) -> int:
     """List accelerator devices, their memory, PCI placement and the processes using them."""
     if no_runtime and (probe or force):
         raise UsageError("--no-runtime cannot be combined with --probe or --force")
     from tpu_tools.inventory import RUNTIME_OK, build_inventory
 
     inventory = build_inventory(policy, timeout_s=timeout_s, probe=probe, use_runtime=not no_runtime,
-                                force=force)
+                                force=force, metrics_addresses=metrics_addresses,
+                                metrics_timeout_s=metrics_timeout_s, libtpu_status=runtime_status)
+    if is_debug():
+        _debug_libtpu(inventory)
     if out.is_json:
         out.json(inventory.to_dict())
     else:
@@ -80,23 +121,43 @@ def ls_command(probe: bool, topology: bool, no_runtime: bool, force: bool, polic
     return EXIT_FAILURE if inventory.probe_failed else EXIT_OK
 
 
+def _debug_libtpu(inventory) -> None:
+    """Under --debug: one line when no metrics service answered, and what an answering one left out."""
+    answered = [s for s in inventory.libtpu if s.ok]
+    if not answered:
+        note("libtpu metrics: " + "; ".join(s.error for s in inventory.libtpu))
+    for snapshot in answered:
+        for line in snapshot.notes:
+            note(f"libtpu metrics at {snapshot.address}: {line}")
+
+
 def _render(inventory, topology: bool, out: Output) -> None:
     from tpu_tools.render.inventory_view import chip_table, device_table, header_line
+    from tpu_tools.render.libtpu_view import runtime_status_views, service_device_table
 
     out.text(header_line(inventory))
     if inventory.devices:
         out.table(device_table(inventory))
     elif inventory.discovery.chips:
-        out.table(chip_table(inventory.discovery.chips))
+        out.table(chip_table(inventory.discovery.chips, inventory.chip_libtpu))
     else:
         out.text("no accelerator found")
+    if not inventory.libtpu_paired and any(s.ok and s.devices for s in inventory.libtpu):
+        out.text("")
+        out.table(service_device_table(inventory.libtpu))
+    for view in runtime_status_views(inventory.libtpu_status) if inventory.libtpu_status is not None else []:
+        out.text("")
+        if isinstance(view, str):
+            out.text(view)
+        else:
+            out.table(view)
     if topology:
         from tpu_tools.render.topology import draw_topology
 
         out.text("")
         out.text(draw_topology([e.device for e in inventory.devices]) if inventory.devices
                  else "topology needs the runtime (device coordinates come from PJRT)")
-    for line in [*inventory.discovery.notes, *inventory.notes]:
+    for line in inventory.all_notes():
         out.text(f"note: {line}")
 
 

@@ -23,6 +23,8 @@ MAN_SECTIONS = {
     "ENVIRONMENT": (
         "JAX_PLATFORMS  the platform(s) used when --platform is auto.\n"
         "TPU_TOOLS_SYSROOT  root directory for passive discovery (sysfs, /dev, /proc); default /.\n"
+        "TPU_RUNTIME_METRICS_PORTS  comma-separated ports of libtpu metrics services on localhost, read besides "
+        "localhost:8431.\n"
         "TPU_TOOLS_DEBUG  when set to 1, errors show their Python traceback.\n"
         "NO_COLOR  when set, human output is plain text without colour."
     ),

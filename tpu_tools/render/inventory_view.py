@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from tpu_tools.accelerators import spec_for_device_kind
-from tpu_tools.inventory import DeviceEntry, Inventory
+from tpu_tools.inventory import DeviceEntry, Inventory, ServiceFigures
 from tpu_tools.pjrt.discover import Chip, Holder
+from tpu_tools.render.libtpu_view import DUTY_HEADER, HBM_HEADER, duty_text, hbm_text
 from tpu_tools.render.table import Column, TableData
 from tpu_tools.render.units import MISSING, format_bytes, format_memory_pair
 
@@ -77,9 +78,23 @@ def _probe(entry: DeviceEntry) -> str:
     return f"pass {probe.compile_ms:.1f} ms / {probe.execute_us:.0f} us"
 
 
+_SERVICE_COLUMNS = [Column(DUTY_HEADER, "right"), Column(HBM_HEADER, "right")]
+
+
+def _service_cells(figures: ServiceFigures | None) -> list[str]:
+    """The running job's duty cycle and HBM, from libtpu's metrics service."""
+    if figures is None:
+        return [MISSING, MISSING]
+    usage = figures.usage
+    return [duty_text(usage.duty_cycle_percent), hbm_text(usage.hbm_used_bytes, usage.hbm_total_bytes)]
+
+
 def device_table(inventory: Inventory) -> TableData:
     columns = [Column("ID", "right"), Column("KIND"), Column("PLATFORM"), Column("CHIP"),
                Column("MEMORY USED / TOTAL", "right"), Column("PCI"), Column("NUMA", "right")]
+    service = any(entry.libtpu for entry in inventory.devices)
+    if service:
+        columns.extend(_SERVICE_COLUMNS)
     if inventory.probed:
         columns.append(Column("HEALTH (compile / execute)"))
     columns.append(Column("PROCESSES", max_width=_COMMAND_WIDTH + 8))
@@ -89,6 +104,8 @@ def device_table(inventory: Inventory) -> TableData:
         cells = [device.id, device.device_kind, device.platform, _per_chip(entry), _memory(entry),
                  chip.pci_address if chip else MISSING,
                  chip.numa_node if chip and chip.numa_node is not None else MISSING]
+        if service:
+            cells.extend(_service_cells(entry.libtpu))
         if inventory.probed:
             cells.append(_probe(entry))
         cells.append(holders_text(entry.holders))
@@ -96,11 +113,13 @@ def device_table(inventory: Inventory) -> TableData:
     return table
 
 
-def chip_table(chips: list[Chip]) -> TableData:
-    """Passive view: one row per chip, for when the runtime is not opened."""
-    table = TableData([Column("CHIP", "right"), Column("KIND"), Column("PLATFORM"), Column("PER CHIP"),
-                       Column("MEMORY TOTAL", "right"), Column("PCI"), Column("NUMA", "right"),
-                       Column("NODES"), Column("PROCESSES", max_width=_COMMAND_WIDTH + 8)])
+def chip_table(chips: list[Chip], libtpu: dict[int, ServiceFigures] | None = None) -> TableData:
+    """Passive view: one row per chip, for when the runtime is not opened (with the service's figures, if any)."""
+    # With the service's figures, its HBM used / total replaces the chip's published total.
+    memory = _SERVICE_COLUMNS if libtpu else [Column("MEMORY TOTAL", "right")]
+    table = TableData([Column("CHIP", "right"), Column("KIND"), Column("PLATFORM"), Column("PER CHIP"), *memory,
+                       Column("PCI"), Column("NUMA", "right"), Column("NODES"),
+                       Column("PROCESSES", max_width=_COMMAND_WIDTH + 8)])
     for chip in chips:
         per_chip = ", ".join(filter(None, [
             f"{chip.devices_per_chip} dev" if chip.devices_per_chip else "",
@@ -108,7 +127,8 @@ def chip_table(chips: list[Chip]) -> TableData:
         ])) or MISSING
         nodes = " ".join(n.path + ("" if n.exists else " (missing)") for n in chip.device_nodes) or MISSING
         numa = MISSING if chip.numa_node is None else chip.numa_node
-        table.add_row(chip.index, chip.name, chip.platform, per_chip, format_bytes(chip.hbm_bytes),
-                      chip.pci_address, numa, nodes, holders_text(chip.holders))
+        figures = _service_cells(libtpu.get(chip.index)) if libtpu else [format_bytes(chip.hbm_bytes)]
+        table.add_row(chip.index, chip.name, chip.platform, per_chip, *figures, chip.pci_address, numa, nodes,
+                      holders_text(chip.holders))
     return table
 

@@ -1,0 +1,1 @@
+"""Runtime metrics: sources (libtpu's metrics service, ...) and the records they produce."""

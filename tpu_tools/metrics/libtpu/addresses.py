@@ -1,0 +1,75 @@
+"""Where libtpu's metrics services listen: the default port, TPU_RUNTIME_METRICS_PORTS, explicit addresses."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable, Mapping
+
+from tpu_tools.errors import UsageError
+
+DEFAULT_ADDRESS = "localhost:8431"
+PORTS_VARIABLE = "TPU_RUNTIME_METRICS_PORTS"
+DEFAULT_TIMEOUT_S = 2.0  # deadline of every call
+_CONNECT_PROBE_S = 0.5
+
+
+def _port(text: str) -> int | None:
+    return int(text) if text.isdigit() and 0 < int(text) < 65536 else None
+
+
+def normalize_address(text: str) -> str:
+    """"HOST:PORT", "[IPv6]:PORT" or a bare "PORT" (meaning localhost). Raises UsageError."""
+    value = text.strip()
+    if _port(value) is not None:
+        return f"localhost:{int(value)}"
+    host, colon, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        bare_host = host[1:-1]
+    else:
+        bare_host = host
+        if ":" in host:
+            raise UsageError(f"metrics address {text!r}: write an IPv6 host in brackets, e.g. [::1]:8431")
+    if not colon or not bare_host or _port(port) is None or any(c.isspace() for c in value):
+        raise UsageError(f"metrics address {text!r} is not HOST:PORT (e.g. localhost:8431) with a port 1-65535")
+    return f"{host}:{int(port)}"
+
+
+def ports_from_environment(environ: Mapping[str, str] | None = None) -> list[str]:
+    """localhost:PORT for every port in TPU_RUNTIME_METRICS_PORTS ("8431,8432"). Raises UsageError."""
+    raw = (environ if environ is not None else os.environ).get(PORTS_VARIABLE, "")
+    addresses = []
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        port = _port(item)
+        if port is None:
+            raise UsageError(f"{PORTS_VARIABLE}={raw!r}: {item!r} is not a port number (1-65535)")
+        addresses.append(f"localhost:{port}")
+    return addresses
+
+
+def metrics_addresses(explicit: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> list[str]:
+    """The default address, then every port of TPU_RUNTIME_METRICS_PORTS, then explicit ones; no repeats."""
+    found = [DEFAULT_ADDRESS, *ports_from_environment(environ), *(normalize_address(a) for a in explicit)]
+    return list(dict.fromkeys(found))
+
+
+def accepts_connections(address: str, timeout_s: float = _CONNECT_PROBE_S) -> bool:
+    """Whether anything accepts a TCP connection at address: a cheap test before paying for gRPC."""
+    host, _, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") else host
+    try:
+        candidates = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError):
+        return False
+    for family, kind, protocol, _, sockaddr in candidates:
+        try:
+            with socket.socket(family, kind, protocol) as probe:
+                probe.settimeout(timeout_s)
+                probe.connect(sockaddr)
+                return True
+        except OSError:
+            continue
+    return False

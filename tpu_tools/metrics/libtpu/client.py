@@ -1,0 +1,170 @@
+"""A long-lived client of libtpu's runtime metrics services: one gRPC channel per address.
+
+Every refresh asks each address which metrics it serves (ListSupportedMetrics), then reads those that
+tpu-tools understands, all calls of all addresses in flight at once, each with a deadline. So a refresh
+costs at most two deadlines however many addresses hang, and one address that hangs or dies costs only
+its own snapshot an `error`. A runtime that restarts is found again on the same channel.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import grpc
+
+from tpu_tools.metrics.libtpu import decode, names
+from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S
+from tpu_tools.metrics.libtpu.proto import runtime_metric_service_pb2 as pb
+from tpu_tools.metrics.libtpu.proto import runtime_metric_service_pb2_grpc as pb_grpc
+from tpu_tools.metrics.libtpu.records import LibtpuSnapshot, RuntimeStatus
+
+_CHANNEL_OPTIONS = (
+    ("grpc.enable_http_proxy", 0),  # the service is on this host: never through a proxy
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),  # a runtime that comes back is found within a second
+)
+# Answers that mean "this runtime has no such metric or rpc", as opposed to a failure.
+_NOT_SERVED = {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.INVALID_ARGUMENT,
+               grpc.StatusCode.FAILED_PRECONDITION}
+
+
+def describe_rpc_error(address: str, error: grpc.RpcError, timeout_s: float) -> str:
+    """One sentence for a failed call."""
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    details = (error.details() if hasattr(error, "details") else "") or ""
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"the metrics service at {address} did not answer within {timeout_s:g} s"
+    if code == grpc.StatusCode.UNAVAILABLE:
+        if "refused" in details.lower():
+            return f"no metrics service at {address} (connection refused)"
+        return f"the metrics service at {address} is unavailable: {details or 'no reason given'}"
+    return f"the metrics service at {address} failed: {code.name}: {details or 'no details'}"
+
+
+@dataclass
+class _Refresh:
+    """One address's part of a refresh."""
+
+    snapshot: LibtpuSnapshot
+    listed: bool = True  # False: the runtime cannot list its metrics, so every known one is asked for
+    served: list[str] = field(default_factory=list)
+    reads: dict[str, grpc.Future] = field(default_factory=dict)
+
+
+class LibtpuClient:
+    """Reads every address on each `snapshot()`; `close()` (or `with`) releases the channels."""
+
+    def __init__(self, addresses: Iterable[str], timeout_s: float = DEFAULT_TIMEOUT_S):
+        if not timeout_s > 0:
+            raise ValueError(f"timeout must be greater than 0, got {timeout_s}")
+        self.addresses = list(dict.fromkeys(addresses))
+        self.timeout_s = timeout_s
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, pb_grpc.RuntimeMetricServiceStub] = {}
+
+    def __enter__(self) -> LibtpuClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+        self._stubs.clear()
+
+    def _stub(self, address: str) -> pb_grpc.RuntimeMetricServiceStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = grpc.secure_channel(address, grpc.local_channel_credentials(), options=_CHANNEL_OPTIONS)
+            self._channels[address] = channel
+            stub = self._stubs[address] = pb_grpc.RuntimeMetricServiceStub(channel)
+        return stub
+
+    def _describe(self, address: str, error: grpc.RpcError) -> str:
+        return describe_rpc_error(address, error, self.timeout_s)
+
+    # --- metrics ------------------------------------------------------------------------------------
+
+    def snapshot(self) -> list[LibtpuSnapshot]:
+        """One snapshot per address, in address order."""
+        started = time.monotonic()
+        listings = {address: self._stub(address).ListSupportedMetrics.future(
+            pb.ListSupportedMetricsRequest(), timeout=self.timeout_s) for address in self.addresses}
+        refreshes = [self._start_reads(address, listing) for address, listing in listings.items()]
+        for refresh in refreshes:
+            self._finish_reads(refresh)
+        elapsed_ms = (time.monotonic() - started) * 1e3
+        for refresh in refreshes:
+            refresh.snapshot.elapsed_ms = elapsed_ms
+        return [refresh.snapshot for refresh in refreshes]
+
+    def _start_reads(self, address: str, listing: grpc.Future) -> _Refresh:
+        refresh = _Refresh(LibtpuSnapshot(address))
+        try:
+            listed = listing.result()
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.UNIMPLEMENTED:
+                refresh.snapshot.error = self._describe(address, error)
+                return refresh
+            refresh.listed = False
+            refresh.snapshot.notes.append("the service does not list its metrics; each known metric was asked for")
+            wanted = list(names.KNOWN)
+        else:
+            refresh.served = sorted({m.metric_name for m in listed.supported_metric if m.metric_name})
+            wanted = [n for n in refresh.served if n in names.PER_DEVICE or names.is_latency_distribution(n)]
+        stub = self._stub(address)
+        refresh.reads = {name: stub.GetRuntimeMetric.future(pb.MetricRequest(metric_name=name),
+                                                            timeout=self.timeout_s) for name in wanted}
+        return refresh
+
+    def _finish_reads(self, refresh: _Refresh) -> None:
+        snapshot = refresh.snapshot
+        if snapshot.error is not None:
+            return
+        metrics: dict[str, pb.TPUMetric] = {}
+        refused: list[str] = []
+        failures: list[grpc.RpcError] = []
+        for name, future in refresh.reads.items():
+            try:
+                metrics[name] = future.result().metric
+            except grpc.RpcError as error:
+                if error.code() in _NOT_SERVED:
+                    refused.append(name)
+                    if refresh.listed:
+                        snapshot.notes.append(f"{name} is listed but the service answered {error.code().name}")
+                else:
+                    failures.append(error)
+        if failures and not metrics:
+            snapshot.error = self._describe(snapshot.address, failures[0])
+            return
+        if failures:
+            snapshot.notes.append(f"{len(failures)} metric{'s' if len(failures) > 1 else ''} could not be read: "
+                                  + self._describe(snapshot.address, failures[0]))
+        served = [n for n in refresh.served if n not in refused] if refresh.listed else sorted(metrics)
+        snapshot.served_metrics = served
+        snapshot.not_served_metrics = [n for n in names.KNOWN if n not in served]
+        snapshot.unread_metrics = [n for n in served if n not in refresh.reads]
+        decode.fill_snapshot(snapshot, metrics)
+
+    # --- runtime status -----------------------------------------------------------------------------
+
+    def runtime_status(self, include_hlo_info: bool = False) -> list[RuntimeStatus]:
+        """GetTpuRuntimeStatus of every address, in address order."""
+        request = pb.GetTpuRuntimeStatusRequest(include_hlo_info=include_hlo_info)
+        calls = {address: self._stub(address).GetTpuRuntimeStatus.future(request, timeout=self.timeout_s)
+                 for address in self.addresses}
+        result = []
+        for address, call in calls.items():
+            try:
+                result.append(decode.runtime_status(address, call.result()))
+            except grpc.RpcError as error:
+                if error.code() in _NOT_SERVED:
+                    result.append(RuntimeStatus(address, served=False))
+                else:
+                    result.append(RuntimeStatus(address, error=self._describe(address, error)))
+        return result

@@ -1,0 +1,182 @@
+"""Histograms as libtpu serves them, summarised as percentiles.
+
+A layout is its finite bucket boundaries b0 < b1 < ... < bn: bucket 0 is the underflow bucket
+(-inf, b0), bucket i is [b(i-1), b(i)), the last is the overflow bucket [bn, inf). Exponential, linear
+and explicit layouts all reduce to that. A percentile is interpolated linearly inside the bucket that
+holds its rank. Where the distribution's min and max agree with the buckets, they close the open ends
+and narrow the buckets to [min, max]. An empty histogram has no percentiles (None), never a number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999))
+
+
+class LayoutError(ValueError):
+    """Bucket options or counts that describe no valid histogram."""
+
+
+@dataclass(frozen=True)
+class Buckets:
+    bounds: tuple[float, ...]
+
+    @property
+    def size(self) -> int:
+        """Number of buckets, underflow and overflow included."""
+        return len(self.bounds) + 1
+
+    def span(self, index: int) -> tuple[float | None, float | None]:
+        """(lower, upper) of a bucket; None for the open end of underflow and overflow."""
+        lower = self.bounds[index - 1] if index > 0 else None
+        upper = self.bounds[index] if index < len(self.bounds) else None
+        return lower, upper
+
+
+def exponential(num_finite_buckets: int, growth_factor: float, scale: float) -> Buckets:
+    if num_finite_buckets < 0 or not growth_factor > 1 or not scale > 0 or not math.isfinite(growth_factor * scale):
+        raise LayoutError(f"exponential buckets need num_finite_buckets >= 0, growth_factor > 1 and scale > 0 "
+                          f"(got {num_finite_buckets}, {growth_factor:g}, {scale:g})")
+    return Buckets(tuple(scale * growth_factor**i for i in range(num_finite_buckets + 1)))
+
+
+def linear(num_finite_buckets: int, width: float, offset: float) -> Buckets:
+    if num_finite_buckets < 0 or not width > 0 or not math.isfinite(width + offset):
+        raise LayoutError(f"linear buckets need num_finite_buckets >= 0 and width > 0 "
+                          f"(got {num_finite_buckets}, {width:g})")
+    return Buckets(tuple(offset + width * i for i in range(num_finite_buckets + 1)))
+
+
+def explicit(bounds: Sequence[float]) -> Buckets:
+    values = tuple(float(b) for b in bounds)
+    if not values or not all(math.isfinite(b) for b in values) or any(b >= a for a, b in
+                                                                      zip(values[1:], values)):
+        raise LayoutError("explicit buckets need at least one finite bound, strictly increasing")
+    return Buckets(values)
+
+
+@dataclass
+class Histogram:
+    """One distribution data point as served: the summary fields and the bucket counts."""
+
+    count: int
+    mean: float
+    min: float
+    max: float
+    buckets: Buckets | None  # None: a layout tpu-tools cannot read
+    counts: list[int]
+
+    def samples(self) -> int:
+        return sum(self.counts)
+
+
+@dataclass(frozen=True)
+class DistributionSummary:
+    """What a consumer shows of a distribution; every figure is None when there are no samples."""
+
+    count: int
+    mean: float | None = None
+    min: float | None = None
+    max: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    p999: float | None = None
+
+    @property
+    def has_samples(self) -> bool:
+        return self.count > 0
+
+    def percentile(self, name: str) -> float | None:
+        return getattr(self, name)
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {"count": self.count, "mean": self.mean, "min": self.min, "max": self.max, "p50": self.p50,
+                "p90": self.p90, "p99": self.p99, "p999": self.p999}
+
+
+NO_SAMPLES = DistributionSummary(count=0)
+
+
+def _check_counts(histogram: Histogram) -> None:
+    if any(c < 0 for c in histogram.counts):
+        raise LayoutError("negative bucket count")
+    if histogram.buckets is not None and len(histogram.counts) > histogram.buckets.size:
+        raise LayoutError(f"{len(histogram.counts)} bucket counts for a layout of {histogram.buckets.size} buckets")
+
+
+def _trusted_extremes(histogram: Histogram) -> tuple[float | None, float | None]:
+    """min and max when they agree with the buckets (proto3 cannot tell an unset 0.0 from a real one)."""
+    low, high = histogram.min, histogram.max
+    if histogram.buckets is None or not (math.isfinite(low) and math.isfinite(high)) or low > high:
+        return None, None
+    occupied = [i for i, c in enumerate(histogram.counts) if c > 0]
+    if not occupied:
+        return None, None
+    first_upper = histogram.buckets.span(occupied[0])[1]
+    last_lower = histogram.buckets.span(occupied[-1])[0]
+    if (first_upper is not None and low > first_upper) or (last_lower is not None and high < last_lower):
+        return None, None
+    return low, high
+
+
+def percentile(histogram: Histogram, quantile: float) -> float:
+    """The value below which `quantile` of the samples lie, interpolated within its bucket."""
+    assert histogram.buckets is not None
+    low, high = _trusted_extremes(histogram)
+    rank = quantile * histogram.samples()
+    cumulative = 0
+    for index, count in enumerate(histogram.counts):
+        if count == 0:
+            continue
+        if cumulative + count >= rank:
+            lower, upper = histogram.buckets.span(index)
+            if low is not None and high is not None:  # the samples lie within [min, max]: narrow the bucket
+                lower = low if lower is None else min(max(lower, low), high)
+                upper = high if upper is None else max(min(upper, high), lower)
+            lower = lower if lower is not None else upper  # open end and no trusted extreme: the bound itself
+            upper = upper if upper is not None else lower
+            assert lower is not None and upper is not None
+            return lower + (upper - lower) * ((rank - cumulative) / count)
+        cumulative += count
+    raise AssertionError("rank beyond the last sample")
+
+
+def summarize(histogram: Histogram) -> DistributionSummary:
+    """Percentiles p50/p90/p99/p999 and mean/min/max; NO_SAMPLES for an empty histogram.
+
+    Raises LayoutError for counts that do not fit the layout. A histogram with samples but a layout
+    that cannot be read keeps count, mean, min and max, and has no percentiles.
+    """
+    _check_counts(histogram)
+    samples = histogram.samples()
+    count = max(histogram.count, samples)
+    if count <= 0:
+        return NO_SAMPLES
+    figures: dict[str, float | None] = {name: None for name, _ in PERCENTILES}
+    low: float | None = histogram.min
+    high: float | None = histogram.max
+    if histogram.buckets is not None and samples > 0:
+        figures = {name: percentile(histogram, q) for name, q in PERCENTILES}
+        low, high = _trusted_extremes(histogram)
+    mean = histogram.mean if math.isfinite(histogram.mean) else None
+    return DistributionSummary(count=count, mean=mean, min=low, max=high, **figures)
+
+
+def merge(histograms: Sequence[Histogram]) -> Histogram:
+    """Several data points of one distribution (e.g. per core) as one: counts add up bucket by bucket."""
+    if len(histograms) == 1:
+        return histograms[0]
+    layouts = {h.buckets for h in histograms}
+    if len(layouts) != 1:
+        raise LayoutError("data points of one distribution use different bucket layouts")
+    width = max(len(h.counts) for h in histograms)
+    counts = [sum(h.counts[i] for h in histograms if i < len(h.counts)) for i in range(width)]
+    total = sum(max(h.count, h.samples()) for h in histograms)
+    occupied = [h for h in histograms if max(h.count, h.samples()) > 0]
+    mean = (sum(h.mean * max(h.count, h.samples()) for h in occupied) / total) if total else 0.0
+    return Histogram(count=total, mean=mean, min=min((h.min for h in occupied), default=0.0),
+                     max=max((h.max for h in occupied), default=0.0), buckets=histograms[0].buckets, counts=counts)
