@@ -14,21 +14,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import time
-from pathlib import Path
 
-
-def _script(name: str) -> list[str]:
-    candidate = Path(sys.executable).parent / name
-    return [str(candidate)] if candidate.exists() else [sys.executable, "-m", "tpu_tools", name.removeprefix("tpu-")]
-
-
-def _time(command: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
-    return time.perf_counter() - start
+from harness import script, time_run
 
 
 def main() -> int:
@@ -39,18 +27,18 @@ def main() -> int:
     env["JAX_PLATFORMS"] = "cpu"
     pairs = {
         "tpu-ls --json / import jax; jax.devices()": (
-            [*_script("tpu-ls"), "--json"], [sys.executable, "-c", "import jax; jax.devices()"], 1.3),
+            [*script("tpu-ls"), "--json"], [sys.executable, "-c", "import jax; jax.devices()"], 1.3),
         "tpu-ls --no-runtime / python -c pass": (
-            [*_script("tpu-ls"), "--no-runtime"], [sys.executable, "-c", "pass"], 6.0),
+            [*script("tpu-ls"), "--no-runtime"], [sys.executable, "-c", "pass"], 6.0),
     }
     failed = False
     print(f"# {' '.join([sys.executable, *sys.argv])}")
     for label, (ours, reference, target) in pairs.items():
-        _time(ours, env), _time(reference, env)  # warm the page cache
+        time_run(ours, env), time_run(reference, env)  # warm the page cache
         ours_s, reference_s = [], []
         for _ in range(args.runs):
-            ours_s.append(_time(ours, env))
-            reference_s.append(_time(reference, env))
+            ours_s.append(time_run(ours, env))
+            reference_s.append(time_run(reference, env))
         ratio = statistics.median(ours_s) / statistics.median(reference_s)
         verdict = "ok" if ratio <= target else "OVER TARGET"
         failed |= ratio > target

@@ -14,7 +14,7 @@ _tpu_tools_complete() {
     local opts="" subs="" choices="" pathopts="" valopts=""
     case "$key" in
         'tpu-tools|')
-            opts='--debug --version -h --help'; subs='ls'
+            opts='--debug --version -h --help'; subs='ls dump'
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
@@ -25,11 +25,41 @@ _tpu_tools_complete() {
                 --format) choices='auto table plain json' ;;
             esac
             ;;
+        'tpu-tools|dump')
+            opts='-o --output --force --only --skip --timeout --max-size --add --no-redact --force-runtime --list-collectors --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs='show'
+            valopts='-o --output --only --skip --timeout --max-size --add --platform --host-devices --xla-flag --format'; pathopts='-o --output --add'
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|dump show')
+            opts='--file --json --format --debug --version -h --help'; subs=''
+            valopts='--file --format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
         'tpu-ls|')
             opts='--probe --topology --no-runtime --force --runtime-status --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
             valopts='--metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-dump|')
+            opts='-o --output --force --only --skip --timeout --max-size --add --no-redact --force-runtime --list-collectors --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs='show'
+            valopts='-o --output --only --skip --timeout --max-size --add --platform --host-devices --xla-flag --format'; pathopts='-o --output --add'
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-dump|show')
+            opts='--file --json --format --debug --version -h --help'; subs=''
+            valopts='--file --format'; pathopts=''
+            case "$prev" in
                 --format) choices='auto table plain json' ;;
             esac
             ;;
@@ -44,9 +74,9 @@ _tpu_tools_complete() {
 
 _tpu_tools_is_command() {
     case "$1|$2" in
-        'tpu-tools|ls') return 0 ;;
+        'tpu-tools|ls'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-dump|show') return 0 ;;
     esac
     return 1
 }
 
-complete -o default -F _tpu_tools_complete tpu-tools tpu-ls
+complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-dump

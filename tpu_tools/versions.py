@@ -34,18 +34,29 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def installed_distributions() -> dict[str, tuple[str, str]]:
-    """Normalised name -> (version, metadata folder), first match on sys.path wins like imports."""
-    found: dict[str, tuple[str, str]] = {}
+def distribution_folders() -> list[tuple[str, str, str]]:
+    """(normalised name, version, metadata folder) of every distribution on sys.path, in import order.
+
+    A name can appear more than once when one installation shadows another.
+    """
+    found: list[tuple[str, str, str]] = []
     for entry in sys.path:
         try:
-            names = os.listdir(entry or ".")
+            names = sorted(os.listdir(entry or "."))
         except OSError:
             continue
         for folder in names:
             match = _DIST_INFO.match(folder)
             if match:
-                found.setdefault(_normalise(match["name"]), (match["version"], os.path.join(entry, folder)))
+                found.append((_normalise(match["name"]), match["version"], os.path.join(entry, folder)))
+    return found
+
+
+def installed_distributions() -> dict[str, tuple[str, str]]:
+    """Normalised name -> (version, metadata folder), first match on sys.path wins like imports."""
+    found: dict[str, tuple[str, str]] = {}
+    for name, version, folder in distribution_folders():
+        found.setdefault(name, (version, folder))
     return found
 
 

@@ -110,15 +110,20 @@ def _positive_float(ctx: click.Context, param: click.Parameter, value: float | N
 
 
 def runtime_options(function: Callable | None = None, *, timeout: bool = True,
-                    default_host_devices: int | None = None) -> Callable:
-    """--platform, --host-devices, --xla-flag (and --timeout) collected into `policy` (and `timeout_s`)."""
+                    default_host_devices: int | None = None, validate: bool = True) -> Callable:
+    """--platform, --host-devices, --xla-flag (and --timeout) collected into `policy` (and `timeout_s`).
+
+    `validate=False` leaves a bad JAX_PLATFORMS to whoever starts the runtime (tpu-dump records it
+    instead of refusing to run).
+    """
 
     def decorate(function: Callable) -> Callable:
         @functools.wraps(function)
         def wrapper(*args: Any, platform: str, host_devices: int | None, xla_flags: tuple[str, ...],
                     **kwargs: Any) -> Any:
             policy = RuntimePolicy(platform=platform, host_devices=host_devices, xla_flags=xla_flags)
-            policy.requested_platforms()  # validates JAX_PLATFORMS now, as a usage error
+            if validate:
+                policy.requested_platforms()  # validates JAX_PLATFORMS now, as a usage error
             return function(*args, policy=policy, **kwargs)
 
         options = [

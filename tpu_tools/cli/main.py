@@ -10,6 +10,7 @@ from tpu_tools.cli.common import ToolGroup, common_options, run_cli
 # run these same objects; the group imports a module only when it is used.
 COMMANDS = {
     "ls": "tpu_tools.cli.ls:ls_command",
+    "dump": "tpu_tools.cli.dump:dump_command",
 }
 
 MAN_SECTIONS = {
@@ -22,7 +23,8 @@ MAN_SECTIONS = {
     ),
     "ENVIRONMENT": (
         "JAX_PLATFORMS  the platform(s) used when --platform is auto.\n"
-        "TPU_TOOLS_SYSROOT  root directory for passive discovery (sysfs, /dev, /proc); default /.\n"
+        "TPU_TOOLS_SYSROOT  root directory for passive discovery and tpu-dump's system files (sysfs, /dev, "
+        "/proc, /etc, /tmp/tpu_logs); default /.\n"
         "TPU_RUNTIME_METRICS_PORTS  comma-separated ports of libtpu metrics services on localhost, read besides "
         "localhost:8431.\n"
         "TPU_TOOLS_DEBUG  when set to 1, errors show their Python traceback.\n"
@@ -37,7 +39,7 @@ MAN_SECTIONS = {
 def cli() -> None:
     """Runtime tools for accelerators driven through PJRT (TPU, GPU, CPU).
 
-    Each subcommand is also installed as its own program: tpu-ls, ...
+    Each subcommand is also installed as its own program: tpu-ls, tpu-dump, ...
     """
 
 

@@ -1,0 +1,105 @@
+"""Redaction rules: every kind of secret goes, ordinary diagnostics stay, counts never hold values."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from tpu_tools.dump.redact import MARK, Redactor, credential_paths, is_secret_name, looks_random
+
+
+@pytest.mark.parametrize(("text", "secret", "kind"), [
+    ("export HF_API_KEY=abc123secretvalue", "abc123secretvalue", "secret_variable"),
+    ("DB_PASSWORD='two words'", "two words", "secret_variable"),
+    ("git clone https://alice:s3cr3t-pw@git.example.com/repo.git", "s3cr3t-pw", "url_credentials"),
+    ("pip index https://ghtoken123@pypi.example.com/simple", "ghtoken123", "url_credentials"),
+    ("Authorization: Bearer ya-token.part-2.xyz", "ya-token.part-2.xyz", "bearer_token"),
+    ('{"client_secret": "shh-its-secret", "n": 1}', "shh-its-secret", "secret_value"),
+    ("session_id: 0a1b2c3d", "0a1b2c3d", "secret_value"),
+    ("python train.py --wandb-api-key deadbeefcafe --steps 10", "deadbeefcafe", "secret_value"),
+    ("using hf_abcdefghijklmnopqrstuvwxyz0123 for downloads", "hf_abcdefghijklmnopqrstuvwxyz0123", "known_token"),
+    ("aws AKIAIOSFODNN7EXAMPLE here", "AKIAIOSFODNN7EXAMPLE", "known_token"),
+    ("blob kZ3vP9qLm2XcR7tYb4NwH8sJd6FgA1eQ end", "kZ3vP9qLm2XcR7tYb4NwH8sJd6FgA1eQ", "high_entropy"),
+])
+def test_each_kind_of_secret_is_replaced_and_counted(text, secret, kind):
+    counts = Counter()
+    result = Redactor().text(text, counts)
+    assert secret not in result and MARK in result
+    assert counts[kind] >= 1, counts
+
+
+def test_private_key_blocks_go_whole_even_inside_json():
+    block = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA1234\nabcd\n-----END RSA PRIVATE KEY-----"
+    counts = Counter()
+    assert Redactor().text(f"key file:\n{block}\nafter", counts) == f"key file:\n{MARK}\nafter"
+    document = json.dumps({"pem": block, "other": 1})
+    redacted = Redactor().text(document, counts)
+    assert "MIIEpAIBAAKCAQEA1234" not in redacted and json.loads(redacted)["other"] == 1
+    assert counts["private_key"] == 2
+
+
+def test_json_stays_valid_when_non_string_values_are_redacted():
+    document = json.dumps({"auth": None, "session_id": 12345, "api_key": "x", "keep": True})
+    loaded = json.loads(Redactor().text(document))
+    assert loaded == {"auth": MARK, "session_id": MARK, "api_key": MARK, "keep": True}
+
+
+@pytest.mark.parametrize("text", [
+    "/usr/local/lib/python3.11/site-packages/jaxlib/xla_extension.so",
+    "/home/JohnDoe/Projects/MyModel/Checkpoints2024/Run17/step_000100",
+    "sha256 2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881",
+    "uuid 81bbacec-807a-496f-8574-d87116e753c2",
+    "XLA_FLAGS=--xla_force_host_platform_device_count=8 --xla_dump_to=/tmp/xla",
+    "jit_train_step-8b1a9953c4611296a827abf8c47804d7e6c8f3d1a8f72c6e",
+    "NVIDIA-H100-80GB-HBM3-SXM5-PCIe-Gen5x16",
+    "max_tokens: 100 and author: Jane, cache_key: abc",
+    "tpu_driver.t1v-n-4e8f7c2a-w-0.root.log.INFO.20240101-120000.1234",
+    "jax==0.10.2\njaxlib==0.10.2\nlibtpu==0.0.42",
+])
+def test_ordinary_diagnostics_are_left_alone(text):
+    counts = Counter()
+    assert Redactor().text(text, counts) == text
+    assert not counts
+
+
+def test_disabled_redactor_changes_nothing_but_still_refuses_credential_files(tmp_path):
+    credentials = tmp_path / "sa.json"
+    credentials.write_text("{}")
+    redactor = Redactor(enabled=False, credential_paths=credential_paths(
+        {"GOOGLE_APPLICATION_CREDENTIALS": str(credentials)}))
+    assert redactor.text("password=hunter2") == "password=hunter2"
+    assert redactor.env_value("MY_TOKEN", "abc") == "abc"
+    assert redactor.is_credential_file(credentials)
+
+
+def test_environment_values_by_name():
+    redactor = Redactor()
+    assert redactor.env_value("JAX_AUTH_TOKEN", "abc") == MARK
+    assert redactor.env_value("TPU_NAME", "my-tpu") == "my-tpu"
+    assert redactor.env_value("TPU_PROXY", "http://u:pw@proxy:3128") == f"http://{MARK}@proxy:3128"
+    assert redactor.totals == Counter(secret_variable=1, url_credentials=1)
+    assert is_secret_name("aws_secret_access_key") and not is_secret_name("PWD")
+
+
+def test_credential_files_by_variable_and_by_name(tmp_path):
+    named = tmp_path / "innocent-name.json"
+    named.write_text("{}")
+    folder = tmp_path / "creds"
+    folder.mkdir()
+    paths = credential_paths({"GOOGLE_APPLICATION_CREDENTIALS": str(named), "MY_SECRET_DIR": str(folder),
+                              "HOME": str(tmp_path), "JAX_PLATFORMS": "cpu"})
+    redactor = Redactor(credential_paths=paths)
+    assert redactor.is_credential_file(named)
+    assert redactor.is_credential_file(folder / "anything.txt")
+    for name in (".ssh/id_ed25519", "certs/server.pem", ".netrc", "gcloud/application_default_credentials.json"):
+        assert redactor.is_credential_file(tmp_path / name), name
+    assert not redactor.is_credential_file(tmp_path / "train.log")
+
+
+def test_random_tokens_are_caught_reliably():
+    import secrets
+
+    caught = sum(looks_random(secrets.token_urlsafe(30)) for _ in range(500))
+    assert caught >= 480  # the name- and prefix-based rules cover what the entropy rule misses

@@ -1,0 +1,196 @@
+"""What a support engineer wants first from a bundle: a summary and the warnings.
+
+Built from the bundle's own files (not from the manifest alone), so a bundle
+written by an older version is summarised by what it contains. Each warning
+names a problem that often explains a failed job: versions that do not agree,
+a device held by a process that is dead or stuck, a device that failed its
+probe, OOM kills, a cache that cannot be written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tpu_tools.dump.reader import Bundle, BundleError
+
+SHOW_SCHEMA = "tpu-tools/dump-show/v1"
+_KERNEL_ERROR = re.compile(r"(?i)\b(error|fail\w*|fault|timeout|timed out|xid|reset|oom[-_ ]kill\w*|"
+                           r"out of memory|blocked for more than)\b")
+
+
+@dataclass
+class Finding:
+    kind: str
+    message: str
+
+
+@dataclass
+class Summary:
+    bundle: dict[str, Any]
+    host: str | None
+    time: str | None
+    tool_version: str | None
+    duration_s: float | None
+    redaction: dict[str, Any]
+    devices: dict[str, Any]
+    versions: dict[str, Any]
+    collectors: list[dict[str, Any]]
+    warnings: list[Finding] = field(default_factory=list)
+    files: list[dict[str, Any]] = field(default_factory=list)
+    unsafe_members: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed_collectors(self) -> list[dict[str, Any]]:
+        return [c for c in self.collectors if c.get("status") in ("failed", "timed_out")]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {"schema": SHOW_SCHEMA, **data,
+                "failed_collectors": [c.get("name") for c in self.failed_collectors]}
+
+
+def _devices(bundle: Bundle) -> dict[str, Any]:
+    runtime = bundle.read_json("accelerators/runtime.json") or {}
+    discovery = bundle.read_json("accelerators/discovery.json") or {}
+    devices = runtime.get("devices") or []
+    chips = Counter(c.get("name") for c in discovery.get("chips") or [])
+    holders = sorted({(h.get("pid"), h.get("command")) for c in discovery.get("chips") or []
+                      for h in c.get("holders") or []}, key=lambda h: h[0] or 0)
+    probes = [d.get("probe") for d in devices if d.get("probe")]
+    return {
+        "runtime_status": runtime.get("runtime_status"),
+        "platform": (runtime.get("runtime") or {}).get("platform"),
+        "platform_version": (runtime.get("runtime") or {}).get("platform_version"),
+        "device_count": len(devices),
+        "device_kinds": dict(Counter(d.get("device_kind") for d in devices)),
+        "probe_passed": sum(1 for p in probes if p.get("ok")),
+        "probe_failed": sum(1 for p in probes if not p.get("ok")),
+        "chips": dict(chips),
+        "holders": [{"pid": pid, "command": command} for pid, command in holders],
+    }
+
+
+def _versions(bundle: Bundle) -> dict[str, Any]:
+    stack = bundle.read_json("software/stack.json") or {}
+    python = bundle.read_json("software/python.json") or {}
+    versions = stack.get("versions") or {}
+    return {"jax": versions.get("jax"), "jaxlib": versions.get("jaxlib"), "libtpu": versions.get("libtpu"),
+            "plugins": versions.get("plugins") or {}, "tpu_tools": versions.get("tpu_tools"),
+            "python": python.get("version"), "agree": stack.get("agree")}
+
+
+def _stack_warnings(bundle: Bundle, out: list[Finding]) -> None:
+    stack = bundle.read_json("software/stack.json") or {}
+    for check in stack.get("checks") or []:
+        if check.get("ok") is False:
+            extras = check.get("via_extras")
+            how = f" (jax[{'|'.join(extras)}])" if extras else ""
+            out.append(Finding("version_mismatch", f"{check.get('distribution')} {check.get('installed_version')} "
+                                                   f"does not satisfy {check.get('requirement')}, required by "
+                                                   f"{check.get('required_by')}{how}"))
+    packages = bundle.read_json("software/packages.json") or {}
+    for item in packages.get("shadowed") or []:
+        if re.match(r"^(jax|jaxlib|libtpu|jax-(cuda|rocm))", str(item.get("name"))):
+            out.append(Finding("shadowed_package", f"{item.get('name')} {item.get('version')} in "
+                                                   f"{item.get('location')} is hidden by version "
+                                                   f"{item.get('shadowed_by')} earlier on sys.path"))
+
+
+def _holder_warnings(bundle: Bundle, out: list[Finding]) -> None:
+    discovery = bundle.read_json("accelerators/discovery.json") or {}
+    troubled: dict[int, tuple[dict, list[str]]] = {}  # pid -> (holder, device nodes)
+    for chip in discovery.get("chips") or []:
+        for node in chip.get("device_nodes") or []:
+            for holder in node.get("holders") or []:
+                if holder.get("state") in ("Z", "X", "D") or holder.get("alive") is False:
+                    troubled.setdefault(holder.get("pid"), (holder, []))[1].append(str(node.get("path")))
+            if node.get("exists") and node.get("accessible") is False:
+                out.append(Finding("no_access", f"{node.get('path')} (mode {node.get('mode')}, uid {node.get('uid')}"
+                                                f", gid {node.get('gid')}) cannot be opened by the user who ran "
+                                                "tpu-dump"))
+    for pid, (holder, nodes) in troubled.items():
+        who = f"{', '.join(nodes)} {'is' if len(nodes) == 1 else 'are'} held by process {pid} " \
+              f"({str(holder.get('command') or '?').split(' ')[0]})"
+        if holder.get("state") == "D":
+            out.append(Finding("stuck_holder", f"{who}, stuck in an uninterruptible wait (state D): a driver call "
+                                               "that does not return"))
+        else:
+            out.append(Finding("dead_holder", f"{who}, which has exited ({holder.get('state_name') or 'gone'}) "
+                                              "but still has them open; the devices stay busy until every thread "
+                                              "of it ends"))
+    for note in discovery.get("notes") or []:
+        if "is missing" in note:
+            out.append(Finding("missing_device_node", note))
+
+
+def _runtime_warnings(bundle: Bundle, out: list[Finding]) -> None:
+    runtime = bundle.read_json("accelerators/runtime.json") or {}
+    for device in runtime.get("devices") or []:
+        probe = device.get("probe") or {}
+        if probe and not probe.get("ok"):
+            out.append(Finding("probe_failed", f"device {device.get('id')} ({device.get('device_kind')}) failed "
+                                               f"the probe: {probe.get('error')}"))
+    if runtime.get("runtime_status") == "held":
+        for note in runtime.get("notes") or []:
+            if "held by" in note:
+                out.append(Finding("device_held", note.replace("(or --force,", "(or --force-runtime,")))
+
+
+def _system_warnings(bundle: Bundle, out: list[Finding]) -> None:
+    cgroup = bundle.read_json("system/cgroup.json") or {}
+    if (cgroup.get("oom_kills") or 0) > 0:
+        out.append(Finding("oom_kills", f"the OOM killer ended {cgroup['oom_kills']} processes in this cgroup"))
+    cache = bundle.read_json("software/compile_cache.json") or {}
+    if cache.get("exists") and cache.get("writable") is False:
+        out.append(Finding("compile_cache", f"the compilation cache {cache.get('path')} is not writable"))
+    try:
+        kernel = bundle.read("logs/kernel.txt").decode("utf-8", "replace").splitlines()
+    except BundleError:
+        kernel = []
+    errors = [line for line in kernel if not line.startswith("#") and _KERNEL_ERROR.search(line)]
+    if errors:
+        out.append(Finding("kernel_errors", f"{len(errors)} kernel messages about accelerators, PCIe or memory "
+                                            f"report errors (see logs/kernel.txt); last: {errors[-1].strip()[:160]}"))
+
+
+def summarize(bundle: Bundle) -> Summary:
+    manifest = bundle.manifest
+    listed = {str(f.get("name")): f for f in manifest.get("files") or []}
+    files = []
+    for member in bundle.members:
+        if member.problem is None and member.type == "file":
+            entry = listed.get(member.relative, {})
+            files.append({"name": member.relative, "size_bytes": member.size_bytes,
+                          "collector": entry.get("collector"),
+                          "redactions": sum((entry.get("redactions") or {}).values()),
+                          "trimmed_from_bytes": entry.get("trimmed_from_bytes")})
+    summary = Summary(
+        bundle={"path": str(bundle.path), "size_bytes": bundle.size_bytes, "top": bundle.top,
+                "member_count": len(bundle.members)},
+        host=manifest.get("host"), time=manifest.get("time"), tool_version=manifest.get("tool_version"),
+        duration_s=manifest.get("duration_s"), redaction=manifest.get("redaction") or {},
+        devices=_devices(bundle), versions=_versions(bundle),
+        collectors=[{k: c.get(k) for k in ("name", "status", "error", "duration_s")}
+                    for c in manifest.get("collectors") or []],
+        files=files,
+        unsafe_members=[{"name": m.name, "type": m.type, "problem": m.problem} for m in bundle.members
+                        if m.problem is not None],
+        notes=[*(manifest.get("notes") or []), *bundle.notes],
+    )
+    warnings = summary.warnings
+    if summary.redaction.get("enabled") is False:
+        warnings.append(Finding("not_redacted", "this bundle was written with --no-redact: it may contain "
+                                                "passwords, tokens and keys"))
+    for member in summary.unsafe_members:
+        warnings.append(Finding("unsafe_member", f"{member['name']!r}: {member['problem']}"))
+    for problem in bundle.integrity_problems():
+        warnings.append(Finding("integrity", problem))
+    _stack_warnings(bundle, warnings)
+    _holder_warnings(bundle, warnings)
+    _runtime_warnings(bundle, warnings)
+    _system_warnings(bundle, warnings)
+    return summary

@@ -1,0 +1,84 @@
+"""The bundle's index, `manifest.json` (schema `tpu-tools/dump/v1`).
+
+It says what ran, for how long, what came of it, and what each file is:
+its size, its sha256, which collector made it, how many values were
+redacted in it (counts by kind, never the values), and whether it was cut.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from tpu_tools import __version__
+from tpu_tools.dump.collector import STATUS_SKIPPED, CollectedFile
+from tpu_tools.dump.runner import CollectorResult
+
+SCHEMA = "tpu-tools/dump/v1"
+MANIFEST_NAME = "manifest.json"
+STATUSES = ("ok", "failed", "timed_out", "skipped")
+
+
+@dataclass
+class StoredFile:
+    """A collected file as it goes into the archive (possibly shortened to fit --max-size)."""
+
+    file: CollectedFile
+    data: bytes
+    trimmed_from_bytes: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.file.name
+
+    def entry(self) -> dict[str, Any]:
+        return {
+            "name": self.file.name,
+            "collector": self.file.collector,
+            "size_bytes": len(self.data),
+            "sha256": hashlib.sha256(self.data).hexdigest(),
+            "redactions": dict(sorted(self.file.redactions.items())),
+            "source": self.file.source,
+            "source_size_bytes": self.file.source_size_bytes,
+            "trimmed_from_bytes": self.trimmed_from_bytes,
+        }
+
+
+def collector_entry(result: CollectorResult) -> dict[str, Any]:
+    return {
+        "name": result.name,
+        "status": result.status,
+        "error": result.error,
+        "duration_s": result.duration_s,
+        "files": [f.name for f in result.files],
+        "notes": list(result.notes),
+    }
+
+
+def skipped_result(name: str, reason: str) -> CollectorResult:
+    return CollectorResult(name=name, status=STATUS_SKIPPED, error=reason)
+
+
+def build_manifest(*, host: str, time: str, duration_s: float, command: list[str], options: dict[str, Any],
+                   results: list[CollectorResult], stored: list[StoredFile], redaction_enabled: bool,
+                   notes: list[str]) -> dict[str, Any]:
+    by_kind: dict[str, int] = {}
+    for item in stored:
+        for kind, count in item.file.redactions.items():
+            by_kind[kind] = by_kind.get(kind, 0) + count
+    return {
+        "schema": SCHEMA,
+        "tool": "tpu-tools",
+        "tool_version": __version__,
+        "host": host,
+        "time": time,
+        "duration_s": round(duration_s, 3),
+        "command": command,
+        "options": options,
+        "redaction": {"enabled": redaction_enabled, "redacted_total": sum(by_kind.values()),
+                      "by_kind": dict(sorted(by_kind.items()))},
+        "collectors": [collector_entry(r) for r in results],
+        "files": [item.entry() for item in stored],
+        "notes": list(notes),
+    }

@@ -1,0 +1,129 @@
+"""Text views for `tpu-dump`: the run's report, the progress line, and `show`'s summary.
+
+Strings that come from a bundle (names, errors, commands) may come from a
+hostile archive: they are shown with control characters escaped, so a member
+name cannot move the cursor or recolour the terminal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from tpu_tools.render.table import Column, TableData
+from tpu_tools.render.units import MISSING, format_bytes
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_STATUS_WORDS = {"ok": "ok", "failed": "FAILED", "timed_out": "TIMED OUT", "skipped": "skipped"}
+
+
+def printable(value: Any, keep_newlines: bool = False) -> str:
+    """Text with control characters shown as \\xNN (newlines and tabs kept on request)."""
+    text = "" if value is None else str(value)
+    pattern = _CONTROL if keep_newlines else re.compile(r"[\x00-\x1f\x7f]")
+    return pattern.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
+def status_counts(collectors: list[dict[str, Any]]) -> str:
+    counts = Counter(c.get("status") for c in collectors)
+    parts = [f"{counts.get(s, 0)} {w.lower()}" for s, w in _STATUS_WORDS.items() if counts.get(s)]
+    return ", ".join(parts) or "none"
+
+
+def progress_text(done: int, total: int, running: list[tuple[str, float]]) -> str:
+    slowest = sorted(running, key=lambda item: -item[1])[:3]
+    waiting = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in slowest)
+    more = f" and {len(running) - 3} more" if len(running) > 3 else ""
+    return f"collecting: {done}/{total} done; waiting for {waiting}{more}"
+
+
+def collector_table(collectors: list[dict[str, Any]], only_problems: bool = False) -> TableData:
+    table = TableData([Column("COLLECTOR"), Column("STATUS"), Column("TIME", align="right"),
+                       Column("DETAIL", max_width=70)])
+    for entry in collectors:
+        if only_problems and entry.get("status") == "ok":
+            continue
+        duration = entry.get("duration_s")
+        table.add_row(printable(entry.get("name")), _STATUS_WORDS.get(entry.get("status"), printable(entry.get("status"))),
+                      MISSING if duration is None else f"{duration:.1f} s", printable(entry.get("error") or ""))
+    return table
+
+
+def report_lines(report: dict[str, Any], path: str, size_bytes: int) -> list[str]:
+    """What `tpu-dump` prints after writing a bundle."""
+    collectors = report.get("collectors") or []
+    redaction = report.get("redaction") or {}
+    files = report.get("files") or []
+    lines = [f"wrote {path} ({format_bytes(size_bytes)}, {len(files)} files) in {report.get('duration_s', 0):.1f} s",
+             f"collectors: {status_counts(collectors)}"]
+    if redaction.get("enabled"):
+        redacted_files = sum(1 for f in files if f.get("redactions"))
+        lines.append(f"redaction: {redaction.get('redacted_total', 0)} values redacted in {redacted_files} files")
+    else:
+        lines.append("redaction: OFF (--no-redact); review the bundle before you share it")
+    lines += [f"note: {note}" for note in report.get("notes") or []]
+    return lines
+
+
+def _devices_line(devices: dict[str, Any]) -> str:
+    parts = []
+    if devices.get("device_count"):
+        kinds = ", ".join(f"{count} x {printable(kind)}" for kind, count in devices["device_kinds"].items())
+        parts.append(f"{kinds} on the {printable(devices.get('platform'))} platform")
+        if devices.get("probe_passed") or devices.get("probe_failed"):
+            parts.append(f"probe {devices['probe_passed']} passed, {devices['probe_failed']} failed")
+    elif devices.get("runtime_status") == "held":
+        parts.append("runtime not opened (a TPU is held)")
+    elif devices.get("runtime_status"):
+        parts.append(f"runtime {printable(devices['runtime_status'])}")
+    else:
+        parts.append("no runtime listing")
+    chips = ", ".join(f"{count} x {printable(name)}" for name, count in (devices.get("chips") or {}).items())
+    parts.append(f"chips: {chips or 'none found'}")
+    holders = ", ".join(f"{h['pid']} ({printable(str(h.get('command') or '?').split(' ')[0])})"
+                        for h in devices.get("holders") or [])
+    if holders:
+        parts.append(f"held by {holders}")
+    return "; ".join(parts)
+
+
+def _versions_line(versions: dict[str, Any]) -> str:
+    parts = [f"{name} {printable(versions.get(name) or MISSING)}" for name in ("jax", "jaxlib", "libtpu")]
+    parts += [f"{printable(name)} {printable(version)}" for name, version in (versions.get("plugins") or {}).items()]
+    if versions.get("python"):
+        parts.append(f"python {printable(versions['python'])}")
+    agree = versions.get("agree")
+    tail = "" if agree is None else ("; they agree" if agree else "; they DO NOT agree")
+    return ", ".join(parts) + tail
+
+
+def summary_header(summary: dict[str, Any]) -> list[str]:
+    bundle = summary["bundle"]
+    redaction = summary.get("redaction") or {}
+    redacted = (f"on, {redaction.get('redacted_total', 0)} values redacted"
+                if redaction.get("enabled") else "OFF (--no-redact)")
+    duration = summary.get("duration_s")
+    return [
+        f"bundle     {printable(bundle['path'])} ({format_bytes(bundle['size_bytes'])}, "
+        f"{bundle['member_count']} members)",
+        f"host       {printable(summary.get('host'))}, written {printable(summary.get('time'))} by tpu-tools "
+        f"{printable(summary.get('tool_version'))}" + (f" in {duration:.1f} s" if duration is not None else ""),
+        f"devices    {_devices_line(summary.get('devices') or {})}",
+        f"versions   {_versions_line(summary.get('versions') or {})}",
+        f"redaction  {redacted}",
+        f"collectors {status_counts(summary.get('collectors') or [])}",
+    ]
+
+
+def files_table(files: list[dict[str, Any]]) -> TableData:
+    table = TableData([Column("FILE"), Column("SIZE", align="right"), Column("COLLECTOR"), Column("NOTE")])
+    for entry in files:
+        notes = []
+        if entry.get("redactions"):
+            notes.append(f"{entry['redactions']} redacted")
+        if entry.get("trimmed_from_bytes"):
+            notes.append(f"trimmed from {format_bytes(entry['trimmed_from_bytes'])}")
+        table.add_row(printable(entry.get("name")), format_bytes(entry.get("size_bytes")),
+                      printable(entry.get("collector") or MISSING), ", ".join(notes))
+    return table
