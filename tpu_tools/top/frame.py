@@ -340,9 +340,9 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
         process_budget = height - fixed - len(devices) - 2  # minus the title and column lines
         processes, selected = process_lines(report, state, width, max(1, process_budget), interactive)
     lines = [*top, *devices, Line(), *processes]
+    if height is not None:  # the details and the footer sit at the bottom of the screen
+        lines += [Line()] * max(0, height - len(lines) - len(footer) - details_budget)
     if details_budget:
-        if height is not None:
-            lines += [Line()] * max(0, height - len(lines) - len(footer) - details_budget)
         lines += detail_lines(selected)
     if height is not None:
         lines = lines[: max(0, height - len(footer))] + footer
