@@ -14,7 +14,7 @@ _tpu_tools_complete() {
     local opts="" subs="" choices="" pathopts="" valopts=""
     case "$key" in
         'tpu-tools|')
-            opts='--debug --version -h --help'; subs='ls'
+            opts='--debug --version -h --help'; subs='ls monitor top'
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
@@ -25,12 +25,34 @@ _tpu_tools_complete() {
                 --format) choices='auto table plain json' ;;
             esac
             ;;
+        'tpu-tools|monitor')
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus'; pathopts='--config'
+            ;;
+        'tpu-tools|top')
+            opts='--interval --once --sort --tag-filter --agent-timeout --debug --version -h --help'; subs=''
+            valopts='--interval --sort --tag-filter --agent-timeout'; pathopts=''
+            case "$prev" in
+                --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
+            esac
+            ;;
         'tpu-ls|')
             opts='--probe --topology --no-runtime --force --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
             valopts='--platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-monitor|')
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus'; pathopts='--config'
+            ;;
+        'tpu-top|')
+            opts='--interval --once --sort --tag-filter --agent-timeout --debug --version -h --help'; subs=''
+            valopts='--interval --sort --tag-filter --agent-timeout'; pathopts=''
+            case "$prev" in
+                --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
             esac
             ;;
     esac
@@ -44,9 +66,9 @@ _tpu_tools_complete() {
 
 _tpu_tools_is_command() {
     case "$1|$2" in
-        'tpu-tools|ls') return 0 ;;
+        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top') return 0 ;;
     esac
     return 1
 }
 
-complete -o default -F _tpu_tools_complete tpu-tools tpu-ls
+complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-monitor tpu-top

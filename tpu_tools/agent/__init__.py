@@ -113,16 +113,27 @@ def step_count() -> int:
 
 # --- the server ------------------------------------------------------------------------------------------
 
+_compiles: Any = None  # one CompileTracker per process: JAX keeps its listeners for good
+
+
+def _compile_tracker() -> Any:
+    global _compiles
+    if _compiles is None:
+        from tpu_tools.agent.compiles import CompileTracker
+
+        _compiles = CompileTracker()
+    return _compiles
+
+
 class _Agent:
     def __init__(self, tag: str, explain_recompiles: bool):
-        from tpu_tools.agent.compiles import CompileTracker
         from tpu_tools.metrics.process import SelfSampler
 
         self.pid = os.getpid()
         self.tag = tag
         self.explain_recompiles = explain_recompiles
         self.started_unix_s = time.time()
-        self.compiles = CompileTracker()
+        self.compiles = _compile_tracker()
         self.process = SelfSampler()
         self.jax: ModuleType | None = None
         self.server: Any = None

@@ -177,18 +177,17 @@ class CompileTracker:
     # --- set-up ------------------------------------------------------------------------------------
 
     def install(self, jax_module: Any, explain_recompiles: bool) -> None:
-        """Register the listeners with an imported jax (once)."""
-        if self._installed:
-            return
-        monitoring = jax_module.monitoring
-        monitoring.register_event_duration_secs_listener(self.on_duration)
-        monitoring.register_event_listener(self.on_event)
-        monitoring.register_scalar_listener(self.on_scalar)
-        if explain_recompiles:
+        """Register the listeners with an imported jax (once; explanations can be turned on later)."""
+        if not self._installed:
+            monitoring = jax_module.monitoring
+            monitoring.register_event_duration_secs_listener(self.on_duration)
+            monitoring.register_event_listener(self.on_event)
+            monitoring.register_scalar_listener(self.on_scalar)
+            self._installed = True
+        if explain_recompiles and self._handler is None:
             jax_module.config.update("jax_explain_cache_misses", True)
             self._handler = _ExplanationHandler(self)
             logging.getLogger("jax").addHandler(self._handler)
-        self._installed = True
 
     @property
     def installed(self) -> bool:
