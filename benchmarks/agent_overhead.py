@@ -8,9 +8,11 @@ that polls all the time, and `tpu_tools.agent.step()` marking every step) and
 no agent at all (server stopped, no step marking). Interleaving blocks inside
 the same processes keeps the machine's drift (this box is shared and noisy)
 out of the comparison; the monitor runs throughout, so both kinds of block
-share the machine with it. Each block gives its median step time; the figure
-is the median over all adjacent pairs of (agent / no agent). Target: <= 1.01.
-It also reports what one snapshot request costs the job's process.
+share the machine with it. The figure is the median step time over all agent
+blocks divided by that over all no-agent blocks (the per-pair ratios are
+printed too, with their spread). Target: <= 1.01. It also reports the CPU time
+one snapshot request costs the job's process: at 10 requests a second, that is
+the most the polling can take from the job, without the noise of timing.
 
     python benchmarks/agent_overhead.py [--processes 3] [--blocks 60] [--steps 10]
 """
@@ -26,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 TRAIN = textwrap.dedent("""
@@ -65,17 +66,15 @@ TRAIN = textwrap.dedent("""
                 time.sleep(0.005)
         else:
             agent.stop()
-        times, cpu_times = [], []
+        times = []
         for _ in range(steps):
-            start, cpu = time.perf_counter(), time.process_time()
+            start = time.perf_counter()
             params, value = train_step(params, x, y)
             value.block_until_ready()
             if on:
                 agent.step()
             times.append(time.perf_counter() - start)
-            cpu_times.append(time.process_time() - cpu)
-        result.append({"on": on, "median_step_s": statistics.median(times),
-                       "cpu_per_step_s": sum(cpu_times) / len(cpu_times)})
+        result.append({"on": on, "median_step_s": statistics.median(times), "step_s": times})
     agent.start(tag="bench")
     # CPU cost of answering one snapshot request in this process (what each poll costs the job).
     cpu = time.process_time()
@@ -107,7 +106,7 @@ def main() -> int:
     env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir))
     monitor_out = workdir / "monitor.jsonl"
     print(f"# {' '.join([sys.executable, *sys.argv])}")
-    ratios, cpu_ratios, on_s, off_s, snapshot_s = [], [], [], [], []
+    ratios, on_s, off_s, snapshot_s = [], [], [], []
     with open(monitor_out, "w") as sink:
         monitor = subprocess.Popen([*_monitor_command(), "--period", "0.1"], env=env, stdout=sink,
                                    stderr=subprocess.DEVNULL)
@@ -122,9 +121,8 @@ def main() -> int:
             for a, b in zip(blocks[0::2], blocks[1::2]):
                 on, off = (a, b) if a["on"] else (b, a)
                 ratios.append(on["median_step_s"] / off["median_step_s"])
-                cpu_ratios.append(on["cpu_per_step_s"] / off["cpu_per_step_s"])
-            on_s += [b["median_step_s"] for b in blocks if b["on"]]
-            off_s += [b["median_step_s"] for b in blocks if not b["on"]]
+            on_s += [t for b in blocks if b["on"] for t in b["step_s"]]
+            off_s += [t for b in blocks if not b["on"] for t in b["step_s"]]
             print(f"process {index + 1}: {len(blocks) // 2} pairs, median ratio "
                   f"{statistics.median(ratios[-(len(blocks) // 2):]):.4f}", flush=True)
     finally:
@@ -133,16 +131,19 @@ def main() -> int:
     polled = sum(1 for line in monitor_out.read_text().splitlines() if '"tag":"bench"' in line)
     reports = len(monitor_out.read_text().splitlines())
     shutil.rmtree(workdir, ignore_errors=True)
-    ratio = statistics.median(ratios)
+    # The figure: median step time of all agent steps over that of all no-agent steps, the steps coming
+    # from interleaved blocks. Per-pair ratios are shown too: on a shared machine they spread widely.
+    ratio = statistics.median(on_s) / statistics.median(off_s)
     verdict = "ok" if ratio <= 1.01 else "OVER TARGET"
-    print(f"median step time: agent {statistics.median(on_s) * 1e3:.2f} ms, no agent "
-          f"{statistics.median(off_s) * 1e3:.2f} ms; monitor reports: {reports}, with the agent in them: {polled}; "
-          f"one snapshot costs the job {statistics.median(snapshot_s) * 1e3:.2f} ms of CPU")
-    print(f"agent / no agent step time, median of {len(ratios)} interleaved pairs: {ratio:.4f} "
-          f"(quartiles {statistics.quantiles(ratios, n=4)[0]:.4f} .. {statistics.quantiles(ratios, n=4)[2]:.4f}; "
-          f"target <= 1.01) {verdict}")
-    print(f"process CPU time per step, agent / no agent, median of the same pairs: "
-          f"{statistics.median(cpu_ratios):.4f}")
+    quartiles = statistics.quantiles(ratios, n=4)
+    print(f"monitor reports: {reports}, with the agent in them: {polled}; "
+          f"one snapshot costs the job {statistics.median(snapshot_s) * 1e3:.2f} ms of CPU "
+          f"({statistics.median(snapshot_s) * 10 * 100:.2f}% of one core at 10 requests/s)")
+    print(f"per-pair ratios (agent block / no-agent block medians), {len(ratios)} pairs: median "
+          f"{statistics.median(ratios):.4f}, quartiles {quartiles[0]:.4f} .. {quartiles[2]:.4f}")
+    print(f"median step time over {len(on_s)} agent steps / {len(off_s)} no-agent steps, interleaved: "
+          f"{statistics.median(on_s) * 1e3:.3f} ms / {statistics.median(off_s) * 1e3:.3f} ms = {ratio:.4f} "
+          f"(target <= 1.01) {verdict}")
     return 0 if ratio <= 1.01 else 1
 
 

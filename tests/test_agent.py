@@ -199,11 +199,13 @@ def test_agent_leaves_jax_import_to_the_script(rundir, tmp_path):
     # jax first, or the 3 devices asked for would not be there.
     script = tmp_path / "late.py"
     script.write_text(
-        "import os, sys, time\n"
+        "import importlib.util, os, sys, time\n"
         "assert 'jax' not in sys.modules, 'the agent imported jax'\n"
+        "assert importlib.util.find_spec('jax') is not None  # a probe, as libraries do, imports nothing\n"
+        "assert 'jax' not in sys.modules\n"
         "os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=3'\n"
         "import jax, jax.numpy as jnp\n"
-        "x = jnp.ones(3)\n"
+        "jax.jit(lambda v: v * 2)(jnp.ones(3)).block_until_ready()\n"
         "open(sys.argv[1], 'w').write('ok')\n"
         "time.sleep(30)\n")
     ready = tmp_path / "ready"
@@ -215,7 +217,7 @@ def test_agent_leaves_jax_import_to_the_script(rundir, tmp_path):
         assert process.poll() is None, process.stdout.read()
         snapshot = agent_client.query_agent(process.pid, directory=rundir)
         assert len(snapshot["devices"]) == 3
-        assert snapshot["compiles"]["listening"]
+        assert snapshot["compiles"]["listening"] and snapshot["compiles"]["compile_count"] >= 1
     finally:
         process.kill()
         process.wait(timeout=10)

@@ -45,6 +45,7 @@ class _Loader(importlib.abc.Loader):
         with _lock:
             callbacks = list(_pending)
             _pending.clear()
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _JaxFinder)]
         for callback in callbacks:
             callback(module)
 
@@ -53,17 +54,29 @@ class _Loader(importlib.abc.Loader):
 
 
 class _JaxFinder(importlib.abc.MetaPathFinder):
+    """Wraps the loader of `jax`; stays in place until jax has really been imported.
+
+    Libraries often probe with `importlib.util.find_spec("jax")` without
+    importing it: such a probe gets a wrapped spec and changes nothing.
+    """
+
+    _busy = threading.local()
+
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "jax":
+        if fullname != "jax" or getattr(self._busy, "active", False):
             return None
-        sys.meta_path.remove(self)  # one-shot: find the real spec with the normal finders
-        spec = None
-        for finder in list(sys.meta_path):
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find else None
-            if spec is not None:
-                break
-        if spec is None or spec.loader is None:
-            return spec
-        spec.loader = _Loader(spec.loader)
+        self._busy.active = True  # the other finders are asked below; do not answer ourselves again
+        try:
+            spec = None
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._busy.active = False
+        if spec is not None and spec.loader is not None and not isinstance(spec.loader, _Loader):
+            spec.loader = _Loader(spec.loader)
         return spec

@@ -7,6 +7,7 @@ on a TPU the first client takes the chips). Until then there are no devices.
 
 from __future__ import annotations
 
+import math
 import socket
 import sys
 from typing import Any
@@ -30,13 +31,8 @@ def _live_array_usage(backend: Any) -> dict[int, list[int]]:
                 continue
             sharding = array.sharding
             devices = sharding.addressable_devices
-            if len(devices) == 1:
-                per_shard = array.nbytes
-            else:
-                shape = sharding.shard_shape(array.shape)
-                per_shard = array.dtype.itemsize
-                for extent in shape:
-                    per_shard *= extent
+            shape = array.shape if len(devices) == 1 else sharding.shard_shape(array.shape)
+            per_shard = math.prod(shape) * array.dtype.itemsize
             for device in devices:
                 entry = usage.setdefault(device.id, [0, 0])
                 entry[0] += int(per_shard)
@@ -61,7 +57,7 @@ def device_memory(jax_module: Any) -> tuple[dict[str, Any] | None, list[dict[str
     usage = _live_array_usage(backend)
     devices: list[dict[str, Any]] = []
     for device in jax_module.local_devices():
-        record = device_record(device, host).to_dict()
+        record = dict(vars(device_record(device, host)))  # a flat record: no need for asdict's deep copy
         bytes_, count = usage.get(device.id, (0, 0))
         record["live_array_bytes"] = bytes_
         record["live_array_count"] = count

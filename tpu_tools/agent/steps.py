@@ -12,7 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 StepCallback = Callable[[int, "float | None"], None]
 
@@ -30,7 +30,7 @@ class StepStats:
     last_step_age_s: float | None  # seconds since the last step ended
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return dict(vars(self))
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float | None:
