@@ -14,7 +14,7 @@ printed too, with their spread). Target: <= 1.01. It also reports the CPU time
 one snapshot request costs the job's process: at 10 requests a second, that is
 the most the polling can take from the job, without the noise of timing.
 
-    python benchmarks/agent_overhead.py [--processes 3] [--blocks 60] [--steps 10]
+    python benchmarks/agent_overhead.py [--processes 3] [--blocks 120] [--steps 10]
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def _monitor_command() -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=3, help="training processes, one after another (3)")
-    parser.add_argument("--blocks", type=int, default=60, help="blocks of steps per process, a multiple of 4 (60)")
+    parser.add_argument("--blocks", type=int, default=120, help="blocks of steps per process, a multiple of 4 (120)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per block (10)")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))

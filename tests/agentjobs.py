@@ -15,8 +15,11 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from conftest import clean_env
 
 # A small JAX training-like loop: one function compiled for two shapes (one recompilation with a
@@ -157,3 +160,23 @@ def pid_gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+@contextmanager
+def running_job(**options) -> Iterator[tuple[Job, Path]]:
+    """A ready job with the agent in a runtime directory of its own; both gone afterwards."""
+    path = make_rundir()
+    job = start_job(path, **options)
+    try:
+        yield job.wait_ready(), path
+    finally:
+        job.stop()
+        remove_rundir(path)
+
+
+@pytest.fixture
+def rundir() -> Iterator[Path]:
+    """An empty private runtime directory (import this fixture into a test module to use it)."""
+    path = make_rundir()
+    yield path
+    remove_rundir(path)

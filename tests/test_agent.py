@@ -13,30 +13,18 @@ import sys
 import time
 
 import pytest
-from agentjobs import make_rundir, remove_rundir, start_job, wait_for
+from agentjobs import rundir, running_job, start_job, wait_for  # noqa: F401 (rundir is a fixture)
 from conftest import clean_env
 
 from tpu_tools.metrics import agent_client, wire
 from tpu_tools.metrics.rundir import RunDirError
 
 
-@pytest.fixture
-def rundir():
-    path = make_rundir()
-    yield path
-    remove_rundir(path)
-
-
 @pytest.fixture(scope="module")
 def jax_job():
     """One real JAX job with the agent (2 CPU devices, recompile explanations on), shared by this module."""
-    path = make_rundir()
-    job = start_job(path, tag="trainer", explain=True, host_devices=2)
-    try:
-        yield job.wait_ready(), path
-    finally:
-        job.stop()
-        remove_rundir(path)
+    with running_job(tag="trainer", explain=True, host_devices=2) as started:
+        yield started
 
 
 def test_snapshot_of_a_real_jax_job(jax_job):
@@ -306,3 +294,32 @@ def test_steps_and_callbacks_without_the_server():
     assert calls[0][1] is None and 0.005 < calls[1][1] < 1 and 0.015 < calls[2][1] < 1
     assert document["count"] == 100004 and not document["running"]
     assert document["per_step_s"] < 20e-6  # a clock read and two appends
+
+
+def test_persistent_cache_misses_then_hits(rundir, tmp_path):
+    # Two runs of one program with JAX's persistent compilation cache: the first writes (misses), the second
+    # loads the executable (hits); both are credited to the function that was compiled.
+    script = tmp_path / "cached.py"
+    script.write_text(
+        "import sys, time, jax, jax.numpy as jnp\n"
+        "jax.jit(lambda v: jnp.sin(v) * 3)(jnp.ones(7)).block_until_ready()\n"
+        "open(sys.argv[1], 'w').write('ok')\n"
+        "time.sleep(30)\n")
+    env = clean_env(TPU_TOOLS_RUNTIME_DIR=str(rundir), JAX_PLATFORMS="cpu",
+                    JAX_COMPILATION_CACHE_DIR=str(tmp_path / "cache"),
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    seen = []
+    for run in range(2):
+        ready = tmp_path / f"ready{run}"
+        process = subprocess.Popen([sys.executable, "-m", "tpu_tools.agent", str(script), str(ready)], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: ready.exists() or process.poll() is not None, timeout=60)
+            assert process.poll() is None
+            functions = agent_client.query_agent(process.pid, directory=rundir)["compiles"]["functions"]
+            seen.append(next(f for f in functions if f["name"] == "<lambda>"))
+        finally:
+            process.kill()
+            process.wait(timeout=10)
+    assert seen[0]["cache_misses"] == 1 and seen[0]["cache_hits"] == 0
+    assert seen[1]["cache_hits"] == 1 and seen[1]["cache_misses"] == 0

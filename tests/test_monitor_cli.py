@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import sysroot
-from agentjobs import agent_env, make_rundir, remove_rundir, start_job, wait_for
+from agentjobs import agent_env, rundir, running_job, start_job, wait_for  # noqa: F401 (rundir is a fixture)
 from conftest import TESTS, assert_one_line_error, run_tool, tool_command
 
 TOP_KEYS = {"schema", "time", "time_unix_s", "hostname", "sequence", "tpu_tools_version", "host", "devices",
@@ -38,22 +38,10 @@ STEP_KEYS = {"count", "steps_per_second", "last_step_time_s", "p50_step_time_s",
              "last_step_age_s"}
 
 
-@pytest.fixture
-def rundir():
-    path = make_rundir()
-    yield path
-    remove_rundir(path)
-
-
 @pytest.fixture(scope="module")
 def jax_job():
-    path = make_rundir()
-    job = start_job(path, tag="train-a", explain=True, host_devices=2)
-    try:
-        yield job.wait_ready(), path
-    finally:
-        job.stop()
-        remove_rundir(path)
+    with running_job(tag="train-a", explain=True, host_devices=2) as started:
+        yield started
 
 
 def monitor(*args: str, rundir: Path, timeout: float = 60, **env: str) -> list[dict]:

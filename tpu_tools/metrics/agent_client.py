@@ -165,10 +165,20 @@ def _ask_all(entries: list[SocketEntry], request: str, timeout_s: float, scan: A
 
     if not entries:
         return
-    with ThreadPoolExecutor(max_workers=min(_MAX_WORKERS, len(entries)), thread_name_prefix="agent-query") as pool:
-        for result in pool.map(one, entries):
-            if result is not None:
-                scan.results.append(result)
+    # One agent is asked in this thread; several in parallel, on threads kept for the next round (a
+    # monitor polling 10 times a second should not start threads each time).
+    results = [one(entries[0])] if len(entries) == 1 else list(_pool().map(one, entries))
+    scan.results.extend(r for r in results if r is not None)
+
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=_MAX_WORKERS, thread_name_prefix="agent-query")
+    return _executor
 
 
 def _usable_entries(directory: Path | None, scan: AgentScan) -> list[SocketEntry]:
