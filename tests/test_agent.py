@@ -271,7 +271,7 @@ def test_an_unsafe_runtime_directory_is_refused(tmp_path):
 
 
 def test_steps_and_callbacks_without_the_server():
-    # In a fresh interpreter: step() and on_step() work without start(), and step() stays cheap.
+    # In a fresh interpreter: step(), step_context() and on_step() work without start().
     code = (
         "import json, time, tpu_tools.agent as agent\n"
         "calls = []\n"
@@ -280,11 +280,8 @@ def test_steps_and_callbacks_without_the_server():
         "with agent.step_context():\n"
         "    time.sleep(0.02)\n"
         "remove(); agent.step()\n"
-        "n = 100000; start = time.perf_counter()\n"
-        "for _ in range(n): agent.step()\n"
-        "per_step = (time.perf_counter() - start) / n\n"
-        "print(json.dumps({'calls': calls, 'count': agent.step_count(), 'per_step_s': per_step,\n"
-        "                  'running': agent.current() is not None}))\n")
+        "print(json.dumps({'calls': calls, 'count': agent.step_count(), 'running': agent.current() is not None,\n"
+        "                  'jax_imported': 'jax' in __import__('sys').modules}))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                             env=clean_env())
     assert result.returncode == 0, result.stderr
@@ -292,8 +289,7 @@ def test_steps_and_callbacks_without_the_server():
     calls = document["calls"]
     assert [c[0] for c in calls] == [0, 1, 2]
     assert calls[0][1] is None and 0.005 < calls[1][1] < 1 and 0.015 < calls[2][1] < 1
-    assert document["count"] == 100004 and not document["running"]
-    assert document["per_step_s"] < 20e-6  # a clock read and two appends
+    assert document["count"] == 4 and not document["running"] and not document["jax_imported"]
 
 
 def test_persistent_cache_misses_then_hits(rundir, tmp_path):

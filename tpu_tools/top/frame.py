@@ -252,8 +252,7 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
     rows = state.sorted_rows(rows_from_report(report))
     selected = state.resolve_selection(rows) if interactive else None
     if not rows:
-        lines.append(Line().add("  no process with the tpu-tools agent (start a job with "
-                                "`python -m tpu_tools.agent script.py`)", DIM))
+        lines.append(Line().add("  no job runs the agent: start one with python -m tpu_tools.agent script.py", DIM))
         return lines, None
     command_width = max(_MIN_COMMAND, width - 1 - sum(size + 1 for _, size, _ in _PROCESS_COLUMNS))
     start = 0
