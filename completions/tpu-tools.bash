@@ -14,7 +14,7 @@ _tpu_tools_complete() {
     local opts="" subs="" choices="" pathopts="" valopts=""
     case "$key" in
         'tpu-tools|')
-            opts='--debug --version -h --help'; subs='ls dump'
+            opts='--debug --version -h --help'; subs='ls monitor top dump'
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
@@ -23,6 +23,17 @@ _tpu_tools_complete() {
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|monitor')
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus'; pathopts='--config'
+            ;;
+        'tpu-tools|top')
+            opts='--interval --once --sort --tag-filter --agent-timeout --debug --version -h --help'; subs=''
+            valopts='--interval --sort --tag-filter --agent-timeout'; pathopts=''
+            case "$prev" in
+                --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
             esac
             ;;
         'tpu-tools|dump')
@@ -46,6 +57,17 @@ _tpu_tools_complete() {
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-monitor|')
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus'; pathopts='--config'
+            ;;
+        'tpu-top|')
+            opts='--interval --once --sort --tag-filter --agent-timeout --debug --version -h --help'; subs=''
+            valopts='--interval --sort --tag-filter --agent-timeout'; pathopts=''
+            case "$prev" in
+                --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
             esac
             ;;
         'tpu-dump|')
@@ -74,9 +96,9 @@ _tpu_tools_complete() {
 
 _tpu_tools_is_command() {
     case "$1|$2" in
-        'tpu-tools|ls'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-dump|show') return 0 ;;
+        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-dump|show') return 0 ;;
     esac
     return 1
 }
 
-complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-dump
+complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-monitor tpu-top tpu-dump

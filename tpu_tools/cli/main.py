@@ -10,6 +10,8 @@ from tpu_tools.cli.common import ToolGroup, common_options, run_cli
 # run these same objects; the group imports a module only when it is used.
 COMMANDS = {
     "ls": "tpu_tools.cli.ls:ls_command",
+    "monitor": "tpu_tools.cli.monitor:monitor_command",
+    "top": "tpu_tools.cli.top:top_command",
     "dump": "tpu_tools.cli.dump:dump_command",
 }
 
@@ -28,6 +30,9 @@ MAN_SECTIONS = {
         "TPU_RUNTIME_METRICS_PORTS  comma-separated ports of libtpu metrics services on localhost, read besides "
         "localhost:8431.\n"
         "TPU_TOOLS_DEBUG  when set to 1, errors show their Python traceback.\n"
+        "TPU_TOOLS_RUNTIME_DIR  where agents register their sockets (default $XDG_RUNTIME_DIR/tpu-tools, "
+        "else /tmp/tpu-tools-UID).\n"
+        "TPU_TOOLS_TAG  the tag of a job started with the agent (default: its PID).\n"
         "NO_COLOR  when set, human output is plain text without colour."
     ),
 }
@@ -39,7 +44,7 @@ MAN_SECTIONS = {
 def cli() -> None:
     """Runtime tools for accelerators driven through PJRT (TPU, GPU, CPU).
 
-    Each subcommand is also installed as its own program: tpu-ls, tpu-dump, ...
+    Each subcommand is also installed as its own program: tpu-ls, tpu-monitor, tpu-top, tpu-dump, ...
     """
 
 

@@ -1,1 +1,5 @@
-"""Runtime metrics: sources (libtpu's metrics service, ...) and the records they produce."""
+"""Runtime metrics: sources (host, processes, workload agents, libtpu's metrics service), monitor reports and
+Prometheus export.
+
+Nothing here prints: every function returns data that the CLI renders.
+"""

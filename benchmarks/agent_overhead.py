@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""What the agent costs a training job while a monitor polls it 10 times a second.
+
+A reference training loop (an MLP: forward, loss, gradients, SGD update, jitted,
+on the CPU platform) runs in blocks of steps. Blocks alternate, in ABBA order,
+between the agent running (its server answering a `tpu-monitor --period 0.1`
+that polls all the time, and `tpu_tools.agent.step()` marking every step) and
+no agent at all (server stopped, no step marking). Interleaving blocks inside
+the same processes keeps the machine's drift (this box is shared and noisy)
+out of the comparison; the monitor runs throughout, so both kinds of block
+share the machine with it. The figure is the median step time over all agent
+blocks divided by that over all no-agent blocks (the per-pair ratios are
+printed too, with their spread). Target: <= 1.01. It also reports the CPU time
+one snapshot request costs the job's process: at 10 requests a second, that is
+the most the polling can take from the job, without the noise of timing.
+
+    python benchmarks/agent_overhead.py [--processes 3] [--blocks 120] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+TRAIN = textwrap.dedent("""
+    import json, statistics, sys, time
+    blocks, steps, first_on = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "on"
+    import jax, jax.numpy as jnp
+    import tpu_tools.agent as agent
+
+    def loss(params, x, y):
+        h = jnp.tanh(x @ params["w1"] + params["b1"])
+        h = jnp.tanh(h @ params["w2"] + params["b2"])
+        return jnp.mean((h @ params["w3"] - y) ** 2)
+
+    @jax.jit
+    def train_step(params, x, y):
+        value, grads = jax.value_and_grad(loss)(params, x, y)
+        return jax.tree.map(lambda p, g: p - 1e-3 * g, params, grads), value
+
+    k1, k2, k3, kx, ky = jax.random.split(jax.random.PRNGKey(0), 5)
+    params = {"w1": jax.random.normal(k1, (512, 1024)) * 0.03, "b1": jnp.zeros(1024),
+              "w2": jax.random.normal(k2, (1024, 1024)) * 0.03, "b2": jnp.zeros(1024),
+              "w3": jax.random.normal(k3, (1024, 64)) * 0.03}
+    x, y = jax.random.normal(kx, (256, 512)), jax.random.normal(ky, (256, 64))
+    for _ in range(10):  # compile and warm up
+        params, value = train_step(params, x, y)
+        value.block_until_ready()
+    result = []
+    for block in range(blocks):
+        # ABBA: on, off, off, on, on, off, ... (or the mirror image)
+        on = ((block + 1) // 2 % 2 == 0) == first_on
+        if on:
+            agent.start(tag="bench")
+            served = agent._agent.server.counters
+            deadline = time.monotonic() + 1.0
+            while served.served == 0 and time.monotonic() < deadline:  # until the monitor is polling it
+                time.sleep(0.005)
+        else:
+            agent.stop()
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            params, value = train_step(params, x, y)
+            value.block_until_ready()
+            if on:
+                agent.step()
+            times.append(time.perf_counter() - start)
+        result.append({"on": on, "median_step_s": statistics.median(times), "step_s": times})
+    agent.start(tag="bench")
+    # CPU cost of answering one snapshot request in this process (what each poll costs the job).
+    cpu = time.process_time()
+    for _ in range(200):
+        agent._agent.answer("snapshot")
+    snapshot_cpu_s = (time.process_time() - cpu) / 200
+    agent.stop()
+    print(json.dumps({"blocks": result, "snapshot_cpu_s": snapshot_cpu_s}))
+""")
+
+
+def _monitor_command() -> list[str]:
+    script = Path(sys.executable).parent / "tpu-monitor"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tpu_tools", "monitor"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=3, help="training processes, one after another (3)")
+    parser.add_argument("--blocks", type=int, default=120, help="blocks of steps per process, a multiple of 4 (120)")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per block (10)")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
+    rundir = workdir / "run"
+    rundir.mkdir(mode=0o700)
+    script = workdir / "train.py"
+    script.write_text(TRAIN)
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES", "TPU_TOOLS_TAG")}
+    env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir))
+    monitor_out = workdir / "monitor.jsonl"
+    print(f"# {' '.join([sys.executable, *sys.argv])}")
+    ratios, on_s, off_s, snapshot_s = [], [], [], []
+    with open(monitor_out, "w") as sink:
+        monitor = subprocess.Popen([*_monitor_command(), "--period", "0.1"], env=env, stdout=sink,
+                                   stderr=subprocess.DEVNULL)
+    try:
+        for index in range(args.processes):
+            first = "on" if index % 2 == 0 else "off"
+            result = subprocess.run([sys.executable, str(script), str(args.blocks), str(args.steps), first], env=env,
+                                    capture_output=True, text=True, check=True, timeout=900)
+            document = json.loads(result.stdout.strip().splitlines()[-1])
+            blocks = document["blocks"]
+            snapshot_s.append(document["snapshot_cpu_s"])
+            for a, b in zip(blocks[0::2], blocks[1::2]):
+                on, off = (a, b) if a["on"] else (b, a)
+                ratios.append(on["median_step_s"] / off["median_step_s"])
+            on_s += [t for b in blocks if b["on"] for t in b["step_s"]]
+            off_s += [t for b in blocks if not b["on"] for t in b["step_s"]]
+            print(f"process {index + 1}: {len(blocks) // 2} pairs, median ratio "
+                  f"{statistics.median(ratios[-(len(blocks) // 2):]):.4f}", flush=True)
+    finally:
+        monitor.terminate()
+        monitor.wait(timeout=30)
+    polled = sum(1 for line in monitor_out.read_text().splitlines() if '"tag":"bench"' in line)
+    reports = len(monitor_out.read_text().splitlines())
+    shutil.rmtree(workdir, ignore_errors=True)
+    # The figure: median step time of all agent steps over that of all no-agent steps, the steps coming
+    # from interleaved blocks. Per-pair ratios are shown too: on a shared machine they spread widely.
+    ratio = statistics.median(on_s) / statistics.median(off_s)
+    verdict = "ok" if ratio <= 1.01 else "OVER TARGET"
+    quartiles = statistics.quantiles(ratios, n=4)
+    print(f"monitor reports: {reports}, with the agent in them: {polled}; "
+          f"one snapshot costs the job {statistics.median(snapshot_s) * 1e3:.2f} ms of CPU "
+          f"({statistics.median(snapshot_s) * 10 * 100:.2f}% of one core at 10 requests/s)")
+    print(f"per-pair ratios (agent block / no-agent block medians), {len(ratios)} pairs: median "
+          f"{statistics.median(ratios):.4f}, quartiles {quartiles[0]:.4f} .. {quartiles[2]:.4f}")
+    print(f"median step time over {len(on_s)} agent steps / {len(off_s)} no-agent steps, interleaved: "
+          f"{statistics.median(on_s) * 1e3:.3f} ms / {statistics.median(off_s) * 1e3:.3f} ms = {ratio:.4f} "
+          f"(target <= 1.01) {verdict}")
+    return 0 if ratio <= 1.01 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

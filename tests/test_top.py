@@ -1,0 +1,304 @@
+"""`tpu-top`: frames at any size, `--once` in a pipe, and the live view in a real terminal (tmux)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from agentjobs import agent_env, make_rundir, remove_rundir, start_job, wait_for
+from conftest import assert_one_line_error, run_tool, tool_command
+
+from tpu_tools.top.frame import frame_text, render
+from tpu_tools.top.model import ViewState, handle_key, rows_from_report
+
+
+def _agent(pid: int, tag: str, device_bytes: int, steps: float, recompiles: int = 0) -> dict:
+    return {
+        "pid": pid, "tag": tag, "user": "alice", "command": f"/usr/bin/python train.py --run {tag}", "error": None,
+        "cpu_percent": 50.0, "rss_bytes": 2 << 30, "threads": 12, "device_memory_used_bytes": device_bytes,
+        "compiles": {"compile_count": 3 + recompiles, "recompile_count": recompiles, "trace_time_s": 0.1,
+                     "lowering_time_s": 0.2, "backend_compile_time_s": 1.5, "cache_hits": 0, "cache_misses": 2,
+                     "recent_recompiles": [{"function": "train_step", "backend_compile_time_s": 0.4,
+                                            "reason": "different input types; at x, now f32[16] and before f32[8]"}]
+                     if recompiles else []},
+        "steps": {"count": 100, "steps_per_second": steps, "last_step_time_s": 0.1, "p50_step_time_s": 0.1,
+                  "p99_step_time_s": 0.2},
+    }
+
+
+def _report(agents: int = 3, devices: int = 4) -> dict:
+    return {
+        "schema": "tpu-tools/monitor/v1", "hostname": "tpu-vm-1", "time_unix_s": 1.7e9,
+        "host": {"error": None, "cpu_percent": 42.0, "cpu_count": 96, "memory_used_bytes": 100 << 30,
+                 "memory_total_bytes": 400 << 30, "load_average_1m": 3.5, "load_average_5m": 3.0,
+                 "load_average_15m": 2.0, "swap_used_bytes": 0, "swap_total_bytes": 0},
+        "devices": {"error": None, "devices": [
+            {"key": f"tpu:{i}", "platform": "tpu", "name": "TPU v5e", "memory_used_bytes": (i + 1) << 30,
+             "memory_total_bytes": 16 << 30, "utilization_percent": 10.0 * i, "holders": [],
+             "processes": [{"pid": 1000, "tag": "big"}]} for i in range(devices)]},
+        "processes": {"error": None, "holders": [], "agents": [
+            _agent(1000 + i, ["big", "small", "mid"][i % 3] + (str(i) if i > 2 else ""),
+                   [8 << 30, 1 << 30, 4 << 30][i % 3], [2.0, 30.0, 10.0][i % 3], recompiles=i % 2)
+            for i in range(agents)]},
+    }
+
+
+def _tags(frame: str) -> list[str]:
+    """The TAG column of the process rows, top to bottom."""
+    return [line.split()[2] for line in frame.splitlines() if line.split()[1:2] == ["alice"]]
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (200, 60), (40, 12)])
+def test_frame_fits_the_terminal(width, height):
+    for report in (_report(), _report(agents=80, devices=40), {"schema": "tpu-tools/monitor/v1"}):
+        lines = render(report, ViewState(), width, height)
+        assert len(lines) == height
+        assert all(len(line.text) <= width for line in lines)
+        assert lines[-1].text.startswith(" q quit")
+
+
+def test_process_panel_sorted_by_device_memory_and_keys_act():
+    report = _report()
+    state = ViewState()
+    text = frame_text(render(report, state, 120, 40))
+    assert _tags(text) == ["big", "mid", "small"]  # DEV MEM, biggest first
+    assert "sorted by DEV MEM" in text
+    handle_key(state, "s", rows_from_report(report))  # next column: COMP
+    handle_key(state, "s", rows_from_report(report))  # RECOMP
+    handle_key(state, "s", rows_from_report(report))  # STEP/S
+    text = frame_text(render(report, state, 120, 40))
+    assert "sorted by STEP/S" in text
+    assert _tags(text) == ["small", "mid", "big"]
+    handle_key(state, "r", rows_from_report(report))
+    text = frame_text(render(report, state, 120, 40))
+    assert _tags(text) == ["big", "mid", "small"]
+    handle_key(state, "S", rows_from_report(report))
+    assert state.sort.key == "recompiles"
+    handle_key(state, "p", [])
+    assert "PAUSED" in frame_text(render(report, state, 120, 40)).splitlines()[0]
+    handle_key(state, "h", [])
+    assert "tpu-top keys" in frame_text(render(report, state, 120, 40))
+    handle_key(state, "x", [])
+    assert "tpu-top keys" not in frame_text(render(report, state, 120, 40))
+    assert handle_key(state, "q", []) == "quit"
+
+
+def test_selection_follows_the_process_and_shows_its_recompile():
+    report = _report()
+    state = ViewState()
+    frame = frame_text(render(report, state, 120, 40))
+    assert " 1000 big: steps 100" in frame  # the first row is selected
+    handle_key(state, "down", rows_from_report(report))
+    frame = frame_text(render(report, state, 120, 40))
+    assert " 1002 mid: steps 100" in frame and "last recompile: none" in frame
+    handle_key(state, "j", rows_from_report(report))
+    frame = frame_text(render(report, state, 120, 40))
+    assert " 1001 small: steps 100" in frame
+    assert "last recompile: train_step (400.0 ms): different input types; at x, now f32[16]" in frame
+    del report["processes"]["agents"][1]  # the selected process exits: the selection moves to a neighbour
+    frame = frame_text(render(report, state, 120, 40))
+    assert "1001" not in frame and " 1002 mid: steps" in frame
+
+
+def test_device_panel_shows_figures_from_other_sources():
+    frame = frame_text(render(_report(devices=2), ViewState(), 120, 40))
+    device_rows = [line for line in frame.splitlines() if line.startswith(" tpu:")]
+    assert len(device_rows) == 2
+    assert "2.0 GiB / 16.0 GiB" in device_rows[1] and " 10.0 " in device_rows[1]
+    assert "[||" in device_rows[1] and "1000 big" in device_rows[1]
+
+
+def test_not_a_terminal_without_once_is_a_clear_error():
+    rundir = make_rundir()
+    try:
+        result = run_tool("tpu-top", env=agent_env(rundir))
+        assert_one_line_error(result, 2, "needs a terminal", "--once")
+        assert result.stdout == ""
+    finally:
+        remove_rundir(rundir)
+
+
+@pytest.mark.parametrize("args", [["--interval", "0"], ["--interval", "0.01"], ["--sort", "nope"],
+                                  ["--tag-filter", "("]])
+def test_bad_options(args):
+    result = run_tool("tpu-top", "--once", *args)
+    assert_one_line_error(result, 2)
+
+
+@pytest.fixture(scope="module")
+def jobs():
+    """Two real JAX jobs with the agent, the first with more device memory (two CPU devices)."""
+    path = make_rundir()
+    big = start_job(path, tag="bigjob", host_devices=2, explain=True)
+    small = start_job(path, tag="smalljob", host_devices=1)
+    try:
+        yield big.wait_ready(), small.wait_ready(), path
+    finally:
+        big.stop()
+        small.stop()
+        remove_rundir(path)
+
+
+def _process_rows(lines: list[str], *pids: int) -> list[list[str]]:
+    """The process panel's rows of these PIDs (not the selected-process lines, which also start with a PID)."""
+    wanted = {str(pid) for pid in pids}
+    return [line.split() for line in lines
+            if line.split()[:1] and line.split()[0] in wanted and not line.split()[1].endswith(":")]
+
+
+def test_once_in_a_pipe_shows_the_jobs(jobs):
+    big, small, path = jobs
+    result = run_tool("tpu-top", "--once", env=agent_env(path, COLUMNS="80"))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(" tpu-top  host ") and "platform cpu" in lines[0]
+    assert all(len(line) <= 80 for line in lines) and "\x1b" not in result.stdout
+    rows = _process_rows(lines, big.pid, small.pid)
+    assert [r[2] for r in rows] == ["bigjob", "smalljob"]  # sorted by device memory
+    big_row = rows[0]
+    assert big_row[5] == "2.0M"  # two 1 MiB shards of the job's array, plus small ones rounded away
+    assert int(big_row[6]) >= 2 and int(big_row[7]) >= 1 and float(big_row[8]) > 0
+    assert f"cpu:0@{big.pid}" in result.stdout and f"cpu:1@{big.pid}" in result.stdout
+
+
+# --- in a real terminal --------------------------------------------------------------------------------------
+
+class Tmux:
+    """A tmux server of our own with one shell pane of a fixed size."""
+
+    def __init__(self, width: int, height: int, env: dict[str, str]):
+        self.socket = f"tt-{uuid.uuid4().hex[:8]}"
+        self.env = env
+        self.run("new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height),
+                 *[arg for key in ("TPU_TOOLS_RUNTIME_DIR", "PATH", "TERM") if key in env
+                   for arg in ("-e", f"{key}={env[key]}")], "bash --norc --noprofile")
+        self.run("set-option", "-t", "t", "window-size", "manual")
+
+    def run(self, *args: str) -> str:
+        env = {**self.env, "TERM": "xterm-256color"}
+        env.pop("TMUX", None)
+        return subprocess.run(["tmux", "-L", self.socket, *args], env=env, capture_output=True, text=True,
+                              timeout=30, check=True).stdout
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "t", *keys)
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-t", "t", "-p")
+
+    def wait_for(self, predicate, timeout: float = 20.0) -> str:
+        return wait_for(lambda: (lambda s: s if predicate(s) else None)(self.screen()), timeout=timeout)
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def terminal_env(jobs):
+    if not shutil.which("tmux"):
+        pytest.skip("tmux is not installed")
+    _, _, path = jobs
+    bin_dir = str(Path(tool_command("tpu-top")[0]).parent)
+    env = agent_env(path, TERM="xterm-256color")
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def _top_pid(tmux: Tmux) -> int:
+    pane_shell = int(tmux.run("display-message", "-p", "-t", "t", "#{pane_pid}").strip())
+    children = subprocess.run(["pgrep", "-P", str(pane_shell)], capture_output=True, text=True).stdout.split()
+    return int(children[0])
+
+
+def _terminal_restored(tmux: Tmux, resized: bool = False) -> None:
+    # The main screen is back (the marker printed before tpu-top), with the shell's prompt under it. After
+    # a resize, tmux itself (like with any full-screen program, top included) carries a few lines of the
+    # alternate screen over to the main one, so only the marker and the prompt are checked then.
+    tmux.wait_for(lambda s: "MARKER-BEFORE" in s and (resized or "Processes" not in s)
+                  and s.rstrip().splitlines()[-1].rstrip().endswith(("$", "#")))
+    tmux.keys("stty -a | tr ' ' '\\n' | grep -xE -- '-?(echo|icanon)' | tr '\\n' ' '; echo", "Enter")
+    tmux.wait_for(lambda s: "icanon echo" in s)  # line mode and echo are back
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (200, 60)])
+def test_live_view_in_a_terminal(jobs, terminal_env, width, height):
+    big, small, path = jobs
+    tmux = Tmux(width, height, terminal_env)
+    try:
+        tmux.keys("clear; echo MARKER-BEFORE; tpu-top --interval 0.5", "Enter")
+        screen = tmux.wait_for(lambda s: "bigjob" in s and "smalljob" in s)
+        lines = screen.splitlines()
+        assert len(lines) == height and all(len(line) <= width for line in lines)
+        assert lines[0].startswith(" tpu-top  host ") and lines[0].rstrip().endswith("h help")
+        assert "MARKER-BEFORE" not in screen  # the alternate screen
+        rows = _process_rows(lines, big.pid, small.pid)
+        assert [row[2] for row in rows] == ["bigjob", "smalljob"]
+        assert rows[0][5] == "2.0M" and int(rows[0][7]) >= 1
+        assert lines[-1].startswith(" q quit")
+        # The selected process's details, then down to the next one.
+        assert any(line.startswith(f" {big.pid} bigjob: steps") for line in lines)
+        tmux.keys("j")
+        tmux.wait_for(lambda s: f" {small.pid} smalljob: steps" in s)
+        tmux.keys("k")
+        screen = tmux.wait_for(lambda s: f" {big.pid} bigjob: steps" in s)
+        assert "different input types" in screen  # the recompile reason of the selected job
+        # Sort keys.
+        tmux.keys("s")
+        tmux.wait_for(lambda s: "sorted by COMP" in s)
+        tmux.keys("S", "S")
+        tmux.wait_for(lambda s: "sorted by RSS v" in s)  # biggest first
+        tmux.keys("r")
+        tmux.wait_for(lambda s: "sorted by RSS ^" in s)
+        # Pause: the clock stops.
+        tmux.keys("p")
+        paused = tmux.wait_for(lambda s: "PAUSED" in s.splitlines()[0])
+        time.sleep(1.5)
+        assert tmux.screen().splitlines()[0] == paused.splitlines()[0]
+        tmux.keys("p")
+        tmux.wait_for(lambda s: "PAUSED" not in s.splitlines()[0])
+        # Help overlay, closed by any key.
+        tmux.keys("h")
+        tmux.wait_for(lambda s: "tpu-top keys" in s)
+        tmux.keys("x")
+        tmux.wait_for(lambda s: "tpu-top keys" not in s)
+        tmux.keys("q")
+        _terminal_restored(tmux)
+    finally:
+        tmux.kill()
+
+
+def test_resize_and_a_process_that_exits(jobs, terminal_env):
+    _, _, path = jobs
+    extra = start_job(path, tag="shortlived", light=True, launcher=False).wait_ready()
+    tmux = Tmux(80, 24, terminal_env)
+    try:
+        tmux.keys("clear; echo MARKER-BEFORE; tpu-top --interval 0.3", "Enter")
+        tmux.wait_for(lambda s: "shortlived" in s)
+        tmux.run("resize-window", "-t", "t", "-x", "120", "-y", "30")
+        screen = tmux.wait_for(lambda s: len(s.splitlines()) == 30 and len(s.splitlines()[0].rstrip()) > 100)
+        assert screen.splitlines()[0].rstrip().endswith("h help")
+        assert screen.splitlines()[-1].startswith(" q quit")
+        extra.stop(signal.SIGKILL)
+        tmux.wait_for(lambda s: "shortlived" not in s and "bigjob" in s)
+        tmux.keys("C-c")
+        _terminal_restored(tmux, resized=True)
+    finally:
+        extra.stop()
+        tmux.kill()
+
+
+def test_sigterm_restores_the_terminal(jobs, terminal_env):
+    tmux = Tmux(80, 24, terminal_env)
+    try:
+        tmux.keys("clear; echo MARKER-BEFORE; tpu-top", "Enter")
+        tmux.wait_for(lambda s: "bigjob" in s)
+        os.kill(_top_pid(tmux), signal.SIGTERM)
+        _terminal_restored(tmux)
+    finally:
+        tmux.kill()

@@ -1,0 +1,255 @@
+"""The workload agent: live figures of a JAX job, served to `tpu-monitor` and `tpu-top`.
+
+Two ways in::
+
+    import tpu_tools.agent
+    tpu_tools.agent.start(tag="train")          # in the job's code
+
+    python -m tpu_tools.agent [--tag T] [--explain-recompiles] train.py args...   # no code change
+    python -m tpu_tools.agent -m package.module args...
+
+The agent knows, per device, memory in use / peak / limit where the platform
+reports it and the bytes and count of live arrays; compile events from
+`jax.monitoring` per function (tracing, lowering, backend compile, persistent
+cache hits and misses); recompilations, with JAX's reason when
+`explain_recompiles` is on; steps the job marks; the process's CPU %, RSS and
+threads. It answers on a Unix socket in a private per-user directory
+(`tpu_tools.metrics.rundir`); between requests only JAX's own monitoring
+callbacks run, and only when JAX compiles.
+
+Step marking works with or without the server running, and is cheap (a clock
+read and two deque appends)::
+
+    for batch in data:
+        state = train_step(state, batch)
+        tpu_tools.agent.step()                  # marks the end of a step
+
+    with tpu_tools.agent.step_context():        # or: time exactly this block as one step
+        state = train_step(state, batch)
+
+    tpu_tools.agent.on_step(lambda index, seconds: ...)   # called at every step boundary
+
+Importing this package does not import jax: the agent attaches to jax once the
+job imports it, so environment set by the script before `import jax` applies.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from tpu_tools.agent.steps import StepCallback, StepTracker
+
+ENV_TAG = "TPU_TOOLS_TAG"
+
+__all__ = ["AgentError", "AgentInfo", "ENV_TAG", "current", "on_step", "start", "step", "step_context",
+           "step_count", "stop"]
+
+_steps = StepTracker()
+_lock = threading.Lock()
+_agent: _Agent | None = None
+
+
+class AgentError(RuntimeError):
+    """The agent could not start (its runtime directory or socket is unusable); the message says why."""
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    """Where a running agent can be reached."""
+
+    pid: int
+    tag: str
+    socket_path: Path
+    explain_recompiles: bool
+
+
+# --- steps: usable with or without the server ---------------------------------------------------------
+
+def step() -> int:
+    """Mark the end of a training step; returns the index of the step that ended (0 for the first).
+
+    The step's time is the time since the previous call (unknown for the first
+    call). Cheap enough to call every iteration; works without `start()`.
+    """
+    return _steps.step()
+
+
+def step_context() -> AbstractContextManager[None]:
+    """A context manager that times its block as one step and marks its end.
+
+    `with tpu_tools.agent.step_context(): state = train_step(state, batch)`
+    The step time is the block's duration (time between blocks is not counted).
+    """
+    return _steps.context()
+
+
+def on_step(callback: StepCallback) -> Callable[[], None]:
+    """Register `callback(step_index: int, step_time_s: float | None)` for every step boundary.
+
+    Called synchronously, in the thread that marked the step, right after step
+    `step_index` ended (so step `step_index + 1` begins when it returns);
+    `step_time_s` is None when the step's start is unknown (the first `step()`).
+    A profiler starts a trace of steps N..M when called with index N - 1 and
+    stops it when called with index M. Returns a function that unregisters it.
+    Works without the agent server.
+    """
+    return _steps.on_step(callback)
+
+
+def step_count() -> int:
+    """How many steps have been marked in this process."""
+    return _steps.count
+
+
+# --- the server ------------------------------------------------------------------------------------------
+
+_compiles: Any = None  # one CompileTracker per process: JAX keeps its listeners for good
+
+
+def _compile_tracker() -> Any:
+    global _compiles
+    if _compiles is None:
+        from tpu_tools.agent.compiles import CompileTracker
+
+        _compiles = CompileTracker()
+    return _compiles
+
+
+class _Agent:
+    def __init__(self, tag: str, explain_recompiles: bool):
+        from tpu_tools.metrics.process import SelfSampler
+
+        self.pid = os.getpid()
+        self.tag = tag
+        self.explain_recompiles = explain_recompiles
+        self.started_unix_s = time.time()
+        self.compiles = _compile_tracker()
+        self.process = SelfSampler()
+        self.jax: ModuleType | None = None
+        self.server: Any = None
+
+    def attach_jax(self, jax_module: ModuleType) -> None:
+        self.compiles.install(jax_module, self.explain_recompiles)
+        self.jax = jax_module
+
+    def answer(self, request: str) -> dict[str, Any]:
+        from tpu_tools.metrics import wire
+
+        if request == wire.REQUEST_PING:
+            return {"schema": wire.SNAPSHOT_SCHEMA, "pid": self.pid, "tag": self.tag}
+        return self.snapshot()
+
+    def snapshot(self) -> dict[str, Any]:
+        import getpass
+
+        import tpu_tools
+        from tpu_tools.agent.memory import device_memory
+        from tpu_tools.metrics import wire
+
+        runtime, devices, memory_error = None, [], None
+        if self.jax is not None:
+            try:
+                runtime, devices = device_memory(self.jax)
+            except Exception as error:  # a runtime that fails must not cost the other figures
+                memory_error = f"{type(error).__name__}: {error}"
+        figures = self.process.sample()
+        try:
+            user = getpass.getuser()
+        except Exception:
+            user = str(os.getuid())
+        return {
+            "schema": wire.SNAPSHOT_SCHEMA,
+            "pid": self.pid,
+            "tag": self.tag,
+            "user": user,
+            "command": " ".join(sys.argv) if sys.argv and sys.argv[0] else sys.executable,
+            "agent_version": tpu_tools.__version__,
+            "started_unix_s": self.started_unix_s,
+            "uptime_s": time.time() - self.started_unix_s,
+            "jax_version": getattr(self.jax, "__version__", None),
+            "explain_recompiles": self.explain_recompiles,
+            "runtime": runtime,
+            "devices": devices,
+            "memory_error": memory_error,
+            "process": {
+                "cpu_percent": figures.cpu_percent,
+                "cpu_time_s": figures.cpu_time_s,
+                "rss_bytes": figures.rss_bytes,
+                "threads": figures.threads,
+            },
+            "compiles": self.compiles.snapshot(),
+            "steps": _steps.stats().to_dict(),
+        }
+
+    def info(self) -> AgentInfo:
+        return AgentInfo(self.pid, self.tag, self.server.path, self.explain_recompiles)
+
+
+def start(tag: str | None = None, *, explain_recompiles: bool = False) -> AgentInfo:
+    """Start the agent in this process (once; later calls return the running agent's info).
+
+    tag: a name for this job in monitors (default: $TPU_TOOLS_TAG, else the PID).
+    explain_recompiles: turn on `jax_explain_cache_misses` so each recompilation
+    carries JAX's reason (JAX then also logs the explanations as warnings).
+    Raises AgentError when the socket cannot be created.
+    """
+    global _agent
+    with _lock:
+        if _agent is not None and _agent.pid == os.getpid():
+            return _agent.info()
+        from tpu_tools.agent.jaxhook import call_when_imported
+        from tpu_tools.agent.server import AgentServer
+        from tpu_tools.metrics.rundir import RunDirError, socket_path
+
+        chosen = tag if tag is not None else (os.environ.get(ENV_TAG) or str(os.getpid()))
+        agent = _Agent(chosen, explain_recompiles)
+        try:
+            agent.server = AgentServer(socket_path(agent.pid), agent.answer)
+            agent.server.start()
+        except (RunDirError, OSError) as error:
+            raise AgentError(f"the tpu-tools agent could not start: {error}") from error
+        _agent = agent
+    call_when_imported(agent.attach_jax)
+    return agent.info()
+
+
+def stop() -> None:
+    """Stop serving and remove this process's socket (also done at exit)."""
+    global _agent
+    with _lock:
+        agent, _agent = _agent, None
+    if agent is not None and agent.server is not None:
+        agent.server.stop()
+
+
+def current() -> AgentInfo | None:
+    """The running agent of this process, or None."""
+    agent = _agent
+    return agent.info() if agent is not None and agent.pid == os.getpid() else None
+
+
+def _after_fork_in_child() -> None:
+    global _agent
+    agent, _agent = _agent, None
+    if agent is not None and agent.server is not None:
+        agent.server.forget_after_fork()
+
+
+def _at_exit() -> None:
+    agent = _agent
+    if agent is not None and agent.pid == os.getpid():
+        stop()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)

@@ -1,0 +1,114 @@
+"""`python -m tpu_tools.agent [--tag T] [--explain-recompiles] script.py args...` (or `-m module args...`).
+
+Runs the script (or module) as `__main__` with the agent started, exactly as
+`python script.py args...` would: same `sys.argv`, `sys.path[0]`, exit status
+and tracebacks. Options go before the script; everything after it is the
+script's. If the agent cannot start, a warning goes to stderr and the script
+runs anyway: the job matters more than its monitoring.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from dataclasses import dataclass
+
+PROG = "python -m tpu_tools.agent"
+USAGE = (f"usage: {PROG} [--tag TAG] [--explain-recompiles] (script.py | -m module) [args...]\n"
+         "  --tag TAG              name of this job in tpu-monitor and tpu-top (default: $TPU_TOOLS_TAG, else the PID)\n"
+         "  --explain-recompiles   record JAX's reason for each recompilation (jax_explain_cache_misses)\n")
+
+
+class LaunchUsageError(Exception):
+    pass
+
+
+@dataclass
+class Launch:
+    tag: str | None
+    explain_recompiles: bool
+    module: str | None
+    script: str | None
+    args: list[str]
+
+
+def parse(argv: list[str]) -> Launch | None:
+    """The launch request, or None for --help; raises LaunchUsageError."""
+    tag, explain, index = None, False, 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg in ("-h", "--help"):
+            return None
+        if arg == "--explain-recompiles":
+            explain = True
+        elif arg == "--tag" or arg.startswith("--tag="):
+            if arg == "--tag":
+                index += 1
+                if index >= len(argv):
+                    raise LaunchUsageError("--tag needs a value")
+                tag = argv[index]
+            else:
+                tag = arg.split("=", 1)[1]
+            if not tag.strip():
+                raise LaunchUsageError("--tag must not be empty")
+        elif arg == "-m":
+            if index + 1 >= len(argv):
+                raise LaunchUsageError("-m needs a module name")
+            return Launch(tag, explain, argv[index + 1], None, argv[index + 2:])
+        elif arg == "--":
+            index += 1
+            break
+        elif arg.startswith("-"):
+            raise LaunchUsageError(f"unknown option {arg} (options go before the script)")
+        else:
+            break
+        index += 1
+    if index >= len(argv):
+        raise LaunchUsageError("no script or -m module given")
+    return Launch(tag, explain, None, argv[index], argv[index + 1:])
+
+
+def _module_exists(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        launch = parse(sys.argv[1:] if argv is None else argv)
+    except LaunchUsageError as error:
+        sys.stderr.write(f"{PROG}: error: {error}\n{USAGE}")
+        sys.exit(2)
+    if launch is None:
+        sys.stdout.write(USAGE)
+        return
+    if launch.script is not None and not os.path.isfile(launch.script):
+        sys.stderr.write(f"{PROG}: error: can't open file {launch.script!r}: no such file\n")
+        sys.exit(2)
+    if launch.module is not None and not _module_exists(launch.module):
+        sys.stderr.write(f"{PROG}: error: no module named {launch.module!r}\n")
+        sys.exit(2)
+
+    import tpu_tools.agent as agent
+
+    try:
+        agent.start(launch.tag, explain_recompiles=launch.explain_recompiles)
+    except agent.AgentError as error:
+        sys.stderr.write(f"{PROG}: warning: {error}; running the script without it\n")
+    if launch.module is not None:
+        sys.argv = [launch.module, *launch.args]  # sys.path[0] is already the working directory, as with -m
+        runpy.run_module(launch.module, run_name="__main__", alter_sys=True)
+    else:
+        assert launch.script is not None
+        sys.argv = [launch.script, *launch.args]
+        sys.path[0] = os.path.dirname(os.path.abspath(launch.script))
+        runpy.run_path(launch.script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Run a function as soon as `jax` has been imported, without importing it ourselves.
+
+The agent must not import jax early: a script sets JAX_PLATFORMS or XLA_FLAGS
+in `os.environ` before its own `import jax`, and jax reads some of them at
+import. So when jax is not imported yet, a meta-path finder waits for it and
+calls the function right after `jax/__init__.py` has run, before the script can
+compile anything.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+_lock = threading.Lock()
+_pending: list[Callable[[ModuleType], None]] = []
+
+
+def call_when_imported(callback: Callable[[ModuleType], None]) -> None:
+    """`callback(jax)` now if jax is imported, else right after its import finishes."""
+    with _lock:
+        module = sys.modules.get("jax")
+        if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+            _pending.append(callback)
+            if not any(isinstance(f, _JaxFinder) for f in sys.meta_path):
+                sys.meta_path.insert(0, _JaxFinder())
+            return
+    callback(module)
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner: importlib.abc.Loader):
+        self._inner = inner
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)  # type: ignore[attr-defined]
+        with _lock:
+            callbacks = list(_pending)
+            _pending.clear()
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _JaxFinder)]
+        for callback in callbacks:
+            callback(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...
+        return getattr(self._inner, name)
+
+
+class _JaxFinder(importlib.abc.MetaPathFinder):
+    """Wraps the loader of `jax`; stays in place until jax has really been imported.
+
+    Libraries often probe with `importlib.util.find_spec("jax")` without
+    importing it: such a probe gets a wrapped spec and changes nothing.
+    """
+
+    _busy = threading.local()
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "jax" or getattr(self._busy, "active", False):
+            return None
+        self._busy.active = True  # the other finders are asked below; do not answer ourselves again
+        try:
+            spec = None
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._busy.active = False
+        if spec is not None and spec.loader is not None and not isinstance(spec.loader, _Loader):
+            spec.loader = _Loader(spec.loader)
+        return spec

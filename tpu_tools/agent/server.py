@@ -1,0 +1,228 @@
+"""The agent's Unix socket server: one thread that sleeps in `select` until a client connects.
+
+Between requests it costs nothing. A connecting process of another user is
+dropped at once (kernel peer credentials), and so is a client that sends a
+malformed or oversized request, or none within the time limit. Requests only
+select which snapshot to return; nothing received is ever run.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tpu_tools.metrics import wire
+from tpu_tools.metrics.rundir import ensure_private_dir
+from tpu_tools.metrics.wire import peer_credentials
+
+MAX_CONNECTIONS = 64
+_READ_CHUNK = 4096
+
+
+@dataclass
+class _Connection:
+    sock: socket.socket
+    deadline: float
+    received: bytearray = field(default_factory=bytearray)
+    outgoing: memoryview | None = None
+
+
+@dataclass
+class ServerCounters:
+    served: int = 0
+    refused_other_user: int = 0
+    malformed: int = 0
+    timed_out: int = 0
+
+
+class AgentServer:
+    """Serves `answer(request_name)` on `path` from a daemon thread."""
+
+    def __init__(self, path: Path, answer: Callable[[str], dict[str, Any]]):
+        self.path = path
+        self._answer = answer
+        self._listener: socket.socket | None = None
+        self._wake_r, self._wake_w = -1, -1
+        self._thread: threading.Thread | None = None
+        self._owner_pid = os.getpid()
+        self._inode: int | None = None
+        self.counters = ServerCounters()
+
+    def start(self) -> None:
+        ensure_private_dir(self.path.parent)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # Bind under a temporary name, restrict it, then rename: no client ever sees a socket
+        # with looser permissions, and a stale file of an earlier process with our PID is replaced.
+        staging = self.path.with_name(f".{self.path.name}.{threading.get_ident()}")
+        try:
+            if os.path.lexists(staging):
+                os.unlink(staging)
+            listener.bind(str(staging))
+            os.chmod(staging, 0o600)
+            listener.listen(MAX_CONNECTIONS)
+            os.replace(staging, self.path)
+        except BaseException:
+            listener.close()
+            try:
+                os.unlink(staging)
+            except OSError:
+                pass
+            raise
+        listener.setblocking(False)
+        self._inode = os.stat(self.path).st_ino
+        self._listener = listener
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._serve, name="tpu-tools-agent", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and remove the socket (only from the process that created it)."""
+        if self._thread is None:
+            return
+        if os.getpid() == self._owner_pid:
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass
+            self._thread.join(timeout=5)
+            self._unlink()
+        self._close_fds()
+        self._thread = None
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: drop the inherited descriptors, leave the parent's socket alone."""
+        self._close_fds()
+        self._thread = None
+
+    def _close_fds(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._wake_r = self._wake_w = -1
+
+    def _unlink(self) -> None:
+        try:
+            if os.stat(self.path).st_ino == self._inode:  # still our socket, not a successor's
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+    # --- the serving thread -------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        assert self._listener is not None
+        connections: dict[int, _Connection] = {}
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._listener, selectors.EVENT_READ, "listen")
+            selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+            while True:
+                timeout = None
+                if connections:
+                    timeout = max(0.0, min(c.deadline for c in connections.values()) - time.monotonic())
+                for key, events in selector.select(timeout):
+                    if key.data == "wake":
+                        for connection in connections.values():
+                            connection.sock.close()
+                        return
+                    if key.data == "listen":
+                        self._accept(selector, connections)
+                    elif events & selectors.EVENT_READ:
+                        self._read(selector, connections, key.data)
+                    else:
+                        self._write(selector, connections, key.data)
+                now = time.monotonic()
+                for fd in [fd for fd, c in connections.items() if c.deadline <= now]:
+                    self.counters.timed_out += 1
+                    self._drop(selector, connections, fd)
+
+    def _accept(self, selector: selectors.BaseSelector, connections: dict[int, _Connection]) -> None:
+        assert self._listener is not None
+        try:
+            sock, _ = self._listener.accept()
+        except OSError:
+            return
+        try:
+            _, uid, _ = peer_credentials(sock)
+        except OSError:
+            uid = -1
+        if uid != os.getuid() or len(connections) >= MAX_CONNECTIONS:
+            if uid != os.getuid():
+                self.counters.refused_other_user += 1
+            sock.close()
+            return
+        sock.setblocking(False)
+        connections[sock.fileno()] = _Connection(sock, time.monotonic() + wire.REQUEST_TIMEOUT_S)
+        selector.register(sock, selectors.EVENT_READ, sock.fileno())
+
+    def _read(self, selector: selectors.BaseSelector, connections: dict[int, _Connection], fd: int) -> None:
+        connection = connections[fd]
+        try:
+            chunk = connection.sock.recv(_READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(selector, connections, fd)
+            return
+        connection.received += chunk
+        newline = connection.received.find(b"\n")
+        if newline < 0:
+            if len(connection.received) > wire.MAX_REQUEST_BYTES:
+                self.counters.malformed += 1
+                self._drop(selector, connections, fd)
+            return
+        try:
+            request = wire.decode_request(bytes(connection.received[:newline]))
+        except wire.MalformedRequest:
+            self.counters.malformed += 1
+            self._drop(selector, connections, fd)
+            return
+        try:
+            document = self._answer(request)
+        except Exception as error:  # a bug in a collector must not take the server down
+            document = {"schema": wire.SNAPSHOT_SCHEMA, "error": f"{type(error).__name__}: {error}"}
+        connection.outgoing = memoryview(wire.encode_response(document))
+        connection.deadline = time.monotonic() + wire.REPLY_TIMEOUT_S
+        self.counters.served += 1
+        selector.modify(connection.sock, selectors.EVENT_WRITE, fd)
+        self._write(selector, connections, fd)
+
+    def _write(self, selector: selectors.BaseSelector, connections: dict[int, _Connection], fd: int) -> None:
+        connection = connections.get(fd)
+        if connection is None or connection.outgoing is None:
+            return
+        try:
+            sent = connection.sock.send(connection.outgoing)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._drop(selector, connections, fd)
+            return
+        connection.outgoing = connection.outgoing[sent:]
+        if not len(connection.outgoing):
+            self._drop(selector, connections, fd)
+
+    @staticmethod
+    def _drop(selector: selectors.BaseSelector, connections: dict[int, _Connection], fd: int) -> None:
+        connection = connections.pop(fd, None)
+        if connection is None:
+            return
+        try:
+            selector.unregister(connection.sock)
+        except (KeyError, ValueError):
+            pass
+        connection.sock.close()

@@ -1,0 +1,226 @@
+"""`tpu-monitor`: a complete JSON report every period (JSON Lines), or Prometheus /metrics."""
+
+from __future__ import annotations
+
+import re
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tpu_tools.cli.common import ToolCommand, common_options, run_cli
+from tpu_tools.errors import EXIT_OK, UsageError
+
+MAN_SECTIONS = {
+    "DESCRIPTION": (
+        "Every period, tpu-monitor writes one complete report as one line of JSON on stdout (JSON Lines), "
+        "so a pipeline can read it line by line; --count N stops after N reports. Each report has groups: "
+        "host (CPU, memory, load), devices (accelerators from passive discovery with the processes holding "
+        "them, and runtime figures from agents and other sources) and processes (one entry per process "
+        "running the tpu-tools agent). Each group carries its own error field: a group that fails is reported "
+        "as such and the rest of the report is still complete. With no accelerator and no agent the report is "
+        "still valid (empty lists).\n"
+        "tpu-monitor never opens an accelerator runtime itself (a TPU belongs to one process): devices come "
+        "from sysfs, /dev and /proc, and runtime figures from the agents inside the jobs. Start a job with "
+        "the agent with `python -m tpu_tools.agent [--tag T] script.py args...` or `tpu_tools.agent.start()`.\n"
+        "Agents are found in the per-user runtime directory (mode 0700, sockets 0600) and asked in parallel, "
+        "each within --agent-timeout; one that hangs or answers garbage gets an entry with its error and the "
+        "others are unaffected. Processes that exit disappear from the next report; their leftover sockets are "
+        "removed. Sockets that are not this user's or not private are listed under ignored_sockets and never "
+        "used.\n"
+        "SIGTERM and SIGINT end tpu-monitor after the line being written is complete, with status 0; a closed "
+        "stdout pipe ends it quietly."
+    ),
+    "JSON OUTPUT": (
+        "Each line is one document, schema \"tpu-tools/monitor/v1\". Units are in key names; unknown values "
+        "are null. Top level: schema, time (UTC, ISO 8601), time_unix_s, hostname, sequence (0, 1, ...), "
+        "tpu_tools_version, and one object per group. Every group has period_s (null: every report), "
+        "sampled_at (when its figures were taken; a group with a longer period repeats them) and error (null "
+        "or a sentence).\n"
+        "host: hostname, cpu_count, cpu_percent, memory_total_bytes, memory_used_bytes, memory_available_bytes, "
+        "swap_total_bytes, swap_used_bytes, load_average_1m, load_average_5m, load_average_15m, uptime_s.\n"
+        "devices: devices[] {key (tpu:0, gpu:1, or cpu:0@PID for a process's own device), platform, id, name, "
+        "chip_index, pci_address, memory_used_bytes, memory_total_bytes, memory_peak_bytes, live_array_bytes, "
+        "live_array_count, utilization_percent, holders[] {pid, user, command}, processes[] {pid, tag}, "
+        "sources[] (discovery, agent, ...), extra {name: value}}; chips[] (as in tpu-ls --json); notes[].\n"
+        "processes: agents[] {pid, tag, user, command, error, socket, uptime_s, jax_version, platform, "
+        "cpu_percent, cpu_time_s, rss_bytes, threads, device_memory_used_bytes, live_array_bytes, "
+        "live_array_count, devices[] {id, platform, device_kind, memory_used_bytes, memory_peak_bytes, "
+        "memory_limit_bytes, live_array_bytes, live_array_count}, compiles {compile_count, recompile_count, "
+        "trace_count, trace_time_s, lowering_time_s, backend_compile_time_s, cache_hits, cache_misses, "
+        "functions[] {name, compile_count, recompile_count, trace_count, trace_time_s, lowering_time_s, "
+        "backend_compile_time_s, cache_hits, cache_misses, last_recompile_reason}, recent_recompiles[] "
+        "{function, time_unix_s, compile_count, backend_compile_time_s, reason}}, steps {count, "
+        "steps_per_second, last_step_time_s, p50_step_time_s, p99_step_time_s, last_step_age_s}, "
+        "query_time_s}; holders[] {pid, user, command, chips[], cpu_percent, cpu_time_s, rss_bytes, threads} "
+        "(device holders without an agent); ignored_sockets[] {socket, reason}."
+    ),
+    "CONFIGURATION": (
+        "--config FILE (TOML, or JSON when the name ends in .json) chooses groups, periods and agents:\n"
+        "period = \"1s\"  seconds between reports (a number, or with ms, s, m, h); --period overrides it.\n"
+        "tag_filter = \"^train\"  only agents whose tag matches this regular expression; --tag-filter "
+        "overrides it.\n"
+        "agent_timeout = 1.0  seconds to wait for each agent.\n"
+        "[groups.host] period = \"5s\"  one table per group to report (host, devices, processes); groups not "
+        "listed are left out; a group's period (not shorter than the report period) says how often its figures "
+        "are taken again. groups = [\"host\", \"processes\"] is accepted too.\n"
+        "Unknown keys or groups, bad periods and bad regular expressions are errors (exit 2)."
+    ),
+    "PROMETHEUS": (
+        "--prometheus [HOST:]PORT serves the figures of the latest report at http://HOST:PORT/metrics in the "
+        "Prometheus text format (HOST defaults to 127.0.0.1). Metric names start with tpu_tools_ and carry "
+        "their unit; series of processes that exit disappear. A port in use is an error (exit 1). JSON lines "
+        "are still written unless --quiet. The metrics:\n"
+        "host: tpu_tools_host_cpu_percent, tpu_tools_host_memory_total_bytes, tpu_tools_host_memory_used_bytes, "
+        "tpu_tools_host_memory_available_bytes, tpu_tools_host_swap_used_bytes, tpu_tools_host_load_average "
+        "(label window).\n"
+        "devices (labels device, platform, name): tpu_tools_device_memory_used_bytes, "
+        "tpu_tools_device_memory_total_bytes, tpu_tools_device_live_array_bytes, "
+        "tpu_tools_device_utilization_percent, tpu_tools_device_holder_processes, and tpu_tools_device_NAME "
+        "for each extra figure a source reports.\n"
+        "processes (labels pid, tag): tpu_tools_agent_up, tpu_tools_process_cpu_percent, "
+        "tpu_tools_process_rss_bytes, tpu_tools_process_threads, tpu_tools_process_device_memory_used_bytes, "
+        "tpu_tools_process_live_array_bytes, tpu_tools_process_live_arrays, tpu_tools_process_compiles_total, "
+        "tpu_tools_process_recompiles_total, tpu_tools_process_compile_seconds_total (label phase), "
+        "tpu_tools_process_persistent_cache_hits_total, tpu_tools_process_persistent_cache_misses_total, "
+        "tpu_tools_process_steps_total, tpu_tools_process_steps_per_second, "
+        "tpu_tools_process_step_time_seconds (label stat: last, p50, p99), "
+        "tpu_tools_process_device_memory_used_bytes_per_device (label device).\n"
+        "tpu_tools_group_error (label group): 1 when that group failed in the latest report."
+    ),
+    "EXAMPLES": (
+        "tpu-monitor --count 3\n"
+        "tpu-monitor --period 0.5 | jq -c '.processes.agents[] | {tag, steps: .steps.steps_per_second}'\n"
+        "tpu-monitor --config monitor.toml --prometheus 9100 --quiet\n"
+        "python -m tpu_tools.agent --tag train train.py & tpu-monitor --tag-filter '^train$' --count 1"
+    ),
+}
+
+
+class Duration(click.ParamType):
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        from tpu_tools.metrics.config import parse_duration
+
+        try:
+            return parse_duration(value, "value")
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+class Regex(click.ParamType):
+    name = "regex"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> re.Pattern[str]:
+        if isinstance(value, re.Pattern):
+            return value
+        try:
+            return re.compile(value)
+        except re.error as error:
+            self.fail(f"{value!r} is not a valid regular expression: {error}", param, ctx)
+
+
+def _positive_count(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise click.BadParameter(f"must be at least 1, got {value}")
+    return value
+
+
+def explicit(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)
+
+
+@click.command(name="monitor", cls=ToolCommand, man_sections=MAN_SECTIONS,
+               context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--period", type=Duration(), default="1s", show_default=True, metavar="SECONDS",
+              help="Time between reports (seconds, or with ms, s, m: 500ms, 2s).")
+@click.option("--count", type=int, default=None, metavar="N", callback=_positive_count,
+              help="Exit after N reports (default: run until stopped).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="TOML or JSON file choosing groups, their periods and a tag filter.")
+@click.option("--tag-filter", type=Regex(), default=None, metavar="REGEX",
+              help="Only agents whose tag matches this regular expression.")
+@click.option("--agent-timeout", type=Duration(), default="1s", show_default=True, metavar="SECONDS",
+              help="How long to wait for each agent's answer.")
+@click.option("--prometheus", "prometheus_address", default=None, metavar="[HOST:]PORT",
+              help="Also serve the figures at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).")
+@click.option("--quiet", "-q", is_flag=True, help="With --prometheus: do not write JSON lines on stdout.")
+@common_options
+@click.pass_context
+def monitor_command(ctx: click.Context, period: float, count: int | None, config_path: Path | None,
+                    tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
+                    quiet: bool) -> int:
+    """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
+    from tpu_tools.metrics.groups import GROUPS
+    from tpu_tools.metrics.groups.base import CollectOptions
+    from tpu_tools.metrics.report import GroupPlan, ReportBuilder
+
+    if quiet and prometheus_address is None:
+        raise UsageError("--quiet only makes sense with --prometheus (otherwise nothing would be reported)")
+    plan = [GroupPlan(name) for name in GROUPS]
+    if config_path is not None:
+        from tpu_tools.metrics.config import load_config
+
+        config = load_config(config_path, list(GROUPS))
+        if config.period_s is not None and not explicit(ctx, "period"):
+            period = config.period_s
+        if config.tag_filter is not None and tag_filter is None:
+            tag_filter = config.tag_filter
+        if config.agent_timeout_s is not None and not explicit(ctx, "agent_timeout"):
+            agent_timeout = config.agent_timeout_s
+        if config.groups is not None:
+            plan = [GroupPlan(name, group.period_s) for name, group in config.groups.items()]
+    options = CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter)
+    exporter = None
+    builder = ReportBuilder(plan, options, report_period_s=period)
+    try:
+        if prometheus_address is not None:
+            from tpu_tools.metrics.prometheus import ReportCollector, exporters_for, parse_listen_address, serve
+
+            host, port = parse_listen_address(prometheus_address)
+            exporter = ReportCollector(exporters_for(builder.collectors))
+            serve(exporter, host, port)
+        _loop(builder, period, count, exporter, quiet)
+    finally:
+        builder.close()
+    return EXIT_OK
+
+
+def _loop(builder: Any, period: float, count: int | None, exporter: Any, quiet: bool) -> None:
+    from tpu_tools.cli.output import Output
+
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    out = Output("json", sys.stdout)
+    next_report = time.monotonic()
+    written = 0
+    while not stop.is_set():
+        report = builder.build()
+        if exporter is not None:
+            exporter.update(report)
+        if not quiet:
+            out.json_line(report)  # one write per line: a signal never cuts a line in half
+        written += 1
+        if count is not None and written >= count:
+            break
+        next_report += period
+        now = time.monotonic()
+        if next_report < now:  # a slow round: keep the period, do not catch up in a burst
+            next_report = now
+        stop.wait(next_report - now)
+
+
+def main() -> None:
+    run_cli(monitor_command)

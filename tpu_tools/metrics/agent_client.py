@@ -1,0 +1,238 @@
+"""Finding and asking the agents of this user: the API below tpu-monitor, tpu-top and tpu-dump.
+
+    list_agents()                -> [AgentRecord(pid, tag, socket_path)] of live agents
+    query_agent(pid)             -> the agent's snapshot (a dict, schema tpu-tools/agent/v1)
+    query_agents(tag_filter=...) -> AgentScan: every agent's snapshot or error, in parallel
+
+Every call has a deadline. Sockets of processes that are gone are removed on
+the way; sockets that are not ours or not private are reported, never used.
+Before sending anything the client checks, with the kernel's peer
+credentials, that the listening process is this user's and has the PID the
+socket is registered under.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tpu_tools.metrics import wire
+from tpu_tools.metrics.rundir import SocketEntry, list_socket_entries, pid_alive, remove_stale
+
+DEFAULT_TIMEOUT_S = 1.0
+_MAX_WORKERS = 16
+
+
+class AgentQueryError(Exception):
+    """An agent could not be asked; the message says why in one sentence."""
+
+
+class AgentGone(AgentQueryError):
+    """The process behind a socket has exited (its stale socket was removed)."""
+
+
+@dataclass
+class AgentRecord:
+    pid: int
+    tag: str | None
+    socket_path: Path
+
+
+@dataclass
+class AgentResult:
+    """One agent's answer: `snapshot` on success, else `error`."""
+
+    pid: int
+    socket_path: Path
+    snapshot: dict[str, Any] | None = None
+    error: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def tag(self) -> str | None:
+        return self.snapshot.get("tag") if self.snapshot else None
+
+
+@dataclass
+class IgnoredSocket:
+    path: Path
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"socket": str(self.path), "reason": self.reason}
+
+
+@dataclass
+class AgentScan:
+    results: list[AgentResult] = field(default_factory=list)  # answered, or failed while alive
+    ignored: list[IgnoredSocket] = field(default_factory=list)  # not ours, wrong mode, not a socket
+    removed_stale: list[int] = field(default_factory=list)  # PIDs whose leftover socket was deleted
+
+
+def _peer(sock: socket.socket) -> tuple[int, int]:
+    pid, uid, _ = wire.peer_credentials(sock)
+    return pid, uid
+
+
+def _exchange(entry: SocketEntry, request: str, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(str(entry.path))
+        except (ConnectionRefusedError, FileNotFoundError) as error:
+            if not pid_alive(entry.pid) or error.errno == errno.ECONNREFUSED:
+                raise AgentGone(f"process {entry.pid} is gone") from error
+            raise AgentQueryError(f"cannot connect to {entry.path}: {error.strerror}") from error
+        except socket.timeout as error:
+            raise AgentQueryError(f"timed out connecting after {timeout_s:g} s") from error
+        peer_pid, peer_uid = _peer(sock)
+        if peer_uid != os.getuid():
+            raise AgentQueryError(f"the socket is served by uid {peer_uid}, not by this user; not asking it")
+        if peer_pid != entry.pid:
+            raise AgentQueryError(f"the socket is served by process {peer_pid}, not {entry.pid}; not asking it")
+        sock.sendall(wire.encode_request(request))
+        received = bytearray()
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AgentQueryError(f"no complete answer within {timeout_s:g} s")
+            sock.settimeout(remaining)
+            try:
+                chunk = sock.recv(1 << 16)
+            except socket.timeout as error:
+                raise AgentQueryError(f"no complete answer within {timeout_s:g} s") from error
+            if not chunk:
+                break
+            received += chunk
+            if len(received) > wire.MAX_RESPONSE_BYTES:
+                raise AgentQueryError(f"the answer is larger than {wire.MAX_RESPONSE_BYTES} bytes")
+            if received.endswith(b"\n"):
+                break
+    except ConnectionError as error:
+        if not pid_alive(entry.pid):
+            raise AgentGone(f"process {entry.pid} is gone") from error
+        raise AgentQueryError(f"the connection failed: {error.strerror or error}") from error
+    finally:
+        sock.close()
+    if not received:
+        if not pid_alive(entry.pid):
+            raise AgentGone(f"process {entry.pid} is gone")
+        raise AgentQueryError("closed the connection without answering")
+    try:
+        document = json.loads(received.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise AgentQueryError("answered something that is not JSON") from error
+    if not isinstance(document, dict) or document.get("schema") != wire.SNAPSHOT_SCHEMA:
+        raise AgentQueryError("answered something that is not an agent snapshot")
+    if document.get("error"):
+        raise AgentQueryError(f"the agent failed: {document['error']}")
+    return document
+
+
+def _ask(entry: SocketEntry, request: str, timeout_s: float) -> AgentResult:
+    started = time.monotonic()
+    result = AgentResult(entry.pid, entry.path)
+    try:
+        result.snapshot = _exchange(entry, request, timeout_s)
+    except AgentGone:
+        remove_stale(entry)
+        raise
+    except AgentQueryError as error:
+        result.error = str(error)
+    except OSError as error:
+        result.error = f"{error.strerror or error}"
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+def _ask_all(entries: list[SocketEntry], request: str, timeout_s: float, scan: AgentScan) -> None:
+    def one(entry: SocketEntry) -> AgentResult | None:
+        try:
+            return _ask(entry, request, timeout_s)
+        except AgentGone:
+            scan.removed_stale.append(entry.pid)
+            return None
+
+    if not entries:
+        return
+    # One agent is asked in this thread; several in parallel, on threads kept for the next round (a
+    # monitor polling 10 times a second should not start threads each time).
+    results = [one(entries[0])] if len(entries) == 1 else list(_pool().map(one, entries))
+    scan.results.extend(r for r in results if r is not None)
+
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=_MAX_WORKERS, thread_name_prefix="agent-query")
+    return _executor
+
+
+def _usable_entries(directory: Path | None, scan: AgentScan) -> list[SocketEntry]:
+    usable = []
+    for entry in list_socket_entries(directory):
+        if not entry.usable:
+            scan.ignored.append(IgnoredSocket(entry.path, f"{entry.path.name} {entry.problem}; ignored"))
+        elif not pid_alive(entry.pid):
+            if remove_stale(entry):
+                scan.removed_stale.append(entry.pid)
+        else:
+            usable.append(entry)
+    return usable
+
+
+def query_agents(timeout_s: float = DEFAULT_TIMEOUT_S, *, tag_filter: str | re.Pattern[str] | None = None,
+                 directory: Path | None = None) -> AgentScan:
+    """Ask every live agent of this user for its snapshot, in parallel, each within `timeout_s`.
+
+    `tag_filter` (a regex, searched in the tag) drops agents whose tag does not
+    match, and agents that failed to answer (their tag is unknown). Raises
+    rundir.RunDirError when the runtime directory itself is unsafe.
+    """
+    scan = AgentScan()
+    _ask_all(_usable_entries(directory, scan), wire.REQUEST_SNAPSHOT, timeout_s, scan)
+    if tag_filter is not None:
+        pattern = re.compile(tag_filter) if isinstance(tag_filter, str) else tag_filter
+        scan.results = [r for r in scan.results if r.tag is not None and pattern.search(r.tag)]
+    scan.results.sort(key=lambda r: r.pid)
+    return scan
+
+
+def list_agents(timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None = None) -> list[AgentRecord]:
+    """The live agents of this user (PID, tag, socket path); agents that do not answer have tag None."""
+    scan = AgentScan()
+    _ask_all(_usable_entries(directory, scan), wire.REQUEST_PING, timeout_s, scan)
+    return sorted((AgentRecord(r.pid, r.tag, r.socket_path) for r in scan.results), key=lambda r: r.pid)
+
+
+def query_agent(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None = None) -> dict[str, Any]:
+    """The snapshot of the agent in process `pid`; raises AgentQueryError (AgentGone if it exited)."""
+    from tpu_tools.metrics.rundir import check_socket_file, socket_path
+
+    path = socket_path(pid, directory)
+    if not os.path.lexists(path):
+        raise AgentGone(f"no agent is registered for process {pid}")
+    problem = check_socket_file(path)
+    if problem:
+        raise AgentQueryError(f"{path} {problem}; not using it")
+    entry = SocketEntry(pid, path)
+    try:
+        return _exchange(entry, wire.REQUEST_SNAPSHOT, timeout_s)
+    except AgentGone:
+        remove_stale(entry)
+        raise
+    except OSError as error:
+        raise AgentQueryError(f"{error.strerror or error}") from error

@@ -1,0 +1,148 @@
+"""`tpu-monitor --config FILE`: which groups, each group's period, a tag filter.
+
+TOML or JSON (by extension; otherwise TOML, then JSON). Example (TOML)::
+
+    period = "1s"             # seconds between reports (a number, or "500ms", "2s", "1m")
+    tag_filter = "^train"     # only agents whose tag matches this regular expression
+    agent_timeout = 1.0       # seconds to wait for each agent's answer
+
+    [groups.host]
+    period = "5s"
+    [groups.devices]
+    [groups.processes]
+
+Groups not named under [groups] are left out of the report (no [groups]
+table: all of them). Unknown keys, unknown groups, bad periods and bad
+regular expressions are usage errors naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tpu_tools.errors import UsageError
+
+TOP_KEYS = ("period", "tag_filter", "agent_timeout", "groups")
+GROUP_KEYS = ("period",)
+MAX_PERIOD_S = 86400.0
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+_FACTORS = {None: 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: Any, what: str = "period") -> float:
+    """Seconds from 1, 0.5, "500ms", "2s", "1m"; raises ValueError with a sentence."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a duration, not {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        seconds = float(match.group(1)) * _FACTORS[match.group(2)]
+    else:
+        raise ValueError(f"{what} {value!r} is not a duration (use seconds, or a number with ms, s, m or h)")
+    if not seconds > 0 or seconds != seconds:
+        raise ValueError(f"{what} must be greater than 0, got {value!r}")
+    if seconds > MAX_PERIOD_S:
+        raise ValueError(f"{what} {value!r} is longer than a day")
+    return seconds
+
+
+@dataclass
+class GroupConfig:
+    period_s: float | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MonitorConfig:
+    period_s: float | None = None
+    tag_filter: re.Pattern[str] | None = None
+    agent_timeout_s: float | None = None
+    groups: dict[str, GroupConfig] | None = None  # None: every group
+
+
+def _load_document(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot read config file {path}: {error.strerror}") from error
+    except UnicodeDecodeError as error:
+        raise UsageError(f"config file {path} is not UTF-8 text") from error
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    if path.suffix.lower() == ".json":
+        try:
+            document = json.loads(text)
+        except ValueError as error:
+            raise UsageError(f"config file {path} is not valid JSON: {error}") from error
+    else:
+        try:
+            document = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            if path.suffix.lower() == ".toml":
+                raise UsageError(f"config file {path} is not valid TOML: {error}") from error
+            try:
+                document = json.loads(text)
+            except ValueError:
+                raise UsageError(f"config file {path} is neither valid TOML ({error}) nor JSON") from error
+    if not isinstance(document, dict):
+        raise UsageError(f"config file {path} must hold a table (a JSON object)")
+    return document
+
+
+def _unknown(keys: Any, allowed: tuple[str, ...], where: str, path: Path) -> None:
+    extra = sorted(set(keys) - set(allowed))
+    if extra:
+        raise UsageError(f"config file {path}: unknown key{'s' if len(extra) > 1 else ''} "
+                         f"{', '.join(repr(k) for k in extra)} {where} (known: {', '.join(allowed)})")
+
+
+def load_config(path: Path, known_groups: list[str]) -> MonitorConfig:
+    document = _load_document(path)
+    _unknown(document, TOP_KEYS, "at the top level", path)
+    config = MonitorConfig()
+    try:
+        if "period" in document:
+            config.period_s = parse_duration(document["period"], "period")
+        if "agent_timeout" in document:
+            config.agent_timeout_s = parse_duration(document["agent_timeout"], "agent_timeout")
+    except ValueError as error:
+        raise UsageError(f"config file {path}: {error}") from error
+    if "tag_filter" in document:
+        pattern = document["tag_filter"]
+        if not isinstance(pattern, str):
+            raise UsageError(f"config file {path}: tag_filter must be a string (a regular expression)")
+        try:
+            config.tag_filter = re.compile(pattern)
+        except re.error as error:
+            raise UsageError(f"config file {path}: tag_filter {pattern!r} is not a valid regular expression: "
+                             f"{error}") from error
+    if "groups" in document:
+        groups = document["groups"]
+        if isinstance(groups, list):  # a plain list of names is accepted too
+            groups = {name: {} for name in groups if isinstance(name, str)} if all(
+                isinstance(n, str) for n in groups) else None
+        if not isinstance(groups, dict):
+            raise UsageError(f"config file {path}: groups must be a table of group names (or a list of names)")
+        config.groups = {}
+        for name, settings in groups.items():
+            if name not in known_groups:
+                raise UsageError(f"config file {path}: unknown group {name!r} (known: {', '.join(known_groups)})")
+            if settings is None:
+                settings = {}
+            if not isinstance(settings, dict):
+                raise UsageError(f"config file {path}: groups.{name} must be a table")
+            _unknown(settings, GROUP_KEYS, f"in groups.{name}", path)
+            group = GroupConfig()
+            if "period" in settings:
+                try:
+                    group.period_s = parse_duration(settings["period"], f"groups.{name}.period")
+                except ValueError as error:
+                    raise UsageError(f"config file {path}: {error}") from error
+            config.groups[name] = group
+    return config

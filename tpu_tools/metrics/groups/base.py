@@ -1,0 +1,110 @@
+"""What a report group is, and the per-round context groups share.
+
+A collector is created once per monitor run and asked `collect(context)` each
+time its period is due; it returns the group's data (a dict). Whatever it
+raises becomes the group's `error` string: one failing group never costs the
+rest of the report. The context fetches the inputs several groups need
+(passive discovery, agent snapshots, per-device figures of every source) once
+per round, on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tpu_tools.metrics.agent_client import DEFAULT_TIMEOUT_S, AgentScan, query_agents
+from tpu_tools.pjrt.discover import Discovery, discover
+
+
+@dataclass
+class DeviceFigures:
+    """Runtime figures of one local accelerator device from a source other than the agent.
+
+    `device_id` is the device's local id on `platform` (the PJRT id of an
+    addressable device; libtpu's device ordinal). A field left None is not
+    reported by the source; `extra` holds source-specific figures by name with
+    units in the name (e.g. {"hbm_bandwidth_utilization_percent": 12.0}).
+    """
+
+    platform: str
+    device_id: int
+    source: str
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    utilization_percent: float | None = None
+    extra: dict[str, float | int | str | None] = field(default_factory=dict)
+
+
+@dataclass
+class CollectOptions:
+    """What a monitor run asks of its groups."""
+
+    agent_timeout_s: float = DEFAULT_TIMEOUT_S
+    tag_filter: re.Pattern[str] | None = None
+    group_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # extra keys from the config
+
+
+class CollectContext:
+    """One round's shared inputs, each fetched on first use and then reused within the round."""
+
+    def __init__(self, options: CollectOptions, collectors: dict[str, GroupCollector]):
+        self.options = options
+        self._collectors = collectors
+        self._memo: dict[str, Any] = {}
+
+    def memo(self, key: str, fetch: Callable[[], Any]) -> Any:
+        """Fetch once per round under `key` (a source's connection result, say) and reuse."""
+        if key not in self._memo:
+            self._memo[key] = fetch()
+        return self._memo[key]
+
+    def discovery(self) -> Discovery:
+        return self.memo("discovery", discover)
+
+    def agents(self) -> AgentScan:
+        return self.memo("agents", lambda: query_agents(self.options.agent_timeout_s,
+                                                        tag_filter=self.options.tag_filter))
+
+    def device_figures(self) -> list[DeviceFigures]:
+        """Per-device figures from every collector that has them; a failing source adds nothing."""
+        def gather() -> list[DeviceFigures]:
+            figures: list[DeviceFigures] = []
+            for collector in self._collectors.values():
+                method = getattr(collector, "device_figures", None)
+                if method is None:
+                    continue
+                try:
+                    figures.extend(method(self))
+                except Exception:  # its own group reports the error
+                    continue
+            return figures
+
+        return self.memo("device_figures", gather)
+
+
+class GroupCollector(Protocol):
+    """One group of the report.
+
+    name: the key in the report. default_period_s: None means every report.
+    collect(context) -> dict: the group's figures (without `period_s`/`error`,
+    which the report adds). Optional: `device_figures(context) ->
+    list[DeviceFigures]` for sources with per-device figures, and
+    `prometheus(data) -> iterable of prometheus_client metric families` for
+    exposition of the group's own figures; `close()` to release connections.
+    """
+
+    name: str
+
+    def collect(self, context: CollectContext) -> dict[str, Any]: ...
+
+
+def load_collector(name: str, options: CollectOptions) -> GroupCollector:
+    from tpu_tools.metrics.groups import GROUPS
+
+    module_name, _, class_name = GROUPS[name].partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls(options)

@@ -1,0 +1,153 @@
+"""The `devices` group: accelerator devices from passive discovery, with runtime figures where known.
+
+Hardware comes from `tpu_tools.pjrt.discover` (sysfs, /dev, /proc): the monitor
+never opens a runtime itself, so it never takes a TPU. Runtime figures come
+from the agents (the devices of each agent-attached process, paired with the
+chips as tpu-ls pairs them) and from any other source with per-device figures
+(`DeviceFigures`, e.g. libtpu's metrics service). Devices that belong to one
+process only and have no hardware behind them (the CPU platform) are listed
+per process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpu_tools.accelerators import spec_for_device_kind
+from tpu_tools.inventory import _match_chips
+from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
+from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
+from tpu_tools.pjrt.discover import Chip
+
+_GPU_PLATFORMS = ("gpu", "cuda", "rocm")
+
+
+def _family(platform: str | None) -> str:
+    return "gpu" if platform in _GPU_PLATFORMS else (platform or "?")
+
+
+def _new_entry(key: str, platform: str, device_id: int, name: str, chip: Chip | None) -> dict[str, Any]:
+    total = None
+    if chip is not None and chip.hbm_bytes:
+        total = chip.hbm_bytes // (chip.devices_per_chip or 1)
+    return {
+        "key": key,
+        "platform": platform,
+        "id": device_id,
+        "name": name,
+        "chip_index": chip.index if chip else None,
+        "pci_address": chip.pci_address if chip else None,
+        "memory_used_bytes": None,
+        "memory_total_bytes": total,
+        "memory_peak_bytes": None,
+        "live_array_bytes": None,
+        "live_array_count": None,
+        "utilization_percent": None,
+        "holders": [h.to_dict() for h in chip.holders] if chip else [],
+        "processes": [],
+        "sources": ["discovery"] if chip else [],
+        "extra": {},
+    }
+
+
+def _add(total: int | None, value: int | None) -> int | None:
+    if value is None:
+        return total
+    return value if total is None else total + value
+
+
+def _merge_agent_device(entry: dict[str, Any], device: dict[str, Any], pid: int, tag: str | None) -> None:
+    entry["memory_used_bytes"] = _add(entry["memory_used_bytes"], device.get("memory_used_bytes"))
+    entry["memory_peak_bytes"] = _add(entry["memory_peak_bytes"], device.get("memory_peak_bytes"))
+    entry["live_array_bytes"] = _add(entry["live_array_bytes"], device.get("live_array_bytes"))
+    entry["live_array_count"] = _add(entry["live_array_count"], device.get("live_array_count"))
+    if device.get("memory_limit_bytes") is not None:
+        entry["memory_total_bytes"] = device["memory_limit_bytes"]
+    entry["processes"].append({"pid": pid, "tag": tag})
+    if "agent" not in entry["sources"]:
+        entry["sources"].append("agent")
+
+
+def _merge_figures(entry: dict[str, Any], figures: DeviceFigures) -> None:
+    # A source that reads the device itself (libtpu) knows its whole memory, agents only their own part.
+    if figures.memory_used_bytes is not None:
+        entry["memory_used_bytes"] = figures.memory_used_bytes
+    if figures.memory_total_bytes is not None:
+        entry["memory_total_bytes"] = figures.memory_total_bytes
+    if figures.utilization_percent is not None:
+        entry["utilization_percent"] = figures.utilization_percent
+    entry["extra"].update(figures.extra)
+    if figures.source not in entry["sources"]:
+        entry["sources"].append(figures.source)
+
+
+def _runtime_of(snapshot: dict[str, Any]) -> RuntimeRecord | None:
+    runtime, devices = snapshot.get("runtime"), snapshot.get("devices") or []
+    if not runtime or not devices:
+        return None
+    records = [DeviceRecord.from_dict(d) for d in devices]
+    return RuntimeRecord(platform=runtime["platform"], platform_version=runtime.get("platform_version", ""),
+                         process_index=runtime.get("process_index", 0), process_count=runtime.get("process_count", 1),
+                         device_count=len(records), local_device_count=len(records), jax_version="",
+                         jaxlib_version="", devices=records)
+
+
+def build_devices(context: CollectContext) -> dict[str, Any]:
+    discovery = context.discovery()
+    entries: list[dict[str, Any]] = []
+    by_chip: dict[tuple[int, int], dict[str, Any]] = {}  # (chip index, device on chip) -> entry
+    by_id: dict[tuple[str, int], dict[str, Any]] = {}  # (platform family, local id) -> hardware entry
+    for chip in discovery.chips:
+        family = _family(chip.platform)
+        for k in range(chip.devices_per_chip or 1):
+            device_id = sum(1 for e in entries if _family(e["platform"]) == family)
+            entry = _new_entry(f"{family}:{device_id}", chip.platform, device_id, chip.name, chip)
+            entries.append(entry)
+            by_chip[(chip.index, k)] = entry
+            by_id[(family, device_id)] = entry
+    notes = list(discovery.notes)
+    for result in context.agents().results:
+        snapshot = result.snapshot
+        runtime = _runtime_of(snapshot) if snapshot else None
+        if runtime is None:
+            continue
+        chips = _match_chips(runtime, discovery)
+        seen_on_chip: dict[int, int] = {}
+        for device, raw in sorted(zip(runtime.devices, snapshot["devices"]), key=lambda pair: pair[0].id):
+            chip = chips.get(device.id)
+            entry = None
+            if chip is not None:
+                k = seen_on_chip.get(chip.index, 0)
+                seen_on_chip[chip.index] = k + 1
+                entry = by_chip.get((chip.index, k))
+            if entry is None:  # no hardware to pair with: this process's own device
+                name = device.device_kind
+                spec = spec_for_device_kind(device.device_kind)
+                entry = _new_entry(f"{device.platform}:{device.id}@{result.pid}", device.platform, device.id,
+                                   spec.name if spec else name, None)
+                entries.append(entry)
+            _merge_agent_device(entry, raw, result.pid, result.tag)
+    for figures in context.device_figures():
+        family = _family(figures.platform)
+        entry = by_id.get((family, figures.device_id))
+        if entry is None:
+            entry = _new_entry(f"{family}:{figures.device_id}", figures.platform, figures.device_id,
+                               figures.platform, None)
+            entries.append(entry)
+            by_id[(family, figures.device_id)] = entry
+        _merge_figures(entry, figures)
+    return {
+        "devices": entries,
+        "chips": [chip.to_dict() for chip in discovery.chips],
+        "notes": notes,
+    }
+
+
+class DevicesGroup:
+    name = "devices"
+
+    def __init__(self, options: CollectOptions):
+        pass
+
+    def collect(self, context: CollectContext) -> dict[str, Any]:
+        return build_devices(context)

@@ -1,0 +1,88 @@
+"""The `processes` group: one entry per agent-attached process, and device holders without an agent.
+
+Agents are asked in parallel, each within the agent timeout; one that fails
+gets an entry with its `error` and the others are unaffected. Sockets that
+are not ours or not private are listed under `ignored_sockets`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpu_tools.metrics.agent_client import AgentResult
+from tpu_tools.metrics.groups.base import CollectContext, CollectOptions
+from tpu_tools.metrics.process import ProcessSampler
+
+DEVICE_KEYS = ("id", "platform", "device_kind", "memory_used_bytes", "memory_peak_bytes", "memory_limit_bytes",
+               "live_array_bytes", "live_array_count")
+COMPILE_KEYS = ("compile_count", "recompile_count", "trace_count", "trace_time_s", "lowering_time_s",
+                "backend_compile_time_s", "cache_hits", "cache_misses")
+STEP_KEYS = ("count", "steps_per_second", "last_step_time_s", "p50_step_time_s", "p99_step_time_s",
+             "last_step_age_s")
+PROCESS_KEYS = ("cpu_percent", "cpu_time_s", "rss_bytes", "threads")
+
+
+def device_memory_bytes(device: dict[str, Any]) -> int | None:
+    """What a device holds for a process: the platform's figure, else its live arrays."""
+    used = device.get("memory_used_bytes")
+    return used if used is not None else device.get("live_array_bytes")
+
+
+def agent_entry(result: AgentResult) -> dict[str, Any]:
+    snapshot = result.snapshot or {}
+    process = snapshot.get("process") or {}
+    compiles = snapshot.get("compiles") or {}
+    devices = [{k: d.get(k) for k in DEVICE_KEYS} for d in snapshot.get("devices") or []]
+    memory = [device_memory_bytes(d) for d in devices]
+    runtime = snapshot.get("runtime") or {}
+    return {
+        "pid": result.pid,
+        "tag": snapshot.get("tag"),
+        "user": snapshot.get("user"),
+        "command": snapshot.get("command"),
+        "error": result.error,
+        "socket": str(result.socket_path),
+        "uptime_s": snapshot.get("uptime_s"),
+        "jax_version": snapshot.get("jax_version"),
+        "platform": runtime.get("platform"),
+        **{k: process.get(k) for k in PROCESS_KEYS},
+        "device_memory_used_bytes": sum(m for m in memory if m is not None) if devices else None,
+        "live_array_bytes": sum(d["live_array_bytes"] or 0 for d in devices) if devices else None,
+        "live_array_count": sum(d["live_array_count"] or 0 for d in devices) if devices else None,
+        "devices": devices,
+        "compiles": ({**{k: compiles.get(k) for k in COMPILE_KEYS},
+                      "functions": compiles.get("functions") or [],
+                      "recent_recompiles": compiles.get("recent_recompiles") or []} if snapshot else None),
+        "steps": {k: (snapshot.get("steps") or {}).get(k) for k in STEP_KEYS} if snapshot else None,
+        "query_time_s": result.elapsed_s,
+    }
+
+
+class ProcessesGroup:
+    name = "processes"
+
+    def __init__(self, options: CollectOptions):
+        self._sampler = ProcessSampler()
+
+    def collect(self, context: CollectContext) -> dict[str, Any]:
+        scan = context.agents()
+        agents = [agent_entry(r) for r in scan.results]
+        agent_pids = {r.pid for r in scan.results}
+        holders: dict[int, dict[str, Any]] = {}
+        discovery = context.discovery()
+        for chip in discovery.chips:
+            for holder in chip.holders:
+                if holder.pid in agent_pids:
+                    continue
+                entry = holders.setdefault(holder.pid, {"pid": holder.pid, "user": holder.user,
+                                                        "command": holder.command, "chips": []})
+                entry["chips"].append(chip.index)
+        for pid, entry in holders.items():
+            figures = self._sampler.sample(pid)
+            entry.update({k: getattr(figures, k) if figures else None for k in PROCESS_KEYS})
+        self._sampler.forget_except(set(holders))
+        return {
+            "agents": agents,
+            "holders": sorted(holders.values(), key=lambda h: h["pid"]),
+            "ignored_sockets": [i.to_dict() for i in scan.ignored],
+        }

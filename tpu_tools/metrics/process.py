@@ -1,0 +1,109 @@
+"""CPU, memory and threads of processes, through psutil.
+
+`SelfSampler` serves the agent inside a workload: its CPU % is measured over a
+recent window of its own requests, so several clients polling at different
+rates do not reset each other's baseline. `ProcessSampler` serves the monitor
+and tpu-top for processes without an agent (device holders), keeping one
+psutil handle per PID so CPU % is measured between refreshes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+
+import psutil
+
+_MIN_WINDOW_S = 0.2  # CPU % over less than this is mostly noise
+_KEEP_SAMPLES_S = 30.0
+
+
+@dataclass
+class ProcessFigures:
+    pid: int
+    cpu_percent: float | None
+    cpu_time_s: float | None
+    rss_bytes: int | None
+    threads: int | None
+    user: str | None = None
+    command: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _cpu_seconds(times: psutil._common.pcputimes) -> float:  # type: ignore[name-defined]
+    return float(times.user + times.system)
+
+
+class SelfSampler:
+    """Figures of the current process, CPU % over the last >= 0.2 s of requests (else since start)."""
+
+    def __init__(self) -> None:
+        self._process = psutil.Process(os.getpid())
+        self._samples: deque[tuple[float, float]] = deque(maxlen=256)
+
+    def sample(self) -> ProcessFigures:
+        process = self._process
+        with process.oneshot():
+            cpu = _cpu_seconds(process.cpu_times())
+            rss = process.memory_info().rss
+            threads = process.num_threads()
+            started = process.create_time()
+        now = time.monotonic()
+        percent = None
+        for at, then in reversed(self._samples):
+            if now - at >= _MIN_WINDOW_S:
+                percent = 100.0 * (cpu - then) / (now - at)
+                break
+        if percent is None:
+            lifetime = time.time() - started
+            percent = 100.0 * cpu / lifetime if lifetime > 0 else None
+        self._samples.append((now, cpu))
+        while self._samples and now - self._samples[0][0] > _KEEP_SAMPLES_S:
+            self._samples.popleft()
+        return ProcessFigures(os.getpid(), percent, cpu, rss, threads)
+
+
+class ProcessSampler:
+    """Figures of other processes, CPU % between successive calls for the same PID."""
+
+    def __init__(self) -> None:
+        self._handles: dict[int, psutil.Process] = {}
+
+    def sample(self, pid: int) -> ProcessFigures | None:
+        """None when the process is gone or cannot be read at all."""
+        handle = self._handles.get(pid)
+        try:
+            if handle is None or not handle.is_running():  # is_running also catches a reused PID
+                handle = psutil.Process(pid)
+                self._handles[pid] = handle
+                first = True
+            else:
+                first = False
+            with handle.oneshot():
+                percent = handle.cpu_percent(None)
+                cpu = _cpu_seconds(handle.cpu_times())
+                rss = handle.memory_info().rss
+                threads = handle.num_threads()
+                user = _safe(handle.username)
+                command = " ".join(_safe(handle.cmdline) or []) or _safe(handle.name)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            self._handles.pop(pid, None)
+            return None
+        except psutil.AccessDenied:
+            return ProcessFigures(pid, None, None, None, None)
+        return ProcessFigures(pid, None if first else percent, cpu, rss, threads, user, command)
+
+    def forget_except(self, pids: set[int]) -> None:
+        for pid in set(self._handles) - pids:
+            del self._handles[pid]
+
+
+def _safe(getter):  # type: ignore[no-untyped-def]
+    try:
+        return getter()
+    except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return None

@@ -1,0 +1,201 @@
+"""Prometheus exposition of monitor reports (`tpu-monitor --prometheus [HOST:]PORT`).
+
+Metrics are built from the latest report on every scrape, so the series of a
+process that exited disappear with it. Names start with `tpu_tools_` and carry
+their unit; labels: `device` (e.g. tpu:0, or cpu:0@1234 for a process's own
+CPU device), `pid`, `tag`. A group added later exports its own figures by
+giving its collector a `prometheus(data)` method.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from tpu_tools.errors import RuntimeFailure, UsageError
+
+PREFIX = "tpu_tools_"
+
+
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """"9100" -> ("127.0.0.1", 9100); "0.0.0.0:9100"; "[::1]:9100". Raises UsageError."""
+    host, port_text = "127.0.0.1", text.strip()
+    if ":" in port_text:
+        host, _, port_text = port_text.rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UsageError(f"--prometheus {text!r}: expected [HOST:]PORT with a port from 1 to 65535")
+    return host, int(port_text)
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
+
+
+def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(PREFIX + name, doc, labels=labels)
+
+
+def _add(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    family.add_metric(labels, float(value))
+
+
+def host_metrics(data: dict[str, Any]) -> Iterator[Metric]:
+    simple = [("host_cpu_percent", "cpu_percent", "Host CPU use, percent of all cores."),
+              ("host_memory_total_bytes", "memory_total_bytes", "Host memory."),
+              ("host_memory_used_bytes", "memory_used_bytes", "Host memory in use (total minus available)."),
+              ("host_memory_available_bytes", "memory_available_bytes", "Host memory available."),
+              ("host_swap_used_bytes", "swap_used_bytes", "Host swap in use.")]
+    for name, key, doc in simple:
+        family = _gauge(name, doc, [])
+        _add(family, [], data.get(key))
+        yield family
+    load = _gauge("host_load_average", "Host load average.", ["window"])
+    for window in ("1m", "5m", "15m"):
+        _add(load, [window], data.get(f"load_average_{window}"))
+    yield load
+
+
+def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
+    labels = ["device", "platform", "name"]
+    families = {key: _gauge(f"device_{key}", doc, labels) for key, doc in [
+        ("memory_used_bytes", "Device memory in use (the platform's figure, or a source such as libtpu)."),
+        ("memory_total_bytes", "Device memory capacity."),
+        ("live_array_bytes", "Bytes of live arrays on the device, from the agents."),
+        ("utilization_percent", "Device utilization (e.g. TensorCore duty cycle), where a source reports it."),
+    ]}
+    holders = _gauge("device_holder_processes", "Processes holding the device's node open.", labels)
+    extra: dict[str, GaugeMetricFamily] = {}
+    for device in data.get("devices") or []:
+        values = [str(device.get("key")), str(device.get("platform")), str(device.get("name"))]
+        for key, family in families.items():
+            _add(family, values, device.get(key))
+        _add(holders, values, len(device.get("holders") or []))
+        for name, value in (device.get("extra") or {}).items():
+            if name not in extra:
+                extra[name] = _gauge(f"device_{name}", f"Device figure {name} from an extra source.", labels)
+            _add(extra[name], values, value)
+    yield from families.values()
+    yield holders
+    yield from extra.values()
+
+
+def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
+    labels = ["pid", "tag"]
+    up = _gauge("agent_up", "1 when the process's agent answered, 0 when asking it failed.", labels)
+    gauges = {key: _gauge(f"process_{key}", doc, labels) for key, doc in [
+        ("cpu_percent", "Process CPU use, percent of one core."),
+        ("rss_bytes", "Process resident memory."),
+        ("threads", "Process threads."),
+        ("device_memory_used_bytes", "Device memory held by the process (all its devices)."),
+        ("live_array_bytes", "Bytes of the process's live arrays."),
+        ("live_arrays", "Number of the process's live arrays (per device shard)."),
+    ]}
+    steps_rate = _gauge("process_steps_per_second", "Steps marked per second (recent window).", labels)
+    step_time = _gauge("process_step_time_seconds", "Step time: last, p50 and p99 of recent steps.",
+                       [*labels, "stat"])
+    counters = {key: _counter(f"process_{name}", doc, labels) for key, name, doc in [
+        ("compile_count", "compiles", "Backend compilations (including persistent-cache hits)."),
+        ("recompile_count", "recompiles", "Compilations of a function compiled before."),
+        ("cache_hits", "persistent_cache_hits", "Persistent compilation cache hits."),
+        ("cache_misses", "persistent_cache_misses", "Persistent compilation cache misses."),
+    ]}
+    compile_time = _counter("process_compile_seconds", "Time spent compiling, by phase.", [*labels, "phase"])
+    steps = _counter("process_steps", "Steps marked by the job.", labels)
+    device_memory = _gauge("process_device_memory_used_bytes_per_device",
+                           "Device memory held by the process on one device.", [*labels, "device"])
+    for agent in data.get("agents") or []:
+        values = [str(agent.get("pid")), str(agent.get("tag") or "")]
+        up.add_metric(values, 0.0 if agent.get("error") else 1.0)
+        if agent.get("error"):
+            continue
+        for key, family in gauges.items():
+            _add(family, values, agent.get("live_array_count" if key == "live_arrays" else key))
+        compiles = agent.get("compiles") or {}
+        for key, family in counters.items():
+            _add(family, values, compiles.get(key))
+        for phase in ("trace", "lowering", "backend_compile"):
+            _add(compile_time, [*values, phase], compiles.get(f"{phase}_time_s"))
+        step_stats = agent.get("steps") or {}
+        _add(steps, values, step_stats.get("count"))
+        _add(steps_rate, values, step_stats.get("steps_per_second"))
+        for stat in ("last", "p50", "p99"):
+            _add(step_time, [*values, stat], step_stats.get(f"{stat}_step_time_s"))
+        for device in agent.get("devices") or []:
+            used = device.get("memory_used_bytes")
+            used = used if used is not None else device.get("live_array_bytes")
+            _add(device_memory, [*values, f"{device.get('platform')}:{device.get('id')}"], used)
+    yield up
+    yield from gauges.values()
+    yield from counters.values()
+    yield compile_time
+    yield steps
+    yield steps_rate
+    yield step_time
+    yield device_memory
+
+
+BUILTIN: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {
+    "host": host_metrics,
+    "devices": device_metrics,
+    "processes": process_metrics,
+}
+
+
+class ReportCollector(Collector):
+    """Serves the latest report; `update()` is called by the monitor loop after each round."""
+
+    def __init__(self, exporters: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]):
+        self._exporters = exporters
+        self._report: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def update(self, report: dict[str, Any]) -> None:
+        with self._lock:
+            self._report = report
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            report = self._report
+        if report is None:
+            return
+        errors = _gauge("group_error", "1 when the group failed in the latest report.", ["group"])
+        for name, export in self._exporters.items():
+            data = report.get(name)
+            if not isinstance(data, dict):
+                continue
+            errors.add_metric([name], 1.0 if data.get("error") else 0.0)
+            if not data.get("error"):
+                yield from export(data)
+        yield errors
+
+
+def exporters_for(collectors: dict[str, Any]) -> dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]:
+    """The built-in exporter of each group, else the collector's own `prometheus` method."""
+    found = {}
+    for name, collector in collectors.items():
+        export = BUILTIN.get(name) or getattr(collector, "prometheus", None)
+        if export is not None:
+            found[name] = export
+    return found
+
+
+def serve(collector: ReportCollector, host: str, port: int) -> Any:
+    """Start the /metrics HTTP server in a daemon thread; RuntimeFailure when the port is taken."""
+    from prometheus_client import start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as error:
+        reason = "is already in use" if error.errno == errno.EADDRINUSE else f"cannot be used ({error.strerror or error})"
+        raise RuntimeFailure(f"cannot serve Prometheus metrics: port {port} on {host} {reason}") from error
+    return server

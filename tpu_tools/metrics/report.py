@@ -1,0 +1,100 @@
+"""Monitor reports: every group's figures in one document, schema `tpu-tools/monitor/v1`.
+
+`ReportBuilder.build()` runs one round: each group whose period is due is
+collected again (others repeat their last figures with their `sampled_at`
+time), and whatever a group raises becomes its `error` instead of failing
+the report. tpu-monitor prints these documents; tpu-top renders them;
+Prometheus exposition reads the latest one.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import tpu_tools
+from tpu_tools.metrics.groups import GROUPS
+from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, GroupCollector, load_collector
+
+SCHEMA = "tpu-tools/monitor/v1"
+
+
+def iso_time(unix_s: float) -> str:
+    return datetime.fromtimestamp(unix_s, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class GroupPlan:
+    name: str
+    period_s: float | None = None  # None: every report
+
+
+class ReportBuilder:
+    def __init__(self, plan: list[GroupPlan] | None = None, options: CollectOptions | None = None,
+                 report_period_s: float | None = None):
+        self.options = options or CollectOptions()
+        self.plan = plan if plan is not None else [GroupPlan(name) for name in GROUPS]
+        self.report_period_s = report_period_s
+        self.collectors: dict[str, GroupCollector] = {}
+        self._last: dict[str, dict[str, Any]] = {}
+        self._due: dict[str, float] = {}
+        self.sequence = 0
+        for group in self.plan:
+            self.collectors[group.name] = load_collector(group.name, self.options)
+
+    def _period(self, group: GroupPlan) -> float | None:
+        return group.period_s if group.period_s is not None else self.report_period_s
+
+    def build(self) -> dict[str, Any]:
+        now = time.time()
+        monotonic = time.monotonic()
+        context = CollectContext(self.options, self.collectors)
+        report: dict[str, Any] = {
+            "schema": SCHEMA,
+            "time": iso_time(now),
+            "time_unix_s": round(now, 3),
+            "hostname": socket.gethostname(),
+            "sequence": self.sequence,
+            "tpu_tools_version": tpu_tools.__version__,
+        }
+        for group in self.plan:
+            due = self._due.get(group.name)
+            # Reports are scheduled on their own clock: a group is due when its time falls within half a
+            # report period, so a group with the report's own period is collected in every report.
+            slack = 0.5 * self.report_period_s if self.report_period_s else 0.001
+            if due is None or monotonic >= due - slack or group.name not in self._last:
+                self._last[group.name] = self._collect(group, context)
+                period = self._period(group)
+                if period is not None:
+                    # Keep to the schedule; after a slow round, start again from now.
+                    due = (due if due is not None else monotonic) + period
+                    self._due[group.name] = due if due > monotonic else monotonic + period
+            report[group.name] = self._last[group.name]
+        self.sequence += 1
+        return report
+
+    def _collect(self, group: GroupPlan, context: CollectContext) -> dict[str, Any]:
+        started = time.time()
+        header: dict[str, Any] = {"period_s": self._period(group), "sampled_at": iso_time(started), "error": None}
+        try:
+            data = self.collectors[group.name].collect(context)
+        except Exception as error:  # the group reports its failure; the report goes on
+            return {**header, "error": _sentence(error)}
+        return {**header, **data}
+
+    def close(self) -> None:
+        for collector in self.collectors.values():
+            close = getattr(collector, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:
+                    pass
+
+
+def _sentence(error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return text or type(error).__name__

@@ -1,0 +1,67 @@
+"""Host figures through psutil: CPU use, memory, swap, load average."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+
+import psutil
+
+_FIRST_WINDOW_S = 0.25  # the first CPU % needs two readings; later ones use the previous call
+
+
+@dataclass
+class HostFigures:
+    hostname: str
+    cpu_count: int | None
+    cpu_percent: float
+    memory_total_bytes: int
+    memory_used_bytes: int
+    memory_available_bytes: int
+    swap_total_bytes: int
+    swap_used_bytes: int
+    load_average_1m: float | None
+    load_average_5m: float | None
+    load_average_15m: float | None
+    uptime_s: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class HostSampler:
+    def __init__(self) -> None:
+        self._primed = False
+
+    def sample(self) -> HostFigures:
+        if not self._primed:
+            psutil.cpu_percent(None)
+            time.sleep(_FIRST_WINDOW_S)
+            self._primed = True
+        cpu = psutil.cpu_percent(None)
+        memory = psutil.virtual_memory()
+        swap = psutil.swap_memory()
+        try:
+            load = os.getloadavg()
+        except OSError:
+            load = (None, None, None)
+        try:
+            uptime = time.time() - psutil.boot_time()
+        except Exception:
+            uptime = None
+        return HostFigures(
+            hostname=socket.gethostname(),
+            cpu_count=psutil.cpu_count(),
+            cpu_percent=float(cpu),
+            memory_total_bytes=int(memory.total),
+            memory_used_bytes=int(memory.total - memory.available),
+            memory_available_bytes=int(memory.available),
+            swap_total_bytes=int(swap.total),
+            swap_used_bytes=int(swap.used),
+            load_average_1m=load[0],
+            load_average_5m=load[1],
+            load_average_15m=load[2],
+            uptime_s=uptime,
+        )

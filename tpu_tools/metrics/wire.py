@@ -1,0 +1,60 @@
+"""The agent's socket protocol: one bounded request line in, one JSON document out.
+
+Request: a JSON object on one line, at most MAX_REQUEST_BYTES, naming one of
+REQUESTS. The agent answers with one JSON object followed by a newline and
+closes the connection. A request that is too long, not JSON, not an object or
+names an unknown request gets no answer: the connection is closed. Nothing a
+client sends is ever evaluated or run.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from typing import Any
+
+PROTOCOL_VERSION = 1
+MAX_REQUEST_BYTES = 4096
+MAX_RESPONSE_BYTES = 64 << 20
+REQUEST_TIMEOUT_S = 2.0  # the agent drops a client that has not sent its request by then
+REPLY_TIMEOUT_S = 5.0  # ... or that does not read the answer within this time
+SNAPSHOT_SCHEMA = "tpu-tools/agent/v1"
+
+REQUEST_SNAPSHOT = "snapshot"
+REQUEST_PING = "ping"
+REQUESTS = (REQUEST_SNAPSHOT, REQUEST_PING)
+
+
+class MalformedRequest(ValueError):
+    pass
+
+
+def encode_request(name: str) -> bytes:
+    return json.dumps({"request": name, "version": PROTOCOL_VERSION}).encode() + b"\n"
+
+
+def decode_request(line: bytes) -> str:
+    """The request name from one received line; raises MalformedRequest."""
+    if len(line) > MAX_REQUEST_BYTES:
+        raise MalformedRequest("request too long")
+    try:
+        document = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise MalformedRequest("not JSON") from error
+    if not isinstance(document, dict) or document.get("request") not in REQUESTS:
+        raise MalformedRequest("unknown request")
+    return document["request"]
+
+
+def encode_response(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, separators=(",", ":"), default=str).encode() + b"\n"
+
+
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def peer_credentials(connection: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a Unix socket, from the kernel."""
+    raw = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    return _PEERCRED.unpack(raw)
