@@ -14,7 +14,7 @@ _tpu_tools_complete() {
     local opts="" subs="" choices="" pathopts="" valopts=""
     case "$key" in
         'tpu-tools|')
-            opts='--debug --version -h --help'; subs='ls'
+            opts='--debug --version -h --help'; subs='ls profile'
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
@@ -25,11 +25,77 @@ _tpu_tools_complete() {
                 --format) choices='auto table plain json' ;;
             esac
             ;;
+        'tpu-tools|profile')
+            opts='--debug --version -h --help'; subs='run summary hlo capture'
+            valopts=''; pathopts=''
+            ;;
+        'tpu-tools|profile run')
+            opts='-m --module --out --force --delay --duration --no-python-trace --quiet --top --platform --host-devices --xla-flag --debug --version -h --help'; subs=''
+            valopts='-m --module --out --delay --duration --top --platform --host-devices --xla-flag'; pathopts='--out'
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|profile summary')
+            opts='--top --json --format --debug --version -h --help'; subs=''
+            valopts='--top --format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|profile hlo')
+            opts='--arg --chip --out --force --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs=''
+            valopts='--arg --chip --out --platform --host-devices --xla-flag --format'; pathopts='--out'
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|profile capture')
+            opts='--addr --duration --no-python-trace --out --force --top --json --format --debug --version -h --help'; subs=''
+            valopts='--addr --duration --out --top --format'; pathopts='--out'
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
         'tpu-ls|')
             opts='--probe --topology --no-runtime --force --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
             valopts='--platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-profile|')
+            opts='--debug --version -h --help'; subs='run summary hlo capture'
+            valopts=''; pathopts=''
+            ;;
+        'tpu-profile|run')
+            opts='-m --module --out --force --delay --duration --no-python-trace --quiet --top --platform --host-devices --xla-flag --debug --version -h --help'; subs=''
+            valopts='-m --module --out --delay --duration --top --platform --host-devices --xla-flag'; pathopts='--out'
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-profile|summary')
+            opts='--top --json --format --debug --version -h --help'; subs=''
+            valopts='--top --format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-profile|hlo')
+            opts='--arg --chip --out --force --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs=''
+            valopts='--arg --chip --out --platform --host-devices --xla-flag --format'; pathopts='--out'
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-profile|capture')
+            opts='--addr --duration --no-python-trace --out --force --top --json --format --debug --version -h --help'; subs=''
+            valopts='--addr --duration --out --top --format'; pathopts='--out'
+            case "$prev" in
                 --format) choices='auto table plain json' ;;
             esac
             ;;
@@ -44,9 +110,9 @@ _tpu_tools_complete() {
 
 _tpu_tools_is_command() {
     case "$1|$2" in
-        'tpu-tools|ls') return 0 ;;
+        'tpu-tools|ls'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture') return 0 ;;
     esac
     return 1
 }
 
-complete -o default -F _tpu_tools_complete tpu-tools tpu-ls
+complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-profile
