@@ -131,7 +131,7 @@ def test_program_output_is_left_alone_and_the_location_is_printed(recompiled):
     result, _, _ = recompiled
     assert result.stdout == "done\n"
     assert "TRACING CACHE MISS" not in result.stderr  # explanations are recorded, not printed
-    assert "tpu-profile: profile written to out" in result.stderr
+    assert "tpu-profile: profile written to out (summary.json, report.txt" in result.stderr
     assert "tensorboard --logdir out/trace" in result.stderr
     assert "ui.perfetto.dev" in result.stderr and "perfetto_trace.json.gz" in result.stderr
 
@@ -396,3 +396,76 @@ def test_a_window_that_never_opens_still_reports_the_compiles(tmp_path):
 def test_bad_window_options_are_usage_errors(tmp_path):
     assert_one_line_error(profile(tmp_path, "--duration", "0", "--", "x.py"), 2, "--duration")
     assert_one_line_error(profile(tmp_path, "--delay", "-1", "--", "x.py"), 2, "--delay")
+
+
+def test_the_programs_own_runtime_setup_still_applies(tmp_path):
+    # jax is imported only when the program imports it, so set-up before first use still works.
+    write_program(tmp_path, "devices.py", """
+        import jax
+        jax.config.update("jax_num_cpu_devices", 4)
+        import jax.numpy as jnp
+
+        print(jax.device_count())
+        jax.pmap(lambda x: x * 2.0)(jnp.ones((4, 8))).block_until_ready()
+    """)
+    result = profile(tmp_path, "--out", "out", "--quiet", "--", "devices.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "4\n"
+    devices = [d["device"] for d in summary_of(tmp_path / "out")["devices"]]
+    assert devices == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+
+
+def test_host_devices_option_applies_before_the_program_starts(tmp_path):
+    write_program(tmp_path, "count.py", "import jax\nprint(jax.device_count())\n")
+    result = profile(tmp_path, "--out", "out", "--quiet", "--host-devices", "2", "--", "count.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "2\n"
+
+
+def _pane(session: str) -> str:
+    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session, "-S", "-200"], capture_output=True,
+                          text=True).stdout
+
+
+@pytest.mark.parametrize("size", [(80, 24), (132, 40)])
+def test_ctrl_c_in_a_real_terminal(tmp_path, size):
+    """Ctrl-C typed in a terminal: the program stops, the report is drawn on the terminal, the trace is kept."""
+    import shutil
+
+    if not shutil.which("tmux"):
+        pytest.skip("tmux is not installed")
+    write_program(tmp_path, "spin.py", """
+        import time
+        import jax.numpy as jnp
+
+        x = jnp.ones(8)
+        print("spinning", flush=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            x = (x * 1.0001).block_until_ready()
+            time.sleep(0.01)
+    """)
+    session = f"tpuprof{os.getpid()}x{size[0]}"
+    env = clean_env(JAX_PLATFORMS="cpu")
+    command = " ".join([*tool_command("tpu-profile"), "run", "--out", "out", "--", "spin.py"])
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]), "-c",
+                    str(tmp_path), "-e", f"PATH={env['PATH']}", "-e", "JAX_PLATFORMS=cpu",
+                    f"{command}; echo EXIT=$?; sleep 30"], check=True)
+    try:
+        deadline = time.monotonic() + 60
+        while "spinning" not in _pane(session) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "spinning" in _pane(session)
+        time.sleep(0.5)
+        subprocess.run(["tmux", "send-keys", "-t", session, "C-c"], check=True)
+        deadline = time.monotonic() + 60
+        while "EXIT=" not in _pane(session) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        screen = _pane(session)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    assert "EXIT=130" in screen, screen
+    assert "interrupted; the trace so far is kept" in screen
+    assert "Eager ops" in screen and "multiply" in screen  # the report, drawn for a terminal
+    assert "Traceback" not in screen
+    assert summary_of(tmp_path / "out")["program"]["status"] == "interrupted"

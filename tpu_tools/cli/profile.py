@@ -23,11 +23,11 @@ SUBCOMMANDS = {
 
 SUMMARY_SCHEMA = (
     "summary.json and `summary --json` hold one document, schema \"tpu-tools/profile/v1\"; times are in the unit "
-    "their key names, unknown values are null.\n"
+    "their key names give; unknown values are null. capture --json prints the same document (source capture).\n"
     "schema, source (run, trace or capture), created (UTC, ISO 8601), host, versions {tpu_tools, jax, jaxlib, "
     "plugins}.\n"
     "program: null, or {argv[], module, status (exited, raised, interrupted), exit_code, error, wall_time_s}.\n"
-    "window: null, or {mode (whole, time, steps), delay_s, duration_s, start_step, steps, opened, opened_at_s, "
+    "window: null, or {mode (whole, time; steps for a window of step markers), delay_s, duration_s, start_step, steps, opened, opened_at_s, "
     "closed_at_s, first_step, last_step, closed_by, note}.\n"
     "trace: null, or {dir, run_dir, xplane_files[], perfetto_file, start_time, duration_us, hosts[], python_frames, "
     "jax_version}.\n"
@@ -156,20 +156,20 @@ def _render(document: dict, out: Output) -> None:
 
 
 def _where_lines(document: dict | None, folder: Path) -> list[str]:
-    from tpu_tools.profile.summary import REPORT_FILE, SUMMARY_FILE, relative_to_cwd
+    from tpu_tools.profile.summary import relative_to_cwd
 
     shown = relative_to_cwd(str(folder))
-    lines = [f"tpu-profile: profile written to {shown}"]
-    trace = (document or {}).get("trace")
+    if document is None:
+        return [f"tpu-profile: what was recorded is in {shown}"]
+    lines = [f"tpu-profile: profile written to {shown} (summary.json, report.txt; "
+             f"again with: tpu-profile summary {shown})"]
+    trace = document.get("trace")
     if trace:
         trace_dir = relative_to_cwd(trace["dir"])
-        lines.append(f"  trace:    {trace_dir} (TensorBoard: tensorboard --logdir {trace_dir} with "
-                     f"tensorboard-plugin-profile, or: xprof --logdir {trace_dir})")
+        lines.append(f"  TensorBoard: tensorboard --logdir {trace_dir}  (with tensorboard-plugin-profile; "
+                     f"or: xprof --logdir {trace_dir})")
         if trace.get("perfetto_file"):
-            lines.append(f"  Perfetto: open https://ui.perfetto.dev and load {relative_to_cwd(trace['perfetto_file'])}")
-    if document is not None:
-        lines.append(f"  summary:  {shown}/{SUMMARY_FILE}, report: {shown}/{REPORT_FILE} "
-                     f"(again with: tpu-profile summary {shown})")
+            lines.append(f"  Perfetto:    load {relative_to_cwd(trace['perfetto_file'])} in https://ui.perfetto.dev")
     return lines
 
 
@@ -211,8 +211,8 @@ def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: 
         target = ProgramTarget(module=module, args=tuple(args))
     target.validate()
     window = WindowSpec(delay_s=delay_s, duration_s=duration_s)
-    folder = prepare_output_dir(out_dir, force)
     check_platform_installed(policy)
+    folder = prepare_output_dir(out_dir, force)
     apply(policy)
 
     report = profile_program(target, folder, window, python_trace=not no_python_trace, top=top)

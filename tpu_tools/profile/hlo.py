@@ -152,6 +152,10 @@ def analyse(target: str, function: Any, specs: list[ArgSpec], out_dir: Path, chi
         chip_spec = spec_for_device_kind(device.device_kind)
     verdict = roofline(cost["flops"], cost["bytes_accessed"], chip_spec, compute_dtype([s.dtype for s in specs]),
                        device.device_kind)
+    if chip_spec is not None and chip_spec.platform != device.platform:
+        elsewhere = (f"the cost analysis comes from the {device.platform} compile; XLA for {chip_spec.name} fuses "
+                     "differently, so its bytes accessed may differ")
+        verdict.note = f"{verdict.note}; {elsewhere}" if verdict.note else elsewhere
     return HloAnalysis(target, [s.text for s in specs], device.platform, device.device_kind,
                        {"stablehlo": str(stablehlo), "optimized_hlo": str(optimized)},
                        round(lowering_s, 6), round(compile_s, 6), cost, _memory(compiled), verdict)

@@ -12,11 +12,16 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tpu_tools.errors import ToolError, UsageError
 from tpu_tools.profile.summary import REPORT_FILE, SUMMARY_FILE, build_summary, load_summary, write_summary
+
+if TYPE_CHECKING:
+    from tpu_tools.profile.runner import ProgramTarget, RunOutcome
+    from tpu_tools.profile.window import WindowSpec
 
 TRACE_FOLDER = "trace"
 _OWN_ENTRIES = (TRACE_FOLDER, SUMMARY_FILE, REPORT_FILE)
@@ -62,15 +67,18 @@ def prepare_output_dir(requested: Path | None, force: bool, prefix: str = "tpu-p
 
 @dataclass
 class RunReport:
-    outcome: object  # runner.RunOutcome
+    outcome: RunOutcome
     out: OutputDir
     summary: dict | None
     summary_error: str | None = None
-    notes: list[str] = field(default_factory=list)
 
 
-def profile_program(target, out: OutputDir, window, python_trace: bool = True, top: int = 15) -> RunReport:
-    """Run the program with the profiler; then summarise what was recorded into `out`."""
+def profile_program(target: ProgramTarget, out: OutputDir, window: WindowSpec, python_trace: bool = True,
+                    top: int = 15) -> RunReport:
+    """Run the program with the profiler; then summarise what was recorded into `out`.
+
+    Summarising never costs the program its exit status: a failure here is reported in `summary_error`.
+    """
     from tpu_tools.profile.runner import ProgramRunner
 
     outcome = ProgramRunner(target, out.trace_dir, window, python_trace).run()
@@ -79,21 +87,25 @@ def profile_program(target, out: OutputDir, window, python_trace: bool = True, t
         report.summary = summarise_run(outcome, target, out, top)
     except ToolError as error:
         report.summary_error = str(error)
+    except Exception as error:  # a bug in the summary must not replace the program's exit status
+        report.summary_error = f"internal error: {type(error).__name__}: {error}"
     return report
 
 
-def summarise_run(outcome, target, out: OutputDir, top: int) -> dict:
+def summarise_run(outcome: RunOutcome, target: ProgramTarget, out: OutputDir, top: int) -> dict:
+    """summary.json for a run; what was recorded is kept even when the trace cannot be read."""
     from tpu_tools.profile.frames import FrameClassifier
     from tpu_tools.profile.trace import read_trace
 
     notes = list(outcome.notes)
+    if outcome.window.note:
+        notes.append(outcome.window.note)
     trace = None
-    if outcome.window.opened and out.trace_dir.exists():
-        trace = read_trace(out.trace_dir, FrameClassifier(outcome.user_files))
-    elif outcome.window.note:
-        notes.append(outcome.window.note)
-    if outcome.window.opened and outcome.window.note:
-        notes.append(outcome.window.note)
+    if outcome.window.opened:
+        try:
+            trace = read_trace(out.trace_dir, FrameClassifier(outcome.user_files))
+        except ToolError as error:
+            notes.append(f"the trace could not be read: {error}")
     if outcome.status == "interrupted":
         notes.append("the program was interrupted (Ctrl-C); the trace covers the run until then")
     document = build_summary(source="run", trace=trace, compile_log=outcome.compile_log,

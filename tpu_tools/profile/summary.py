@@ -70,12 +70,13 @@ def build_summary(*, source: str, trace: TraceData | None = None, compile_log: C
     known_user = None
     if compile_log is not None:
         document["compile_source"] = "monitoring"
-        document["compiles"] = [asdict(r) for r in compile_rows(compile_log, calls, base_dir)]
+        document["compiles"] = [asdict(r) for r in compile_rows(compile_log, calls, base_dir)[:top]]
         document["recompilations"] = [asdict(r) for r in recompilations(compile_log, base_dir)]
         known_user = user_functions(compile_log)
     elif trace is not None:
         document["compile_source"] = "trace"
         document["compiles"], document["recompilations"] = _compiles_from_trace(trace)
+        document["compiles"] = document["compiles"][:top]
         if document["compiles"]:
             notes.append("compile figures come from the trace alone (lowering and XLA compile inside calls); "
                          "run the program under `tpu-profile run` for JAX's compile events and recompile reasons")
@@ -132,10 +133,8 @@ def _busy_ns(intervals: list[tuple[float, float]], lo: float, hi: float) -> floa
 
 def _device_sections(trace: TraceData, top: int) -> dict:
     ops = trace.ops
-    lo, hi = 0.0, trace.duration_ns
-    if trace.start_time_ns is None and ops:
-        lo = min(o.start_ns for o in ops)
-        hi = lo + trace.duration_ns
+    lo = trace.window_start_ns
+    hi = lo + trace.duration_ns
     per_device: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for op in ops:
         per_device[op.device].append((op.start_ns, op.start_ns + op.duration_ns))

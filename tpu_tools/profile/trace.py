@@ -77,11 +77,28 @@ class OrphanCompile:
 
 
 @dataclass
+class _Extent:
+    """First start and last end of all events: the window when the trace does not record its own."""
+
+    start_ns: float = float("inf")
+    end_ns: float = float("-inf")
+
+    def add(self, start: float, end: float) -> None:
+        self.start_ns = min(self.start_ns, start)
+        self.end_ns = max(self.end_ns, end)
+
+    @property
+    def empty(self) -> bool:
+        return self.end_ns < self.start_ns
+
+
+@dataclass
 class TraceData:
     files: list[Path]
     run_dir: Path
     start_time_ns: int | None  # session start, ns since the epoch, when the trace says
     duration_ns: float
+    window_start_ns: float = 0.0  # where the window starts on the events' time axis
     ops: list[DeviceOp] = field(default_factory=list)
     dispatches: list[Dispatch] = field(default_factory=list)
     orphan_compiles: list[OrphanCompile] = field(default_factory=list)
@@ -142,7 +159,7 @@ def read_trace(path: Path, classifier: FrameClassifier | None = None) -> TraceDa
 
     classifier = classifier or FrameClassifier()
     data = TraceData(files=files, run_dir=run_dir, start_time_ns=None, duration_ns=0.0, other_runs=others)
-    spans: list[tuple[float, float]] = []
+    extent = _Extent()
     starts: list[int] = []
     stops: list[int] = []
     for file in files:
@@ -155,14 +172,15 @@ def read_trace(path: Path, classifier: FrameClassifier | None = None) -> TraceDa
         data.hosts.append(host)
         prefix = f"{host}/" if len(files) > 1 else ""
         for plane in profile.planes:
-            _read_plane(plane, prefix, data, classifier, spans, starts, stops)
-    if not spans and not data.devices:
+            _read_plane(plane, prefix, data, classifier, extent, starts, stops)
+    if extent.empty and not data.devices:
         raise RuntimeFailure(f"{files[0]} holds no events: the trace is empty")
     if starts and stops:
         data.start_time_ns = min(starts)
         data.duration_ns = float(max(stops) - min(starts))
-    else:
-        data.duration_ns = max(end for _, end in spans) - min(start for start, _ in spans) if spans else 0.0
+    elif not extent.empty:
+        data.window_start_ns = extent.start_ns
+        data.duration_ns = extent.end_ns - extent.start_ns
     data.devices = sorted(set(data.devices), key=_device_sort_key)
     data.dispatches = [d for d in data.dispatches if d.executed]
     return data
@@ -193,8 +211,8 @@ def _device_sort_key(device: str) -> tuple[str, int, str]:
     return (head, int(index), device) if index.isdigit() else (device, -1, device)
 
 
-def _read_plane(plane, prefix: str, data: TraceData, classifier: FrameClassifier,
-                spans: list[tuple[float, float]], starts: list[int], stops: list[int]) -> None:
+def _read_plane(plane, prefix: str, data: TraceData, classifier: FrameClassifier, extent: _Extent,
+                starts: list[int], stops: list[int]) -> None:
     name = plane.name
     stats = _stats(plane)
     if name == "Task Environment":
@@ -206,13 +224,13 @@ def _read_plane(plane, prefix: str, data: TraceData, classifier: FrameClassifier
         data.metadata.update({k: str(v) for k, v in stats.items()})
         return
     if name.startswith("/device:"):
-        _read_device_plane(plane, prefix + name[len("/device:"):], data, spans)
+        _read_device_plane(plane, prefix + name[len("/device:"):], data, extent)
     elif name.startswith("/host:"):
         for line in plane.lines:
-            _read_host_line(line, prefix, data, classifier, spans)
+            _read_host_line(line, prefix, data, classifier, extent)
 
 
-def _read_device_plane(plane, device: str, data: TraceData, spans: list[tuple[float, float]]) -> None:
+def _read_device_plane(plane, device: str, data: TraceData, extent: _Extent) -> None:
     data.devices.append(device)
     lines = {line.name: line for line in plane.lines}
     if "XLA Ops" in lines:
@@ -242,7 +260,7 @@ def _read_device_plane(plane, device: str, data: TraceData, spans: list[tuple[fl
                 stack[-1].self_ns = max(stack[-1].self_ns - duration, 0.0)
             stack.append(op)
             data.ops.append(op)
-            spans.append((start, start + duration))
+            extent.add(start, start + duration)
 
 
 def _module_name(module: object) -> str | None:
@@ -268,8 +286,7 @@ class _Open:
     compile_event: bool = False
 
 
-def _read_host_line(line, prefix: str, data: TraceData, classifier: FrameClassifier,
-                    spans: list[tuple[float, float]]) -> None:
+def _read_host_line(line, prefix: str, data: TraceData, classifier: FrameClassifier, extent: _Extent) -> None:
     thread = line.name
     stack: list[_Open] = []
     current: Dispatch | None = None  # the outermost dispatch open on this line
@@ -281,7 +298,7 @@ def _read_host_line(line, prefix: str, data: TraceData, classifier: FrameClassif
             if closed.dispatch is not None:
                 current = None
         name = event.name
-        spans.append((start, end))
+        extent.add(start, end)
         if name.startswith("$"):
             data.has_python_frames = True
             frame = parse_frame(name)

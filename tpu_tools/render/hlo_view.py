@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tpu_tools.profile.summary import relative_to_cwd
 from tpu_tools.render.units import MISSING, format_bytes, format_duration_us
 
 
@@ -19,8 +20,8 @@ def hlo_text(doc: dict) -> str:
     args = ", ".join(doc["args"]) or "no arguments"
     lines = [
         f"{doc['target']}({args}) on {doc['platform']} ({doc['device_kind']})",
-        f"  StableHLO:      {doc['files']['stablehlo']}",
-        f"  optimised HLO:  {doc['files']['optimized_hlo']}",
+        f"  StableHLO:      {relative_to_cwd(doc['files']['stablehlo'])}",
+        f"  optimised HLO:  {relative_to_cwd(doc['files']['optimized_hlo'])}",
         f"  lowering {format_duration_us(doc['lowering_time_s'] * 1e6)}, "
         f"XLA compile {format_duration_us(doc['compile_time_s'] * 1e6)}",
         "",
