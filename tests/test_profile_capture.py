@@ -110,6 +110,7 @@ def test_capture_when_nothing_listens(captured):
     assert "could not capture a trace from 127.0.0.1:9998" in nobody["stderr"]
     assert "jax.profiler.start_server(9998)" in nobody["stderr"]
     assert nobody["stdout"] == ""
+    assert not (captured[1] / "none").exists()  # a failed capture leaves no folder behind
 
 
 def test_capture_without_the_client_package_names_it(tmp_path):

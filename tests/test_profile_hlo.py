@@ -99,6 +99,7 @@ def test_shapes_that_do_not_fit_and_unknown_chips(project):
     mismatch = hlo(project, "model:layer", "--arg", "f32[3,4]", "--arg", "f32[5,6]")
     assert_one_line_error(mismatch, 1, "tracing model:layer with f32[3,4], f32[5,6] failed")
     assert_one_line_error(hlo(project, "model:scaled", "--arg", "f32[2]", "--chip", "z80"), 2, "not a known chip")
+    assert sorted(p.name for p in project.iterdir() if p.is_dir() and p.name != "__pycache__") == []
 
 
 def test_existing_output_folder(project):

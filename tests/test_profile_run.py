@@ -469,3 +469,32 @@ def test_ctrl_c_in_a_real_terminal(tmp_path, size):
     assert "Eager ops" in screen and "multiply" in screen  # the report, drawn for a terminal
     assert "Traceback" not in screen
     assert summary_of(tmp_path / "out")["program"]["status"] == "interrupted"
+
+
+def test_persistent_compilation_cache_hits_are_counted_and_its_log_stays_quiet(tmp_path):
+    write_program(tmp_path, "cached.py", """
+        import sys
+        import jax
+        import jax.numpy as jnp
+
+        jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+        @jax.jit
+        def f(x):
+            return jnp.sin(x) * 3.0
+
+
+        f(jnp.ones(5)).block_until_ready()
+    """)
+    cache = tmp_path / "cache"
+    first = profile(tmp_path, "--out", "first", "--quiet", "--", "cached.py", str(cache))
+    second = profile(tmp_path, "--out", "second", "--quiet", "--", "cached.py", str(cache))
+    for result in (first, second):
+        assert result.returncode == 0, result.stderr
+        assert "persistent" not in result.stderr.lower() and "CACHE MISS" not in result.stderr
+    before = next(r for r in summary_of(tmp_path / "first")["compiles"] if r["function"] == "f")
+    after = next(r for r in summary_of(tmp_path / "second")["compiles"] if r["function"] == "f")
+    assert before["persistent_cache_hits"] == 0 and after["persistent_cache_hits"] == 1

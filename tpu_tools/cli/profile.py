@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import click
 from tpu_tools.cli.common import (ToolCommand, ToolGroup, common_options, output_options, run_cli,
                                   runtime_options)
 from tpu_tools.cli.output import Output, note, resolve_format
-from tpu_tools.errors import EXIT_OK, UsageError
+from tpu_tools.errors import EXIT_OK, ToolError, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -27,8 +28,8 @@ SUMMARY_SCHEMA = (
     "schema, source (run, trace or capture), created (UTC, ISO 8601), host, versions {tpu_tools, jax, jaxlib, "
     "plugins}.\n"
     "program: null, or {argv[], module, status (exited, raised, interrupted), exit_code, error, wall_time_s}.\n"
-    "window: null, or {mode (whole, time; steps for a window of step markers), delay_s, duration_s, start_step, steps, opened, opened_at_s, "
-    "closed_at_s, first_step, last_step, closed_by, note}.\n"
+    "window: null, or {mode (whole, time; steps for a window of step markers), delay_s, duration_s, start_step, "
+    "steps, opened, opened_at_s, closed_at_s, first_step, last_step, closed_by, note}.\n"
     "trace: null, or {dir, run_dir, xplane_files[], perfetto_file, start_time, duration_us, hosts[], python_frames, "
     "jax_version}.\n"
     "devices[]: {device, op_count, busy_us, idle_us, busy_percent}; device_time_us: the sum of op self times.\n"
@@ -76,9 +77,9 @@ GROUP_MAN = {
         "time.\n"
         "Host dispatch: the outermost calls into jitted code (jaxlib's PjitFunction events): host time spent in "
         "them, less device ops that ran inline and compilation.\n"
-        "Compilation: per function, XLA compilations, the time to trace, lower and compile, calls seen in the "
-        "trace and calls served from the cache. Functions are named as jax names them; two functions with one "
-        "name are counted together.\n"
+        "Compilation: per function, XLA compilations (with those served by the persistent compilation cache), "
+        "the time to trace, lower and compile, calls seen in the trace, and cache hits: the calls that ran without "
+        "compiling. Functions are named as jax names them; two functions with one name are counted together.\n"
         "Recompilations: JAX's own reason for each new trace of a function it had traced before (e.g. \"at x, "
         "now f32[4] and before f32[3]\"), grouped by function and where it is defined, with the lines that "
         "called it. JAX explains misses for functions defined in the user's files only. The explanations are "
@@ -209,11 +210,11 @@ def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: 
         target = ProgramTarget(script=Path(args[0]), args=tuple(args[1:]))
     else:
         target = ProgramTarget(module=module, args=tuple(args))
-    target.validate()
     window = WindowSpec(delay_s=delay_s, duration_s=duration_s)
     check_platform_installed(policy)
+    apply(policy)  # before anything of the program is imported: -m imports its parent packages to find it
+    target.validate()
     folder = prepare_output_dir(out_dir, force)
-    apply(policy)
 
     report = profile_program(target, folder, window, python_trace=not no_python_trace, top=top)
     outcome = report.outcome
@@ -281,17 +282,18 @@ def hlo_command(target: str, arg_specs: tuple[str, ...], chip: str | None, out_d
                 policy: RuntimePolicy, out: Output) -> int:
     """Lower and compile one function: StableHLO and optimised HLO files, cost, memory, roofline."""
     from tpu_tools.pjrt.runtime import import_jax
-    from tpu_tools.profile.hlo import analyse, parse_arg_spec, resolve_target
+    from tpu_tools.profile.hlo import abstract_arguments, analyse, parse_arg_spec, resolve_target, write_hlo_files
     from tpu_tools.profile.roofline import chip_by_name
-    from tpu_tools.profile.session import prepare_output_dir
+    from tpu_tools.profile.session import choose_output_dir, make_output_dir
 
     specs = [parse_arg_spec(text) for text in arg_specs]
     if chip:
         chip_by_name(chip)
+    folder = choose_output_dir(out_dir, force, prefix="tpu-profile-hlo")
     import_jax(policy)
     function = resolve_target(target)
-    folder = prepare_output_dir(out_dir, force, prefix="tpu-profile-hlo")
-    analysis = analyse(target, function, specs, folder.path, chip)
+    analysis = analyse(target, function, abstract_arguments(specs), chip)
+    write_hlo_files(analysis, make_output_dir(folder).path)
     if out.is_json:
         out.json(analysis.to_dict())
     else:
@@ -321,13 +323,20 @@ def capture_command(address: str, duration_s: float, no_python_trace: bool, out_
     """
     from tpu_tools.pjrt.runtime import apply
     from tpu_tools.profile.capture import capture, load_client, parse_address, write_perfetto_json
-    from tpu_tools.profile.session import prepare_output_dir, summarise_capture, write_report
+    from tpu_tools.profile.session import choose_output_dir, make_output_dir, summarise_capture, write_report
 
     where = parse_address(address)
     load_client()
     apply(RuntimePolicy(platform="cpu"))
-    folder = prepare_output_dir(out_dir, force, prefix="tpu-profile-capture")
-    run_dir = capture(where, duration_s, folder.trace_dir, python_trace=not no_python_trace)
+    folder = choose_output_dir(out_dir, force, prefix="tpu-profile-capture")
+    existed = folder.path.exists()
+    make_output_dir(folder)
+    try:
+        run_dir = capture(where, duration_s, folder.trace_dir, python_trace=not no_python_trace)
+    except ToolError:
+        if not existed:  # leave nothing behind that would block the same --out next time
+            shutil.rmtree(folder.path, ignore_errors=True)
+        raise
     write_perfetto_json(run_dir)
     document = summarise_capture(folder, where.text, duration_s, top)
     from tpu_tools.render.profile_view import report_text

@@ -33,6 +33,8 @@ _STAGES = {TRACE_EVENT: "trace", LOWERING_EVENT: "lowering", XLA_COMPILE_EVENT: 
 # Loggers through which jax explains cache misses (tracing cache, persistent compilation cache).
 EXPLAIN_LOGGERS = ("jax._src.interpreters.partial_eval", "jax._src.compiler", "jax._src.compilation_cache")
 _MISS_MARKERS = ("TRACING CACHE MISS", "PERSISTENT COMPILATION CACHE MISS")
+# Other lines jax logs as warnings only because jax_explain_cache_misses is on (persistent cache bookkeeping).
+_EXPLAIN_ONLY = ("Not writing persistent cache entry",)
 
 
 @dataclass
@@ -167,6 +169,9 @@ class _ExplanationCatcher(logging.Filter):
             message = record.getMessage()
         except Exception:  # a malformed record is not ours to judge
             return True
+        if message.startswith(_EXPLAIN_ONLY) or (message.startswith("Writing ")
+                                                  and "to persistent compilation cache" in message):
+            return self.pass_through
         if not message.startswith(_MISS_MARKERS):
             return True
         miss = parse_cache_miss(message, record.created)

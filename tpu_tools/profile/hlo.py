@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,33 +101,55 @@ class HloAnalysis:
     args: list[str]
     platform: str
     device_kind: str
-    files: dict[str, str]
     lowering_time_s: float
     compile_time_s: float
     cost: dict[str, float | None]
     memory: dict[str, int | None]
     roofline: Roofline
+    stablehlo_text: str
+    optimized_hlo_text: str
+    files: dict[str, str] = field(default_factory=dict)  # set by write_hlo_files
 
     def to_dict(self) -> dict:
-        document = {"schema": SCHEMA, **asdict(self)}
-        document["roofline"] = self.roofline.to_dict()
-        return document
+        return {"schema": SCHEMA, "target": self.target, "args": self.args, "platform": self.platform,
+                "device_kind": self.device_kind, "files": self.files, "lowering_time_s": self.lowering_time_s,
+                "compile_time_s": self.compile_time_s, "cost": self.cost, "memory": self.memory,
+                "roofline": self.roofline.to_dict()}
 
 
-def analyse(target: str, function: Any, specs: list[ArgSpec], out_dir: Path, chip: str | None = None) -> HloAnalysis:
-    """Lower and compile `function` for `specs` on the default device; write the HLO texts into `out_dir`."""
+def write_hlo_files(analysis: HloAnalysis, out_dir: Path) -> dict[str, str]:
+    """The StableHLO and the optimised HLO, as files named after the target."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", analysis.target.replace(":", "."))
+    stablehlo = out_dir / f"{stem}.stablehlo.mlir"
+    optimized = out_dir / f"{stem}.optimized.hlo.txt"
+    stablehlo.write_text(analysis.stablehlo_text)
+    optimized.write_text(analysis.optimized_hlo_text)
+    analysis.files = {"stablehlo": str(stablehlo), "optimized_hlo": str(optimized)}
+    return analysis.files
+
+
+def abstract_arguments(specs: list[ArgSpec]) -> list[Any]:
+    """jax.ShapeDtypeStruct for each --arg spec."""
     import jax
     import numpy as np
 
+    return [jax.ShapeDtypeStruct(s.shape, _np_dtype(np, s.dtype)) for s in specs]
+
+
+def analyse(target: str, function: Any, arguments: list[Any], chip: str | None = None) -> HloAnalysis:
+    """Lower and compile `function` for abstract `arguments` (ShapeDtypeStructs, or pytrees of them) on the
+    default device; nothing is executed."""
+    import jax
+
     chip_spec = chip_by_name(chip) if chip else None
-    _check_arity(target, function, specs)
-    arguments = [jax.ShapeDtypeStruct(s.shape, _np_dtype(np, s.dtype)) for s in specs]
+    _check_arity(target, function, len(arguments))
+    texts = [_describe_argument(jax, argument) for argument in arguments]
     jitted = function if hasattr(function, "lower") else jax.jit(function)
     started = time.perf_counter()
     try:
         lowered = jitted.lower(*arguments)
     except Exception as error:
-        raise RuntimeFailure(f"tracing {target} with {', '.join(s.text for s in specs) or 'no arguments'} failed: "
+        raise RuntimeFailure(f"tracing {target} with {', '.join(texts) or 'no arguments'} failed: "
                              f"{type(error).__name__}: {_first_line(error)}") from error
     lowering_s = time.perf_counter() - started
     started = time.perf_counter()
@@ -138,27 +160,37 @@ def analyse(target: str, function: Any, specs: list[ArgSpec], out_dir: Path, chi
             from error
     compile_s = time.perf_counter() - started
 
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", target.replace(":", "."))
-    stablehlo = out_dir / f"{stem}.stablehlo.mlir"
-    optimized = out_dir / f"{stem}.optimized.hlo.txt"
-    stablehlo.write_text(lowered.as_text())
-    optimized.write_text(compiled.as_text() or "")
-
     device = jax.devices()[0]
     cost = _cost(compiled)
     if chip_spec is None:
         from tpu_tools.accelerators import spec_for_device_kind
 
         chip_spec = spec_for_device_kind(device.device_kind)
-    verdict = roofline(cost["flops"], cost["bytes_accessed"], chip_spec, compute_dtype([s.dtype for s in specs]),
-                       device.device_kind)
+    dtypes = [_short_dtype(leaf.dtype) for leaf in jax.tree_util.tree_leaves(arguments)]
+    verdict = roofline(cost["flops"], cost["bytes_accessed"], chip_spec, compute_dtype(dtypes), device.device_kind)
     if chip_spec is not None and chip_spec.platform != device.platform:
         elsewhere = (f"the cost analysis comes from the {device.platform} compile; XLA for {chip_spec.name} fuses "
                      "differently, so its bytes accessed may differ")
         verdict.note = f"{verdict.note}; {elsewhere}" if verdict.note else elsewhere
-    return HloAnalysis(target, [s.text for s in specs], device.platform, device.device_kind,
-                       {"stablehlo": str(stablehlo), "optimized_hlo": str(optimized)},
-                       round(lowering_s, 6), round(compile_s, 6), cost, _memory(compiled), verdict)
+    return HloAnalysis(target, texts, device.platform, device.device_kind, round(lowering_s, 6),
+                       round(compile_s, 6), cost, _memory(compiled), verdict, lowered.as_text(),
+                       compiled.as_text() or "")
+
+
+_SHORT = {numpy_name: short for short, numpy_name in DTYPES.items()
+          if short not in ("bool", "i8", "i16", "i32", "i64")}
+
+
+def _short_dtype(dtype: Any) -> str:
+    return _SHORT.get(str(dtype), str(dtype))
+
+
+def _describe_argument(jax: Any, argument: Any) -> str:
+    """"f32[128,512]" for an array; a pytree of arrays is counted."""
+    if hasattr(argument, "shape") and hasattr(argument, "dtype"):
+        return ArgSpec(_short_dtype(argument.dtype), tuple(argument.shape)).text
+    leaves = jax.tree_util.tree_leaves(argument)
+    return f"pytree of {len(leaves)} arrays"
 
 
 def _np_dtype(np: Any, name: str) -> Any:
@@ -170,15 +202,15 @@ def _np_dtype(np: Any, name: str) -> Any:
     return np.dtype(getattr(ml_dtypes, numpy_name))
 
 
-def _check_arity(target: str, function: Any, specs: list[ArgSpec]) -> None:
+def _check_arity(target: str, function: Any, count: int) -> None:
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError):
         return
     try:
-        signature.bind(*range(len(specs)))
+        signature.bind(*range(count))
     except TypeError as error:
-        raise UsageError(f"{target} cannot be called with {len(specs)} argument(s) from --arg: {error}") from error
+        raise UsageError(f"{target} cannot be called with {count} argument(s) from --arg: {error}") from error
 
 
 def _first_line(error: BaseException) -> str:

@@ -36,8 +36,8 @@ class OutputDir:
         return self.path / TRACE_FOLDER
 
 
-def prepare_output_dir(requested: Path | None, force: bool, prefix: str = "tpu-profile") -> OutputDir:
-    """Create the output folder; an existing one is refused unless `force` (then our own files in it are replaced)."""
+def choose_output_dir(requested: Path | None, force: bool, prefix: str = "tpu-profile") -> OutputDir:
+    """The output folder, checked but not created: an existing one is refused unless `force`."""
     if requested is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = Path.cwd() / f"{prefix}-{stamp}"
@@ -45,24 +45,34 @@ def prepare_output_dir(requested: Path | None, force: bool, prefix: str = "tpu-p
         while path.exists():  # two runs within one second
             path = Path.cwd() / f"{prefix}-{stamp}-{suffix}"
             suffix += 1
-    else:
-        path = requested.absolute()
-        if path.exists():
-            if not path.is_dir():
-                raise UsageError(f"{path} exists and is not a folder; choose another --out")
-            if not force:
-                raise UsageError(f"{path} already exists; choose another --out, or add --force to overwrite it")
-            for name in _OWN_ENTRIES:
-                entry = path / name
-                if entry.is_dir():
-                    shutil.rmtree(entry)
-                elif entry.exists():
-                    entry.unlink()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(f"cannot create the output folder {path}: {error.strerror or error}") from error
+        return OutputDir(path)
+    path = requested.absolute()
+    if path.exists():
+        if not path.is_dir():
+            raise UsageError(f"{path} exists and is not a folder; choose another --out")
+        if not force:
+            raise UsageError(f"{path} already exists; choose another --out, or add --force to overwrite it")
     return OutputDir(path)
+
+
+def make_output_dir(out: OutputDir) -> OutputDir:
+    """Create the folder chosen by `choose_output_dir`; in a forced one, our own earlier files are removed."""
+    for name in _OWN_ENTRIES:
+        entry = out.path / name
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        elif entry.exists():
+            entry.unlink()
+    try:
+        out.path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create the output folder {out.path}: {error.strerror or error}") from error
+    return out
+
+
+def prepare_output_dir(requested: Path | None, force: bool, prefix: str = "tpu-profile") -> OutputDir:
+    """Choose and create the output folder."""
+    return make_output_dir(choose_output_dir(requested, force, prefix))
 
 
 @dataclass

@@ -118,12 +118,13 @@ class TraceController:
         spec = self.spec
         if spec.mode != "steps":
             return
+        first, count = spec.start_step or 0, spec.steps or 0
         with self._lock:
-            if self.state == WAITING and step_index >= spec.start_step and self._runtime_ready:  # type: ignore[operator]
+            if self.state == WAITING and step_index >= first and self._runtime_ready:
                 if self._open():
                     self.result.first_step = step_index
             elif self.state == TRACING and self.result.first_step is not None \
-                    and step_index >= self.result.first_step + spec.steps:  # type: ignore[operator]
+                    and step_index >= self.result.first_step + count:
                 self.result.last_step = step_index
                 self._close("steps")
 

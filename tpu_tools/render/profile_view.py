@@ -102,15 +102,21 @@ def compile_table(doc: dict) -> TableData | None:
     rows = doc.get("compiles") or []
     if not rows:
         return None
-    source = "jax.monitoring" if doc.get("compile_source") == "monitoring" else "from the trace"
-    table = TableData([Column("FUNCTION", max_width=40), Column("DEFINED AT", max_width=40),
-                       Column("COMPILES", "right"), Column("COMPILE TIME", "right"), Column("CALLS", "right"),
-                       Column("CACHE HITS", "right")],
-                      title=f"Compilation ({source}; compile time = trace + lower + XLA)"
-                      if source == "jax.monitoring" else f"Compilation ({source}; lowering + XLA compile)")
+    monitored = doc.get("compile_source") == "monitoring"
+    persistent = any(row.get("persistent_cache_hits") for row in rows)
+    columns = [Column("FUNCTION", max_width=40), Column("DEFINED AT", max_width=40), Column("COMPILES", "right"),
+               Column("COMPILE TIME", "right"), Column("CALLS", "right"), Column("CACHE HITS", "right")]
+    if persistent:
+        columns.append(Column("FROM DISK CACHE", "right"))
+    title = ("Compilation (jax.monitoring; compile time = trace + lower + XLA)" if monitored
+             else "Compilation (from the trace; lowering + XLA compile)")
+    table = TableData(columns, title=title)
     for row in rows:
-        table.add_row(row["function"], row.get("defined_at") or MISSING, row["compiles"],
-                      _seconds(row["compile_time_s"]), _count(row.get("calls")), _count(row.get("cache_hits")))
+        cells = [row["function"], row.get("defined_at") or MISSING, row["compiles"], _seconds(row["compile_time_s"]),
+                 _count(row.get("calls")), _count(row.get("cache_hits"))]
+        if persistent:
+            cells.append(_count(row.get("persistent_cache_hits")))
+        table.add_row(*cells)
     return table
 
 
