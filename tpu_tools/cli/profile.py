@@ -226,7 +226,8 @@ def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: 
     sys.stdout.flush()
     stderr = Output(resolve_format("auto", False, sys.stderr), stream=sys.stderr)
     if outcome.status == "interrupted":
-        note("tpu-profile: interrupted; the trace so far is kept")
+        note("tpu-profile: interrupted; " + ("the trace so far is kept" if outcome.window.opened
+                                             else "nothing had been traced yet"))
     if report.summary is not None:
         from tpu_tools.render.profile_view import report_text
 
