@@ -14,7 +14,7 @@ _tpu_tools_complete() {
     local opts="" subs="" choices="" pathopts="" valopts=""
     case "$key" in
         'tpu-tools|')
-            opts='--debug --version -h --help'; subs='ls monitor top dump'
+            opts='--debug --version -h --help'; subs='ls monitor top profile dump'
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
@@ -34,6 +34,39 @@ _tpu_tools_complete() {
             valopts='--interval --sort --tag-filter --agent-timeout'; pathopts=''
             case "$prev" in
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
+            esac
+            ;;
+        'tpu-tools|profile')
+            opts='--debug --version -h --help'; subs='run summary hlo capture'
+            valopts=''; pathopts=''
+            ;;
+        'tpu-tools|profile run')
+            opts='-m --module --out --force --delay --duration --no-python-trace --quiet --top --platform --host-devices --xla-flag --debug --version -h --help'; subs=''
+            valopts='-m --module --out --delay --duration --top --platform --host-devices --xla-flag'; pathopts='--out'
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|profile summary')
+            opts='--top --json --format --debug --version -h --help'; subs=''
+            valopts='--top --format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|profile hlo')
+            opts='--arg --chip --out --force --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs=''
+            valopts='--arg --chip --out --platform --host-devices --xla-flag --format'; pathopts='--out'
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|profile capture')
+            opts='--addr --duration --no-python-trace --out --force --top --json --format --debug --version -h --help'; subs=''
+            valopts='--addr --duration --out --top --format'; pathopts='--out'
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
             esac
             ;;
         'tpu-tools|dump')
@@ -70,6 +103,39 @@ _tpu_tools_complete() {
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
             esac
             ;;
+        'tpu-profile|')
+            opts='--debug --version -h --help'; subs='run summary hlo capture'
+            valopts=''; pathopts=''
+            ;;
+        'tpu-profile|run')
+            opts='-m --module --out --force --delay --duration --no-python-trace --quiet --top --platform --host-devices --xla-flag --debug --version -h --help'; subs=''
+            valopts='-m --module --out --delay --duration --top --platform --host-devices --xla-flag'; pathopts='--out'
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-profile|summary')
+            opts='--top --json --format --debug --version -h --help'; subs=''
+            valopts='--top --format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-profile|hlo')
+            opts='--arg --chip --out --force --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs=''
+            valopts='--arg --chip --out --platform --host-devices --xla-flag --format'; pathopts='--out'
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-profile|capture')
+            opts='--addr --duration --no-python-trace --out --force --top --json --format --debug --version -h --help'; subs=''
+            valopts='--addr --duration --out --top --format'; pathopts='--out'
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
         'tpu-dump|')
             opts='-o --output --force --only --skip --timeout --max-size --add --no-redact --force-runtime --list-collectors --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs='show'
             valopts='-o --output --only --skip --timeout --max-size --add --platform --host-devices --xla-flag --format'; pathopts='-o --output --add'
@@ -96,9 +162,9 @@ _tpu_tools_complete() {
 
 _tpu_tools_is_command() {
     case "$1|$2" in
-        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-dump|show') return 0 ;;
+        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture'|'tpu-dump|show') return 0 ;;
     esac
     return 1
 }
 
-complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-monitor tpu-top tpu-dump
+complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-monitor tpu-top tpu-profile tpu-dump

@@ -1,0 +1,247 @@
+"""What XLA makes of one function: its StableHLO, optimised HLO, cost and memory analysis, compile time.
+
+The target is "module:function" (a plain or jitted function), called with
+abstract arguments given as shape specs ("f32[128,512]", "bf16[8]", "i32[]").
+Nothing is executed: the function is lowered and compiled only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.profile.roofline import Roofline, chip_by_name, compute_dtype, roofline
+
+SCHEMA = "tpu-tools/profile-hlo/v1"
+
+# Short dtype names (as HLO prints them) -> numpy / ml_dtypes names.
+DTYPES = {
+    "pred": "bool", "bool": "bool",
+    "s8": "int8", "s16": "int16", "s32": "int32", "s64": "int64",
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+    "c64": "complex64", "c128": "complex128",
+    "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
+}
+_SPEC = re.compile(r"^\s*(?P<dtype>[a-z][a-z0-9]*)\s*(?:\[(?P<dims>[^\]]*)\])?\s*$")
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    dtype: str  # short name, e.g. "f32"
+    shape: tuple[int, ...]
+
+    @property
+    def text(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+def parse_arg_spec(text: str) -> ArgSpec:
+    """ "f32[128,512]" -> ArgSpec("f32", (128, 512)); "i32[]" and "i32" are scalars."""
+    match = _SPEC.match(text.lower())
+    if not match or match["dtype"] not in DTYPES:
+        raise UsageError(f"bad --arg {text!r}: expected DTYPE[DIM,...] such as f32[128,512], bf16[8] or i32[] "
+                         f"(dtypes: {', '.join(sorted(set(DTYPES) - {'bool', 'i8', 'i16', 'i32', 'i64'}))})")
+    dims_text = (match["dims"] or "").strip()
+    dims: list[int] = []
+    if dims_text:
+        for part in dims_text.split(","):
+            part = part.strip()
+            if not part.isdigit():
+                raise UsageError(f"bad --arg {text!r}: dimension {part!r} is not a whole number >= 0")
+            dims.append(int(part))
+    dtype = match["dtype"]
+    canonical = {"bool": "pred", "i8": "s8", "i16": "s16", "i32": "s32", "i64": "s64"}.get(dtype, dtype)
+    return ArgSpec(canonical, tuple(dims))
+
+
+def resolve_target(target: str) -> Any:
+    """The callable named by "module:function" (attributes may be dotted: "module:Class.method")."""
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise UsageError(f"bad target {target!r}: expected MODULE:FUNCTION, e.g. mypkg.model:loss")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:
+        raise UsageError(f"cannot import module {module_name!r}: {type(error).__name__}: {error}") from error
+    finally:
+        sys.path.pop(0)
+    value: Any = module
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise UsageError(f"module {module_name!r} has no {attribute!r}")
+        value = getattr(value, part)
+    if inspect.isclass(value) or not callable(value):
+        raise UsageError(f"{target} is not a function (it is {_describe(value)}); name a function to compile")
+    return value
+
+
+def _describe(value: Any) -> str:
+    if inspect.isclass(value):
+        return f"the class {value.__name__}"
+    if inspect.ismodule(value):
+        return "a module"
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
+@dataclass
+class HloAnalysis:
+    target: str
+    args: list[str]
+    platform: str
+    device_kind: str
+    lowering_time_s: float
+    compile_time_s: float
+    cost: dict[str, float | None]
+    memory: dict[str, int | None]
+    roofline: Roofline
+    stablehlo_text: str
+    optimized_hlo_text: str
+    files: dict[str, str] = field(default_factory=dict)  # set by write_hlo_files
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "target": self.target, "args": self.args, "platform": self.platform,
+                "device_kind": self.device_kind, "files": self.files, "lowering_time_s": self.lowering_time_s,
+                "compile_time_s": self.compile_time_s, "cost": self.cost, "memory": self.memory,
+                "roofline": self.roofline.to_dict()}
+
+
+def write_hlo_files(analysis: HloAnalysis, out_dir: Path) -> dict[str, str]:
+    """The StableHLO and the optimised HLO, as files named after the target."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", analysis.target.replace(":", "."))
+    stablehlo = out_dir / f"{stem}.stablehlo.mlir"
+    optimized = out_dir / f"{stem}.optimized.hlo.txt"
+    stablehlo.write_text(analysis.stablehlo_text)
+    optimized.write_text(analysis.optimized_hlo_text)
+    analysis.files = {"stablehlo": str(stablehlo), "optimized_hlo": str(optimized)}
+    return analysis.files
+
+
+def abstract_arguments(specs: list[ArgSpec]) -> list[Any]:
+    """jax.ShapeDtypeStruct for each --arg spec."""
+    import jax
+    import numpy as np
+
+    return [jax.ShapeDtypeStruct(s.shape, _np_dtype(np, s.dtype)) for s in specs]
+
+
+def analyse(target: str, function: Any, arguments: list[Any], chip: str | None = None) -> HloAnalysis:
+    """Lower and compile `function` for abstract `arguments` (ShapeDtypeStructs, or pytrees of them) on the
+    default device; nothing is executed."""
+    import jax
+
+    chip_spec = chip_by_name(chip) if chip else None
+    _check_arity(target, function, len(arguments))
+    texts = [_describe_argument(jax, argument) for argument in arguments]
+    jitted = function if hasattr(function, "lower") else jax.jit(function)
+    started = time.perf_counter()
+    try:
+        lowered = jitted.lower(*arguments)
+    except Exception as error:
+        raise RuntimeFailure(f"tracing {target} with {', '.join(texts) or 'no arguments'} failed: "
+                             f"{type(error).__name__}: {_first_line(error)}") from error
+    lowering_s = time.perf_counter() - started
+    started = time.perf_counter()
+    try:
+        compiled = lowered.compile()
+    except Exception as error:
+        raise RuntimeFailure(f"XLA could not compile {target}: {type(error).__name__}: {_first_line(error)}") \
+            from error
+    compile_s = time.perf_counter() - started
+
+    device = jax.devices()[0]
+    cost = _cost(compiled)
+    if chip_spec is None:
+        from tpu_tools.accelerators import spec_for_device_kind
+
+        chip_spec = spec_for_device_kind(device.device_kind)
+    dtypes = [_short_dtype(leaf.dtype) for leaf in jax.tree_util.tree_leaves(arguments)]
+    verdict = roofline(cost["flops"], cost["bytes_accessed"], chip_spec, compute_dtype(dtypes), device.device_kind)
+    if chip_spec is not None and chip_spec.platform != device.platform:
+        elsewhere = (f"the cost analysis comes from the {device.platform} compile; XLA for {chip_spec.name} fuses "
+                     "differently, so its bytes accessed may differ")
+        verdict.note = f"{verdict.note}; {elsewhere}" if verdict.note else elsewhere
+    return HloAnalysis(target, texts, device.platform, device.device_kind, round(lowering_s, 6),
+                       round(compile_s, 6), cost, _memory(compiled), verdict, lowered.as_text(),
+                       compiled.as_text() or "")
+
+
+_SHORT = {numpy_name: short for short, numpy_name in DTYPES.items()
+          if short not in ("bool", "i8", "i16", "i32", "i64")}
+
+
+def _short_dtype(dtype: Any) -> str:
+    return _SHORT.get(str(dtype), str(dtype))
+
+
+def _describe_argument(jax: Any, argument: Any) -> str:
+    """"f32[128,512]" for an array; a pytree of arrays is counted."""
+    if hasattr(argument, "shape") and hasattr(argument, "dtype"):
+        return ArgSpec(_short_dtype(argument.dtype), tuple(argument.shape)).text
+    leaves = jax.tree_util.tree_leaves(argument)
+    return f"pytree of {len(leaves)} arrays"
+
+
+def _np_dtype(np: Any, name: str) -> Any:
+    numpy_name = DTYPES[name]
+    if hasattr(np, numpy_name):
+        return np.dtype(numpy_name)
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, numpy_name))
+
+
+def _check_arity(target: str, function: Any, count: int) -> None:
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*range(count))
+    except TypeError as error:
+        raise UsageError(f"{target} cannot be called with {count} argument(s) from --arg: {error}") from error
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _cost(compiled: Any) -> dict[str, float | None]:
+    try:
+        analysis = compiled.cost_analysis()
+    except Exception:  # some backends do not implement it
+        analysis = None
+    if isinstance(analysis, list | tuple):
+        analysis = analysis[0] if analysis else None
+    analysis = analysis or {}
+
+    def value(key: str) -> float | None:
+        found = analysis.get(key)
+        return float(found) if found is not None else None
+
+    return {"flops": value("flops"), "transcendentals": value("transcendentals"),
+            "bytes_accessed": value("bytes accessed"), "output_bytes_accessed": value("bytes accessedout{}")}
+
+
+def _memory(compiled: Any) -> dict[str, int | None]:
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:
+        stats = None
+    names = {"argument_bytes": "argument_size_in_bytes", "output_bytes": "output_size_in_bytes",
+             "alias_bytes": "alias_size_in_bytes", "temp_bytes": "temp_size_in_bytes",
+             "generated_code_bytes": "generated_code_size_in_bytes", "peak_bytes": "peak_memory_in_bytes"}
+    return {key: (int(getattr(stats, attribute)) if stats is not None and getattr(stats, attribute, None)
+                  is not None else None) for key, attribute in names.items()}

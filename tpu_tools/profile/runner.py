@@ -1,0 +1,289 @@
+"""Run a Python program in this process with JAX's profiler and compile recording switched on.
+
+The program runs as `python script.py` or `python -m module` would run it:
+`__main__`, its own argv and sys.path[0], its stdout and stderr untouched.
+jax is NOT imported before the program imports it, so the program's own
+set-up (environment variables, `jax.config.update` before first use) still
+applies. When the program imports jax, the compile recorder hooks in; when the
+PJRT backends come up, the trace window controller may open the trace.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import runpy
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from tpu_tools.errors import EXIT_INTERRUPTED, UsageError
+from tpu_tools.profile.compiles import CompileLog, CompileRecorder
+from tpu_tools.profile.window import TraceController, WindowResult, WindowSpec
+
+
+@dataclass(frozen=True)
+class ProgramTarget:
+    """`script.py args...` or `-m module args...`."""
+
+    script: Path | None = None
+    module: str | None = None
+    args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.script is None) == (self.module is None):
+            raise UsageError("give a script to run (tpu-profile run -- script.py args...) or -m MODULE, not both")
+
+    def validate(self) -> None:
+        """Fail before anything runs when the program cannot be found."""
+        if self.script is not None:
+            if not self.script.exists():
+                raise UsageError(f"cannot run {self.script}: no such file")
+            if not self.script.is_file():
+                raise UsageError(f"cannot run {self.script}: it is not a file")
+            return
+        assert self.module is not None
+        sys.path.insert(0, os.getcwd())
+        try:
+            spec = importlib.util.find_spec(self.module)
+        except Exception as error:  # the parent package failed to import
+            raise UsageError(f"cannot run module {self.module!r}: {type(error).__name__}: {error}") from error
+        finally:
+            sys.path.pop(0)
+        if spec is None:
+            raise UsageError(f"cannot run module {self.module!r}: no module of that name "
+                             "(is it on PYTHONPATH, or in the current folder?)")
+
+    @property
+    def display(self) -> str:
+        head = str(self.script) if self.script is not None else f"-m {self.module}"
+        return " ".join([head, *self.args])
+
+
+@dataclass
+class RunOutcome:
+    status: str  # "exited", "raised" or "interrupted"
+    exit_code: int
+    error: str | None  # "ValueError: ..." for a program that raised
+    traceback_text: str | None  # what Python would have printed for the uncaught exception
+    exit_message: str | None  # sys.exit("text") prints this
+    wall_time_s: float
+    window: WindowResult
+    compile_log: CompileLog
+    user_files: frozenset[str] = frozenset()
+    notes: list[str] = field(default_factory=list)
+
+    def program_dict(self, target: ProgramTarget) -> dict:
+        return {
+            "argv": [str(target.script) if target.script else target.module, *target.args],
+            "module": target.module,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "error": self.error,
+            "wall_time_s": round(self.wall_time_s, 3),
+        }
+
+
+class JaxTracer:
+    """The device trace: jax.profiler writing an XSpace and a Perfetto JSON under `log_dir`."""
+
+    def __init__(self, log_dir: Path, python_trace: bool = True):
+        self.log_dir = log_dir
+        self.python_trace = python_trace
+
+    def start(self) -> None:
+        import jax
+
+        options = jax.profiler.ProfileOptions()
+        options.host_tracer_level = 2
+        options.python_tracer_level = 1 if self.python_trace else 0
+        jax.profiler.start_trace(str(self.log_dir), create_perfetto_trace=True, profiler_options=options)
+
+    def stop(self) -> None:
+        import jax
+
+        jax.profiler.stop_trace()
+
+
+class _AfterImportLoader(importlib.abc.Loader):
+    """Runs the real loader, then a callback with the fresh module."""
+
+    def __init__(self, loader: Any, callback: Callable[[ModuleType], None]):
+        self._loader = loader
+        self._callback = callback
+
+    def create_module(self, spec):  # noqa: ANN001
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        self._callback(module)
+
+    def __getattr__(self, name: str) -> Any:  # resources, get_code, ... of the real loader
+        return getattr(self._loader, name)
+
+
+class ImportWatcher(importlib.abc.MetaPathFinder):
+    """Calls back once, right after a top-level package (jax) has been imported by the program."""
+
+    def __init__(self, name: str, callback: Callable[[ModuleType], None]):
+        self.name = name
+        self.callback = callback
+        self._searching = False
+
+    def install(self) -> None:
+        sys.meta_path.insert(0, self)
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None):  # noqa: ANN201
+        if fullname != self.name or self._searching:
+            return None
+        self._searching = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._searching = False
+        if spec is None or spec.loader is None:
+            return None
+        self.remove()
+        spec.loader = _AfterImportLoader(spec.loader, self.callback)
+        return spec
+
+
+class ProgramRunner:
+    """One profiled run: hooks, the program, and what was recorded."""
+
+    def __init__(self, target: ProgramTarget, trace_dir: Path, window: WindowSpec, python_trace: bool = True):
+        self.target = target
+        self.recorder = CompileRecorder()
+        self.controller = TraceController(window, JaxTracer(trace_dir, python_trace))
+        self.notes: list[str] = []
+
+    def run(self) -> RunOutcome:
+        watcher = ImportWatcher("jax", self._on_jax_imported)
+        if "jax" in sys.modules:
+            self._on_jax_imported(sys.modules["jax"])
+        else:
+            watcher.install()
+        started = time.monotonic()
+        self.controller.begin()
+        try:
+            status, code, error, trace_text, message = self._execute()
+        finally:
+            watcher.remove()
+        wall = time.monotonic() - started
+        # The trace so far is written even when the user presses Ctrl-C again meanwhile.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+        try:
+            window = self.controller.finish()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        from tpu_tools.profile.frames import loaded_user_file_names
+
+        user_files = loaded_user_file_names() | self._target_files()
+        return RunOutcome(status, code, error, trace_text, message, wall, window, self.recorder.snapshot(),
+                          user_files, self.notes)
+
+    def _target_files(self) -> frozenset[str]:
+        if self.target.script is not None:
+            return frozenset({self.target.script.name})
+        return frozenset()
+
+    # --- hooks --------------------------------------------------------------------------------------
+
+    def _on_jax_imported(self, jax_module: ModuleType) -> None:
+        # Never let the tool break the program's `import jax`: a failure here costs the profile only.
+        try:
+            self.recorder.install(jax_module)
+        except Exception as error:
+            self.notes.append(f"compile events could not be recorded: {type(error).__name__}: {error}")
+        try:
+            self._watch_backends()
+        except Exception as error:
+            self.notes.append(f"the device trace could not be hooked to runtime start-up: {error}")
+
+    def _watch_backends(self) -> None:
+        """Open the trace right after jax's PJRT backends are up (jax.profiler needs them first)."""
+        from jax._src import xla_bridge
+
+        if xla_bridge.backends_are_initialized():
+            self.controller.runtime_ready()
+            return
+        original = xla_bridge.backends
+        controller = self.controller
+
+        def backends():  # noqa: ANN202
+            result = original()
+            if xla_bridge.backends is backends:
+                xla_bridge.backends = original
+                controller.runtime_ready()
+            return result
+
+        xla_bridge.backends = backends
+
+    # --- the program --------------------------------------------------------------------------------
+
+    def _execute(self) -> tuple[str, int, str | None, str | None, str | None]:
+        target = self.target
+        saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else ""
+        try:
+            if target.script is not None:
+                sys.argv = [str(target.script), *target.args]
+                sys.path[0] = str(target.script.resolve().parent)
+                runpy.run_path(str(target.script), run_name="__main__")
+            else:
+                sys.argv = [target.module or "", *target.args]
+                sys.path[0] = os.getcwd()
+                runpy.run_module(target.module or "", run_name="__main__", alter_sys=True)
+            return "exited", 0, None, None, None
+        except SystemExit as exit_:
+            code, message = _exit_status(exit_.code)
+            return "exited", code, None, None, message
+        except KeyboardInterrupt:
+            return "interrupted", EXIT_INTERRUPTED, None, None, None
+        except BaseException as error:  # the program's own failure, shown as Python would show it
+            return "raised", 1, f"{type(error).__name__}: {error}", _program_traceback(error), None
+        finally:
+            sys.argv = saved_argv
+            if sys.path:
+                sys.path[0] = saved_path0
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _exit_status(code: object) -> tuple[int, str | None]:
+    """sys.exit's argument as the process would report it."""
+    if code is None:
+        return 0, None
+    if isinstance(code, bool):
+        return int(code), None
+    if isinstance(code, int):
+        return code, None
+    return 1, str(code)
+
+
+_RUNNER_FILES = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
+
+
+def _program_traceback(error: BaseException) -> str:
+    """The traceback from the program's first frame on, without this runner's frames."""
+    tb = error.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename in _RUNNER_FILES
+                              or os.path.abspath(tb.tb_frame.f_code.co_filename) in _RUNNER_FILES):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))

@@ -1,0 +1,59 @@
+"""The `tpu-profile hlo` report, rendered from a `tpu-tools/profile-hlo/v1` document."""
+
+from __future__ import annotations
+
+from tpu_tools.profile.summary import relative_to_cwd
+from tpu_tools.render.units import MISSING, format_bytes, format_duration_us
+
+
+def _number(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return MISSING
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {prefix}{unit}"
+    return f"{value:g} {unit}".rstrip()
+
+
+def hlo_text(doc: dict) -> str:
+    cost, memory, roof = doc["cost"], doc["memory"], doc["roofline"]
+    args = ", ".join(doc["args"]) or "no arguments"
+    lines = [
+        f"{doc['target']}({args}) on {doc['platform']} ({doc['device_kind']})",
+        f"  StableHLO:      {relative_to_cwd(doc['files']['stablehlo'])}",
+        f"  optimised HLO:  {relative_to_cwd(doc['files']['optimized_hlo'])}",
+        f"  lowering {format_duration_us(doc['lowering_time_s'] * 1e6)}, "
+        f"XLA compile {format_duration_us(doc['compile_time_s'] * 1e6)}",
+        "",
+        "Cost analysis (XLA)",
+        f"  FLOPs            {_number(cost['flops'])}",
+        f"  transcendentals  {_number(cost['transcendentals'])}",
+        f"  bytes accessed   {format_bytes(cost['bytes_accessed'])}",
+        "",
+        "Memory analysis (XLA)",
+        f"  arguments        {format_bytes(memory['argument_bytes'])}",
+        f"  outputs          {format_bytes(memory['output_bytes'])}",
+        f"  aliased          {format_bytes(memory['alias_bytes'])}",
+        f"  temporaries      {format_bytes(memory['temp_bytes'])}",
+        f"  generated code   {format_bytes(memory['generated_code_bytes'])}",
+        "",
+    ]
+    intensity = roof["arithmetic_intensity_flops_per_byte"]
+    intensity_text = MISSING if intensity is None else f"{intensity:.2f} FLOP/byte"
+    if roof["chip"] is None:
+        lines += ["Roofline", f"  arithmetic intensity  {intensity_text}", f"  verdict  unknown: {roof['note']}"]
+    else:
+        ridge = roof["ridge_point_flops_per_byte"]
+        lines += [
+            f"Roofline against {roof['chip']} ({_number(roof['peak_flops_per_s'], 'FLOP/s')} {roof['peak_dtype']}, "
+            f"{_number(roof['memory_bandwidth_bytes_per_s'], 'B/s')})",
+            f"  arithmetic intensity  {intensity_text} (ridge point "
+            f"{MISSING if ridge is None else f'{ridge:.1f}'} FLOP/byte)",
+            f"  verdict               {roof['bound'] + '-bound' if roof['bound'] else 'unknown'}",
+            f"  best case             {format_duration_us(roof['best_case_time_us'])} "
+            f"(compute {format_duration_us(roof['compute_time_us'])}, "
+            f"memory {format_duration_us(roof['memory_time_us'])})",
+        ]
+        if roof["note"]:
+            lines.append(f"  note: {roof['note']}")
+    return "\n".join(lines)
