@@ -1,0 +1,83 @@
+"""`infer`: the training model's forward pass at batch sizes 1..N on one device.
+
+Latency percentiles and throughput per batch size, compile time per size, and
+the cost of 1M samples at a given hourly price.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpu_tools.bench.context import BenchContext, mismatch_warning, xla_cost
+from tpu_tools.bench.model import ModelChoice, activation_bytes, cost_per_million, model_name, peak_dtype
+from tpu_tools.bench.records import Case, CaseResult
+from tpu_tools.bench.stats import rates, summarize
+from tpu_tools.bench.timing import time_calls, timed
+from tpu_tools.workloads.transformer import TransformerConfig
+
+DEFAULT_MAX_BATCH = 8
+
+
+def batch_sizes_up_to(maximum: int) -> tuple[int, ...]:
+    """1, 2, 4, ... up to `maximum`, which is always included."""
+    sizes, size = [], 1
+    while size < maximum:
+        sizes.append(size)
+        size *= 2
+    return (*sizes, maximum)
+
+
+@dataclass(frozen=True)
+class InferOptions:
+    model: ModelChoice = ModelChoice("tiny")
+    batch_sizes: tuple[int, ...] = batch_sizes_up_to(DEFAULT_MAX_BATCH)
+    price_per_hour: float | None = None
+
+
+def plan(options: InferOptions) -> list[Case]:
+    config = options.model.config()
+    name = model_name(options.model, config)
+    return [Case("infer", f"{name} batch{size}", {"config": config.to_dict(), "batch_size": size,
+                                                 "price_per_hour": options.price_per_hour})
+            for size in options.batch_sizes]
+
+
+def run(ctx: BenchContext, case: Case) -> CaseResult:
+    from tpu_tools.workloads.transformer import forward_flops, forward_step, init_params, parameter_count
+
+    jax, jnp = ctx.jax, ctx.jax.numpy
+    config = TransformerConfig(**case.params["config"])
+    batch = case.params["batch_size"]
+    parameters = parameter_count(config)
+    ctx.require_memory(4 * parameters + activation_bytes(config, batch, training=False), f"inference {case.name}")
+    device = ctx.devices[0]
+    params = jax.device_put(init_params(config, ctx.next_key()), device)
+    tokens = jax.device_put(
+        jax.random.randint(ctx.next_key(), (batch, config.seq_len), 0, config.vocab_size, jnp.int32), device)
+    compiled, compile_s = timed(lambda: forward_step(config).lower(params, tokens).compile())
+    seconds = time_calls(lambda _: compiled(params, tokens).block_until_ready(), ctx.timing)
+
+    result = CaseResult(case, primary="samples_per_s")
+    result.stats["latency_ms"] = summarize([s * 1e3 for s in seconds])
+    result.stats["samples_per_s"] = summarize(rates(batch, seconds), higher_is_better=True)
+    result.stats["tokens_per_s"] = summarize(rates(batch * config.seq_len, seconds), higher_is_better=True)
+    flops = forward_flops(config, batch)
+    xla_flops = xla_cost(compiled).get("flops")
+    peak = ctx.peak(peak_dtype(config))
+    achieved = flops / (result.stats["latency_ms"].median / 1e3)
+    result.values.update({
+        "compile_ms": compile_s * 1e3,
+        "batch_size": batch,
+        "parameters": parameters,
+        "model_flops_per_call": flops,
+        "xla_flops_per_call": xla_flops,
+        "achieved_tflops": achieved / 1e12,
+        "mfu_percent": 100 * achieved / peak if peak else None,
+        "price_per_hour": case.params.get("price_per_hour"),
+        "cost_per_1m_samples": cost_per_million(case.params.get("price_per_hour"),
+                                                result.stats["samples_per_s"].median),
+    })
+    warning = mismatch_warning("FLOPs per call", flops, xla_flops)
+    if warning:
+        result.warnings.append(warning)
+    return result
