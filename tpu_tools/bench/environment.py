@@ -100,10 +100,10 @@ def differences(baseline: dict[str, Any], current: dict[str, Any]) -> tuple[list
     errors: list[str] = []
     warnings: list[str] = []
     base_device, cur_device = baseline.get("device") or {}, current.get("device") or {}
-    for key, label in (("platform", "platform"), ("kind", "device kind")):
-        if base_device.get(key) != cur_device.get(key):
-            errors.append(f"the baseline was measured on {label} {base_device.get(key)!r}, this run on "
-                          f"{cur_device.get(key)!r}: the figures are not comparable")
+    if (base_device.get("platform"), base_device.get("kind")) != (cur_device.get("platform"), cur_device.get("kind")):
+        errors.append(f"the baseline was measured on {base_device.get('kind')!r} ({base_device.get('platform')}), "
+                      f"this run on {cur_device.get('kind')!r} ({cur_device.get('platform')}): "
+                      "the figures are not comparable")
     if base_device.get("count") != cur_device.get("count"):
         warnings.append(f"device count differs: baseline {base_device.get('count')}, current {cur_device.get('count')}")
     base_env, cur_env = baseline.get("environment") or {}, current.get("environment") or {}

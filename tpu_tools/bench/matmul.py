@@ -52,7 +52,8 @@ class Shape:
 
     @property
     def label(self) -> str:
-        return f"{self.m}x{self.k}x{self.n}"
+        """"4096" for a square problem, else "MxKxN"."""
+        return str(self.m) if self.m == self.k == self.n else f"{self.m}x{self.k}x{self.n}"
 
     @property
     def flops(self) -> int:

@@ -566,10 +566,11 @@ def _write(path: str, text: str) -> None:
 
 
 def _render_run(run: Any, out: Output) -> None:
-    from tpu_tools.render.bench_view import header_line, notes, results_table
+    from tpu_tools.render.bench_view import header_lines, notes, results_table
 
     if run.device:
-        out.text(header_line(run))
+        for line in header_lines(run):
+            out.text(line)
     out.table(results_table(run))
     for line in notes(run):
         out.text(line)

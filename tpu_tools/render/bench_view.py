@@ -13,10 +13,8 @@ _STATUS_TEXT = {"unsupported": "unsupported", "out_of_memory": "out of memory", 
 
 
 def _scaled(value: float, unit: str, prefixes: tuple[tuple[float, str], ...]) -> str:
-    for factor, prefix in prefixes:
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    factor, prefix = prefixes[-1]
+    """3 significant digits under the largest prefix that keeps the number at least 1."""
+    factor, prefix = next(((f, p) for f, p in prefixes if abs(value) >= f), prefixes[-1])
     return f"{value / factor:.3g} {prefix}{unit}"
 
 
@@ -37,46 +35,57 @@ def format_figure(key: str, value: float | None) -> str:
         return _scaled(value * 1e12, "OP/s", _SI)
     if key.endswith("_gbps"):
         return _scaled(value * 1e9, "B/s", _SI)
-    if key.endswith("_per_s"):
-        return _scaled(value, "/s", _SI).replace(" /s", "/s")
+    if key.endswith("_per_s"):  # "5.72k samples/s"
+        number, _, prefix = _scaled(value, "", _SI).partition(" ")
+        return f"{number}{prefix} {key.removesuffix('_per_s')}/s"
     return f"{value:.4g}"
 
 
-def header_line(run: RunResult) -> str:
+def header_lines(run: RunResult) -> list[str]:
     device, environment = run.device, run.environment
     versions = environment.get("versions") or {}
-    parts = [f"device {device.get('kind', '?')} x{device.get('count', '?')} ({device.get('platform', '?')})",
-             f"jax {versions.get('jax') or '-'}",
-             f"host {environment.get('host', '?')} ({environment.get('cpu_model', '?')}, "
-             f"{environment.get('cpu_count', '?')} CPUs)"]
-    if run.suite:
-        parts.append(f"suite {run.suite}")
-    parts.append(f"min-time {run.settings.get('min_time_s')} s")
-    return "  ".join(parts)
+    settings = [f"suite {run.suite}"] if run.suite else []
+    settings.append(f"min-time {run.settings.get('min_time_s')} s")
+    return [
+        f"device {device.get('kind', '?')} x{device.get('count', '?')} ({device.get('platform', '?')})  "
+        f"jax {versions.get('jax') or '-'}, jaxlib {versions.get('jaxlib') or '-'}",
+        f"host {environment.get('host', '?')}: {environment.get('cpu_model', '?')}, "
+        f"{environment.get('cpu_count', '?')} CPUs  " + "  ".join(settings),
+    ]
 
 
-def _spread(summary: Summary, key: str) -> str:
-    return f"{format_figure(key, summary.p25)} .. {format_figure(key, summary.p75)}"
+def spread_text(summary: Summary) -> str:
+    """Half the interquartile range, relative to the median: "±1.7%"."""
+    if not summary.median:
+        return MISSING
+    return f"±{summary.iqr / 2 / abs(summary.median) * 100:.1f}%"
+
+
+def _peak(result: CaseResult) -> float | None:
+    return result.values.get("percent_of_peak", result.values.get("mfu_percent"))
 
 
 def results_table(run: RunResult) -> TableData:
-    table = TableData([
-        Column("BENCHMARK"), Column("CASE"), Column("MEDIAN", "right"), Column("IQR (p25 .. p75)", "right"),
-        Column("N", "right"), Column("% PEAK", "right"), Column("COMPILE", "right"), Column("DETAILS"),
-    ])
+    """MEDIAN of each case's headline figure, SPREAD (half its IQR), N samples, % of peak (where known)."""
+    with_peak = any(_peak(r) is not None for r in run.results)
+    columns = [Column("BENCHMARK", no_wrap=True), Column("CASE", no_wrap=True), Column("MEDIAN", "right", no_wrap=True),
+               Column("SPREAD", "right", no_wrap=True), Column("N", "right", no_wrap=True)]
+    if with_peak:
+        columns.append(Column("% PEAK", "right", no_wrap=True))
+    columns.append(Column("DETAILS"))
+    table = TableData(columns)
     for result in run.results:
+        cells: list[object]
         if result.status != OK or result.primary is None:
-            table.add_row(result.case.benchmark, result.case.name, _STATUS_TEXT.get(result.status, result.status),
-                          MISSING, MISSING, MISSING, MISSING, result.message or "")
-            continue
-        primary = result.stats[result.primary]
-        peak = result.values.get("percent_of_peak", result.values.get("mfu_percent"))
-        compile_ms = result.values.get("compile_ms")
-        table.add_row(result.case.benchmark, result.case.name, format_figure(result.primary, primary.median),
-                      _spread(primary, result.primary), primary.count,
-                      format_percent(peak) if peak is not None else MISSING,
-                      format_figure("compile_ms", compile_ms) if compile_ms is not None else MISSING,
-                      details(result))
+            cells = [_STATUS_TEXT.get(result.status, result.status), MISSING, MISSING]
+            peak, text = MISSING, result.message or ""
+        else:
+            primary = result.stats[result.primary]
+            cells = [format_figure(result.primary, primary.median), spread_text(primary), primary.count]
+            value = _peak(result)
+            peak, text = (format_percent(value) if value is not None else MISSING), details(result)
+        row = [result.case.benchmark, result.case.name, *cells] + ([peak] if with_peak else []) + [text]
+        table.add_row(*row)
     return table
 
 
@@ -95,7 +104,7 @@ def details(result: CaseResult) -> str:
                      f"({values['speedup']:.1f}x), cache hit verified")
     elif benchmark == "train":
         step = stats["step_time_ms"]
-        parts.append(f"{format_figure('tokens_per_s', stats['tokens_per_s'].median)} tokens")
+        parts.append(format_figure("tokens_per_s", stats["tokens_per_s"].median))
         parts.append(f"step p50/p90/p99 {step.median:.4g}/{step.p90:.4g}/{step.p99:.4g} ms")
         parts.append(f"{values['model_flops_per_step'] / 1e9:.4g} GFLOP/step")
         devices = values["devices"]
@@ -103,10 +112,12 @@ def details(result: CaseResult) -> str:
     elif benchmark == "infer":
         latency = stats["latency_ms"]
         parts.append(f"latency p50/p99 {latency.median:.4g}/{latency.p99:.4g} ms")
-        parts.append(f"{format_figure('tokens_per_s', stats['tokens_per_s'].median)} tokens")
+        parts.append(format_figure("tokens_per_s", stats["tokens_per_s"].median))
     cost = values.get("cost_per_1m_samples")
     if cost is not None:
         parts.append(f"{cost:.4g} per 1M samples")
+    if values.get("compile_ms") is not None:
+        parts.append(f"compile {format_figure('compile_ms', values['compile_ms'])}")
     return ", ".join(parts)
 
 
