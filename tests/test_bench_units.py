@@ -194,3 +194,32 @@ def test_transformer_presets_and_flop_counts():
         config_for("huge")
     with pytest.raises(ValueError, match="multiple of n_heads"):
         config_for("tiny", n_heads=3)
+
+
+class _StandInDevice:
+    """A PJRT device of hardware that is not here: just what device_record reads."""
+
+    def __init__(self, kind: str, platform: str) -> None:
+        self.device_kind, self.platform = kind, platform
+        self.client = type("Client", (), {"platform_version": "stand-in"})()
+
+    def memory_stats(self) -> dict:
+        return {"bytes_limit": 80 * 10**9, "bytes_in_use": 0}
+
+
+@pytest.mark.parametrize(("kind", "platform", "bf16", "int8", "bandwidth"), [
+    ("NVIDIA H100 80GB HBM3", "gpu", 989e12, 1979e12, 3350e9),
+    ("NVIDIA H200", "gpu", 989e12, 1979e12, 4800e9),
+    ("NVIDIA A100-SXM4-80GB", "gpu", 312e12, 624e12, 2039e9),
+    ("TPU v5 lite", "tpu", 197e12, 394e12, 819e9),
+    ("TPU v3", "tpu", 123e12 / 2, None, 900e9 / 2),  # two devices per chip share its peak
+    ("cpu", "cpu", None, None, None),
+])
+def test_percent_of_peak_knows_nvidia_and_tpu_device_kinds(kind, platform, bf16, int8, bandwidth):
+    from tpu_tools.bench.environment import device_record, peak_for_dtype
+
+    device = device_record([_StandInDevice(kind, platform)])
+    assert peak_for_dtype(device, "bf16") == bf16 and peak_for_dtype(device, "f16") == bf16
+    assert peak_for_dtype(device, "int8") == int8 and peak_for_dtype(device, "f32") is None
+    assert device["peak_memory_bandwidth_bytes_per_s_per_device"] == bandwidth
+    assert device["memory_bytes"] == 80 * 10**9
