@@ -14,7 +14,7 @@ _tpu_tools_complete() {
     local opts="" subs="" choices="" pathopts="" valopts=""
     case "$key" in
         'tpu-tools|')
-            opts='--debug --version -h --help'; subs='ls'
+            opts='--debug --version -h --help'; subs='ls bench'
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
@@ -25,11 +25,181 @@ _tpu_tools_complete() {
                 --format) choices='auto table plain json' ;;
             esac
             ;;
+        'tpu-tools|bench')
+            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare'
+            valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench compile')
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
+            case "$prev" in
+                --preset) choices='tiny small base' ;;
+                --model-dtype) choices='float32 bfloat16 float16' ;;
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench dispatch')
+            opts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench matmul')
+            opts='--size --dtype --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --dtype --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench memory')
+            opts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench transfer')
+            opts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench train')
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --preset) choices='tiny small base' ;;
+                --model-dtype) choices='float32 bfloat16 float16' ;;
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench infer')
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --preset) choices='tiny small base' ;;
+                --model-dtype) choices='float32 bfloat16 float16' ;;
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench compare')
+            opts='--tolerance --allow-mismatch --json --junit --format --debug --version -h --help'; subs=''
+            valopts='--tolerance --json --junit --format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
         'tpu-ls|')
             opts='--probe --topology --no-runtime --force --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
             valopts='--platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-bench|')
+            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare'
+            valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|compile')
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
+            case "$prev" in
+                --preset) choices='tiny small base' ;;
+                --model-dtype) choices='float32 bfloat16 float16' ;;
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|dispatch')
+            opts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|matmul')
+            opts='--size --dtype --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --dtype --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|memory')
+            opts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|transfer')
+            opts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|train')
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --preset) choices='tiny small base' ;;
+                --model-dtype) choices='float32 bfloat16 float16' ;;
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|infer')
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --preset) choices='tiny small base' ;;
+                --model-dtype) choices='float32 bfloat16 float16' ;;
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|compare')
+            opts='--tolerance --allow-mismatch --json --junit --format --debug --version -h --help'; subs=''
+            valopts='--tolerance --json --junit --format'; pathopts=''
+            case "$prev" in
                 --format) choices='auto table plain json' ;;
             esac
             ;;
@@ -44,9 +214,9 @@ _tpu_tools_complete() {
 
 _tpu_tools_is_command() {
     case "$1|$2" in
-        'tpu-tools|ls') return 0 ;;
+        'tpu-tools|ls'|'tpu-tools|bench'|'tpu-tools|bench compile'|'tpu-tools|bench dispatch'|'tpu-tools|bench matmul'|'tpu-tools|bench memory'|'tpu-tools|bench transfer'|'tpu-tools|bench train'|'tpu-tools|bench infer'|'tpu-tools|bench compare'|'tpu-bench|compile'|'tpu-bench|dispatch'|'tpu-bench|matmul'|'tpu-bench|memory'|'tpu-bench|transfer'|'tpu-bench|train'|'tpu-bench|infer'|'tpu-bench|compare') return 0 ;;
     esac
     return 1
 }
 
-complete -o default -F _tpu_tools_complete tpu-tools tpu-ls
+complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-bench

@@ -372,3 +372,7 @@ def test_terminal_shows_a_progress_bar_then_a_rich_table(tmp_path, width, height
         assert max(len(line) for line in screen.splitlines()) <= width
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_a_platform_that_is_not_installed_is_one_line_and_exit_1():
+    assert_one_line_error(bench("--platform", "tpu"), 1, "tpu platform is not available")

@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpu_tools.bench.context import BenchContext, mismatch_warning, xla_cost
-from tpu_tools.bench.model import ModelChoice, activation_bytes, cost_per_million, model_name, peak_dtype
+from tpu_tools.bench.model import ModelChoice, activation_bytes, model_name, peak_dtype, throughput_result
 from tpu_tools.bench.records import Case, CaseResult
-from tpu_tools.bench.stats import rates, summarize
 from tpu_tools.bench.timing import time_calls, timed
 from tpu_tools.workloads.transformer import TransformerConfig
 
@@ -57,27 +56,15 @@ def run(ctx: BenchContext, case: Case) -> CaseResult:
     compiled, compile_s = timed(lambda: forward_step(config).lower(params, tokens).compile())
     seconds = time_calls(lambda _: compiled(params, tokens).block_until_ready(), ctx.timing)
 
-    result = CaseResult(case, primary="samples_per_s")
-    result.stats["latency_ms"] = summarize([s * 1e3 for s in seconds])
-    result.stats["samples_per_s"] = summarize(rates(batch, seconds), higher_is_better=True)
-    result.stats["tokens_per_s"] = summarize(rates(batch * config.seq_len, seconds), higher_is_better=True)
     flops = forward_flops(config, batch)
     xla_flops = xla_cost(compiled).get("flops")
-    peak = ctx.peak(peak_dtype(config))
-    achieved = flops / (result.stats["latency_ms"].median / 1e3)
+    result = throughput_result(case, "latency_ms", seconds, batch, config, flops, ctx.peak(peak_dtype(config)))
     result.values.update({
         "compile_ms": compile_s * 1e3,
         "batch_size": batch,
         "parameters": parameters,
         "model_flops_per_call": flops,
         "xla_flops_per_call": xla_flops,
-        "achieved_tflops": achieved / 1e12,
-        "mfu_percent": 100 * achieved / peak if peak else None,
-        "price_per_hour": case.params.get("price_per_hour"),
-        "cost_per_1m_samples": cost_per_million(case.params.get("price_per_hour"),
-                                                result.stats["samples_per_s"].median),
     })
-    warning = mismatch_warning("FLOPs per call", flops, xla_flops)
-    if warning:
-        result.warnings.append(warning)
+    result.warn(mismatch_warning("FLOPs per call", flops, xla_flops))
     return result

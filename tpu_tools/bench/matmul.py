@@ -119,8 +119,7 @@ def run(ctx: BenchContext, case: Case) -> CaseResult:
         b = _operand(ctx, dtype, (shape.k, shape.n))
         compiled, compile_s = timed(lambda: jax.jit(gemm).lower(a, b).compile())
     except Exception as error:
-        status, message = classify(error, ctx.platform)
-        if status == UNSUPPORTED:
+        if classify(error, ctx.platform)[0] == UNSUPPORTED:
             raise Unsupported(f"{dtype.name} matmul is unsupported on {ctx.platform}") from error
         raise
 
@@ -140,7 +139,5 @@ def run(ctx: BenchContext, case: Case) -> CaseResult:
         "peak_ops_per_s": peak,
         "percent_of_peak": 100 * median_rate / peak if peak else None,
     })
-    warning = mismatch_warning("FLOPs per call", shape.flops, xla_flops)
-    if warning:
-        result.warnings.append(warning)
+    result.warn(mismatch_warning("FLOPs per call", shape.flops, xla_flops))
     return result

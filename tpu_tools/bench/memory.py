@@ -81,7 +81,5 @@ def run(ctx: BenchContext, case: Case) -> CaseResult:
         "peak_bandwidth_gbps": peak / 1e9 if peak else None,
         "percent_of_peak": 100 * result.stats["bandwidth_gbps"].median * 1e9 / peak if peak else None,
     })
-    warning = mismatch_warning("bytes per call", moved, xla_bytes)
-    if warning:
-        result.warnings.append(warning)
+    result.warn(mismatch_warning("bytes per call", moved, xla_bytes))
     return result

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpu_tools.bench.records import Case, CaseResult
+from tpu_tools.bench.stats import rates, summarize
 from tpu_tools.workloads.transformer import PRESETS, TransformerConfig, config_for
 
 # Beyond these a model is no benchmark any device runs: a usage error, not an out-of-memory.
@@ -68,3 +70,25 @@ def cost_per_million(price_per_hour: float | None, samples_per_s: float) -> floa
     if price_per_hour is None or samples_per_s <= 0:
         return None
     return price_per_hour / 3600.0 * 1e6 / samples_per_s
+
+
+def throughput_result(case: Case, time_figure: str, seconds: list[float], batch: int, config: TransformerConfig,
+                      model_flops: float, peak_flops: float | None) -> CaseResult:
+    """The figures train and infer share: time per call (ms), samples/s, tokens/s, achieved FLOP/s, MFU, cost.
+
+    `model_flops` is the work of one call, `peak_flops` the peak of all devices doing it (None if unknown).
+    """
+    result = CaseResult(case, primary="samples_per_s")
+    result.stats[time_figure] = summarize([s * 1e3 for s in seconds])
+    result.stats["samples_per_s"] = summarize(rates(batch, seconds), higher_is_better=True)
+    result.stats["tokens_per_s"] = summarize(rates(batch * config.seq_len, seconds), higher_is_better=True)
+    achieved = model_flops / (result.stats[time_figure].median / 1e3)
+    price = case.params.get("price_per_hour")
+    result.values.update({
+        "achieved_tflops": achieved / 1e12,
+        "peak_flops_per_s": peak_flops,
+        "mfu_percent": 100 * achieved / peak_flops if peak_flops else None,
+        "price_per_hour": price,
+        "cost_per_1m_samples": cost_per_million(price, result.stats["samples_per_s"].median),
+    })
+    return result

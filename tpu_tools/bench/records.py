@@ -50,6 +50,11 @@ class CaseResult:
     warnings: list[str] = field(default_factory=list)
     duration_s: float = 0.0  # wall time of the whole case: set-up, compile, warm-up and samples
 
+    def warn(self, warning: str | None) -> None:
+        """Keep a warning (None is none)."""
+        if warning:
+            self.warnings.append(warning)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.case.id,

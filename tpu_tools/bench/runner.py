@@ -82,38 +82,34 @@ def run_benchmarks(request: RunRequest, progress: Progress | None = None) -> Run
                     time=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     outside = [s for s in request.selections if s.benchmark in OUT_OF_PROCESS]
     inside = [s for s in request.selections if s.benchmark not in OUT_OF_PROCESS]
-    pending: list[Case] = [case for s in outside for case in s.plan(_platform_hint(request.policy))]
-    progress.planned(len(pending))
-    current: Case | None = None
-    try:
-        for case in pending:
-            current = case
+    pending: list[Case] = []
+    current: list[Case] = []  # the case in progress, if any
+
+    def run_cases(cases: list[Case], run_one: Callable[[Case], CaseResult]) -> None:
+        pending[:] = cases
+        progress.planned(len(run.results) + len(cases))
+        for case in cases:
+            current[:] = [case]
             progress.started(case)
-            result = _run_out_of_process(case, request)
-            run.results.append(result)
-            progress.finished(result)
-        current = None
-        pending = []
-        ctx = _open_device(request, run)  # also when only compile ran: the result records the device
-        pending = [case for s in inside for case in s.plan(run.device["platform"])]
-        progress.planned(len(run.results) + len(pending))
-        for case in pending:
-            current = case
-            progress.started(case)
-            result = _run_in_process(ctx, case)
-            run.results.append(result)
-            progress.finished(result)
+            run.results.append(run_one(case))
+            progress.finished(run.results[-1])
+            current.clear()
             gc.collect()
-        current = None
+
+    try:
+        run_cases([case for s in outside for case in s.plan(_platform_hint(request.policy))],
+                  lambda case: _run_out_of_process(case, request))
+        pending.clear()
+        ctx = _open_device(request, run)  # also when only compile ran: the result records the device
+        run_cases([case for s in inside for case in s.plan(run.device["platform"])],
+                  lambda case: _run_in_process(ctx, case))
     except KeyboardInterrupt:
         run.interrupted = True
+        for case in current:
+            run.results.append(CaseResult(case, status=INTERRUPTED, message="interrupted (Ctrl-C)"))
         done = {r.case.id for r in run.results}
-        if current is not None:
-            run.results.append(CaseResult(current, status=INTERRUPTED, message="interrupted (Ctrl-C)"))
-            done.add(current.id)
-        for case in pending:
-            if case.id not in done:
-                run.results.append(CaseResult(case, status=NOT_RUN, message="not run: the suite was interrupted"))
+        run.results.extend(CaseResult(case, status=NOT_RUN, message="not run: the suite was interrupted")
+                           for case in pending if case.id not in done)
         run.notes.append("interrupted (Ctrl-C): partial results; cases after the interruption did not run")
     return run
 

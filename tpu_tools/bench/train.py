@@ -13,10 +13,8 @@ from typing import Any
 
 from tpu_tools.bench.context import BenchContext, mismatch_warning, xla_cost
 from tpu_tools.bench.failures import CaseSkipped
-from tpu_tools.bench.model import (ModelChoice, activation_bytes, cost_per_million, model_name, peak_dtype,
-                                   state_bytes)
+from tpu_tools.bench.model import ModelChoice, activation_bytes, model_name, peak_dtype, state_bytes, throughput_result
 from tpu_tools.bench.records import Case, CaseResult
-from tpu_tools.bench.stats import rates, summarize
 from tpu_tools.bench.timing import time_calls, timed
 from tpu_tools.workloads.transformer import TransformerConfig
 
@@ -63,16 +61,12 @@ def run(ctx: BenchContext, case: Case) -> CaseResult:
     if not math.isfinite(loss):
         raise CaseSkipped(f"the training loss is {loss} after {len(seconds) + ctx.timing.warmup} steps")
 
-    result = CaseResult(case, primary="samples_per_s")
-    result.stats["step_time_ms"] = summarize([s * 1e3 for s in seconds])
-    result.stats["samples_per_s"] = summarize(rates(batch, seconds), higher_is_better=True)
-    result.stats["tokens_per_s"] = summarize(rates(batch * config.seq_len, seconds), higher_is_better=True)
     model_flops = train_step_flops(config, batch)
     xla_flops = xla_cost(compiled).get("flops")
     xla_total = xla_flops * len(devices) if xla_flops is not None else None  # XLA counts per device
-    median_s = result.stats["step_time_ms"].median / 1e3
     peak = ctx.peak(peak_dtype(config))
-    achieved = model_flops / median_s
+    result = throughput_result(case, "step_time_ms", seconds, batch, config, model_flops,
+                               peak * len(devices) if peak else None)
     result.values.update({
         "compile_ms": compile_s * 1e3,
         "devices": len(devices),
@@ -80,15 +74,7 @@ def run(ctx: BenchContext, case: Case) -> CaseResult:
         "parameters": parameters,
         "model_flops_per_step": model_flops,
         "xla_flops_per_step": xla_total,
-        "achieved_tflops": achieved / 1e12,
-        "peak_flops_per_s": peak * len(devices) if peak else None,
-        "mfu_percent": 100 * achieved / (peak * len(devices)) if peak else None,
-        "price_per_hour": case.params.get("price_per_hour"),
-        "cost_per_1m_samples": cost_per_million(case.params.get("price_per_hour"),
-                                                result.stats["samples_per_s"].median),
         "final_loss": loss,
     })
-    warning = mismatch_warning("FLOPs per step", model_flops, xla_total)
-    if warning:
-        result.warnings.append(warning)
+    result.warn(mismatch_warning("FLOPs per step", model_flops, xla_total))
     return result

@@ -18,18 +18,17 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from tpu_tools.bench.runner import BENCHMARKS
 from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, run_cli, runtime_options
 from tpu_tools.cli.output import FORMAT_CHOICES, Output, note, resolve_format
 from tpu_tools.errors import EXIT_INTERRUPTED, EXIT_OK, GateFailed, RuntimeFailure, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
+from tpu_tools.workloads.transformer import COMPUTE_DTYPES, PRESETS
 
 DEFAULT_BENCH_TIMEOUT_S = 600.0
 MAX_BUFFER_BYTES = 1 << 50  # 1 PiB: larger is no buffer any device holds
-BENCHMARK_NAMES = ("compile", "dispatch", "matmul", "memory", "transfer", "train", "infer")
-PRESET_NAMES = ("tiny", "small", "base")
-
 CONTEXT = {"help_option_names": ["-h", "--help"]}
-SUBCOMMANDS = {name: f"tpu_tools.cli.bench:{name}_command" for name in (*BENCHMARK_NAMES, "compare")}
+SUBCOMMANDS = {name: f"tpu_tools.cli.bench:{name}_command" for name in (*BENCHMARKS, "compare")}
 
 MAN_SECTIONS = {
     "DESCRIPTION": (
@@ -39,11 +38,13 @@ MAN_SECTIONS = {
         "Measurement: inputs are random (never zeros); every timed call blocks on its result before the clock "
         "stops; compilation is timed on its own and excluded from the samples; --warmup untimed calls come "
         "first; then samples are taken until --min-time seconds of samples (and at least 3) are collected. "
-        "Every figure is reported as the median with its interquartile range and sample count; the JSON "
-        "file also has the mean, standard deviation, min, max, p90 and p99. FLOPs are counted analytically "
+        "The table shows each case's headline figure as MEDIAN, SPREAD (half the interquartile range, relative "
+        "to the median) and N (samples); the JSON file has every figure's median, quartiles, p90, p99, min, "
+        "max, mean and standard deviation. FLOPs are counted analytically "
         "and cross-checked with XLA's cost analysis; a difference over 10% is printed as a warning.\n"
-        "The compile benchmark runs first, in child processes, before this process opens the device: a TPU "
-        "belongs to one process at a time.\n"
+        "train uses every local device (data parallel; --host-devices N gives the CPU platform N devices); the "
+        "other benchmarks use the first device. The compile benchmark runs first, in child processes, before "
+        "this process opens the device: a TPU belongs to one process at a time.\n"
         "A case that cannot run is a result, and the suite goes on: a dtype the platform lacks is reported "
         "as \"unsupported on <platform>\", a size that does not fit as \"out of memory\" (sizes beyond free "
         "memory are refused before anything is allocated). Ctrl-C stops the run, writes the results so far "
@@ -275,14 +276,12 @@ def run_options(function: Callable) -> Callable:
 
 
 def _model_options(function: Callable, many_presets: bool = False) -> Callable:
-    from tpu_tools.workloads.transformer import COMPUTE_DTYPES
-
     sizes = [("--layers", "n_layers", "Transformer blocks."), ("--d-model", "d_model", "Model width."),
              ("--heads", "n_heads", "Attention heads (must divide --d-model)."),
              ("--d-ff", "d_ff", "MLP hidden width."), ("--seq-len", "seq_len", "Tokens per sample."),
              ("--vocab", "vocab_size", "Vocabulary size."),
              ("--batch-per-device", "batch_per_device", "Samples per device per step.")]
-    options = [click.option("--preset", "presets" if many_presets else "preset", type=click.Choice(PRESET_NAMES),
+    options = [click.option("--preset", "presets" if many_presets else "preset", type=click.Choice(tuple(PRESETS)),
                             multiple=many_presets, default=None,
                             help="Model size (tiny, small, base); other options below change it"
                                  + (" (repeatable)." if many_presets else "."))]
@@ -496,14 +495,15 @@ def _execute(selections: list, args: RunArgs) -> int:
     from tpu_tools.bench.timing import TimingSettings
 
     baseline = load_result(args.baseline_path, "baseline") if args.baseline_path else None
-    on_device = None
-    if baseline is not None:
-        def on_device(run: Any) -> None:
+
+    def check_baseline(run: Any) -> None:
+        """Refuse a baseline from other devices before the benchmarks run, not after."""
+        if baseline is not None:
             check_environments(baseline, run.to_dict(), args.allow_mismatch)
 
     timing = TimingSettings(min_time_s=args.min_time_s or MIN_TIME_S[args.suite], warmup=args.warmup)
     request = RunRequest(selections, args.policy, args.timeout_s, timing, seed=args.seed, suite=args.suite,
-                         environment=environment_record(args.policy.environment()), on_device=on_device)
+                         environment=environment_record(args.policy.environment()), on_device=check_baseline)
     with _progress() as progress:
         run = run_benchmarks(request, progress)
     run.settings["benchmarks"] = [s.benchmark for s in selections]
