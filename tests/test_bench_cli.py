@@ -24,7 +24,8 @@ TOY_MODEL = ("--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64",
 
 DOCUMENT_KEYS = {"schema", "time", "suite", "interrupted", "settings", "environment", "device", "results", "notes",
                  "comparison"}
-ENVIRONMENT_KEYS = {"host", "os", "python", "cpu_model", "cpu_count", "versions", "variables", "command"}
+ENVIRONMENT_KEYS = {"host", "os", "python", "cpu_model", "cpu_count", "cpus_usable", "versions", "variables",
+                    "command"}
 DEVICE_KEYS = {"platform", "platform_version", "kind", "count", "process_count", "chip", "devices_per_chip",
                "memory_bytes", "peak_ops_per_s_per_device", "peak_memory_bandwidth_bytes_per_s_per_device"}
 RESULT_KEYS = {"id", "benchmark", "name", "params", "status", "message", "primary", "stats", "values", "warnings",

@@ -36,6 +36,14 @@ def cpu_model() -> str:
     return host_platform.processor() or host_platform.machine()
 
 
+def _usable_cpus() -> int | None:
+    """CPUs this process may run on (taskset, cgroups' cpusets), which can be fewer than the host has."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
 def environment_record(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Host and software facts; needs no runtime. `env`: the environment the runtime starts with."""
     env = os.environ if env is None else env
@@ -45,6 +53,7 @@ def environment_record(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "python": host_platform.python_version(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpus_usable": _usable_cpus(),
         "versions": stack_versions().to_dict(),
         "variables": {name: env[name] for name in _RECORDED_VARIABLES if name in env},
         "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
@@ -107,7 +116,8 @@ def differences(baseline: dict[str, Any], current: dict[str, Any]) -> tuple[list
     if base_device.get("count") != cur_device.get("count"):
         warnings.append(f"device count differs: baseline {base_device.get('count')}, current {cur_device.get('count')}")
     base_env, cur_env = baseline.get("environment") or {}, current.get("environment") or {}
-    for key, label in (("host", "host"), ("cpu_model", "host CPU"), ("cpu_count", "host CPU count")):
+    for key, label in (("host", "host"), ("cpu_model", "host CPU"), ("cpu_count", "host CPU count"),
+                       ("cpus_usable", "usable CPU count")):
         if base_env.get(key) != cur_env.get(key):
             warnings.append(f"{label} differs: baseline {base_env.get(key)!r}, current {cur_env.get(key)!r}")
     base_versions, cur_versions = base_env.get("versions") or {}, cur_env.get("versions") or {}

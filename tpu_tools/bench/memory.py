@@ -39,20 +39,23 @@ def plan(options: MemoryOptions) -> list[Case]:
             for size in options.sizes for operation in options.operations]
 
 
-def _kernel(operation: str) -> Any:
-    def copy(a: Any, b: Any, s: Any) -> Any:
-        return a.copy()
+def _copy(a: Any) -> Any:
+    return a.copy()
 
-    def scale(a: Any, b: Any, s: Any) -> Any:
-        return s * a
 
-    def add(a: Any, b: Any, s: Any) -> Any:
-        return a + b
+def _scale(a: Any, s: Any) -> Any:
+    return s * a
 
-    def triad(a: Any, b: Any, s: Any) -> Any:
-        return a + s * b
 
-    return {"copy": copy, "scale": scale, "add": add, "triad": triad}[operation]
+def _add(a: Any, b: Any) -> Any:
+    return a + b
+
+
+def _triad(a: Any, b: Any, s: Any) -> Any:
+    return a + s * b
+
+
+_KERNELS = {"copy": _copy, "scale": _scale, "add": _add, "triad": _triad}
 
 
 def run(ctx: BenchContext, case: Case) -> CaseResult:
@@ -61,14 +64,14 @@ def run(ctx: BenchContext, case: Case) -> CaseResult:
     reads, writes = OPERATIONS[operation]
     elements = max(1, size // ELEMENT_BYTES)
     moved = (reads + writes) * elements * ELEMENT_BYTES
-    ctx.require_memory(3 * elements * ELEMENT_BYTES, f"{operation} of {format_bytes(size)} arrays")
+    ctx.require_memory(moved, f"{operation} of {format_bytes(size)} arrays")
     device = ctx.devices[0]
-    a = jax.device_put(jax.random.normal(ctx.next_key(), (elements,), jnp.float32), device)
-    b = jax.device_put(jax.random.normal(ctx.next_key(), (elements,), jnp.float32), device)
-    s = jax.device_put(jnp.float32(3.0), device)  # an argument, so XLA cannot fold it
-    kernel = _kernel(operation)
-    compiled, compile_s = timed(lambda: jax.jit(kernel).lower(a, b, s).compile())
-    seconds = time_calls(lambda _: compiled(a, b, s).block_until_ready(), ctx.timing)
+    arrays = [jax.device_put(jax.random.normal(ctx.next_key(), (elements,), jnp.float32), device)
+              for _ in range(reads)]
+    if operation in ("scale", "triad"):
+        arrays.append(jax.device_put(jnp.float32(3.0), device))  # an argument, so XLA cannot fold it
+    compiled, compile_s = timed(lambda: jax.jit(_KERNELS[operation]).lower(*arrays).compile())
+    seconds = time_calls(lambda _: compiled(*arrays).block_until_ready(), ctx.timing)
     result = CaseResult(case, primary="bandwidth_gbps")
     result.stats["time_us"] = summarize([t * 1e6 for t in seconds])
     result.stats["bandwidth_gbps"] = summarize([r / 1e9 for r in rates(moved, seconds)], higher_is_better=True)

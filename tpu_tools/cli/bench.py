@@ -83,7 +83,7 @@ MAN_SECTIONS = {
         "\"tpu-tools/bench/v1\":\n"
         "schema, time (UTC, ISO 8601), suite, interrupted, settings {min_time_s, warmup, min_samples, seed, "
         "timeout_s, benchmarks[]}, environment {host, os, python, cpu_model, cpu_count, versions {tpu_tools, "
-        "jax, jaxlib, plugins}, variables {XLA_FLAGS, JAX_PLATFORMS, ...}, command}, device {platform, "
+        "jax, jaxlib, plugins}, cpus_usable, variables {XLA_FLAGS, JAX_PLATFORMS, ...}, command}, device {platform, "
         "platform_version, kind, count, process_count, chip, devices_per_chip, memory_bytes, "
         "peak_ops_per_s_per_device {f32, bf16, f16, int8}, peak_memory_bandwidth_bytes_per_s_per_device}, "
         "notes[], comparison (null, or {tolerance_percent, regression_count, warnings[], baseline_only[], "
