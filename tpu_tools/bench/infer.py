@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpu_tools.bench.context import BenchContext, mismatch_warning, xla_cost
-from tpu_tools.bench.model import ModelChoice, activation_bytes, model_name, peak_dtype, throughput_result
+from tpu_tools.bench.model import LIMITS, ModelChoice, activation_bytes, model_name, peak_dtype, throughput_result
 from tpu_tools.bench.records import Case, CaseResult
 from tpu_tools.bench.timing import time_calls, timed
 from tpu_tools.workloads.transformer import TransformerConfig
 
 DEFAULT_MAX_BATCH = 8
+MAX_BATCH = LIMITS["batch_per_device"]  # larger is a usage error, not an out-of-memory
 
 
 def batch_sizes_up_to(maximum: int) -> tuple[int, ...]:

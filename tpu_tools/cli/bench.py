@@ -7,26 +7,21 @@ Options given before a benchmark's name apply to it as if given after it.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import click
 from click.core import ParameterSource
 
 from tpu_tools.bench.runner import BENCHMARKS
-from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, run_cli, runtime_options
-from tpu_tools.cli.output import FORMAT_CHOICES, Output, note, resolve_format
-from tpu_tools.errors import EXIT_INTERRUPTED, EXIT_OK, GateFailed, RuntimeFailure, UsageError
-from tpu_tools.pjrt.runtime import RuntimePolicy
-from tpu_tools.workloads.transformer import COMPUTE_DTYPES, PRESETS
+from tpu_tools.cli.bench_options import (RunArgs, batch_size_list, byte_sizes, cache_option, matmul_dtypes,
+                                         matrix_sizes, model_choices, model_options, names_from, output_file,
+                                         positive, price_option, run_options, tolerance_value)
+from tpu_tools.cli.bench_run import execute, gate, json_text, render_comparison, write_file
+from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, run_cli
+from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
+from tpu_tools.errors import EXIT_OK, UsageError
 
-DEFAULT_BENCH_TIMEOUT_S = 600.0
-MAX_BUFFER_BYTES = 1 << 50  # 1 PiB: larger is no buffer any device holds
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 SUBCOMMANDS = {name: f"tpu_tools.cli.bench:{name}_command" for name in (*BENCHMARKS, "compare")}
 
@@ -112,218 +107,12 @@ MAN_SECTIONS = {
 }
 
 
-# --- option values ------------------------------------------------------------------------------------
-
-def _split(values: tuple[str, ...]) -> list[str]:
-    """Repeated options and comma-separated lists, both: --dtype f32,bf16 --dtype int8."""
-    return [part.strip() for value in values for part in value.split(",") if part.strip()]
-
-
-def _matrix_sizes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple | None:
-    from tpu_tools.bench.matmul import parse_shape
-
-    try:
-        return tuple(parse_shape(text) for text in _split(values)) or None
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
-
-
-def _byte_sizes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[int, ...] | None:
-    from tpu_tools.render.units import parse_size
-
-    sizes = []
-    for text in _split(values):
-        try:
-            size = parse_size(text)
-        except ValueError as error:
-            raise click.BadParameter(str(error)) from None
-        if size < 1:
-            raise click.BadParameter(f"size {text!r} must be at least 1 byte")
-        if size > MAX_BUFFER_BYTES:
-            raise click.BadParameter(f"size {text!r} is absurdly large (at most 1P)")
-        sizes.append(size)
-    return tuple(sizes) or None
-
-
-def _names(allowed: tuple[str, ...], what: str) -> Callable:
-    def check(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...] | None:
-        names = _split(values)
-        for name in names:
-            if name not in allowed:
-                raise click.BadParameter(f"unknown {what} {name!r}: choose from {', '.join(allowed)}")
-        return tuple(dict.fromkeys(names)) or None
-
-    return check
-
-
-def _matmul_dtypes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...] | None:
-    from tpu_tools.bench.matmul import DTYPES, dtype_named
-
-    names = []
-    for text in _split(values):
-        try:
-            names.append(dtype_named(text).name)
-        except KeyError:
-            raise click.BadParameter(f"unknown dtype {text!r}: choose from {', '.join(DTYPES)}") from None
-    return tuple(dict.fromkeys(names)) or None
-
-
-def _batch_sizes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[int, ...] | None:
-    sizes = []
-    for text in _split(values):
-        try:
-            size = int(text)
-        except ValueError:
-            raise click.BadParameter(f"{text!r} is not a batch size (a whole number)") from None
-        if size < 1:
-            raise click.BadParameter(f"batch size {size} must be at least 1")
-        if size > 1 << 20:
-            raise click.BadParameter(f"batch size {size} is absurdly large (at most {1 << 20})")
-        sizes.append(size)
-    return tuple(sorted(set(sizes))) or None
-
-
-def _positive(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value is not None and not value > 0:
-        raise click.BadParameter(f"must be greater than 0, got {value}")
-    return value
-
-
-def _not_negative(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value is not None and value < 0:
-        raise click.BadParameter(f"must not be negative, got {value}")
-    return value
-
-
-def _tolerance(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    from tpu_tools.bench.compare import parse_tolerance
-
-    try:
-        return parse_tolerance(value)
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
-
-
-def _output_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Refuse a file that cannot be written now, rather than after the benchmarks ran."""
-    if value is None or value == "-":
-        return value
-    path = Path(value)
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise click.BadParameter(f"{value} is a directory")
-    if not folder.is_dir():
-        raise click.BadParameter(f"cannot write {value}: the directory {folder} does not exist")
-    return value
-
-
-# --- options every run takes ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class RunArgs:
-    suite: str
-    min_time_s: float | None
-    warmup: int
-    seed: int
-    json_path: str | None
-    junit_path: str | None
-    baseline_path: str | None
-    tolerance: float
-    allow_mismatch: bool
-    output_format: str
-    policy: RuntimePolicy
-    timeout_s: float
-
-
-def run_options(function: Callable) -> Callable:
-    """The options of every run (suite or single benchmark), collected into `args: RunArgs`."""
-
-    @functools.wraps(function)
-    def wrapper(*pos: Any, suite: str, min_time_s: float | None, warmup: int, seed: int, json_path: str | None,
-                junit_path: str | None, baseline_path: str | None, tolerance: float, allow_mismatch: bool,
-                output_format: str, policy: RuntimePolicy, timeout_s: float, **kwargs: Any) -> Any:
-        args = RunArgs(suite, min_time_s, warmup, seed, json_path, junit_path, baseline_path, tolerance,
-                       allow_mismatch, output_format, policy, timeout_s)
-        return function(*pos, args=args, **kwargs)
-
-    options = [
-        click.option("--suite", type=click.Choice(("quick", "full")), default="quick", show_default=True,
-                     help="quick: under 2 minutes on a small CPU host; full: larger sizes. For a single "
-                          "benchmark: whose default sizes to use."),
-        click.option("--min-time", "min_time_s", type=float, default=None, metavar="SECONDS", callback=_positive,
-                     help="Time budget of the timed samples per case (default: 0.5 quick, 2 full)."),
-        click.option("--warmup", type=int, default=3, show_default=True, metavar="N", callback=_not_negative,
-                     help="Untimed calls before the samples."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs."),
-        click.option("--json", "json_path", metavar="FILE", callback=_output_file,
-                     help="Write the results as JSON (tpu-tools/bench/v1) to FILE; - prints them."),
-        click.option("--junit", "junit_path", metavar="FILE", callback=_output_file,
-                     help="Write JUnit XML to FILE: a testcase per case, failures for regressions."),
-        click.option("--baseline", "baseline_path", metavar="FILE",
-                     help="Compare with an earlier --json result; exit 3 on a regression."),
-        click.option("--tolerance", default="5%", show_default=True, metavar="PERCENT", callback=_tolerance,
-                     help="How much worse than the baseline a figure may be, beyond its spread."),
-        click.option("--allow-mismatch", is_flag=True,
-                     help="Compare with a baseline from another platform or device kind anyway."),
-        click.option("--format", "output_format", type=click.Choice(FORMAT_CHOICES), default="auto",
-                     show_default=True, help="auto: a table on a terminal, plain text in a pipe; json: the "
-                                             "document on stdout."),
-    ]
-    decorated = runtime_options(default_timeout_s=DEFAULT_BENCH_TIMEOUT_S)(common_options(wrapper))
-    for option in reversed(options):
-        decorated = option(decorated)
-    return decorated
-
-
-def _model_options(function: Callable, many_presets: bool = False) -> Callable:
-    sizes = [("--layers", "n_layers", "Transformer blocks."), ("--d-model", "d_model", "Model width."),
-             ("--heads", "n_heads", "Attention heads (must divide --d-model)."),
-             ("--d-ff", "d_ff", "MLP hidden width."), ("--seq-len", "seq_len", "Tokens per sample."),
-             ("--vocab", "vocab_size", "Vocabulary size."),
-             ("--batch-per-device", "batch_per_device", "Samples per device per step.")]
-    options = [click.option("--preset", "presets" if many_presets else "preset", type=click.Choice(tuple(PRESETS)),
-                            multiple=many_presets, default=None,
-                            help="Model size (tiny, small, base); other options below change it"
-                                 + (" (repeatable)." if many_presets else "."))]
-    options += [click.option(flag, name, type=int, default=None, metavar="N", callback=_positive, help=text)
-                for flag, name, text in sizes]
-    options.append(click.option("--model-dtype", "model_dtype", type=click.Choice(COMPUTE_DTYPES), default=None,
-                                help="Compute dtype (parameters and optimizer state stay float32)."))
-    for option in reversed(options):
-        function = option(function)
-    return function
-
-
-def _model_choices(presets: tuple[str, ...], sizes: dict[str, Any]) -> tuple | None:
-    """None when nothing was given (the suite decides), else one validated ModelChoice per preset."""
-    from tpu_tools.bench.model import ModelChoice
-
-    overrides = {("dtype" if k == "model_dtype" else k): v for k, v in sizes.items() if v is not None}
-    if not presets and not overrides:
-        return None
-    choices = tuple(ModelChoice(preset, overrides) for preset in (presets or ("tiny",)))
-    for choice in choices:
-        try:
-            choice.config()
-        except ValueError as error:
-            raise UsageError(str(error)) from None
-    return choices
-
-
-_price_option = click.option("--price-per-hour", type=float, default=None, metavar="PRICE",
-                             callback=_not_negative,
-                             help="What the machine costs per hour; adds the cost of 1M samples.")
-_cache_option = click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
-                             help="Root of the compile benchmark's cache directories "
-                                  "(default ~/.cache/tpu-tools/bench-compile-cache).")
-
-
 # --- the commands -------------------------------------------------------------------------------------
 
 @click.group(name="bench", cls=ToolGroup, lazy_commands=SUBCOMMANDS, man_sections=MAN_SECTIONS,
              invoke_without_command=True, context_settings=CONTEXT)
-@_price_option
-@_cache_option
+@price_option
+@cache_option
 @run_options
 def bench_command(price_per_hour: float | None, cache_dir: str | None, args: RunArgs) -> int:
     """Benchmark the accelerator: GEMM, memory, transfers, dispatch, compile, training, inference."""
@@ -335,7 +124,7 @@ def bench_command(price_per_hour: float | None, cache_dir: str | None, args: Run
 
     shared = {"train": {"price_per_hour": price_per_hour}, "infer": {"price_per_hour": price_per_hour},
               "compile": {"cache_root": cache_dir}}
-    return _execute(suite_selections(args.suite, shared), args)
+    return execute(suite_selections(args.suite, shared), args)
 
 
 def _pass_down(ctx: click.Context) -> None:
@@ -353,13 +142,13 @@ def _pass_down(ctx: click.Context) -> None:
 def _single(benchmark: str, args: RunArgs, overrides: dict[str, Any]) -> int:
     from tpu_tools.bench.suites import selection
 
-    return _execute([selection(benchmark, args.suite, overrides)], args)
+    return execute([selection(benchmark, args.suite, overrides)], args)
 
 
 @click.command(name="matmul", cls=ToolCommand, context_settings=CONTEXT)
-@click.option("--size", "sizes", multiple=True, metavar="N|MxKxN", callback=_matrix_sizes,
+@click.option("--size", "sizes", multiple=True, metavar="N|MxKxN", callback=matrix_sizes,
               help="Matrix size, square N or MxKxN (repeatable, or a comma list).")
-@click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE", callback=_matmul_dtypes,
+@click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE", callback=matmul_dtypes,
               help="f32, bf16, f16, int8, fp8, int4 (repeatable, or a comma list; default f32,bf16,f16,int8).")
 @run_options
 def matmul_command(sizes: tuple | None, dtypes: tuple[str, ...] | None, args: RunArgs) -> int:
@@ -368,10 +157,10 @@ def matmul_command(sizes: tuple | None, dtypes: tuple[str, ...] | None, args: Ru
 
 
 @click.command(name="memory", cls=ToolCommand, context_settings=CONTEXT)
-@click.option("--size", "sizes", multiple=True, metavar="BYTES", callback=_byte_sizes,
+@click.option("--size", "sizes", multiple=True, metavar="BYTES", callback=byte_sizes,
               help="Bytes per array, with K, M, G suffixes (repeatable, or a comma list).")
 @click.option("--op", "operations", multiple=True, metavar="OP",
-              callback=_names(("copy", "scale", "add", "triad"), "operation"),
+              callback=names_from(("copy", "scale", "add", "triad"), "operation"),
               help="copy, scale, add, triad (repeatable, or a comma list; default all).")
 @run_options
 def memory_command(sizes: tuple[int, ...] | None, operations: tuple[str, ...] | None, args: RunArgs) -> int:
@@ -380,9 +169,9 @@ def memory_command(sizes: tuple[int, ...] | None, operations: tuple[str, ...] | 
 
 
 @click.command(name="transfer", cls=ToolCommand, context_settings=CONTEXT)
-@click.option("--size", "sizes", multiple=True, metavar="BYTES", callback=_byte_sizes,
+@click.option("--size", "sizes", multiple=True, metavar="BYTES", callback=byte_sizes,
               help="Bytes per transfer, with K, M, G suffixes (repeatable, or a comma list).")
-@click.option("--direction", "directions", multiple=True, metavar="DIR", callback=_names(("h2d", "d2h"),
+@click.option("--direction", "directions", multiple=True, metavar="DIR", callback=names_from(("h2d", "d2h"),
                                                                                           "direction"),
               help="h2d, d2h (repeatable, or a comma list; default both).")
 @run_options
@@ -392,7 +181,7 @@ def transfer_command(sizes: tuple[int, ...] | None, directions: tuple[str, ...] 
 
 
 @click.command(name="dispatch", cls=ToolCommand, context_settings=CONTEXT)
-@click.option("--mode", "modes", multiple=True, metavar="MODE", callback=_names(("compiled", "eager"), "mode"),
+@click.option("--mode", "modes", multiple=True, metavar="MODE", callback=names_from(("compiled", "eager"), "mode"),
               help="compiled, eager (repeatable, or a comma list; default both).")
 @run_options
 def dispatch_command(modes: tuple[str, ...] | None, args: RunArgs) -> int:
@@ -401,46 +190,46 @@ def dispatch_command(modes: tuple[str, ...] | None, args: RunArgs) -> int:
 
 
 @click.command(name="compile", cls=ToolCommand, context_settings=CONTEXT)
-@functools.partial(_model_options, many_presets=False)
-@click.option("--repeat", "repeats", type=int, default=None, metavar="N", callback=_positive,
+@model_options(many_presets=False)
+@click.option("--repeat", "repeats", type=int, default=None, metavar="N", callback=positive,
               help="Cold and warm compiles to time (each in its own processes; default 1 quick, 3 full).")
-@_cache_option
+@cache_option
 @run_options
 def compile_command(preset: str | None, repeats: int | None, cache_dir: str | None, args: RunArgs,
                     **sizes: Any) -> int:
     """Compile time of the train step, cold and warm from the persistent cache."""
-    choices = _model_choices((preset,) if preset else (), sizes)
+    choices = model_choices((preset,) if preset else (), sizes)
     return _single("compile", args, {"model": choices[0] if choices else None, "repeats": repeats,
                                      "cache_root": cache_dir})
 
 
 @click.command(name="train", cls=ToolCommand, context_settings=CONTEXT)
-@functools.partial(_model_options, many_presets=True)
-@_price_option
+@model_options(many_presets=True)
+@price_option
 @run_options
 def train_command(presets: tuple[str, ...], price_per_hour: float | None, args: RunArgs, **sizes: Any) -> int:
     """Transformer training step, data parallel: samples/s, tokens/s, MFU, cost."""
-    return _single("train", args, {"models": _model_choices(presets, sizes), "price_per_hour": price_per_hour})
+    return _single("train", args, {"models": model_choices(presets, sizes), "price_per_hour": price_per_hour})
 
 
 @click.command(name="infer", cls=ToolCommand, context_settings=CONTEXT)
-@functools.partial(_model_options, many_presets=False)
-@click.option("--max-batch", type=int, default=None, metavar="N", callback=_positive,
+@model_options(many_presets=False)
+@click.option("--max-batch", type=int, default=None, metavar="N", callback=positive,
               help="Batch sizes 1, 2, 4, ... up to N (default 8 quick, 32 full on CPU).")
-@click.option("--batch-sizes", multiple=True, metavar="LIST", callback=_batch_sizes,
+@click.option("--batch-sizes", multiple=True, metavar="LIST", callback=batch_size_list,
               help="Exact batch sizes instead (repeatable, or a comma list).")
-@_price_option
+@price_option
 @run_options
 def infer_command(preset: str | None, max_batch: int | None, batch_sizes: tuple[int, ...] | None,
                   price_per_hour: float | None, args: RunArgs, **sizes: Any) -> int:
     """Forward pass at batch sizes 1..N: latency p50/p99 and throughput."""
-    from tpu_tools.bench.infer import batch_sizes_up_to
+    from tpu_tools.bench.infer import MAX_BATCH, batch_sizes_up_to
 
     if max_batch is not None and batch_sizes:
         raise UsageError("give --max-batch or --batch-sizes, not both")
-    if max_batch is not None and max_batch > 1 << 20:
-        raise UsageError(f"--max-batch {max_batch} is absurdly large (at most {1 << 20})")
-    choices = _model_choices((preset,) if preset else (), sizes)
+    if max_batch is not None and max_batch > MAX_BATCH:
+        raise UsageError(f"--max-batch {max_batch} is absurdly large (at most {MAX_BATCH})")
+    choices = model_choices((preset,) if preset else (), sizes)
     return _single("infer", args, {"model": choices[0] if choices else None, "price_per_hour": price_per_hour,
                                    "batch_sizes": batch_sizes or (batch_sizes_up_to(max_batch) if max_batch
                                                                   else None)})
@@ -449,13 +238,13 @@ def infer_command(preset: str | None, max_batch: int | None, batch_sizes: tuple[
 @click.command(name="compare", cls=ToolCommand, context_settings=CONTEXT)
 @click.argument("baseline_file", metavar="BASELINE.json")
 @click.argument("current_file", metavar="CURRENT.json")
-@click.option("--tolerance", default="5%", show_default=True, metavar="PERCENT", callback=_tolerance,
+@click.option("--tolerance", default="5%", show_default=True, metavar="PERCENT", callback=tolerance_value,
               help="How much worse than the baseline a figure may be, beyond its spread.")
 @click.option("--allow-mismatch", is_flag=True,
               help="Compare results from different platforms or device kinds anyway.")
-@click.option("--json", "json_path", metavar="FILE", callback=_output_file,
+@click.option("--json", "json_path", metavar="FILE", callback=output_file,
               help="Write the comparison as JSON to FILE; - prints it.")
-@click.option("--junit", "junit_path", metavar="FILE", callback=_output_file,
+@click.option("--junit", "junit_path", metavar="FILE", callback=output_file,
               help="Write JUnit XML for CURRENT with failures for regressions.")
 @click.option("--format", "output_format", type=click.Choice(FORMAT_CHOICES), default="auto", show_default=True,
               help="auto: a table on a terminal, plain text in a pipe; json: the comparison on stdout.")
@@ -473,149 +262,16 @@ def compare_command(baseline_file: str, current_file: str, tolerance: float, all
                 **comparison.to_dict()}
     out = Output(resolve_format(output_format, json_path == "-", sys.stdout))
     if json_path and json_path != "-":
-        _write(json_path, _json_text(document))
+        write_file(json_path, json_text(document))
     if junit_path:
         from tpu_tools.bench.junit import junit_xml
 
-        _write(junit_path, junit_xml(RunResult.from_dict(current), comparison))
+        write_file(junit_path, junit_xml(RunResult.from_dict(current), comparison))
     if out.is_json:
         out.json(document)
     else:
-        _render_comparison(comparison, out)
-    return _gate(comparison)
-
-
-# --- running and reporting ------------------------------------------------------------------------------
-
-def _execute(selections: list, args: RunArgs) -> int:
-    from tpu_tools.bench.compare import check_environments, compare, load_result
-    from tpu_tools.bench.environment import environment_record
-    from tpu_tools.bench.runner import RunRequest, run_benchmarks
-    from tpu_tools.bench.suites import MIN_TIME_S
-    from tpu_tools.bench.timing import TimingSettings
-
-    baseline = load_result(args.baseline_path, "baseline") if args.baseline_path else None
-
-    def check_baseline(run: Any) -> None:
-        """Refuse a baseline from other devices before the benchmarks run, not after."""
-        if baseline is not None:
-            check_environments(baseline, run.to_dict(), args.allow_mismatch)
-
-    timing = TimingSettings(min_time_s=args.min_time_s or MIN_TIME_S[args.suite], warmup=args.warmup)
-    request = RunRequest(selections, args.policy, args.timeout_s, timing, seed=args.seed, suite=args.suite,
-                         environment=environment_record(args.policy.environment()), on_device=check_baseline)
-    with _progress() as progress:
-        run = run_benchmarks(request, progress)
-    run.settings["benchmarks"] = [s.benchmark for s in selections]
-    comparison = None
-    if baseline is not None and run.device:
-        comparison = compare(baseline, run.to_dict(), args.tolerance, args.allow_mismatch)
-        run.comparison = comparison.to_dict()
-    document = run.to_dict()
-
-    out = Output(resolve_format(args.output_format, args.json_path == "-", sys.stdout))
-    written = []
-    if args.json_path and args.json_path != "-":
-        _write(args.json_path, _json_text(document))
-        written.append(args.json_path)
-    if args.junit_path:
-        from tpu_tools.bench.junit import junit_xml
-
-        _write(args.junit_path, junit_xml(run, comparison))
-        written.append(args.junit_path)
-    if out.is_json:
-        out.json(document)
-    else:
-        _render_run(run, out)
-        if comparison is not None:
-            out.text("")
-            _render_comparison(comparison, out)
-    if run.interrupted:
-        where = f"written to {', '.join(written)}" if written else "shown above"
-        note(f"tpu-bench: interrupted: partial results {where}")
-        return EXIT_INTERRUPTED
-    if comparison is not None:
-        _gate(comparison)
-    if run.failed:
-        ids = ", ".join(r.case.id for r in run.failed)
-        raise RuntimeFailure(f"{len(run.failed)} benchmark case{'s' if len(run.failed) > 1 else ''} failed: {ids}")
-    return EXIT_OK
-
-
-def _gate(comparison: Any) -> int:
-    regressions = comparison.regressions
-    if regressions:
-        shown = ", ".join(f"{c.case_id} {c.figure}" for c in regressions[:3])
-        more = f" and {len(regressions) - 3} more" if len(regressions) > 3 else ""
-        raise GateFailed(f"{len(regressions)} figure{'s' if len(regressions) > 1 else ''} regressed beyond "
-                         f"{comparison.tolerance * 100:g}%: {shown}{more}")
-    return EXIT_OK
-
-
-def _json_text(document: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(document, indent=2) + "\n"
-
-
-def _write(path: str, text: str) -> None:
-    try:
-        Path(path).write_text(text, encoding="utf-8")
-    except OSError as error:
-        raise RuntimeFailure(f"cannot write {path}: {error.strerror or error}") from None
-
-
-def _render_run(run: Any, out: Output) -> None:
-    from tpu_tools.render.bench_view import header_lines, notes, results_table
-
-    if run.device:
-        for line in header_lines(run):
-            out.text(line)
-    out.table(results_table(run))
-    for line in notes(run):
-        out.text(line)
-
-
-def _render_comparison(comparison: Any, out: Output) -> None:
-    from tpu_tools.render.bench_view import comparison_summary, comparison_table
-
-    out.table(comparison_table(comparison))
-    for line in comparison_summary(comparison):
-        out.text(line)
-
-
-class _ProgressBar:
-    """Progress on stderr while cases run (terminals only); it disappears when the run ends."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=Console(file=sys.stderr), transient=True)
-        self._task = self._progress.add_task("starting", total=None)
-
-    def __enter__(self) -> _ProgressBar:
-        self._progress.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._progress.stop()
-
-    def planned(self, total: int) -> None:
-        self._progress.update(self._task, total=total)
-
-    def started(self, case: Any) -> None:
-        self._progress.update(self._task, description=f"{case.benchmark} {case.name}")
-
-    def finished(self, result: Any) -> None:
-        self._progress.advance(self._task)
-
-
-def _progress() -> Any:
-    from tpu_tools.bench.runner import NoProgress
-
-    return _ProgressBar() if sys.stderr.isatty() else contextlib.nullcontext(NoProgress())
+        render_comparison(comparison, out)
+    return gate(comparison)
 
 
 def main() -> None:

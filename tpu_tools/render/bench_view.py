@@ -55,8 +55,8 @@ def header_lines(run: RunResult) -> list[str]:
 
 
 def spread_text(summary: Summary) -> str:
-    """Half the interquartile range, relative to the median: "±1.7%"."""
-    if not summary.median:
+    """Half the interquartile range, relative to the median: "±1.7%" ("-" for fewer than 3 samples)."""
+    if not summary.median or summary.count < 3:
         return MISSING
     return f"±{summary.iqr / 2 / abs(summary.median) * 100:.1f}%"
 
