@@ -14,7 +14,7 @@ _tpu_tools_complete() {
     local opts="" subs="" choices="" pathopts="" valopts=""
     case "$key" in
         'tpu-tools|')
-            opts='--debug --version -h --help'; subs='ls monitor top profile dump'
+            opts='--debug --version -h --help'; subs='ls monitor top bench profile dump'
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
@@ -34,6 +34,91 @@ _tpu_tools_complete() {
             valopts='--interval --sort --tag-filter --agent-timeout'; pathopts=''
             case "$prev" in
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
+            esac
+            ;;
+        'tpu-tools|bench')
+            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare'
+            valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench compile')
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
+            case "$prev" in
+                --preset) choices='tiny small base' ;;
+                --model-dtype) choices='float32 bfloat16 float16' ;;
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench dispatch')
+            opts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench matmul')
+            opts='--size --dtype --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --dtype --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench memory')
+            opts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench transfer')
+            opts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench train')
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --preset) choices='tiny small base' ;;
+                --model-dtype) choices='float32 bfloat16 float16' ;;
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench infer')
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --preset) choices='tiny small base' ;;
+                --model-dtype) choices='float32 bfloat16 float16' ;;
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench compare')
+            opts='--tolerance --allow-mismatch --json --junit --format --debug --version -h --help'; subs=''
+            valopts='--tolerance --json --junit --format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
             esac
             ;;
         'tpu-tools|profile')
@@ -103,6 +188,91 @@ _tpu_tools_complete() {
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
             esac
             ;;
+        'tpu-bench|')
+            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare'
+            valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|compile')
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
+            case "$prev" in
+                --preset) choices='tiny small base' ;;
+                --model-dtype) choices='float32 bfloat16 float16' ;;
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|dispatch')
+            opts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|matmul')
+            opts='--size --dtype --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --dtype --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|memory')
+            opts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|transfer')
+            opts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|train')
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --preset) choices='tiny small base' ;;
+                --model-dtype) choices='float32 bfloat16 float16' ;;
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|infer')
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --preset) choices='tiny small base' ;;
+                --model-dtype) choices='float32 bfloat16 float16' ;;
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|compare')
+            opts='--tolerance --allow-mismatch --json --junit --format --debug --version -h --help'; subs=''
+            valopts='--tolerance --json --junit --format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
         'tpu-profile|')
             opts='--debug --version -h --help'; subs='run summary hlo capture'
             valopts=''; pathopts=''
@@ -162,9 +332,9 @@ _tpu_tools_complete() {
 
 _tpu_tools_is_command() {
     case "$1|$2" in
-        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture'|'tpu-dump|show') return 0 ;;
+        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|bench'|'tpu-tools|bench compile'|'tpu-tools|bench dispatch'|'tpu-tools|bench matmul'|'tpu-tools|bench memory'|'tpu-tools|bench transfer'|'tpu-tools|bench train'|'tpu-tools|bench infer'|'tpu-tools|bench compare'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-bench|compile'|'tpu-bench|dispatch'|'tpu-bench|matmul'|'tpu-bench|memory'|'tpu-bench|transfer'|'tpu-bench|train'|'tpu-bench|infer'|'tpu-bench|compare'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture'|'tpu-dump|show') return 0 ;;
     esac
     return 1
 }
 
-complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-monitor tpu-top tpu-profile tpu-dump
+complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-monitor tpu-top tpu-bench tpu-profile tpu-dump

@@ -110,7 +110,8 @@ def _positive_float(ctx: click.Context, param: click.Parameter, value: float | N
 
 
 def runtime_options(function: Callable | None = None, *, timeout: bool = True,
-                    default_host_devices: int | None = None, validate: bool = True) -> Callable:
+                    default_host_devices: int | None = None, validate: bool = True,
+                    default_timeout_s: float = DEFAULT_TIMEOUT_S) -> Callable:
     """--platform, --host-devices, --xla-flag (and --timeout) collected into `policy` (and `timeout_s`).
 
     `validate=False` leaves a bad JAX_PLATFORMS to whoever starts the runtime (tpu-dump records it
@@ -137,7 +138,7 @@ def runtime_options(function: Callable | None = None, *, timeout: bool = True,
         ]
         if timeout:
             options.append(click.option(
-                "--timeout", "timeout_s", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
+                "--timeout", "timeout_s", type=float, default=default_timeout_s, show_default=True,
                 metavar="SECONDS", callback=_positive_float,
                 help="Give up on a runtime that does not answer within this many seconds."))
         return _apply(options, wrapper)

@@ -12,6 +12,7 @@ COMMANDS = {
     "ls": "tpu_tools.cli.ls:ls_command",
     "monitor": "tpu_tools.cli.monitor:monitor_command",
     "top": "tpu_tools.cli.top:top_command",
+    "bench": "tpu_tools.cli.bench:bench_command",
     "profile": "tpu_tools.cli.profile:profile_group",
     "dump": "tpu_tools.cli.dump:dump_command",
 }
@@ -45,8 +46,8 @@ MAN_SECTIONS = {
 def cli() -> None:
     """Runtime tools for accelerators driven through PJRT (TPU, GPU, CPU).
 
-    Each subcommand is also installed as its own program: tpu-ls, tpu-monitor, tpu-top, tpu-profile,
-    tpu-dump, ...
+    Each subcommand is also installed as its own program: tpu-ls, tpu-monitor, tpu-top, tpu-bench,
+    tpu-profile, tpu-dump, ...
     """
 
 

@@ -15,6 +15,7 @@ class Column:
     align: str = "left"  # "left" or "right"
     style: str | None = None  # rich style on terminals
     max_width: int | None = None  # rich folds longer cells; plain text never truncates
+    no_wrap: bool = False  # rich keeps the cells on one line; other columns give way on narrow terminals
 
 
 @dataclass
@@ -58,7 +59,7 @@ def rich_table(table: TableData) -> RichTable:
     result = Table(title=table.title, box=box.SIMPLE_HEAD, title_justify="left", header_style="bold")
     for column in table.columns:
         result.add_column(column.header, justify=column.align, style=column.style, max_width=column.max_width,
-                          overflow="fold")
+                          overflow="fold", no_wrap=column.no_wrap)
     for row in table.rows:
         result.add_row(*row)
     return result

@@ -1,0 +1,165 @@
+"""Compare a result with a baseline: every figure's change, and which changes are regressions.
+
+A figure regresses when even the favourable end of its current interquartile
+range is worse than the unfavourable end of the baseline's, by more than the
+tolerance: for a rate (higher is better) `current.p75 < baseline.p25 * (1 - tol)`,
+for a time `current.p25 > baseline.p75 * (1 + tol)`. Noise widens both ranges,
+so noise alone does not fail a build. Figures with fewer than 3 samples on
+either side have no spread to judge by: they are shown, not gated. A case that
+ran in the baseline and failed now (error, out of memory, unsupported) is a
+regression too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tpu_tools.bench.environment import differences
+from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, SCHEMA, RunResult
+from tpu_tools.bench.stats import Summary
+from tpu_tools.errors import UsageError
+
+MIN_GATED_SAMPLES = 3
+
+SAME = "ok"
+BETTER = "better"
+WORSE = "worse (within noise)"
+REGRESSION = "regression"
+NOT_GATED = "not gated (n<3)"
+NEW = "new"
+LOST = "regression"  # a case that no longer produces figures
+
+
+@dataclass
+class FigureChange:
+    case_id: str
+    figure: str  # a stats key with its unit: "throughput_tflops"
+    baseline_median: float | None
+    current_median: float | None
+    change_percent: float | None  # of the median, signed: + means the number went up
+    verdict: str
+    note: str | None = None
+
+    @property
+    def regressed(self) -> bool:
+        return self.verdict == REGRESSION
+
+
+@dataclass
+class Comparison:
+    tolerance: float  # a fraction: 0.05 for 5 %
+    changes: list[FigureChange] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    baseline_only: list[str] = field(default_factory=list)  # case ids this run did not include
+
+    @property
+    def regressions(self) -> list[FigureChange]:
+        return [c for c in self.changes if c.regressed]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tolerance_percent": self.tolerance * 100,
+            "regression_count": len(self.regressions),
+            "warnings": self.warnings,
+            "baseline_only": self.baseline_only,
+            "changes": [asdict(c) for c in self.changes],
+        }
+
+
+def parse_tolerance(text: str) -> float:
+    """"5%", "5" or "2.5 %" as a fraction (0.05). Raises ValueError."""
+    cleaned = text.strip().rstrip("%").strip()
+    try:
+        value = float(cleaned)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a percentage (use e.g. 5%)") from None
+    if not 0 <= value < 100:
+        raise ValueError(f"tolerance {text!r} must be at least 0% and below 100%")
+    return value / 100
+
+
+def load_result(path: str | Path, role: str = "baseline") -> dict[str, Any]:
+    """A result document read from a file, or a UsageError saying what is wrong with the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{role} file {path} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"{role} file {path} is a directory") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {role} file {path}: {getattr(error, 'strerror', None) or error}") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{role} file {path} is not JSON ({error.msg} at line {error.lineno}, "
+                         f"column {error.colno})") from None
+    schema = document.get("schema") if isinstance(document, dict) else None
+    if schema != SCHEMA:
+        shown = f"schema {schema!r}" if schema else "no schema key"
+        raise UsageError(f"{role} file {path} is not a tpu-bench result ({shown}, expected {SCHEMA!r})")
+    try:
+        RunResult.from_dict(document)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise UsageError(f"{role} file {path} is a damaged tpu-bench result ({type(error).__name__}: {error})") \
+            from None
+    return document
+
+
+def check_environments(baseline: dict[str, Any], current: dict[str, Any], allow_mismatch: bool) -> list[str]:
+    """Warnings about the environments; a UsageError when the devices differ and that is not allowed."""
+    errors, warnings = differences(baseline, current)
+    if errors and not allow_mismatch:
+        raise UsageError(errors[0] + " (--allow-mismatch compares them anyway)")
+    return errors + warnings
+
+
+def compare(baseline: dict[str, Any], current: dict[str, Any], tolerance: float,
+            allow_mismatch: bool = False) -> Comparison:
+    comparison = Comparison(tolerance, warnings=check_environments(baseline, current, allow_mismatch))
+    base_cases = {r.case.id: r for r in RunResult.from_dict(baseline).results}
+    cur_cases = {r.case.id: r for r in RunResult.from_dict(current).results}
+    for case_id, cur in cur_cases.items():
+        base = base_cases.get(case_id)
+        if base is None or base.status != OK:
+            for figure, summary in cur.stats.items():
+                comparison.changes.append(FigureChange(case_id, figure, None, summary.median, None, NEW))
+            continue
+        if cur.status in (INTERRUPTED, NOT_RUN):
+            continue  # the run was cut short; its exit status says so
+        if cur.status != OK:
+            comparison.changes.append(FigureChange(case_id, "status", None, None, None, LOST,
+                                                   note=f"{cur.status}: {cur.message}"))
+            continue
+        for figure, base_summary in base.stats.items():
+            cur_summary = cur.stats.get(figure)
+            if cur_summary is None:
+                comparison.changes.append(FigureChange(case_id, figure, base_summary.median, None, None, LOST,
+                                                       note="figure missing from the current result"))
+            else:
+                comparison.changes.append(judge(case_id, figure, base_summary, cur_summary, tolerance))
+    comparison.baseline_only = [case_id for case_id in base_cases if case_id not in cur_cases]
+    return comparison
+
+
+def judge(case_id: str, figure: str, base: Summary, cur: Summary, tolerance: float) -> FigureChange:
+    change = (cur.median - base.median) / base.median * 100 if base.median else None
+    higher = base.higher_is_better
+    better_by = ((cur.median - base.median) if higher else (base.median - cur.median)) / base.median \
+        if base.median else 0.0
+    if higher:
+        beyond_noise = cur.p75 < base.p25 * (1 - tolerance)
+    else:
+        beyond_noise = cur.p25 > base.p75 * (1 + tolerance)
+    if beyond_noise:
+        verdict = REGRESSION if min(base.count, cur.count) >= MIN_GATED_SAMPLES else NOT_GATED
+    elif better_by > tolerance:
+        verdict = BETTER
+    elif better_by < -tolerance:
+        verdict = WORSE
+    else:
+        verdict = SAME
+    return FigureChange(case_id, figure, base.median, cur.median, change, verdict)

@@ -1,0 +1,93 @@
+"""`transfer`: host-to-device and device-to-host bandwidth over sizes, in GB/s.
+
+Every sample moves a buffer the other side does not have yet. Each
+device-to-host sample reads a freshly computed array (jax caches the host copy
+of an array it has already fetched). On the CPU platform device memory is host
+memory and the runtime aliases suitably aligned host buffers instead of copying
+them (whatever `may_alias` says): where that happens, host-to-device is measured
+from a buffer offset by one element, which the runtime must copy, and
+device-to-host as a copy into a new host buffer. `host_memory_aliased` in the
+result says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tpu_tools.bench.context import BenchContext
+from tpu_tools.bench.failures import CaseSkipped
+from tpu_tools.bench.records import Case, CaseResult
+from tpu_tools.bench.stats import rates, summarize
+from tpu_tools.bench.timing import time_calls
+from tpu_tools.render.units import format_bytes
+
+DIRECTIONS = ("h2d", "d2h")
+DEFAULT_SIZES = (64 << 10, 1 << 20, 16 << 20)
+
+
+@dataclass(frozen=True)
+class TransferOptions:
+    sizes: tuple[int, ...] = DEFAULT_SIZES
+    directions: tuple[str, ...] = DIRECTIONS
+
+
+def plan(options: TransferOptions) -> list[Case]:
+    return [Case("transfer", f"{direction} {format_bytes(size).replace(' ', '')}",
+                 {"direction": direction, "size_bytes": size})
+            for direction in options.directions for size in options.sizes]
+
+
+def run(ctx: BenchContext, case: Case) -> CaseResult:
+    import numpy as np
+
+    jax = ctx.jax
+    direction, size = case.params["direction"], case.params["size_bytes"]
+    elements = max(1, size // 4)
+    ctx.require_memory(3 * elements * 4, f"a {format_bytes(size)} transfer")
+    device = ctx.devices[0]
+    host = np.random.default_rng(ctx.seed).standard_normal(elements, dtype=np.float32)
+    if direction == "h2d":
+        aliased = _aliases(jax.device_put(host, device, may_alias=False).block_until_ready(), host)
+        if aliased:
+            host = _unaligned_copy(host, np)
+            if _aliases(jax.device_put(host, device, may_alias=False).block_until_ready(), host):
+                raise CaseSkipped(f"the {ctx.platform} runtime aliases host memory instead of copying it: "
+                                  "there is no host-to-device transfer to measure")
+        seconds = time_calls(lambda _: jax.device_put(host, device, may_alias=False).block_until_ready(),
+                             ctx.timing)
+    else:
+        bump = jax.jit(lambda x: x + 1.0)
+        current = [jax.device_put(host, device)]
+
+        def fresh() -> Any:
+            current[0] = bump(current[0]).block_until_ready()
+            return current[0]
+
+        sample = fresh()
+        aliased = _aliases(sample, np.asarray(sample))
+        fetch = (lambda array: np.array(array, copy=True)) if aliased else (lambda array: np.asarray(array))
+        seconds = time_calls(fetch, ctx.timing, prepare=fresh)
+    moved = elements * 4
+    result = CaseResult(case, primary="bandwidth_gbps")
+    result.values["host_memory_aliased"] = aliased
+    result.stats["time_us"] = summarize([s * 1e6 for s in seconds])
+    result.stats["bandwidth_gbps"] = summarize([r / 1e9 for r in rates(moved, seconds)], higher_is_better=True)
+    result.values["bytes_per_call"] = moved
+    return result
+
+
+def _aliases(device_array: Any, host_array: Any) -> bool:
+    """Whether a device array and a host array share memory (the runtime did not copy)."""
+    try:
+        return device_array.unsafe_buffer_pointer() == host_array.ctypes.data
+    except Exception:  # arrays without a single buffer pointer are not aliased
+        return False
+
+
+def _unaligned_copy(host: Any, np: Any) -> Any:
+    """The same values in a buffer offset by one element: no runtime can alias it as device memory."""
+    backing = np.empty(host.size + 1, dtype=host.dtype)
+    view = backing[1:]
+    view[:] = host
+    return view

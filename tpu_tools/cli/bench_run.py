@@ -1,0 +1,142 @@
+"""Running a `tpu-bench` selection and reporting it: files, tables, the gate, the progress bar."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tpu_tools.cli.bench_options import RunArgs
+from tpu_tools.cli.output import Output, note, resolve_format
+from tpu_tools.errors import EXIT_INTERRUPTED, EXIT_OK, GateFailed, RuntimeFailure
+
+
+def execute(selections: list, args: RunArgs) -> int:
+    from tpu_tools.bench.compare import check_environments, compare, load_result
+    from tpu_tools.bench.environment import environment_record
+    from tpu_tools.bench.runner import RunRequest, run_benchmarks
+    from tpu_tools.bench.suites import MIN_TIME_S
+    from tpu_tools.bench.timing import TimingSettings
+
+    baseline = load_result(args.baseline_path, "baseline") if args.baseline_path else None
+
+    def check_baseline(run: Any) -> None:
+        """Refuse a baseline from other devices before the benchmarks run, not after."""
+        if baseline is not None:
+            check_environments(baseline, run.to_dict(), args.allow_mismatch)
+
+    timing = TimingSettings(min_time_s=args.min_time_s or MIN_TIME_S[args.suite], warmup=args.warmup)
+    request = RunRequest(selections, args.policy, args.timeout_s, timing, seed=args.seed, suite=args.suite,
+                         environment=environment_record(args.policy.environment()), on_device=check_baseline)
+    with _progress() as progress:
+        run = run_benchmarks(request, progress)
+    run.settings["benchmarks"] = [s.benchmark for s in selections]
+    comparison = None
+    if baseline is not None and run.device:
+        comparison = compare(baseline, run.to_dict(), args.tolerance, args.allow_mismatch)
+        run.comparison = comparison.to_dict()
+    document = run.to_dict()
+
+    out = Output(resolve_format(args.output_format, args.json_path == "-", sys.stdout))
+    written = []
+    if args.json_path and args.json_path != "-":
+        write_file(args.json_path, json_text(document))
+        written.append(args.json_path)
+    if args.junit_path:
+        from tpu_tools.bench.junit import junit_xml
+
+        write_file(args.junit_path, junit_xml(run, comparison))
+        written.append(args.junit_path)
+    if out.is_json:
+        out.json(document)
+    else:
+        _render_run(run, out)
+        if comparison is not None:
+            out.text("")
+            render_comparison(comparison, out)
+    if run.interrupted:
+        where = f"written to {', '.join(written)}" if written else "shown above"
+        note(f"tpu-bench: interrupted: partial results {where}")
+        return EXIT_INTERRUPTED
+    if comparison is not None:
+        gate(comparison)
+    if run.failed:
+        ids = ", ".join(r.case.id for r in run.failed)
+        raise RuntimeFailure(f"{len(run.failed)} benchmark case{'s' if len(run.failed) > 1 else ''} failed: {ids}")
+    return EXIT_OK
+
+
+def gate(comparison: Any) -> int:
+    regressions = comparison.regressions
+    if regressions:
+        shown = ", ".join(f"{c.case_id} {c.figure}" for c in regressions[:3])
+        more = f" and {len(regressions) - 3} more" if len(regressions) > 3 else ""
+        raise GateFailed(f"{len(regressions)} figure{'s' if len(regressions) > 1 else ''} regressed beyond "
+                         f"{comparison.tolerance * 100:g}%: {shown}{more}")
+    return EXIT_OK
+
+
+def json_text(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2) + "\n"
+
+
+def write_file(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise RuntimeFailure(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def _render_run(run: Any, out: Output) -> None:
+    from tpu_tools.render.bench_view import header_lines, notes, results_table
+
+    if run.device:
+        for line in header_lines(run):
+            out.text(line)
+    out.table(results_table(run))
+    for line in notes(run):
+        out.text(line)
+
+
+def render_comparison(comparison: Any, out: Output) -> None:
+    from tpu_tools.render.bench_view import comparison_summary, comparison_table
+
+    out.table(comparison_table(comparison))
+    for line in comparison_summary(comparison):
+        out.text(line)
+
+
+class _ProgressBar:
+    """Progress on stderr while cases run (terminals only); it disappears when the run ends."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), console=Console(file=sys.stderr), transient=True)
+        self._task = self._progress.add_task("starting", total=None)
+
+    def __enter__(self) -> _ProgressBar:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._progress.stop()
+
+    def planned(self, total: int) -> None:
+        self._progress.update(self._task, total=total)
+
+    def started(self, case: Any) -> None:
+        self._progress.update(self._task, description=f"{case.benchmark} {case.name}")
+
+    def finished(self, result: Any) -> None:
+        self._progress.advance(self._task)
+
+
+def _progress() -> Any:
+    from tpu_tools.bench.runner import NoProgress
+
+    return _ProgressBar() if sys.stderr.isatty() else contextlib.nullcontext(NoProgress())

@@ -1,0 +1,1 @@
+"""Reference workloads shared by the benchmarks and the profiler (no command-line code here)."""
