@@ -26,12 +26,12 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|monitor')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --debug --version -h --help'; subs=''
-            valopts='--period --count --config --tag-filter --agent-timeout --prometheus'; pathopts='--config'
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --metrics-addr --metrics-timeout'; pathopts='--config'
             ;;
         'tpu-tools|top')
-            opts='--interval --once --sort --tag-filter --agent-timeout --debug --version -h --help'; subs=''
-            valopts='--interval --sort --tag-filter --agent-timeout'; pathopts=''
+            opts='--interval --once --sort --tag-filter --agent-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--interval --sort --tag-filter --agent-timeout --metrics-addr --metrics-timeout'; pathopts=''
             case "$prev" in
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
             esac
@@ -155,8 +155,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|dump')
-            opts='-o --output --force --only --skip --timeout --max-size --add --no-redact --force-runtime --list-collectors --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs='show'
-            valopts='-o --output --only --skip --timeout --max-size --add --platform --host-devices --xla-flag --format'; pathopts='-o --output --add'
+            opts='-o --output --force --only --skip --timeout --max-size --add --no-redact --force-runtime --list-collectors --platform --host-devices --xla-flag --metrics-addr --metrics-timeout --json --format --debug --version -h --help'; subs='show'
+            valopts='-o --output --only --skip --timeout --max-size --add --platform --host-devices --xla-flag --metrics-addr --metrics-timeout --format'; pathopts='-o --output --add'
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
@@ -178,12 +178,12 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-monitor|')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --debug --version -h --help'; subs=''
-            valopts='--period --count --config --tag-filter --agent-timeout --prometheus'; pathopts='--config'
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --metrics-addr --metrics-timeout'; pathopts='--config'
             ;;
         'tpu-top|')
-            opts='--interval --once --sort --tag-filter --agent-timeout --debug --version -h --help'; subs=''
-            valopts='--interval --sort --tag-filter --agent-timeout'; pathopts=''
+            opts='--interval --once --sort --tag-filter --agent-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--interval --sort --tag-filter --agent-timeout --metrics-addr --metrics-timeout'; pathopts=''
             case "$prev" in
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
             esac
@@ -307,8 +307,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-dump|')
-            opts='-o --output --force --only --skip --timeout --max-size --add --no-redact --force-runtime --list-collectors --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs='show'
-            valopts='-o --output --only --skip --timeout --max-size --add --platform --host-devices --xla-flag --format'; pathopts='-o --output --add'
+            opts='-o --output --force --only --skip --timeout --max-size --add --no-redact --force-runtime --list-collectors --platform --host-devices --xla-flag --metrics-addr --metrics-timeout --json --format --debug --version -h --help'; subs='show'
+            valopts='-o --output --only --skip --timeout --max-size --add --platform --host-devices --xla-flag --metrics-addr --metrics-timeout --format'; pathopts='-o --output --add'
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;

@@ -112,9 +112,10 @@ class Job:
 
 def start_job(rundir: Path, *, tag: str | None = None, explain: bool = False, host_devices: int | None = None,
               light: bool = False, lifetime_s: float = 90.0, launcher: bool = True,
-              extra_env: dict[str, str] | None = None) -> Job:
+              extra_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()) -> Job:
     """Start a workload with the agent. `launcher`: through `python -m tpu_tools.agent` (else the
-    light job calls `tpu_tools.agent.start()` itself)."""
+    light job calls `tpu_tools.agent.start()` itself). `extra_args` end the job's command line (the
+    job ignores them)."""
     workdir = Path(tempfile.mkdtemp(prefix="job", dir="/tmp"))
     script = workdir / "job.py"
     script.write_text(LIGHT_JOB if light else JAX_JOB)
@@ -127,7 +128,7 @@ def start_job(rundir: Path, *, tag: str | None = None, explain: bool = False, ho
         command = [sys.executable, str(script), *args, *([tag] if tag else [])]
     else:
         options = [*(["--tag", tag] if tag else []), *(["--explain-recompiles"] if explain else [])]
-        command = [sys.executable, "-m", "tpu_tools.agent", *options, str(script), *args]
+        command = [sys.executable, "-m", "tpu_tools.agent", *options, str(script), *args, *extra_args]
     assert launcher or light
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                stdin=subprocess.DEVNULL)

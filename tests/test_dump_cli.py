@@ -34,7 +34,7 @@ COLLECTOR_KEYS = {"name", "status", "error", "duration_s", "files", "notes"}
 FILE_KEYS = {"name", "collector", "size_bytes", "sha256", "redactions", "source", "source_size_bytes",
              "trimmed_from_bytes"}
 SHOW_KEYS = {"schema", "bundle", "host", "time", "tool_version", "duration_s", "redaction", "devices", "versions",
-             "collectors", "failed_collectors", "warnings", "files", "unsafe_members", "notes"}
+             "libtpu", "agents", "collectors", "failed_collectors", "warnings", "files", "unsafe_members", "notes"}
 
 
 def _host(root: Path) -> Path:
@@ -94,6 +94,9 @@ def test_the_bundle_is_private_complete_and_pinned(planted):
     assert list(statuses) == collector_names()
     assert set(statuses.values()) <= {"ok", "skipped"}, statuses
     assert statuses["accelerators.runtime"] == statuses["logs.added"] == statuses["system.pci"] == "ok"
+    libtpu = next(c for c in manifest["collectors"] if c["name"] == "accelerators.libtpu")
+    assert (libtpu["status"], libtpu["error"]) == ("skipped", "no libtpu metrics service answered (tried "
+                                                              "localhost:8431: connection refused)")
     members = _members(path)
     import hashlib
 
@@ -145,6 +148,7 @@ def test_show_summarises_without_extracting(planted):
     document = json.loads(run_tool("tpu-dump", "show", "--json", str(path), env=env).stdout)
     assert set(document) == SHOW_KEYS and document["schema"] == "tpu-tools/dump-show/v1"
     assert document["devices"]["device_count"] == 2 and document["failed_collectors"] == []
+    assert document["libtpu"] is None  # no metrics service answered: the collector skipped, no file
     assert {w["kind"] for w in document["warnings"]} == {"oom_kills", "kernel_errors"}
     member = run_tool("tpu-dump", "show", str(path), "--file", "software/packages.txt", env=env)
     assert member.returncode == 0 and "jax==" in member.stdout

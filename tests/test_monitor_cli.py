@@ -19,7 +19,7 @@ from agentjobs import agent_env, rundir, running_job, start_job, wait_for  # noq
 from conftest import TESTS, assert_one_line_error, run_tool, tool_command
 
 TOP_KEYS = {"schema", "time", "time_unix_s", "hostname", "sequence", "tpu_tools_version", "host", "devices",
-            "processes"}
+            "processes", "libtpu"}
 GROUP_HEADER = {"period_s", "sampled_at", "error"}
 HOST_KEYS = GROUP_HEADER | {"hostname", "cpu_count", "cpu_percent", "memory_total_bytes", "memory_used_bytes",
                             "memory_available_bytes", "swap_total_bytes", "swap_used_bytes", "load_average_1m",
@@ -29,6 +29,7 @@ DEVICE_KEYS = {"key", "platform", "id", "name", "chip_index", "pci_address", "me
                "memory_total_bytes", "memory_peak_bytes", "live_array_bytes", "live_array_count",
                "utilization_percent", "holders", "processes", "sources", "extra"}
 PROCESSES_KEYS = GROUP_HEADER | {"agents", "holders", "ignored_sockets"}
+LIBTPU_KEYS = GROUP_HEADER | {"services", "notes"}
 AGENT_KEYS = {"pid", "tag", "user", "command", "error", "socket", "uptime_s", "jax_version", "platform",
               "cpu_percent", "cpu_time_s", "rss_bytes", "threads", "device_memory_used_bytes", "live_array_bytes",
               "live_array_count", "devices", "compiles", "steps", "query_time_s"}
@@ -60,7 +61,10 @@ def test_valid_report_with_no_accelerator_and_no_agent(rundir):
     assert report["host"]["memory_total_bytes"] > report["host"]["memory_used_bytes"] > 0
     assert set(report["devices"]) == DEVICES_KEYS and report["devices"]["devices"] == []
     assert set(report["processes"]) == PROCESSES_KEYS and report["processes"]["agents"] == []
-    assert all(report[g]["period_s"] == 0.2 for g in ("host", "devices", "processes"))
+    assert set(report["libtpu"]) == LIBTPU_KEYS and report["libtpu"]["notes"] == []
+    assert report["libtpu"]["error"] == "no metrics service at localhost:8431 (connection refused)"
+    assert [s["address"] for s in report["libtpu"]["services"]] == ["localhost:8431"]
+    assert all(report[g]["period_s"] == 0.2 for g in ("host", "devices", "processes", "libtpu"))
 
 
 def test_agent_figures_in_the_report(jax_job):
@@ -138,6 +142,10 @@ def test_config_chooses_groups_periods_and_tags(rundir, tmp_path):
     ("j.json", '{"period": 1,}', "not valid JSON"),
     ("k.json", "[1, 2]", "must hold a table"),
     ("l.toml", "period = true\n", "must be a duration"),
+    ("m.toml", "metrics_addr = 8431\n", "metrics_addr must be an address or a list of addresses"),
+    ("n.toml", 'metrics_addr = ["localhost:8432", "nonsense"]\n', "metrics address 'nonsense' is not HOST:PORT"),
+    ("o.toml", "metrics_timeout = 0\n", "metrics_timeout must be greater than 0"),
+    ("p.toml", "[groups.libtpu]\naddress = 1\n", "unknown key 'address' in groups.libtpu"),
 ])
 def test_bad_config_is_a_usage_error(rundir, tmp_path, name, text, fragment):
     config = tmp_path / name
@@ -152,6 +160,7 @@ def test_bad_config_is_a_usage_error(rundir, tmp_path, name, text, fragment):
     ["--period", "0"], ["--period", "-1"], ["--period", "soon"], ["--count", "0"], ["--agent-timeout", "0"],
     ["--tag-filter", "[a-"], ["--config", "/nonexistent/monitor.toml"], ["--quiet"],
     ["--prometheus", "notaport"], ["--prometheus", "127.0.0.1:70000"],
+    ["--metrics-addr", "nonsense"], ["--metrics-addr", "[::1"], ["--metrics-timeout", "0"],
 ])
 def test_bad_options_are_usage_errors(rundir, args):
     result = run_tool("tpu-monitor", "--count", "1", *args, env=agent_env(rundir))

@@ -173,6 +173,20 @@ def _figures(group: list[tuple[str, DeviceFigures]]) -> ServiceFigures:
                           usage=UsageFigures.combine([device for _, device in group]))
 
 
+def served_devices(snapshots: Sequence[LibtpuSnapshot]) -> list[tuple[str, DeviceFigures]]:
+    """(address, device) of every answering service, in address order: the order they pair in."""
+    return [(s.address, d) for s in snapshots if s.ok for d in s.devices]
+
+
+def pair_with_chips(served: list[tuple[str, DeviceFigures]],
+                    chips: Sequence[Chip]) -> list[list[tuple[str, DeviceFigures]]] | None:
+    """The service devices of each chip, in chip order, when the counts agree (else None)."""
+    per_chip = (chips[0].devices_per_chip or 1) if chips else 0
+    if not chips or len(served) != len(chips) * per_chip:
+        return None
+    return [served[position * per_chip:(position + 1) * per_chip] for position in range(len(chips))]
+
+
 def attach_libtpu(inventory: Inventory, snapshots: list[LibtpuSnapshot]) -> None:
     """Pair a read of the metrics services with the listed devices and chips (again on every refresh).
 
@@ -183,7 +197,7 @@ def attach_libtpu(inventory: Inventory, snapshots: list[LibtpuSnapshot]) -> None
     inventory.chip_libtpu = {}
     for entry in inventory.devices:
         entry.libtpu = None
-    served = [(s.address, d) for s in snapshots if s.ok for d in s.devices]
+    served = served_devices(snapshots)
     if not served:
         return
     runtime = inventory.runtime
@@ -194,10 +208,8 @@ def attach_libtpu(inventory: Inventory, snapshots: list[LibtpuSnapshot]) -> None
             for device, pair in zip(local, served):
                 entries[device.id].libtpu = _figures([pair])
     chips = inventory.discovery.chips_for_platform("tpu")
-    per_chip = (chips[0].devices_per_chip or 1) if chips else 0
-    if chips and len(served) == len(chips) * per_chip:
-        for position, chip in enumerate(chips):
-            inventory.chip_libtpu[chip.index] = _figures(served[position * per_chip:(position + 1) * per_chip])
+    for chip, group in zip(chips, pair_with_chips(served, chips) or []):
+        inventory.chip_libtpu[chip.index] = _figures(group)
 
 
 def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT_TIMEOUT_S,

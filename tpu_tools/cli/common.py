@@ -146,24 +146,38 @@ def runtime_options(function: Callable | None = None, *, timeout: bool = True,
     return decorate(function) if function is not None else decorate
 
 
-def metrics_options(function: Callable) -> Callable:
+def metrics_options(function: Callable | None = None, *, validate: bool = True) -> Callable:
     """--metrics-addr (repeatable) and --metrics-timeout -> `metrics_addresses` (the default address, every port
-    of TPU_RUNTIME_METRICS_PORTS, then the given ones) and `metrics_timeout_s`: libtpu's metrics services."""
+    of TPU_RUNTIME_METRICS_PORTS, then the given ones) and `metrics_timeout_s`: libtpu's metrics services.
 
-    @functools.wraps(function)
-    def wrapper(*args: Any, metrics_addr: tuple[str, ...], **kwargs: Any) -> Any:
-        from tpu_tools.metrics.libtpu.addresses import metrics_addresses
+    A bad --metrics-addr is always a usage error; `validate=False` leaves a bad TPU_RUNTIME_METRICS_PORTS out
+    instead of refusing to run (tpu-dump records it).
+    """
 
-        return function(*args, metrics_addresses=metrics_addresses(metrics_addr), **kwargs)
+    def decorate(function: Callable) -> Callable:
+        @functools.wraps(function)
+        def wrapper(*args: Any, metrics_addr: tuple[str, ...], **kwargs: Any) -> Any:
+            from tpu_tools.metrics.libtpu.addresses import DEFAULT_ADDRESS, metrics_addresses, normalize_address
 
-    return _apply([
-        click.option("--metrics-addr", multiple=True, metavar="HOST:PORT",
-                     help="Also read libtpu's runtime metrics service here (repeatable); localhost:8431 and the "
-                          "ports in TPU_RUNTIME_METRICS_PORTS are always read."),
-        click.option("--metrics-timeout", "metrics_timeout_s", type=float, default=2.0, show_default=True,
-                     metavar="SECONDS", callback=_positive_float,
-                     help="Deadline of every call to a metrics service."),
-    ], wrapper)
+            given = [normalize_address(address) for address in metrics_addr]
+            try:
+                addresses = metrics_addresses(given)
+            except ToolError:
+                if validate:
+                    raise
+                addresses = list(dict.fromkeys([DEFAULT_ADDRESS, *given]))
+            return function(*args, metrics_addresses=addresses, **kwargs)
+
+        return _apply([
+            click.option("--metrics-addr", multiple=True, metavar="HOST:PORT",
+                         help="Also read libtpu's runtime metrics service here (repeatable); localhost:8431 and "
+                              "the ports in TPU_RUNTIME_METRICS_PORTS are always read."),
+            click.option("--metrics-timeout", "metrics_timeout_s", type=float, default=2.0, show_default=True,
+                         metavar="SECONDS", callback=_positive_float,
+                         help="Deadline of every call to a metrics service."),
+        ], wrapper)
+
+    return decorate(function) if function is not None else decorate
 
 
 def output_options(function: Callable) -> Callable:

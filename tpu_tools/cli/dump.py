@@ -8,7 +8,15 @@ from pathlib import Path
 
 import click
 
-from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, output_options, run_cli, runtime_options
+from tpu_tools.cli.common import (
+    ToolCommand,
+    ToolGroup,
+    common_options,
+    metrics_options,
+    output_options,
+    run_cli,
+    runtime_options,
+)
 from tpu_tools.cli.output import Output, note, wants_color
 from tpu_tools.dump.collectors import COLLECTORS
 from tpu_tools.errors import EXIT_OK, UsageError
@@ -22,7 +30,9 @@ MAN_SECTIONS = {
         "Collects what a support engineer needs about this host into one .tar.gz: the system (OS, kernel, CPU, "
         "memory, disks, load, cgroup limits, container, kernel command line and modules, accelerator PCI "
         "functions), the accelerators (passive discovery with device nodes, permissions and holders; the PJRT "
-        "device listing and a probe, in an isolated child), the software (Python, installed distributions, the "
+        "device listing and a probe, in an isolated child; the running job's figures and per-core runtime status "
+        "from libtpu's metrics services; a snapshot of every workload of this user running the tpu-tools agent), "
+        "the software (Python, installed distributions, the "
         "jax/jaxlib/libtpu/plugin versions and whether they agree, the stack's environment variables, the "
         "compilation cache, the XLA dump folder) and logs (the end of libtpu's logs, kernel messages about the "
         "drivers, and what --add names).\n"
@@ -34,7 +44,10 @@ MAN_SECTIONS = {
         "--force. tpu-dump exits 0 when the bundle is written, even if some collectors failed: the manifest "
         "says which.\n"
         "A TPU held by another process is never opened (the runtime collector is skipped and says who holds "
-        "it) unless --force-runtime is given."
+        "it) unless --force-runtime is given. libtpu's metrics services (localhost:8431, TPU_RUNTIME_METRICS_PORTS "
+        "and each --metrics-addr) and the agents are read without opening any device, so they describe a job that "
+        "holds the TPU; each call has a deadline (--metrics-timeout, shortened to fit --timeout), and a collector "
+        "with nothing to read is skipped with the reason."
     ),
     "REDACTION": (
         "On by default, applied inside each collector before anything is written. Replaced with <redacted>: "
@@ -52,7 +65,11 @@ MAN_SECTIONS = {
     "BUNDLE": (
         "One folder, tpu-dump-<host>-<time>/, holding manifest.json and one or more files per collector: "
         "system/*.json and *.txt, accelerators/discovery.json, chips.txt, runtime.json (the tpu-ls --json "
-        "document with probe results), devices.txt, software/python.json, packages.json, packages.txt, "
+        "document with probe results), devices.txt, libtpu.json ({addresses[], call_timeout_s, metrics[] as "
+        "libtpu_metrics[] and runtime_status[] as libtpu_runtime_status[] of tpu-ls --json, with HLO locations}), "
+        "libtpu.txt, agents.json ({runtime_dir, agents[] {pid, tag, socket, error, query_time_s, snapshot (the "
+        "agent's own document, schema tpu-tools/agent/v1)}, ignored_sockets[], removed_stale_pids[]}), "
+        "agents.txt, software/python.json, packages.json, packages.txt, "
         "stack.json, env.json, env.txt, compile_cache.json, xla_dump/, logs/libtpu/, logs/kernel.txt, "
         "logs/added/, and errors/<collector>.txt with the traceback of a collector that failed.\n"
         "Logs are taken from their end: 2 MiB of each of the 8 newest libtpu logs, 32 MiB per --add path, "
@@ -62,7 +79,8 @@ MAN_SECTIONS = {
     "JSON OUTPUT": (
         "manifest.json (and tpu-dump --json on stdout, which adds a bundle key {path, size_bytes}) has schema "
         "\"tpu-tools/dump/v1\": schema, tool, tool_version, host, time (UTC, ISO 8601), duration_s, command[], "
-        "options {only[], skip[], timeout_s, max_size_bytes, redact, add[], platform, force_runtime}, "
+        "options {only[], skip[], timeout_s, max_size_bytes, redact, add[], platform, force_runtime, "
+        "metrics_addresses[], metrics_timeout_s}, "
         "redaction {enabled, redacted_total, by_kind {kind: count}}, collectors[] {name, status (ok, failed, "
         "timed_out, skipped), error, duration_s, files[], notes[]}, files[] {name, collector, size_bytes, "
         "sha256, redactions {kind: count}, source, source_size_bytes, trimmed_from_bytes}, notes[].\n"
@@ -76,6 +94,7 @@ MAN_SECTIONS = {
         "tpu-dump --output /tmp/bug-1234.tar.gz --add ~/run/logs\n"
         "tpu-dump --only system,accelerators --timeout 5\n"
         "tpu-dump --skip accelerators.runtime --max-size 5M\n"
+        "tpu-dump --only accelerators --metrics-addr localhost:8432\n"
         "tpu-dump show tpu-dump-myhost-20250101T120000Z.tar.gz\n"
         "tpu-dump show bundle.tar.gz --file software/stack.json"
     ),
@@ -86,12 +105,18 @@ SHOW_SECTIONS = {
         "show --json prints schema \"tpu-tools/dump-show/v1\": bundle {path, size_bytes, top, member_count}, "
         "host, time, tool_version, duration_s, redaction, devices {runtime_status, platform, platform_version, "
         "device_count, device_kinds, probe_passed, probe_failed, chips, holders[]}, versions {jax, jaxlib, "
-        "libtpu, plugins, tpu_tools, python, agree}, collectors[] {name, status, error, duration_s}, "
+        "libtpu, plugins, tpu_tools, python, agree}, libtpu (null when the bundle has no libtpu.json, else "
+        "{services[] {address, error, device_count, hbm_used_bytes, hbm_total_bytes, duty_cycle_percent, "
+        "not_served_metrics[]}, core_count, cores_in_error[] {address, global_core_id, chip_id, core_type, "
+        "error_message}}), agents (null when the bundle has no agents.json, else {agents[] {pid, tag, platform, "
+        "error, compile_count, recompile_count, device_memory_used_bytes, steps_per_second, last_recompile "
+        "{function, reason} or null}, ignored_sockets}), collectors[] {name, status, error, duration_s}, "
         "failed_collectors[], warnings[] {kind, message}, files[] {name, size_bytes, collector, redactions, "
         "trimmed_from_bytes}, unsafe_members[] {name, type, problem}, notes[].\n"
         "Warning kinds: not_redacted, unsafe_member, integrity, version_mismatch, shadowed_package, dead_holder, "
         "stuck_holder, no_access, missing_device_node, probe_failed, device_held, oom_kills, compile_cache, "
-        "kernel_errors."
+        "kernel_errors, libtpu_core_error (a core that libtpu reports in error), agent_error (an agent that did "
+        "not answer), recompiles (a workload that compiled a function again, with the last reason)."
     ),
     "Safety": (
         "show never extracts anything: members are read into memory one at a time, up to 256 MiB each. "
@@ -179,13 +204,14 @@ def _interrupt_on_sigterm() -> None:
               help="Open the PJRT runtime even when another process holds a TPU (may disturb it).")
 @click.option("--list-collectors", is_flag=True, help="List the collectors and exit.")
 @runtime_options(timeout=False, validate=False)
+@metrics_options(validate=False)
 @output_options
 @common_options
 @click.pass_context
 def dump_command(ctx: click.Context, output: Path | None, force: bool, only: tuple[str, ...],
                  skip: tuple[str, ...], timeout_s: float, max_size_bytes: int, add_paths: tuple[str, ...],
                  no_redact: bool, force_runtime: bool, list_collectors: bool, policy: RuntimePolicy,
-                 out: Output) -> int | None:
+                 metrics_addresses: list[str], metrics_timeout_s: float, out: Output) -> int | None:
     """Write a support bundle: system, accelerators, software and logs, redacted, in one .tar.gz."""
     if ctx.invoked_subcommand is not None:
         return None
@@ -200,7 +226,8 @@ def dump_command(ctx: click.Context, output: Path | None, force: bool, only: tup
     request = DumpRequest(output=output, force=force, only=_split(only), skip=_split(skip), timeout_s=timeout_s,
                           max_size_bytes=max_size_bytes, add_paths=add_paths, redact=not no_redact, policy=policy,
                           force_runtime=force_runtime, command=[ctx.find_root().info_name or "tpu-dump",
-                                                                *sys.argv[1:]])
+                                                                *sys.argv[1:]],
+                          metrics_addresses=tuple(metrics_addresses), metrics_timeout_s=metrics_timeout_s)
     _interrupt_on_sigterm()
     progress = _ProgressLine() if sys.stderr.isatty() else None
     try:

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from tpu_tools.cli.common import ToolCommand, common_options, run_cli
+from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
 from tpu_tools.errors import EXIT_OK, UsageError
 
 MAN_SECTIONS = {
@@ -20,13 +20,21 @@ MAN_SECTIONS = {
         "Every period, tpu-monitor writes one complete report as one line of JSON on stdout (JSON Lines), "
         "so a pipeline can read it line by line; --count N stops after N reports. Each report has groups: "
         "host (CPU, memory, load), devices (accelerators from passive discovery with the processes holding "
-        "them, and runtime figures from agents and other sources) and processes (one entry per process "
-        "running the tpu-tools agent). Each group carries its own error field: a group that fails is reported "
+        "them, and runtime figures from agents and libtpu), processes (one entry per process running the "
+        "tpu-tools agent) and libtpu (the figures of libtpu's runtime metrics services). Each group carries its own error field: a group that fails is reported "
         "as such and the rest of the report is still complete. With no accelerator and no agent the report is "
         "still valid (empty lists).\n"
         "tpu-monitor never opens an accelerator runtime itself (a TPU belongs to one process): devices come "
         "from sysfs, /dev and /proc, and runtime figures from the agents inside the jobs. Start a job with "
         "the agent with `python -m tpu_tools.agent [--tag T] script.py args...` or `tpu_tools.agent.start()`.\n"
+        "On a TPU VM, the job's libtpu serves runtime metrics over gRPC: localhost:8431, every port in "
+        "TPU_RUNTIME_METRICS_PORTS, and each --metrics-addr are read every period, on one channel per address "
+        "kept for the whole run, each call within --metrics-timeout. The libtpu group lists each service's "
+        "figures; HBM used and total and the TensorCore duty cycle also go to the devices group (paired with the "
+        "chips in order, as tpu-ls pairs them), hence to tpu-top and Prometheus. A metric that a libtpu version "
+        "does not serve is listed in not_served_metrics and its figures are null. When no service answers, the "
+        "libtpu group's error says why and the rest of the report is unchanged; a service that hangs costs at "
+        "most the deadline per period; one that stops and comes back is read again.\n"
         "Agents are found in the per-user runtime directory (mode 0700, sockets 0600) and asked in parallel, "
         "each within --agent-timeout; one that hangs or answers garbage gets an entry with its error and the "
         "others are unaffected. Processes that exit disappear from the next report; their leftover sockets are "
@@ -46,7 +54,10 @@ MAN_SECTIONS = {
         "devices: devices[] {key (tpu:0, gpu:1, or cpu:0@PID for a process's own device), platform, id, name, "
         "chip_index, pci_address, memory_used_bytes, memory_total_bytes, memory_peak_bytes, live_array_bytes, "
         "live_array_count, utilization_percent, holders[] {pid, user, command}, processes[] {pid, tag}, "
-        "sources[] (discovery, agent, ...), extra {name: value}}; chips[] (as in tpu-ls --json); notes[].\n"
+        "sources[] (discovery, agent, libtpu), extra {name: value}}; chips[] (as in tpu-ls --json); notes[]. "
+        "From libtpu: memory_used_bytes and memory_total_bytes (HBM), utilization_percent (TensorCore duty cycle, "
+        "of the chip when the runtime keys it by chip), and extra hbm_bandwidth_utilization_percent, "
+        "tensorcore_idle_duration_seconds and hlo_queue_size where served.\n"
         "processes: agents[] {pid, tag, user, command, error, socket, uptime_s, jax_version, platform, "
         "cpu_percent, cpu_time_s, rss_bytes, threads, device_memory_used_bytes, live_array_bytes, "
         "live_array_count, devices[] {id, platform, device_kind, memory_used_bytes, memory_peak_bytes, "
@@ -57,7 +68,14 @@ MAN_SECTIONS = {
         "{function, time_unix_s, compile_count, backend_compile_time_s, reason}}, steps {count, "
         "steps_per_second, last_step_time_s, p50_step_time_s, p99_step_time_s, last_step_age_s}, "
         "query_time_s}; holders[] {pid, user, command, chips[], cpu_percent, cpu_time_s, rss_bytes, threads} "
-        "(device holders without an agent); ignored_sockets[] {socket, reason}."
+        "(device holders without an agent); ignored_sockets[] {socket, reason}.\n"
+        "libtpu: error (null when any address answered, else each address's sentence), services[] (one per "
+        "address, as libtpu_metrics[] of tpu-ls --json: {address, error, elapsed_ms, served_metrics[], "
+        "not_served_metrics[], unread_metrics[], duty_cycle_scope, devices[] {device_id, hbm_used_bytes, "
+        "hbm_total_bytes, duty_cycle_percent, hbm_bandwidth_utilization_percent, tensorcore_idle_duration_s, "
+        "hlo_queue_size, hlo_execution_time_us}, transfer_latencies[] {metric, name, buffer_size, latency_us}, "
+        "notes[]}; hlo_execution_time_us and latency_us are null or {count, mean, min, max, p50, p90, p99, p999}), "
+        "notes[] (service devices that could not be paired with this host's chips)."
     ),
     "CONFIGURATION": (
         "--config FILE (TOML, or JSON when the name ends in .json) chooses groups, periods and agents:\n"
@@ -65,7 +83,10 @@ MAN_SECTIONS = {
         "tag_filter = \"^train\"  only agents whose tag matches this regular expression; --tag-filter "
         "overrides it.\n"
         "agent_timeout = 1.0  seconds to wait for each agent.\n"
-        "[groups.host] period = \"5s\"  one table per group to report (host, devices, processes); groups not "
+        "metrics_addr = [\"localhost:8432\"]  libtpu metrics services to read besides localhost:8431 and "
+        "TPU_RUNTIME_METRICS_PORTS (an address or a list); --metrics-addr overrides it.\n"
+        "metrics_timeout = \"500ms\"  deadline of every call to them; --metrics-timeout overrides it.\n"
+        "[groups.host] period = \"5s\"  one table per group to report (host, devices, processes, libtpu); groups not "
         "listed are left out; a group's period (not shorter than the report period) says how often its figures "
         "are taken again. groups = [\"host\", \"processes\"] is accepted too.\n"
         "Unknown keys or groups, bad periods and bad regular expressions are errors (exit 2)."
@@ -90,12 +111,21 @@ MAN_SECTIONS = {
         "tpu_tools_process_steps_total, tpu_tools_process_steps_per_second, "
         "tpu_tools_process_step_time_seconds (label stat: last, p50, p99), "
         "tpu_tools_process_device_memory_used_bytes_per_device (label device).\n"
+        "libtpu (label address; series of a service that stops answering disappear): tpu_tools_libtpu_up, and "
+        "with label device: tpu_tools_libtpu_hbm_used_bytes, tpu_tools_libtpu_hbm_total_bytes, "
+        "tpu_tools_libtpu_duty_cycle_percent, tpu_tools_libtpu_hbm_bandwidth_utilization_percent, "
+        "tpu_tools_libtpu_tensorcore_idle_duration_seconds, tpu_tools_libtpu_hlo_queue_size, "
+        "tpu_tools_libtpu_hlo_execution_time_samples and tpu_tools_libtpu_hlo_execution_time_us (label quantile); "
+        "with labels metric and buffer_size: tpu_tools_libtpu_transfer_latency_samples and "
+        "tpu_tools_libtpu_transfer_latency_us (label quantile). A figure the runtime does not serve, or a "
+        "distribution without samples, has no series.\n"
         "tpu_tools_group_error (label group): 1 when that group failed in the latest report."
     ),
     "EXAMPLES": (
         "tpu-monitor --count 3\n"
         "tpu-monitor --period 0.5 | jq -c '.processes.agents[] | {tag, steps: .steps.steps_per_second}'\n"
         "tpu-monitor --config monitor.toml --prometheus 9100 --quiet\n"
+        "tpu-monitor --count 1 --metrics-addr localhost:8432 | jq '.libtpu.services[].devices'\n"
         "python -m tpu_tools.agent --tag train train.py & tpu-monitor --tag-filter '^train$' --count 1"
     ),
 }
@@ -152,11 +182,12 @@ def explicit(ctx: click.Context, name: str) -> bool:
 @click.option("--prometheus", "prometheus_address", default=None, metavar="[HOST:]PORT",
               help="Also serve the figures at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).")
 @click.option("--quiet", "-q", is_flag=True, help="With --prometheus: do not write JSON lines on stdout.")
+@metrics_options
 @common_options
 @click.pass_context
 def monitor_command(ctx: click.Context, period: float, count: int | None, config_path: Path | None,
                     tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
-                    quiet: bool) -> int:
+                    quiet: bool, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
     from tpu_tools.metrics.groups import GROUPS
     from tpu_tools.metrics.groups.base import CollectOptions
@@ -175,9 +206,16 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
             tag_filter = config.tag_filter
         if config.agent_timeout_s is not None and not explicit(ctx, "agent_timeout"):
             agent_timeout = config.agent_timeout_s
+        if config.metrics_addr is not None and not explicit(ctx, "metrics_addr"):
+            from tpu_tools.metrics.libtpu.addresses import metrics_addresses as resolve_addresses
+
+            metrics_addresses = resolve_addresses(config.metrics_addr)
+        if config.metrics_timeout_s is not None and not explicit(ctx, "metrics_timeout_s"):
+            metrics_timeout_s = config.metrics_timeout_s
         if config.groups is not None:
             plan = [GroupPlan(name, group.period_s) for name, group in config.groups.items()]
-    options = CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter)
+    options = CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
+                             metrics_addresses=metrics_addresses, metrics_timeout_s=metrics_timeout_s)
     exporter = None
     builder = ReportBuilder(plan, options, report_period_s=period)
     try:

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from tpu_tools.cli.common import ToolCommand, common_options, run_cli
+from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
 from tpu_tools.cli.monitor import Duration, Regex
 from tpu_tools.errors import EXIT_OK, UsageError
 from tpu_tools.top.model import DEFAULT_SORT, SORT_KEYS
@@ -24,8 +24,15 @@ MAN_SECTIONS = {
         "cache hits and misses, and its last recompilation with JAX's reason (when the job was started with "
         "--explain-recompiles).\n"
         "The figures are those of tpu-monitor's report: devices from passive discovery (tpu-top never opens "
-        "a runtime, so it never takes a TPU) and runtime figures from the agents. A process that exits "
-        "disappears at the next refresh.\n"
+        "a runtime, so it never takes a TPU) and runtime figures from the agents and from libtpu's runtime "
+        "metrics services (localhost:8431, the ports in TPU_RUNTIME_METRICS_PORTS and each --metrics-addr, read "
+        "on one channel per address for the whole session): on a TPU VM, the running job's HBM used / total and "
+        "its TensorCore duty cycle (UTIL%, of the chip when the runtime keys it by chip). The Devices title says "
+        "which services answered, or why none did (no metrics service, or one that does not answer within "
+        "--metrics-timeout); a figure that the job's libtpu version does not serve shows as n/s (not served by "
+        "this runtime), one that is unknown as -. When a service stops, the panel falls back to what discovery "
+        "and the agents know and picks the service up again when it returns. A process that exits disappears "
+        "at the next refresh.\n"
         "--once prints one frame to stdout with the same rendering, sized to the terminal (or $COLUMNS, else "
         "120 columns) and as tall as needed, and exits; it works in a pipe. Without --once, stdin and stdout "
         "must be a terminal."
@@ -42,6 +49,7 @@ MAN_SECTIONS = {
         "tpu-top\n"
         "tpu-top --interval 0.5 --sort steps\n"
         "tpu-top --once | head -20\n"
+        "tpu-top --metrics-addr localhost:8432 --metrics-timeout 0.5\n"
         "python -m tpu_tools.agent --tag train train.py & tpu-top --tag-filter '^train'"
     ),
 }
@@ -58,9 +66,10 @@ MAN_SECTIONS = {
               help="Only agents whose tag matches this regular expression.")
 @click.option("--agent-timeout", type=Duration(), default="0.5s", show_default=True, metavar="SECONDS",
               help="How long to wait for each agent's answer.")
+@metrics_options
 @common_options
 def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[str] | None,
-                agent_timeout: float) -> int:
+                agent_timeout: float, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Live view of accelerator devices, the jobs using them, and the host."""
     if interval < 0.1:
         raise UsageError(f"--interval must be at least 0.1 s, got {interval:g}")
@@ -72,7 +81,9 @@ def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[s
     from tpu_tools.top.model import ViewState
 
     state = ViewState(sort_index=SORT_KEYS.index(sort), interval_s=interval)
-    builder = ReportBuilder(options=CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter))
+    builder = ReportBuilder(options=CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
+                                                   metrics_addresses=metrics_addresses,
+                                                   metrics_timeout_s=metrics_timeout_s))
     try:
         if once:
             from tpu_tools.top.frame import frame_text, render

@@ -18,7 +18,15 @@ from tpu_tools.dump.bundle import (
     top_folder,
     write_within,
 )
-from tpu_tools.dump.collector import STATUS_FAILED, CollectedFile, Collector, DumpOptions, select
+from tpu_tools.dump.collector import (
+    DEFAULT_METRICS_ADDRESS,
+    METRICS_TIMEOUT_S,
+    STATUS_FAILED,
+    CollectedFile,
+    Collector,
+    DumpOptions,
+    select,
+)
 from tpu_tools.dump.manifest import StoredFile, build_manifest, skipped_result
 from tpu_tools.dump.redact import make_redactor
 from tpu_tools.dump.runner import CollectorResult, Progress, run_collectors
@@ -42,6 +50,8 @@ class DumpRequest:
     policy: RuntimePolicy = field(default_factory=RuntimePolicy)
     force_runtime: bool = False
     command: list[str] = field(default_factory=list)
+    metrics_addresses: tuple[str, ...] = (DEFAULT_METRICS_ADDRESS,)
+    metrics_timeout_s: float = METRICS_TIMEOUT_S
 
 
 @dataclass
@@ -106,7 +116,9 @@ def create_bundle(request: DumpRequest, collectors: list[Collector] | None = Non
     try:
         redactor = make_redactor(request.redact)
         options = DumpOptions(root=sysroot(), policy=request.policy, timeout_s=request.timeout_s,
-                              add_paths=add_paths, force_runtime=request.force_runtime)
+                              add_paths=add_paths, force_runtime=request.force_runtime,
+                              metrics_addresses=tuple(request.metrics_addresses),
+                              metrics_timeout_s=request.metrics_timeout_s)
         ran = run_collectors([c for c in collectors if not reasons[c.name]], options, redactor, on_progress)
         by_name = {r.name: r for r in ran}
         results = [by_name.get(c.name) or skipped_result(c.name, reasons[c.name]) for c in collectors]
@@ -118,6 +130,7 @@ def create_bundle(request: DumpRequest, collectors: list[Collector] | None = Non
             "max_size_bytes": request.max_size_bytes, "redact": request.redact,
             "add": [redactor.text(path) for path in add_paths],
             "platform": request.policy.platform, "force_runtime": request.force_runtime,
+            "metrics_addresses": list(request.metrics_addresses), "metrics_timeout_s": request.metrics_timeout_s,
         }
 
         def make_manifest(current: list[StoredFile], notes: list[str]) -> dict:

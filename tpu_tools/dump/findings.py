@@ -4,7 +4,8 @@ Built from the bundle's own files (not from the manifest alone), so a bundle
 written by an older version is summarised by what it contains. Each warning
 names a problem that often explains a failed job: versions that do not agree,
 a device held by a process that is dead or stuck, a device that failed its
-probe, OOM kills, a cache that cannot be written.
+probe, a TPU core that libtpu reports in error, a workload that recompiles or
+whose agent does not answer, OOM kills, a cache that cannot be written.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Summary:
     redaction: dict[str, Any]
     devices: dict[str, Any]
     versions: dict[str, Any]
+    libtpu: dict[str, Any] | None  # None: the bundle holds no libtpu figures
+    agents: dict[str, Any] | None  # None: the bundle holds no agent snapshots
     collectors: list[dict[str, Any]]
     warnings: list[Finding] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
@@ -81,6 +84,81 @@ def _versions(bundle: Bundle) -> dict[str, Any]:
     return {"jax": versions.get("jax"), "jaxlib": versions.get("jaxlib"), "libtpu": versions.get("libtpu"),
             "plugins": versions.get("plugins") or {}, "tpu_tools": versions.get("tpu_tools"),
             "python": python.get("version"), "agree": stack.get("agree")}
+
+
+def _libtpu(bundle: Bundle) -> dict[str, Any] | None:
+    document = bundle.read_json("accelerators/libtpu.json")
+    if not isinstance(document, dict):
+        return None
+    from tpu_tools.metrics.libtpu import DeviceFigures, UsageFigures
+
+    services = []
+    for snapshot in document.get("metrics") or []:
+        devices = [DeviceFigures(d.get("device_id"), **{k: d.get(k) for k in (
+            "hbm_used_bytes", "hbm_total_bytes", "duty_cycle_percent")}) for d in snapshot.get("devices") or []]
+        usage = UsageFigures.combine(devices).to_dict()  # HBM summed, duty cycle averaged, as tpu-ls per chip
+        if usage["duty_cycle_percent"] is not None:
+            usage["duty_cycle_percent"] = round(usage["duty_cycle_percent"], 2)
+        services.append({"address": snapshot.get("address"), "error": snapshot.get("error"),
+                         "device_count": len(devices), **usage,
+                         "not_served_metrics": snapshot.get("not_served_metrics") or []})
+    cores = [(status.get("address"), core) for status in document.get("runtime_status") or []
+             for core in status.get("cores") or []]
+    return {"services": services, "core_count": len(cores),
+            "cores_in_error": [{"address": address, **{k: core.get(k) for k in (
+                "global_core_id", "chip_id", "core_type", "error_message")}}
+                for address, core in cores if core.get("state") == "error" or core.get("error_message")]}
+
+
+def _agents(bundle: Bundle) -> dict[str, Any] | None:
+    document = bundle.read_json("accelerators/agents.json")
+    if not isinstance(document, dict):
+        return None
+    from tpu_tools.metrics.agent_client import AgentResult
+    from tpu_tools.metrics.groups.processes import agent_entry
+
+    agents = []
+    for item in document.get("agents") or []:
+        entry = agent_entry(AgentResult(item.get("pid"), item.get("socket"), item.get("snapshot"), item.get("error")))
+        compiles = entry.get("compiles") or {}
+        recent = compiles.get("recent_recompiles") or []
+        agents.append({"pid": entry["pid"], "tag": entry.get("tag") or item.get("tag"),
+                       "platform": entry.get("platform"), "error": entry.get("error"),
+                       "compile_count": compiles.get("compile_count"),
+                       "recompile_count": compiles.get("recompile_count"),
+                       "device_memory_used_bytes": entry.get("device_memory_used_bytes"),
+                       "steps_per_second": (entry.get("steps") or {}).get("steps_per_second"),
+                       "last_recompile": ({"function": recent[-1].get("function"), "reason": recent[-1].get("reason")}
+                                          if recent else None)})
+    return {"agents": agents, "ignored_sockets": len(document.get("ignored_sockets") or [])}
+
+
+def _tolerant(read: Any, bundle: Bundle, notes: list[str]) -> dict[str, Any] | None:
+    """A summary part from a file of unexpected shape (a hostile or damaged bundle) is a note, not a crash."""
+    try:
+        return read(bundle)
+    except (AttributeError, TypeError, KeyError, ValueError) as error:
+        notes.append(f"a file of the bundle could not be summarised ({read.__name__.strip('_')}: "
+                     f"{type(error).__name__})")
+        return None
+
+
+def _job_warnings(summary: Summary, out: list[Finding]) -> None:
+    for core in (summary.libtpu or {}).get("cores_in_error") or []:
+        kind = str(core.get("core_type") or "core").replace("_", " ")
+        out.append(Finding("libtpu_core_error", f"core {core.get('global_core_id')} (chip {core.get('chip_id')}, "
+                                                f"{kind}) at {core.get('address')} is in error: "
+                                                f"{core.get('error_message')}"))
+    for agent in (summary.agents or {}).get("agents") or []:
+        who = f"process {agent['pid']}" + (f" ({agent['tag']})" if agent.get("tag") else "")
+        if agent.get("error"):
+            out.append(Finding("agent_error", f"the agent of {who} did not answer: {agent['error']}"))
+        elif agent.get("recompile_count"):
+            last = agent.get("last_recompile") or {}
+            reason = f"; last: {last.get('function')}" + (f": {last['reason']}" if last.get("reason") else "") \
+                if last else ""
+            out.append(Finding("recompiles", f"{who} compiled functions again {agent['recompile_count']} "
+                                             f"time{'s' if agent['recompile_count'] != 1 else ''}{reason}"))
 
 
 def _stack_warnings(bundle: Bundle, out: list[Finding]) -> None:
@@ -173,7 +251,7 @@ def summarize(bundle: Bundle) -> Summary:
                 "member_count": len(bundle.members)},
         host=manifest.get("host"), time=manifest.get("time"), tool_version=manifest.get("tool_version"),
         duration_s=manifest.get("duration_s"), redaction=manifest.get("redaction") or {},
-        devices=_devices(bundle), versions=_versions(bundle),
+        devices=_devices(bundle), versions=_versions(bundle), libtpu=None, agents=None,
         collectors=[{k: c.get(k) for k in ("name", "status", "error", "duration_s")}
                     for c in manifest.get("collectors") or []],
         files=files,
@@ -181,6 +259,8 @@ def summarize(bundle: Bundle) -> Summary:
                         if m.problem is not None],
         notes=[*(manifest.get("notes") or []), *bundle.notes],
     )
+    summary.libtpu = _tolerant(_libtpu, bundle, summary.notes)
+    summary.agents = _tolerant(_agents, bundle, summary.notes)
     warnings = summary.warnings
     if summary.redaction.get("enabled") is False:
         warnings.append(Finding("not_redacted", "this bundle was written with --no-redact: it may contain "
@@ -192,5 +272,6 @@ def summarize(bundle: Bundle) -> Summary:
     _stack_warnings(bundle, warnings)
     _holder_warnings(bundle, warnings)
     _runtime_warnings(bundle, warnings)
+    _job_warnings(summary, warnings)
     _system_warnings(bundle, warnings)
     return summary

@@ -5,11 +5,14 @@ TOML or JSON (by extension; otherwise TOML, then JSON). Example (TOML)::
     period = "1s"             # seconds between reports (a number, or "500ms", "2s", "1m")
     tag_filter = "^train"     # only agents whose tag matches this regular expression
     agent_timeout = 1.0       # seconds to wait for each agent's answer
+    metrics_addr = ["localhost:8432"]  # libtpu metrics services besides the default ones
+    metrics_timeout = "500ms"  # deadline of every call to them
 
     [groups.host]
     period = "5s"
     [groups.devices]
     [groups.processes]
+    [groups.libtpu]
 
 Groups not named under [groups] are left out of the report (no [groups]
 table: all of them). Unknown keys, unknown groups, bad periods and bad
@@ -26,7 +29,7 @@ from typing import Any
 
 from tpu_tools.errors import UsageError
 
-TOP_KEYS = ("period", "tag_filter", "agent_timeout", "groups")
+TOP_KEYS = ("period", "tag_filter", "agent_timeout", "metrics_addr", "metrics_timeout", "groups")
 GROUP_KEYS = ("period",)
 MAX_PERIOD_S = 86400.0
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
@@ -61,6 +64,8 @@ class MonitorConfig:
     period_s: float | None = None
     tag_filter: re.Pattern[str] | None = None
     agent_timeout_s: float | None = None
+    metrics_addr: list[str] | None = None  # libtpu metrics services, as given (normalized)
+    metrics_timeout_s: float | None = None
     groups: dict[str, GroupConfig] | None = None  # None: every group
 
 
@@ -102,6 +107,19 @@ def _unknown(keys: Any, allowed: tuple[str, ...], where: str, path: Path) -> Non
                          f"{', '.join(repr(k) for k in extra)} {where} (known: {', '.join(allowed)})")
 
 
+def _addresses(value: Any, path: Path) -> list[str]:
+    from tpu_tools.metrics.libtpu.addresses import normalize_address
+
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise UsageError(f"config file {path}: metrics_addr must be an address or a list of addresses "
+                         "(\"HOST:PORT\")")
+    try:
+        return [normalize_address(item) for item in items]
+    except UsageError as error:
+        raise UsageError(f"config file {path}: {error}") from error
+
+
 def load_config(path: Path, known_groups: list[str]) -> MonitorConfig:
     document = _load_document(path)
     _unknown(document, TOP_KEYS, "at the top level", path)
@@ -111,8 +129,12 @@ def load_config(path: Path, known_groups: list[str]) -> MonitorConfig:
             config.period_s = parse_duration(document["period"], "period")
         if "agent_timeout" in document:
             config.agent_timeout_s = parse_duration(document["agent_timeout"], "agent_timeout")
+        if "metrics_timeout" in document:
+            config.metrics_timeout_s = parse_duration(document["metrics_timeout"], "metrics_timeout")
     except ValueError as error:
         raise UsageError(f"config file {path}: {error}") from error
+    if "metrics_addr" in document:
+        config.metrics_addr = _addresses(document["metrics_addr"], path)
     if "tag_filter" in document:
         pattern = document["tag_filter"]
         if not isinstance(pattern, str):

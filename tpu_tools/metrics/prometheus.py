@@ -142,6 +142,19 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
     yield device_memory
 
 
+def sample_families(samples: Iterable[Any]) -> Iterator[Metric]:
+    """Gauge families from library-neutral samples (name, documentation, labels, value), one per name."""
+    families: dict[str, tuple[GaugeMetricFamily, list[str]]] = {}
+    for sample in samples:
+        if sample.name not in families:
+            labels = list(sample.labels)
+            families[sample.name] = (GaugeMetricFamily(sample.name, sample.documentation, labels=labels), labels)
+        family, labels = families[sample.name]
+        family.add_metric([str(sample.labels.get(label, "")) for label in labels], float(sample.value))
+    for family, _ in families.values():
+        yield family
+
+
 BUILTIN: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {
     "host": host_metrics,
     "devices": device_metrics,

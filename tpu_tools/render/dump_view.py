@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 from tpu_tools.render.table import Column, TableData
-from tpu_tools.render.units import MISSING, format_bytes
+from tpu_tools.render.units import MISSING, format_bytes, format_percent
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _STATUS_WORDS = {"ok": "ok", "failed": "FAILED", "timed_out": "TIMED OUT", "skipped": "skipped"}
@@ -98,6 +98,45 @@ def _versions_line(versions: dict[str, Any]) -> str:
     return ", ".join(parts) + tail
 
 
+def _libtpu_line(libtpu: dict[str, Any]) -> str:
+    parts = []
+    services = libtpu.get("services") or []
+    answered = any(not service.get("error") for service in services)
+    for service in services:
+        address = printable(service.get("address"))
+        if answered and "connection refused" in str(service.get("error") or ""):
+            continue  # nothing listens there, and another address answered: not worth a word
+        if service.get("error"):
+            parts.append(f"{address}: {printable(service['error'])}")
+            continue
+        figures = [f"{service.get('device_count', 0)} devices"]
+        if service.get("duty_cycle_percent") is not None:
+            figures.append(f"duty cycle {format_percent(service['duty_cycle_percent'])}")
+        if service.get("hbm_total_bytes") is not None:
+            figures.append(f"HBM {format_bytes(service.get('hbm_used_bytes'))} / "
+                           f"{format_bytes(service['hbm_total_bytes'])}")
+        parts.append(f"{address}: {', '.join(figures)}")
+    cores, failed = libtpu.get("core_count") or 0, len(libtpu.get("cores_in_error") or [])
+    if cores:
+        parts.append(f"runtime status: {cores} cores, {failed} in error")
+    return "; ".join(parts) or "no service figures"
+
+
+def _agents_line(agents: dict[str, Any]) -> str:
+    parts = []
+    for agent in agents.get("agents") or []:
+        if agent.get("error"):
+            parts.append(f"{agent['pid']} ({printable(agent.get('tag') or '?')}, error)")
+            continue
+        recompiles = agent.get("recompile_count")
+        parts.append(f"{agent['pid']} ({printable(agent.get('tag') or '-')}, {printable(agent.get('platform'))}, "
+                     f"{agent.get('compile_count') if agent.get('compile_count') is not None else MISSING} compiles, "
+                     f"{recompiles if recompiles is not None else MISSING} recompiles)")
+    if agents.get("ignored_sockets"):
+        parts.append(f"{agents['ignored_sockets']} sockets ignored")
+    return ", ".join(parts) or "none answered"
+
+
 def summary_header(summary: dict[str, Any]) -> list[str]:
     bundle = summary["bundle"]
     redaction = summary.get("redaction") or {}
@@ -111,6 +150,8 @@ def summary_header(summary: dict[str, Any]) -> list[str]:
         f"{printable(summary.get('tool_version'))}" + (f" in {duration:.1f} s" if duration is not None else ""),
         f"devices    {_devices_line(summary.get('devices') or {})}",
         f"versions   {_versions_line(summary.get('versions') or {})}",
+        *([f"libtpu     {_libtpu_line(summary['libtpu'])}"] if summary.get("libtpu") else []),
+        *([f"agents     {_agents_line(summary['agents'])}"] if summary.get("agents") else []),
         f"redaction  {redacted}",
         f"collectors {status_counts(summary.get('collectors') or [])}",
     ]

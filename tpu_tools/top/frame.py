@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpu_tools.metrics.libtpu.names import FIELD_METRICS
+from tpu_tools.metrics.libtpu.records import NOT_SERVED
 from tpu_tools.render.units import MISSING, format_bytes
 from tpu_tools.top.model import SORT_COLUMNS, ProcessRow, ViewState, rows_from_report
 
@@ -30,6 +32,7 @@ HELP_LINES = (
     "  h or ?       this help (any key closes it)",
 )
 _MIN_COMMAND = 8
+NOT_SERVED_CELL = "n/s"  # the device panel's short form of NOT_SERVED
 
 
 @dataclass
@@ -173,11 +176,44 @@ def _holders_text(device: dict[str, Any]) -> str:
     return ", ".join(names) or MISSING
 
 
+def _libtpu_not_served(report: dict[str, Any]) -> set[str]:
+    """Device figures ("duty_cycle_percent", "hbm_used_bytes") that an answering libtpu service does not serve."""
+    answered = [s for s in ((report.get("libtpu") or {}).get("services") or []) if not s.get("error")]
+    return {figure for figure in ("duty_cycle_percent", "hbm_used_bytes")
+            if any(FIELD_METRICS[figure] in (s.get("not_served_metrics") or []) for s in answered)}
+
+
+def _libtpu_status(report: dict[str, Any], not_served: set[str]) -> Segment | None:
+    """One phrase about libtpu's metrics services: which answered and what they do not serve, or why none did."""
+    group = report.get("libtpu")
+    if group is None:
+        return None
+    services = group.get("services") or []
+    answered = [s["address"] for s in services if not s.get("error")]
+    if answered:
+        missing = [label for figure, label in (("duty_cycle_percent", "duty cycle"), ("hbm_used_bytes", "HBM use"))
+                   if figure in not_served]
+        text = f"libtpu {', '.join(answered)}" + (f"; {' and '.join(missing)} {NOT_SERVED} ({NOT_SERVED_CELL})"
+                                                  if missing else "")
+        return Segment(text, DIM)
+    errors = [s.get("error") or "" for s in services]
+    if services and all("connection refused" in e for e in errors):
+        return Segment(f"libtpu: no metrics service ({', '.join(s['address'] for s in services)})", DIM)
+    informative = [e for e in errors if "connection refused" not in e]
+    return Segment(f"libtpu: {informative[0] if informative else group.get('error') or 'no metrics service'}",
+                   ERROR)
+
+
 def device_lines(report: dict[str, Any], width: int, max_rows: int | None) -> list[Line]:
     group = report.get("devices")
     if group is None:
         return []
-    lines = [Line().add(" Devices", TITLE)]
+    not_served = _libtpu_not_served(report)
+    title = Line().add(" Devices", TITLE)
+    status = _libtpu_status(report, not_served)
+    if status is not None:
+        title.add("  ").add(status.text, status.style)
+    lines = [title]
     if group.get("error"):
         return [*lines, Line().add(f"  {group['error']}", ERROR)]
     devices = group.get("devices") or []
@@ -200,11 +236,17 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None) -> li
         if used is None:
             used = device.get("live_array_bytes")
         total = device.get("memory_total_bytes")
+        utilization = device.get("utilization_percent")
+        from_libtpu = "libtpu" in (device.get("sources") or [])
+        used_text = NOT_SERVED_CELL if used is None and from_libtpu and "hbm_used_bytes" in not_served \
+            else format_bytes(used)
+        util_text = NOT_SERVED_CELL if utilization is None and from_libtpu and "duty_cycle_percent" in not_served \
+            else _percent(utilization)
         line = Line().add(" " + _fit(str(device.get("key")), key_width) + " "
                           + _fit(str(device.get("name") or MISSING), name_width) + " ")
         line.segments += _bar(used / total if used is not None and total else None, bar_width)
-        line.add(" " + _fit(f"{format_bytes(used)} / {format_bytes(total)}", memory_width, True) + " "
-                 + _fit(_percent(device.get("utilization_percent")), util_width, True) + " "
+        line.add(" " + _fit(f"{used_text} / {format_bytes(total)}", memory_width, True) + " "
+                 + _fit(util_text, util_width, True) + " "
                  + _fit(_holders_text(device), holders_width))
         lines.append(line)
     if len(shown) < len(devices):

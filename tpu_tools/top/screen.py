@@ -3,16 +3,21 @@
 The loop sleeps in `getch` until a key arrives or the next refresh is due, so
 between refreshes it costs nothing. `q`, Ctrl-C and SIGTERM all leave through
 the same `finally`, which gives the terminal back as it was (main screen,
-echo, line mode, cursor).
+echo, line mode, cursor). Nothing else writes to the terminal meanwhile:
+stderr is held until the screen is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import curses
 import locale
+import os
 import signal
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tpu_tools.errors import UsageError
@@ -100,8 +105,38 @@ def _paint(window: Any, lines: list[Line], styles: dict[str, int], width: int, h
     curses.doupdate()
 
 
+@contextlib.contextmanager
+def _stderr_held() -> Iterator[None]:
+    """While the screen is up, what libraries write to stderr (fd 2) waits in a file instead of tearing the
+    screen; it is written out once the terminal is restored."""
+    try:
+        held, saved = tempfile.TemporaryFile(), os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        os.dup2(held.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        held.seek(0)
+        text = held.read()
+        held.close()
+        if text:
+            sys.stderr.buffer.write(text)
+            sys.stderr.flush()
+
+
 def run_screen(build: Callable[[], dict[str, Any]], state: ViewState) -> None:
     """Show reports from `build()` every `state.interval_s` until q, Ctrl-C or SIGTERM."""
+    with _stderr_held():
+        _run_screen(build, state)
+
+
+def _run_screen(build: Callable[[], dict[str, Any]], state: ViewState) -> None:
     locale.setlocale(locale.LC_ALL, "")
     previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
     try:

@@ -8,11 +8,17 @@ its own snapshot an `error`. A runtime that restarts is found again on the same 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import grpc
+# gRPC's core logs events such as a runtime's GOAWAY at info level on stderr, where they would land in
+# tpu-top's screen or tpu-monitor's stderr; every failure already comes back as an error sentence. Read
+# when gRPC starts, so it is set before the import; a user's own setting wins.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+import grpc  # noqa: E402
 
 from tpu_tools.metrics.libtpu import decode, names
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S
