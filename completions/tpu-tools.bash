@@ -126,8 +126,8 @@ _tpu_tools_complete() {
             valopts=''; pathopts=''
             ;;
         'tpu-tools|profile run')
-            opts='-m --module --out --force --delay --duration --no-python-trace --quiet --top --platform --host-devices --xla-flag --debug --version -h --help'; subs=''
-            valopts='-m --module --out --delay --duration --top --platform --host-devices --xla-flag'; pathopts='--out'
+            opts='-m --module --out --force --delay --duration --start-step --steps --no-python-trace --quiet --top --platform --host-devices --xla-flag --debug --version -h --help'; subs=''
+            valopts='-m --module --out --delay --duration --start-step --steps --top --platform --host-devices --xla-flag'; pathopts='--out'
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
             esac
@@ -140,8 +140,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|profile hlo')
-            opts='--arg --chip --out --force --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs=''
-            valopts='--arg --chip --out --platform --host-devices --xla-flag --format'; pathopts='--out'
+            opts='--arg --preset --batch --chip --out --force --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs=''
+            valopts='--arg --preset --batch --chip --out --platform --host-devices --xla-flag --format'; pathopts='--out'
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
@@ -278,8 +278,8 @@ _tpu_tools_complete() {
             valopts=''; pathopts=''
             ;;
         'tpu-profile|run')
-            opts='-m --module --out --force --delay --duration --no-python-trace --quiet --top --platform --host-devices --xla-flag --debug --version -h --help'; subs=''
-            valopts='-m --module --out --delay --duration --top --platform --host-devices --xla-flag'; pathopts='--out'
+            opts='-m --module --out --force --delay --duration --start-step --steps --no-python-trace --quiet --top --platform --host-devices --xla-flag --debug --version -h --help'; subs=''
+            valopts='-m --module --out --delay --duration --start-step --steps --top --platform --host-devices --xla-flag'; pathopts='--out'
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
             esac
@@ -292,8 +292,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-profile|hlo')
-            opts='--arg --chip --out --force --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs=''
-            valopts='--arg --chip --out --platform --host-devices --xla-flag --format'; pathopts='--out'
+            opts='--arg --preset --batch --chip --out --force --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs=''
+            valopts='--arg --preset --batch --chip --out --platform --host-devices --xla-flag --format'; pathopts='--out'
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;

@@ -9,7 +9,7 @@ import pytest
 from conftest import assert_one_line_error, clean_env, run_tool
 
 HLO_KEYS = {"schema", "target", "args", "platform", "device_kind", "files", "lowering_time_s", "compile_time_s",
-            "cost", "memory", "roofline"}
+            "cost", "memory", "roofline", "model_flops", "xla_to_model_flops_ratio"}
 COST_KEYS = {"flops", "transcendentals", "bytes_accessed", "output_bytes_accessed"}
 MEMORY_KEYS = {"argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_bytes"}
 ROOFLINE_KEYS = {"chip", "peak_dtype", "peak_flops_per_s", "memory_bandwidth_bytes_per_s",
@@ -106,3 +106,32 @@ def test_existing_output_folder(project):
     (project / "h").mkdir()
     assert_one_line_error(hlo(project, "model:scaled", "--arg", "f32[2]", "--out", "h"), 2, "already exists")
     assert hlo(project, "model:scaled", "--arg", "f32[2]", "--out", "h", "--force").returncode == 0
+
+
+def test_builtin_train_workload_is_the_bench_train_step(tmp_path):
+    result = hlo(tmp_path, "train", "--preset", "tiny", "--batch", "4", "--out", "h", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["target"] == "train[tiny, batch 4]"
+    from tpu_tools.workloads.transformer import config_for, train_step_flops
+
+    assert document["model_flops"] == train_step_flops(config_for("tiny"), 4)
+    # XLA counts every op, the analytic figure matrix multiplies only: close, and never far below.
+    assert 0.9 <= document["xla_to_model_flops_ratio"] <= 2.0
+    assert document["memory"]["argument_bytes"] > 0
+    stablehlo = (tmp_path / "h" / "train_tiny_batch_4_.stablehlo.mlir").read_text()
+    assert "func.func public @main" in stablehlo and "stablehlo.dot_general" in stablehlo
+
+
+def test_builtin_infer_workload_renders_the_model_flops(tmp_path):
+    result = hlo(tmp_path, "infer", "--out", "h")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("infer[tiny, batch ")
+    assert "model FLOPs" in result.stdout and "(analytic" in result.stdout
+
+
+def test_builtin_workload_bad_input(tmp_path):
+    assert_one_line_error(hlo(tmp_path, "train", "--arg", "f32[2]"), 2, "knows its arguments")
+    assert_one_line_error(hlo(tmp_path, "train", "--preset", "huge"), 2, "unknown preset 'huge'")
+    assert_one_line_error(hlo(tmp_path, "train", "--batch", "0"), 2, "--batch")
+    assert_one_line_error(hlo(tmp_path, "model:layer", "--preset", "tiny"), 2, "built-in train and infer")

@@ -498,3 +498,67 @@ def test_persistent_compilation_cache_hits_are_counted_and_its_log_stays_quiet(t
     before = next(r for r in summary_of(tmp_path / "first")["compiles"] if r["function"] == "f")
     after = next(r for r in summary_of(tmp_path / "second")["compiles"] if r["function"] == "f")
     assert before["persistent_cache_hits"] == 0 and after["persistent_cache_hits"] == 1
+
+
+def test_step_window_traces_only_the_marked_steps(tmp_path):
+    write_program(tmp_path, "steps.py", """
+        import jax
+        import jax.numpy as jnp
+        import tpu_tools.agent as agent
+
+
+        @jax.jit
+        def warmup_step(x):
+            return x + 1.0
+
+
+        @jax.jit
+        def measured_step(x):
+            return x * 3.0
+
+
+        @jax.jit
+        def cooldown_step(x):
+            return x - 2.0
+
+
+        x = jnp.ones(16)
+        for index in range(6):
+            with agent.step_context():
+                function = (warmup_step, warmup_step, measured_step, measured_step, cooldown_step,
+                            cooldown_step)[index]
+                x = function(x).block_until_ready()
+    """)
+    result = profile(tmp_path, "--out", "out", "--quiet", "--start-step", "2", "--steps", "2", "--", "steps.py")
+    assert result.returncode == 0, result.stderr
+    document = summary_of(tmp_path / "out")
+    window = document["window"]
+    assert window["mode"] == "steps" and window["opened"] and window["closed_by"] == "steps"
+    assert (window["first_step"], window["last_step"]) == (2, 3)
+    modules = {op["module"] for op in document["top_ops"]}
+    assert "jit_measured_step" in modules
+    assert not modules & {"jit_warmup_step", "jit_cooldown_step"}
+
+
+def test_a_step_window_past_the_last_step_is_explained(tmp_path):
+    write_program(tmp_path, "two.py", """
+        import jax.numpy as jnp
+        import tpu_tools.agent as agent
+
+        for _ in range(2):
+            with agent.step_context():
+                (jnp.ones(3) + 1).block_until_ready()
+    """)
+    result = profile(tmp_path, "--out", "out", "--quiet", "--start-step", "5", "--steps", "1", "--", "two.py")
+    assert result.returncode == 0, result.stderr
+    document = summary_of(tmp_path / "out")
+    assert document["window"]["opened"] is False
+    assert any("ended before step 5 was marked" in n for n in document["notes"])
+
+
+def test_bad_step_window_options_are_usage_errors(tmp_path):
+    assert_one_line_error(profile(tmp_path, "--start-step", "2", "--", "x.py"), 2, "--start-step and --steps")
+    assert_one_line_error(profile(tmp_path, "--start-step", "1", "--steps", "2", "--delay", "1", "--", "x.py"), 2,
+                          "choose one trace window")
+    assert_one_line_error(profile(tmp_path, "--start-step", "-1", "--steps", "2", "--", "x.py"), 2, "--start-step")
+    assert_one_line_error(profile(tmp_path, "--start-step", "1", "--steps", "0", "--", "x.py"), 2, "--steps")

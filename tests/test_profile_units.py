@@ -131,23 +131,38 @@ def test_a_delay_that_passes_before_the_runtime_starts_opens_at_start_up():
 
 
 def test_step_window_follows_step_events_from_any_source():
+    """Events are step ends (the agent's on_step): steps 3 and 4 are traced, from the end of 2 to the end of 4."""
     tracer = RecordingTracer()
     controller = TraceController(WindowSpec(start_step=3, steps=2), tracer)
     controller.begin()
     controller.runtime_ready()
-    for index in range(3):
+    for index in range(2):
         controller.step(index, 0.1)
     assert tracer.calls == []
+    controller.step(2, 0.1)
+    assert tracer.calls == ["start"]
     controller.step(3, 0.1)
     assert tracer.calls == ["start"]
     controller.step(4, 0.1)
-    assert tracer.calls == ["start"]
-    controller.step(5, 0.1)
     assert tracer.calls == ["start", "stop"]
-    controller.step(6, 0.1)
+    controller.step(5, 0.1)
     result = controller.finish()
     assert tracer.calls == ["start", "stop"]
-    assert (result.first_step, result.last_step, result.closed_by) == (3, 5, "steps")
+    assert (result.first_step, result.last_step, result.closed_by) == (3, 4, "steps")
+
+
+def test_a_window_from_step_0_opens_with_the_runtime():
+    tracer = RecordingTracer()
+    controller = TraceController(WindowSpec(start_step=0, steps=2), tracer)
+    controller.begin()
+    controller.runtime_ready()
+    assert tracer.calls == ["start"]
+    controller.step(0, 0.1)
+    assert tracer.calls == ["start"]
+    controller.step(1, 0.1)
+    result = controller.finish()
+    assert tracer.calls == ["start", "stop"]
+    assert (result.first_step, result.last_step, result.closed_by) == (0, 1, "steps")
 
 
 def test_step_events_from_another_thread():

@@ -28,7 +28,8 @@ SUMMARY_SCHEMA = (
     "schema, source (run, trace or capture), created (UTC, ISO 8601), host, versions {tpu_tools, jax, jaxlib, "
     "plugins}.\n"
     "program: null, or {argv[], module, status (exited, raised, interrupted), exit_code, error, wall_time_s}.\n"
-    "window: null, or {mode (whole, time; steps for a window of step markers), delay_s, duration_s, start_step, "
+    "window: null, or {mode (whole, time, or steps: a window of the steps the program marks with "
+    "tpu_tools.agent.step() or step_context(), counted from 0), delay_s, duration_s, start_step, "
     "steps, opened, opened_at_s, closed_at_s, first_step, last_step, closed_by, note}.\n"
     "trace: null, or {dir, run_dir, xplane_files[], perfetto_file, start_time, duration_us, hosts[], python_frames, "
     "jax_version}.\n"
@@ -51,7 +52,8 @@ HLO_SCHEMA = (
     "bytes_accessed, output_bytes_accessed}, memory {argument_bytes, output_bytes, alias_bytes, temp_bytes, "
     "generated_code_bytes, peak_bytes}, roofline {chip, peak_dtype, peak_flops_per_s, "
     "memory_bandwidth_bytes_per_s, arithmetic_intensity_flops_per_byte, ridge_point_flops_per_byte, bound "
-    "(compute, memory or null), compute_time_us, memory_time_us, best_case_time_us, note}."
+    "(compute, memory or null), compute_time_us, memory_time_us, best_case_time_us, note}, model_flops (the "
+    "analytic FLOP count of a built-in workload, else null), xla_to_model_flops_ratio (cost.flops / model_flops)."
 )
 
 GROUP_MAN = {
@@ -102,10 +104,12 @@ GROUP_MAN = {
     "EXAMPLES": (
         "tpu-profile run -- train.py --steps 100\n"
         "tpu-profile run --delay 30 --duration 5 --out prof -- train.py\n"
+        "tpu-profile run --start-step 100 --steps 3 -- train.py   (steps marked with tpu_tools.agent.step())\n"
         "tpu-profile run -m mypkg.train -- --config small.yaml\n"
         "tpu-profile summary prof\n"
         "tpu-profile summary /tmp/tensorboard --json\n"
         "tpu-profile hlo mypkg.model:loss --arg f32[128,512] --arg f32[512,512] --chip v5e\n"
+        "tpu-profile hlo train --preset small --chip v6e\n"
         "tpu-profile capture --addr 127.0.0.1:9999 --duration 2"
     ),
 }
@@ -184,6 +188,11 @@ def _where_lines(document: dict | None, folder: Path) -> list[str]:
               help="Start tracing this many seconds after the program starts (or when its runtime is up, if later).")
 @click.option("--duration", "duration_s", type=float, default=None, metavar="SECONDS", callback=_positive,
               help="Stop tracing after this many seconds; the program runs on. Default: until it ends.")
+@click.option("--start-step", type=int, default=None, metavar="N", callback=_non_negative,
+              help="Trace from step N (0 for the first) of the steps the program marks with tpu_tools.agent.step() "
+                   "or step_context(); needs --steps.")
+@click.option("--steps", type=int, default=None, metavar="M", callback=_positive,
+              help="With --start-step: how many steps to trace.")
 @click.option("--no-python-trace", is_flag=True,
               help="Leave Python frames out of the trace (less overhead; call sites become unknown).")
 @click.option("--quiet", is_flag=True, help="Print only where the profile is, not the report.")
@@ -192,7 +201,8 @@ def _where_lines(document: dict | None, folder: Path) -> list[str]:
 @common_options
 @click.argument("program", nargs=-1, type=click.UNPROCESSED, metavar="[--] SCRIPT [ARGS]...")
 def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: float, duration_s: float | None,
-                no_python_trace: bool, quiet: bool, top: int, policy: RuntimePolicy, program: tuple[str, ...]) -> int:
+                start_step: int | None, steps: int | None, no_python_trace: bool, quiet: bool, top: int,
+                policy: RuntimePolicy, program: tuple[str, ...]) -> int:
     """Run a Python program with JAX's profiler and compile recording on; report where the time went.
 
     The program and its arguments go after --: run [OPTIONS] -- script.py ARGS, or run [OPTIONS] -m MODULE -- ARGS.
@@ -210,7 +220,11 @@ def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: 
         target = ProgramTarget(script=Path(args[0]), args=tuple(args[1:]))
     else:
         target = ProgramTarget(module=module, args=tuple(args))
-    window = WindowSpec(delay_s=delay_s, duration_s=duration_s)
+    if (start_step is None) != (steps is None):
+        raise UsageError("--start-step and --steps go together: trace steps N to N+M-1")
+    if start_step is not None and (delay_s or duration_s is not None):
+        raise UsageError("choose one trace window: --start-step/--steps, or --delay/--duration")
+    window = WindowSpec(delay_s=delay_s, duration_s=duration_s, start_step=start_step, steps=steps)
     check_platform_installed(policy)
     apply(policy)  # before anything of the program is imported: -m imports its parent packages to find it
     target.validate()
@@ -270,30 +284,49 @@ def summary_command(path: Path, top: int, out: Output) -> int:
 # --- hlo -------------------------------------------------------------------------------------------
 
 @click.command(name="hlo", cls=ToolCommand, context_settings=CONTEXT)
-@click.argument("target", metavar="MODULE:FUNCTION")
+@click.argument("target", metavar="MODULE:FUNCTION|train|infer")
 @click.option("--arg", "arg_specs", multiple=True, metavar="SPEC",
               help="One argument's dtype and shape, e.g. f32[128,512], bf16[8], i32[] (repeatable, in order).")
+@click.option("--preset", default=None, metavar="NAME",
+              help="Model size of the built-in train or infer workload: tiny, small or base. Default: tiny.")
+@click.option("--batch", type=int, default=None, metavar="N", callback=_positive,
+              help="Batch size of the built-in workload. Default: the preset's batch per device.")
 @click.option("--chip", metavar="NAME", help="Judge the roofline against this chip's peak (v5e, v6e, H100, ...) "
               "instead of the local device's.")
 @_out_options("tpu-profile-hlo-YYYYmmdd-HHMMSS in the current folder")
 @runtime_options(timeout=False)
 @output_options
 @common_options
-def hlo_command(target: str, arg_specs: tuple[str, ...], chip: str | None, out_dir: Path | None, force: bool,
-                policy: RuntimePolicy, out: Output) -> int:
-    """Lower and compile one function: StableHLO and optimised HLO files, cost, memory, roofline."""
+def hlo_command(target: str, arg_specs: tuple[str, ...], preset: str | None, batch: int | None, chip: str | None,
+                out_dir: Path | None, force: bool, policy: RuntimePolicy, out: Output) -> int:
+    """Lower and compile one function: StableHLO and optimised HLO files, cost, memory, roofline.
+
+    TARGET is MODULE:FUNCTION with its arguments given by --arg, or a built-in workload: train (one training
+    step of the tpu-bench transformer) or infer (its forward pass), sized by --preset and --batch.
+    """
     from tpu_tools.pjrt.runtime import import_jax
     from tpu_tools.profile.hlo import abstract_arguments, analyse, parse_arg_spec, resolve_target, write_hlo_files
     from tpu_tools.profile.roofline import chip_by_name
     from tpu_tools.profile.session import choose_output_dir, make_output_dir
+    from tpu_tools.profile.workloads import WORKLOADS, builtin_workload
 
+    builtin = ":" not in target and target in WORKLOADS
+    if builtin and arg_specs:
+        raise UsageError(f"--arg is for MODULE:FUNCTION targets; the {target} workload knows its arguments "
+                         "(size it with --preset and --batch)")
+    if not builtin and (preset or batch):
+        raise UsageError("--preset and --batch size the built-in train and infer workloads only")
     specs = [parse_arg_spec(text) for text in arg_specs]
     if chip:
         chip_by_name(chip)
     folder = choose_output_dir(out_dir, force, prefix="tpu-profile-hlo")
     import_jax(policy)
-    function = resolve_target(target)
-    analysis = analyse(target, function, abstract_arguments(specs), chip)
+    if builtin:
+        workload = builtin_workload(target, preset or "tiny", batch)
+        analysis = analyse(workload.target, workload.function, workload.arguments, chip)
+        analysis.model_flops = workload.model_flops
+    else:
+        analysis = analyse(target, resolve_target(target), abstract_arguments(specs), chip)
     write_hlo_files(analysis, make_output_dir(folder).path)
     if out.is_json:
         out.json(analysis.to_dict())

@@ -109,12 +109,20 @@ class HloAnalysis:
     stablehlo_text: str
     optimized_hlo_text: str
     files: dict[str, str] = field(default_factory=dict)  # set by write_hlo_files
+    model_flops: int | None = None  # analytic count, for built-in workloads
+
+    @property
+    def model_flops_ratio(self) -> float | None:
+        """XLA's FLOPs over the analytic count (1.0: they agree)."""
+        flops = self.cost.get("flops")
+        return round(flops / self.model_flops, 4) if flops and self.model_flops else None
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "target": self.target, "args": self.args, "platform": self.platform,
                 "device_kind": self.device_kind, "files": self.files, "lowering_time_s": self.lowering_time_s,
                 "compile_time_s": self.compile_time_s, "cost": self.cost, "memory": self.memory,
-                "roofline": self.roofline.to_dict()}
+                "roofline": self.roofline.to_dict(), "model_flops": self.model_flops,
+                "xla_to_model_flops_ratio": self.model_flops_ratio}
 
 
 def write_hlo_files(analysis: HloAnalysis, out_dir: Path) -> dict[str, str]:

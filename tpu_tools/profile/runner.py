@@ -177,10 +177,12 @@ class ProgramRunner:
             watcher.install()
         started = time.monotonic()
         self.controller.begin()
+        remove_step_hook = self._watch_steps()
         try:
             status, code, error, trace_text, message = self._execute()
         finally:
             watcher.remove()
+            remove_step_hook()
         wall = time.monotonic() - started
         # The trace so far is written even when the user presses Ctrl-C again meanwhile.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
@@ -201,6 +203,14 @@ class ProgramRunner:
         return frozenset()
 
     # --- hooks --------------------------------------------------------------------------------------
+
+    def _watch_steps(self) -> Callable[[], None]:
+        """Feed the program's step markers (tpu_tools.agent.step) to a step window."""
+        if self.controller.spec.mode != "steps":
+            return lambda: None
+        from tpu_tools.agent import on_step
+
+        return on_step(self.controller.step)
 
     def _on_jax_imported(self, jax_module: ModuleType) -> None:
         # Never let the tool break the program's `import jax`: a failure here costs the profile only.

@@ -103,8 +103,8 @@ class TraceController:
             self._begun_at = self.clock()
             if self.spec.mode == "time" and self.spec.delay_s > 0:
                 self._timer(self.spec.delay_s, self._delay_passed)
-            elif self.spec.mode in ("time", "whole"):
-                self._due = True
+            elif self.spec.mode in ("time", "whole") or self.spec.start_step == 0:
+                self._due = True  # step 0 begins with the program
 
     def runtime_ready(self) -> None:
         """The PJRT backends are up; a trace can start from now on."""
@@ -114,17 +114,21 @@ class TraceController:
                 self._open()
 
     def step(self, step_index: int, step_time_s: float | None = None) -> None:
-        """A step boundary (any step marker); opens or closes a step window."""
+        """Step `step_index` (0 for the first) just ended: the boundary before step `step_index + 1`.
+
+        The signature of `tpu_tools.agent.on_step` callbacks. A window of steps
+        N..N+M-1 opens at the end of step N-1 and closes at the end of step N+M-1.
+        """
         spec = self.spec
         if spec.mode != "steps":
             return
         first, count = spec.start_step or 0, spec.steps or 0
+        beginning = step_index + 1
         with self._lock:
-            if self.state == WAITING and step_index >= first and self._runtime_ready:
+            if self.state == WAITING and beginning >= first and self._runtime_ready:
                 if self._open():
-                    self.result.first_step = step_index
-            elif self.state == TRACING and self.result.first_step is not None \
-                    and step_index >= self.result.first_step + count:
+                    self.result.first_step = beginning
+            elif self.state == TRACING and beginning >= (self.result.first_step or 0) + count:
                 self.result.last_step = step_index
                 self._close("steps")
 
@@ -165,6 +169,8 @@ class TraceController:
             return False
         self.state = TRACING
         self.result.opened = True
+        if self.spec.mode == "steps" and self.result.first_step is None:
+            self.result.first_step = 0  # opened with the runtime: the window starts at step 0
         self.result.opened_at_s = self.clock() - self._begun_at
         if self.spec.mode == "time" and self.spec.duration_s is not None:
             self._timer(self.spec.duration_s, lambda: self._close_from_timer("duration"))

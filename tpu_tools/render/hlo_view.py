@@ -29,6 +29,11 @@ def hlo_text(doc: dict) -> str:
         f"  FLOPs            {_number(cost['flops'])}",
         f"  transcendentals  {_number(cost['transcendentals'])}",
         f"  bytes accessed   {format_bytes(cost['bytes_accessed'])}",
+    ]
+    if doc.get("model_flops"):
+        lines.append(f"  model FLOPs      {_number(doc['model_flops'])} (analytic, matrix multiplies; XLA counts "
+                     f"{doc['xla_to_model_flops_ratio']:.2f}x that)")
+    lines += [
         "",
         "Memory analysis (XLA)",
         f"  arguments        {format_bytes(memory['argument_bytes'])}",
