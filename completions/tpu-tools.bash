@@ -14,7 +14,7 @@ _tpu_tools_complete() {
     local opts="" subs="" choices="" pathopts="" valopts=""
     case "$key" in
         'tpu-tools|')
-            opts='--debug --version -h --help'; subs='ls'
+            opts='--debug --version -h --help'; subs='ls collectives-test'
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
@@ -25,12 +25,34 @@ _tpu_tools_complete() {
                 --format) choices='auto table plain json' ;;
             esac
             ;;
+        'tpu-tools|collectives-test')
+            opts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                -o) choices='sum max min prod avg all' ;;
+                --redop) choices='sum max min prod avg all' ;;
+                -c) choices='on off 1 0' ;;
+                --check) choices='on off 1 0' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
         'tpu-ls|')
             opts='--probe --topology --no-runtime --force --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
             valopts='--platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-collectives-test|')
+            opts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                -o) choices='sum max min prod avg all' ;;
+                --redop) choices='sum max min prod avg all' ;;
+                -c) choices='on off 1 0' ;;
+                --check) choices='on off 1 0' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
             esac
             ;;
     esac
@@ -44,9 +66,9 @@ _tpu_tools_complete() {
 
 _tpu_tools_is_command() {
     case "$1|$2" in
-        'tpu-tools|ls') return 0 ;;
+        'tpu-tools|ls'|'tpu-tools|collectives-test') return 0 ;;
     esac
     return 1
 }
 
-complete -o default -F _tpu_tools_complete tpu-tools tpu-ls
+complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-collectives-test

@@ -110,7 +110,8 @@ def _positive_float(ctx: click.Context, param: click.Parameter, value: float | N
 
 
 def runtime_options(function: Callable | None = None, *, timeout: bool = True,
-                    default_host_devices: int | None = None) -> Callable:
+                    default_host_devices: int | None = None,
+                    default_timeout: float = DEFAULT_TIMEOUT_S) -> Callable:
     """--platform, --host-devices, --xla-flag (and --timeout) collected into `policy` (and `timeout_s`)."""
 
     def decorate(function: Callable) -> Callable:
@@ -132,7 +133,7 @@ def runtime_options(function: Callable | None = None, *, timeout: bool = True,
         ]
         if timeout:
             options.append(click.option(
-                "--timeout", "timeout_s", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
+                "--timeout", "timeout_s", type=float, default=default_timeout, show_default=True,
                 metavar="SECONDS", callback=_positive_float,
                 help="Give up on a runtime that does not answer within this many seconds."))
         return _apply(options, wrapper)
@@ -154,7 +155,7 @@ def output_options(function: Callable) -> Callable:
     ], wrapper)
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
     """After the reader of stdout went away, send the rest to /dev/null so exit stays quiet."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -172,7 +173,7 @@ def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
         code = result if isinstance(result, int) else 0
         sys.stdout.flush()
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         code = EXIT_FAILURE
     except click.ClickException as error:
         error.show()

@@ -10,6 +10,7 @@ from tpu_tools.cli.common import ToolGroup, common_options, run_cli
 # run these same objects; the group imports a module only when it is used.
 COMMANDS = {
     "ls": "tpu_tools.cli.ls:ls_command",
+    "collectives-test": "tpu_tools.cli.collectives:collectives_command",
 }
 
 MAN_SECTIONS = {
@@ -35,7 +36,7 @@ MAN_SECTIONS = {
 def cli() -> None:
     """Runtime tools for accelerators driven through PJRT (TPU, GPU, CPU).
 
-    Each subcommand is also installed as its own program: tpu-ls, ...
+    Each subcommand is also installed as its own program: tpu-ls, tpu-collectives-test, ...
     """
 
 

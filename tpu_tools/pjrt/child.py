@@ -14,7 +14,7 @@ import sys
 import traceback
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask Linux to kill this process if the parent dies, so no orphan holds a device."""
     if not sys.platform.startswith("linux"):
         return
@@ -34,7 +34,7 @@ def _die_with_parent() -> None:
 def main() -> None:
     result_fd = int(sys.argv[1])
     request = json.loads(sys.argv[2])
-    _die_with_parent()
+    die_with_parent()
     try:
         module_name, _, function_name = request["target"].partition(":")
         function = getattr(importlib.import_module(module_name), function_name)
