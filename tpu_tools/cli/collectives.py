@@ -262,14 +262,14 @@ def _run(ctx: click.Context, settings, join, policy: RuntimePolicy, json_path: s
     def write_json(message: str | None, code: int) -> None:
         if json_path is None or (run is not None and not run.is_reporter):
             return
-        from tpu_tools.collectives.report import failure_document
+        from tpu_tools.collectives.report import STATUS_FAILED, failure_document
 
         report = run.report if run is not None else None
         if report is None:
             document = failure_document(command, started, message or "", code)
         else:
             if message and not report.error:
-                report.error, report.status, report.exit_code = message, "failed", code
+                report.error, report.status, report.exit_code = message, STATUS_FAILED, code
             document = report.to_dict()
         _write_document(json_path, document)
 
@@ -298,14 +298,14 @@ def _run(ctx: click.Context, settings, join, policy: RuntimePolicy, json_path: s
 
             _lines(footer_lines(report))
         write_json(None, code)
-        if code and run.is_reporter and report.error:
-            raise _error(code, report.error)
-        return code
     except ToolError as error:
         write_json(str(error), error.exit_code)
         raise
     finally:
         run.close()
+    if code and run.is_reporter and report.error:
+        raise _error(code, report.error)  # process 0 says why; the others just share the exit status
+    return code
 
 
 def _reserve_stdout() -> None:
@@ -332,8 +332,8 @@ def _render_section(run, section, settings, show: bool) -> None:
 
 
 def _title(settings) -> str:
-    names = sorted({t.op.name for t in settings.tests}, key=[t.op.name for t in settings.tests].index)
-    return "all" if len(names) > 1 else names[0]
+    names = list(dict.fromkeys(t.op.name for t in settings.tests))
+    return names[0] if len(names) == 1 else "all"
 
 
 def _lines(lines: list[str]) -> None:

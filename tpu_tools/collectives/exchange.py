@@ -17,6 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 from tpu_tools.collectives.report import ProcessInfo
+from tpu_tools.collectives.watchdog import plain_diagnosis
 from tpu_tools.errors import RuntimeFailure
 
 PREFIX = "tpu_tools/collectives/"
@@ -67,8 +68,7 @@ class LocalExchange:
         pass
 
     def diagnose(self, activity: str, elapsed: float) -> str:
-        return (f"no progress for {elapsed:.0f} s in {activity}: the runtime hung "
-                "(raise --timeout if this step needs longer)")
+        return plain_diagnosis(activity, elapsed)
 
     def linger(self) -> None:
         pass

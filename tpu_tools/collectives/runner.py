@@ -31,7 +31,7 @@ from tpu_tools.collectives.report import (CaseResult, CollectivesReport, Process
 from tpu_tools.collectives.settings import Settings
 from tpu_tools.collectives.sizes import SizePlan, plan_sizes
 from tpu_tools.collectives.stats import algbw_gbps, slow_processes, summarise
-from tpu_tools.collectives.watchdog import Watchdog
+from tpu_tools.collectives.watchdog import Watchdog, plain_diagnosis
 from tpu_tools.errors import EXIT_OK, RuntimeFailure, ToolError, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
 from tpu_tools.render.units import format_bytes
@@ -351,8 +351,7 @@ class CollectivesRun:
                 return (f"not every process joined within {elapsed:.0f} s (--timeout "
                         f"{self.settings.timeout_s:g}; expected {expected} at {where}): the missing ones did not "
                         "start or cannot reach it")
-            return (f"no progress for {elapsed:.0f} s in {activity}: the runtime hung "
-                    "(raise --timeout if this step needs longer)")
+            return plain_diagnosis(activity, elapsed)
         return self.exchange.diagnose(activity, elapsed)
 
     def _presample(self) -> None:

@@ -27,7 +27,7 @@ class Watchdog:
         # the others to read its coordinator) still ends the process within the limit.
         self.timeout_s = max(0.5, timeout_s - exit_margin_s)
         self._on_expire = on_expire
-        self._diagnose = diagnose or _plain_diagnosis
+        self._diagnose = diagnose or plain_diagnosis
         self._presample = presample
         # Liveness is judged from two samples this far apart, the second at the deadline.
         self.presample_lead_s = min(presample_lead_s, timeout_s / 2)
@@ -84,7 +84,7 @@ class Watchdog:
         try:
             message = self._diagnose(activity, elapsed)
         except Exception as error:  # the diagnosis is best effort; the exit is not
-            message = _plain_diagnosis(activity, elapsed) + f" (diagnosis failed: {error})"
+            message = plain_diagnosis(activity, elapsed) + f" (diagnosis failed: {error})"
         try:
             self._on_expire(message)
         finally:
@@ -100,6 +100,6 @@ class Watchdog:
             pass
 
 
-def _plain_diagnosis(activity: str, elapsed: float) -> str:
+def plain_diagnosis(activity: str, elapsed: float) -> str:
     return (f"no progress for {elapsed:.0f} s in {activity}: the runtime hung "
             "(raise --timeout if this step needs longer)")
