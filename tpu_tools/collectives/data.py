@@ -39,7 +39,7 @@ class Crafted:
     count: int
     shift: int = 1
     root: int = 0
-    _tables: dict = field(default_factory=dict, repr=False)
+    _tables: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         limit = self.dtype.exact_limit
@@ -49,31 +49,28 @@ class Crafted:
         twos = max(1, limit.bit_length() - 1)  # 2**twos <= limit
         self.prod_period = max(2, math.ceil(self.ranks / twos))
 
-    # --- inputs -------------------------------------------------------------------------------------
+    # --- inputs ---------------------------------------------------------------------------------------
     def input(self, group: int, rank: int) -> np.ndarray:
-        length = self.test.op.input_elements(self.count, self.ranks)
-        return self._input_values(group, rank, length).astype(self.dtype.numpy())
+        table, offset = self._input_pattern(group, rank)
+        return self._typed(table, offset, self.test.op.input_elements(self.count, self.ranks))
 
-    def _input_values(self, group: int, rank: int, length: int) -> np.ndarray:
-        """The first `length` input elements of a rank, as exact integers."""
+    def _typed(self, table: np.ndarray, offset: int, length: int) -> np.ndarray:
+        """A buffer in the test's type; the cast happens on the small table, not on the buffer."""
+        return _repeat(table.astype(self.dtype.numpy()), offset, length)
+
+    def _input_pattern(self, group: int, rank: int) -> tuple[np.ndarray, int]:
+        """One period of a rank's input (exact integers) and where the rank starts in it."""
         op, redop = self.test.op.name, self.test.redop
         if redop == "sum" or op == "reduce-scatter":
-            values = self._sum_input(group, rank, length)
-        elif redop == "prod":
-            period = self.prod_period
-            table = np.where(np.arange(period) == 0, 2, 1)
-            values = _repeat(table, rank + group, length)
-        elif redop == "avg":
-            values = _repeat(np.arange(self.avg_modulus) + 1, 7 * group, length) + self._avg_offset(rank)
-        else:  # max, min and every data movement
-            values = self._move_pattern(group, rank, 0, length)
-        return values
-
-    def _sum_input(self, group: int, rank: int, length: int) -> np.ndarray:
-        if self.sum_modulus >= 2:
-            return _repeat(np.arange(self.sum_modulus), 3 * rank + 7 * group, length)
-        # More ranks than the type can count: one rank contributes 1 per element.
-        return _repeat(np.where(np.arange(self.ranks) == 0, 1, 0), rank, length)
+            if self.sum_modulus >= 2:
+                return np.arange(self.sum_modulus), 3 * rank + 7 * group
+            # More ranks than the type can count: one rank contributes 1 per element.
+            return np.where(np.arange(self.ranks) == 0, 1, 0), rank
+        if redop == "prod":
+            return np.where(np.arange(self.prod_period) == 0, 2, 1), rank + group
+        if redop == "avg":
+            return np.arange(self.avg_modulus) + 1 + self._avg_offset(rank), 7 * group
+        return self._move_table(), RANK_STRIDE * rank + GROUP_STRIDE * group  # max, min, data movement
 
     def _avg_offset(self, rank: int) -> int:
         if self.avg_modulus < 2 and self.dtype.exact_limit // self.ranks < 2:
@@ -82,47 +79,45 @@ class Crafted:
             return 0  # offsets +1, -1, ..., 0 sum to zero: the mean is the shared part
         return 1 if rank % 2 == 0 else -1
 
-    def _move_pattern(self, group: int, rank: int, start: int, length: int) -> np.ndarray:
-        table = self._table("move", lambda: np.arange(self.move_modulus))
-        return _repeat(table, start + RANK_STRIDE * rank + GROUP_STRIDE * group, length)
+    def _move_table(self) -> np.ndarray:
+        if "move" not in self._tables:
+            self._tables["move"] = np.arange(self.move_modulus)
+        return self._tables["move"]
 
-    def _table(self, key: str, build) -> np.ndarray:
-        if key not in self._tables:
-            self._tables[key] = build()
-        return self._tables[key]
+    def _moved(self, group: int, rank: int, start: int, length: int) -> np.ndarray:
+        """Elements start..start+length of a rank's input in a data-movement test."""
+        return self._typed(self._move_table(), start + RANK_STRIDE * rank + GROUP_STRIDE * group, length)
 
     # --- expected outputs ---------------------------------------------------------------------------
     def expected(self, group: int, rank: int) -> np.ndarray:
-        op, redop = self.test.op.name, self.test.redop
+        op = self.test.op.name
         n, count = self.ranks, self.count
         length = self.test.op.output_elements(count, n)
         if op == "all-reduce":
-            values = self._reduced(group, 0, length)
-        elif op == "reduce-scatter":
-            values = self._reduced(group, rank * count, length)
-        elif op == "all-gather":
-            values = np.concatenate([self._move_pattern(group, k, 0, count) for k in range(n)])
-        elif op == "all-to-all":
-            values = np.concatenate([self._move_pattern(group, k, rank * count, count) for k in range(n)])
-        elif op == "permute":
-            values = self._move_pattern(group, (rank - self.shift) % n, 0, length)
-        elif op == "broadcast":
-            values = self._move_pattern(group, self.root, 0, length)
-        else:
-            raise ValueError(f"no expectation for {op}")
-        return values.astype(self.dtype.numpy())
+            return self._reduced(group, 0, length)
+        if op == "reduce-scatter":
+            return self._reduced(group, rank * count, length)
+        if op == "all-gather":
+            return np.concatenate([self._moved(group, k, 0, count) for k in range(n)])
+        if op == "all-to-all":
+            return np.concatenate([self._moved(group, k, rank * count, count) for k in range(n)])
+        if op == "permute":
+            return self._moved(group, (rank - self.shift) % n, 0, length)
+        if op == "broadcast":
+            return self._moved(group, self.root, 0, length)
+        raise ValueError(f"no expectation for {op}")
 
     def _reduced(self, group: int, start: int, length: int) -> np.ndarray:
         """Elements start..start+length of the reduction over ranks of every rank's input."""
         redop = self.test.redop or "sum"
         if redop == "avg":
-            return _repeat(np.arange(self.avg_modulus) + 1, 7 * group + start, length)
-        # One period of every rank's input, reduced on the host in exact integers.
-        period = {"sum": self.sum_modulus if self.sum_modulus >= 2 else self.ranks,
-                  "prod": self.prod_period}.get(redop, self.move_modulus)
-        rows = np.stack([self._input_values(group, r, period) for r in range(self.ranks)]).astype(np.int64)
+            return self._typed(np.arange(self.avg_modulus) + 1, 7 * group + start, length)
+        # Every rank's input over one common period, reduced on the host in exact integers.
+        period = math.lcm(*(len(self._input_pattern(group, r)[0]) for r in range(self.ranks)))
+        rows = np.stack([_repeat(*self._input_pattern(group, r), period) for r in range(self.ranks)])
+        rows = rows.astype(np.int64)
         table = {"sum": rows.sum(0), "prod": rows.prod(0), "max": rows.max(0), "min": rows.min(0)}[redop]
-        return _repeat(table, start, length)
+        return self._typed(table, start, length)
 
 
 def count_wrong(actual: np.ndarray, expected: np.ndarray, dtype: DType) -> int:
