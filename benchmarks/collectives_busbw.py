@@ -24,9 +24,9 @@ import sys
 from pathlib import Path
 
 SIZES_MIB = (1, 16, 64)
-# Iterations per size (both sides alike): about half a second of timed work each, so that one
+# Iterations per size (both sides alike): about a second of timed work each, so that one
 # scheduling hiccup on a busy machine moves the mean little.
-ITERS = {1: 400, 16: 40, 64: 12}
+ITERS = {1: 1500, 16: 60, 64: 15}
 DEVICES = 8
 TOLERANCE = 0.10
 

@@ -180,7 +180,7 @@ class _RecordingCommand(ToolCommand):
               help="Number of processes in the run.")
 @click.option("--process-id", "process_id", type=int, default=None, metavar="I",
               help="This process's id, 0 to N-1 (process 0 serves the coordinator and prints).")
-@runtime_options(default_host_devices=DEFAULT_HOST_DEVICES, default_timeout=DEFAULT_TIMEOUT_S)
+@runtime_options(default_host_devices=DEFAULT_HOST_DEVICES, default_timeout_s=DEFAULT_TIMEOUT_S)
 @common_options
 def collectives_command(op, dtype, check: str, slow_threshold: float, json_path: str | None, launch: int | None,
                         coordinator: str | None, num_processes: int | None, process_id: int | None,

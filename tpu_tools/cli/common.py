@@ -111,7 +111,7 @@ def _positive_float(ctx: click.Context, param: click.Parameter, value: float | N
 
 def runtime_options(function: Callable | None = None, *, timeout: bool = True,
                     default_host_devices: int | None = None,
-                    default_timeout: float = DEFAULT_TIMEOUT_S) -> Callable:
+                    default_timeout_s: float = DEFAULT_TIMEOUT_S) -> Callable:
     """--platform, --host-devices, --xla-flag (and --timeout) collected into `policy` (and `timeout_s`)."""
 
     def decorate(function: Callable) -> Callable:
@@ -133,7 +133,7 @@ def runtime_options(function: Callable | None = None, *, timeout: bool = True,
         ]
         if timeout:
             options.append(click.option(
-                "--timeout", "timeout_s", type=float, default=default_timeout, show_default=True,
+                "--timeout", "timeout_s", type=float, default=default_timeout_s, show_default=True,
                 metavar="SECONDS", callback=_positive_float,
                 help="Give up on a runtime that does not answer within this many seconds."))
         return _apply(options, wrapper)
