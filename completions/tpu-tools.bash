@@ -14,7 +14,7 @@ _tpu_tools_complete() {
     local opts="" subs="" choices="" pathopts="" valopts=""
     case "$key" in
         'tpu-tools|')
-            opts='--debug --version -h --help'; subs='ls monitor top bench profile dump'
+            opts='--debug --version -h --help'; subs='ls monitor top bench profile collectives-test dump'
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
@@ -152,6 +152,17 @@ _tpu_tools_complete() {
             valopts='--addr --duration --out --top --format'; pathopts='--out'
             case "$prev" in
                 --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|collectives-test')
+            opts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                -o) choices='sum max min prod avg all' ;;
+                --redop) choices='sum max min prod avg all' ;;
+                -c) choices='on off 1 0' ;;
+                --check) choices='on off 1 0' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
             esac
             ;;
         'tpu-tools|dump')
@@ -306,6 +317,17 @@ _tpu_tools_complete() {
                 --format) choices='auto table plain json' ;;
             esac
             ;;
+        'tpu-collectives-test|')
+            opts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                -o) choices='sum max min prod avg all' ;;
+                --redop) choices='sum max min prod avg all' ;;
+                -c) choices='on off 1 0' ;;
+                --check) choices='on off 1 0' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
         'tpu-dump|')
             opts='-o --output --force --only --skip --timeout --max-size --add --no-redact --force-runtime --list-collectors --platform --host-devices --xla-flag --metrics-addr --metrics-timeout --json --format --debug --version -h --help'; subs='show'
             valopts='-o --output --only --skip --timeout --max-size --add --platform --host-devices --xla-flag --metrics-addr --metrics-timeout --format'; pathopts='-o --output --add'
@@ -332,9 +354,9 @@ _tpu_tools_complete() {
 
 _tpu_tools_is_command() {
     case "$1|$2" in
-        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|bench'|'tpu-tools|bench compile'|'tpu-tools|bench dispatch'|'tpu-tools|bench matmul'|'tpu-tools|bench memory'|'tpu-tools|bench transfer'|'tpu-tools|bench train'|'tpu-tools|bench infer'|'tpu-tools|bench compare'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-bench|compile'|'tpu-bench|dispatch'|'tpu-bench|matmul'|'tpu-bench|memory'|'tpu-bench|transfer'|'tpu-bench|train'|'tpu-bench|infer'|'tpu-bench|compare'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture'|'tpu-dump|show') return 0 ;;
+        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|bench'|'tpu-tools|bench compile'|'tpu-tools|bench dispatch'|'tpu-tools|bench matmul'|'tpu-tools|bench memory'|'tpu-tools|bench transfer'|'tpu-tools|bench train'|'tpu-tools|bench infer'|'tpu-tools|bench compare'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-tools|collectives-test'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-bench|compile'|'tpu-bench|dispatch'|'tpu-bench|matmul'|'tpu-bench|memory'|'tpu-bench|transfer'|'tpu-bench|train'|'tpu-bench|infer'|'tpu-bench|compare'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture'|'tpu-dump|show') return 0 ;;
     esac
     return 1
 }
 
-complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-monitor tpu-top tpu-bench tpu-profile tpu-dump
+complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-monitor tpu-top tpu-bench tpu-profile tpu-collectives-test tpu-dump

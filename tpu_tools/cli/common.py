@@ -194,7 +194,7 @@ def output_options(function: Callable) -> Callable:
     ], wrapper)
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
     """After the reader of stdout went away, send the rest to /dev/null so exit stays quiet."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -212,7 +212,7 @@ def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
         code = result if isinstance(result, int) else 0
         sys.stdout.flush()
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         code = EXIT_FAILURE
     except click.ClickException as error:
         error.show()

@@ -14,6 +14,7 @@ COMMANDS = {
     "top": "tpu_tools.cli.top:top_command",
     "bench": "tpu_tools.cli.bench:bench_command",
     "profile": "tpu_tools.cli.profile:profile_group",
+    "collectives-test": "tpu_tools.cli.collectives:collectives_command",
     "dump": "tpu_tools.cli.dump:dump_command",
 }
 
@@ -47,7 +48,7 @@ def cli() -> None:
     """Runtime tools for accelerators driven through PJRT (TPU, GPU, CPU).
 
     Each subcommand is also installed as its own program: tpu-ls, tpu-monitor, tpu-top, tpu-bench,
-    tpu-profile, tpu-dump, ...
+    tpu-profile, tpu-collectives-test, tpu-dump.
     """
 
 

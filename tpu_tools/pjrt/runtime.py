@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -196,15 +197,20 @@ def apply(policy: RuntimePolicy) -> None:
     os.environ.update(env)
 
 
-def import_jax(policy: RuntimePolicy) -> ModuleType:
+def import_jax(policy: RuntimePolicy,
+               before_backend: Callable[[ModuleType], None] | None = None) -> ModuleType:
     """Apply the policy, import jax and initialise its backend, mapping failures to one sentence.
 
     For commands that run their work in-process (bench, collectives, profile).
+    `before_backend(jax)` runs after the import and before the backend starts:
+    the place for jax.config updates and jax.distributed.initialize.
     """
     check_platform_installed(policy)
     apply(policy)
     import jax
 
+    if before_backend is not None:
+        before_backend(jax)
     try:
         jax.devices()
     except RuntimeError as exc:

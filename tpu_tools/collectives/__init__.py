@@ -1,0 +1,1 @@
+"""Collective bandwidth and correctness: ops, sweep, exact checks, many processes (tpu-collectives-test)."""

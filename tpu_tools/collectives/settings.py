@@ -1,0 +1,69 @@
+"""What a run is asked to do, checked and gathered from the command line's raw values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpu_tools.collectives.dtypes import DType
+from tpu_tools.collectives.mesh import parse_device_ids, parse_mesh_shape
+from tpu_tools.collectives.ops import Case, OpSpec, plan_tests
+from tpu_tools.collectives.sizes import sweep_sizes
+from tpu_tools.collectives.stats import parse_stats
+from tpu_tools.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Settings:
+    tests: list[Case]
+    dtype: DType
+    sizes: list[int]  # requested, before rounding
+    iters: int = 20
+    warmup: int = 5
+    check: bool = True
+    stats: list[str] = field(default_factory=list)
+    root: int = 0
+    shift: int = 1
+    device_ids: list[int] | None = None
+    mesh_shape: tuple[int, ...] | None = None
+    axis: str | None = None
+    timeout_s: float = 60.0
+    min_busbw_gbps: float | None = None
+    slow_threshold: float = 0.2
+    sweep: dict[str, Any] = field(default_factory=dict)  # min/max bytes and step, for the record
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dtype": self.dtype.name, **self.sweep, "iters": self.iters, "warmup": self.warmup,
+            "check": self.check, "stats": self.stats, "root": self.root, "shift": self.shift,
+            "timeout_s": self.timeout_s, "min_busbw_gbps": self.min_busbw_gbps,
+            "slow_threshold_percent": self.slow_threshold * 100,
+        }
+
+
+
+def build_settings(*, ops: list[OpSpec], redop: str, dtype: DType, min_bytes: int, max_bytes: int,
+                   step_factor: float | None, step_bytes: int | None, iters: int, warmup: int, check: bool,
+                   stats: str | None, root: int, shift: int, devices: str | None, mesh: str | None,
+                   axis: str | None, min_busbw: float | None, slow_threshold_percent: float,
+                   timeout_s: float) -> tuple[Settings, list[str]]:
+    """Settings and the notes worth telling the user; UsageError for values that cannot work."""
+    sizes = sweep_sizes(min_bytes, max_bytes, step_factor, step_bytes)
+    tests, notes = plan_tests(ops, redop)
+    if iters < 1:
+        raise UsageError(f"--iters must be at least 1, got {iters}")
+    if warmup < 0:
+        raise UsageError(f"--warmup must not be negative, got {warmup}")
+    if root < 0:
+        raise UsageError(f"--root must not be negative, got {root}")
+    if min_busbw is not None and min_busbw < 0:
+        raise UsageError(f"--min-busbw must not be negative, got {min_busbw:g}")
+    if slow_threshold_percent < 0:
+        raise UsageError(f"--slow-threshold must not be negative, got {slow_threshold_percent:g}")
+    sweep = {"min_bytes": min_bytes, "max_bytes": max_bytes,
+             "step_factor": None if step_bytes is not None else (step_factor or 2.0), "step_bytes": step_bytes}
+    settings = Settings(tests=tests, dtype=dtype, sizes=sizes, iters=iters, warmup=warmup, check=check,
+                        stats=parse_stats(stats), root=root, shift=shift, device_ids=parse_device_ids(devices),
+                        mesh_shape=parse_mesh_shape(mesh), axis=axis, timeout_s=timeout_s,
+                        min_busbw_gbps=min_busbw, slow_threshold=slow_threshold_percent / 100, sweep=sweep)
+    return settings, notes

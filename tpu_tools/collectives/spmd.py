@@ -1,0 +1,109 @@
+"""The collectives as JAX SPMD programs over a mesh, one jitted function per test.
+
+Each device holds one buffer: the global array has the mesh's shape plus one
+buffer axis, sharded so that every device owns exactly its buffer. Inside
+`shard_map` the op runs along one mesh axis with the lax collective that
+lowers to the matching XLA collective (all-reduce, all-gather, reduce-scatter,
+all-to-all, collective-permute). Two are not in lax's public set:
+- prod: an all-reduce whose reduction is a multiply, built from jax's own
+  all-reduce lowering with the multiply reducer;
+- broadcast: XLA's collective-broadcast where jax lowers it (GPU); elsewhere
+  the equivalent jax documents for `pbroadcast`, an all-reduce of the root's
+  buffer with the others masked to zero.
+Everything here needs jax imported and the backend initialised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable
+
+from tpu_tools.collectives.mesh import MeshPlan
+from tpu_tools.collectives.ops import Case
+
+_PPROD: Any = None
+
+
+@dataclass
+class Collective:
+    function: Callable  # jitted: global input array -> global output array
+    implementation: str  # what runs, in words (header and JSON)
+    sharding: Any  # of the input
+
+
+def _pprod_primitive() -> Any:
+    """An all-reduce with a multiply reducer (lax has psum, pmax, pmin but no product)."""
+    global _PPROD
+    if _PPROD is None:
+        from jax import lax
+        from jax._src import core
+        from jax._src.interpreters import mlir
+        from jax._src.lax import parallel
+
+        primitive = core.Primitive("tpu_tools_pprod")
+        primitive.def_impl(partial(parallel._allreduce_impl, primitive, lax.reduce_prod))
+        primitive.def_effectful_abstract_eval(partial(parallel._pmin_pmax_abstract_eval, "pprod"))
+        mlir.register_lowering(primitive, partial(parallel._allreduce_lowering, lax.mul_p, lax.reduce_prod))
+        _PPROD = primitive
+    return _PPROD
+
+
+def broadcast_implementation(platform: str) -> str:
+    return "collective-broadcast" if platform in ("gpu", "cuda", "rocm") else "masked all-reduce"
+
+
+def build_collective(jax: Any, test: Case, plan: MeshPlan, *, root: int = 0, shift: int = 1,
+                     is_integer: bool = False) -> Collective:
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    axis, ranks = plan.axis, plan.ranks
+    last = len(plan.shape)  # the buffer axis inside each device's block
+    op, redop = test.op.name, test.redop
+    implementation: str
+
+    if op == "all-reduce":
+        if redop == "sum":
+            body, implementation = (lambda x: lax.psum(x, axis)), "psum"
+        elif redop == "max":
+            body, implementation = (lambda x: lax.pmax(x, axis)), "pmax"
+        elif redop == "min":
+            body, implementation = (lambda x: lax.pmin(x, axis)), "pmin"
+        elif redop == "prod":
+            primitive = _pprod_primitive()
+            body = lambda x: primitive.bind(x, axes=(axis,), axis_index_groups=None)  # noqa: E731
+            implementation = "all-reduce (multiply)"
+        elif redop == "avg":
+            if is_integer:  # the mean of integers, truncated as an integer all-reduce average is
+                body = lambda x: lax.div(lax.psum(x, axis), jnp.asarray(ranks, x.dtype))  # noqa: E731
+            else:
+                body = lambda x: lax.psum(x, axis) / jnp.asarray(ranks, x.dtype)  # noqa: E731
+            implementation = "psum / n"
+        else:
+            raise ValueError(f"unknown reduction {redop}")
+    elif op == "all-gather":
+        body, implementation = (lambda x: lax.all_gather(x, axis, axis=last, tiled=True)), "all_gather"
+    elif op == "reduce-scatter":
+        body = lambda x: lax.psum_scatter(x, axis, scatter_dimension=last, tiled=True)  # noqa: E731
+        implementation = "psum_scatter"
+    elif op == "all-to-all":
+        body = lambda x: lax.all_to_all(x, axis, last, last, tiled=True)  # noqa: E731
+        implementation = "all_to_all"
+    elif op == "permute":
+        pairs = [(r, (r + shift) % ranks) for r in range(ranks)]
+        body, implementation = (lambda x: lax.ppermute(x, axis, pairs)), f"ppermute (shift {shift})"
+    elif op == "broadcast":
+        implementation = broadcast_implementation(plan.devices[0].platform)
+        if implementation == "collective-broadcast":
+            body = lambda x: lax.pbroadcast(x, axis, root)  # noqa: E731
+        else:
+            body = lambda x: lax.psum(jnp.where(lax.axis_index(axis) == root, x, jnp.zeros_like(x)), axis)  # noqa: E731
+        implementation += f" (root {root})"
+    else:
+        raise ValueError(f"unknown op {op}")
+
+    spec = PartitionSpec(*plan.names, None)
+    mapped = jax.shard_map(body, mesh=plan.mesh, in_specs=spec, out_specs=spec, check_vma=False)
+    return Collective(jax.jit(mapped), implementation, NamedSharding(plan.mesh, spec))
