@@ -119,7 +119,7 @@ def test_builtin_train_workload_is_the_bench_train_step(tmp_path):
     # XLA counts every op, the analytic figure matrix multiplies only: close, and never far below.
     assert 0.9 <= document["xla_to_model_flops_ratio"] <= 2.0
     assert document["memory"]["argument_bytes"] > 0
-    stablehlo = (tmp_path / "h" / "train_tiny_batch_4_.stablehlo.mlir").read_text()
+    stablehlo = (tmp_path / "h" / "train_tiny_batch_4.stablehlo.mlir").read_text()
     assert "func.func public @main" in stablehlo and "stablehlo.dot_general" in stablehlo
 
 

@@ -538,6 +538,14 @@ def test_step_window_traces_only_the_marked_steps(tmp_path):
     modules = {op["module"] for op in document["top_ops"]}
     assert "jit_measured_step" in modules
     assert not modules & {"jit_warmup_step", "jit_cooldown_step"}
+    # Compiles are counted over the whole run (warmup_step compiled before the window), calls in the trace only:
+    # the report says which is which.
+    compiles = {row["function"]: row for row in document["compiles"]}
+    assert compiles["warmup_step"]["compiles"] == 1 and compiles["warmup_step"]["calls"] == 0
+    assert compiles["measured_step"]["calls"] == 2
+    report = (tmp_path / "out" / "report.txt").read_text()
+    assert "Compilation (jax.monitoring; over the whole run;" in report
+    assert "CALLS IN TRACE" in report
 
 
 def test_a_step_window_past_the_last_step_is_explained(tmp_path):

@@ -127,7 +127,7 @@ class HloAnalysis:
 
 def write_hlo_files(analysis: HloAnalysis, out_dir: Path) -> dict[str, str]:
     """The StableHLO and the optimised HLO, as files named after the target."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", analysis.target.replace(":", "."))
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", analysis.target.replace(":", ".")).strip("_")
     stablehlo = out_dir / f"{stem}.stablehlo.mlir"
     optimized = out_dir / f"{stem}.optimized.hlo.txt"
     stablehlo.write_text(analysis.stablehlo_text)

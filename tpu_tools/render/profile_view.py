@@ -104,12 +104,18 @@ def compile_table(doc: dict) -> TableData | None:
         return None
     monitored = doc.get("compile_source") == "monitoring"
     persistent = any(row.get("persistent_cache_hits") for row in rows)
+    # Compile events cover the whole run; calls come from the trace, which may be a window of it.
+    partial = monitored and (doc.get("window") or {}).get("mode") in ("time", "steps")
+    calls_heading = "CALLS IN TRACE" if partial else "CALLS"
     columns = [Column("FUNCTION", max_width=40), Column("DEFINED AT", max_width=40), Column("COMPILES", "right"),
-               Column("COMPILE TIME", "right"), Column("CALLS", "right"), Column("CACHE HITS", "right")]
+               Column("COMPILE TIME", "right"), Column(calls_heading, "right"), Column("CACHE HITS", "right")]
     if persistent:
         columns.append(Column("FROM DISK CACHE", "right"))
-    title = ("Compilation (jax.monitoring; compile time = trace + lower + XLA)" if monitored
-             else "Compilation (from the trace; lowering + XLA compile)")
+    if monitored:
+        scope = "; over the whole run" if partial else ""
+        title = f"Compilation (jax.monitoring{scope}; compile time = trace + lower + XLA)"
+    else:
+        title = "Compilation (from the trace; lowering + XLA compile)"
     table = TableData(columns, title=title)
     for row in rows:
         cells = [row["function"], row.get("defined_at") or MISSING, row["compiles"], _seconds(row["compile_time_s"]),
