@@ -13,8 +13,10 @@ blocks divided by that over all no-agent blocks (the per-pair ratios are
 printed too, with their spread). Target: <= 1.01. It also reports the CPU time
 one snapshot request costs the job's process: at 10 requests a second, that is
 the most the polling can take from the job, without the noise of timing.
+`--no-monitor` runs the same blocks with nothing polling: what the agent costs
+by being there (its thread asleep, step marking, JAX's monitoring callbacks).
 
-    python benchmarks/agent_overhead.py [--processes 3] [--blocks 120] [--steps 10]
+    python benchmarks/agent_overhead.py [--processes 3] [--blocks 120] [--steps 10] [--no-monitor]
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 
 TRAIN = textwrap.dedent("""
     import json, statistics, sys, time
-    blocks, steps, first_on = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "on"
+    blocks, steps, first_on, polled = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "on", sys.argv[4] == "polled"
     import jax, jax.numpy as jnp
     import tpu_tools.agent as agent
 
@@ -62,7 +64,7 @@ TRAIN = textwrap.dedent("""
             agent.start(tag="bench")
             served = agent._agent.server.counters
             deadline = time.monotonic() + 1.0
-            while served.served == 0 and time.monotonic() < deadline:  # until the monitor is polling it
+            while polled and served.served == 0 and time.monotonic() < deadline:  # until the monitor is polling it
                 time.sleep(0.005)
         else:
             agent.stop()
@@ -96,6 +98,7 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=3, help="training processes, one after another (3)")
     parser.add_argument("--blocks", type=int, default=120, help="blocks of steps per process, a multiple of 4 (120)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per block (10)")
+    parser.add_argument("--no-monitor", action="store_true", help="nothing polls the agent")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
     rundir = workdir / "run"
@@ -107,14 +110,17 @@ def main() -> int:
     monitor_out = workdir / "monitor.jsonl"
     print(f"# {' '.join([sys.executable, *sys.argv])}")
     ratios, on_s, off_s, snapshot_s = [], [], [], []
+    monitor = None
     with open(monitor_out, "w") as sink:
-        monitor = subprocess.Popen([*_monitor_command(), "--period", "0.1"], env=env, stdout=sink,
-                                   stderr=subprocess.DEVNULL)
+        if not args.no_monitor:
+            monitor = subprocess.Popen([*_monitor_command(), "--period", "0.1"], env=env, stdout=sink,
+                                       stderr=subprocess.DEVNULL)
+    polling = "unpolled" if args.no_monitor else "polled"
     try:
         for index in range(args.processes):
             first = "on" if index % 2 == 0 else "off"
-            result = subprocess.run([sys.executable, str(script), str(args.blocks), str(args.steps), first], env=env,
-                                    capture_output=True, text=True, check=True, timeout=900)
+            command = [sys.executable, str(script), str(args.blocks), str(args.steps), first, polling]
+            result = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=900)
             document = json.loads(result.stdout.strip().splitlines()[-1])
             blocks = document["blocks"]
             snapshot_s.append(document["snapshot_cpu_s"])
@@ -126,8 +132,9 @@ def main() -> int:
             print(f"process {index + 1}: {len(blocks) // 2} pairs, median ratio "
                   f"{statistics.median(ratios[-(len(blocks) // 2):]):.4f}", flush=True)
     finally:
-        monitor.terminate()
-        monitor.wait(timeout=30)
+        if monitor is not None:
+            monitor.terminate()
+            monitor.wait(timeout=30)
     polled = sum(1 for line in monitor_out.read_text().splitlines() if '"tag":"bench"' in line)
     reports = len(monitor_out.read_text().splitlines())
     shutil.rmtree(workdir, ignore_errors=True)
@@ -136,7 +143,9 @@ def main() -> int:
     ratio = statistics.median(on_s) / statistics.median(off_s)
     verdict = "ok" if ratio <= 1.01 else "OVER TARGET"
     quartiles = statistics.quantiles(ratios, n=4)
-    print(f"monitor reports: {reports}, with the agent in them: {polled}; "
+    polling_text = ("nothing polling" if args.no_monitor
+                    else f"monitor reports: {reports}, with the agent in them: {polled}")
+    print(f"{polling_text}; "
           f"one snapshot costs the job {statistics.median(snapshot_s) * 1e3:.2f} ms of CPU "
           f"({statistics.median(snapshot_s) * 10 * 100:.2f}% of one core at 10 requests/s)")
     print(f"per-pair ratios (agent block / no-agent block medians), {len(ratios)} pairs: median "
