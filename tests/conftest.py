@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,12 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 sys.path.insert(0, str(TESTS))
+
+# A test run started in the background by a non-interactive shell (`tools/test.sh &`) inherits SIGINT
+# ignored, and every program the tests start would too: the Ctrl-C tests need it to interrupt them. A Python
+# handler here becomes the default action in those programs when they are executed.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Variables that would change how the tools behave; tests set what they need explicitly.
 _SCRUBBED = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "XLA_FLAGS", "TPU_TOOLS_SYSROOT", "TPU_TOOLS_DEBUG",
