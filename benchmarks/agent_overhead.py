@@ -56,6 +56,15 @@ TRAIN = textwrap.dedent("""
     for _ in range(10):  # compile and warm up
         params, value = train_step(params, x, y)
         value.block_until_ready()
+    def server_cpu_s():
+        # CPU time of the agent's serving thread, in ns from the scheduler (Linux; else 0).
+        try:
+            tid = agent._agent.server._thread.native_id
+            with open(f"/proc/self/task/{tid}/schedstat") as stat:
+                return int(stat.read().split()[0]) / 1e9
+        except (OSError, AttributeError):
+            return 0.0
+
     result = []
     for block in range(blocks):
         # ABBA: on, off, off, on, on, off, ... (or the mirror image)
@@ -69,6 +78,8 @@ TRAIN = textwrap.dedent("""
         else:
             agent.stop()
         times = []
+        if on:
+            cpu_before, served_before = server_cpu_s(), agent._agent.server.counters.served
         for _ in range(steps):
             start = time.perf_counter()
             params, value = train_step(params, x, y)
@@ -76,7 +87,11 @@ TRAIN = textwrap.dedent("""
             if on:
                 agent.step()
             times.append(time.perf_counter() - start)
-        result.append({"on": on, "median_step_s": statistics.median(times), "step_s": times})
+        record = {"on": on, "median_step_s": statistics.median(times), "step_s": times}
+        if on:
+            record["server_cpu_s"] = server_cpu_s() - cpu_before
+            record["served"] = agent._agent.server.counters.served - served_before
+        result.append(record)
     agent.start(tag="bench")
     # CPU cost of answering one snapshot request in this process (what each poll costs the job).
     cpu = time.process_time()
@@ -110,6 +125,7 @@ def main() -> int:
     monitor_out = workdir / "monitor.jsonl"
     print(f"# {' '.join([sys.executable, *sys.argv])}")
     ratios, on_s, off_s, snapshot_s = [], [], [], []
+    served, server_cpu_s = 0, 0.0
     monitor = None
     with open(monitor_out, "w") as sink:
         if not args.no_monitor:
@@ -127,6 +143,8 @@ def main() -> int:
             for a, b in zip(blocks[0::2], blocks[1::2]):
                 on, off = (a, b) if a["on"] else (b, a)
                 ratios.append(on["median_step_s"] / off["median_step_s"])
+            served += sum(b["served"] for b in blocks if b["on"])
+            server_cpu_s += sum(b["server_cpu_s"] for b in blocks if b["on"])
             on_s += [t for b in blocks if b["on"] for t in b["step_s"]]
             off_s += [t for b in blocks if not b["on"] for t in b["step_s"]]
             print(f"process {index + 1}: {len(blocks) // 2} pairs, median ratio "
@@ -148,6 +166,9 @@ def main() -> int:
     print(f"{polling_text}; "
           f"one snapshot costs the job {statistics.median(snapshot_s) * 1e3:.2f} ms of CPU "
           f"({statistics.median(snapshot_s) * 10 * 100:.2f}% of one core at 10 requests/s)")
+    if served and server_cpu_s:
+        print(f"the agent's thread, while the job ran: {served} requests, {server_cpu_s / served * 1e3:.2f} ms of its "
+              "CPU each (waking, accepting, answering, sending)")
     print(f"per-pair ratios (agent block / no-agent block medians), {len(ratios)} pairs: median "
           f"{statistics.median(ratios):.4f}, quartiles {quartiles[0]:.4f} .. {quartiles[2]:.4f}")
     print(f"median step time over {len(on_s)} agent steps / {len(off_s)} no-agent steps, interleaved: "

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from agentjobs import rundir, running_job, start_job, wait_for  # noqa: F401 (rundir is a fixture)
 from conftest import clean_env
@@ -42,6 +43,16 @@ def test_snapshot_of_a_real_jax_job(jax_job):
         assert device["memory_used_bytes"] is None  # the CPU platform reports no memory statistics
     process = snapshot["process"]
     assert process["rss_bytes"] > 50 << 20 and process["threads"] >= 2 and process["cpu_percent"] >= 0
+    # The agent reads its own figures cheaply; they agree with what psutil sees from outside.
+    outside = psutil.Process(job.pid)
+    with outside.oneshot():
+        rss, threads, cpu = outside.memory_info().rss, outside.num_threads(), sum(outside.cpu_times()[:2])
+    assert abs(process["rss_bytes"] - rss) < 0.2 * rss
+    assert abs(process["threads"] - threads) <= 2
+    assert 0 < process["cpu_time_s"] <= cpu + 0.05
+    # Launched as `python -m tpu_tools.agent ... job.py`: the job's own command line, not the launcher's.
+    assert snapshot["command"].split()[0].endswith("job.py") and "tpu_tools.agent" not in snapshot["command"]
+    assert snapshot["user"] == pwd.getpwuid(os.getuid()).pw_name
 
 
 def test_compiles_and_the_recompile_reason(jax_job):

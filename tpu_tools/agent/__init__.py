@@ -125,6 +125,15 @@ def _compile_tracker() -> Any:
     return _compiles
 
 
+def _user_name() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry for this uid (containers)
+        return str(os.getuid())
+
+
 class _Agent:
     def __init__(self, tag: str, explain_recompiles: bool):
         from tpu_tools.metrics.process import SelfSampler
@@ -135,6 +144,9 @@ class _Agent:
         self.started_unix_s = time.time()
         self.compiles = _compile_tracker()
         self.process = SelfSampler()
+        self.user = _user_name()
+        self._argv: list[str] | None = None
+        self._command = sys.executable
         self.jax: ModuleType | None = None
         self.server: Any = None
 
@@ -149,9 +161,15 @@ class _Agent:
             return {"schema": wire.SNAPSHOT_SCHEMA, "pid": self.pid, "tag": self.tag}
         return self.snapshot()
 
-    def snapshot(self) -> dict[str, Any]:
-        import getpass
+    def command(self) -> str:
+        """The job's command line; `python -m tpu_tools.agent` replaces sys.argv after the agent starts."""
+        argv = sys.argv
+        if argv is not self._argv:
+            self._argv = argv
+            self._command = " ".join(argv) if argv and argv[0] else sys.executable
+        return self._command
 
+    def snapshot(self) -> dict[str, Any]:
         import tpu_tools
         from tpu_tools.agent.memory import device_memory
         from tpu_tools.metrics import wire
@@ -163,16 +181,12 @@ class _Agent:
             except Exception as error:  # a runtime that fails must not cost the other figures
                 memory_error = f"{type(error).__name__}: {error}"
         figures = self.process.sample()
-        try:
-            user = getpass.getuser()
-        except Exception:
-            user = str(os.getuid())
         return {
             "schema": wire.SNAPSHOT_SCHEMA,
             "pid": self.pid,
             "tag": self.tag,
-            "user": user,
-            "command": " ".join(sys.argv) if sys.argv and sys.argv[0] else sys.executable,
+            "user": self.user,
+            "command": self.command(),
             "agent_version": tpu_tools.__version__,
             "started_unix_s": self.started_unix_s,
             "uptime_s": time.time() - self.started_unix_s,
