@@ -110,7 +110,8 @@ MAN_SECTIONS = {
 # --- the commands -------------------------------------------------------------------------------------
 
 @click.group(name="bench", cls=ToolGroup, lazy_commands=SUBCOMMANDS, man_sections=MAN_SECTIONS,
-             invoke_without_command=True, context_settings=CONTEXT)
+             invoke_without_command=True, subcommand_metavar="[COMMAND] [ARGS]...",  # the same in every click
+             context_settings=CONTEXT)
 @price_option
 @cache_option
 @run_options
