@@ -10,9 +10,11 @@ the same processes keeps the machine's drift (this box is shared and noisy)
 out of the comparison; the monitor runs throughout, so both kinds of block
 share the machine with it. The figure is the median step time over all agent
 blocks divided by that over all no-agent blocks (the per-pair ratios are
-printed too, with their spread). Target: <= 1.01. It also reports the CPU time
-one snapshot request costs the job's process: at 10 requests a second, that is
-the most the polling can take from the job, without the noise of timing.
+printed too, with their spread). Target: <= 1.01. To show where a difference
+comes from it also reports the CPU time of building one snapshot, the serving
+thread's CPU per request (waking, accepting, answering, sending), and the
+agent's steps split into those during which it answered a request and the
+others.
 `--no-monitor` runs the same blocks with nothing polling: what the agent costs
 by being there (its thread asleep, step marking, JAX's monitoring callbacks).
 
@@ -65,19 +67,34 @@ TRAIN = textwrap.dedent("""
         except (OSError, AttributeError):
             return 0.0
 
+    answered = []  # (start, end) of every answer, to tell the steps a request landed in from the others
+
+    def record_answers():
+        server = agent._agent.server
+        inner = server._answer
+        def timed(request):
+            started = time.perf_counter()
+            try:
+                return inner(request)
+            finally:
+                answered.append((started, time.perf_counter()))
+        server._answer = timed
+
     result = []
     for block in range(blocks):
         # ABBA: on, off, off, on, on, off, ... (or the mirror image)
         on = ((block + 1) // 2 % 2 == 0) == first_on
         if on:
-            agent.start(tag="bench")
+            if agent._agent is None:
+                agent.start(tag="bench")
+                record_answers()
             served = agent._agent.server.counters
             deadline = time.monotonic() + 1.0
             while polled and served.served == 0 and time.monotonic() < deadline:  # until the monitor is polling it
                 time.sleep(0.005)
         else:
             agent.stop()
-        times = []
+        times, spans = [], []
         if on:
             cpu_before, served_before = server_cpu_s(), agent._agent.server.counters.served
         for _ in range(steps):
@@ -86,11 +103,14 @@ TRAIN = textwrap.dedent("""
             value.block_until_ready()
             if on:
                 agent.step()
-            times.append(time.perf_counter() - start)
+            end = time.perf_counter()
+            times.append(end - start)
+            spans.append((start, end))
         record = {"on": on, "median_step_s": statistics.median(times), "step_s": times}
         if on:
             record["server_cpu_s"] = server_cpu_s() - cpu_before
             record["served"] = agent._agent.server.counters.served - served_before
+            record["answered_in_step"] = [any(a < e and b > s for a, b in answered) for s, e in spans]
         result.append(record)
     agent.start(tag="bench")
     # CPU cost of answering one snapshot request in this process (what each poll costs the job).
@@ -126,6 +146,7 @@ def main() -> int:
     print(f"# {' '.join([sys.executable, *sys.argv])}")
     ratios, on_s, off_s, snapshot_s = [], [], [], []
     served, server_cpu_s = 0, 0.0
+    hit_s, clean_s = [], []  # agent steps during which it answered a request, and the others
     monitor = None
     with open(monitor_out, "w") as sink:
         if not args.no_monitor:
@@ -146,6 +167,9 @@ def main() -> int:
             served += sum(b["served"] for b in blocks if b["on"])
             server_cpu_s += sum(b["server_cpu_s"] for b in blocks if b["on"])
             on_s += [t for b in blocks if b["on"] for t in b["step_s"]]
+            for b in (b for b in blocks if b["on"]):
+                for t, hit in zip(b["step_s"], b["answered_in_step"]):
+                    (hit_s if hit else clean_s).append(t)
             off_s += [t for b in blocks if not b["on"] for t in b["step_s"]]
             print(f"process {index + 1}: {len(blocks) // 2} pairs, median ratio "
                   f"{statistics.median(ratios[-(len(blocks) // 2):]):.4f}", flush=True)
@@ -169,6 +193,11 @@ def main() -> int:
     if served and server_cpu_s:
         print(f"the agent's thread, while the job ran: {served} requests, {server_cpu_s / served * 1e3:.2f} ms of its "
               "CPU each (waking, accepting, answering, sending)")
+    if hit_s and clean_s:
+        print(f"agent steps during which it answered a request: {len(hit_s)}, median "
+              f"{statistics.median(hit_s) * 1e3:.3f} ms; the other agent steps: {len(clean_s)}, median "
+              f"{statistics.median(clean_s) * 1e3:.3f} ms; no-agent steps: median "
+              f"{statistics.median(off_s) * 1e3:.3f} ms")
     print(f"per-pair ratios (agent block / no-agent block medians), {len(ratios)} pairs: median "
           f"{statistics.median(ratios):.4f}, quartiles {quartiles[0]:.4f} .. {quartiles[2]:.4f}")
     print(f"median step time over {len(on_s)} agent steps / {len(off_s)} no-agent steps, interleaved: "
