@@ -13,6 +13,19 @@ EXIT_GATE = 3
 EXIT_INTERRUPTED = 130
 
 
+def first_line(error: BaseException, *, limit: int | None = None, default: str | None = None) -> str:
+    """The first non-blank line of an error's message, for one-sentence reports.
+
+    An error with no message gives `default`, or its type's name when no default is given;
+    a line longer than `limit` is cut to `limit` characters ending in "...".
+    """
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else (type(error).__name__ if default is None else default)
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
+
+
 class ToolError(Exception):
     """A failure the user can act on; `str(err)` is the sentence shown."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from tpu_tools.bench.records import FAILED, OUT_OF_MEMORY, UNSUPPORTED
+from tpu_tools.errors import first_line
 
 
 class CaseSkipped(Exception):
@@ -34,15 +35,9 @@ def classify(error: BaseException, platform: str) -> tuple[str, str]:
     """(status, sentence) for an exception raised while a case ran."""
     if isinstance(error, CaseSkipped):
         return error.status, str(error)
-    text = _first_line(str(error))
+    text = first_line(error, limit=240, default="")
     if isinstance(error, MemoryError) or _OOM.search(str(error)):
         return OUT_OF_MEMORY, f"out of memory on {platform}: {text}"
     if _UNSUPPORTED.search(str(error)):
         return UNSUPPORTED, f"unsupported on {platform}: {text}"
     return FAILED, f"{type(error).__name__}: {text}"
-
-
-def _first_line(text: str, limit: int = 240) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    line = lines[0] if lines else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tpu_tools.dump.manifest import MANIFEST_NAME, SCHEMA
-from tpu_tools.errors import ToolError
+from tpu_tools.errors import ToolError, first_line
 
 MAX_MEMBER_BYTES = 256 << 20
 MAX_TOTAL_BYTES = 4 << 30
@@ -284,5 +284,4 @@ class Bundle:
 
 
 def _short(error: BaseException) -> str:
-    text = (str(error) or type(error).__name__).strip().splitlines()[0]
-    return text if len(text) < 200 else text[:197] + "..."
+    return first_line(error, limit=200)

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import tpu_tools
+from tpu_tools.errors import first_line
 from tpu_tools.metrics.groups import GROUPS
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, GroupCollector, load_collector
 
@@ -82,7 +83,7 @@ class ReportBuilder:
         try:
             data = self.collectors[group.name].collect(context)
         except Exception as error:  # the group reports its failure; the report goes on
-            return {**header, "error": _sentence(error)}
+            return {**header, "error": first_line(error)}
         return {**header, **data}
 
     def close(self) -> None:
@@ -93,8 +94,3 @@ class ReportBuilder:
                     close()
                 except Exception:
                     pass
-
-
-def _sentence(error: BaseException) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return text or type(error).__name__

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.errors import RuntimeFailure, UsageError, first_line
 from tpu_tools.profile.roofline import Roofline, chip_by_name, compute_dtype, roofline
 
 SCHEMA = "tpu-tools/profile-hlo/v1"
@@ -158,14 +158,14 @@ def analyse(target: str, function: Any, arguments: list[Any], chip: str | None =
         lowered = jitted.lower(*arguments)
     except Exception as error:
         raise RuntimeFailure(f"tracing {target} with {', '.join(texts) or 'no arguments'} failed: "
-                             f"{type(error).__name__}: {_first_line(error)}") from error
+                             f"{type(error).__name__}: {first_line(error, default='')}") from error
     lowering_s = time.perf_counter() - started
     started = time.perf_counter()
     try:
         compiled = lowered.compile()
     except Exception as error:
-        raise RuntimeFailure(f"XLA could not compile {target}: {type(error).__name__}: {_first_line(error)}") \
-            from error
+        raise RuntimeFailure(f"XLA could not compile {target}: "
+                             f"{type(error).__name__}: {first_line(error, default='')}") from error
     compile_s = time.perf_counter() - started
 
     device = jax.devices()[0]
@@ -219,11 +219,6 @@ def _check_arity(target: str, function: Any, count: int) -> None:
         signature.bind(*range(count))
     except TypeError as error:
         raise UsageError(f"{target} cannot be called with {count} argument(s) from --arg: {error}") from error
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def _cost(compiled: Any) -> dict[str, float | None]:

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.errors import RuntimeFailure, UsageError, first_line
 from tpu_tools.profile.frames import Frame, FrameClassifier, parse_frame
 
 XPLANE_SUFFIX = ".xplane.pb"
@@ -168,7 +168,7 @@ def read_trace(path: Path, classifier: FrameClassifier | None = None) -> TraceDa
             profile = ProfileData.from_file(str(file))
         except Exception as error:  # jaxlib raises RuntimeError for a truncated or foreign file
             raise RuntimeFailure(f"{file} is not a readable trace (truncated or not an XSpace file): "
-                                 f"{_first_line(error)}") from error
+                                 f"{first_line(error)}") from error
         data.hosts.append(host)
         prefix = f"{host}/" if len(files) > 1 else ""
         for plane in profile.planes:
@@ -184,11 +184,6 @@ def read_trace(path: Path, classifier: FrameClassifier | None = None) -> TraceDa
     data.devices = sorted(set(data.devices), key=_device_sort_key)
     data.dispatches = [d for d in data.dispatches if d.executed]
     return data
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _stats(item) -> dict:
@@ -347,4 +342,3 @@ def _read_host_line(line, prefix: str, data: TraceData, classifier: FrameClassif
         data.ops.append(op)
         data.devices.append(device)
         stack.append(_Open(end, op=op))
-
