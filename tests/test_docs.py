@@ -70,3 +70,24 @@ def test_bash_completion_offers_subcommands_options_and_choices():
     assert set(out[0].split()[1:]) == set(COMMANDS)
     assert out[1] == "opts: --platform"
     assert out[2] == "choices: auto cpu gpu cuda rocm tpu"
+
+
+def test_every_command_and_subcommand_answers_dash_h():
+    import click
+    from click.testing import CliRunner
+
+    from tpu_tools.cli.main import cli
+
+    def walk(command: click.Command, path: list[str]):
+        yield path
+        if isinstance(command, click.Group):
+            context = click.Context(command, **command.context_settings)
+            for name in command.list_commands(context):
+                yield from walk(command.get_command(context, name), [*path, name])
+
+    paths = list(walk(cli, []))
+    assert ["bench", "matmul"] in paths and ["dump", "show"] in paths and ["profile", "run"] in paths
+    runner = CliRunner()
+    for path in paths:
+        result = runner.invoke(cli, [*path, "-h"], prog_name="tpu-tools")
+        assert result.exit_code == 0 and result.output.startswith("Usage: tpu-tools"), (path, result.output)

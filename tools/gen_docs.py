@@ -37,8 +37,17 @@ class Program:
     subcommand_of: str | None = None  # "ls" for tpu-ls, also reachable as `tpu-tools ls`
 
 
+def _context(command: click.Command, info_name: str | None = None) -> click.Context:
+    """A context as the command itself would make one: with its settings (-h among its help options).
+
+    Click caches a command's help option from the first context that asks for it, so a bare context
+    here would take -h away from the commands for the rest of the process.
+    """
+    return click.Context(command, info_name=info_name, **command.context_settings)
+
+
 def programs() -> list[Program]:
-    ctx = click.Context(cli, info_name=GROUP_PROGRAM)
+    ctx = _context(cli, GROUP_PROGRAM)
     result = [Program(GROUP_PROGRAM, cli)]
     for name in cli.list_commands(ctx):
         command = cli.get_command(ctx, name)
@@ -87,7 +96,7 @@ def _option_help(param: click.Option) -> str:
 
 
 def _usage(command: click.Command, path: list[str]) -> str:
-    ctx = click.Context(command, info_name=" ".join(path))
+    ctx = _context(command, " ".join(path))
     pieces = command.collect_usage_pieces(ctx)
     return _roff(" ".join([*path, *pieces]))
 
@@ -112,7 +121,7 @@ def _arguments_section(command: click.Command) -> list[str]:
 def _subcommands(command: click.Command) -> list[tuple[str, click.Command]]:
     if not isinstance(command, click.Group):
         return []
-    ctx = click.Context(command)
+    ctx = _context(command)
     return [(name, command.get_command(ctx, name)) for name in command.list_commands(ctx)]  # type: ignore[misc]
 
 

@@ -22,7 +22,6 @@ from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, run_cli
 from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
 from tpu_tools.errors import EXIT_OK, UsageError
 
-CONTEXT = {"help_option_names": ["-h", "--help"]}
 SUBCOMMANDS = {name: f"tpu_tools.cli.bench:{name}_command" for name in (*BENCHMARKS, "compare")}
 
 MAN_SECTIONS = {
@@ -110,8 +109,7 @@ MAN_SECTIONS = {
 # --- the commands -------------------------------------------------------------------------------------
 
 @click.group(name="bench", cls=ToolGroup, lazy_commands=SUBCOMMANDS, man_sections=MAN_SECTIONS,
-             invoke_without_command=True, subcommand_metavar="[COMMAND] [ARGS]...",  # the same in every click
-             context_settings=CONTEXT)
+             invoke_without_command=True, subcommand_metavar="[COMMAND] [ARGS]...")  # the same in every click
 @price_option
 @cache_option
 @run_options
@@ -146,7 +144,7 @@ def _single(benchmark: str, args: RunArgs, overrides: dict[str, Any]) -> int:
     return execute([selection(benchmark, args.suite, overrides)], args)
 
 
-@click.command(name="matmul", cls=ToolCommand, context_settings=CONTEXT)
+@click.command(name="matmul", cls=ToolCommand)
 @click.option("--size", "sizes", multiple=True, metavar="N|MxKxN", callback=matrix_sizes,
               help="Matrix size, square N or MxKxN (repeatable, or a comma list).")
 @click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE", callback=matmul_dtypes,
@@ -157,7 +155,7 @@ def matmul_command(sizes: tuple | None, dtypes: tuple[str, ...] | None, args: Ru
     return _single("matmul", args, {"shapes": sizes, "dtypes": dtypes})
 
 
-@click.command(name="memory", cls=ToolCommand, context_settings=CONTEXT)
+@click.command(name="memory", cls=ToolCommand)
 @click.option("--size", "sizes", multiple=True, metavar="BYTES", callback=byte_sizes,
               help="Bytes per array, with K, M, G suffixes (repeatable, or a comma list).")
 @click.option("--op", "operations", multiple=True, metavar="OP",
@@ -169,7 +167,7 @@ def memory_command(sizes: tuple[int, ...] | None, operations: tuple[str, ...] | 
     return _single("memory", args, {"sizes": sizes, "operations": operations})
 
 
-@click.command(name="transfer", cls=ToolCommand, context_settings=CONTEXT)
+@click.command(name="transfer", cls=ToolCommand)
 @click.option("--size", "sizes", multiple=True, metavar="BYTES", callback=byte_sizes,
               help="Bytes per transfer, with K, M, G suffixes (repeatable, or a comma list).")
 @click.option("--direction", "directions", multiple=True, metavar="DIR", callback=names_from(("h2d", "d2h"),
@@ -181,7 +179,7 @@ def transfer_command(sizes: tuple[int, ...] | None, directions: tuple[str, ...] 
     return _single("transfer", args, {"sizes": sizes, "directions": directions})
 
 
-@click.command(name="dispatch", cls=ToolCommand, context_settings=CONTEXT)
+@click.command(name="dispatch", cls=ToolCommand)
 @click.option("--mode", "modes", multiple=True, metavar="MODE", callback=names_from(("compiled", "eager"), "mode"),
               help="compiled, eager (repeatable, or a comma list; default both).")
 @run_options
@@ -190,7 +188,7 @@ def dispatch_command(modes: tuple[str, ...] | None, args: RunArgs) -> int:
     return _single("dispatch", args, {"modes": modes})
 
 
-@click.command(name="compile", cls=ToolCommand, context_settings=CONTEXT)
+@click.command(name="compile", cls=ToolCommand)
 @model_options(many_presets=False)
 @click.option("--repeat", "repeats", type=int, default=None, metavar="N", callback=positive,
               help="Cold and warm compiles to time (each in its own processes; default 1 quick, 3 full).")
@@ -204,7 +202,7 @@ def compile_command(preset: str | None, repeats: int | None, cache_dir: str | No
                                      "cache_root": cache_dir})
 
 
-@click.command(name="train", cls=ToolCommand, context_settings=CONTEXT)
+@click.command(name="train", cls=ToolCommand)
 @model_options(many_presets=True)
 @price_option
 @run_options
@@ -213,7 +211,7 @@ def train_command(presets: tuple[str, ...], price_per_hour: float | None, args: 
     return _single("train", args, {"models": model_choices(presets, sizes), "price_per_hour": price_per_hour})
 
 
-@click.command(name="infer", cls=ToolCommand, context_settings=CONTEXT)
+@click.command(name="infer", cls=ToolCommand)
 @model_options(many_presets=False)
 @click.option("--max-batch", type=int, default=None, metavar="N", callback=positive,
               help="Batch sizes 1, 2, 4, ... up to N (default 8 quick, 32 full on CPU).")
@@ -236,7 +234,7 @@ def infer_command(preset: str | None, max_batch: int | None, batch_sizes: tuple[
                                                                   else None)})
 
 
-@click.command(name="compare", cls=ToolCommand, context_settings=CONTEXT)
+@click.command(name="compare", cls=ToolCommand)
 @click.argument("baseline_file", metavar="BASELINE.json")
 @click.argument("current_file", metavar="CURRENT.json")
 @click.option("--tolerance", default="5%", show_default=True, metavar="PERCENT", callback=tolerance_value,

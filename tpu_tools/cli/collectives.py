@@ -134,8 +134,7 @@ class _RecordingCommand(ToolCommand):
         return super().parse_args(ctx, args)
 
 
-@click.command(name="collectives-test", cls=_RecordingCommand, man_sections=MAN_SECTIONS,
-               context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(name="collectives-test", cls=_RecordingCommand, man_sections=MAN_SECTIONS)
 @click.argument("op", required=False, default="all-reduce", metavar="[OP]", callback=_op)
 @click.option("-b", "--min-bytes", "min_bytes", default="1K", show_default=True, metavar="SIZE", callback=_size,
               help="Smallest size (K, M, G suffixes: 1K = 1024).")

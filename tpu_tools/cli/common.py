@@ -25,6 +25,16 @@ DEFAULT_TIMEOUT_S = 30.0
 _debug = False
 
 
+HELP_OPTION_NAMES = ["-h", "--help"]
+
+
+def _short_help_option(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Every tool answers -h as well as --help."""
+    settings = kwargs.get("context_settings") or {}
+    kwargs["context_settings"] = {"help_option_names": HELP_OPTION_NAMES, **settings}
+    return kwargs
+
+
 class ToolCommand(click.Command):
     """A click command that also carries the extra sections of its man page.
 
@@ -33,7 +43,7 @@ class ToolCommand(click.Command):
     """
 
     def __init__(self, *args: Any, man_sections: dict[str, str] | None = None, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **_short_help_option(kwargs))
         self.man_sections = man_sections or {}
 
 
@@ -42,7 +52,7 @@ class ToolGroup(click.Group):
 
     def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None,
                  man_sections: dict[str, str] | None = None, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **_short_help_option(kwargs))
         self.lazy_commands = lazy_commands or {}
         self.man_sections = man_sections or {}
 

@@ -186,7 +186,7 @@ def _interrupt_on_sigterm() -> None:
 
 
 @click.group(name="dump", cls=ToolGroup, invoke_without_command=True, man_sections=MAN_SECTIONS,
-             subcommand_metavar="[show BUNDLE]", context_settings={"help_option_names": ["-h", "--help"]})
+             subcommand_metavar="[show BUNDLE]")
 @click.option("-o", "--output", type=click.Path(path_type=Path), metavar="PATH",
               help="Where to write the bundle (default: tpu-dump-<host>-<utc time>.tar.gz here).")
 @click.option("--force", is_flag=True, help="Replace the output file if it exists.")
@@ -264,8 +264,7 @@ def _list_collectors(out: Output) -> int:
     return EXIT_OK
 
 
-@dump_command.command(name="show", cls=ToolCommand, man_sections=SHOW_SECTIONS,
-                      context_settings={"help_option_names": ["-h", "--help"]})
+@dump_command.command(name="show", cls=ToolCommand, man_sections=SHOW_SECTIONS)
 @click.argument("bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--file", "member", metavar="NAME", help="Print one file of the bundle (a name from the file list).")
 @output_options

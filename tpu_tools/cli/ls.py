@@ -86,8 +86,7 @@ MAN_SECTIONS = {
 }
 
 
-@click.command(name="ls", cls=ToolCommand, man_sections=MAN_SECTIONS,
-               context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(name="ls", cls=ToolCommand, man_sections=MAN_SECTIONS)
 @click.option("--probe", is_flag=True,
               help="Compile and run a small program on every device, verify it, time it; exit 1 on a failure.")
 @click.option("--topology", is_flag=True, help="Draw the device mesh from TPU coordinates.")

@@ -41,8 +41,7 @@ MAN_SECTIONS = {
 }
 
 
-@click.group(cls=ToolGroup, name="tpu-tools", lazy_commands=COMMANDS, man_sections=MAN_SECTIONS,
-             context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ToolGroup, name="tpu-tools", lazy_commands=COMMANDS, man_sections=MAN_SECTIONS)
 @common_options
 def cli() -> None:
     """Runtime tools for accelerators driven through PJRT (TPU, GPU, CPU).

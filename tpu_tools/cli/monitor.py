@@ -167,8 +167,7 @@ def explicit(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)
 
 
-@click.command(name="monitor", cls=ToolCommand, man_sections=MAN_SECTIONS,
-               context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(name="monitor", cls=ToolCommand, man_sections=MAN_SECTIONS)
 @click.option("--period", type=Duration(), default="1s", show_default=True, metavar="SECONDS",
               help="Time between reports (seconds, or with ms, s, m: 500ms, 2s).")
 @click.option("--count", type=int, default=None, metavar="N", callback=_positive_count,

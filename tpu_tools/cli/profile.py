@@ -14,7 +14,6 @@ from tpu_tools.cli.output import Output, note, resolve_format
 from tpu_tools.errors import EXIT_OK, ToolError, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
 
-CONTEXT = {"help_option_names": ["-h", "--help"]}
 SUBCOMMANDS = {
     "run": "tpu_tools.cli.profile:run_command",
     "summary": "tpu_tools.cli.profile:summary_command",
@@ -115,8 +114,7 @@ GROUP_MAN = {
 }
 
 
-@click.group(cls=ToolGroup, name="profile", lazy_commands=SUBCOMMANDS, man_sections=GROUP_MAN,
-             context_settings=CONTEXT)
+@click.group(cls=ToolGroup, name="profile", lazy_commands=SUBCOMMANDS, man_sections=GROUP_MAN)
 @common_options
 def profile_group() -> None:
     """Profile JAX programs: top device ops, compilation and recompilation, HLO cost."""
@@ -180,8 +178,8 @@ def _where_lines(document: dict | None, folder: Path) -> list[str]:
 
 # --- run -------------------------------------------------------------------------------------------
 
-@click.command(name="run", cls=ToolCommand, context_settings={**CONTEXT, "ignore_unknown_options": True,
-                                                              "allow_interspersed_args": False})
+@click.command(name="run", cls=ToolCommand,
+               context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-m", "--module", metavar="MODULE", help="Run a module, as python -m MODULE does.")
 @_out_options("tpu-profile-YYYYmmdd-HHMMSS in the current folder")
 @click.option("--delay", "delay_s", type=float, default=0.0, metavar="SECONDS", callback=_non_negative,
@@ -259,7 +257,7 @@ def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: 
 
 # --- summary ---------------------------------------------------------------------------------------
 
-@click.command(name="summary", cls=ToolCommand, context_settings=CONTEXT)
+@click.command(name="summary", cls=ToolCommand)
 @click.argument("path", type=click.Path(path_type=Path), metavar="DIR")
 @_top_option
 @output_options
@@ -283,7 +281,7 @@ def summary_command(path: Path, top: int, out: Output) -> int:
 
 # --- hlo -------------------------------------------------------------------------------------------
 
-@click.command(name="hlo", cls=ToolCommand, context_settings=CONTEXT)
+@click.command(name="hlo", cls=ToolCommand)
 @click.argument("target", metavar="MODULE:FUNCTION|train|infer")
 @click.option("--arg", "arg_specs", multiple=True, metavar="SPEC",
               help="One argument's dtype and shape, e.g. f32[128,512], bf16[8], i32[] (repeatable, in order).")
@@ -339,7 +337,7 @@ def hlo_command(target: str, arg_specs: tuple[str, ...], preset: str | None, bat
 
 # --- capture ---------------------------------------------------------------------------------------
 
-@click.command(name="capture", cls=ToolCommand, context_settings=CONTEXT)
+@click.command(name="capture", cls=ToolCommand)
 @click.option("--addr", "address", required=True, metavar="HOST:PORT",
               help="Where the program's profiler server listens (jax.profiler.start_server(PORT)).")
 @click.option("--duration", "duration_s", type=float, default=2.0, show_default=True, metavar="SECONDS",

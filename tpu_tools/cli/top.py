@@ -55,8 +55,7 @@ MAN_SECTIONS = {
 }
 
 
-@click.command(name="top", cls=ToolCommand, man_sections=MAN_SECTIONS,
-               context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(name="top", cls=ToolCommand, man_sections=MAN_SECTIONS)
 @click.option("--interval", type=Duration(), default="1s", show_default=True, metavar="SECONDS",
               help="Time between refreshes (seconds, or with ms, s, m).")
 @click.option("--once", is_flag=True, help="Print one frame to stdout and exit (works in a pipe).")
