@@ -34,6 +34,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from harness import script
+
 TRAIN = textwrap.dedent("""
     import json, statistics, sys, time
     blocks, steps, first_on, polled = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "on", sys.argv[4] == "polled"
@@ -123,11 +125,6 @@ TRAIN = textwrap.dedent("""
 """)
 
 
-def _monitor_command() -> list[str]:
-    script = Path(sys.executable).parent / "tpu-monitor"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "tpu_tools", "monitor"]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=3, help="training processes, one after another (3)")
@@ -138,8 +135,8 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
     rundir = workdir / "run"
     rundir.mkdir(mode=0o700)
-    script = workdir / "train.py"
-    script.write_text(TRAIN)
+    train = workdir / "train.py"
+    train.write_text(TRAIN)
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES", "TPU_TOOLS_TAG")}
     env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir))
     monitor_out = workdir / "monitor.jsonl"
@@ -150,13 +147,13 @@ def main() -> int:
     monitor = None
     with open(monitor_out, "w") as sink:
         if not args.no_monitor:
-            monitor = subprocess.Popen([*_monitor_command(), "--period", "0.1"], env=env, stdout=sink,
+            monitor = subprocess.Popen([*script("tpu-monitor"), "--period", "0.1"], env=env, stdout=sink,
                                        stderr=subprocess.DEVNULL)
     polling = "unpolled" if args.no_monitor else "polled"
     try:
         for index in range(args.processes):
             first = "on" if index % 2 == 0 else "off"
-            command = [sys.executable, str(script), str(args.blocks), str(args.steps), first, polling]
+            command = [sys.executable, str(train), str(args.blocks), str(args.steps), first, polling]
             result = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=900)
             document = json.loads(result.stdout.strip().splitlines()[-1])
             blocks = document["blocks"]

@@ -29,14 +29,15 @@ import sys
 import time
 from pathlib import Path
 
+from harness import script
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
 def _tpu_bench_program(benchmark: str, options: dict, args: argparse.Namespace) -> dict:
     """The `tpu-bench` program's JSON result for one case."""
-    script = Path(sys.executable).parent / "tpu-bench"
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "tpu_tools", "bench"]
+    command = script("tpu-bench")
     flags = {"shapes": "--size", "dtypes": "--dtype", "sizes": "--size", "operations": "--op"}
     words = [word for key, values in options.items() for word in (flags[key], ",".join(map(str, values)))]
     result = subprocess.run([*command, benchmark, *words, "--platform", args.platform, "--min-time",

@@ -21,6 +21,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from harness import script
+
 BUDGET_S = 120.0
 
 
@@ -29,8 +31,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--platform", default="cpu")
     args = parser.parse_args()
-    script = Path(sys.executable).parent / "tpu-bench"
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "tpu_tools", "bench"]
+    command = script("tpu-bench")
     walls, by_benchmark = [], defaultdict(list)
     with tempfile.TemporaryDirectory() as folder:
         result_path = Path(folder) / "quick.json"

@@ -23,6 +23,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from harness import script
+
 WORKLOAD = """
     import sys
     import time
@@ -50,11 +52,6 @@ WORKLOAD = """
 """
 
 
-def _script(name: str) -> list[str]:
-    candidate = Path(sys.executable).parent / name
-    return [str(candidate)] if candidate.exists() else [sys.executable, "-m", "tpu_tools", name.removeprefix("tpu-")]
-
-
 def _run(command: list[str], env: dict[str, str], cwd: str) -> tuple[float, float]:
     """(the loop time the program reports, the whole command's wall time)."""
     start = time.perf_counter()
@@ -76,9 +73,9 @@ def main() -> int:
         steps = str(args.steps)
         variants = {
             "plain": lambda n: [sys.executable, str(program), steps],
-            "traced": lambda n: [*_script("tpu-profile"), "run", "--quiet", "--out", f"t{n}", "--", str(program),
+            "traced": lambda n: [*script("tpu-profile"), "run", "--quiet", "--out", f"t{n}", "--", str(program),
                                  steps],
-            "traced, no Python frames": lambda n: [*_script("tpu-profile"), "run", "--quiet", "--no-python-trace",
+            "traced, no Python frames": lambda n: [*script("tpu-profile"), "run", "--quiet", "--no-python-trace",
                                                    "--out", f"p{n}", "--", str(program), steps],
         }
         loops: dict[str, list[float]] = {name: [] for name in variants}

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import psutil
 
+from harness import script
+
 JOB = textwrap.dedent("""
     import sys, time
     import jax, jax.numpy as jnp
@@ -84,7 +86,7 @@ def main() -> int:
     (workdir / "job.py").write_text(JOB)
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "TPU_TOOLS_TAG")}
     env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir))
-    top = f"{Path(sys.executable).parent / 'tpu-top'} --interval 1"
+    top = " ".join([*script("tpu-top"), "--interval", "1"])
     service = None
     expect = "libtpu: no metrics service"
     if args.libtpu:
