@@ -116,14 +116,14 @@ def test_cpu_platform_is_not_blocked_by_a_held_tpu(tmp_path):
 
 def test_gpu_devices_pair_with_pci_chips_by_order(tmp_path):
     # The pairing logic on records, with a fixture NVIDIA host and the device records of a real runtime shape.
-    from tpu_tools.inventory import _match_chips
+    from tpu_tools.pjrt.pairing import match_chips
     from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
     from tpu_tools.pjrt.discover import discover
 
     sysroot.nvidia_host(tmp_path)
     devices = [DeviceRecord(i, i, "gpu", "NVIDIA H100 80GB HBM3", 0, "h") for i in range(2)]
     runtime = RuntimeRecord("gpu", "cuda 12", 0, 1, 2, 2, "0", "0", devices)
-    chips = _match_chips(runtime, discover(tmp_path))
+    chips = match_chips(runtime, discover(tmp_path))
     assert [chips[i].pci_address for i in range(2)] == ["0000:18:00.0", "0000:38:00.0"]
 
 

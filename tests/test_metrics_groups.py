@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from tpu_tools.agent.compiles import function_name, parse_miss_explanation
-from tpu_tools.metrics.config import parse_duration
+from tpu_tools.parsing import parse_duration
 from tpu_tools.metrics.groups import GROUPS
 from tpu_tools.metrics.groups.base import CollectOptions, DeviceFigures
 from tpu_tools.metrics.prometheus import ReportCollector, exporters_for, parse_listen_address

@@ -20,9 +20,11 @@ from typing import Any
 from tpu_tools.accelerators import spec_for_device_kind
 from tpu_tools.metrics.libtpu import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu import DeviceFigures, LibtpuSnapshot, RuntimeStatus, UsageFigures, read_once
+from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
 from tpu_tools.pjrt import isolate, queries
 from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
 from tpu_tools.pjrt.discover import Chip, Discovery, Holder, discover
+from tpu_tools.pjrt.pairing import local_order, match_chips
 from tpu_tools.pjrt.probe import ProbeResult
 from tpu_tools.pjrt.runtime import RuntimePolicy
 from tpu_tools.versions import StackVersions, stack_versions
@@ -32,9 +34,6 @@ SCHEMA = "tpu-tools/ls/v1"
 RUNTIME_OK = "ok"
 RUNTIME_SKIPPED = "skipped"  # --no-runtime
 RUNTIME_HELD = "held"  # a TPU is held by another process
-
-_GPU_PLATFORMS = ("gpu", "cuda", "rocm")
-
 
 @dataclass
 class ServiceFigures:
@@ -145,46 +144,10 @@ def _holds_tpu(policy: RuntimePolicy, discovery: Discovery) -> list[Holder]:
     return discovery.tpu_holders(exclude_pids={os.getpid()})
 
 
-def _match_chips(runtime: RuntimeRecord, discovery: Discovery) -> dict[int, Chip]:
-    """Device id -> chip, pairing local devices with chips in order when the counts agree."""
-    platform = runtime.platform
-    if platform in _GPU_PLATFORMS:
-        chips = [c for c in discovery.chips if c.platform in _GPU_PLATFORMS]
-    else:
-        chips = discovery.chips_for_platform(platform)
-    local = _local_order(runtime)
-    if not chips or not local:
-        return {}
-    per_chip = chips[0].devices_per_chip or max(1, len(local) // len(chips))
-    if per_chip * len(chips) != len(local):
-        return {}
-    return {device.id: chips[i // per_chip] for i, device in enumerate(local)}
-
-
-def _local_order(runtime: RuntimeRecord) -> list[DeviceRecord]:
-    """This process's devices in hardware order (the order chips and service devices are paired in)."""
-    return sorted((d for d in runtime.devices if d.process_index == runtime.process_index),
-                  key=lambda d: (d.local_hardware_id if d.local_hardware_id is not None else d.id, d.id))
-
-
 def _figures(group: list[tuple[str, DeviceFigures]]) -> ServiceFigures:
     return ServiceFigures(address=",".join(dict.fromkeys(address for address, _ in group)),
                           device_ids=[device.device_id for _, device in group],
                           usage=UsageFigures.combine([device for _, device in group]))
-
-
-def served_devices(snapshots: Sequence[LibtpuSnapshot]) -> list[tuple[str, DeviceFigures]]:
-    """(address, device) of every answering service, in address order: the order they pair in."""
-    return [(s.address, d) for s in snapshots if s.ok for d in s.devices]
-
-
-def pair_with_chips(served: list[tuple[str, DeviceFigures]],
-                    chips: Sequence[Chip]) -> list[list[tuple[str, DeviceFigures]]] | None:
-    """The service devices of each chip, in chip order, when the counts agree (else None)."""
-    per_chip = (chips[0].devices_per_chip or 1) if chips else 0
-    if not chips or len(served) != len(chips) * per_chip:
-        return None
-    return [served[position * per_chip:(position + 1) * per_chip] for position in range(len(chips))]
 
 
 def attach_libtpu(inventory: Inventory, snapshots: list[LibtpuSnapshot]) -> None:
@@ -203,7 +166,7 @@ def attach_libtpu(inventory: Inventory, snapshots: list[LibtpuSnapshot]) -> None
     runtime = inventory.runtime
     if runtime is not None and runtime.platform == "tpu":
         entries = {e.device.id: e for e in inventory.devices}
-        local = _local_order(runtime)
+        local = local_order(runtime)
         if len(local) == len(served):
             for device, pair in zip(local, served):
                 entries[device.id].libtpu = _figures([pair])
@@ -248,7 +211,7 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
 
 def _add_runtime(inventory: Inventory, answer: dict[str, Any], discovery: Discovery) -> None:
     runtime = RuntimeRecord.from_dict(answer["runtime"])
-    chips = _match_chips(runtime, discovery)
+    chips = match_chips(runtime, discovery)
     probes = {p["device_id"]: ProbeResult.from_dict(p) for p in answer.get("probe", [])}
     inventory.runtime = runtime
     inventory.runtime_status = RUNTIME_OK

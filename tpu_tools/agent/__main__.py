@@ -14,6 +14,8 @@ import runpy
 import sys
 from dataclasses import dataclass
 
+from tpu_tools.pjrt.runtime import module_exists
+
 PROG = "python -m tpu_tools.agent"
 USAGE = (f"usage: {PROG} [--tag TAG] [--explain-recompiles] (script.py | -m module) [args...]\n"
          "  --tag TAG              name of this job in tpu-monitor and tpu-top (default: $TPU_TOOLS_TAG, else the PID)\n"
@@ -69,15 +71,6 @@ def parse(argv: list[str]) -> Launch | None:
     return Launch(tag, explain, None, argv[index], argv[index + 1:])
 
 
-def _module_exists(name: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def main(argv: list[str] | None = None) -> None:
     try:
         launch = parse(sys.argv[1:] if argv is None else argv)
@@ -90,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     if launch.script is not None and not os.path.isfile(launch.script):
         sys.stderr.write(f"{PROG}: error: can't open file {launch.script!r}: no such file\n")
         sys.exit(2)
-    if launch.module is not None and not _module_exists(launch.module):
+    if launch.module is not None and not module_exists(launch.module):
         sys.stderr.write(f"{PROG}: error: no module named {launch.module!r}\n")
         sys.exit(2)
 

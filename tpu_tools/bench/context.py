@@ -14,7 +14,7 @@ from typing import Any
 from tpu_tools.bench.environment import peak_for_dtype
 from tpu_tools.bench.failures import OutOfMemory
 from tpu_tools.bench.timing import TimingSettings
-from tpu_tools.render.units import format_bytes
+from tpu_tools.units import format_bytes
 
 MISMATCH_WARNING_FRACTION = 0.10  # analytic vs XLA counts further apart than this are reported
 

@@ -13,7 +13,7 @@ from tpu_tools.bench.context import BenchContext, mismatch_warning, xla_cost
 from tpu_tools.bench.records import Case, CaseResult
 from tpu_tools.bench.stats import rates, summarize
 from tpu_tools.bench.timing import time_calls, timed
-from tpu_tools.render.units import format_bytes
+from tpu_tools.units import format_bytes
 
 ELEMENT_BYTES = 4  # float32 elements
 

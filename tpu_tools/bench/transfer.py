@@ -20,7 +20,7 @@ from tpu_tools.bench.failures import CaseSkipped
 from tpu_tools.bench.records import Case, CaseResult
 from tpu_tools.bench.stats import rates, summarize
 from tpu_tools.bench.timing import time_calls
-from tpu_tools.render.units import format_bytes
+from tpu_tools.units import format_bytes
 
 DIRECTIONS = ("h2d", "d2h")
 DEFAULT_SIZES = (64 << 10, 1 << 20, 16 << 20)

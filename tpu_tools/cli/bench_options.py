@@ -35,7 +35,7 @@ def matrix_sizes(ctx: click.Context, param: click.Parameter, values: tuple[str, 
 
 
 def byte_sizes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[int, ...] | None:
-    from tpu_tools.render.units import parse_size
+    from tpu_tools.parsing import parse_size
 
     sizes = []
     for text in split_list(values):

@@ -100,7 +100,7 @@ MAN_SECTIONS = {
 def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     if value is None:
         return None
-    from tpu_tools.render.units import parse_size
+    from tpu_tools.parsing import parse_size
 
     try:
         return parse_size(value)

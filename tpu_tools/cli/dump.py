@@ -133,7 +133,7 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
 
 def _parse_size(ctx: click.Context, param: click.Parameter, value: str) -> int:
     from tpu_tools.dump.bundle import MIN_MAX_SIZE_BYTES
-    from tpu_tools.render.units import parse_size
+    from tpu_tools.parsing import parse_size
 
     try:
         size = parse_size(value)

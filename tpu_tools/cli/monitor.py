@@ -137,7 +137,7 @@ class Duration(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, float):
             return value
-        from tpu_tools.metrics.config import parse_duration
+        from tpu_tools.parsing import parse_duration
 
         try:
             return parse_duration(value, "value")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpu_tools.render.units import format_bytes
+from tpu_tools.units import format_bytes
 
 HOST_HEADROOM = 0.8  # leave a fifth of what is available to everything else
 

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpu_tools.errors import EXIT_FAILURE, EXIT_GATE, EXIT_OK
-from tpu_tools.render.units import format_bytes
+from tpu_tools.units import format_bytes
 
 SCHEMA = "tpu-tools/collectives/v1"
 

@@ -34,7 +34,7 @@ from tpu_tools.collectives.stats import algbw_gbps, slow_processes, summarise
 from tpu_tools.collectives.watchdog import Watchdog, plain_diagnosis
 from tpu_tools.errors import EXIT_OK, RuntimeFailure, ToolError, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
-from tpu_tools.render.units import format_bytes
+from tpu_tools.units import format_bytes
 
 CONTINUE = "continue"
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from tpu_tools.collectives.dtypes import DType
 from tpu_tools.collectives.ops import OpSpec
 from tpu_tools.errors import UsageError
-from tpu_tools.render.units import format_bytes
+from tpu_tools.units import format_bytes
 
 MAX_SIZES = 1000
 

@@ -28,29 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from tpu_tools.errors import UsageError
+from tpu_tools.parsing import parse_duration
 
 TOP_KEYS = ("period", "tag_filter", "agent_timeout", "metrics_addr", "metrics_timeout", "groups")
 GROUP_KEYS = ("period",)
-MAX_PERIOD_S = 86400.0
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
-_FACTORS = {None: 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(value: Any, what: str = "period") -> float:
-    """Seconds from 1, 0.5, "500ms", "2s", "1m"; raises ValueError with a sentence."""
-    if isinstance(value, bool):
-        raise ValueError(f"{what} must be a duration, not {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and (match := _DURATION.match(value)):
-        seconds = float(match.group(1)) * _FACTORS[match.group(2)]
-    else:
-        raise ValueError(f"{what} {value!r} is not a duration (use seconds, or a number with ms, s, m or h)")
-    if not seconds > 0 or seconds != seconds:
-        raise ValueError(f"{what} must be greater than 0, got {value!r}")
-    if seconds > MAX_PERIOD_S:
-        raise ValueError(f"{what} {value!r} is longer than a day")
-    return seconds
 
 
 @dataclass

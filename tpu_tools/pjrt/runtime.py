@@ -80,7 +80,7 @@ def installed_plugin_platforms() -> set[str]:
     """Names of platforms whose plugin looks installed (cpu is always built in)."""
     found = {"cpu"}
     for platform, modules in _PLUGIN_MODULES.items():
-        if any(_module_exists(m) for m in modules):
+        if any(module_exists(m) for m in modules):
             found.add(platform)
     if os.environ.get("TPU_LIBRARY_PATH"):
         found.add("tpu")
@@ -89,7 +89,8 @@ def installed_plugin_platforms() -> set[str]:
     return found
 
 
-def _module_exists(name: str) -> bool:
+def module_exists(name: str) -> bool:
+    """Whether `name` can be imported, without importing it (False for a broken parent package)."""
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):

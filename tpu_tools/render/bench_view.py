@@ -6,7 +6,7 @@ from tpu_tools.bench.compare import Comparison
 from tpu_tools.bench.records import OK, CaseResult, RunResult
 from tpu_tools.bench.stats import Summary
 from tpu_tools.render.table import Column, TableData
-from tpu_tools.render.units import MISSING, format_duration_us, format_percent
+from tpu_tools.units import MISSING, format_duration_us, format_percent
 
 _STATUS_TEXT = {"unsupported": "unsupported", "out_of_memory": "out of memory", "failed": "FAILED",
                 "interrupted": "interrupted", "not_run": "not run"}

@@ -11,7 +11,7 @@ import statistics
 
 from tpu_tools.collectives.mesh import id_ranges
 from tpu_tools.collectives.report import CollectivesReport, SizeResult, CaseResult
-from tpu_tools.render.units import format_bytes
+from tpu_tools.units import format_bytes
 
 # (name, unit, width): two header lines, as nccl-tests prints them; a row fits 80 columns.
 _LEAD = [("size", "(B)", 11), ("count", "(elements)", 11), ("type", "", 5), ("redop", "", 5), ("root", "", 4)]

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 from tpu_tools.render.table import Column, TableData
-from tpu_tools.render.units import MISSING, format_bytes, format_percent
+from tpu_tools.units import MISSING, format_bytes, format_percent
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _STATUS_WORDS = {"ok": "ok", "failed": "FAILED", "timed_out": "TIMED OUT", "skipped": "skipped"}

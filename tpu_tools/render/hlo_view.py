@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tpu_tools.profile.summary import relative_to_cwd
-from tpu_tools.render.units import MISSING, format_bytes, format_duration_us
+from tpu_tools.units import MISSING, format_bytes, format_duration_us
 
 
 def _number(value: float | None, unit: str = "") -> str:

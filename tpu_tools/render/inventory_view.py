@@ -7,7 +7,7 @@ from tpu_tools.inventory import DeviceEntry, Inventory, ServiceFigures
 from tpu_tools.pjrt.discover import Chip, Holder
 from tpu_tools.render.libtpu_view import DUTY_HEADER, HBM_HEADER, duty_text, hbm_text
 from tpu_tools.render.table import Column, TableData
-from tpu_tools.render.units import MISSING, format_bytes, format_memory_pair
+from tpu_tools.units import MISSING, format_bytes, format_memory_pair
 
 _COMMAND_WIDTH = 40
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tpu_tools.metrics.libtpu import NO_SAMPLES, NOT_SERVED, DistributionSummary, LibtpuSnapshot, RuntimeStatus
 from tpu_tools.render.table import Column, TableData
-from tpu_tools.render.units import MISSING, format_duration_us, format_memory_pair, format_percent
+from tpu_tools.units import MISSING, format_duration_us, format_memory_pair, format_percent
 
 DUTY_HEADER = "DUTY CYCLE"
 HBM_HEADER = "HBM USED / TOTAL"

@@ -7,7 +7,7 @@ tables on a terminal) and `report_text` lays them out as plain text for report.t
 from __future__ import annotations
 
 from tpu_tools.render.table import Column, TableData, plain_table
-from tpu_tools.render.units import MISSING, format_duration_us, format_percent
+from tpu_tools.units import MISSING, format_duration_us, format_percent
 
 Block = str | TableData
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from tpu_tools.dump.collector import CollectContext, Skipped, TimedOut
 from tpu_tools.errors import RuntimeFailure, UsageError
 from tpu_tools.render.table import Column, TableData, plain_table
-from tpu_tools.render.units import MISSING, format_bytes
+from tpu_tools.units import MISSING, format_bytes
 
 _MARGIN_S = 1.0  # left for writing the files before the runner's hard stop
 # read_once costs a connection probe, then up to three deadlines (list, reads, runtime status).

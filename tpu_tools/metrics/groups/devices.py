@@ -14,16 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from tpu_tools.accelerators import spec_for_device_kind
-from tpu_tools.inventory import _match_chips
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
 from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
 from tpu_tools.pjrt.discover import Chip
+from tpu_tools.pjrt.pairing import GPU_PLATFORMS, match_chips
 
-_GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 
 
 def _family(platform: str | None) -> str:
-    return "gpu" if platform in _GPU_PLATFORMS else (platform or "?")
+    return "gpu" if platform in GPU_PLATFORMS else (platform or "?")
 
 
 def _new_entry(key: str, platform: str, device_id: int, name: str, chip: Chip | None) -> dict[str, Any]:
@@ -111,7 +110,7 @@ def build_devices(context: CollectContext) -> dict[str, Any]:
         runtime = _runtime_of(snapshot) if snapshot else None
         if runtime is None:
             continue
-        chips = _match_chips(runtime, discovery)
+        chips = match_chips(runtime, discovery)
         seen_on_chip: dict[int, int] = {}
         for device, raw in sorted(zip(runtime.devices, snapshot["devices"]), key=lambda pair: pair[0].id):
             chip = chips.get(device.id)

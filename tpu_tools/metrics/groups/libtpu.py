@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tpu_tools.inventory import pair_with_chips, served_devices
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
 from tpu_tools.metrics.libtpu import DeviceFigures as ServiceDevice
 from tpu_tools.metrics.libtpu import LibtpuSnapshot
 from tpu_tools.metrics.libtpu.export import gauge_samples, report_group
+from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
 from tpu_tools.pjrt.discover import Chip
 
 SOURCE = "libtpu"

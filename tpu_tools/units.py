@@ -1,8 +1,6 @@
-"""Human formatting of bytes, times and rates; "-" for what is unknown."""
+"""Human formatting of bytes, times and rates; "-" for what is unknown. Base layer: imports nothing of tpu_tools."""
 
 from __future__ import annotations
-
-import re
 
 MISSING = "-"
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -48,18 +46,3 @@ def format_memory_pair(used: int | None, total: int | None) -> str:
     if used is None and total is None:
         return MISSING
     return f"{format_bytes(used)} / {format_bytes(total)}"
-
-
-_SIZE_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
-_SIZE_FACTORS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def parse_size(text: str) -> int:
-    """Parse "64", "4K", "16M", "1G", "2GiB", "512KB" as bytes (K = 1024). Raises ValueError."""
-    match = _SIZE_PATTERN.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a size (use a number with an optional K, M, G or T suffix)")
-    value = float(match.group(1)) * _SIZE_FACTORS[match.group(2).upper()]
-    if value != int(value):
-        raise ValueError(f"{text!r} is not a whole number of bytes")
-    return int(value)
