@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import sysroot
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from tpu_tools.agent.compiles import function_name, parse_miss_explanation
-from tpu_tools.parsing import parse_duration
 from tpu_tools.metrics.groups import GROUPS
 from tpu_tools.metrics.groups.base import CollectOptions, DeviceFigures
 from tpu_tools.metrics.prometheus import ReportCollector, exporters_for, parse_listen_address
 from tpu_tools.metrics.report import SCHEMA, GroupPlan, ReportBuilder
+from tpu_tools.parsing import parse_duration
 from tpu_tools.top.frame import frame_text, render
 from tpu_tools.top.model import ViewState
 
@@ -115,13 +112,3 @@ def test_listen_addresses(text, address):
     assert parse_listen_address(text) == address
 
 
-def test_recompile_explanations_are_parsed():
-    first = "TRACING CACHE MISS at /x.py:12 (<module>):\n  never seen function:\n    f id=1 defined at /x.py:10"
-    assert parse_miss_explanation(first) is None
-    again = ("TRACING CACHE MISS at /x.py:12:16 (<module>):\n  for f defined at /x.py:10\n"
-             "  all previously seen cache keys differ. For the closest previous key:\n  different input types:\n"
-             "  * at x, now f32[4] and before f32[3]")
-    assert parse_miss_explanation(again) == ("f", "different input types; at x, now f32[4] and before f32[3]")
-    assert function_name("jit(train_step)") == "train_step" and function_name("pmap(f)") == "f"
-    assert function_name("convert_element_type") == "convert_element_type"
-    assert re.fullmatch(r"\S+", function_name("jit(jit(f))"))

@@ -9,8 +9,8 @@ import pytest
 
 from tpu_tools.accelerators import GIB
 from tpu_tools.errors import UsageError
-from tpu_tools.profile.compiles import (CompileEvent, CompileLog, compile_rows, function_name, parse_cache_miss,
-                                        recompilations)
+from tpu_tools.instrument.compiles import CompileEvent, CompileLog, function_name, parse_cache_miss
+from tpu_tools.profile.compiles import compile_rows, recompilations
 from tpu_tools.profile.hlo import ArgSpec, parse_arg_spec
 from tpu_tools.profile.roofline import chip_by_name, compute_dtype, roofline
 from tpu_tools.profile.window import TraceController, WindowSpec

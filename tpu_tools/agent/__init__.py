@@ -47,14 +47,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tpu_tools.agent.steps import StepCallback, StepTracker
+from tpu_tools.instrument.steps import StepCallback, process_steps
 
 ENV_TAG = "TPU_TOOLS_TAG"
 
 __all__ = ["AgentError", "AgentInfo", "ENV_TAG", "current", "on_step", "start", "step", "step_context",
            "step_count", "stop"]
 
-_steps = StepTracker()
+_steps = process_steps()
 _lock = threading.Lock()
 _agent: _Agent | None = None
 
@@ -119,7 +119,7 @@ _compiles: Any = None  # one CompileTracker per process: JAX keeps its listeners
 def _compile_tracker() -> Any:
     global _compiles
     if _compiles is None:
-        from tpu_tools.agent.compiles import CompileTracker
+        from tpu_tools.instrument.compiles import CompileTracker
 
         _compiles = CompileTracker()
     return _compiles
@@ -214,15 +214,16 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False) -> AgentI
 
     tag: a name for this job in monitors (default: $TPU_TOOLS_TAG, else the PID).
     explain_recompiles: turn on `jax_explain_cache_misses` so each recompilation
-    carries JAX's reason (JAX then also logs the explanations as warnings).
+    carries JAX's reason (the explanations are kept off the job's log unless the
+    job turned them on itself).
     Raises AgentError when the socket cannot be created.
     """
     global _agent
     with _lock:
         if _agent is not None and _agent.pid == os.getpid():
             return _agent.info()
-        from tpu_tools.agent.jaxhook import call_when_imported
         from tpu_tools.agent.server import AgentServer
+        from tpu_tools.instrument.jaxhook import call_when_imported
         from tpu_tools.metrics.rundir import RunDirError, socket_path
 
         chosen = tag if tag is not None else (os.environ.get(ENV_TAG) or str(os.getpid()))

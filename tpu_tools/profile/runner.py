@@ -22,10 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from tpu_tools.errors import EXIT_INTERRUPTED, UsageError
-from tpu_tools.profile.compiles import CompileLog, CompileRecorder
+from tpu_tools.instrument.compiles import CompileLog, CompileRecorder
+from tpu_tools.instrument.jaxhook import call_when_imported
+from tpu_tools.instrument.steps import process_steps
 from tpu_tools.profile.window import TraceController, WindowResult, WindowSpec
 
 
@@ -112,54 +113,6 @@ class JaxTracer:
         jax.profiler.stop_trace()
 
 
-class _AfterImportLoader(importlib.abc.Loader):
-    """Runs the real loader, then a callback with the fresh module."""
-
-    def __init__(self, loader: Any, callback: Callable[[ModuleType], None]):
-        self._loader = loader
-        self._callback = callback
-
-    def create_module(self, spec):  # noqa: ANN001
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        self._callback(module)
-
-    def __getattr__(self, name: str) -> Any:  # resources, get_code, ... of the real loader
-        return getattr(self._loader, name)
-
-
-class ImportWatcher(importlib.abc.MetaPathFinder):
-    """Calls back once, right after a top-level package (jax) has been imported by the program."""
-
-    def __init__(self, name: str, callback: Callable[[ModuleType], None]):
-        self.name = name
-        self.callback = callback
-        self._searching = False
-
-    def install(self) -> None:
-        sys.meta_path.insert(0, self)
-
-    def remove(self) -> None:
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None):  # noqa: ANN201
-        if fullname != self.name or self._searching:
-            return None
-        self._searching = True
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._searching = False
-        if spec is None or spec.loader is None:
-            return None
-        self.remove()
-        spec.loader = _AfterImportLoader(spec.loader, self.callback)
-        return spec
-
-
 class ProgramRunner:
     """One profiled run: hooks, the program, and what was recorded."""
 
@@ -170,19 +123,16 @@ class ProgramRunner:
         self.notes: list[str] = []
 
     def run(self) -> RunOutcome:
-        watcher = ImportWatcher("jax", self._on_jax_imported)
-        if "jax" in sys.modules:
-            self._on_jax_imported(sys.modules["jax"])
-        else:
-            watcher.install()
+        cancel_hook = call_when_imported(self._on_jax_imported)
         started = time.monotonic()
         self.controller.begin()
         remove_step_hook = self._watch_steps()
         try:
             status, code, error, trace_text, message = self._execute()
         finally:
-            watcher.remove()
+            cancel_hook()
             remove_step_hook()
+            self.recorder.detach()
         wall = time.monotonic() - started
         # The trace so far is written even when the user presses Ctrl-C again meanwhile.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
@@ -208,9 +158,7 @@ class ProgramRunner:
         """Feed the program's step markers (tpu_tools.agent.step) to a step window."""
         if self.controller.spec.mode != "steps":
             return lambda: None
-        from tpu_tools.agent import on_step
-
-        return on_step(self.controller.step)
+        return process_steps().on_step(self.controller.step)
 
     def _on_jax_imported(self, jax_module: ModuleType) -> None:
         # Never let the tool break the program's `import jax`: a failure here costs the profile only.

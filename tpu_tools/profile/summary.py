@@ -19,7 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tpu_tools.errors import RuntimeFailure
-from tpu_tools.profile.compiles import CompileLog, compile_rows, recompilations, user_functions
+from tpu_tools.instrument.compiles import CompileLog
+from tpu_tools.profile.compiles import compile_rows, recompilations, user_functions
 from tpu_tools.profile.trace import Dispatch, TraceData
 
 SCHEMA = "tpu-tools/profile/v1"

@@ -1,6 +1,6 @@
 """Run a function as soon as `jax` has been imported, without importing it ourselves.
 
-The agent must not import jax early: a script sets JAX_PLATFORMS or XLA_FLAGS
+The agent and the profiler must not import jax early: a script sets JAX_PLATFORMS or XLA_FLAGS
 in `os.environ` before its own `import jax`, and jax reads some of them at
 import. So when jax is not imported yet, a meta-path finder waits for it and
 calls the function right after `jax/__init__.py` has run, before the script can
@@ -21,16 +21,29 @@ _lock = threading.Lock()
 _pending: list[Callable[[ModuleType], None]] = []
 
 
-def call_when_imported(callback: Callable[[ModuleType], None]) -> None:
-    """`callback(jax)` now if jax is imported, else right after its import finishes."""
+def call_when_imported(callback: Callable[[ModuleType], None]) -> Callable[[], None]:
+    """`callback(jax)` now if jax is imported, else right after its import finishes.
+
+    Returns a function that cancels a callback still waiting (a profiled program
+    that never imports jax must not leave the finder behind).
+    """
     with _lock:
         module = sys.modules.get("jax")
         if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
             _pending.append(callback)
             if not any(isinstance(f, _JaxFinder) for f in sys.meta_path):
                 sys.meta_path.insert(0, _JaxFinder())
-            return
+            return lambda: _cancel(callback)
     callback(module)
+    return lambda: None
+
+
+def _cancel(callback: Callable[[ModuleType], None]) -> None:
+    with _lock:
+        if callback in _pending:
+            _pending.remove(callback)
+        if not _pending:
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _JaxFinder)]
 
 
 class _Loader(importlib.abc.Loader):

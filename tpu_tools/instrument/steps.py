@@ -1,5 +1,9 @@
 """Step marking: the training loop says where a step ends; nothing else runs between steps.
 
+`process_steps()` is the one tracker of this process: `tpu_tools.agent.step()`
+marks it, the agent serves its figures and the profiler's step window listens
+to it (`on_step`).
+
 Works with or without the agent server: `step()` only reads a clock and appends
 to bounded deques, so a loop can call it every iteration. Statistics (rate,
 percentiles) are computed when someone asks (`StepTracker.stats`).
@@ -114,3 +118,11 @@ class StepTracker:
             p99_step_time_s=percentile(times, 0.99),
             last_step_age_s=(now - ends[-1]) if ends else None,
         )
+
+
+_process = StepTracker()
+
+
+def process_steps() -> StepTracker:
+    """The tracker `tpu_tools.agent.step()` marks in this process."""
+    return _process
