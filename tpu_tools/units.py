@@ -4,6 +4,7 @@ from __future__ import annotations
 
 MISSING = "-"
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+_SI_PREFIXES = ((1.0, ""), (1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T"), (1e15, "P"))
 
 
 def format_bytes(value: float | int | None) -> str:
@@ -46,3 +47,22 @@ def format_memory_pair(used: int | None, total: int | None) -> str:
     if used is None and total is None:
         return MISSING
     return f"{format_bytes(used)} / {format_bytes(total)}"
+
+
+def format_si(value: float | None, unit: str = "", digits: int = 3) -> str:
+    """`digits` significant digits under the largest SI prefix that keeps the number at least 1.
+
+    "4.31 GFLOP", "819 GB/s", "5.72 k" (k is lower case, as SI writes it); "-" for None.
+    """
+    if value is None:
+        return MISSING
+    chosen = 0
+    for index, (factor, _) in enumerate(_SI_PREFIXES):
+        if abs(value) >= factor:
+            chosen = index
+    factor, prefix = _SI_PREFIXES[chosen]
+    number = f"{value / factor:.{digits}g}"
+    if abs(float(number)) >= 1000 and chosen + 1 < len(_SI_PREFIXES):  # 999.7 rounds up to the next prefix
+        factor, prefix = _SI_PREFIXES[chosen + 1]
+        number = f"{value / factor:.{digits}g}"
+    return f"{number} {prefix}{unit}".rstrip()

@@ -6,19 +6,10 @@ from tpu_tools.bench.compare import Comparison
 from tpu_tools.bench.records import OK, CaseResult, RunResult
 from tpu_tools.bench.stats import Summary
 from tpu_tools.render.table import Column, TableData
-from tpu_tools.units import MISSING, format_duration_us, format_percent
+from tpu_tools.units import MISSING, format_duration_us, format_percent, format_si
 
 _STATUS_TEXT = {"unsupported": "unsupported", "out_of_memory": "out of memory", "failed": "FAILED",
                 "interrupted": "interrupted", "not_run": "not run"}
-
-
-def _scaled(value: float, unit: str, prefixes: tuple[tuple[float, str], ...]) -> str:
-    """3 significant digits under the largest prefix that keeps the number at least 1."""
-    factor, prefix = next(((f, p) for f, p in prefixes if abs(value) >= f), prefixes[-1])
-    return f"{value / factor:.3g} {prefix}{unit}"
-
-
-_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
 
 
 def format_figure(key: str, value: float | None) -> str:
@@ -30,13 +21,13 @@ def format_figure(key: str, value: float | None) -> str:
     if key.endswith("_ms"):
         return format_duration_us(value * 1e3)
     if key.endswith("_tflops"):
-        return _scaled(value * 1e12, "FLOP/s", _SI)
+        return format_si(value * 1e12, "FLOP/s")
     if key.endswith("_tops"):
-        return _scaled(value * 1e12, "OP/s", _SI)
+        return format_si(value * 1e12, "OP/s")
     if key.endswith("_gbps"):
-        return _scaled(value * 1e9, "B/s", _SI)
+        return format_si(value * 1e9, "B/s")
     if key.endswith("_per_s"):  # "5.72k samples/s"
-        number, _, prefix = _scaled(value, "", _SI).partition(" ")
+        number, _, prefix = format_si(value).partition(" ")
         return f"{number}{prefix} {key.removesuffix('_per_s')}/s"
     return f"{value:.4g}"
 

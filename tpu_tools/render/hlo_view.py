@@ -3,16 +3,7 @@
 from __future__ import annotations
 
 from tpu_tools.profile.summary import relative_to_cwd
-from tpu_tools.units import MISSING, format_bytes, format_duration_us
-
-
-def _number(value: float | None, unit: str = "") -> str:
-    if value is None:
-        return MISSING
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if abs(value) >= scale:
-            return f"{value / scale:.2f} {prefix}{unit}"
-    return f"{value:g} {unit}".rstrip()
+from tpu_tools.units import MISSING, format_bytes, format_duration_us, format_si
 
 
 def hlo_text(doc: dict) -> str:
@@ -26,12 +17,12 @@ def hlo_text(doc: dict) -> str:
         f"XLA compile {format_duration_us(doc['compile_time_s'] * 1e6)}",
         "",
         "Cost analysis (XLA)",
-        f"  FLOPs            {_number(cost['flops'])}",
-        f"  transcendentals  {_number(cost['transcendentals'])}",
+        f"  FLOPs            {format_si(cost['flops'])}",
+        f"  transcendentals  {format_si(cost['transcendentals'])}",
         f"  bytes accessed   {format_bytes(cost['bytes_accessed'])}",
     ]
     if doc.get("model_flops"):
-        lines.append(f"  model FLOPs      {_number(doc['model_flops'])} (analytic, matrix multiplies; XLA counts "
+        lines.append(f"  model FLOPs      {format_si(doc['model_flops'])} (analytic, matrix multiplies; XLA counts "
                      f"{doc['xla_to_model_flops_ratio']:.2f}x that)")
     lines += [
         "",
@@ -50,8 +41,8 @@ def hlo_text(doc: dict) -> str:
     else:
         ridge = roof["ridge_point_flops_per_byte"]
         lines += [
-            f"Roofline against {roof['chip']} ({_number(roof['peak_flops_per_s'], 'FLOP/s')} {roof['peak_dtype']}, "
-            f"{_number(roof['memory_bandwidth_bytes_per_s'], 'B/s')})",
+            f"Roofline against {roof['chip']} ({format_si(roof['peak_flops_per_s'], 'FLOP/s')} {roof['peak_dtype']}, "
+            f"{format_si(roof['memory_bandwidth_bytes_per_s'], 'B/s')})",
             f"  arithmetic intensity  {intensity_text} (ridge point "
             f"{MISSING if ridge is None else f'{ridge:.1f}'} FLOP/byte)",
             f"  verdict               {roof['bound'] + '-bound' if roof['bound'] else 'unknown'}",
