@@ -64,8 +64,8 @@ def _tpu_bench_runner(benchmark: str, options: dict, args: argparse.Namespace) -
 
 
 def main() -> int:
-    from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
     from tpu_tools.parsing import parse_size
+    from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)

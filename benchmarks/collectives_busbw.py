@@ -69,7 +69,8 @@ class PlainLoop:
         import jax
         import numpy as np
         from jax import lax
-        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import PartitionSpec as P
 
         self.jax, self.np = jax, np
         self.mesh = Mesh(np.array(jax.devices()), ("x",))

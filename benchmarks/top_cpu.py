@@ -26,7 +26,6 @@ import uuid
 from pathlib import Path
 
 import psutil
-
 from harness import script
 
 JOB = textwrap.dedent("""

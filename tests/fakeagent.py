@@ -21,7 +21,7 @@ while time.time() < deadline:
     listener.settimeout(max(0.1, deadline - time.time()))
     try:
         connection, _ = listener.accept()
-    except socket.timeout:
+    except TimeoutError:
         break
     connection.recv(4096)
     if mode == "garbage":

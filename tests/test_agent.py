@@ -321,7 +321,7 @@ def test_persistent_cache_misses_then_hits(rundir, tmp_path):
         process = subprocess.Popen([sys.executable, "-m", "tpu_tools.agent", str(script), str(ready)], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            wait_for(lambda: ready.exists() or process.poll() is not None, timeout=60)
+            wait_for(lambda ready=ready, process=process: ready.exists() or process.poll() is not None, timeout=60)
             assert process.poll() is None
             functions = agent_client.query_agent(process.pid, directory=rundir)["compiles"]["functions"]
             seen.append(next(f for f in functions if f["name"] == "<lambda>"))

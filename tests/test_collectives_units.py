@@ -10,8 +10,7 @@ from tpu_tools.collectives.dtypes import DTYPES, parse_dtype
 from tpu_tools.collectives.launch import RankOutcome, devices_per_process, strip_option
 from tpu_tools.collectives.mesh import MeshPlan, id_ranges, parse_device_ids, parse_mesh_shape
 from tpu_tools.collectives.ops import OPS, Case, parse_op, plan_tests
-from tpu_tools.collectives.report import (CollectivesReport, ProcessInfo, ProcessTime, SizeResult, CaseResult,
-                                          judge)
+from tpu_tools.collectives.report import CaseResult, CollectivesReport, ProcessInfo, ProcessTime, SizeResult, judge
 from tpu_tools.collectives.sizes import plan_sizes, sweep_sizes
 from tpu_tools.collectives.stats import algbw_gbps, parse_stats, slow_processes, summarise
 from tpu_tools.errors import UsageError

@@ -268,7 +268,8 @@ def test_output_folder_missing_or_not_writable(tmp_path):
     assert "is not a folder" in message
     if os.path.ismount("/sys"):  # sysfs refuses new files even to root
         message = assert_one_line_error(run_tool("tpu-dump", "-o", "/sys/b.tar.gz"), 2)
-        assert message == "tpu-dump: error: cannot write the bundle in /sys: permission denied (choose another --output)"
+        assert message == ("tpu-dump: error: cannot write the bundle in /sys: permission denied "
+                           "(choose another --output)")
     message = assert_one_line_error(run_tool("tpu-dump", "-o", str(tmp_path)), 2)
     assert "it is a folder" in message
 

@@ -116,9 +116,9 @@ def test_cpu_platform_is_not_blocked_by_a_held_tpu(tmp_path):
 
 def test_gpu_devices_pair_with_pci_chips_by_order(tmp_path):
     # The pairing logic on records, with a fixture NVIDIA host and the device records of a real runtime shape.
-    from tpu_tools.pjrt.pairing import match_chips
     from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
     from tpu_tools.pjrt.discover import discover
+    from tpu_tools.pjrt.pairing import match_chips
 
     sysroot.nvidia_host(tmp_path)
     devices = [DeviceRecord(i, i, "gpu", "NVIDIA H100 80GB HBM3", 0, "h") for i in range(2)]

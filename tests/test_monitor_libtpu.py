@@ -10,10 +10,10 @@ import time
 
 import pytest
 import sysroot
-from prometheus_client.utils import floatToGoString
 from agentjobs import agent_env, rundir, wait_for  # noqa: F401 (rundir is a fixture)
 from conftest import tool_command
 from libtpu_server import FakeMetricsService, tpu7x_host, v4_host, v5e_host, v6e_host
+from prometheus_client.utils import floatToGoString
 from test_libtpu_client import SNAPSHOT_KEYS
 from test_monitor_cli import LIBTPU_KEYS, _free_port, _safe_scrape, monitor
 
@@ -59,7 +59,8 @@ def test_one_client_for_the_run_figures_in_the_devices_group_and_closed_at_the_e
         devices = _devices(reports[-1])
         assert devices["tpu:0"]["sources"] == ["discovery", "libtpu"]
         assert devices["tpu:0"]["utilization_percent"] == 87.5
-        assert devices["tpu:7"]["memory_used_bytes"] == int(11.5 * GIB) and devices["tpu:7"]["memory_total_bytes"] == 16 * GIB
+        assert devices["tpu:7"]["memory_used_bytes"] == int(11.5 * GIB)
+        assert devices["tpu:7"]["memory_total_bytes"] == 16 * GIB
         assert devices["tpu:1"]["extra"] == {"hlo_queue_size": 2}  # no bandwidth or idle metric on this libtpu
         assert devices["tpu:1"]["holders"][0]["pid"] == 3001
         builder.close()

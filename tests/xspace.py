@@ -42,7 +42,7 @@ def text_proto(planes: list[Plane], start_time_ns: int, duration_ns: int) -> str
         event_ids: dict[str, int] = {}
         stat_ids: dict[str, int] = {}
 
-        def stat_id(name: str) -> int:
+        def stat_id(name: str, stat_ids: dict[str, int] = stat_ids) -> int:
             return stat_ids.setdefault(name, len(stat_ids) + 1)
 
         body = [f"id: {plane_id}", f"name: {_quote(plane.name)}"]

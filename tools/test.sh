@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install tpu-tools with its test dependencies into .venv and run the test suite.
+# Install tpu-tools with its test dependencies into .venv, lint and type-check it, and run the test suite.
 # Extra arguments go to pytest (e.g. tools/test.sh -k ls).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,4 +19,7 @@ fi
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
+# Lint and types first: they take seconds and fail CI like a test (configuration in pyproject.toml).
+.venv/bin/ruff check --quiet .
+.venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

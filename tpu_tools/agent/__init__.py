@@ -174,7 +174,8 @@ class _Agent:
         from tpu_tools.agent.memory import device_memory
         from tpu_tools.metrics import wire
 
-        runtime, devices, memory_error = None, [], None
+        runtime, memory_error = None, None
+        devices: list[dict[str, Any]] = []
         if self.jax is not None:
             try:
                 runtime, devices = device_memory(self.jax)

@@ -18,7 +18,8 @@ from tpu_tools.pjrt.runtime import module_exists
 
 PROG = "python -m tpu_tools.agent"
 USAGE = (f"usage: {PROG} [--tag TAG] [--explain-recompiles] (script.py | -m module) [args...]\n"
-         "  --tag TAG              name of this job in tpu-monitor and tpu-top (default: $TPU_TOOLS_TAG, else the PID)\n"
+         "  --tag TAG              name of this job in tpu-monitor and tpu-top "
+         "(default: $TPU_TOOLS_TAG, else the PID)\n"
          "  --explain-recompiles   record JAX's reason for each recompilation (jax_explain_cache_misses)\n")
 
 

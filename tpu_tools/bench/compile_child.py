@@ -32,8 +32,12 @@ def compile_train_step(config: dict[str, Any], cache_dir: str) -> dict[str, Any]
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     from jax import monitoring
 
-    from tpu_tools.workloads.transformer import (TransformerConfig, data_parallel_train_step, init_train_state,
-                                                 random_tokens)
+    from tpu_tools.workloads.transformer import (
+        TransformerConfig,
+        data_parallel_train_step,
+        init_train_state,
+        random_tokens,
+    )
 
     model = TransformerConfig(**config)
     devices = jax.local_devices()
@@ -46,11 +50,11 @@ def compile_train_step(config: dict[str, Any], cache_dir: str) -> dict[str, Any]
     events: dict[str, int] = {}
     durations: dict[str, float] = {}
 
-    def on_event(name: str, **_: Any) -> None:
-        events[name] = events.get(name, 0) + 1
+    def on_event(event: str, **_: Any) -> None:
+        events[event] = events.get(event, 0) + 1
 
-    def on_duration(name: str, seconds: float, **_: Any) -> None:
-        durations[name] = durations.get(name, 0.0) + seconds
+    def on_duration(event: str, duration_secs: float, **_: Any) -> None:
+        durations[event] = durations.get(event, 0.0) + duration_secs
 
     entries_before_step = _entries(cache_dir)  # set-up above compiled (and cached) small programs
     monitoring.register_event_listener(on_event)

@@ -35,8 +35,13 @@ def plan(options: TrainOptions) -> list[Case]:
 
 
 def run(ctx: BenchContext, case: Case) -> CaseResult:
-    from tpu_tools.workloads.transformer import (data_parallel_train_step, init_train_state, parameter_count,
-                                                 random_tokens, train_step_flops)
+    from tpu_tools.workloads.transformer import (
+        data_parallel_train_step,
+        init_train_state,
+        parameter_count,
+        random_tokens,
+        train_step_flops,
+    )
 
     jax = ctx.jax
     config = TransformerConfig(**case.params["config"])

@@ -14,9 +14,22 @@ import click
 from click.core import ParameterSource
 
 from tpu_tools.bench.runner import BENCHMARKS
-from tpu_tools.cli.bench_options import (RunArgs, batch_size_list, byte_sizes, cache_option, matmul_dtypes,
-                                         matrix_sizes, model_choices, model_options, names_from, output_file,
-                                         positive, price_option, run_options, tolerance_value)
+from tpu_tools.cli.bench_options import (
+    RunArgs,
+    batch_size_list,
+    byte_sizes,
+    cache_option,
+    matmul_dtypes,
+    matrix_sizes,
+    model_choices,
+    model_options,
+    names_from,
+    output_file,
+    positive,
+    price_option,
+    run_options,
+    tolerance_value,
+)
 from tpu_tools.cli.bench_run import execute, gate, json_text, render_comparison, write_file
 from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, run_cli
 from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
@@ -121,8 +134,9 @@ def bench_command(price_per_hour: float | None, cache_dir: str | None, args: Run
         return EXIT_OK
     from tpu_tools.bench.suites import suite_selections
 
-    shared = {"train": {"price_per_hour": price_per_hour}, "infer": {"price_per_hour": price_per_hour},
-              "compile": {"cache_root": cache_dir}}
+    shared: dict[str, dict[str, Any]] = {"train": {"price_per_hour": price_per_hour},
+                                         "infer": {"price_per_hour": price_per_hour},
+                                         "compile": {"cache_root": cache_dir}}
     return execute(suite_selections(args.suite, shared), args)
 
 
@@ -130,12 +144,13 @@ def _pass_down(ctx: click.Context) -> None:
     """Options given before the benchmark name become that benchmark's defaults."""
     explicit = {name: value for name, value in ctx.params.items()
                 if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
-    command = ctx.command.get_command(ctx, ctx.invoked_subcommand)  # type: ignore[union-attr]
-    accepted = {param.name for param in command.params}  # type: ignore[union-attr]
+    subcommand = ctx.invoked_subcommand or ""
+    command = ctx.command.get_command(ctx, subcommand) if isinstance(ctx.command, click.Group) else None
+    accepted = {param.name for param in command.params} if command is not None else set()
     for name in explicit:
         if name not in accepted:
             raise UsageError(f"--{name.replace('_', '-')} does not apply to `tpu-bench {ctx.invoked_subcommand}`")
-    ctx.default_map = {ctx.invoked_subcommand: explicit}
+    ctx.default_map = {subcommand: explicit}
 
 
 def _single(benchmark: str, args: RunArgs, overrides: dict[str, Any]) -> int:

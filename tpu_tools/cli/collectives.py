@@ -10,8 +10,7 @@ from typing import Any
 
 import click
 
-from tpu_tools.cli.common import (ToolCommand, common_options, is_debug, run_cli, runtime_options,
-                                  silence_stdout)
+from tpu_tools.cli.common import ToolCommand, common_options, is_debug, run_cli, runtime_options, silence_stdout
 from tpu_tools.cli.output import note
 from tpu_tools.collectives.ops import REDOPS
 from tpu_tools.errors import EXIT_GATE, EXIT_USAGE, GateFailed, RuntimeFailure, ToolError, UsageError

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -154,7 +155,7 @@ class _ProgressLine:
     """One transient status line on stderr while collectors run (terminals only, no threads)."""
 
     def __init__(self) -> None:
-        self._live = None
+        self._live: Any = None  # a rich Live display, made on the first update
 
     def __call__(self, progress) -> None:
         from rich.console import Console

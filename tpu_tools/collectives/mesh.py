@@ -70,13 +70,13 @@ def choose_axis(shape: tuple[int, ...], axis: str | None) -> str:
 
 def id_ranges(ids: list[int]) -> str:
     """[0, 1, 2, 5] -> "0-2,5"."""
-    parts: list[str] = []
+    parts: list[tuple[int, int]] = []
     for value in sorted(ids):
         if parts and parts[-1][1] == value - 1:
             parts[-1] = (parts[-1][0], value)
         else:
-            parts.append((value, value))  # type: ignore[arg-type]
-    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in parts)  # type: ignore[misc]
+            parts.append((value, value))
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in parts)
 
 
 @dataclass

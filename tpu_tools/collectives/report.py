@@ -84,7 +84,7 @@ class CaseResult:
     @property
     def wrong(self) -> int | None:
         counts = [r.wrong for r in self.results if r.error is None]
-        return None if not counts or any(c is None for c in counts) else sum(counts)  # type: ignore[misc]
+        return None if not counts or any(c is None for c in counts) else sum(c or 0 for c in counts)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -127,7 +127,7 @@ class CollectivesReport:
     @property
     def wrong(self) -> int | None:
         counts = [t.wrong for t in self.tests if t.results]
-        return None if not counts or any(c is None for c in counts) else sum(counts)  # type: ignore[misc]
+        return None if not counts or any(c is None for c in counts) else sum(c or 0 for c in counts)
 
     @property
     def avg_busbw_gbps(self) -> float | None:

@@ -15,7 +15,7 @@ import socket
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -26,8 +26,7 @@ from tpu_tools.collectives.exchange import KeyValueExchange, LocalExchange, ling
 from tpu_tools.collectives.memory import shortfall
 from tpu_tools.collectives.mesh import MeshPlan, build_mesh
 from tpu_tools.collectives.ops import Case
-from tpu_tools.collectives.report import (CaseResult, CollectivesReport, ProcessInfo, ProcessTime, SizeResult,
-                                          judge)
+from tpu_tools.collectives.report import CaseResult, CollectivesReport, ProcessInfo, ProcessTime, SizeResult, judge
 from tpu_tools.collectives.settings import Settings
 from tpu_tools.collectives.sizes import SizePlan, plan_sizes
 from tpu_tools.collectives.stats import algbw_gbps, slow_processes, summarise

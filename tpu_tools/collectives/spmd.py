@@ -15,9 +15,10 @@ Everything here needs jax imported and the backend initialised.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from tpu_tools.collectives.mesh import MeshPlan
 from tpu_tools.collectives.ops import Case

@@ -265,8 +265,8 @@ def summarize(bundle: Bundle) -> Summary:
     if summary.redaction.get("enabled") is False:
         warnings.append(Finding("not_redacted", "this bundle was written with --no-redact: it may contain "
                                                 "passwords, tokens and keys"))
-    for member in summary.unsafe_members:
-        warnings.append(Finding("unsafe_member", f"{member['name']!r}: {member['problem']}"))
+    for unsafe in summary.unsafe_members:
+        warnings.append(Finding("unsafe_member", f"{unsafe['name']!r}: {unsafe['problem']}"))
     for problem in bundle.integrity_problems():
         warnings.append(Finding("integrity", problem))
     _stack_warnings(bundle, warnings)

@@ -119,8 +119,8 @@ class _Running:
     fd: int
     started: float
     deadline: float
+    result: CollectorResult
     buffer: bytearray = field(default_factory=bytearray)
-    result: CollectorResult | None = None
     finished: bool = False  # the child said "done"
     closed: bool = False
     ended: float | None = None

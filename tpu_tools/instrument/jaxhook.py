@@ -54,7 +54,7 @@ class _Loader(importlib.abc.Loader):
         return self._inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)  # type: ignore[attr-defined]
+        self._inner.exec_module(module)
         with _lock:
             callbacks = list(_pending)
             _pending.clear()

@@ -33,7 +33,7 @@ class StepStats:
     p99_step_time_s: float | None
     last_step_age_s: float | None  # seconds since the last step ended
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, float | int | None]:
         return dict(vars(self))
 
 

@@ -93,7 +93,7 @@ def _exchange(entry: SocketEntry, request: str, timeout_s: float) -> dict[str, A
             if not pid_alive(entry.pid) or error.errno == errno.ECONNREFUSED:
                 raise AgentGone(f"process {entry.pid} is gone") from error
             raise AgentQueryError(f"cannot connect to {entry.path}: {error.strerror}") from error
-        except socket.timeout as error:
+        except TimeoutError as error:
             raise AgentQueryError(f"timed out connecting after {timeout_s:g} s") from error
         peer_pid, peer_uid = _peer(sock)
         if peer_uid != os.getuid():
@@ -109,7 +109,7 @@ def _exchange(entry: SocketEntry, request: str, timeout_s: float) -> dict[str, A
             sock.settimeout(remaining)
             try:
                 chunk = sock.recv(1 << 16)
-            except socket.timeout as error:
+            except TimeoutError as error:
                 raise AgentQueryError(f"no complete answer within {timeout_s:g} s") from error
             if not chunk:
                 break

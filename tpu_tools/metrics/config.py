@@ -60,7 +60,7 @@ def _load_document(path: Path) -> dict[str, Any]:
     try:
         import tomllib
     except ImportError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib
     if path.suffix.lower() == ".json":
         try:
             document = json.loads(text)

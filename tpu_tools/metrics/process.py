@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
 
 import psutil
 
@@ -30,11 +32,11 @@ class ProcessFigures:
     user: str | None = None
     command: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _cpu_seconds(times: psutil._common.pcputimes) -> float:  # type: ignore[name-defined]
+def _cpu_seconds(times: Any) -> float:  # psutil.Process.cpu_times(): a named tuple per platform
     return float(times.user + times.system)
 
 
@@ -117,7 +119,10 @@ class ProcessSampler:
             del self._handles[pid]
 
 
-def _safe(getter):  # type: ignore[no-untyped-def]
+_T = TypeVar("_T")
+
+
+def _safe(getter: Callable[[], _T]) -> _T | None:
     try:
         return getter()
     except (psutil.AccessDenied, psutil.ZombieProcess, OSError):

@@ -119,8 +119,8 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
         for key, family in gauges.items():
             _add(family, values, agent.get("live_array_count" if key == "live_arrays" else key))
         compiles = agent.get("compiles") or {}
-        for key, family in counters.items():
-            _add(family, values, compiles.get(key))
+        for key, counter in counters.items():
+            _add(counter, values, compiles.get(key))
         for phase in ("trace", "lowering", "backend_compile"):
             _add(compile_time, [*values, phase], compiles.get(f"{phase}_time_s"))
         step_stats = agent.get("steps") or {}
@@ -209,6 +209,7 @@ def serve(collector: ReportCollector, host: str, port: int) -> Any:
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as error:
-        reason = "is already in use" if error.errno == errno.EADDRINUSE else f"cannot be used ({error.strerror or error})"
+        in_use = error.errno == errno.EADDRINUSE
+        reason = "is already in use" if in_use else f"cannot be used ({error.strerror or error})"
         raise RuntimeFailure(f"cannot serve Prometheus metrics: port {port} on {host} {reason}") from error
     return server

@@ -6,6 +6,7 @@ import os
 import socket
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import psutil
 
@@ -27,7 +28,7 @@ class HostFigures:
     load_average_15m: float | None
     uptime_s: float | None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -43,6 +44,7 @@ class HostSampler:
         cpu = psutil.cpu_percent(None)
         memory = psutil.virtual_memory()
         swap = psutil.swap_memory()
+        load: tuple[float, float, float] | tuple[None, None, None]
         try:
             load = os.getloadavg()
         except OSError:

@@ -44,7 +44,7 @@ def decode_request(line: bytes) -> str:
         raise MalformedRequest("not JSON") from error
     if not isinstance(document, dict) or document.get("request") not in REQUESTS:
         raise MalformedRequest("unknown request")
-    return document["request"]
+    return str(document["request"])
 
 
 def encode_response(document: dict[str, Any]) -> bytes:

@@ -13,6 +13,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tpu_tools.accelerators import (
     AMD,
@@ -43,7 +44,7 @@ class Holder:
     user: str
     command: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -93,7 +94,7 @@ class Chip:
                 seen.setdefault(holder.pid, holder)
         return sorted(seen.values(), key=lambda h: h.pid)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["holders"] = [h.to_dict() for h in self.holders]
         return data
@@ -106,7 +107,7 @@ class Discovery:
     libtpu_lock_holders: list[Holder] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "chips": [c.to_dict() for c in self.chips],
             "shared_nodes": [asdict(n) for n in self.shared_nodes],

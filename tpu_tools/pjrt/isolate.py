@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import tpu_tools
 from tpu_tools.errors import PlatformUnavailable, RuntimeCrash, RuntimeFailure, RuntimeHang
@@ -37,7 +37,7 @@ class IsolatedCall:
     target: str
     policy: RuntimePolicy
     timeout_s: float
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     result_fd: int
     stderr_file: Any
     started: float
@@ -90,11 +90,11 @@ class IsolatedCall:
 
     def _stderr_text(self) -> str:
         self.stderr_file.seek(0)
-        text = self.stderr_file.read().decode("utf-8", "replace")
+        text: str = self.stderr_file.read().decode("utf-8", "replace")
         self.stderr_file.close()
         return text
 
-    def _raise_for_exit(self, stderr_text: str) -> None:
+    def _raise_for_exit(self, stderr_text: str) -> NoReturn:
         code = self.process.returncode
         last = _last_line(stderr_text)
         if code is not None and code < 0:
@@ -104,7 +104,7 @@ class IsolatedCall:
         raise RuntimeCrash(f"the {self._platform_name()} runtime exited with status {code} before answering"
                            + (f": {last}" if last else ""))
 
-    def _error_from_answer(self, answer: dict, stderr_text: str) -> Exception:
+    def _error_from_answer(self, answer: dict[str, Any], stderr_text: str) -> Exception:
         message = answer.get("message", "")
         if answer.get("error_type") == "RuntimeError" and "Unable to initialize backend" in message:
             error: RuntimeFailure = PlatformUnavailable(explain_backend_error(self._platform_name(), message))

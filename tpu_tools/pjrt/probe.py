@@ -32,13 +32,13 @@ class ProbeResult:
         return cls(**data)
 
 
-def _probe_program(x):
+def _probe_program(x: Any) -> Any:
     import jax.numpy as jnp
 
     return jnp.dot(x, x) + jnp.sum(x, axis=0)
 
 
-def _probe_input():
+def _probe_input() -> Any:
     import numpy as np
 
     values = (np.arange(PROBE_SIZE * PROBE_SIZE, dtype=np.int64) * 7 + 3) % 8

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -104,7 +104,7 @@ def _jax_plugin_names() -> set[str]:
 
     names = {entry.name for entry in metadata.entry_points(group="jax_plugins")}
     try:
-        import jax_plugins  # type: ignore[import-not-found]
+        import jax_plugins
 
         names |= {m.name for m in pkgutil.iter_modules(jax_plugins.__path__)}
     except ImportError:
@@ -112,7 +112,7 @@ def _jax_plugin_names() -> set[str]:
     return names
 
 
-def resolve_platforms(choice: str, env: dict[str, str] | os._Environ) -> str | None:
+def resolve_platforms(choice: str, env: Mapping[str, str]) -> str | None:
     """The JAX_PLATFORMS value for a --platform choice; None lets jax choose.
 
     "auto" defers to JAX_PLATFORMS when the user set it. Raises UsageError for

@@ -116,7 +116,7 @@ def _trace_section(trace: TraceData, trace_dir: Path | None) -> dict:
 
 
 def _busy_ns(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
-    busy, current_start, current_end = 0.0, None, None
+    busy, current_start, current_end = 0.0, 0.0, None
     for start, end in sorted(intervals):
         start, end = max(start, lo), min(end, hi)
         if end <= start:
@@ -267,7 +267,7 @@ def _eager_section(trace: TraceData, user: set[str] | None, top: int) -> dict:
             label, function, file, line = d.caller.label, d.caller.function, d.caller.file, d.caller.line
         else:
             label = TOP_LEVEL_LABEL if trace.has_python_frames else NO_FRAMES_LABEL
-            function = file = line = None
+            function, file, line = None, None, None
         site = sites.setdefault(label, {"call_site": label, "function": function, "file": file, "line": line,
                                         "dispatches": 0, "host_time_us": 0.0, "ops": {}})
         site["dispatches"] += 1

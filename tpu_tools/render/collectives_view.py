@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 
 from tpu_tools.collectives.mesh import id_ranges
-from tpu_tools.collectives.report import CollectivesReport, SizeResult, CaseResult
+from tpu_tools.collectives.report import CaseResult, CollectivesReport, SizeResult
 from tpu_tools.units import format_bytes
 
 # (name, unit, width): two header lines, as nccl-tests prints them; a row fits 80 columns.

@@ -45,7 +45,8 @@ def collector_table(collectors: list[dict[str, Any]], only_problems: bool = Fals
         if only_problems and entry.get("status") == "ok":
             continue
         duration = entry.get("duration_s")
-        table.add_row(printable(entry.get("name")), _STATUS_WORDS.get(entry.get("status"), printable(entry.get("status"))),
+        status = entry.get("status")
+        table.add_row(printable(entry.get("name")), _STATUS_WORDS.get(str(status), printable(status)),
                       MISSING if duration is None else f"{duration:.1f} s", printable(entry.get("error") or ""))
     return table
 

@@ -68,7 +68,8 @@ def runtime_status_views(statuses: list[RuntimeStatus]) -> list[TableData | str]
             current = core.current
             kind = core.core_type.replace("_", " ") + ("" if core.core_index is None else f" {core.core_index}")
             table.add_row(core.global_core_id, MISSING if core.chip_id is None else core.chip_id, kind, core.state,
-                          _number(current.program_id if current else None), _number(current.run_id if current else None),
+                          _number(current.program_id if current else None),
+                          _number(current.run_id if current else None),
                           MISSING if current is None or current.pc is None else f"0x{current.pc:x}",
                           len(core.queued_programs),
                           core.error_message or (current.hlo_location if current and current.hlo_location else MISSING))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from rich.table import Table as RichTable
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 @dataclass
 class Column:
     header: str
-    align: str = "left"  # "left" or "right"
+    align: Literal["left", "right"] = "left"
     style: str | None = None  # rich style on terminals
     max_width: int | None = None  # rich folds longer cells; plain text never truncates
     no_wrap: bool = False  # rich keeps the cells on one line; other columns give way on narrow terminals

@@ -13,8 +13,8 @@ from typing import Any
 
 from tpu_tools.metrics.libtpu.names import FIELD_METRICS
 from tpu_tools.metrics.libtpu.records import NOT_SERVED
-from tpu_tools.units import MISSING, format_bytes
 from tpu_tools.top.model import SORT_COLUMNS, ProcessRow, ViewState, rows_from_report
+from tpu_tools.units import MISSING, format_bytes
 
 # Styles the screen maps to colours and attributes.
 NORMAL, TITLE, HEADER, COLUMNS, SORTED, SELECTED, BAR_LOW, BAR_MID, BAR_HIGH, DIM, ERROR = (

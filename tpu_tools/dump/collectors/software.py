@@ -104,7 +104,7 @@ def stack_checks(installed: dict[str, tuple[str, str]]) -> list[dict]:
         base: dict[str, list] = {}
         extras: dict[str, list] = {}
         for requirement in _requirements(folder):
-            target = canonicalize_name(requirement.name)
+            target: str = canonicalize_name(requirement.name)
             if target not in stack or target == owner:
                 continue
             named_extras = _extras_of(requirement)
@@ -166,7 +166,7 @@ def collect_stack(ctx: CollectContext) -> None:
     for name, site in metadata_locations.items():
         location = modules.get(name)
         placement[name] = {"module": location, "metadata": site,
-                           "same_place": bool(location) and os.path.dirname(location) == site}
+                           "same_place": bool(location) and os.path.dirname(location or "") == site}
     ctx.add_json("software/stack.json", {
         "versions": {**versions.to_dict(), "libtpu": installed.get("libtpu", installed.get("libtpu-nightly",
                                                                                               (None, "")))[0]},

@@ -14,12 +14,14 @@ import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tpu_tools.metrics.agent_client import DEFAULT_TIMEOUT_S, AgentScan, query_agents
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_ADDRESS
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.pjrt.discover import Discovery, discover
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -60,11 +62,12 @@ class CollectContext:
         self._collectors = collectors
         self._memo: dict[str, Any] = {}
 
-    def memo(self, key: str, fetch: Callable[[], Any]) -> Any:
+    def memo(self, key: str, fetch: Callable[[], _T]) -> _T:
         """Fetch once per round under `key` (a source's connection result, say) and reuse."""
         if key not in self._memo:
             self._memo[key] = fetch()
-        return self._memo[key]
+        value: _T = self._memo[key]
+        return value
 
     def discovery(self) -> Discovery:
         return self.memo("discovery", discover)
@@ -111,4 +114,5 @@ def load_collector(name: str, options: CollectOptions) -> GroupCollector:
 
     module_name, _, class_name = GROUPS[name].partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(options)
+    collector: GroupCollector = cls(options)
+    return collector

@@ -20,7 +20,6 @@ from tpu_tools.pjrt.discover import Chip
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS, match_chips
 
 
-
 def _family(platform: str | None) -> str:
     return "gpu" if platform in GPU_PLATFORMS else (platform or "?")
 
@@ -108,33 +107,33 @@ def build_devices(context: CollectContext) -> dict[str, Any]:
     for result in context.agents().results:
         snapshot = result.snapshot
         runtime = _runtime_of(snapshot) if snapshot else None
-        if runtime is None:
+        if snapshot is None or runtime is None:
             continue
         chips = match_chips(runtime, discovery)
         seen_on_chip: dict[int, int] = {}
         for device, raw in sorted(zip(runtime.devices, snapshot["devices"]), key=lambda pair: pair[0].id):
-            chip = chips.get(device.id)
-            entry = None
-            if chip is not None:
-                k = seen_on_chip.get(chip.index, 0)
-                seen_on_chip[chip.index] = k + 1
-                entry = by_chip.get((chip.index, k))
-            if entry is None:  # no hardware to pair with: this process's own device
+            paired = chips.get(device.id)
+            found = None
+            if paired is not None:
+                k = seen_on_chip.get(paired.index, 0)
+                seen_on_chip[paired.index] = k + 1
+                found = by_chip.get((paired.index, k))
+            if found is None:  # no hardware to pair with: this process's own device
                 name = device.device_kind
                 spec = spec_for_device_kind(device.device_kind)
-                entry = _new_entry(f"{device.platform}:{device.id}@{result.pid}", device.platform, device.id,
+                found = _new_entry(f"{device.platform}:{device.id}@{result.pid}", device.platform, device.id,
                                    spec.name if spec else name, None)
-                entries.append(entry)
-            _merge_agent_device(entry, raw, result.pid, result.tag)
+                entries.append(found)
+            _merge_agent_device(found, raw, result.pid, result.tag)
     for figures in context.device_figures():
         family = _family(figures.platform)
-        entry = by_id.get((family, figures.device_id))
-        if entry is None:
-            entry = _new_entry(f"{family}:{figures.device_id}", figures.platform, figures.device_id,
+        known = by_id.get((family, figures.device_id))
+        if known is None:
+            known = _new_entry(f"{family}:{figures.device_id}", figures.platform, figures.device_id,
                                figures.platform, None)
-            entries.append(entry)
-            by_id[(family, figures.device_id)] = entry
-        _merge_figures(entry, figures)
+            entries.append(known)
+            by_id[(family, figures.device_id)] = known
+        _merge_figures(known, figures)
     return {
         "devices": entries,
         "chips": [chip.to_dict() for chip in discovery.chips],

@@ -70,7 +70,8 @@ class LibtpuGroup:
             from tpu_tools.metrics.libtpu import LibtpuClient
 
             self._client = LibtpuClient(self._addresses, self._timeout_s)
-        return self._client.snapshot()
+        snapshots: list[LibtpuSnapshot] = self._client.snapshot()
+        return snapshots
 
     def _placed(self, context: CollectContext) -> tuple[list[tuple[int, ServiceDevice]], str | None]:
         return place_devices(self.snapshots(context), context.discovery().chips_for_platform("tpu"))

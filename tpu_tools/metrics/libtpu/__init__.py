@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from tpu_tools.metrics.libtpu.addresses import (
     DEFAULT_ADDRESS,
@@ -61,7 +62,7 @@ def read_once(addresses: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S, *,
     return [snapshots[a] for a in addresses], ([statuses[a] for a in addresses] if runtime_status else None)
 
 
-def __getattr__(name: str):  # LibtpuClient imports gRPC: only when it is used
+def __getattr__(name: str) -> Any:  # LibtpuClient imports gRPC: only when it is used
     if name == "LibtpuClient":
         from tpu_tools.metrics.libtpu.client import LibtpuClient
 

@@ -12,6 +12,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Mapping
+from typing import Any
 
 from tpu_tools.metrics.libtpu import names
 from tpu_tools.metrics.libtpu.distribution import (
@@ -60,11 +61,11 @@ def _ordinal(value: pb.AttrValue) -> int | None:
 
 def _string_attribute(attribute: pb.Attribute, keys: tuple[str, ...]) -> str | None:
     if attribute.key in keys and attribute.value.WhichOneof("attr") == "string_attr":
-        return attribute.value.string_attr
+        return str(attribute.value.string_attr)
     if attribute.value.WhichOneof("attr") == "kvlist_attr":
         for entry in attribute.value.kvlist_attr.attributes:
             if entry.key in keys and entry.value.WhichOneof("attr") == "string_attr":
-                return entry.value.string_attr
+                return str(entry.value.string_attr)
     return None
 
 
@@ -278,20 +279,20 @@ def fill_snapshot(snapshot: LibtpuSnapshot, metrics: Mapping[str, pb.TPUMetric])
 
 # --- runtime status ---------------------------------------------------------------------------------
 
-def _enum_name(enum: object, value: int, prefix: str) -> str:
+def _enum_name(enum: Any, value: int, prefix: str) -> str:
     try:
-        return enum.Name(value).removeprefix(prefix).lower()  # type: ignore[attr-defined]
+        return str(enum.Name(value)).removeprefix(prefix).lower()
     except ValueError:
         return "unknown"
 
 
-def _optional(message: object, name: str) -> object | None:
-    return getattr(message, name) if message.HasField(name) else None  # type: ignore[attr-defined]
+def _optional(message: Any, name: str) -> Any:
+    return getattr(message, name) if message.HasField(name) else None
 
 
-def _hex(message: object, name: str) -> str | None:
+def _hex(message: Any, name: str) -> str | None:
     value = _optional(message, name)
-    return value.hex() if value else None  # type: ignore[union-attr]
+    return str(value.hex()) if value else None
 
 
 def _core(key: int, state: pb.CoreState) -> CoreStatus:
@@ -299,13 +300,13 @@ def _core(key: int, state: pb.CoreState) -> CoreStatus:
     on_chip = core_id.core_on_chip
     core = CoreStatus(
         global_core_id=core_id.global_core_id if core_id.HasField("global_core_id") else key,
-        chip_id=_optional(core_id, "chip_id"),  # type: ignore[arg-type]
+        chip_id=_optional(core_id, "chip_id"),
         core_type=_enum_name(pb.CoreType, on_chip.type, "CORE_TYPE_") if on_chip.HasField("type") else "unknown",
-        core_index=_optional(on_chip, "index"),  # type: ignore[arg-type]
+        core_index=_optional(on_chip, "index"),
         error_message=state.error_message or None,
         program_fingerprint=_hex(state, "program_fingerprint"),
-        launch_id=_optional(state, "launch_id"),  # type: ignore[arg-type]
-        xdb_server_running=_optional(state, "xdb_server_running"),  # type: ignore[arg-type]
+        launch_id=_optional(state, "launch_id"),
+        xdb_server_running=_optional(state, "xdb_server_running"),
     )
     for sequencer in state.sequencer_info:
         kind = sequencer.sequencer_type
@@ -314,13 +315,13 @@ def _core(key: int, state: pb.CoreState) -> CoreStatus:
             if sequencer.HasField("sequencer_type") else "unknown",
             **{name: _optional(sequencer, source) for name, source in (
                 ("index", "sequencer_index"), ("pc", "pc"), ("tag", "tag"), ("tracemark", "tracemark"),
-                ("program_id", "program_id"), ("run_id", "run_id"))},  # type: ignore[arg-type]
+                ("program_id", "program_id"), ("run_id", "run_id"))},
             hlo_location=sequencer.hlo_location or None,
             hlo_detailed_info=sequencer.hlo_detailed_info or None,
         ))
     for queued in state.queued_program_info:
-        core.queued_programs.append(QueuedProgram(run_id=_optional(queued, "run_id"),  # type: ignore[arg-type]
-                                                  launch_id=_optional(queued, "launch_id"),  # type: ignore[arg-type]
+        core.queued_programs.append(QueuedProgram(run_id=_optional(queued, "run_id"),
+                                                  launch_id=_optional(queued, "launch_id"),
                                                   program_fingerprint=_hex(queued, "program_fingerprint")))
     return core
 

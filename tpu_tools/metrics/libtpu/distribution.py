@@ -91,7 +91,8 @@ class DistributionSummary:
         return self.count > 0
 
     def percentile(self, name: str) -> float | None:
-        return getattr(self, name)
+        value: float | None = getattr(self, name)
+        return value
 
     def to_dict(self) -> dict[str, float | int | None]:
         return {"count": self.count, "mean": self.mean, "min": self.min, "max": self.max, "p50": self.p50,
