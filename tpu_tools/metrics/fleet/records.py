@@ -83,6 +83,13 @@ def _agent(host: _Host, labels: dict[str, str]) -> dict[str, Any]:
     return host.agents[pid]
 
 
+def known(sample: Sample) -> bool:
+    """A series of the exporter's host, device, process or libtpu groups (others, e.g. GPU series, are left)."""
+    name = sample.name[len(PREFIX):]
+    return sample.name.startswith(PREFIX) and (name.startswith(("host_", "device_", "process_", "libtpu_"))
+                                               or name == "agent_up")
+
+
 def _take(hosts: dict[str, _Host], sample: Sample) -> None:
     name = sample.name[len(PREFIX):]
     host = hosts.setdefault(sample.labels.get(HOST_LABEL, "?"), _Host(sample.labels.get(HOST_LABEL, "?")))
@@ -165,6 +172,7 @@ def _host_group(hosts: list[_Host]) -> dict[str, Any]:
 def build_groups(series: list[Sample], up: list[Sample]) -> dict[str, dict[str, Any]]:
     """The host, devices, processes, libtpu and fleet groups from `tpu_tools_*` series and `up` of their jobs."""
     hosts: dict[str, _Host] = {}
+    series = [sample for sample in series if known(sample)]
     for sample in series:
         _take(hosts, sample)
     jobs = {s.labels.get("job") for s in series}
