@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 import sysroot
 from agentjobs import Job, agent_env, make_rundir, remove_rundir, start_job
-from conftest import tool_command
+from conftest import REPO, tool_command
 from libtpu_server import DUTY_CYCLE, FakeMetricsService, gauge, int_attr, v5e_host
 
 PROMETHEUS = shutil.which("prometheus")
+ALERT_RULES = REPO / "deploy" / "prometheus" / "alerts.yml"
 PROMTOOL = shutil.which("promtool")
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (tools/test.sh)")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (tools/test.sh)")
@@ -199,7 +200,7 @@ class FleetStack:
         self.hosts = [FixtureHost(name, duty, self.workdir / name) for name, duty in DUTY_CYCLES.items()]
         self.gpu: SyntheticGpuExporter | None = None
         self.prometheus: PrometheusServer | None = None
-        self.rule_files = rule_files
+        self.rule_files = [ALERT_RULES] if rule_files is None else rule_files
 
     def start(self) -> FleetStack:
         try:

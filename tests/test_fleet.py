@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import pytest
 from conftest import assert_one_line_error, clean_env, run_tool
-from promstack import PROMETHEUS, FleetStack, free_port
+from promstack import PROMETHEUS, FleetStack, free_port, http_get
 
 from tpu_tools.errors import RuntimeFailure, UsageError
 from tpu_tools.metrics.fleet.client import Sample, parse_url
@@ -79,6 +79,27 @@ def test_monitor_from_prometheus_writes_fleet_reports(stack):
     reports = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["sequence"] for r in reports] == [0, 1]
     assert all(r["schema"] == "tpu-tools/monitor/v1" and len(r["fleet"]["hosts"]) == 3 for r in reports)
+
+
+def test_alert_rules_load_and_evaluate_on_the_scraped_data(stack):
+    rules = {}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        groups = json.loads(http_get(stack.prometheus.url + "/api/v1/rules"))["data"]["groups"]
+        rules = {rule["name"]: rule for group in groups for rule in group["rules"]}
+        if rules and all(rule.get("lastEvaluation", "").startswith("20") for rule in rules.values()):
+            break
+        time.sleep(0.2)
+    assert len(rules) == 11 and {r["health"] for r in rules.values()} == {"ok"}, rules
+    matched = {name: stack.prometheus.query(rule["query"]) for name, rule in rules.items()}
+    slow = stack.hosts[2].target
+    assert sorted((s["metric"]["instance"], s["metric"]["device"]) for s in matched["TpuToolsDeviceIdleWhileHeld"]) \
+        == [(slow, f"tpu:{i}") for i in range(4, 8)]
+    assert [s["metric"]["gpu"] for s in matched["TpuToolsGpuMemoryAlmostFull"]] == ["0"]
+    assert [s["metric"]["reason"] for s in matched["TpuToolsGpuThrottling"]] == ["hw_thermal_slowdown"]
+    quiet = {"TpuToolsRecompilationStorm", "TpuToolsExporterDown", "TpuToolsAgentDown", "TpuToolsGpuLost",
+             "TpuToolsLibtpuMetricsUnreachable", "TpuToolsDeviceMemoryAlmostFull"}
+    assert all(matched[name] == [] for name in quiet), {name: matched[name] for name in quiet}
 
 
 def test_a_host_whose_exporter_goes_away_is_shown_down(stack):
