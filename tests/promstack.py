@@ -130,7 +130,8 @@ class FixtureHost:
         fixture.metrics[DUTY_CYCLE] = [gauge(int_attr("device-id", d), self.duty_cycle[d]) for d in range(8)]
         self.service = FakeMetricsService(fixture).start()
         self.rundir = make_rundir()
-        self.jobs = [start_job(self.rundir, light=True, tag=f"{self.name}-job{i}", lifetime_s=600)
+        # The first host runs a real JAX job (live arrays, compiles, a recompilation); the others light ones.
+        self.jobs = [start_job(self.rundir, light=self.name != "a", tag=f"{self.name}-job{i}", lifetime_s=600)
                      for i in range(jobs)]
         for job in self.jobs:
             job.wait_ready()

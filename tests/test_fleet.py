@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from conftest import assert_one_line_error, clean_env, run_tool
+from conftest import REPO, assert_one_line_error, clean_env, run_tool
 from promstack import PROMETHEUS, FleetStack, free_port, http_get
 
 from tpu_tools.errors import RuntimeFailure, UsageError
@@ -44,10 +44,13 @@ def test_fleet_report_has_every_host_chip_and_job_and_the_slow_worker(stack):
     assert by_host[stack.hosts[0].target]["utilization_percent"] == pytest.approx(90.0)
     assert by_host[stack.hosts[2].target]["utilization_percent"] == pytest.approx(15.0)
     assert fleet["median_utilization_percent"] == pytest.approx(88.0)
-    assert [o["host"] for o in fleet["outliers"]] == [stack.hosts[2].target]
+    outliers = {o["figure"]: o["host"] for o in fleet["outliers"]}
+    assert outliers["utilization_percent"] == stack.hosts[2].target
+    # The JAX job's steps take a millisecond, the light jobs' 50 ms: the first host stands out in step time.
+    assert outliers["step_time_s"] == stack.hosts[0].target
     assert "utilization 15.0 % vs median 88.0 %" in by_host[stack.hosts[2].target]["outlier"]
     devices = report["devices"]["devices"]
-    assert len(devices) == 24
+    assert len([d for d in devices if "@" not in d["key"]]) == 24  # and the JAX job's own CPU device
     assert {d["key"] for d in devices} >= {f"{t}/tpu:{i}" for t in targets for i in range(8)}
     first = next(d for d in devices if d["key"] == f"{stack.hosts[0].target}/tpu:3")
     assert first["memory_total_bytes"] == 16 << 30 and first["holder_processes"] == 1
@@ -102,6 +105,20 @@ def test_alert_rules_load_and_evaluate_on_the_scraped_data(stack):
     assert all(matched[name] == [] for name in quiet), {name: matched[name] for name in quiet}
 
 
+def test_every_dashboard_panel_query_returns_data(stack):
+    dashboards = sorted((REPO / "deploy" / "grafana").glob("*.json"))
+    assert len(dashboards) == 3
+    queried = 0
+    for path in dashboards:
+        for panel in json.loads(path.read_text())["panels"]:
+            for target in panel.get("targets") or []:
+                # What Grafana sends for "All" hosts and for the rate window.
+                expr = target["expr"].replace("$instance", ".*").replace("$__rate_interval", "30s")
+                assert stack.prometheus.query(expr), (path.name, panel["title"], expr)
+                queried += 1
+    assert queried >= 25
+
+
 def test_a_host_whose_exporter_goes_away_is_shown_down(stack):
     # Last test on the stack: it stops one exporter.
     gone = stack.hosts[1]
@@ -111,7 +128,7 @@ def test_a_host_whose_exporter_goes_away_is_shown_down(stack):
     report = FleetSource(stack.prometheus.url, 5.0).build()
     assert report["fleet"]["hosts_down"] == [gone.target]
     assert {h["host"]: h["up"] for h in report["fleet"]["hosts"]}[gone.target] is False
-    assert len(report["devices"]["devices"]) == 16
+    assert len([d for d in report["devices"]["devices"] if "@" not in d["key"]]) == 16
 
 
 # --- records and outliers without a server -----------------------------------------------------------------
