@@ -122,12 +122,26 @@ MAN_SECTIONS = {
         "distribution without samples, has no series.\n"
         "tpu_tools_group_error (label group): 1 when that group failed in the latest report."
     ),
+    "FLEET": (
+        "--from-prometheus URL reports every host that a Prometheus server scrapes (each running tpu-monitor "
+        "--prometheus) instead of this host: the same report, built from the server's HTTP API every period. "
+        "Hosts are told apart by the instance label; device keys become INSTANCE/tpu:0 and every device and "
+        "agent carries a host field. A fleet group adds hosts[] {host, up, chips, utilization_percent, "
+        "memory_used_bytes, memory_total_bytes, jobs, steps_per_second, step_time_s, recompiles, outlier}, "
+        "hosts_down[], median_utilization_percent, median_step_time_s and outliers[] (the host furthest from "
+        "the median duty cycle or step time when at least three hosts report it: the slow worker of a slice). "
+        "user:password@ in the URL is sent as basic auth. When the server is down, slow (beyond "
+        "--from-prometheus-timeout), answers garbage or refuses the credentials, the last report is repeated "
+        "with fleet.stale true and fleet.error saying why. Options that only apply to this host (--config, "
+        "--prometheus, --quiet, --tag-filter, --agent-timeout, --metrics-addr) are usage errors with it."
+    ),
     "EXAMPLES": (
         "tpu-monitor --count 3\n"
         "tpu-monitor --period 0.5 | jq -c '.processes.agents[] | {tag, steps: .steps.steps_per_second}'\n"
         "tpu-monitor --config monitor.toml --prometheus 9100 --quiet\n"
         "tpu-monitor --count 1 --metrics-addr localhost:8432 | jq '.libtpu.services[].devices'\n"
-        "python -m tpu_tools.agent --tag train train.py & tpu-monitor --tag-filter '^train$' --count 1"
+        "python -m tpu_tools.agent --tag train train.py & tpu-monitor --tag-filter '^train$' --count 1\n"
+        "tpu-monitor --from-prometheus http://prometheus:9090 --count 1 | jq '.fleet.outliers'"
     ),
 }
 
@@ -182,13 +196,20 @@ def explicit(ctx: click.Context, name: str) -> bool:
 @click.option("--prometheus", "prometheus_address", default=None, metavar="[HOST:]PORT",
               help="Also serve the figures at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).")
 @click.option("--quiet", "-q", is_flag=True, help="With --prometheus: do not write JSON lines on stdout.")
+@click.option("--from-prometheus", "from_prometheus", default=None, metavar="URL",
+              help="Report every host that this Prometheus server scrapes instead of this host.")
+@click.option("--from-prometheus-timeout", type=Duration(), default="2s", show_default=True, metavar="SECONDS",
+              help="Deadline of each query to the --from-prometheus server.")
 @metrics_options
 @common_options
 @click.pass_context
 def monitor_command(ctx: click.Context, period: float, count: int | None, config_path: Path | None,
                     tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
-                    quiet: bool, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
+                    quiet: bool, from_prometheus: str | None, from_prometheus_timeout: float,
+                    metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
+    if from_prometheus is not None:
+        return _fleet(ctx, from_prometheus, from_prometheus_timeout, period, count)
     from tpu_tools.metrics.groups import GROUPS
     from tpu_tools.metrics.groups.base import CollectOptions
     from tpu_tools.metrics.report import GroupPlan, ReportBuilder
@@ -228,6 +249,25 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
         _loop(builder, period, count, exporter, quiet)
     finally:
         builder.close()
+    return EXIT_OK
+
+
+def _fleet(ctx: click.Context, url: str, timeout_s: float, period: float, count: int | None) -> int:
+    """--from-prometheus: the reports of every host from a Prometheus server, as JSON Lines."""
+    local = [f"--{name.replace('_', '-')}" for name in ("config_path", "prometheus_address", "quiet", "tag_filter",
+                                                          "agent_timeout", "metrics_addr")
+             if explicit(ctx, name)]
+    if local:
+        names = ", ".join("--config" if n == "--config-path" else "--prometheus" if n == "--prometheus-address"
+                          else n for n in local)
+        raise UsageError(f"--from-prometheus reads the figures Prometheus holds; {names} only apply to this host")
+    from tpu_tools.metrics.fleet.source import FleetSource
+
+    source = FleetSource(url, timeout_s)
+    try:
+        _loop(source, period, count, None, False)
+    finally:
+        source.close()
     return EXIT_OK
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
+from typing import Any
 
 import click
 
@@ -33,6 +34,12 @@ MAN_SECTIONS = {
         "this runtime), one that is unknown as -. When a service stops, the panel falls back to what discovery "
         "and the agents know and picks the service up again when it returns. A process that exits disappears "
         "at the next refresh.\n"
+        "--from-prometheus URL shows every host that a Prometheus server scrapes (each running tpu-monitor "
+        "--prometheus) instead of this host, with the same keys and layout: a Hosts panel (chips, mean "
+        "utilization, HBM, jobs, steps per second, median step time) lists first the slice's outliers, marked "
+        "<< with why (the host furthest from the median duty cycle or step time: the slow worker), and the device "
+        "and process panels gain the host. When the server cannot be read, the last figures stay, marked STALE "
+        "with the reason.\n"
         "--once prints one frame to stdout with the same rendering, sized to the terminal (or $COLUMNS, else "
         "120 columns) and as tall as needed, and exits; it works in a pipe. Without --once, stdin and stdout "
         "must be a terminal."
@@ -50,7 +57,8 @@ MAN_SECTIONS = {
         "tpu-top --interval 0.5 --sort steps\n"
         "tpu-top --once | head -20\n"
         "tpu-top --metrics-addr localhost:8432 --metrics-timeout 0.5\n"
-        "python -m tpu_tools.agent --tag train train.py & tpu-top --tag-filter '^train'"
+        "python -m tpu_tools.agent --tag train train.py & tpu-top --tag-filter '^train'\n"
+        "tpu-top --from-prometheus http://prometheus.monitoring:9090"
     ),
 }
 
@@ -65,10 +73,15 @@ MAN_SECTIONS = {
               help="Only agents whose tag matches this regular expression.")
 @click.option("--agent-timeout", type=Duration(), default="0.5s", show_default=True, metavar="SECONDS",
               help="How long to wait for each agent's answer.")
+@click.option("--from-prometheus", "from_prometheus", default=None, metavar="URL",
+              help="Show every host that this Prometheus server scrapes instead of this host.")
+@click.option("--from-prometheus-timeout", type=Duration(), default="2s", show_default=True, metavar="SECONDS",
+              help="Deadline of each query to the --from-prometheus server.")
 @metrics_options
 @common_options
 def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[str] | None,
-                agent_timeout: float, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
+                agent_timeout: float, from_prometheus: str | None, from_prometheus_timeout: float,
+                metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Live view of accelerator devices, the jobs using them, and the host."""
     if interval < 0.1:
         raise UsageError(f"--interval must be at least 0.1 s, got {interval:g}")
@@ -80,9 +93,15 @@ def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[s
     from tpu_tools.top.model import ViewState
 
     state = ViewState(sort_index=SORT_KEYS.index(sort), interval_s=interval)
-    builder = ReportBuilder(options=CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
-                                                   metrics_addresses=metrics_addresses,
-                                                   metrics_timeout_s=metrics_timeout_s))
+    builder: Any
+    if from_prometheus is not None:
+        from tpu_tools.metrics.fleet.source import FleetSource
+
+        builder = FleetSource(from_prometheus, from_prometheus_timeout)
+    else:
+        builder = ReportBuilder(options=CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
+                                                       metrics_addresses=metrics_addresses,
+                                                       metrics_timeout_s=metrics_timeout_s))
     try:
         if once:
             from tpu_tools.top.frame import frame_text, render

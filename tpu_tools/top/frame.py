@@ -219,7 +219,7 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None) -> li
     devices = group.get("devices") or []
     if not devices:
         return [*lines, Line().add("  no accelerator found, and no agent reports a device", DIM)]
-    key_width = max(6, min(16, max(len(str(d.get("key"))) for d in devices)))
+    key_width = max(6, min(32 if "fleet" in report else 16, max(len(str(d.get("key"))) for d in devices)))
     name_width = 12
     memory_width = 21
     util_width = 5
@@ -285,18 +285,20 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
     lines = [Line().add(" Processes", TITLE).add(f"  sorted by {state.sort.header} {direction}", DIM)]
     if group.get("error"):
         return [*lines, Line().add(f"  {group['error']}", ERROR)], None
-    header = Line(fill=COLUMNS).add(" ", COLUMNS)
+    rows = state.sorted_rows(rows_from_report(report))
+    host_width = min(20, max(len(r.host) for r in rows)) if any(r.host for r in rows) else 0
+    header = Line(fill=COLUMNS).add(" " + (_fit("HOST", host_width) + " " if host_width else ""), COLUMNS)
     for (title, size, right), column in zip(_PROCESS_COLUMNS, SORT_COLUMNS):
         style = SORTED if column.key == state.sort.key else COLUMNS
         header.add(_fit(title, size, right), style).add(" ", COLUMNS)
     header.add("COMMAND", COLUMNS)
     lines.append(header)
-    rows = state.sorted_rows(rows_from_report(report))
     selected = state.resolve_selection(rows) if interactive else None
     if not rows:
         lines.append(Line().add("  no job runs the agent: start one with python -m tpu_tools.agent script.py", DIM))
         return lines, None
-    command_width = max(_MIN_COMMAND, width - 1 - sum(size + 1 for _, size, _ in _PROCESS_COLUMNS))
+    command_width = max(_MIN_COMMAND, width - 1 - sum(size + 1 for _, size, _ in _PROCESS_COLUMNS)
+                        - (host_width + 1 if host_width else 0))
     start = 0
     rows_shown = rows
     if max_rows is not None and len(rows) > max_rows:
@@ -307,6 +309,8 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
     for offset, row in enumerate(rows_shown):
         cells = _process_cells(row)
         text = " " + " ".join(_fit(cell, size, right) for cell, (_, size, right) in zip(cells, _PROCESS_COLUMNS))
+        if host_width:
+            text = " " + _fit(row.host or MISSING, host_width) + text
         tail = f"error: {row.error}" if row.error else _short_command(row.command)
         is_selected = selected is not None and start + offset == selected
         line = Line(fill=SELECTED if is_selected else None)
@@ -366,8 +370,13 @@ def _overlay_help(lines: list[Line], width: int, height: int) -> None:
 def render(report: dict[str, Any], state: ViewState, width: int, height: int | None,
            interactive: bool = True) -> list[Line]:
     """The frame for `report` at `width` x `height` (height None: as tall as needed, for --once)."""
+    from tpu_tools.top.fleet_panel import fleet_lines  # here: the panel draws with this module's helpers
+
     width = max(20, width)
     top = [header_line(report, state, width, interactive), *host_lines(report, width), Line()]
+    hosts = fleet_lines(report, width, None if height is None else max(3, height // 4))
+    if hosts:
+        top += [*hosts, Line()]
     footer = [Line(fill=HEADER).add(" q quit  j/k select  s/S sort  r reverse  p pause  h help", HEADER)] \
         if interactive else []
     details_budget = 2 if interactive and (height is None or height >= 16) else 0

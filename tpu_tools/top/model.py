@@ -20,6 +20,7 @@ class ProcessRow:
     steps_per_second: float | None = None
     has_agent: bool = True
     error: str | None = None
+    host: str | None = None  # in a fleet view (--from-prometheus): the host the process runs on
     detail: dict[str, Any] = field(default_factory=dict)  # the agent entry, for the selected-process lines
 
 
@@ -57,7 +58,8 @@ def rows_from_report(report: dict[str, Any]) -> list[ProcessRow]:
             cpu_percent=agent.get("cpu_percent"), rss_bytes=agent.get("rss_bytes"),
             device_memory_bytes=agent.get("device_memory_used_bytes"),
             compiles=compiles.get("compile_count"), recompiles=compiles.get("recompile_count"),
-            steps_per_second=steps.get("steps_per_second"), error=agent.get("error"), detail=agent,
+            steps_per_second=steps.get("steps_per_second"), error=agent.get("error"), host=agent.get("host"),
+            detail=agent,
         ))
     for holder in processes.get("holders") or []:
         rows.append(ProcessRow(

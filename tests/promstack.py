@@ -1,0 +1,230 @@
+"""A real Prometheus server on 127.0.0.1 scraping real `tpu-monitor --prometheus` exporters.
+
+Each exporter reads its own fixture host: a sysroot with eight v5e chips held by a process, a fake libtpu
+metrics service with that host's duty cycle, and light agent jobs in its own runtime directory. A small
+in-process exporter adds the GPU series (synthetic: no GPU here) so GPU rules and panels have data.
+Everything binds 127.0.0.1 and `stop()` ends all of it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import sysroot
+from agentjobs import Job, agent_env, make_rundir, remove_rundir, start_job
+from conftest import REPO, tool_command
+from libtpu_server import DUTY_CYCLE, FakeMetricsService, gauge, int_attr, v5e_host
+
+PROMETHEUS = shutil.which("prometheus")
+ALERT_RULES = REPO / "deploy" / "prometheus" / "alerts.yml"
+PROMTOOL = shutil.which("promtool")
+needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (tools/test.sh)")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (tools/test.sh)")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.read()
+
+
+class PrometheusServer:
+    def __init__(self, workdir: Path, jobs: dict[str, list[str]], rule_files: list[Path] | None = None,
+                 interval: str = "1s", extra_config: str = ""):
+        self.workdir = workdir
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+        scrape = "".join(
+            f"  - job_name: {job}\n    static_configs:\n      - targets: {json.dumps(targets)}\n"
+            for job, targets in jobs.items())
+        rules = "".join(f"  - {path}\n" for path in rule_files or [])
+        self.config = workdir / "prometheus.yml"
+        self.config.write_text(f"global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n"
+                               + (f"rule_files:\n{rules}" if rules else "") + f"scrape_configs:\n{scrape}"
+                               + extra_config)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> PrometheusServer:
+        log = open(self.workdir / "prometheus.log", "w")
+        self.process = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"prometheus exited: {(self.workdir / 'prometheus.log').read_text()}")
+            try:
+                if http_get(self.url + "/-/ready", timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise AssertionError("prometheus did not become ready in time")
+
+    def query(self, expr: str) -> list[dict]:
+        body = http_get(f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+        document = json.loads(body)
+        assert document["status"] == "success", document
+        return document["data"]["result"]
+
+    def wait_for(self, expr: str, count: int = 1, timeout: float = 60.0) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.query(expr)
+            if len(found) >= count:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{expr!r}: {len(found)} series, wanted {count}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+@dataclass
+class FixtureHost:
+    """One exporter and what it reads: a sysroot, a fake libtpu service, a runtime directory with jobs."""
+
+    name: str
+    duty_cycle: list[float]
+    root: Path
+    port: int = field(default_factory=free_port)
+    service: FakeMetricsService | None = None
+    rundir: Path | None = None
+    jobs: list[Job] = field(default_factory=list)
+    exporter: subprocess.Popen | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, jobs: int = 1) -> FixtureHost:
+        sysroot.v5e_host(self.root, holders={3001: list(range(8))})
+        fixture = v5e_host()
+        fixture.metrics[DUTY_CYCLE] = [gauge(int_attr("device-id", d), self.duty_cycle[d]) for d in range(8)]
+        self.service = FakeMetricsService(fixture).start()
+        self.rundir = make_rundir()
+        # The first host runs a real JAX job (live arrays, compiles, a recompilation); the others light ones.
+        self.jobs = [start_job(self.rundir, light=self.name != "a", tag=f"{self.name}-job{i}", lifetime_s=600)
+                     for i in range(jobs)]
+        for job in self.jobs:
+            job.wait_ready()
+        self.exporter = subprocess.Popen(
+            [*tool_command("tpu-monitor"), "--period", "0.5", "--metrics-timeout", "0.5", "--metrics-addr",
+             self.service.address, "--prometheus", self.target, "--quiet"],
+            env=agent_env(self.rundir, TPU_TOOLS_SYSROOT=str(self.root)), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return self
+
+    def stop(self) -> None:
+        if self.exporter is not None and self.exporter.poll() is None:
+            self.exporter.terminate()
+            try:
+                self.exporter.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.exporter.kill()
+                self.exporter.wait(timeout=10)
+        for job in self.jobs:
+            job.stop()
+        if self.service is not None:
+            self.service.stop()
+        if self.rundir is not None:
+            remove_rundir(self.rundir)
+
+
+class SyntheticGpuExporter:
+    """The GPU series of one node with two GPUs (one hot and throttling, one with ECC errors)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+        self.registry = CollectorRegistry()
+        self.port = free_port()
+        labels = ["gpu", "uuid", "pci_bus_id"]
+        gauges = {
+            "utilization_ratio": [0.93, 0.0], "memory_used_bytes": [78e9, 1e9], "memory_total_bytes": [80e9, 80e9],
+            "temperature_celsius": [88.0, 40.0], "power_watts": [690.0, 70.0],
+        }
+        for name, values in gauges.items():
+            family = Gauge(f"tpu_tools_gpu_{name}", f"GPU {name}.", labels, registry=self.registry)
+            for index, value in enumerate(values):
+                family.labels(str(index), f"GPU-{index}", f"0000:0{index}:00.0").set(value)
+        ecc = Gauge("tpu_tools_gpu_ecc_errors_uncorrected_total", "ECC.", labels, registry=self.registry)
+        ecc.labels("0", "GPU-0", "0000:00:00.0").set(0)
+        ecc.labels("1", "GPU-1", "0000:01:00.0").set(2)
+        throttle = Gauge("tpu_tools_gpu_throttle_active", "Throttle.", [*labels, "reason"], registry=self.registry)
+        throttle.labels("0", "GPU-0", "0000:00:00.0", "hw_thermal_slowdown").set(1)
+        self.server, self.thread = start_http_server(self.port, addr="127.0.0.1", registry=self.registry)
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# Duty cycles of the three hosts: two busy alike, one slow worker with idle chips still held.
+DUTY_CYCLES = {"a": [90.0] * 8, "b": [88.0] * 8, "c": [30.0] * 4 + [0.0] * 4}
+
+
+class FleetStack:
+    def __init__(self, rule_files: list[Path] | None = None):
+        self.workdir = Path(tempfile.mkdtemp(prefix="fleet", dir="/tmp"))
+        self.hosts = [FixtureHost(name, duty, self.workdir / name) for name, duty in DUTY_CYCLES.items()]
+        self.gpu: SyntheticGpuExporter | None = None
+        self.prometheus: PrometheusServer | None = None
+        self.rule_files = [ALERT_RULES] if rule_files is None else rule_files
+
+    def start(self) -> FleetStack:
+        try:
+            for host in self.hosts:
+                host.start()
+            self.gpu = SyntheticGpuExporter()
+            self.prometheus = PrometheusServer(self.workdir, {"tpu-tools": [h.target for h in self.hosts],
+                                                              "tpu-tools-gpu": [self.gpu.target]},
+                                               rule_files=self.rule_files).start()
+            # Every host scraped with its chips' duty cycle and its agents.
+            self.prometheus.wait_for('tpu_tools_device_utilization_percent{job="tpu-tools"}', count=24)
+            self.prometheus.wait_for('tpu_tools_process_steps_total{job="tpu-tools"}', count=3)
+            self.prometheus.wait_for("tpu_tools_gpu_power_watts", count=2)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
+        if self.gpu is not None:
+            self.gpu.stop()
+        for host in self.hosts:
+            host.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)

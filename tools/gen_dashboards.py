@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Generate the Grafana dashboards in deploy/grafana/ from code (grafana-foundation-sdk).
+
+    python tools/gen_dashboards.py            # write the files
+    python tools/gen_dashboards.py --check    # exit 1 and name the files that are stale
+
+Three dashboards read the series of `tpu-monitor --prometheus` (and of the GPU group): the fleet
+(every host and chip: duty cycle / utilization, HBM, power, the host furthest from the median), the
+jobs (step time, steps/s, compiles and recompiles, live memory) and one host. Every query filters on
+the `instance` variable; the test suite runs each one against a real Prometheus scraping real
+exporters and requires data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import bargauge, dashboard, prometheus, stat, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import BigValueGraphMode
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "deploy" / "grafana"
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+HOSTS = '{instance=~"$instance"}'  # every query's host filter
+Panel = Callable[[], object]
+
+
+def _query(expr: str, legend: str = "__auto") -> prometheus.Dataquery:
+    return prometheus.Dataquery().expr(expr).legend_format(legend).datasource(DATASOURCE)
+
+
+def _series(title: str, unit: str, *queries: prometheus.Dataquery, width: int = 12, height: int = 8,
+            description: str = "") -> timeseries.Panel:
+    panel = timeseries.Panel().title(title).unit(unit).datasource(DATASOURCE).span(width).height(height)
+    if description:
+        panel = panel.description(description)
+    for index, query in enumerate(queries):
+        panel = panel.with_target(query.ref_id("ABCDEFGH"[index]))
+    return panel
+
+
+def _stat(title: str, unit: str, query: prometheus.Dataquery, width: int = 6) -> stat.Panel:
+    return (stat.Panel().title(title).unit(unit).datasource(DATASOURCE).span(width).height(4)
+            .graph_mode(BigValueGraphMode.NONE).with_target(query.ref_id("A")))
+
+
+def _base(uid: str, title: str, multi_host: bool) -> dashboard.Dashboard:
+    hosts = (dashboard.QueryVariable("instance").label("Host").datasource(DATASOURCE)
+             .query("label_values(tpu_tools_host_cpu_percent, instance)").refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+             .multi(multi_host).include_all(multi_host))
+    if multi_host:
+        hosts = hosts.all_value(".*")
+    return (dashboard.Dashboard(title).uid(uid).tags(["tpu-tools"]).refresh("30s").time("now-1h", "now")
+            .timezone("browser").editable()
+            .with_variable(dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+            .with_variable(hosts))
+
+
+def fleet() -> dashboard.Dashboard:
+    util = f"tpu_tools_device_utilization_percent{HOSTS}"
+    per_host = f"avg by (instance) ({util})"
+    return (_base("tpu-tools-fleet", "tpu-tools / Fleet", True)
+            .with_row(dashboard.Row("Fleet"))
+            .with_panel(_stat("Exporters up", "none", _query('count(up{job=~".*tpu-tools.*"} == 1)')))
+            .with_panel(_stat("Accelerators", "none",
+                              _query('count(tpu_tools_device_memory_total_bytes{instance=~"$instance",'
+                                     'platform!="cpu"})')))
+            .with_panel(_stat("Mean duty cycle / utilization", "percent", _query(f"avg({util})")))
+            .with_panel(_stat("Device memory in use", "percentunit",
+                              _query(f"sum(tpu_tools_device_memory_used_bytes{HOSTS}) / "
+                                     f"sum(tpu_tools_device_memory_total_bytes{HOSTS})")))
+            .with_row(dashboard.Row("Chips"))
+            .with_panel(_series("Duty cycle / utilization per chip", "percent",
+                                _query(util, "{{instance}} {{device}}"),
+                                _query(f"100 * tpu_tools_gpu_utilization_ratio{HOSTS}", "{{instance}} gpu {{gpu}}"),
+                                description="TPU TensorCore duty cycle (libtpu) or the device's utilization."))
+            .with_panel(_series("Device memory used / total", "percentunit",
+                                _query(f"tpu_tools_device_memory_used_bytes{HOSTS} / "
+                                       f"tpu_tools_device_memory_total_bytes{HOSTS}",
+                                       "{{instance}} {{device}}"),
+                                _query(f"tpu_tools_gpu_memory_used_bytes{HOSTS} / "
+                                       f"tpu_tools_gpu_memory_total_bytes{HOSTS}",
+                                       "{{instance}} gpu {{gpu}}")))
+            .with_panel(_series("Power", "watt",
+                                _query(f"tpu_tools_gpu_power_watts{HOSTS}", "{{instance}} gpu {{gpu}}")))
+            .with_panel(bargauge.Panel().title("Distance from the slice's median duty cycle (the slow worker)")
+                        .description("Each host's mean duty cycle minus the median over hosts: the host furthest "
+                                     "below zero is the slice's slow worker.")
+                        .unit("percent").datasource(DATASOURCE).span(12).height(8)
+                        .with_target(_query(f"{per_host} - scalar(quantile(0.5, {per_host}))", "{{instance}}")
+                                     .ref_id("A"))))
+
+
+def jobs() -> dashboard.Dashboard:
+    return (_base("tpu-tools-jobs", "tpu-tools / Jobs", True)
+            .with_panel(_series("Step time (p50)", "s",
+                                _query('tpu_tools_process_step_time_seconds{instance=~"$instance",stat="p50"}',
+                                       "{{instance}} {{tag}} {{pid}}")))
+            .with_panel(_series("Steps per second", "none",
+                                _query(f"tpu_tools_process_steps_per_second{HOSTS}", "{{instance}} {{tag}} {{pid}}")))
+            .with_panel(_series("Compiles and recompiles per minute", "none",
+                                _query(f"60 * rate(tpu_tools_process_compiles_total{HOSTS}[$__rate_interval])",
+                                       "compiles {{instance}} {{tag}}"),
+                                _query(f"60 * rate(tpu_tools_process_recompiles_total{HOSTS}[$__rate_interval])",
+                                       "recompiles {{instance}} {{tag}}")))
+            .with_panel(_series("Live arrays on the devices", "bytes",
+                                _query(f"tpu_tools_process_live_array_bytes{HOSTS}", "{{instance}} {{tag}} {{pid}}")))
+            .with_panel(_series("Compile time per minute, by phase", "s",
+                                _query(f"60 * sum by (instance, tag, phase) "
+                                       f"(rate(tpu_tools_process_compile_seconds_total{HOSTS}[$__rate_interval]))",
+                                       "{{instance}} {{tag}} {{phase}}")))
+            .with_panel(_series("Agents answering", "none",
+                                _query(f"tpu_tools_agent_up{HOSTS}", "{{instance}} {{tag}} {{pid}}"))))
+
+
+def host() -> dashboard.Dashboard:
+    return (_base("tpu-tools-host", "tpu-tools / Host", False)
+            .with_panel(_series("CPU", "percent", _query(f"tpu_tools_host_cpu_percent{HOSTS}", "{{instance}}")))
+            .with_panel(_series("Memory", "bytes",
+                                _query(f"tpu_tools_host_memory_used_bytes{HOSTS}", "used"),
+                                _query(f"tpu_tools_host_memory_total_bytes{HOSTS}", "total")))
+            .with_panel(_series("Load average", "none",
+                                _query(f"tpu_tools_host_load_average{HOSTS}", "{{window}}")))
+            .with_panel(_series("Device memory per chip", "bytes",
+                                _query(f"tpu_tools_device_memory_used_bytes{HOSTS}", "{{device}}")))
+            .with_panel(_series("Process resident memory", "bytes",
+                                _query(f"tpu_tools_process_rss_bytes{HOSTS}", "{{tag}} {{pid}}")))
+            .with_panel(_series("libtpu metrics services answering", "none",
+                                _query(f"tpu_tools_libtpu_up{HOSTS}", "{{address}}")))
+            .with_panel(_series("GPU temperature", "celsius",
+                                _query(f"tpu_tools_gpu_temperature_celsius{HOSTS}", "gpu {{gpu}}"))))
+
+
+DASHBOARDS = {"tpu-tools-fleet.json": fleet, "tpu-tools-jobs.json": jobs, "tpu-tools-host.json": host}
+
+
+def render(build: Callable[[], dashboard.Dashboard]) -> str:
+    return json.dumps(build().build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+
+
+def stale_files() -> list[Path]:
+    return [OUT / name for name, build in DASHBOARDS.items()
+            if not (OUT / name).exists() or (OUT / name).read_text() != render(build)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a checked-in dashboard is stale")
+    args = parser.parse_args()
+    if args.check:
+        stale = stale_files()
+        for path in stale:
+            print(f"stale: {path.relative_to(REPO)}")
+        return 1 if stale else 0
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, build in DASHBOARDS.items():
+        (OUT / name).write_text(render(build))
+    print(f"wrote {len(DASHBOARDS)} dashboards to {OUT.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Scraped series back into the records of a monitor report, one host per Prometheus `instance`.
+
+The report has the shape of `tpu-tools/monitor/v1` (see `tpu_tools.metrics.report`) so tpu-top and
+tpu-monitor show it as they show the local host; device keys are prefixed with the host ("node-3/tpu:0")
+and every device and agent carries a `host` field. A `fleet` group adds one summary per host.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tpu_tools.metrics.fleet.client import Sample
+from tpu_tools.metrics.fleet.outliers import furthest, median_of
+
+PREFIX = "tpu_tools_"
+HOST_LABEL = "instance"  # Kubernetes deployments relabel it to the node name (deploy/kubernetes)
+
+_DEVICE_FIGURES = {"memory_used_bytes", "memory_total_bytes", "live_array_bytes", "utilization_percent"}
+_PROCESS_GAUGES = {"cpu_percent": "cpu_percent", "rss_bytes": "rss_bytes", "threads": "threads",
+                   "device_memory_used_bytes": "device_memory_used_bytes", "live_array_bytes": "live_array_bytes",
+                   "live_arrays": "live_array_count"}
+_COMPILE_COUNTERS = {"compiles_total": "compile_count", "recompiles_total": "recompile_count",
+                     "persistent_cache_hits_total": "cache_hits", "persistent_cache_misses_total": "cache_misses"}
+_HOST_GAUGES = {"host_cpu_percent": "cpu_percent", "host_memory_total_bytes": "memory_total_bytes",
+                "host_memory_used_bytes": "memory_used_bytes", "host_memory_available_bytes": "memory_available_bytes",
+                "host_swap_used_bytes": "swap_used_bytes"}
+
+
+@dataclass
+class HostSummary:
+    host: str
+    up: bool
+    chips: int = 0
+    utilization_percent: float | None = None  # mean over the host's devices that report it
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    jobs: int = 0
+    steps_per_second: float | None = None  # all the host's jobs together
+    step_time_s: float | None = None  # median of its jobs' p50 step times
+    recompiles: int | None = None
+    outlier: str | None = None  # why this host is the slice's outlier
+
+
+@dataclass
+class _Host:
+    name: str
+    host: dict[str, Any] = field(default_factory=dict)
+    devices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    libtpu: dict[str, bool] = field(default_factory=dict)
+
+
+def _number(value: float) -> int | float:
+    return int(value) if value.is_integer() else value
+
+
+def _device(host: _Host, labels: dict[str, str]) -> dict[str, Any]:
+    key = labels.get("device", "?")
+    if key not in host.devices:
+        host.devices[key] = {
+            "key": f"{host.name}/{key}", "host": host.name, "platform": labels.get("platform"),
+            "id": _device_id(key), "name": labels.get("name"), "memory_used_bytes": None,
+            "memory_total_bytes": None, "live_array_bytes": None, "utilization_percent": None,
+            "holders": [], "holder_processes": None, "processes": [], "sources": ["prometheus"], "extra": {},
+        }
+    return host.devices[key]
+
+
+def _device_id(key: str) -> int | None:
+    tail = key.split(":", 1)[-1].split("@", 1)[0]
+    return int(tail) if tail.isdigit() else None
+
+
+def _agent(host: _Host, labels: dict[str, str]) -> dict[str, Any]:
+    pid = labels.get("pid", "0")
+    if pid not in host.agents:
+        host.agents[pid] = {
+            "pid": int(pid) if pid.isdigit() else 0, "tag": labels.get("tag") or None, "host": host.name,
+            "user": None, "command": None, "error": None, "compiles": {}, "steps": {}, "devices": [],
+        }
+    return host.agents[pid]
+
+
+def known(sample: Sample) -> bool:
+    """A series of the exporter's host, device, process or libtpu groups (others, e.g. GPU series, are left)."""
+    name = sample.name[len(PREFIX):]
+    return sample.name.startswith(PREFIX) and (name.startswith(("host_", "device_", "process_", "libtpu_"))
+                                               or name == "agent_up")
+
+
+def _take(hosts: dict[str, _Host], sample: Sample) -> None:
+    name = sample.name[len(PREFIX):]
+    host = hosts.setdefault(sample.labels.get(HOST_LABEL, "?"), _Host(sample.labels.get(HOST_LABEL, "?")))
+    labels, value = sample.labels, sample.value
+    if name in _HOST_GAUGES:
+        host.host[_HOST_GAUGES[name]] = _number(value)
+    elif name == "host_load_average":
+        host.host[f"load_average_{labels.get('window')}"] = value
+    elif name == "device_holder_processes":
+        _device(host, labels)["holder_processes"] = int(value)
+    elif name.startswith("device_"):
+        figure = name[len("device_"):]
+        target = _device(host, labels)
+        if figure in _DEVICE_FIGURES:
+            target[figure] = _number(value)
+        else:
+            target["extra"][figure] = _number(value)
+    elif name == "agent_up":
+        if value == 0:
+            _agent(host, labels)["error"] = "the agent did not answer the exporter"
+        else:
+            _agent(host, labels)
+    elif name.startswith("process_"):
+        _take_process(_agent(host, labels), name[len("process_"):], labels, value)
+    elif name == "libtpu_up":
+        host.libtpu[labels.get("address", "?")] = value == 1
+
+
+def _take_process(agent: dict[str, Any], figure: str, labels: dict[str, str], value: float) -> None:
+    if figure in _PROCESS_GAUGES:
+        agent[_PROCESS_GAUGES[figure]] = _number(value)
+    elif figure in _COMPILE_COUNTERS:
+        agent["compiles"][_COMPILE_COUNTERS[figure]] = int(value)
+    elif figure == "compile_seconds_total":
+        agent["compiles"][f"{labels.get('phase')}_time_s"] = value
+    elif figure == "steps_total":
+        agent["steps"]["count"] = int(value)
+    elif figure == "steps_per_second":
+        agent["steps"]["steps_per_second"] = value
+    elif figure == "step_time_seconds":
+        agent["steps"][f"{labels.get('stat')}_step_time_s"] = value
+    elif figure == "device_memory_used_bytes_per_device":
+        platform, _, device_id = labels.get("device", ":").partition(":")
+        agent["devices"].append({"id": int(device_id) if device_id.isdigit() else None, "platform": platform,
+                                 "memory_used_bytes": _number(value)})
+
+
+def _summary(host: _Host, up: bool) -> HostSummary:
+    devices = list(host.devices.values())
+    utilizations = [d["utilization_percent"] for d in devices if d["utilization_percent"] is not None]
+    used = [d["memory_used_bytes"] for d in devices if d["memory_used_bytes"] is not None]
+    total = [d["memory_total_bytes"] for d in devices if d["memory_total_bytes"] is not None]
+    agents = [a for a in host.agents.values() if not a["error"]]
+    rates = [a["steps"]["steps_per_second"] for a in agents if a["steps"].get("steps_per_second") is not None]
+    step_times = [a["steps"]["p50_step_time_s"] for a in agents if a["steps"].get("p50_step_time_s") is not None]
+    recompiles = [a["compiles"]["recompile_count"] for a in agents if "recompile_count" in a["compiles"]]
+    return HostSummary(
+        host=host.name, up=up, chips=sum(1 for d in devices if "@" not in d["key"]),
+        utilization_percent=statistics.fmean(utilizations) if utilizations else None,
+        memory_used_bytes=int(sum(used)) if used else None, memory_total_bytes=int(sum(total)) if total else None,
+        jobs=len(host.agents), steps_per_second=sum(rates) if rates else None,
+        step_time_s=statistics.median(step_times) if step_times else None,
+        recompiles=sum(recompiles) if recompiles else None)
+
+
+def _host_group(hosts: list[_Host]) -> dict[str, Any]:
+    """The fleet's host panel: CPU averaged over hosts, memory and swap summed."""
+    group: dict[str, Any] = {"hostname": f"{len(hosts)} hosts", "cpu_count": None, "swap_total_bytes": None}
+    cpu = [h.host["cpu_percent"] for h in hosts if "cpu_percent" in h.host]
+    group["cpu_percent"] = statistics.fmean(cpu) if cpu else None
+    for key in ("memory_total_bytes", "memory_used_bytes", "memory_available_bytes", "swap_used_bytes"):
+        values = [h.host[key] for h in hosts if key in h.host]
+        group[key] = int(sum(values)) if values else None
+    for window in ("1m", "5m", "15m"):
+        loads = [h.host[f"load_average_{window}"] for h in hosts if f"load_average_{window}" in h.host]
+        group[f"load_average_{window}"] = statistics.fmean(loads) if loads else None
+    return group
+
+
+def build_groups(series: list[Sample], up: list[Sample]) -> dict[str, dict[str, Any]]:
+    """The host, devices, processes, libtpu and fleet groups from `tpu_tools_*` series and `up` of their jobs."""
+    hosts: dict[str, _Host] = {}
+    series = [sample for sample in series if known(sample)]
+    for sample in series:
+        _take(hosts, sample)
+    jobs = {s.labels.get("job") for s in series}
+    target_up = {s.labels.get(HOST_LABEL, "?"): s.value == 1 for s in up if s.labels.get("job") in jobs}
+    for name in target_up:
+        hosts.setdefault(name, _Host(name))
+    ordered = [hosts[name] for name in sorted(hosts)]
+    for host in ordered:  # the agents holding each device, for the PROCESSES column
+        for agent in host.agents.values():
+            for device in agent["devices"]:
+                key = f"{device['platform']}:{device['id']}"
+                if key in host.devices:
+                    host.devices[key]["processes"].append({"pid": agent["pid"], "tag": agent["tag"]})
+    summaries = [_summary(h, target_up.get(h.name, True)) for h in ordered]
+    utilization = {s.host: s.utilization_percent for s in summaries if s.utilization_percent is not None}
+    step_time = {s.host: s.step_time_s for s in summaries if s.step_time_s is not None}
+    outliers = [o for o in (furthest(utilization, "utilization_percent"), furthest(step_time, "step_time_s")) if o]
+    by_host = {s.host: s for s in summaries}
+    for outlier in outliers:
+        found = by_host[outlier.host]
+        found.outlier = outlier.sentence if found.outlier is None else f"{found.outlier}; {outlier.sentence}"
+    return {
+        "host": _host_group(ordered),
+        "devices": {"devices": [d for h in ordered for d in h.devices.values()], "chips": [], "notes": []},
+        "processes": {"agents": [a for h in ordered for a in h.agents.values()], "holders": [],
+                      "ignored_sockets": []},
+        "libtpu": {"error": None, "notes": [],
+                   "services": [{"address": f"{h.name}/{address}", "error": None if ok else "not answering"}
+                                for h in ordered for address, ok in sorted(h.libtpu.items())]},
+        "fleet": {"hosts": [asdict(s) for s in summaries], "hosts_down": sorted(n for n, ok in target_up.items()
+                                                                               if not ok),
+                  "median_utilization_percent": median_of(utilization), "median_step_time_s": median_of(step_time),
+                  "outliers": [asdict(o) for o in outliers]},
+    }
