@@ -94,7 +94,8 @@ class Job:
         self.stop()
         raise AssertionError("job did not become ready in time")
 
-    def stop(self, sig: int = signal.SIGKILL) -> None:
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        # SIGTERM first: a job measured by coverage saves its data on SIGTERM, never on SIGKILL.
         if self.process.poll() is None:
             try:
                 self.process.send_signal(sig)

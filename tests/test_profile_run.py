@@ -362,19 +362,27 @@ def test_time_window_traces_only_the_window(tmp_path):
 
 
         x = jnp.ones(16)
-        while time.monotonic() - start < 1.0:
+        # Both compile here, well before the window: on a loaded machine (or under coverage) importing jax and
+        # compiling can take over a second, and a first call of `late` inside the window would compile there.
+        early(x).block_until_ready()
+        late(x).block_until_ready()
+        while time.monotonic() - start < 3.0:
             x = early(x).block_until_ready()
             time.sleep(0.002)
-        while time.monotonic() - start < 4.0:
+        while time.monotonic() - start < 8.0:
             x = late(x).block_until_ready()
             time.sleep(0.002)
     """)
-    result = profile(tmp_path, "--out", "out", "--quiet", "--delay", "1.6", "--duration", "1", "--", "phases.py")
+    # The window opens at the delay, or when the runtime is up if that is later (seconds on a loaded machine).
+    result = profile(tmp_path, "--out", "out", "--quiet", "--delay", "3.5", "--duration", "1", "--", "phases.py")
     assert result.returncode == 0, result.stderr
     document = summary_of(tmp_path / "out")
     window = document["window"]
     assert window["mode"] == "time" and window["opened"] and window["closed_by"] == "duration"
-    assert 1.5 <= window["opened_at_s"] <= 3.0
+    if window["opened_at_s"] > 6.5:  # the window must open while `late` runs, from 3 s to 8 s
+        pytest.skip(f"the runtime was up only {window['opened_at_s']:.1f} s after the start: too loaded a machine "
+                    "to place a time window")
+    assert window["opened_at_s"] >= 3.4
     assert 0.8e6 <= document["trace"]["duration_us"] <= 2.5e6
     modules = {op["module"] for op in document["top_ops"]}
     assert "jit_late" in modules and "jit_early" not in modules

@@ -23,4 +23,8 @@ python3 -m venv .venv
 # Lint and types first: they take seconds and fail CI like a test (configuration in pyproject.toml).
 .venv/bin/ruff check --quiet .
 .venv/bin/mypy
+if [ "$#" -eq 0 ]; then
+    # The whole suite, as CI runs it: with coverage of every process the tests start, and its floor.
+    exec .venv/bin/python -m pytest --cov --cov-report=term
+fi
 exec .venv/bin/python -m pytest "$@"

@@ -14,6 +14,7 @@ from typing import Any
 
 
 def backends_ready(jax_module: Any) -> bool:
+    """Whether jax has already started its PJRT backends (asking for devices before would start them)."""
     try:
         from jax._src import xla_bridge
 

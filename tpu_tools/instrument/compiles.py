@@ -86,6 +86,7 @@ class CacheMiss:
 
     @property
     def is_recompile(self) -> bool:
+        """A function traced again (not a first trace, not a persistent-cache miss)."""
         return not self.first_trace and self.kind != "persistent"
 
     def summary(self) -> str:
@@ -234,11 +235,13 @@ class CompileListener:
         return self._explaining
 
     def add_sink(self, sink: CompileSink) -> None:
+        """Hand every later record to `sink` too (once, however often it is added)."""
         with self._lock:
             if sink not in self._sinks:
                 self._sinks.append(sink)
 
     def remove_sink(self, sink: CompileSink) -> None:
+        """Stop handing records to `sink`; a sink not added is ignored."""
         with self._lock:
             if sink in self._sinks:
                 self._sinks.remove(sink)
@@ -262,6 +265,7 @@ class CompileListener:
                 self._explaining = True
 
     def publish_miss(self, miss: CacheMiss) -> None:
+        """Hand a parsed explanation to every sink (the explanation catcher calls this)."""
         for sink in self._current_sinks():
             sink.add_miss(miss)
 
@@ -320,6 +324,7 @@ class CompileRecorder:
         self._log.explain_enabled = True
 
     def detach(self) -> None:
+        """Stop recording (JAX keeps the listener; it only stops handing records to this recorder)."""
         _listener.remove_sink(self)
 
     def add_event(self, event: CompileEvent) -> None:

@@ -90,6 +90,7 @@ class StepTracker:
 
     @contextmanager
     def context(self) -> Iterator[None]:
+        """Time the block as one step and mark its end (the step time excludes the time between blocks)."""
         start = time.perf_counter()
         yield
         self.step(time.perf_counter() - start)
@@ -99,6 +100,7 @@ class StepTracker:
         return self._count
 
     def stats(self, now: float | None = None) -> StepStats:
+        """Count, rate over the last 10 s, last/p50/p99 step time and age of the last step (None if unknown)."""
         now = time.perf_counter() if now is None else now
         times = sorted(self._times)
         ends = list(self._ends)

@@ -102,6 +102,11 @@ def _addresses(value: Any, path: Path) -> list[str]:
 
 
 def load_config(path: Path, known_groups: list[str]) -> MonitorConfig:
+    """Read a tpu-monitor config file (TOML or JSON) into a `MonitorConfig`.
+
+    Raises UsageError, naming the file and the key, for an unreadable file, bad syntax, an unknown key or
+    group, or a value of the wrong kind.
+    """
     document = _load_document(path)
     _unknown(document, TOP_KEYS, "at the top level", path)
     config = MonitorConfig()

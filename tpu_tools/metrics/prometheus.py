@@ -48,6 +48,7 @@ def _add(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], val
 
 
 def host_metrics(data: dict[str, Any]) -> Iterator[Metric]:
+    """Prometheus families of the `host` group; an unknown figure is left out."""
     simple = [("host_cpu_percent", "cpu_percent", "Host CPU use, percent of all cores."),
               ("host_memory_total_bytes", "memory_total_bytes", "Host memory."),
               ("host_memory_used_bytes", "memory_used_bytes", "Host memory in use (total minus available)."),
@@ -64,6 +65,7 @@ def host_metrics(data: dict[str, Any]) -> Iterator[Metric]:
 
 
 def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
+    """Prometheus families of the `devices` group, labelled by device, platform and name."""
     labels = ["device", "platform", "name"]
     families = {key: _gauge(f"device_{key}", doc, labels) for key, doc in [
         ("memory_used_bytes", "Device memory in use (the platform's figure, or a source such as libtpu)."),
@@ -88,6 +90,7 @@ def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
 
 
 def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
+    """Prometheus families of the `processes` group (agents), labelled by pid and tag."""
     labels = ["pid", "tag"]
     up = _gauge("agent_up", "1 when the process's agent answered, 0 when asking it failed.", labels)
     gauges = {key: _gauge(f"process_{key}", doc, labels) for key, doc in [

@@ -24,6 +24,7 @@ SCHEMA = "tpu-tools/monitor/v1"
 
 
 def iso_time(unix_s: float) -> str:
+    """A Unix time as ISO 8601 UTC with milliseconds: "2026-11-22T19:49:51.796Z"."""
     return datetime.fromtimestamp(unix_s, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

@@ -28,6 +28,9 @@ class RunDirError(OSError):
 
 
 def runtime_dir() -> Path:
+    """Where agents put their sockets: $TPU_TOOLS_RUNTIME_DIR, else $XDG_RUNTIME_DIR/tpu-tools when it is
+    this user's directory, else <tmp>/tpu-tools-UID. Only computes the path; creates nothing.
+    """
     explicit = os.environ.get(ENV_RUNTIME_DIR)
     if explicit:
         return Path(explicit)
@@ -68,6 +71,7 @@ def ensure_private_dir(path: Path | None = None) -> Path:
 
 
 def socket_path(pid: int, directory: Path | None = None) -> Path:
+    """The socket path of the agent of process `pid`. Raises RunDirError when it is too long for a Unix socket."""
     path = (directory or runtime_dir()) / f"agent-{pid}.sock"
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise RunDirError(f"socket path {path} is longer than {MAX_SOCKET_PATH} bytes; "
@@ -123,6 +127,7 @@ def list_socket_entries(directory: Path | None = None) -> list[SocketEntry]:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists (a process of another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

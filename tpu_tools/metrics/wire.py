@@ -31,6 +31,7 @@ class MalformedRequest(ValueError):
 
 
 def encode_request(name: str) -> bytes:
+    """One request line of the agent protocol, JSON and a newline."""
     return json.dumps({"request": name, "version": PROTOCOL_VERSION}).encode() + b"\n"
 
 
@@ -48,6 +49,7 @@ def decode_request(line: bytes) -> str:
 
 
 def encode_response(document: dict[str, Any]) -> bytes:
+    """One answer line of the agent protocol: compact JSON (unknown types as strings) and a newline."""
     return json.dumps(document, separators=(",", ":"), default=str).encode() + b"\n"
 
 

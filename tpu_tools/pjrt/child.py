@@ -32,6 +32,11 @@ def die_with_parent() -> None:
 
 
 def main() -> None:
+    """Entry point of the isolated child: run the requested query and write its JSON answer.
+
+    The answer goes to the file descriptor in argv[1]: {"ok": true, "value": ...} or the error's
+    type, message and traceback. Never raises: every exception becomes an answer.
+    """
     result_fd = int(sys.argv[1])
     request = json.loads(sys.argv[2])
     die_with_parent()

@@ -68,6 +68,7 @@ def _memory_stats(device: Any) -> dict[str, int]:
 
 
 def device_record(device: Any, host: str, addressable: bool = True) -> DeviceRecord:
+    """A `DeviceRecord` of one jax device; memory figures only for addressable devices that report them."""
     stats = _memory_stats(device) if addressable else {}
     coords = getattr(device, "coords", None)
     return DeviceRecord(

@@ -35,6 +35,7 @@ _SHARED_NODES = {
 
 
 def sysroot() -> Path:
+    """The root passive discovery reads: $TPU_TOOLS_SYSROOT, else /."""
     return Path(os.environ.get("TPU_TOOLS_SYSROOT") or "/")
 
 
@@ -166,6 +167,11 @@ def _link_name(path: Path) -> str | None:
 # --- PCI -------------------------------------------------------------------------------------------
 
 def read_pci_functions(root: Path, notes: list[str]) -> list[PciFunction]:
+    """Accelerator PCI functions (Google, NVIDIA, AMD) under root's sysfs, by address.
+
+    Returns [] when there is no PCI tree; a function with unreadable ids is skipped with a line in `notes`.
+    Never raises for what it reads.
+    """
     base = root / "sys/bus/pci/devices"
     try:
         entries = sorted(os.listdir(base))
@@ -213,6 +219,10 @@ def _chip_key(address: str) -> str:
 
 
 def group_chips(functions: list[PciFunction]) -> list[tuple[ChipSpec, list[PciFunction]]]:
+    """PCI functions grouped into chips (the functions of one slot are one chip), each with its spec.
+
+    Functions of unknown ids are dropped.
+    """
     groups: dict[str, tuple[ChipSpec, list[PciFunction]]] = {}
     for function in functions:
         spec = _spec_for(function)
@@ -353,6 +363,11 @@ def scan_holders(root: Path, targets: set[str], notes: list[str]) -> dict[str, l
 # --- putting it together ---------------------------------------------------------------------------
 
 def discover(root: Path | None = None) -> Discovery:
+    """Passive discovery under `root` (default `sysroot()`): chips, their device nodes and the processes holding them.
+
+    Opens nothing and imports no runtime; what cannot be read is skipped, with a note in
+    `Discovery.notes` where it matters.
+    """
     root = root or sysroot()
     result = Discovery()
     ordinals: dict[str, int] = {}

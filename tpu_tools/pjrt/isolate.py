@@ -161,6 +161,12 @@ def start_isolated(target: str, params: dict[str, Any] | None, policy: RuntimePo
 
 def run_isolated(target: str, params: dict[str, Any] | None, policy: RuntimePolicy,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
+    """`module:function(**params)` run in an isolated child under `policy`; returns the function's JSON value.
+
+    Raises PlatformUnavailable when the platform's plugin is not installed or its backend cannot start,
+    RuntimeHang when the child does not answer within `timeout_s` (it is killed), RuntimeCrash when it
+    dies before answering, and RuntimeFailure for another exception raised in the child.
+    """
     return start_isolated(target, params, policy, timeout_s).result()
 
 

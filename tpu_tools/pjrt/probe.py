@@ -46,6 +46,10 @@ def _probe_input() -> Any:
 
 
 def probe_device(jax_module: Any, device: Any) -> ProbeResult:
+    """Compile, run and check a small program on `device`; returns its `ProbeResult`.
+
+    A failure of the runtime is recorded in the result (passed False, with the error), not raised.
+    """
     import numpy as np
 
     host_input = _probe_input()
@@ -75,4 +79,5 @@ def probe_device(jax_module: Any, device: Any) -> ProbeResult:
 
 
 def probe_local_devices(jax_module: Any) -> list[ProbeResult]:
+    """`probe_device` on every local device of the imported jax, in device order."""
     return [probe_device(jax_module, device) for device in jax_module.local_devices()]

@@ -11,6 +11,10 @@ LIST_DEVICES = "tpu_tools.pjrt.queries:list_devices"
 
 
 def list_devices(probe: bool = False) -> dict[str, Any]:
+    """The runtime's devices as a dict ({"runtime": RuntimeRecord as dict}, plus "probe" results when asked).
+
+    Runs inside the isolated child: it imports jax. Runtime errors propagate to the child's answer.
+    """
     import jax
 
     from tpu_tools.pjrt.devices import runtime_record

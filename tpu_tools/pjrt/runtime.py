@@ -150,6 +150,7 @@ def check_platform_installed(policy: RuntimePolicy) -> None:
 
 
 def platform_missing_message(platform: str) -> str:
+    """The one-line message for a platform whose PJRT plugin is missing, with how to install it."""
     if platform == "tpu":
         return ("the tpu platform is not available: libtpu is not installed or no TPU was found "
                 f"({_INSTALL_HINTS['tpu']})")

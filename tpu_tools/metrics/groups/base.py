@@ -110,6 +110,7 @@ class GroupCollector(Protocol):
 
 
 def load_collector(name: str, options: CollectOptions) -> GroupCollector:
+    """A new collector of report group `name` (a key of GROUPS), imported on first use. KeyError for an unknown name."""
     from tpu_tools.metrics.groups import GROUPS
 
     module_name, _, class_name = GROUPS[name].partition(":")

@@ -91,6 +91,10 @@ def _runtime_of(snapshot: dict[str, Any]) -> RuntimeRecord | None:
 
 
 def build_devices(context: CollectContext) -> dict[str, Any]:
+    """The `devices` group: discovered chips joined with the agents' devices and the sources' figures.
+
+    Returns {"devices": [...], "chips": [...], "notes": [...]}; a source that fails is left out, not raised.
+    """
     discovery = context.discovery()
     entries: list[dict[str, Any]] = []
     by_chip: dict[tuple[int, int], dict[str, Any]] = {}  # (chip index, device on chip) -> entry

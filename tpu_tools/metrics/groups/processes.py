@@ -29,6 +29,7 @@ def device_memory_bytes(device: dict[str, Any]) -> int | None:
 
 
 def agent_entry(result: AgentResult) -> dict[str, Any]:
+    """One entry of the `processes` group from an agent's answer (its figures, or its error); never raises."""
     snapshot = result.snapshot or {}
     process = snapshot.get("process") or {}
     compiles = snapshot.get("compiles") or {}

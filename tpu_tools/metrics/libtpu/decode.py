@@ -327,6 +327,7 @@ def _core(key: int, state: pb.CoreState) -> CoreStatus:
 
 
 def runtime_status(address: str, response: pb.GetTpuRuntimeStatusResponse) -> RuntimeStatus:
+    """A `RuntimeStatus` of one service from its GetTpuRuntimeStatus response (cores sorted by their key)."""
     return RuntimeStatus(address=address,
                          host_name=response.host_name if response.HasField("host_name") else None,
                          cores=[_core(key, response.core_states[key]) for key in sorted(response.core_states)])

@@ -37,6 +37,7 @@ class Buckets:
 
 
 def exponential(num_finite_buckets: int, growth_factor: float, scale: float) -> Buckets:
+    """Bucket bounds scale * growth_factor**i, i = 0..num_finite_buckets. Raises LayoutError for an invalid layout."""
     if num_finite_buckets < 0 or not growth_factor > 1 or not scale > 0 or not math.isfinite(growth_factor * scale):
         raise LayoutError(f"exponential buckets need num_finite_buckets >= 0, growth_factor > 1 and scale > 0 "
                           f"(got {num_finite_buckets}, {growth_factor:g}, {scale:g})")
@@ -44,6 +45,7 @@ def exponential(num_finite_buckets: int, growth_factor: float, scale: float) -> 
 
 
 def linear(num_finite_buckets: int, width: float, offset: float) -> Buckets:
+    """Bucket bounds offset + width * i, i = 0..num_finite_buckets. Raises LayoutError for an invalid layout."""
     if num_finite_buckets < 0 or not width > 0 or not math.isfinite(width + offset):
         raise LayoutError(f"linear buckets need num_finite_buckets >= 0 and width > 0 "
                           f"(got {num_finite_buckets}, {width:g})")
@@ -51,6 +53,7 @@ def linear(num_finite_buckets: int, width: float, offset: float) -> Buckets:
 
 
 def explicit(bounds: Sequence[float]) -> Buckets:
+    """Bucket bounds as given. Raises LayoutError unless they are finite and strictly increasing."""
     values = tuple(float(b) for b in bounds)
     if not values or not all(math.isfinite(b) for b in values) or any(b >= a for a, b in
                                                                       zip(values[1:], values)):

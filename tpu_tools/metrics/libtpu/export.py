@@ -56,6 +56,7 @@ def _distribution(name: str, documentation: str, labels: dict[str, str],
 
 
 def gauge_samples(snapshots: Sequence[LibtpuSnapshot]) -> list[GaugeSample]:
+    """Prometheus gauge samples of libtpu snapshots: `up` per address, then each served figure per device."""
     samples = []
     for snapshot in snapshots:
         address = {"address": snapshot.address}

@@ -1,0 +1,53 @@
+"""The deterministic examples in the docs, run again: their figures must be what the programs say today."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from conftest import REPO, clean_env, run_tool
+
+
+def example(doc: str, command: str) -> tuple[list[str], str | None]:
+    """(output lines, the ```python block just before it) of the example `$ command` in docs/<doc>."""
+    text = (REPO / doc).read_text()
+    blocks = re.findall(r"```(\w*)\n(.*?)```", text, re.S)
+    for index, (_, body) in enumerate(blocks):
+        lines = body.rstrip("\n").split("\n")
+        if lines[0] == f"$ {command}":
+            python = next((b for lang, b in reversed(blocks[:index]) if lang == "python"), None)
+            return lines[1:], python
+    raise AssertionError(f"{doc} has no example `$ {command}`")
+
+
+HLO = ("tpu-profile hlo model:mlp --arg bf16[256,1024] --arg bf16[1024,4096] --arg bf16[4096,1024] "
+       "--chip v5e --out hlo-mlp")
+
+
+def test_the_hlo_example_in_the_profile_docs(tmp_path):
+    shown, model = example("docs/profile.md", HLO)
+    assert model is not None
+    (tmp_path / "model.py").write_text(model)
+    program, *args = shlex.split(HLO)
+    result = run_tool(program, *args, cwd=tmp_path, env=clean_env(JAX_PLATFORMS="cpu"))
+    assert result.returncode == 0, result.stderr
+    timing = re.compile(r"^  lowering .*, XLA compile ")  # the only figures that vary from run to run
+    assert [line for line in result.stdout.rstrip("\n").split("\n") if not timing.match(line)] == \
+        [line for line in shown if not timing.match(line)]
+
+
+def test_the_collector_counts_in_the_dump_docs(tmp_path):
+    shown, _ = example("docs/dump.md", "tpu-dump --host-devices 4")
+    env = clean_env(TPU_TOOLS_RUNTIME_DIR=str(tmp_path / "run"), JAX_COMPILATION_CACHE_DIR=None)
+    result = run_tool("tpu-dump", "--host-devices", "4", "-o", str(tmp_path / "b.tar.gz"), env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    if Path("/tmp/tpu_logs").exists():
+        pytest.skip("this host has a libtpu log folder; the example was made on one without")
+    shown_line = next(line for line in shown if line.startswith("collectors: "))
+    actual_line = next(line for line in result.stdout.splitlines() if line.startswith("collectors: "))
+    listing = run_tool("tpu-dump", "show", str(tmp_path / "b.tar.gz"), env=env).stdout
+    if re.search(r"^system\.pci\s+ok", listing, re.M) or re.search(r"^accelerators\.libtpu\s+ok", listing, re.M):
+        pytest.skip("this host has accelerators or a libtpu service; the example was made on one without")
+    assert actual_line == shown_line
