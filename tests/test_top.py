@@ -100,7 +100,7 @@ def test_selection_follows_the_process_and_shows_its_recompile():
     handle_key(state, "j", rows_from_report(report))
     frame = frame_text(render(report, state, 120, 40))
     assert " 1001 small: steps 100" in frame
-    assert "last recompile: train_step (400.0 ms): different input types; at x, now f32[16]" in frame
+    assert "last recompile: train_step (400.00 ms): different input types; at x, now f32[16]" in frame
     del report["processes"]["agents"][1]  # the selected process exits: the selection moves to a neighbour
     frame = frame_text(render(report, state, 120, 40))
     assert "1001" not in frame and " 1002 mid: steps" in frame

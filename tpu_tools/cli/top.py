@@ -63,12 +63,19 @@ MAN_SECTIONS = {
               help="Initial sort column of the process panel.")
 @click.option("--tag-filter", type=Regex(), default=None, metavar="REGEX",
               help="Only agents whose tag matches this regular expression.")
+@click.option("--user", "users", multiple=True, metavar="USER",
+              help="Only processes of this user (repeat for several).")
+@click.option("--pid", "pids", type=click.IntRange(min=1), multiple=True, metavar="PID",
+              help="Only this process (repeat for several).")
+@click.option("--device", "devices", multiple=True, metavar="DEVICE",
+              help="Only this device (a key such as tpu:0, or a platform) and the processes using it; repeatable.")
 @click.option("--agent-timeout", type=Duration(), default="0.5s", show_default=True, metavar="SECONDS",
               help="How long to wait for each agent's answer.")
 @metrics_options
 @common_options
-def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[str] | None,
-                agent_timeout: float, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
+def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[str] | None, users: tuple[str, ...],
+                pids: tuple[int, ...], devices: tuple[str, ...], agent_timeout: float, metrics_addresses: list[str],
+                metrics_timeout_s: float) -> int:
     """Live view of accelerator devices, the jobs using them, and the host."""
     if interval < 0.1:
         raise UsageError(f"--interval must be at least 0.1 s, got {interval:g}")
@@ -77,9 +84,10 @@ def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[s
                          "or tpu-monitor for a stream of reports")
     from tpu_tools.metrics.groups.base import CollectOptions
     from tpu_tools.metrics.report import ReportBuilder
-    from tpu_tools.top.model import ViewState
+    from tpu_tools.top.model import Filters, ViewState
 
-    state = ViewState(sort_index=SORT_KEYS.index(sort), interval_s=interval)
+    state = ViewState(sort_index=SORT_KEYS.index(sort), interval_s=interval,
+                      filters=Filters(users=users, pids=pids, devices=devices), unicode=_unicode_output())
     builder = ReportBuilder(options=CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
                                                    metrics_addresses=metrics_addresses,
                                                    metrics_timeout_s=metrics_timeout_s))
@@ -91,12 +99,26 @@ def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[s
             sys.stdout.write(frame_text(render(builder.build(), state, width, None, interactive=False)) + "\n")
             sys.stdout.flush()
         else:
+            from tpu_tools.top.collector import Collector
+            from tpu_tools.top.history import History
             from tpu_tools.top.screen import run_screen
 
-            run_screen(builder.build, state)
+            collector = Collector(builder.build, interval).start()
+            try:
+                run_screen(collector, state, History(interval))
+            finally:
+                collector.close()
     finally:
         builder.close()
     return EXIT_OK
+
+
+def _unicode_output() -> bool:
+    """Block characters for graphs only where the terminal's encoding has them."""
+    import locale
+
+    encoding = (getattr(sys.stdout, "encoding", None) or locale.getpreferredencoding(False) or "").lower()
+    return encoding.replace("-", "") in ("utf8", "utf16", "utf32")
 
 
 def main() -> None:
