@@ -167,6 +167,10 @@ class Column:
 
 def layout(columns: list[Column], width: int) -> list[tuple[Column, int]]:
     """The columns that fit `width` (one leading space, one between columns), in their order, with widths."""
+    # A column is never narrower than its title: a header word is never cut.
+    columns = [c if c.width >= len(c.title) else
+               Column(c.key, c.title, len(c.title), c.right, c.priority, max(c.flex_max, len(c.title)))
+               for c in columns]
     kept: list[Column] = []
     used = 1
     for column in sorted(columns, key=lambda c: c.priority):

@@ -86,7 +86,7 @@ class History:
             subject = table[key] = Subject({name: Ring(self.capacity) for name in names})
             # A new subject starts with gaps up to now, so that every series of a table lines up in time.
             for ring in subject.series.values():
-                for _ in range(min(self.samples, self.capacity)):
+                for _ in range(min(self.samples - 1, self.capacity)):  # the samples before this one
                     ring.append(None)
         subject.last_seen = self.samples
         return subject

@@ -202,7 +202,9 @@ def _steps_section(row: ProcessRow, history: History | None, state: ViewState, w
     rates = history.job(row.key, "steps_per_second") if history else []
     lines.append(_graph_line("STEP/S", rates, format_number(row.steps_per_second), width, None, state.unicode))
     bins = HISTOGRAM_BINS if room is None else max(0, min(HISTOGRAM_BINS, room - len(lines) - 1))
-    if bins >= 2 and len(sampled) >= 2:
+    if sampled and max(sampled) == min(sampled):
+        lines.append(Line().add(f" step time steady at {_seconds(sampled[0])} over {len(sampled)} samples", DIM))
+    elif bins >= 2 and len(sampled) >= 2:
         lines.append(Line().add(f" step time histogram, {len(sampled)} samples (one a refresh)", DIM))
         buckets = histogram(sampled, bins)
         most = max(count for _, _, count in buckets) or 1
