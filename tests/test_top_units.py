@@ -53,7 +53,7 @@ def test_history_grows_then_stays_bounded_and_forgets_gone_jobs():
     assert history.device("tpu:1", "utilization_percent") == [float(n) for n in range(30, 50)]
     assert len(history.job("1000", "steps_per_second")) == 20
     assert "1002" not in history.jobs  # gone for longer than the window
-    assert history.nbytes() == (2 * 2 + 2 * 4) * 20 * 8  # devices x series + jobs x series, 8 bytes a sample
+    assert history.nbytes() == (2 * 3 + 2 * 4) * 20 * 8  # devices x series + jobs x series, 8 bytes a sample
 
 
 def test_history_capacity_is_capped_whatever_the_interval():
@@ -218,7 +218,7 @@ def test_enter_opens_the_job_screen_and_escape_goes_back():
         assert "Esc back" in lines[-1].text
     frame = frame_text(render(report, state, 200, 60, history=history))
     assert "at x, now f32[16] and before f32[8]" in frame  # the function's reason in the table
-    assert "step time histogram" not in frame and "steady at 100.00 ms over 5 samples" in frame
+    assert "Step time histogram" not in frame and "steady at 100.00 ms over 5 samples" in frame
     handle_key(state, "escape", rows)
     assert state.job_key is None and "Processes" in frame_text(render(report, state, 120, 40))
     del report["processes"]["agents"][1]

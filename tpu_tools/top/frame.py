@@ -15,7 +15,7 @@ from typing import Any
 
 from tpu_tools.metrics.libtpu.names import FIELD_METRICS
 from tpu_tools.metrics.libtpu.records import NOT_SERVED
-from tpu_tools.top.history import History, device_key
+from tpu_tools.top.history import History, device_graph_series, device_key
 from tpu_tools.top.model import SORT_COLUMNS, ProcessRow, ViewState, device_memory_fraction
 from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_duration_us, format_number
 
@@ -403,8 +403,8 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
             else _percent(utilization)
         condition = device_condition(device)
         temperature, power = temperature_c(device), power_w(device)
-        series = "utilization_percent" if utilization is not None else "memory_percent"
-        graph = sparkline(history.device(device_key(device), series, history_width), history_width, 100.0,
+        series, top = device_graph_series(device)
+        graph = sparkline(history.device(device_key(device), series, history_width), history_width, top,
                           state.unicode) if history is not None and history_width else ""
         cells: dict[str, list[Segment] | tuple[str, str]] = {
             "host": (str(device.get("host") or MISSING), NORMAL),
@@ -551,16 +551,18 @@ def history_lines(report: dict[str, Any], state: ViewState, history: History, wi
     for device in devices[: max(0, budget)]:
         key = device_key(device)
         utilization = history.device(key, "utilization_percent", graph)
-        memory = history.device(key, "memory_percent", graph)
+        memory_series, memory_top = ("memory_percent", 100.0) if device_memory_fraction(device) is not None \
+            else ("memory_used_bytes", None)
+        memory = history.device(key, memory_series, graph)
         last_util = next((v for v in reversed(utilization) if v is not None), None)
         last_memory = next((v for v in reversed(memory) if v is not None), None)
         line = Line().add(" " + _fit(str(device.get("key")), key_width) + " ")
         line.add(" UTIL ", DIM).add(_fit(sparkline(utilization, graph, 100.0, state.unicode), graph),
                                     level_style(None if last_util is None else last_util / 100))
         line.add(_fit(_percent(last_util), 6, True) + " ")
-        line.add(" MEM ", DIM).add(_fit(sparkline(memory, graph, 100.0, state.unicode), graph),
-                                   level_style(None if last_memory is None else last_memory / 100))
-        line.add(_fit(_percent(last_memory), 6, True))
+        memory_style = level_style(last_memory / 100) if memory_top and last_memory is not None else BAR_LOW
+        line.add(" MEM ", DIM).add(_fit(sparkline(memory, graph, memory_top, state.unicode), graph), memory_style)
+        line.add(_fit(_percent(last_memory) if memory_top else format_bytes_short(last_memory), 6, True))
         lines.append(line)
     if selected is not None and selected.has_agent:
         label = f" STEP/S of {selected.pid} {selected.tag or ''}".rstrip() + " "

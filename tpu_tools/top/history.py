@@ -20,7 +20,7 @@ WINDOW_S = 600.0  # the last ten minutes
 MAX_SAMPLES = 3600  # per series, whatever the refresh interval
 MAX_SUBJECTS = 512  # devices plus jobs remembered at once
 
-DEVICE_SERIES = ("utilization_percent", "memory_percent")
+DEVICE_SERIES = ("utilization_percent", "memory_percent", "memory_used_bytes")
 JOB_SERIES = ("steps_per_second", "step_time_s", "cpu_percent", "rss_bytes")
 
 
@@ -105,6 +105,8 @@ class History:
             fraction = device_memory_fraction(device)
             subject.series["utilization_percent"].append(device.get("utilization_percent"))
             subject.series["memory_percent"].append(None if fraction is None else 100.0 * fraction)
+            used = device.get("memory_used_bytes")
+            subject.series["memory_used_bytes"].append(used if used is not None else device.get("live_array_bytes"))
             seen.add(("d", key))
         for row in rows:
             key = row.key
@@ -152,3 +154,13 @@ class History:
 def device_key(device: dict[str, Any]) -> str:
     host = device.get("host")
     return f"{host}/{device.get('key')}" if host else str(device.get("key"))
+
+
+def device_graph_series(device: dict[str, Any]) -> tuple[str, float | None]:
+    """What a device's one-line graph shows, with its full scale: utilization, else memory as a share of the
+    total, else memory used scaled to its own maximum (a platform that reports no total, as the CPU)."""
+    if device.get("utilization_percent") is not None:
+        return "utilization_percent", 100.0
+    if device_memory_fraction(device) is not None:
+        return "memory_percent", 100.0
+    return "memory_used_bytes", None

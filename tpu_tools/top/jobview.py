@@ -117,9 +117,14 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
         return lines
     if row.error:
         return [*lines, Line().add(f" agent: {row.error}", ERROR)]
+    steps = _steps_section(row, history, state, width)
+    lines += steps[:2]  # the percentiles and the steps/s graph near the top: always in view
     lines += _device_section(detail, width)
     lines += _compile_section(detail, width)
-    lines += _steps_section(row, history, state, width, None if height is None else height - len(lines))
+    room = None if height is None else height - len(lines) - 1
+    if len(steps) > 2 and (room is None or room >= 4):
+        histogram_lines = steps[2:] if room is None else steps[2:2 + room - 1]
+        lines += [Line(), *histogram_lines]
     return lines
 
 
@@ -176,8 +181,8 @@ def _compile_section(detail: dict[str, Any], width: int) -> list[Line]:
                            "normal"),
             "time": (_seconds(time_s), "normal"),
             "hits": (f"{function.get('cache_hits', 0)}/{function.get('cache_misses', 0)}", "normal"),
-            "reason": (reason or ("-" if not function.get("recompile_count") else
-                                  "(start the job with --explain-recompiles)"), "normal" if reason else DIM)}))
+            "reason": (reason or ("-" if not function.get("recompile_count") else "(no reason recorded)"),
+                       "normal" if reason else DIM)}))
     if len(functions) > MAX_FUNCTIONS:
         lines.append(Line().add(f"  ... {len(functions) - MAX_FUNCTIONS} more functions (tpu-monitor --json)", DIM))
     recompiles = compiles.get("recent_recompiles") or []
@@ -190,23 +195,22 @@ def _compile_section(detail: dict[str, Any], width: int) -> list[Line]:
     return lines
 
 
-def _steps_section(row: ProcessRow, history: History | None, state: ViewState, width: int,
-                   room: int | None) -> list[Line]:
+def _steps_section(row: ProcessRow, history: History | None, state: ViewState, width: int) -> list[Line]:
+    """The steps line, the steps/s graph, then the histogram of sampled step times (as many bins as fit)."""
     steps = row.detail.get("steps") or {}
     sampled = [v for v in (history.job(row.key, "step_time_s") if history else []) if v is not None]
-    lines = [Line(), Line().add(" Steps", TITLE).add(
-        f"  {steps.get('count') if steps.get('count') is not None else MISSING} steps, "
+    lines = [Line().add(" STEPS ", TITLE).add(
+        f"{steps.get('count') if steps.get('count') is not None else MISSING}  "
         f"{format_number(steps.get('steps_per_second'))}/s  last {_seconds(steps.get('last_step_time_s'))}  "
         f"p50 {_seconds(steps.get('p50_step_time_s'))}  p90 {_seconds(percentile(sampled, 0.9))} (sampled)  "
         f"p99 {_seconds(steps.get('p99_step_time_s'))}")]
     rates = history.job(row.key, "steps_per_second") if history else []
     lines.append(_graph_line("STEP/S", rates, format_number(row.steps_per_second), width, None, state.unicode))
-    bins = HISTOGRAM_BINS if room is None else max(0, min(HISTOGRAM_BINS, room - len(lines) - 1))
     if sampled and max(sampled) == min(sampled):
         lines.append(Line().add(f" step time steady at {_seconds(sampled[0])} over {len(sampled)} samples", DIM))
-    elif bins >= 2 and len(sampled) >= 2:
-        lines.append(Line().add(f" step time histogram, {len(sampled)} samples (one a refresh)", DIM))
-        buckets = histogram(sampled, bins)
+    elif len(sampled) >= 2:
+        lines.append(Line().add(f" Step time histogram  {len(sampled)} samples, one a refresh", TITLE))
+        buckets = histogram(sampled, HISTOGRAM_BINS)
         most = max(count for _, _, count in buckets) or 1
         bar_room = max(4, width - 36)
         for low, high, count in buckets:
