@@ -137,8 +137,8 @@ def test_keys_answer_at_once_while_sources_are_slow(rundir, tmp_path):
     tmux = Tmux(120, 40, env)
     try:
         wait_for(lambda: ready.exists() and ready.read_text(), timeout=20)
-        tmux.keys(f"clear; echo MARKER-BEFORE; TPU_TOOLS_SYSROOT={root} tpu-top --interval 1 --agent-timeout 2 --metrics-timeout 3 "
-                  f"--metrics-addr {service.address}", "Enter")
+        tmux.keys(f"clear; echo MARKER-BEFORE; TPU_TOOLS_SYSROOT={root} tpu-top --interval 1 --agent-timeout 2 "
+                  f"--metrics-timeout 3 --metrics-addr {service.address}", "Enter")
         # The first frame comes before the slow sources answer; their figures follow, seconds later.
         tmux.wait_for(lambda s: " tpu:0 " in s and "sorted by DEV MEM" in s)
         tmux.wait_for(lambda s: "87.5" in s and "no complete answer" in s, timeout=60)
