@@ -30,8 +30,8 @@ _tpu_tools_complete() {
             valopts='--period --count --config --tag-filter --agent-timeout --prometheus --metrics-addr --metrics-timeout'; pathopts='--config'
             ;;
         'tpu-tools|top')
-            opts='--interval --once --sort --tag-filter --agent-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
-            valopts='--interval --sort --tag-filter --agent-timeout --metrics-addr --metrics-timeout'; pathopts=''
+            opts='--interval --once --sort --tag-filter --user --pid --device --agent-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--interval --sort --tag-filter --user --pid --device --agent-timeout --metrics-addr --metrics-timeout'; pathopts=''
             case "$prev" in
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
             esac
@@ -193,8 +193,8 @@ _tpu_tools_complete() {
             valopts='--period --count --config --tag-filter --agent-timeout --prometheus --metrics-addr --metrics-timeout'; pathopts='--config'
             ;;
         'tpu-top|')
-            opts='--interval --once --sort --tag-filter --agent-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
-            valopts='--interval --sort --tag-filter --agent-timeout --metrics-addr --metrics-timeout'; pathopts=''
+            opts='--interval --once --sort --tag-filter --user --pid --device --agent-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--interval --sort --tag-filter --user --pid --device --agent-timeout --metrics-addr --metrics-timeout'; pathopts=''
             case "$prev" in
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
             esac

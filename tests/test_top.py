@@ -414,3 +414,35 @@ def test_sigkill_on_another_users_process_is_refused(tmp_path):
         if other is not None:
             other.kill()
             other.wait()
+
+
+def test_once_in_a_pipe_with_filters(jobs):
+    big, small, path = jobs
+    result = run_tool("tpu-top", "--once", "--pid", str(small.pid), env=agent_env(path, COLUMNS="100"))
+    assert result.returncode == 0, result.stderr
+    assert [r[2] for r in _process_rows(result.stdout.splitlines(), big.pid, small.pid)] == ["smalljob"]
+    assert f"filter: pid {small.pid}" in result.stdout
+    result = run_tool("tpu-top", "--once", "--device", f"cpu:1@{big.pid}", env=agent_env(path, COLUMNS="100"))
+    lines = result.stdout.splitlines()
+    assert [r[2] for r in _process_rows(lines, big.pid, small.pid)] == ["bigjob"]
+    assert any(line.startswith(f" cpu:1@{big.pid}") for line in lines)
+    assert not any(line.startswith((f" cpu:0@{big.pid}", f" cpu:0@{small.pid}")) for line in lines)
+    result = run_tool("tpu-top", "--once", "--user", "nobody-at-all", env=agent_env(path, COLUMNS="100"))
+    assert "no process matches the filter" in result.stdout
+
+
+@pytest.mark.parametrize("no_color", [False, True])
+def test_colours_mean_something_and_no_color_turns_them_off(jobs, terminal_env, no_color):
+    tmux = Tmux(100, 30, terminal_env)
+    try:
+        tmux.keys(("NO_COLOR=1 " if no_color else "") + "tpu-top --interval 0.5", "Enter")
+        tmux.wait_for(lambda s: "bigjob" in s)
+        styled = tmux.run("capture-pane", "-t", "t", "-p", "-e")
+        colours = [code for code in ("38;5;34", "38;5;31", "\x1b[32m", "\x1b[36m") if code in styled]
+        if no_color:
+            assert not colours and "\x1b[7m" in styled  # reverse video still marks the headers
+        else:
+            assert colours  # green bars or cyan titles
+        tmux.keys("q")
+    finally:
+        tmux.kill()

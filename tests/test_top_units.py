@@ -297,3 +297,22 @@ def test_narrow_terminals_drop_whole_columns_and_never_break_a_header_word():
         assert "big" in process and "8.0G" in process  # PID, TAG and DEV MEM are kept
     at_80 = frame_text(render(report, ViewState(), 80, 24, history=History(1.0)))
     assert "USED / TOTAL UTIL%" in at_80 and "RECOMP STEP/S COMMAND" in at_80
+
+
+def test_device_states_temperature_power_and_a_host_column():
+    report = _report(agents=2, devices=3)
+    devices = report["devices"]["devices"]
+    devices[0].update(temperature_c=71.0, power_w=245.0, host="vm-a")
+    devices[1].update(lost=True, host="vm-a")
+    devices[2].update(throttled=True, host="vm-b")
+    report["processes"]["agents"][0]["host"] = "vm-a"
+    report["processes"]["agents"][1]["host"] = "vm-b"
+    frame = frame_text(render(report, ViewState(), 200, 50))
+    rows = {line.split()[1]: line for line in frame.splitlines() if line.startswith(" vm-")}
+    assert "71C" in rows["tpu:0"] and "245W" in rows["tpu:0"]
+    assert "LOST" in rows["tpu:1"] and "THROTTLED" in rows["tpu:2"]
+    assert " HOST " in frame and "2 hosts" in frame.splitlines()[0]
+    process_rows = [line.split() for line in frame.splitlines() if line.split()[1:2] in (["1000"], ["1001"])]
+    assert {(r[0], r[1]) for r in process_rows} == {("vm-a", "1000"), ("vm-b", "1001")}
+    one_host = frame_text(render(_report(), ViewState(), 200, 50))
+    assert " HOST " not in one_host and "TEMP" not in one_host and "POWER" not in one_host
