@@ -650,7 +650,7 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
             panel = min(spare, device_need + 1)
             process_budget -= panel + 1
         processes, selected = process_lines(report, state, width, max(1, process_budget), interactive)
-        if panel:
+        if panel and history is not None:
             graphs = history_lines(report, state, history, width, panel, selected)
     lines = [*top, *devices, Line(), *processes]
     if graphs:

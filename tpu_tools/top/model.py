@@ -156,7 +156,7 @@ class Pending:
 class ViewState:
     sort_index: int = SORT_KEYS.index(DEFAULT_SORT)
     reversed: bool = False
-    selected_pid: int | None = None  # the selected row's key (PID, with its host when there are several)
+    selected_key: str | None = None  # the selected row's key (PID, with its host when there are several)
     selected_index: int = 0
     paused: bool = False
     show_help: bool = False
@@ -192,14 +192,14 @@ class ViewState:
     def resolve_selection(self, rows: list[ProcessRow]) -> int | None:
         """Index of the selected row in `rows` (sorted); follows the process, else keeps the position."""
         if not rows:
-            self.selected_pid = None
+            self.selected_key = None
             return None
         for index, row in enumerate(rows):
-            if row.key == self.selected_pid:
+            if row.key == self.selected_key:
                 self.selected_index = index
                 return index
         self.selected_index = max(0, min(self.selected_index, len(rows) - 1))
-        self.selected_pid = rows[self.selected_index].key
+        self.selected_key = rows[self.selected_index].key
         return self.selected_index
 
     def move(self, rows: list[ProcessRow], delta: int) -> None:
@@ -207,7 +207,7 @@ class ViewState:
         if index is None:
             return
         self.selected_index = max(0, min(len(rows) - 1, index + delta))
-        self.selected_pid = rows[self.selected_index].key
+        self.selected_key = rows[self.selected_index].key
 
     def selected_row(self, rows: list[ProcessRow]) -> ProcessRow | None:
         index = self.resolve_selection(rows)
