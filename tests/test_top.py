@@ -125,7 +125,7 @@ def test_not_a_terminal_without_once_is_a_clear_error():
 
 
 @pytest.mark.parametrize("args", [["--interval", "0"], ["--interval", "0.01"], ["--sort", "nope"],
-                                  ["--tag-filter", "("]])
+                                  ["--tag-filter", "("], ["--pid", "x"], ["--pid", "0"]])
 def test_bad_options(args):
     result = run_tool("tpu-top", "--once", *args)
     assert_one_line_error(result, 2)

@@ -653,6 +653,8 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
         if panel and history is not None:
             graphs = history_lines(report, state, history, width, panel, selected)
     lines = [*top, *devices, Line(), *processes]
+    if not any(group in report for group in ("host", "devices", "processes")):
+        lines.append(Line().add(" gathering the first report...", DIM))
     if graphs:
         lines += [Line(), *graphs]
     if height is not None:  # the details and the footer sit at the bottom of the screen

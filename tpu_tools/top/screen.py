@@ -203,6 +203,7 @@ def _loop(window: Any, collector: Collector, state: ViewState, history: History 
     if snapshot is not None and history is not None:
         history.record(report, rows_from_report(report))
     shown_message: tuple[str, bool] | None = None
+    failed_sequence = 0
 
     def draw() -> None:
         height, width = window.getmaxyx()
@@ -216,11 +217,17 @@ def _loop(window: Any, collector: Collector, state: ViewState, history: History 
         if code == -1:
             latest = collector.latest()
             message = state.current_message()
-            if (not state.paused and latest is not None and latest.report is not report) or message != shown_message:
+            if (latest is not None and latest.error and latest.sequence != failed_sequence) \
+                    or (not state.paused and latest is not None and latest.report is not report) \
+                    or message != shown_message:
                 if not state.paused and latest is not None and latest.report is not report:
                     report = latest.report
                     if history is not None:
                         history.record(report, rows_from_report(report))
+                if latest is not None and latest.error and latest.sequence != failed_sequence:
+                    failed_sequence = latest.sequence  # say it once; the screen keeps the last figures
+                    state.say(f"gathering the report failed: {latest.error}", error=True)
+                    message = state.current_message()
                 shown_message = message
                 draw()
             continue
