@@ -316,3 +316,13 @@ def test_device_states_temperature_power_and_a_host_column():
     assert {(r[0], r[1]) for r in process_rows} == {("vm-a", "1000"), ("vm-b", "1001")}
     one_host = frame_text(render(_report(), ViewState(), 200, 50))
     assert " HOST " not in one_host and "TEMP" not in one_host and "POWER" not in one_host
+
+
+def test_job_screen_of_a_process_without_agent():
+    report = _report(agents=1, devices=2)
+    report["processes"]["holders"] = [{"pid": 77, "user": "bob", "command": "/usr/bin/holder --serve", "chips": [0, 1],
+                                       "cpu_percent": 5.0, "rss_bytes": 1 << 20}]
+    state = ViewState(job_key="77")
+    frame = frame_text(render(report, state, 100, 30, history=History(1.0)))
+    assert " 77" in frame and "no tpu-tools agent" in frame and "holds chips 0, 1" in frame
+    assert "/usr/bin/holder --serve" in frame and "user bob" in frame and "Compiles by function" not in frame

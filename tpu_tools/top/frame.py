@@ -557,11 +557,17 @@ def history_lines(report: dict[str, Any], state: ViewState, history: History, wi
         last_util = next((v for v in reversed(utilization) if v is not None), None)
         last_memory = next((v for v in reversed(memory) if v is not None), None)
         line = Line().add(" " + _fit(str(device.get("key")), key_width) + " ")
-        line.add(" UTIL ", DIM).add(_fit(sparkline(utilization, graph, 100.0, state.unicode), graph),
-                                    level_style(None if last_util is None else last_util / 100))
-        line.add(_fit(_percent(last_util), 6, True) + " ")
+        memory_graph = graph
+        if any(v is not None for v in utilization):
+            line.add(" UTIL ", DIM).add(_fit(sparkline(utilization, graph, 100.0, state.unicode), graph),
+                                        level_style(None if last_util is None else last_util / 100))
+            line.add(_fit(_percent(last_util), 6, True) + " ")
+        else:  # a platform that reports no utilization: memory takes the whole line
+            memory_graph = max(4, width - key_width - 2 - 12)
+            memory = history.device(key, memory_series, memory_graph)
         memory_style = level_style(last_memory / 100) if memory_top and last_memory is not None else BAR_LOW
-        line.add(" MEM ", DIM).add(_fit(sparkline(memory, graph, memory_top, state.unicode), graph), memory_style)
+        line.add(" MEM ", DIM).add(_fit(sparkline(memory, memory_graph, memory_top, state.unicode), memory_graph),
+                                   memory_style)
         line.add(_fit(_percent(last_memory) if memory_top else format_bytes_short(last_memory), 6, True))
         lines.append(line)
     if selected is not None and selected.has_agent:
