@@ -82,7 +82,7 @@ def _printable(text: str) -> str:
                    else "?" for c in text)
 
 
-def _fit(text: str, width: int, right: bool = False) -> str:
+def fit(text: str, width: int, right: bool = False) -> str:
     if len(text) > width:
         text = text[: max(0, width - 1)] + "~" if width > 1 else text[:width]
     return text.rjust(width) if right else text.ljust(width)
@@ -137,11 +137,11 @@ def sparkline(values: list[float | None], width: int, top: float | None = None, 
     return "".join(out)
 
 
-def _percent(value: float | None) -> str:
+def percent_text(value: float | None) -> str:
     return MISSING if value is None else f"{value:.1f}"
 
 
-def _seconds(value: float | None) -> str:
+def seconds_text(value: float | None) -> str:
     return format_duration_us(None if value is None else value * 1e6)
 
 
@@ -195,15 +195,15 @@ def layout(columns: list[Column], width: int) -> list[tuple[Column, int]]:
     return [(c, widths[c.key]) for c in ordered]
 
 
-def _header(columns: list[tuple[Column, int]], sorted_key: str | None = None) -> Line:
+def column_header(columns: list[tuple[Column, int]], sorted_key: str | None = None) -> Line:
     line = Line(fill=COLUMNS).add(" ", COLUMNS)
     for index, (column, size) in enumerate(columns):
         line.add(("" if index == 0 else " "), COLUMNS)
-        line.add(_fit(column.title, size, column.right), SORTED if column.key == sorted_key else COLUMNS)
+        line.add(fit(column.title, size, column.right), SORTED if column.key == sorted_key else COLUMNS)
     return line
 
 
-def _row(columns: list[tuple[Column, int]], cells: dict[str, list[Segment] | tuple[str, str]],
+def table_row(columns: list[tuple[Column, int]], cells: dict[str, list[Segment] | tuple[str, str]],
          fill: str | None = None) -> Line:
     line = Line(fill=fill).add(" ", fill or NORMAL)
     for index, (column, size) in enumerate(columns):
@@ -212,7 +212,7 @@ def _row(columns: list[tuple[Column, int]], cells: dict[str, list[Segment] | tup
         cell = cells.get(column.key, (MISSING, NORMAL))
         if isinstance(cell, tuple):
             text, style = cell
-            line.add(_fit(text, size, column.right), fill or style)
+            line.add(fit(text, size, column.right), fill or style)
         else:  # segments drawn to the column's width (bars, graphs)
             line.segments += _stretch(cell, size, fill)
     return line
@@ -261,7 +261,7 @@ def host_lines(report: dict[str, Any], width: int) -> list[Line]:
     if host.get("error"):
         return [Line().add(" host: ", TITLE).add(host["error"], ERROR)]
     cpu, used, total = host.get("cpu_percent"), host.get("memory_used_bytes"), host.get("memory_total_bytes")
-    cpu_text = f" {_percent(cpu)}%"
+    cpu_text = f" {percent_text(cpu)}%"
     memory_text = f" {format_bytes(used)} / {format_bytes(total)}"
     bar_width = max(6, (width - 6 - len(cpu_text) - 6 - len(memory_text) - 4) // 2)
     if width < 60:  # no room for bars: the figures alone
@@ -387,7 +387,7 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
             "no accelerator found, and no agent reports a device"
         return [*lines, Line().add(f"  {text}", DIM)]
     columns = layout(_device_columns(devices, len(_hosts(report)) > 1, history is not None), width)
-    lines.append(_header(columns))
+    lines.append(column_header(columns))
     history_width = next((size for column, size in columns if column.key == "history"), 0)
     shown = devices if max_rows is None or len(devices) <= max_rows else devices[: max(1, max_rows - 1)]
     for device in shown:
@@ -400,7 +400,7 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
         used_text = NOT_SERVED_CELL if used is None and from_libtpu and "hbm_used_bytes" in not_served \
             else format_bytes(used)
         util_text = NOT_SERVED_CELL if utilization is None and from_libtpu and "duty_cycle_percent" in not_served \
-            else _percent(utilization)
+            else percent_text(utilization)
         condition = device_condition(device)
         temperature, power = temperature_c(device), power_w(device)
         series, top = device_graph_series(device)
@@ -421,7 +421,7 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
                                 if utilization is not None else DIM)],
             "processes": (_holders_text(device), NORMAL),
         }
-        lines.append(_row(columns, cells))
+        lines.append(table_row(columns, cells))
     if len(shown) < len(devices):
         lines.append(_parts([(f"  ... {len(devices) - len(shown)} more devices", DIM),
                              ("(tpu-monitor lists them all)", DIM)], width, " "))
@@ -449,7 +449,7 @@ def _process_cells(row: ProcessRow) -> dict[str, list[Segment] | tuple[str, str]
         "pid": (str(row.pid), NORMAL),
         "user": (row.user or MISSING, NORMAL),
         "tag": (row.tag or MISSING, NORMAL),
-        "cpu": (_percent(row.cpu_percent), NORMAL),
+        "cpu": (percent_text(row.cpu_percent), NORMAL),
         "rss": (format_bytes_short(row.rss_bytes), NORMAL),
         "devmem": (format_bytes_short(row.device_memory_bytes) if agent else MISSING, NORMAL),
         "compiles": (str(row.compiles) if agent and row.compiles is not None else MISSING, NORMAL),
@@ -473,7 +473,7 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
     if group.get("error"):
         return [*lines, Line().add(f"  {group['error']}", ERROR)], None
     columns = layout(_process_columns(len(_hosts(report)) > 1), width)
-    lines.append(_header(columns, state.sort.key))
+    lines.append(column_header(columns, state.sort.key))
     rows = state.visible_rows(report)
     selected = state.resolve_selection(rows) if interactive else None
     if not rows:
@@ -491,7 +491,7 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
         rows_shown = rows[start:start + visible]
     for offset, row in enumerate(rows_shown):
         is_selected = selected is not None and start + offset == selected
-        lines.append(_row(columns, _process_cells(row), SELECTED if is_selected else None))
+        lines.append(table_row(columns, _process_cells(row), SELECTED if is_selected else None))
     hidden = len(rows) - len(rows_shown)
     if hidden:
         lines.append(Line().add(f"  ... {hidden} more processes (up/down to scroll)", DIM))
@@ -513,10 +513,10 @@ def detail_lines(row: ProcessRow | None, width: int = 120, history: History | No
     compiles = row.detail.get("compiles") or {}
     compile_time = sum(compiles.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s", "backend_compile_time_s"))
     first = _parts([(label + f"steps {steps.get('count') if steps.get('count') is not None else MISSING}", NORMAL),
-                    (f"last {_seconds(steps.get('last_step_time_s'))}", NORMAL),
-                    (f"p50 {_seconds(steps.get('p50_step_time_s'))}", NORMAL),
-                    (f"p99 {_seconds(steps.get('p99_step_time_s'))}", NORMAL),
-                    (f"compile time {_seconds(compile_time)}", NORMAL),
+                    (f"last {seconds_text(steps.get('last_step_time_s'))}", NORMAL),
+                    (f"p50 {seconds_text(steps.get('p50_step_time_s'))}", NORMAL),
+                    (f"p99 {seconds_text(steps.get('p99_step_time_s'))}", NORMAL),
+                    (f"compile time {seconds_text(compile_time)}", NORMAL),
                     (f"cache hits {compiles.get('cache_hits', MISSING)} misses {compiles.get('cache_misses', MISSING)}",
                      NORMAL)], width)
     room = width - len(first.text) - 12
@@ -528,7 +528,7 @@ def detail_lines(row: ProcessRow | None, width: int = 120, history: History | No
     second = Line().add(" last recompile: ", TITLE)
     if recompiles:
         last = recompiles[-1]
-        second.add(f"{last['function']} ({_seconds(last.get('backend_compile_time_s'))})"
+        second.add(f"{last['function']} ({seconds_text(last.get('backend_compile_time_s'))})"
                    + (f": {last['reason']}" if last.get("reason") else
                       "  (reason: start the job with --explain-recompiles)"))
     else:
@@ -556,19 +556,19 @@ def history_lines(report: dict[str, Any], state: ViewState, history: History, wi
         memory = history.device(key, memory_series, graph)
         last_util = next((v for v in reversed(utilization) if v is not None), None)
         last_memory = next((v for v in reversed(memory) if v is not None), None)
-        line = Line().add(" " + _fit(str(device.get("key")), key_width) + " ")
+        line = Line().add(" " + fit(str(device.get("key")), key_width) + " ")
         memory_graph = graph
         if any(v is not None for v in utilization):
-            line.add(" UTIL ", DIM).add(_fit(sparkline(utilization, graph, 100.0, state.unicode), graph),
+            line.add(" UTIL ", DIM).add(fit(sparkline(utilization, graph, 100.0, state.unicode), graph),
                                         level_style(None if last_util is None else last_util / 100))
-            line.add(_fit(_percent(last_util), 6, True) + " ")
+            line.add(fit(percent_text(last_util), 6, True) + " ")
         else:  # a platform that reports no utilization: memory takes the whole line
             memory_graph = max(4, width - key_width - 2 - 12)
             memory = history.device(key, memory_series, memory_graph)
         memory_style = level_style(last_memory / 100) if memory_top and last_memory is not None else BAR_LOW
-        line.add(" MEM ", DIM).add(_fit(sparkline(memory, memory_graph, memory_top, state.unicode), memory_graph),
+        line.add(" MEM ", DIM).add(fit(sparkline(memory, memory_graph, memory_top, state.unicode), memory_graph),
                                    memory_style)
-        line.add(_fit(_percent(last_memory) if memory_top else format_bytes_short(last_memory), 6, True))
+        line.add(fit(percent_text(last_memory) if memory_top else format_bytes_short(last_memory), 6, True))
         lines.append(line)
     if selected is not None and selected.has_agent:
         label = f" STEP/S of {selected.pid} {selected.tag or ''}".rstrip() + " "
@@ -607,7 +607,7 @@ def _overlay_help(lines: list[Line], width: int, height: int) -> None:
     top = max(0, (height - len(HELP_LINES) - 2) // 2)
     left = max(0, (width - box_width) // 2)
     body = ["+" + "-" * (box_width - 2) + "+"]
-    body += ["| " + _fit(text, box_width - 4) + " |" for text in HELP_LINES]
+    body += ["| " + fit(text, box_width - 4) + " |" for text in HELP_LINES]
     body.append(body[0])
     while len(lines) < top + len(body):
         lines.append(Line())

@@ -14,17 +14,18 @@ from tpu_tools.top.frame import (
     BAR_LOW,
     DIM,
     ERROR,
+    NORMAL,
     TITLE,
     WARN,
     Column,
     Line,
-    _fit,
-    _header,
-    _percent,
-    _row,
-    _seconds,
+    column_header,
+    fit,
     layout,
+    percent_text,
+    seconds_text,
     sparkline,
+    table_row,
 )
 from tpu_tools.top.history import History
 from tpu_tools.top.model import ProcessRow, ViewState, rows_from_report
@@ -109,7 +110,7 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
     cpu = history.job(row.key, "cpu_percent") if history else []
     rss = history.job(row.key, "rss_bytes") if history else []
     half = max(20, width // 2)
-    first = _graph_line("CPU", cpu, f"{_percent(row.cpu_percent)}%", half, 100.0, state.unicode)
+    first = _graph_line("CPU", cpu, f"{percent_text(row.cpu_percent)}%", half, 100.0, state.unicode)
     second = _graph_line("RSS", rss, format_bytes_short(row.rss_bytes), width - half, None, state.unicode)
     first.segments += second.segments
     lines.append(first)
@@ -141,16 +142,16 @@ def _device_section(detail: dict[str, Any], width: int) -> list[Line]:
                       Column("limit", "LIMIT", 10, right=True, priority=2),
                       Column("arrays", "ARRAYS", 10, right=True, priority=1),
                       Column("count", "#", 6, right=True, priority=5)], width)
-    lines.append(_header(columns))
+    lines.append(column_header(columns))
     for device in devices[:8]:
-        lines.append(_row(columns, {
-            "id": (str(device.get("id")), "normal"), "kind": (str(device.get("device_kind") or MISSING), "normal"),
-            "used": (format_bytes(device.get("memory_used_bytes")), "normal"),
-            "peak": (format_bytes(device.get("memory_peak_bytes")), "normal"),
-            "limit": (format_bytes(device.get("memory_limit_bytes")), "normal"),
-            "arrays": (format_bytes(device.get("live_array_bytes")), "normal"),
+        lines.append(table_row(columns, {
+            "id": (str(device.get("id")), NORMAL), "kind": (str(device.get("device_kind") or MISSING), NORMAL),
+            "used": (format_bytes(device.get("memory_used_bytes")), NORMAL),
+            "peak": (format_bytes(device.get("memory_peak_bytes")), NORMAL),
+            "limit": (format_bytes(device.get("memory_limit_bytes")), NORMAL),
+            "arrays": (format_bytes(device.get("live_array_bytes")), NORMAL),
             "count": (str(device.get("live_array_count") if device.get("live_array_count") is not None
-                          else MISSING), "normal")}))
+                          else MISSING), NORMAL)}))
     if len(devices) > 8:
         lines.append(Line().add(f"  ... {len(devices) - 8} more devices", DIM))
     return lines
@@ -162,7 +163,7 @@ def _compile_section(detail: dict[str, Any], width: int) -> list[Line]:
     total = sum(compiles.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s", "backend_compile_time_s"))
     lines = [Line(), Line().add(" Compiles by function", TITLE).add(
         f"  {compiles.get('compile_count', MISSING)} compiles, {compiles.get('recompile_count', MISSING)} "
-        f"recompiles, {_seconds(total)}", DIM)]
+        f"recompiles, {seconds_text(total)}", DIM)]
     if not functions:
         return [*lines, Line().add("  none yet", DIM)]
     columns = layout([Column("name", "FUNCTION", 12, priority=0, flex_max=32),
@@ -171,27 +172,28 @@ def _compile_section(detail: dict[str, Any], width: int) -> list[Line]:
                       Column("time", "TIME", 10, right=True, priority=2),
                       Column("hits", "CACHE HIT/MISS", 14, right=True, priority=4),
                       Column("reason", "LAST RECOMPILE REASON", 21, priority=3, flex_max=1000)], width)
-    lines.append(_header(columns))
+    lines.append(column_header(columns))
     for function in functions[:MAX_FUNCTIONS]:
         time_s = sum(function.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s", "backend_compile_time_s"))
         reason = function.get("last_recompile_reason")
-        lines.append(_row(columns, {
-            "name": (str(function.get("name")), "normal"), "count": (str(function.get("compile_count", 0)), "normal"),
+        lines.append(table_row(columns, {
+            "name": (str(function.get("name")), NORMAL), "count": (str(function.get("compile_count", 0)), NORMAL),
             "recompiles": (str(function.get("recompile_count", 0)), WARN if function.get("recompile_count") else
-                           "normal"),
-            "time": (_seconds(time_s), "normal"),
-            "hits": (f"{function.get('cache_hits', 0)}/{function.get('cache_misses', 0)}", "normal"),
+                           NORMAL),
+            "time": (seconds_text(time_s), NORMAL),
+            "hits": (f"{function.get('cache_hits', 0)}/{function.get('cache_misses', 0)}", NORMAL),
             "reason": (reason or ("-" if not function.get("recompile_count") else "(no reason recorded)"),
-                       "normal" if reason else DIM)}))
+                       NORMAL if reason else DIM)}))
     if len(functions) > MAX_FUNCTIONS:
         lines.append(Line().add(f"  ... {len(functions) - MAX_FUNCTIONS} more functions (tpu-monitor --json)", DIM))
     recompiles = compiles.get("recent_recompiles") or []
     lines.append(Line().add(" Recent recompiles", TITLE).add("  none" if not recompiles else "", DIM))
     for event in reversed(recompiles[-MAX_RECOMPILES:]):
         when = time.strftime("%H:%M:%S", time.localtime(event.get("time_unix_s") or 0))
-        lines.append(Line().add(f"  {when} {event.get('function')} ({_seconds(event.get('backend_compile_time_s'))})")
+        took = seconds_text(event.get("backend_compile_time_s"))
+        lines.append(Line().add(f"  {when} {event.get('function')} ({took})")
                      .add(f": {event['reason']}" if event.get("reason") else "  (no reason recorded)",
-                          "normal" if event.get("reason") else DIM))
+                          NORMAL if event.get("reason") else DIM))
     return lines
 
 
@@ -201,20 +203,20 @@ def _steps_section(row: ProcessRow, history: History | None, state: ViewState, w
     sampled = [v for v in (history.job(row.key, "step_time_s") if history else []) if v is not None]
     lines = [Line().add(" STEPS ", TITLE).add(
         f"{steps.get('count') if steps.get('count') is not None else MISSING}  "
-        f"{format_number(steps.get('steps_per_second'))}/s  last {_seconds(steps.get('last_step_time_s'))}  "
-        f"p50 {_seconds(steps.get('p50_step_time_s'))}  p90 {_seconds(percentile(sampled, 0.9))} (sampled)  "
-        f"p99 {_seconds(steps.get('p99_step_time_s'))}")]
+        f"{format_number(steps.get('steps_per_second'))}/s  last {seconds_text(steps.get('last_step_time_s'))}  "
+        f"p50 {seconds_text(steps.get('p50_step_time_s'))}  p90 {seconds_text(percentile(sampled, 0.9))} (sampled)  "
+        f"p99 {seconds_text(steps.get('p99_step_time_s'))}")]
     rates = history.job(row.key, "steps_per_second") if history else []
     lines.append(_graph_line("STEP/S", rates, format_number(row.steps_per_second), width, None, state.unicode))
     if sampled and max(sampled) == min(sampled):
-        lines.append(Line().add(f" step time steady at {_seconds(sampled[0])} over {len(sampled)} samples", DIM))
+        lines.append(Line().add(f" step time steady at {seconds_text(sampled[0])} over {len(sampled)} samples", DIM))
     elif len(sampled) >= 2:
         lines.append(Line().add(f" Step time histogram  {len(sampled)} samples, one a refresh", TITLE))
         buckets = histogram(sampled, HISTOGRAM_BINS)
         most = max(count for _, _, count in buckets) or 1
         bar_room = max(4, width - 36)
         for low, high, count in buckets:
-            label = _fit(f"{_seconds(low)} - {_seconds(high)}", 24, True)
+            label = fit(f"{seconds_text(low)} - {seconds_text(high)}", 24, True)
             lines.append(Line().add(f" {label} ").add(("#" if not state.unicode else "\u2588")
                                                       * max(0, round(bar_room * count / most)), BAR_LOW)
                          .add(f" {count}"))
