@@ -326,3 +326,11 @@ def test_job_screen_of_a_process_without_agent():
     frame = frame_text(render(report, state, 100, 30, history=History(1.0)))
     assert " 77" in frame and "no tpu-tools agent" in frame and "holds chips 0, 1" in frame
     assert "/usr/bin/holder --serve" in frame and "user bob" in frame and "Compiles by function" not in frame
+
+
+def test_tall_graph_rows_stack_eighths():
+    from tpu_tools.top.frame import graph_rows
+
+    rows = graph_rows([0.0, 50.0, 100.0, None], 4, 2, 100.0)
+    assert rows == ["  \u2588 ", "\u2581\u2588\u2588 "]  # top line first; a gap stays blank
+    assert graph_rows([1.0, 2.0], 2, 2, None, unicode=False) == [" #", "##"]

@@ -137,6 +137,26 @@ def sparkline(values: list[float | None], width: int, top: float | None = None, 
     return "".join(out)
 
 
+def graph_rows(values: list[float | None], width: int, rows: int, top: float | None = None,
+               unicode: bool = True) -> list[str]:
+    """The last `width` values as a bar graph `rows` lines tall (eighths of a cell in Unicode), top line first."""
+    values = values[-width:] if width > 0 else []
+    known = [v for v in values if v is not None]
+    scale = top if top else (max(known) if known else 0.0)
+    out = []
+    for row in range(rows - 1, -1, -1):
+        cells = []
+        for value in values:
+            if value is None or scale <= 0:
+                cells.append(" ")
+                continue
+            eighths = max(1, round(max(0.0, min(1.0, value / scale)) * rows * 8)) - row * 8
+            eighths = max(0, min(8, eighths))
+            cells.append(_SPARK_UNICODE[eighths] if unicode else ("#" if eighths >= 4 else " "))
+        out.append("".join(cells))
+    return out
+
+
 def percent_text(value: float | None) -> str:
     return MISSING if value is None else f"{value:.1f}"
 

@@ -21,6 +21,7 @@ from tpu_tools.top.frame import (
     Line,
     column_header,
     fit,
+    graph_rows,
     layout,
     percent_text,
     seconds_text,
@@ -126,7 +127,28 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
     if len(steps) > 2 and (room is None or room >= 4):
         histogram_lines = steps[2:] if room is None else steps[2:2 + room - 1]
         lines += [Line(), *histogram_lines]
+    spare = 0 if height is None else height - len(lines)
+    if spare >= 3 and history is not None:  # room to spare: the steps/s graph grows taller
+        tall = _tall_graph("STEP/S", history.job(row.key, "steps_per_second"), format_number(row.steps_per_second),
+                           width, min(6, spare + 1), state.unicode)
+        index = next(i for i, line in enumerate(lines) if line.text.startswith(" STEP/S "))
+        lines[index:index + 1] = tall
     return lines
+
+
+def _tall_graph(label: str, values: list[float | None], last: str, width: int, rows: int,
+                unicode: bool) -> list[Line]:
+    known = [v for v in values if v is not None]
+    scale = f"max {format_number(max(known))}" if known else ""
+    room = max(4, width - len(label) - max(len(last), len(scale)) - 4)
+    known = [v for v in values[-room:] if v is not None]
+    scale = f"max {format_number(max(known))}" if known else ""
+    out = []
+    for index, text in enumerate(graph_rows(values, room, rows, None, unicode)):
+        first, final = index == 0, index == rows - 1
+        out.append(Line().add(f" {label} " if final else " " * (len(label) + 2), TITLE)
+                   .add(text.ljust(room), BAR_LOW).add(f" {last}" if final else f" {scale}" if first else ""))
+    return out
 
 
 def _device_section(detail: dict[str, Any], width: int) -> list[Line]:
