@@ -76,8 +76,14 @@ class Line:
         return out
 
 
+_WITHOUT_GRAPHICS = {code: None for code in range(_NARROW_GRAPHICS[0], _NARROW_GRAPHICS[1] + 1)}
+
+
 def _printable(text: str) -> str:
     # One terminal cell per character: control and wide characters would break the layout.
+    rest = text.translate(_WITHOUT_GRAPHICS) if not text.isascii() else text
+    if rest.isascii() and rest.isprintable():  # the common case, checked at C speed: every frame runs this
+        return text
     return "".join(c if c.isprintable() and (ord(c) < 0x1100 or _NARROW_GRAPHICS[0] <= ord(c) <= _NARROW_GRAPHICS[1])
                    else "?" for c in text)
 
@@ -125,16 +131,11 @@ def sparkline(values: list[float | None], width: int, top: float | None = None, 
     marks = _SPARK_UNICODE if unicode else _SPARK_ASCII
     known = [v for v in values if v is not None]
     scale = top if top else (max(known) if known else 0.0)
-    out = []
-    for value in values:
-        if value is None:
-            out.append(" ")
-        elif scale <= 0:
-            out.append(marks[1])
-        else:
-            level = max(0.0, min(1.0, value / scale))
-            out.append(marks[max(1, int(round(level * (len(marks) - 1))))])
-    return "".join(out)
+    if scale <= 0:
+        return "".join(" " if v is None else marks[1] for v in values)
+    steps = (len(marks) - 1) / scale
+    last = len(marks) - 1
+    return "".join(" " if v is None else marks[min(last, max(1, round(v * steps)))] for v in values)
 
 
 def graph_rows(values: list[float | None], width: int, rows: int, top: float | None = None,

@@ -48,13 +48,15 @@ class Ring:
 
     def values(self, last: int | None = None) -> list[float | None]:
         """Oldest first; at most `last` samples."""
-        count = self._count if last is None else min(last, self._count)
-        start = (self._next - count) % len(self._data)
-        out: list[float | None] = []
-        for i in range(count):
-            value = self._data[(start + i) % len(self._data)]
-            out.append(None if math.isnan(value) else value)
-        return out
+        count = self._count if last is None else max(0, min(last, self._count))
+        if count == 0:
+            return []
+        size = len(self._data)
+        start = (self._next - count) % size
+        end = start + count
+        # Slices of the array, then NaN (which is not equal to itself) back to None: a frame reads many series.
+        chunk = self._data[start:end] if end <= size else self._data[start:] + self._data[:end - size]
+        return [None if v != v else v for v in chunk]
 
     def nbytes(self) -> int:
         return self._data.itemsize * len(self._data)
