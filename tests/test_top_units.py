@@ -56,6 +56,13 @@ def test_history_grows_then_stays_bounded_and_forgets_gone_jobs():
     assert history.nbytes() == (2 * 3 + 2 * 4) * 20 * 8  # devices x series + jobs x series, 8 bytes a sample
 
 
+def test_history_records_reports_without_sequence_or_time_every_time():
+    history = History(interval_s=1.0)
+    report = {"devices": {"devices": [{"key": "tpu:0", "host": "vm-a", "utilization_percent": 5.0}]}}
+    assert history.record(report, []) and history.record(report, [])
+    assert history.device("vm-a/tpu:0", "utilization_percent") == [5.0, 5.0]
+
+
 def test_history_capacity_is_capped_whatever_the_interval():
     assert History(interval_s=0.1).capacity == MAX_SAMPLES
     assert History(interval_s=1.0).capacity == 600

@@ -96,7 +96,7 @@ class History:
     def record(self, report: dict[str, Any], rows: list[ProcessRow]) -> bool:
         """Add one sample from `report` (once per report: a repeated one is ignored). True if added."""
         marker = (report.get("hostname"), report.get("sequence"), report.get("time_unix_s"))
-        if marker == self._last_sequence:
+        if marker == self._last_sequence and marker[1:] != (None, None):  # a report with neither is always new
             return False
         self._last_sequence = marker
         self.samples += 1
