@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
-"""tpu-top's own CPU cost at the default 1 s refresh, in a real terminal, next to real agent jobs.
+"""tpu-top's own CPU cost at the default 1 s refresh, in a real terminal, next to real agent jobs,
+and the memory its history takes after an hour.
 
-Starts two JAX jobs with the agent, runs `tpu-top --interval 1` in a tmux pane
-(80x24, then 200x60), lets it settle, then reads its CPU time (user + system,
-its threads included) over a measured window and divides by the wall time:
-the percentage of one core it uses. Target: < 2 %. It also reads libtpu's
-metrics service every refresh: at localhost:8431, where nothing listens
-here, or with --libtpu, the fixture service of the tests (a v5e host's
-figures, `tests/libtpu_server.py`) answering on a free port.
+Starts 20 jobs with the agent (two JAX jobs, the others light Python loops
+that mark steps, so that 20 jobs fit on a small machine), runs
+`tpu-top --interval 1` in a tmux pane (80x24, then 200x60) with its history
+on (as always in the live view), lets it settle, then reads its CPU time
+(user + system, its collector thread included) over a measured window and
+divides by the wall time: the percentage of one core it uses. Target: < 2 %.
+It also reads libtpu's metrics service every refresh: at localhost:8431,
+where nothing listens here, or with --libtpu, the fixture service of the
+tests (a v5e host's figures, `tests/libtpu_server.py`) answering on a free
+port.
 
-    python benchmarks/top_cpu.py [--seconds 30] [--libtpu]
+Then it feeds tpu-top's History an hour of simulated one-second samples
+(8 devices, the same number of jobs, a tenth of them replaced every few
+minutes) and reports the memory the history holds: bounded by the window,
+not by how long tpu-top runs.
+
+    python benchmarks/top_cpu.py [--seconds 30] [--jobs 20] [--libtpu] [--history-only]
 """
 
 from __future__ import annotations
@@ -27,6 +36,16 @@ from pathlib import Path
 
 import psutil
 from harness import script
+
+LIGHT_JOB = textwrap.dedent("""
+    import sys, time
+    import tpu_tools.agent as agent
+    agent.start(tag=sys.argv[2])
+    deadline = time.time() + float(sys.argv[1])
+    while time.time() < deadline:
+        time.sleep(0.01)
+        agent.step()
+""")
 
 JOB = textwrap.dedent("""
     import sys, time
@@ -70,12 +89,54 @@ def measure(width: int, height: int, seconds: float, env: dict[str, str], top: s
         subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, timeout=30)
 
 
+def history_memory(jobs: int, devices: int = 8, hours: float = 1.0) -> tuple[int, int, int]:
+    """(ring bytes, bytes allocated by the history as Python sees them, samples) after `hours` of 1 s samples."""
+    import tracemalloc
+
+    from tpu_tools.top.history import History
+    from tpu_tools.top.model import rows_from_report
+
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    history = History(interval_s=1.0)
+    samples = int(hours * 3600)
+    for n in range(samples):
+        generation = n // 300  # every five minutes a tenth of the jobs are new processes
+        pids = [10_000 + i + (generation * 1000 if i < max(1, jobs // 10) else 0) for i in range(jobs)]
+        report = {
+            "hostname": "bench", "sequence": n, "time_unix_s": float(n),
+            "devices": {"devices": [{"key": f"tpu:{d}", "utilization_percent": float((n + d) % 100),
+                                     "memory_used_bytes": (n % 16) << 30, "memory_total_bytes": 16 << 30}
+                                    for d in range(devices)]},
+            "processes": {"holders": [], "agents": [
+                {"pid": pid, "tag": f"job{pid}", "cpu_percent": 12.5, "rss_bytes": 1 << 30,
+                 "device_memory_used_bytes": 1 << 30, "steps": {"steps_per_second": 10.0 + n % 7,
+                                                                 "last_step_time_s": 0.1}, "compiles": {}}
+                for pid in pids]},
+        }
+        history.record(report, rows_from_report(report))
+    after = tracemalloc.take_snapshot()
+    allocated = sum(stat.size_diff for stat in after.compare_to(before, "filename")
+                    if "tpu_tools/top/history.py" in stat.traceback[0].filename)
+    tracemalloc.stop()
+    return history.nbytes(), allocated, samples
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window per terminal size (30)")
+    parser.add_argument("--jobs", type=int, default=20, help="agent jobs running (20; two of them JAX jobs)")
     parser.add_argument("--libtpu", action="store_true",
                         help="with the tests' fixture libtpu metrics service answering (--metrics-addr)")
+    parser.add_argument("--history-only", action="store_true", help="only the history memory figure")
     args = parser.parse_args()
+    print(f"# {' '.join([sys.executable, *sys.argv])}")
+    rings, allocated, samples = history_memory(args.jobs)
+    print(f"tpu-top history after {samples / 3600:g} h of 1 s samples, 8 devices and {args.jobs} jobs (a tenth "
+          f"replaced every 5 min): {rings / 2**20:.2f} MiB of samples, {allocated / 2**20:.2f} MiB allocated in all",
+          flush=True)
+    if args.history_only:
+        return 0
     if not shutil.which("tmux"):
         print("tmux is not installed")
         return 2
@@ -83,6 +144,7 @@ def main() -> int:
     rundir = workdir / "run"
     rundir.mkdir(mode=0o700)
     (workdir / "job.py").write_text(JOB)
+    (workdir / "light.py").write_text(LIGHT_JOB)
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "TPU_TOOLS_TAG")}
     env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir))
     top = " ".join([*script("tpu-top"), "--interval", "1"])
@@ -95,19 +157,25 @@ def main() -> int:
         address = service.stdout.readline().strip()
         top += f" --metrics-addr {address}"
         expect = f"libtpu {address}"
-    lifetime = str(2 * (args.seconds + 10) + 30)
+    lifetime = str(2 * (args.seconds + 10) + 60)
+    heavy = min(2, args.jobs)
     jobs = [subprocess.Popen([sys.executable, "-m", "tpu_tools.agent", "--tag", f"tpubench{i}",
                               str(workdir / "job.py"), lifetime], env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL) for i in range(2)]
-    print(f"# {' '.join([sys.executable, *sys.argv])}")
+                             stderr=subprocess.DEVNULL) for i in range(heavy)]
+    jobs += [subprocess.Popen([sys.executable, str(workdir / "light.py"), lifetime, f"tpubench{i}"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for i in range(heavy, args.jobs)]
     failed = False
     try:
-        time.sleep(5.0)
+        deadline = time.monotonic() + 120
+        while len(list(rundir.glob("agent-*.sock"))) < args.jobs and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(3.0)
         for width, height in ((80, 24), (200, 60)):
             percent = measure(width, height, args.seconds, env, top, expect)
             verdict = "ok" if percent < 2.0 else "OVER TARGET"
             failed |= percent >= 2.0
-            print(f"tpu-top --interval 1 at {width}x{height} with 2 agent jobs"
+            print(f"tpu-top --interval 1 at {width}x{height} with {args.jobs} agent jobs and history"
                   f"{', a libtpu service answering' if service else ''}: {percent:.2f}% of one core "
                   f"over {args.seconds:g} s (target < 2%) {verdict}", flush=True)
     finally:

@@ -100,7 +100,7 @@ def test_selection_follows_the_process_and_shows_its_recompile():
     handle_key(state, "j", rows_from_report(report))
     frame = frame_text(render(report, state, 120, 40))
     assert " 1001 small: steps 100" in frame
-    assert "last recompile: train_step (400.0 ms): different input types; at x, now f32[16]" in frame
+    assert "last recompile: train_step (400.00 ms): different input types; at x, now f32[16]" in frame
     del report["processes"]["agents"][1]  # the selected process exits: the selection moves to a neighbour
     frame = frame_text(render(report, state, 120, 40))
     assert "1001" not in frame and " 1002 mid: steps" in frame
@@ -125,7 +125,7 @@ def test_not_a_terminal_without_once_is_a_clear_error():
 
 
 @pytest.mark.parametrize("args", [["--interval", "0"], ["--interval", "0.01"], ["--sort", "nope"],
-                                  ["--tag-filter", "("]])
+                                  ["--tag-filter", "("], ["--pid", "x"], ["--pid", "0"]])
 def test_bad_options(args):
     result = run_tool("tpu-top", "--once", *args)
     assert_one_line_error(result, 2)
@@ -300,5 +300,152 @@ def test_sigterm_restores_the_terminal(jobs, terminal_env):
         tmux.wait_for(lambda s: "bigjob" in s)
         os.kill(_top_pid(tmux), signal.SIGTERM)
         _terminal_restored(tmux)
+    finally:
+        tmux.kill()
+
+
+_SPARK = set("\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588")
+
+
+def _graph_cells(line: str) -> int:
+    return sum(1 for c in line if c in _SPARK)
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (120, 40), (200, 60)])
+def test_history_job_screen_and_filter_in_a_terminal(jobs, terminal_env, width, height):
+    big, small, path = jobs
+    tmux = Tmux(width, height, terminal_env)
+    try:
+        tmux.keys("clear; echo MARKER-BEFORE; tpu-top --interval 0.3", "Enter")
+        # History: the device's graph appears after a few refreshes and grows with every one.
+        def device_row(screen: str) -> str:
+            return next((line for line in screen.splitlines() if line.startswith(f" cpu:0@{big.pid}")), "")
+
+        screen = tmux.wait_for(lambda s: _graph_cells(device_row(s)) >= 2)
+        first = _graph_cells(device_row(screen))
+        screen = tmux.wait_for(lambda s: _graph_cells(device_row(s)) >= first + 3)
+        assert all(len(line) <= width for line in screen.splitlines())
+        # The history panel with the selected job's steps/s, where there is room for it.
+        screen = tmux.wait_for(lambda s: " History" in s and f"STEP/S of {big.pid} bigjob" in s)
+        steps_line = next(line for line in screen.splitlines() if f"STEP/S of {big.pid}" in line)
+        assert _graph_cells(steps_line) >= 1
+        # Enter: the job's own screen, with its compile table and JAX's reason for the recompilation.
+        tmux.keys("Enter")
+        screen = tmux.wait_for(lambda s: "Compiles by function" in s and "Recent recompiles" in s)
+        assert f" {big.pid} bigjob" in screen and "train_step" in screen
+        assert "different input types" in screen  # JAX's explanation, recorded by the agent
+        assert f"{big.workdir}/job.py {big.workdir}/ready" in screen  # the full command line
+        assert " STEPS " in screen and " p50 " in screen and " p99 " in screen
+        assert screen.splitlines()[-1].startswith(" Esc back")
+        tmux.keys("Escape")
+        tmux.wait_for(lambda s: " Processes" in s and "smalljob" in s)
+        # `/` filters the process panel by text.
+        tmux.keys("/", "small")
+        screen = tmux.wait_for(lambda s: "filter: /small_" in s)
+        tmux.keys("Enter")
+        screen = tmux.wait_for(lambda s: "filter: /small" in s and "filter: /small_" not in s)
+        assert _process_rows(screen.splitlines(), big.pid, small.pid) == \
+            [r for r in _process_rows(screen.splitlines(), small.pid)]
+        assert [r[2] for r in _process_rows(screen.splitlines(), big.pid, small.pid)] == ["smalljob"]
+        tmux.keys("Escape")
+        tmux.wait_for(lambda s: "filter:" not in s and "bigjob" in s and "smalljob" in s)
+        tmux.keys("q")
+        _terminal_restored(tmux)
+    finally:
+        tmux.kill()
+
+
+def test_sigterm_from_the_screen_ends_a_job(jobs, terminal_env):
+    big, small, path = jobs
+    victim = start_job(path, tag="victim", light=True, launcher=False).wait_ready()
+    tmux = Tmux(120, 40, terminal_env)
+    try:
+        tmux.keys("clear; tpu-top --interval 0.3", "Enter")
+        tmux.wait_for(lambda s: "victim" in s)
+        tmux.keys("/", "victim", "Enter")
+        tmux.wait_for(lambda s: "filter: /victim" in s and not _process_rows(s.splitlines(), big.pid, small.pid))
+        tmux.keys("T")
+        tmux.wait_for(lambda s: f"send SIGTERM to {victim.pid} (victim)? y / n" in s)
+        tmux.keys("y")
+        tmux.wait_for(lambda s: f"SIGTERM sent to {victim.pid} (victim)" in s)
+        assert victim.process.wait(timeout=10) == -signal.SIGTERM
+        tmux.wait_for(lambda s: "no process matches the filter" in s)  # the panel shows it gone
+        tmux.keys("q")
+    finally:
+        tmux.kill()
+        victim.stop()
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="setpriv is not installed")
+def test_sigkill_on_another_users_process_is_refused(tmp_path):
+    """A process of another user, shown as a device holder, cannot be signalled: tpu-top says so.
+
+    Run as root (as in CI), the other user's process runs as `nobody` and tpu-top runs as root without the
+    capability to signal anyone (CAP_KILL dropped), so the kernel applies the rule every user meets; run as
+    a user, the other user's process is init (PID 1)."""
+    if not shutil.which("tmux"):
+        pytest.skip("tmux is not installed")
+    import sysroot
+
+    other = None
+    if os.geteuid() == 0:
+        dropped = subprocess.run(["setpriv", "--bounding-set=-kill", "--inh-caps=-kill", "true"], capture_output=True)
+        if dropped.returncode != 0:
+            pytest.skip(f"cannot drop CAP_KILL here: {dropped.stderr.decode().strip()}")
+        other = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "60"])
+        target, prefix = other.pid, "setpriv --bounding-set=-kill --inh-caps=-kill "
+    else:
+        target, prefix = 1, ""
+    root = tmp_path
+    sysroot.v5e_host(root / "sys", holders={target: [0, 1]})
+    bin_dir = str(Path(tool_command("tpu-top")[0]).parent)
+    env = {"PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "TERM": "xterm-256color"}
+    tmux = Tmux(80, 24, env)
+    try:
+        tmux.keys(f"clear; {prefix}env TPU_TOOLS_SYSROOT={root / 'sys'} tpu-top --interval 0.5 "
+                  "--metrics-addr 127.0.0.1:1", "Enter")
+        tmux.wait_for(lambda s: any(line.split()[:1] == [str(target)] for line in s.splitlines()))
+        tmux.keys("/", str(target), "Enter")
+        tmux.wait_for(lambda s: f"filter: /{target}" in s)
+        tmux.keys("K")
+        screen = tmux.wait_for(lambda s: f"not permitted to signal {target}" in s)
+        assert "y / n" not in screen  # refused before asking
+        assert (other is None or other.poll() is None) and os.path.exists(f"/proc/{target}")
+        tmux.keys("q")
+    finally:
+        tmux.kill()
+        if other is not None:
+            other.kill()
+            other.wait()
+
+
+def test_once_in_a_pipe_with_filters(jobs):
+    big, small, path = jobs
+    result = run_tool("tpu-top", "--once", "--pid", str(small.pid), env=agent_env(path, COLUMNS="100"))
+    assert result.returncode == 0, result.stderr
+    assert [r[2] for r in _process_rows(result.stdout.splitlines(), big.pid, small.pid)] == ["smalljob"]
+    assert f"filter: pid {small.pid}" in result.stdout
+    result = run_tool("tpu-top", "--once", "--device", f"cpu:1@{big.pid}", env=agent_env(path, COLUMNS="100"))
+    lines = result.stdout.splitlines()
+    assert [r[2] for r in _process_rows(lines, big.pid, small.pid)] == ["bigjob"]
+    assert any(line.startswith(f" cpu:1@{big.pid}") for line in lines)
+    assert not any(line.startswith((f" cpu:0@{big.pid}", f" cpu:0@{small.pid}")) for line in lines)
+    result = run_tool("tpu-top", "--once", "--user", "nobody-at-all", env=agent_env(path, COLUMNS="100"))
+    assert "no process matches the filter" in result.stdout
+
+
+@pytest.mark.parametrize("no_color", [False, True])
+def test_colours_mean_something_and_no_color_turns_them_off(jobs, terminal_env, no_color):
+    tmux = Tmux(100, 30, terminal_env)
+    try:
+        tmux.keys(("NO_COLOR=1 " if no_color else "") + "tpu-top --interval 0.5", "Enter")
+        tmux.wait_for(lambda s: "bigjob" in s)
+        styled = tmux.run("capture-pane", "-t", "t", "-p", "-e")
+        colours = [code for code in ("38;5;34", "38;5;31", "\x1b[32m", "\x1b[36m") if code in styled]
+        if no_color:
+            assert not colours and "\x1b[7m" in styled  # reverse video still marks the headers
+        else:
+            assert colours  # green bars or cyan titles
+        tmux.keys("q")
     finally:
         tmux.kill()

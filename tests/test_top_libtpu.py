@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import sysroot
-from agentjobs import agent_env, rundir  # noqa: F401 (rundir is a fixture)
+from agentjobs import agent_env, rundir, wait_for  # noqa: F401 (rundir is a fixture)
 from conftest import run_tool, tool_command
-from libtpu_server import DUTY_CYCLE, FakeMetricsService, v5e_host
+from libtpu_server import DUTY_CYCLE, FakeMetricsService, FakeRuntimeService, v5e_host
 from test_monitor_libtpu import fixture_host  # noqa: F401 (a fixture)
 from test_top import Tmux, _terminal_restored
 
@@ -89,4 +92,75 @@ def test_a_service_that_dies_between_refreshes_and_comes_back(rundir, tmp_path):
         _terminal_restored(tmux)
     finally:
         tmux.kill()
+        service.stop()
+
+
+class _SlowRuntimeService(FakeRuntimeService):
+    """The fixture service, taking `delay_s` over every call: a runtime near its deadline."""
+
+    delay_s = 2.0
+
+    def _enter(self, rpc, request, context):
+        super()._enter(rpc, request, context)
+        time.sleep(self.delay_s)
+
+
+def _key_latency(tmux: Tmux, key: str, changed) -> float:
+    """Seconds from sending `key` until the screen shows its effect, polling the pane as fast as tmux answers.
+
+    The clock starts before `send-keys` runs and stops after the capture that shows the change, so the
+    figure is an upper bound: it includes tmux's own two round trips."""
+    started = time.monotonic()
+    tmux.keys(key)
+    while True:
+        screen = tmux.screen()
+        if changed(screen):
+            return time.monotonic() - started
+        if time.monotonic() - started > 10:
+            raise AssertionError(f"key {key!r} had no effect in 10 s:\n{screen}")
+
+
+@pytest.mark.skipif(not shutil.which("tmux"), reason="tmux is not installed")
+def test_keys_answer_at_once_while_sources_are_slow(rundir, tmp_path):
+    """A libtpu service that takes 2 s per call and an agent that never answers: every key still takes
+    effect within 150 ms, since reports are gathered in the background."""
+    root = tmp_path / "root"
+    sysroot.v5e_host(root, holders={3001: list(range(8))})
+    service = FakeMetricsService(v5e_host())
+    service.servicer = _SlowRuntimeService(service.servicer.fixture)
+    service.start()
+    ready = tmp_path / "ready"
+    silent = subprocess.Popen([sys.executable, str(Path(__file__).parent / "fakeagent.py"), str(rundir), str(ready),
+                               "hang"])
+    env = agent_env(rundir, TERM="xterm-256color")
+    env["PATH"] = str(Path(tool_command("tpu-top")[0]).parent) + os.pathsep + env.get("PATH", "")
+    tmux = Tmux(120, 40, env)
+    try:
+        wait_for(lambda: ready.exists() and ready.read_text(), timeout=20)
+        tmux.keys(f"clear; echo MARKER-BEFORE; TPU_TOOLS_SYSROOT={root} tpu-top --interval 1 --agent-timeout 2 "
+                  f"--metrics-timeout 3 --metrics-addr {service.address}", "Enter")
+        # The first frame comes before the slow sources answer; their figures follow, seconds later.
+        tmux.wait_for(lambda s: " tpu:0 " in s and "sorted by DEV MEM" in s)
+        tmux.wait_for(lambda s: "87.5" in s and "no complete answer" in s, timeout=60)
+        assert service.servicer.calls  # the slow service is being asked all along
+        latencies = {}
+        steps = [
+            ("s", lambda s: "sorted by COMP" in s), ("s", lambda s: "sorted by RECOMP" in s),
+            ("r", lambda s: "sorted by RECOMP ^" in s), ("p", lambda s: "PAUSED" in s.splitlines()[0]),
+            ("p", lambda s: "PAUSED" not in s.splitlines()[0]), ("h", lambda s: "tpu-top keys" in s),
+            ("x", lambda s: "tpu-top keys" not in s), ("/", lambda s: "filter: /_" in s),
+            ("Escape", lambda s: "filter: /" not in s), ("S", lambda s: "sorted by COMP" in s),
+        ]
+        for key, changed in steps:
+            latencies[key + str(len(latencies))] = _key_latency(tmux, key, changed)
+            time.sleep(0.3)  # the next key lands at another point of the slow collection
+        slowest = max(latencies.values())
+        print(f"key latencies (ms): {' '.join(f'{k}={v * 1e3:.0f}' for k, v in latencies.items())}")
+        assert slowest < 0.150, latencies
+        tmux.keys("q")
+        _terminal_restored(tmux)
+    finally:
+        tmux.kill()
+        silent.kill()
+        silent.wait()
         service.stop()

@@ -66,3 +66,20 @@ def format_si(value: float | None, unit: str = "", digits: int = 3) -> str:
         factor, prefix = _SI_PREFIXES[chosen + 1]
         number = f"{value / factor:.{digits}g}"
     return f"{number} {prefix}{unit}".rstrip()
+def format_bytes_short(value: float | int | None) -> str:
+    """Bytes in at most 7 characters for narrow table cells: 512B, 16.0K, 220.7M, 23.6G (powers of 1024)."""
+    if value is None:
+        return MISSING
+    size = float(value)
+    for unit in ("B", "K", "M", "G", "T", "P"):
+        if abs(size) < 1024 or unit == "P":
+            return f"{int(size)}B" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_number(value: float | None) -> str:
+    """A figure with about three significant digits and no unit: 0.25, 12.5, 250."""
+    if value is None:
+        return MISSING
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"

@@ -11,19 +11,31 @@ import click
 
 from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
 from tpu_tools.cli.monitor import Duration, Regex
-from tpu_tools.errors import EXIT_OK, UsageError
+from tpu_tools.errors import EXIT_OK, RuntimeFailure, UsageError
 from tpu_tools.top.model import DEFAULT_SORT, SORT_KEYS
 
 MAN_SECTIONS = {
     "DESCRIPTION": (
         "A full-screen view refreshed every --interval: a header (host, platforms, time, refresh), the host "
         "(CPU and memory bars, load, swap), the devices (memory used / total with a bar, utilization where a "
-        "source reports it, the processes holding each device), and the processes: every job running the "
-        "tpu-tools agent and every process holding a device, with PID, user, tag, CPU %, RSS, device memory, "
-        "compilations, recompilations and steps per second, sorted by device memory. The two lines under "
-        "the processes describe the selected one: its step times (last, p50, p99), compile time, persistent "
+        "source reports it, temperature and power where a source reports them, a graph of the recent "
+        "utilization, else memory, and the processes holding each device; a lost device is marked LOST, a "
+        "throttled one THROTTLED), and the processes: every job running the tpu-tools agent and every process "
+        "holding a device, with PID, user, tag, CPU %, RSS, device memory, compilations, recompilations and steps "
+        "per second, sorted by device memory. When the terminal has room, a history panel graphs each device's "
+        "utilization and memory over the last ten minutes and the selected job's steps per second. The two lines "
+        "under the processes describe the selected one: its step times (last, p50, p99), compile time, persistent "
         "cache hits and misses, and its last recompilation with JAX's reason (when the job was started with "
         "--explain-recompiles).\n"
+        "Enter opens the selected job's own screen: its full command line, user and start time, CPU and RSS with "
+        "their history, step times (p50, p90 of the samples, p99), a graph of its steps per second, its devices "
+        "with memory used, peak and limit and its live arrays, the compile table by function (compiles, "
+        "recompiles, time, persistent cache hits and misses, JAX's last recompilation reason), the recent "
+        "recompilations with time and reason, and a histogram of its sampled step times. Esc goes back.\n"
+        "Reports are gathered in the background, once per --interval; the screen redraws from the last one, so "
+        "keys take effect at once even when a source is slow (a libtpu service at its deadline, an agent that "
+        "does not answer). History is kept in memory while tpu-top runs: at most ten minutes (and 3600 samples) "
+        "per device and job.\n"
         "The figures are those of tpu-monitor's report: devices from passive discovery (tpu-top never opens "
         "a runtime, so it never takes a TPU) and runtime figures from the agents and from libtpu's runtime "
         "metrics services (localhost:8431, the ports in TPU_RUNTIME_METRICS_PORTS and each --metrics-addr, read "
@@ -33,13 +45,17 @@ MAN_SECTIONS = {
         "--metrics-timeout); a figure that the job's libtpu version does not serve shows as n/s (not served by "
         "this runtime), one that is unknown as -. When a service stops, the panel falls back to what discovery "
         "and the agents know and picks the service up again when it returns. A process that exits disappears "
-        "at the next refresh.\n"
+        "at the next refresh. When a report holds several hosts, a HOST column names each record's host.\n"
+        "On a narrow terminal, columns are dropped whole, least useful first (at 80 columns every column is "
+        "shown). Colours mean something: bars and utilization go from green to amber to red as they fill; red "
+        "marks errors and lost devices. With NO_COLOR set, or on a terminal without colours, bold, dim and "
+        "reverse video take their place; text keeps the terminal's background, so light themes stay readable.\n"
         "--from-prometheus URL shows every host that a Prometheus server scrapes (each running tpu-monitor "
         "--prometheus) instead of this host, with the same keys and layout: a Hosts panel (chips, mean "
         "utilization, HBM, jobs, steps per second, median step time) lists first the slice's outliers, marked "
         "<< with why (the host furthest from the median duty cycle or step time: the slow worker), and the device "
         "and process panels gain the host. When the server cannot be read, the last figures stay, marked STALE "
-        "with the reason.\n"
+        "with the reason; --once with nothing to show says why and exits 1.\n"
         "--once prints one frame to stdout with the same rendering, sized to the terminal (or $COLUMNS, else "
         "120 columns) and as tall as needed, and exits; it works in a pipe. Without --once, stdin and stdout "
         "must be a terminal."
@@ -47,15 +63,24 @@ MAN_SECTIONS = {
     "KEYS": (
         "q  quit (Ctrl-C and SIGTERM also quit; the terminal is restored in every case).\n"
         "up / down, k / j  select a process; PgUp / PgDn move by 10, Home / End to the first or last.\n"
+        "Enter  the selected job's own screen; Esc goes back.\n"
+        "/  filter the processes by text (tag, user, command, PID, host): type, then Enter to keep the filter "
+        "or Esc to clear it; Esc on the main screen also clears it.\n"
+        "a  show or hide processes without the agent (device holders).\n"
+        "I / T / K  send SIGINT / SIGTERM / SIGKILL to the selected process (or the job of the job screen), "
+        "after a confirmation line (y sends, any other key cancels). A process you may not signal (another "
+        "user's, unless you are root; one on another host) is refused with a message; the result is shown on "
+        "the bottom line.\n"
         "s / S  sort by the next / previous column: PID, USER, TAG, CPU%, RSS, DEV MEM, COMP, RECOMP, STEP/S.\n"
         "r  reverse the sort order.\n"
-        "p  pause or resume refreshing.\n"
+        "p  pause or resume refreshing (no report is gathered while paused).\n"
         "h or ?  show the keys; any key closes them."
     ),
     "EXAMPLES": (
         "tpu-top\n"
         "tpu-top --interval 0.5 --sort steps\n"
         "tpu-top --once | head -20\n"
+        "tpu-top --user alice --device tpu:0\n"
         "tpu-top --metrics-addr localhost:8432 --metrics-timeout 0.5\n"
         "python -m tpu_tools.agent --tag train train.py & tpu-top --tag-filter '^train'\n"
         "tpu-top --from-prometheus http://prometheus.monitoring:9090"
@@ -71,6 +96,12 @@ MAN_SECTIONS = {
               help="Initial sort column of the process panel.")
 @click.option("--tag-filter", type=Regex(), default=None, metavar="REGEX",
               help="Only agents whose tag matches this regular expression.")
+@click.option("--user", "users", multiple=True, metavar="USER",
+              help="Only processes of this user (repeat for several).")
+@click.option("--pid", "pids", type=click.IntRange(min=1), multiple=True, metavar="PID",
+              help="Only this process (repeat for several).")
+@click.option("--device", "devices", multiple=True, metavar="DEVICE",
+              help="Only this device (a key such as tpu:0, or a platform) and the processes using it; repeatable.")
 @click.option("--agent-timeout", type=Duration(), default="0.5s", show_default=True, metavar="SECONDS",
               help="How long to wait for each agent's answer.")
 @click.option("--from-prometheus", "from_prometheus", default=None, metavar="URL",
@@ -79,9 +110,9 @@ MAN_SECTIONS = {
               help="Deadline of each query to the --from-prometheus server.")
 @metrics_options
 @common_options
-def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[str] | None,
-                agent_timeout: float, from_prometheus: str | None, from_prometheus_timeout: float,
-                metrics_addresses: list[str], metrics_timeout_s: float) -> int:
+def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[str] | None, users: tuple[str, ...],
+                pids: tuple[int, ...], devices: tuple[str, ...], agent_timeout: float, from_prometheus: str | None,
+                from_prometheus_timeout: float, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Live view of accelerator devices, the jobs using them, and the host."""
     if interval < 0.1:
         raise UsageError(f"--interval must be at least 0.1 s, got {interval:g}")
@@ -90,10 +121,11 @@ def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[s
                          "or tpu-monitor for a stream of reports")
     from tpu_tools.metrics.groups.base import CollectOptions
     from tpu_tools.metrics.report import ReportBuilder
-    from tpu_tools.top.model import ViewState
+    from tpu_tools.top.model import Filters, ViewState
 
-    state = ViewState(sort_index=SORT_KEYS.index(sort), interval_s=interval)
-    builder: Any
+    state = ViewState(sort_index=SORT_KEYS.index(sort), interval_s=interval,
+                      filters=Filters(users=users, pids=pids, devices=devices), unicode=_unicode_output())
+    builder: Any  # one source or the other, each with build() -> report and close()
     if from_prometheus is not None:
         from tpu_tools.metrics.fleet.source import FleetSource
 
@@ -107,15 +139,33 @@ def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[s
             from tpu_tools.top.frame import frame_text, render
 
             width = shutil.get_terminal_size((120, 40)).columns
-            sys.stdout.write(frame_text(render(builder.build(), state, width, None, interactive=False)) + "\n")
+            report = builder.build()
+            fleet = report.get("fleet") or {}
+            if fleet.get("error") and not fleet.get("hosts"):  # --from-prometheus with nothing to show
+                raise RuntimeFailure(fleet["error"])
+            sys.stdout.write(frame_text(render(report, state, width, None, interactive=False)) + "\n")
             sys.stdout.flush()
         else:
+            from tpu_tools.top.collector import Collector
+            from tpu_tools.top.history import History
             from tpu_tools.top.screen import run_screen
 
-            run_screen(builder.build, state)
+            collector = Collector(builder.build, interval).start()
+            try:
+                run_screen(collector, state, History(interval))
+            finally:
+                collector.close()
     finally:
         builder.close()
     return EXIT_OK
+
+
+def _unicode_output() -> bool:
+    """Block characters for graphs only where the terminal's encoding has them."""
+    import locale
+
+    encoding = (getattr(sys.stdout, "encoding", None) or locale.getpreferredencoding(False) or "").lower()
+    return encoding.replace("-", "") in ("utf8", "utf16", "utf32")
 
 
 def main() -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpu_tools.top.frame import COLUMNS, DIM, ERROR, TITLE, Line, _fit, _percent, _rate, _seconds, _short_bytes
-from tpu_tools.units import MISSING
+from tpu_tools.top.frame import COLUMNS, DIM, ERROR, TITLE, Line, fit, percent_text, seconds_text
+from tpu_tools.units import MISSING, format_bytes_short, format_number
 
 OUTLIER_MARK = "<<"
 _COLUMNS = (("HOST", 22, False), ("UP", 4, False), ("CHIPS", 5, True), ("UTIL%", 6, True), ("HBM USED", 8, True),
@@ -26,7 +26,7 @@ def fleet_lines(report: dict[str, Any], width: int, max_rows: int | None) -> lis
     if median is not None:
         title.add(f"  median util {median:.1f}%", DIM)
     if fleet.get("median_step_time_s") is not None:
-        title.add(f"  median step {_seconds(fleet['median_step_time_s'])}", DIM)
+        title.add(f"  median step {seconds_text(fleet['median_step_time_s'])}", DIM)
     if fleet.get("stale"):
         title.add(f"  STALE since {fleet.get('stale_since')}: {fleet.get('error')}", ERROR)
     elif fleet.get("error"):
@@ -34,16 +34,16 @@ def fleet_lines(report: dict[str, Any], width: int, max_rows: int | None) -> lis
     lines = [title]
     if not hosts:
         return lines
-    header = " " + " ".join(_fit(name, size, right) for name, size, right in _COLUMNS) + " NOTE"
+    header = " " + " ".join(fit(name, size, right) for name, size, right in _COLUMNS) + " NOTE"
     lines.append(Line(fill=COLUMNS).add(header, COLUMNS))
     ordered = sorted(hosts, key=lambda h: (h.get("outlier") is None, h.get("host") or ""))
     shown = ordered if max_rows is None or len(ordered) <= max_rows else ordered[: max(1, max_rows - 1)]
     for host in shown:
         cells = [str(host.get("host")), "yes" if host.get("up") else "DOWN", str(host.get("chips", 0)),
-                 _percent(host.get("utilization_percent")), _short_bytes(host.get("memory_used_bytes")),
-                 _short_bytes(host.get("memory_total_bytes")), str(host.get("jobs", 0)),
-                 _rate(host.get("steps_per_second")), _seconds(host.get("step_time_s"))]
-        text = " " + " ".join(_fit(cell, size, right) for cell, (_, size, right) in zip(cells, _COLUMNS, strict=True))
+                 percent_text(host.get("utilization_percent")), format_bytes_short(host.get("memory_used_bytes")),
+                 format_bytes_short(host.get("memory_total_bytes")), str(host.get("jobs", 0)),
+                 format_number(host.get("steps_per_second")), seconds_text(host.get("step_time_s"))]
+        text = " " + " ".join(fit(cell, size, right) for cell, (_, size, right) in zip(cells, _COLUMNS, strict=True))
         line = Line().add(text + " ", ERROR if not host.get("up") else "normal")
         if host.get("outlier"):
             line.add(f"{OUTLIER_MARK} {host['outlier']}", ERROR)

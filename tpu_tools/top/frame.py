@@ -2,7 +2,9 @@
 
 The same function draws the live view (curses paints the segments with their
 styles) and `tpu-top --once` (the text alone), so what a script captures is
-what a user sees. Nothing here touches the terminal.
+what a user sees. Nothing here touches the terminal. Tables lay out their
+columns by priority: on a narrow terminal the least useful columns go first,
+whole, so no header is ever cut inside a word.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from typing import Any
 
 from tpu_tools.metrics.libtpu.names import FIELD_METRICS
 from tpu_tools.metrics.libtpu.records import NOT_SERVED
-from tpu_tools.top.model import SORT_COLUMNS, ProcessRow, ViewState, rows_from_report
-from tpu_tools.units import MISSING, format_bytes
+from tpu_tools.top.history import History, device_graph_series, device_key
+from tpu_tools.top.model import SORT_COLUMNS, ProcessRow, ViewState, device_memory_fraction
+from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_duration_us, format_number
 
 # Styles the screen maps to colours and attributes.
-NORMAL, TITLE, HEADER, COLUMNS, SORTED, SELECTED, BAR_LOW, BAR_MID, BAR_HIGH, DIM, ERROR = (
-    "normal", "title", "header", "columns", "sorted", "selected", "bar_low", "bar_mid", "bar_high", "dim", "error")
+NORMAL, TITLE, HEADER, COLUMNS, SORTED, SELECTED, BAR_LOW, BAR_MID, BAR_HIGH, DIM, ERROR, WARN = (
+    "normal", "title", "header", "columns", "sorted", "selected", "bar_low", "bar_mid", "bar_high", "dim", "error",
+    "warn")
 
 HELP_LINES = (
     "tpu-top keys",
@@ -26,13 +30,20 @@ HELP_LINES = (
     "  q            quit",
     "  up/down j/k  select a process",
     "  PgUp/PgDn    move the selection by 10",
+    "  Enter        the selected job's own screen",
+    "  Esc          back (job screen), clear the filter",
+    "  /            filter processes by text",
+    "  a            show / hide processes without agent",
+    "  I / T / K    send SIGINT / SIGTERM / SIGKILL",
     "  s / S        sort by the next / previous column",
     "  r            reverse the sort order",
     "  p            pause / resume refreshing",
     "  h or ?       this help (any key closes it)",
 )
-_MIN_COMMAND = 8
 NOT_SERVED_CELL = "n/s"  # the device panel's short form of NOT_SERVED
+_SPARK_UNICODE = " \u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
+_SPARK_ASCII = " .:-=+*#@"
+_NARROW_GRAPHICS = (0x2580, 0x28FF)  # block elements and braille: one cell each
 
 
 @dataclass
@@ -65,15 +76,41 @@ class Line:
         return out
 
 
+_WITHOUT_GRAPHICS = {code: None for code in range(_NARROW_GRAPHICS[0], _NARROW_GRAPHICS[1] + 1)}
+
+
 def _printable(text: str) -> str:
     # One terminal cell per character: control and wide characters would break the layout.
-    return "".join(c if c.isprintable() and ord(c) < 0x1100 else "?" for c in text)
+    rest = text.translate(_WITHOUT_GRAPHICS) if not text.isascii() else text
+    if rest.isascii() and rest.isprintable():  # the common case, checked at C speed: every frame runs this
+        return text
+    return "".join(c if c.isprintable() and (ord(c) < 0x1100 or _NARROW_GRAPHICS[0] <= ord(c) <= _NARROW_GRAPHICS[1])
+                   else "?" for c in text)
 
 
-def _fit(text: str, width: int, right: bool = False) -> str:
+def fit(text: str, width: int, right: bool = False) -> str:
     if len(text) > width:
         text = text[: max(0, width - 1)] + "~" if width > 1 else text[:width]
     return text.rjust(width) if right else text.ljust(width)
+
+
+def _parts(parts: list[tuple[str, str]], width: int, separator: str = "  ") -> Line:
+    """Whole parts, in order, while they fit: a header never ends in half a word."""
+    line, used = Line(), 0
+    for index, (text, style) in enumerate(parts):
+        piece = (separator if index and used else "") + text
+        if used + len(piece) > width:
+            continue
+        line.add(piece, style)
+        used += len(piece)
+    return line
+
+
+def level_style(fraction: float | None) -> str:
+    """Green while there is room, yellow from 70 %, red from 90 %."""
+    if fraction is None:
+        return DIM
+    return BAR_HIGH if fraction >= 0.9 else BAR_MID if fraction >= 0.7 else BAR_LOW
 
 
 def _bar(fraction: float | None, width: int) -> list[Segment]:
@@ -83,38 +120,50 @@ def _bar(fraction: float | None, width: int) -> list[Segment]:
         return [Segment("[" + " " * inner + "]", DIM)]
     fraction = max(0.0, min(1.0, fraction))
     filled = int(round(fraction * inner))
-    style = BAR_HIGH if fraction >= 0.9 else BAR_MID if fraction >= 0.7 else BAR_LOW
-    return [Segment("["), Segment("|" * filled, style), Segment(" " * (inner - filled) + "]")]
+    return [Segment("["), Segment("|" * filled, level_style(fraction)), Segment(" " * (inner - filled) + "]")]
 
 
-def _short_bytes(value: int | None) -> str:
-    """Bytes in at most 7 characters: 512B, 16.0K, 220.7M, 23.6G (powers of 1024)."""
-    if value is None:
-        return MISSING
-    size = float(value)
-    for unit in ("B", "K", "M", "G", "T"):
-        if size < 1024 or unit == "T":
-            return f"{int(size)}B" if unit == "B" else f"{size:.1f}{unit}"
-        size /= 1024
-    return MISSING
+def sparkline(values: list[float | None], width: int, top: float | None = None, unicode: bool = True) -> str:
+    """The last `width` values as one line of bars scaled to `top` (else their maximum); a gap is a space."""
+    if width <= 0:
+        return ""
+    values = values[-width:]
+    marks = _SPARK_UNICODE if unicode else _SPARK_ASCII
+    known = [v for v in values if v is not None]
+    scale = top if top else (max(known) if known else 0.0)
+    if scale <= 0:
+        return "".join(" " if v is None else marks[1] for v in values)
+    steps = (len(marks) - 1) / scale
+    last = len(marks) - 1
+    return "".join(" " if v is None else marks[min(last, max(1, round(v * steps)))] for v in values)
 
 
-def _percent(value: float | None) -> str:
+def graph_rows(values: list[float | None], width: int, rows: int, top: float | None = None,
+               unicode: bool = True) -> list[str]:
+    """The last `width` values as a bar graph `rows` lines tall (eighths of a cell in Unicode), top line first."""
+    values = values[-width:] if width > 0 else []
+    known = [v for v in values if v is not None]
+    scale = top if top else (max(known) if known else 0.0)
+    out = []
+    for row in range(rows - 1, -1, -1):
+        cells = []
+        for value in values:
+            if value is None or scale <= 0:
+                cells.append(" ")
+                continue
+            eighths = max(1, round(max(0.0, min(1.0, value / scale)) * rows * 8)) - row * 8
+            eighths = max(0, min(8, eighths))
+            cells.append(_SPARK_UNICODE[eighths] if unicode else ("#" if eighths >= 4 else " "))
+        out.append("".join(cells))
+    return out
+
+
+def percent_text(value: float | None) -> str:
     return MISSING if value is None else f"{value:.1f}"
 
 
-def _rate(value: float | None) -> str:
-    if value is None:
-        return MISSING
-    return f"{value:.0f}" if value >= 100 else f"{value:.2f}" if value < 10 else f"{value:.1f}"
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return MISSING
-    if value < 1:
-        return f"{value * 1e3:.1f} ms"
-    return f"{value:.2f} s"
+def seconds_text(value: float | None) -> str:
+    return format_duration_us(None if value is None else value * 1e6)
 
 
 def _short_command(command: str | None) -> str:
@@ -125,17 +174,105 @@ def _short_command(command: str | None) -> str:
     return " ".join(words)
 
 
+# --- column layout ---------------------------------------------------------------------------------------
+
+@dataclass
+class Column:
+    key: str
+    title: str
+    width: int  # the fixed width, or the least width of a flexible column
+    right: bool = False
+    priority: int = 0  # 0 is kept longest; the highest priority goes first when the terminal is narrow
+    flex_max: int = 0  # > width: the column takes spare room up to this width
+
+
+def layout(columns: list[Column], width: int) -> list[tuple[Column, int]]:
+    """The columns that fit `width` (one leading space, one between columns), in their order, with widths."""
+    # A column is never narrower than its title: a header word is never cut.
+    columns = [c if c.width >= len(c.title) else
+               Column(c.key, c.title, len(c.title), c.right, c.priority, max(c.flex_max, len(c.title)))
+               for c in columns]
+    kept: list[Column] = []
+    used = 1
+    for column in sorted(columns, key=lambda c: c.priority):
+        need = column.width + (1 if kept else 0)
+        if used + need <= width:
+            kept.append(column)
+            used += need
+    ordered = [c for c in columns if c in kept]
+    widths = {c.key: c.width for c in ordered}
+    spare = width - used
+    flexible = [c for c in ordered if c.flex_max > c.width]
+    while spare > 0 and flexible:  # share the spare room out evenly among the flexible columns
+        share = max(1, spare // len(flexible))
+        for column in list(flexible):
+            grow = min(share, column.flex_max - widths[column.key], spare)
+            widths[column.key] += grow
+            spare -= grow
+            if widths[column.key] >= column.flex_max:
+                flexible.remove(column)
+            if spare <= 0:
+                break
+    return [(c, widths[c.key]) for c in ordered]
+
+
+def column_header(columns: list[tuple[Column, int]], sorted_key: str | None = None) -> Line:
+    line = Line(fill=COLUMNS).add(" ", COLUMNS)
+    for index, (column, size) in enumerate(columns):
+        line.add(("" if index == 0 else " "), COLUMNS)
+        line.add(fit(column.title, size, column.right), SORTED if column.key == sorted_key else COLUMNS)
+    return line
+
+
+def table_row(columns: list[tuple[Column, int]], cells: dict[str, list[Segment] | tuple[str, str]],
+         fill: str | None = None) -> Line:
+    line = Line(fill=fill).add(" ", fill or NORMAL)
+    for index, (column, size) in enumerate(columns):
+        if index:
+            line.add(" ", fill or NORMAL)
+        cell = cells.get(column.key, (MISSING, NORMAL))
+        if isinstance(cell, tuple):
+            text, style = cell
+            line.add(fit(text, size, column.right), fill or style)
+        else:  # segments drawn to the column's width (bars, graphs)
+            line.segments += _stretch(cell, size, fill)
+    return line
+
+
+def _stretch(segments: list[Segment], size: int, fill: str | None) -> list[Segment]:
+    out, used = [], 0
+    for segment in segments:
+        piece = _printable(segment.text)[: size - used]
+        out.append(Segment(piece, segment.style if fill is None else fill))
+        used += len(piece)
+    if used < size:
+        out.append(Segment(" " * (size - used), fill or NORMAL))
+    return out
+
+
+def _hosts(report: dict[str, Any]) -> set[str]:
+    """Hosts named by the report's records: a source that reads several hosts sets `host` on each record."""
+    devices = (report.get("devices") or {}).get("devices") or []
+    processes = report.get("processes") or {}
+    return {r["host"] for r in [*devices, *(processes.get("agents") or []), *(processes.get("holders") or [])]
+            if r.get("host")}
+
+
 # --- panels ----------------------------------------------------------------------------------------------
 
 def header_line(report: dict[str, Any], state: ViewState, width: int, interactive: bool) -> Line:
     devices = (report.get("devices") or {}).get("devices") or []
     platforms = sorted({d.get("platform") for d in devices if d.get("platform")})
     clock = time.strftime("%H:%M:%S", time.localtime(report.get("time_unix_s") or time.time()))
-    left = (f" tpu-top  host {report.get('hostname', '?')}  platform {','.join(platforms) or 'none'}  "
-            f"{clock}  refresh {state.interval_s:g}s")
+    hosts = _hosts(report)
+    where = f"{len(hosts)} hosts" if len(hosts) > 1 else f"host {report.get('hostname', '?')}"
     right = ("PAUSED " if state.paused else "") + ("h help " if interactive else "")
-    gap = max(1, width - len(left) - len(right))
-    return Line(fill=HEADER).add(left + " " * gap + right, HEADER)
+    left = _parts([(" tpu-top", HEADER), (where, HEADER), (f"platform {','.join(platforms) or 'none'}", HEADER),
+                   (clock, HEADER), (f"refresh {state.interval_s:g}s", HEADER)], max(0, width - len(right) - 1))
+    gap = max(1, width - len(left.text) - len(right))
+    if len(left.text) + gap + len(right) > width:
+        right = ""
+    return Line(fill=HEADER).add(left.text + " " * gap + right, HEADER)
 
 
 def host_lines(report: dict[str, Any], width: int) -> list[Line]:
@@ -145,24 +282,26 @@ def host_lines(report: dict[str, Any], width: int) -> list[Line]:
     if host.get("error"):
         return [Line().add(" host: ", TITLE).add(host["error"], ERROR)]
     cpu, used, total = host.get("cpu_percent"), host.get("memory_used_bytes"), host.get("memory_total_bytes")
-    cpu_text = f" {_percent(cpu)}%"
+    cpu_text = f" {percent_text(cpu)}%"
     memory_text = f" {format_bytes(used)} / {format_bytes(total)}"
     bar_width = max(6, (width - 6 - len(cpu_text) - 6 - len(memory_text) - 4) // 2)
-    first = Line().add(" CPU ", TITLE)
-    first.segments += _bar(None if cpu is None else cpu / 100, bar_width)
-    first.add(cpu_text + "   ").add("MEM ", TITLE)
-    first.segments += _bar(used / total if used is not None and total else None, bar_width)
-    first.add(memory_text)
+    if width < 60:  # no room for bars: the figures alone
+        first = _parts([(f" CPU{cpu_text}", NORMAL), (f"MEM{memory_text}", NORMAL)], width, "   ")
+    else:
+        first = Line().add(" CPU ", TITLE)
+        first.segments += _bar(None if cpu is None else cpu / 100, bar_width)
+        first.add(cpu_text + "   ").add("MEM ", TITLE)
+        first.segments += _bar(used / total if used is not None and total else None, bar_width)
+        first.add(memory_text)
     loads = [host.get(f"load_average_{w}") for w in ("1m", "5m", "15m")]
     load_text = " ".join(MISSING if v is None else f"{v:.2f}" for v in loads)
     agents = (report.get("processes") or {}).get("agents")
-    second = Line().add(" LOAD ", TITLE).add(load_text)
-    second.add("   CPUS ", TITLE).add(str(host.get("cpu_count") or MISSING))
-    second.add("   SWAP ", TITLE).add(f"{format_bytes(host.get('swap_used_bytes'))} / "
-                                      f"{format_bytes(host.get('swap_total_bytes'))}")
+    parts = [(f" LOAD {load_text}", NORMAL), (f"CPUS {host.get('cpu_count') or MISSING}", NORMAL),
+             (f"SWAP {format_bytes(host.get('swap_used_bytes'))} / {format_bytes(host.get('swap_total_bytes'))}",
+              NORMAL)]
     if agents is not None:
-        second.add("   AGENTS ", TITLE).add(str(len(agents)))
-    return [first, second]
+        parts.append((f"AGENTS {len(agents)}", NORMAL))
+    return [first, _parts(parts, width, "   ")]
 
 
 def _holders_text(device: dict[str, Any]) -> str:
@@ -204,32 +343,73 @@ def _libtpu_status(report: dict[str, Any], not_served: set[str]) -> Segment | No
                    ERROR)
 
 
-def device_lines(report: dict[str, Any], width: int, max_rows: int | None) -> list[Line]:
+def _first(device: dict[str, Any], *names: str) -> Any:
+    """The first of several names a figure may carry (sources name temperature and power differently)."""
+    for name in names:
+        if device.get(name) is not None:
+            return device[name]
+    return None
+
+
+def temperature_c(device: dict[str, Any]) -> float | None:
+    value = _first(device, "temperature_c", "temperature_celsius")
+    return None if value is None else float(value)
+
+
+def power_w(device: dict[str, Any]) -> float | None:
+    value = _first(device, "power_w", "power_watts", "power_usage_w")
+    return None if value is None else float(value)
+
+
+def device_condition(device: dict[str, Any]) -> str | None:
+    """"lost" (the device stopped answering) or "throttled" (clocks held down), when a source says so."""
+    state = str(device.get("state") or device.get("status") or "").lower()
+    if device.get("lost") or state == "lost":
+        return "lost"
+    if device.get("throttled") or state == "throttled" or device.get("throttle_reasons"):
+        return "throttled"
+    return None
+
+
+def _device_columns(devices: list[dict[str, Any]], multi_host: bool, with_history: bool) -> list[Column]:
+    key_width = max(6, min(16, max(len(str(d.get("key"))) for d in devices)))
+    columns = [Column("host", "HOST", 12, priority=1)] if multi_host else []
+    columns += [Column("key", "DEVICE", key_width, priority=0), Column("name", "NAME", 12, priority=7),
+                Column("bar", "MEMORY", 8, priority=5, flex_max=30),
+                Column("memory", "USED / TOTAL", 21, right=True, priority=1),
+                Column("util", "UTIL%", 5, right=True, priority=2)]
+    if any(temperature_c(d) is not None for d in devices):
+        columns.append(Column("temp", "TEMP", 5, right=True, priority=8))
+    if any(power_w(d) is not None for d in devices):
+        columns.append(Column("power", "POWER", 6, right=True, priority=9))
+    if with_history:
+        columns.append(Column("history", "HISTORY", 6, priority=6, flex_max=40))
+    columns.append(Column("processes", "PROCESSES", 12, priority=3, flex_max=200))
+    return columns
+
+
+def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state: ViewState | None = None,
+                 history: History | None = None) -> list[Line]:
     group = report.get("devices")
     if group is None:
         return []
+    state = state or ViewState()
     not_served = _libtpu_not_served(report)
     title = Line().add(" Devices", TITLE)
     status = _libtpu_status(report, not_served)
-    if status is not None:
+    if status is not None and len(title.text) + 2 + len(status.text) <= width:
         title.add("  ").add(status.text, status.style)
     lines = [title]
     if group.get("error"):
         return [*lines, Line().add(f"  {group['error']}", ERROR)]
-    devices = group.get("devices") or []
+    devices = state.filters.devices_of(report)
     if not devices:
-        return [*lines, Line().add("  no accelerator found, and no agent reports a device", DIM)]
-    key_width = max(6, min(32 if "fleet" in report else 16, max(len(str(d.get("key"))) for d in devices)))
-    name_width = 12
-    memory_width = 21
-    util_width = 5
-    rest = width - (1 + key_width + 1 + name_width + 1 + memory_width + 1 + util_width + 1)
-    bar_width = max(6, min(30, rest // 2))
-    holders_width = max(6, rest - bar_width - 1)
-    lines.append(Line(fill=COLUMNS).add(
-        " " + _fit("DEVICE", key_width) + " " + _fit("NAME", name_width) + " " + _fit("MEMORY", bar_width) + " "
-        + _fit("USED / TOTAL", memory_width, True) + " " + _fit("UTIL%", util_width, True) + " "
-        + _fit("PROCESSES", holders_width), COLUMNS))
+        text = "no device matches --device" if state.filters.devices and group.get("devices") else \
+            "no accelerator found, and no agent reports a device"
+        return [*lines, Line().add(f"  {text}", DIM)]
+    columns = layout(_device_columns(devices, len(_hosts(report)) > 1, history is not None), width)
+    lines.append(column_header(columns))
+    history_width = next((size for column, size in columns if column.key == "history"), 0)
     shown = devices if max_rows is None or len(devices) <= max_rows else devices[: max(1, max_rows - 1)]
     for device in shown:
         used = device.get("memory_used_bytes")
@@ -241,39 +421,64 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None) -> li
         used_text = NOT_SERVED_CELL if used is None and from_libtpu and "hbm_used_bytes" in not_served \
             else format_bytes(used)
         util_text = NOT_SERVED_CELL if utilization is None and from_libtpu and "duty_cycle_percent" in not_served \
-            else _percent(utilization)
-        line = Line().add(" " + _fit(str(device.get("key")), key_width) + " "
-                          + _fit(str(device.get("name") or MISSING), name_width) + " ")
-        line.segments += _bar(used / total if used is not None and total else None, bar_width)
-        line.add(" " + _fit(f"{used_text} / {format_bytes(total)}", memory_width, True) + " "
-                 + _fit(util_text, util_width, True) + " "
-                 + _fit(_holders_text(device), holders_width))
-        lines.append(line)
+            else percent_text(utilization)
+        condition = device_condition(device)
+        temperature, power = temperature_c(device), power_w(device)
+        series, top = device_graph_series(device)
+        graph = sparkline(history.device(device_key(device), series, history_width), history_width, top,
+                          state.unicode) if history is not None and history_width else ""
+        cells: dict[str, list[Segment] | tuple[str, str]] = {
+            "host": (str(device.get("host") or MISSING), NORMAL),
+            "key": (str(device.get("key")), ERROR if condition == "lost" else NORMAL),
+            "name": (condition.upper() if condition else str(device.get("name") or MISSING),
+                     ERROR if condition == "lost" else WARN if condition else NORMAL),
+            "bar": _bar(device_memory_fraction(device), next((s for c, s in columns if c.key == "bar"), 8)),
+            "memory": (f"{used_text} / {format_bytes(total)}", NORMAL),
+            "util": (util_text, level_style(None if utilization is None else utilization / 100)
+                     if utilization is not None else NORMAL),
+            "temp": (MISSING if temperature is None else f"{temperature:.0f}C", NORMAL),
+            "power": (MISSING if power is None else f"{power:.0f}W", NORMAL),
+            "history": [Segment(graph, level_style(None if utilization is None else utilization / 100)
+                                if utilization is not None else DIM)],
+            "processes": (_holders_text(device), NORMAL),
+        }
+        lines.append(table_row(columns, cells))
     if len(shown) < len(devices):
-        lines.append(Line().add(f"  ... {len(devices) - len(shown)} more devices (tpu-monitor lists them all)",
-                                DIM))
+        lines.append(_parts([(f"  ... {len(devices) - len(shown)} more devices", DIM),
+                             ("(tpu-monitor lists them all)", DIM)], width, " "))
     return lines
 
 
-_PROCESS_COLUMNS = (  # header, width, right-aligned; fits 80 columns with room for the command
-    ("PID", 7, True), ("USER", 8, False), ("TAG", 10, False), ("CPU%", 5, True), ("RSS", 7, True),
-    ("DEV MEM", 7, True), ("COMP", 5, True), ("RECOMP", 6, True), ("STEP/S", 6, True),
-)
+def _process_columns(multi_host: bool) -> list[Column]:
+    # Fits 80 columns with room for the command; narrower, the least useful go first.
+    priorities = {"pid": 0, "user": 5, "tag": 1, "cpu": 6, "rss": 7, "devmem": 2, "compiles": 8, "recompiles": 4,
+                  "steps": 3}
+    widths = {"pid": 7, "user": 8, "tag": 10, "cpu": 5, "rss": 7, "devmem": 7, "compiles": 5, "recompiles": 6,
+              "steps": 6}
+    columns = [Column("host", "HOST", 12, priority=1)] if multi_host else []
+    columns += [Column(c.key, c.header, widths[c.key], right=c.key not in ("user", "tag"), priority=priorities[c.key])
+                for c in SORT_COLUMNS]
+    columns.append(Column("command", "COMMAND", 8, priority=4, flex_max=1000))
+    return columns
 
 
-def _process_cells(row: ProcessRow) -> list[str]:
+def _process_cells(row: ProcessRow) -> dict[str, list[Segment] | tuple[str, str]]:
     agent = row.has_agent and row.error is None
-    return [
-        str(row.pid),
-        row.user or MISSING,
-        row.tag or MISSING,
-        _percent(row.cpu_percent),
-        _short_bytes(row.rss_bytes),
-        _short_bytes(row.device_memory_bytes) if agent else MISSING,
-        str(row.compiles) if agent and row.compiles is not None else MISSING,
-        str(row.recompiles) if agent and row.recompiles is not None else MISSING,
-        _rate(row.steps_per_second) if agent else MISSING,
-    ]
+    tail = f"error: {row.error}" if row.error else _short_command(row.command)
+    return {
+        "host": (row.host or MISSING, NORMAL),
+        "pid": (str(row.pid), NORMAL),
+        "user": (row.user or MISSING, NORMAL),
+        "tag": (row.tag or MISSING, NORMAL),
+        "cpu": (percent_text(row.cpu_percent), NORMAL),
+        "rss": (format_bytes_short(row.rss_bytes), NORMAL),
+        "devmem": (format_bytes_short(row.device_memory_bytes) if agent else MISSING, NORMAL),
+        "compiles": (str(row.compiles) if agent and row.compiles is not None else MISSING, NORMAL),
+        "recompiles": (str(row.recompiles) if agent and row.recompiles is not None else MISSING,
+                       WARN if agent and row.recompiles else NORMAL),
+        "steps": (format_number(row.steps_per_second) if agent else MISSING, NORMAL),
+        "command": (tail, ERROR if row.error else DIM if not row.has_agent else NORMAL),
+    }
 
 
 def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows: int | None,
@@ -282,23 +487,22 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
     if group is None:
         return [], None
     direction = "^" if state.sort.descending == state.reversed else "v"
-    lines = [Line().add(" Processes", TITLE).add(f"  sorted by {state.sort.header} {direction}", DIM)]
+    title_parts = [(" Processes", TITLE), (f"sorted by {state.sort.header} {direction}", DIM)]
+    if state.filters.active():
+        title_parts.append((f"filter: {' '.join(state.filters.active())}", WARN))
+    lines = [_parts(title_parts, width)]
     if group.get("error"):
         return [*lines, Line().add(f"  {group['error']}", ERROR)], None
-    rows = state.sorted_rows(rows_from_report(report))
-    host_width = min(20, max(len(r.host) for r in rows)) if any(r.host for r in rows) else 0
-    header = Line(fill=COLUMNS).add(" " + (_fit("HOST", host_width) + " " if host_width else ""), COLUMNS)
-    for (title, size, right), column in zip(_PROCESS_COLUMNS, SORT_COLUMNS):
-        style = SORTED if column.key == state.sort.key else COLUMNS
-        header.add(_fit(title, size, right), style).add(" ", COLUMNS)
-    header.add("COMMAND", COLUMNS)
-    lines.append(header)
+    columns = layout(_process_columns(len(_hosts(report)) > 1), width)
+    lines.append(column_header(columns, state.sort.key))
+    rows = state.visible_rows(report)
     selected = state.resolve_selection(rows) if interactive else None
     if not rows:
-        lines.append(Line().add("  no job runs the agent: start one with python -m tpu_tools.agent script.py", DIM))
+        text = "no process matches the filter" if state.filters.active() and (group.get("agents")
+                                                                            or group.get("holders")) \
+            else "no job runs the agent: start one with python -m tpu_tools.agent script.py"
+        lines.append(Line().add(f"  {text}", DIM))
         return lines, None
-    command_width = max(_MIN_COMMAND, width - 1 - sum(size + 1 for _, size, _ in _PROCESS_COLUMNS)
-                        - (host_width + 1 if host_width else 0))
     start = 0
     rows_shown = rows
     if max_rows is not None and len(rows) > max_rows:
@@ -307,25 +511,18 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
             start = selected - visible + 1
         rows_shown = rows[start:start + visible]
     for offset, row in enumerate(rows_shown):
-        cells = _process_cells(row)
-        text = " " + " ".join(_fit(cell, size, right) for cell, (_, size, right) in zip(cells, _PROCESS_COLUMNS))
-        if host_width:
-            text = " " + _fit(row.host or MISSING, host_width) + text
-        tail = f"error: {row.error}" if row.error else _short_command(row.command)
         is_selected = selected is not None and start + offset == selected
-        line = Line(fill=SELECTED if is_selected else None)
-        line.add(text + " ", SELECTED if is_selected else NORMAL)
-        line.add(_fit(tail, command_width), SELECTED if is_selected else ERROR if row.error else DIM
-                 if not row.has_agent else NORMAL)
-        lines.append(line)
+        lines.append(table_row(columns, _process_cells(row), SELECTED if is_selected else None))
     hidden = len(rows) - len(rows_shown)
     if hidden:
         lines.append(Line().add(f"  ... {hidden} more processes (up/down to scroll)", DIM))
     return lines, (rows[selected] if selected is not None else None)
 
 
-def detail_lines(row: ProcessRow | None) -> list[Line]:
-    """Two lines about the selected process: step times, compile time, the last recompilation."""
+def detail_lines(row: ProcessRow | None, width: int = 120, history: History | None = None,
+                 unicode: bool = True) -> list[Line]:
+    """Two lines about the selected process: step times and their recent rate, compile time, the last
+    recompilation."""
     if row is None:
         return [Line(), Line()]
     label = f" {row.pid} {row.tag or ''}".rstrip() + ": "
@@ -336,16 +533,23 @@ def detail_lines(row: ProcessRow | None) -> list[Line]:
     steps = row.detail.get("steps") or {}
     compiles = row.detail.get("compiles") or {}
     compile_time = sum(compiles.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s", "backend_compile_time_s"))
-    first = Line().add(label, TITLE)
-    first.add(f"steps {steps.get('count') if steps.get('count') is not None else MISSING}"
-              f"  last {_seconds(steps.get('last_step_time_s'))}  p50 {_seconds(steps.get('p50_step_time_s'))}"
-              f"  p99 {_seconds(steps.get('p99_step_time_s'))}  compile time {_seconds(compile_time)}"
-              f"  cache hits {compiles.get('cache_hits', MISSING)} misses {compiles.get('cache_misses', MISSING)}")
+    first = _parts([(label + f"steps {steps.get('count') if steps.get('count') is not None else MISSING}", NORMAL),
+                    (f"last {seconds_text(steps.get('last_step_time_s'))}", NORMAL),
+                    (f"p50 {seconds_text(steps.get('p50_step_time_s'))}", NORMAL),
+                    (f"p99 {seconds_text(steps.get('p99_step_time_s'))}", NORMAL),
+                    (f"compile time {seconds_text(compile_time)}", NORMAL),
+                    (f"cache hits {compiles.get('cache_hits', MISSING)} misses {compiles.get('cache_misses', MISSING)}",
+                     NORMAL)], width)
+    room = width - len(first.text) - 12
+    if history is not None and room >= 8:
+        rates = history.job(row.key, "steps_per_second", room)
+        if any(v is not None for v in rates):
+            first.add("  steps/s ", DIM).add(sparkline(rates, room, None, unicode), BAR_LOW)
     recompiles = compiles.get("recent_recompiles") or []
     second = Line().add(" last recompile: ", TITLE)
     if recompiles:
         last = recompiles[-1]
-        second.add(f"{last['function']} ({_seconds(last.get('backend_compile_time_s'))})"
+        second.add(f"{last['function']} ({seconds_text(last.get('backend_compile_time_s'))})"
                    + (f": {last['reason']}" if last.get("reason") else
                       "  (reason: start the job with --explain-recompiles)"))
     else:
@@ -353,47 +557,142 @@ def detail_lines(row: ProcessRow | None) -> list[Line]:
     return [first, second]
 
 
+def history_lines(report: dict[str, Any], state: ViewState, history: History, width: int, max_rows: int,
+                  selected: ProcessRow | None) -> list[Line]:
+    """The history panel: each device's utilization and memory over the window, and the selected job's
+    steps/s. Shown when the terminal has room for it."""
+    devices = state.filters.devices_of(report)
+    if max_rows < 2 or not devices:
+        return []
+    seconds = history.capacity * state.interval_s
+    lines = [_parts([(" History", TITLE), (f"last {seconds / 60:g} min, one sample a refresh", DIM)], width)]
+    key_width = max(6, min(16, max(len(str(d.get("key"))) for d in devices)))
+    graph = max(4, (width - key_width - 2 - 2 * 16) // 2)
+    budget = max_rows - 1 - (1 if selected is not None and selected.has_agent else 0)
+    for device in devices[: max(0, budget)]:
+        key = device_key(device)
+        utilization = history.device(key, "utilization_percent", graph)
+        memory_series, memory_top = ("memory_percent", 100.0) if device_memory_fraction(device) is not None \
+            else ("memory_used_bytes", None)
+        memory = history.device(key, memory_series, graph)
+        last_util = next((v for v in reversed(utilization) if v is not None), None)
+        last_memory = next((v for v in reversed(memory) if v is not None), None)
+        line = Line().add(" " + fit(str(device.get("key")), key_width) + " ")
+        memory_graph = graph
+        if any(v is not None for v in utilization):
+            line.add(" UTIL ", DIM).add(fit(sparkline(utilization, graph, 100.0, state.unicode), graph),
+                                        level_style(None if last_util is None else last_util / 100))
+            line.add(fit(percent_text(last_util), 6, True) + " ")
+        else:  # a platform that reports no utilization: memory takes the whole line
+            memory_graph = max(4, width - key_width - 2 - 12)
+            memory = history.device(key, memory_series, memory_graph)
+        memory_style = level_style(last_memory / 100) if memory_top and last_memory is not None else BAR_LOW
+        line.add(" MEM ", DIM).add(fit(sparkline(memory, memory_graph, memory_top, state.unicode), memory_graph),
+                                   memory_style)
+        line.add(fit(percent_text(last_memory) if memory_top else format_bytes_short(last_memory), 6, True))
+        lines.append(line)
+    if selected is not None and selected.has_agent:
+        label = f" STEP/S of {selected.pid} {selected.tag or ''}".rstrip() + " "
+        room = max(4, width - len(label) - 8)
+        rates = history.job(selected.key, "steps_per_second", room)
+        last = next((v for v in reversed(rates) if v is not None), None)
+        lines.append(Line().add(label, DIM).add(sparkline(rates, room, None, state.unicode), BAR_LOW)
+                     .add(" " + format_number(last)))
+    return lines
+
+
+def footer_line(state: ViewState, width: int) -> Line:
+    """The bottom line: the filter being typed, a signal to confirm, the last result, or the keys."""
+    if state.editing_filter:
+        return Line(fill=HEADER).add(f" filter: /{state.filters.text}_", HEADER).add(
+            "   Enter keep  Esc clear" if width >= 40 + len(state.filters.text) else "", HEADER)
+    if state.pending is not None:
+        row = state.pending.row
+        label = f"{row.pid}" + (f" ({row.tag})" if row.tag else "") + (f" on {row.host}" if row.host else "")
+        return Line(fill=WARN).add(f" send {state.pending.signal_name} to {label}? y / n", WARN)
+    message = state.current_message()
+    if message is not None:
+        return Line().add(" " + message[0], ERROR if message[1] else TITLE)
+    if state.job_key is not None:
+        hints = ["Esc back", "I/T/K signal", "q quit", "h help"]
+    else:
+        hints = ["q quit", "j/k select", "Enter job", "/ filter", "a all", "I/T/K signal", "s/S sort",
+                 "r reverse", "p pause", "h help"]
+    line = _parts([(" " + hints[0], HEADER), *[(h, HEADER) for h in hints[1:]]], width)
+    line.fill = HEADER
+    return line
+
+
 def _overlay_help(lines: list[Line], width: int, height: int) -> None:
     box_width = min(width, max(len(t) for t in HELP_LINES) + 4)
     top = max(0, (height - len(HELP_LINES) - 2) // 2)
     left = max(0, (width - box_width) // 2)
     body = ["+" + "-" * (box_width - 2) + "+"]
-    body += ["| " + _fit(text, box_width - 4) + " |" for text in HELP_LINES]
+    body += ["| " + fit(text, box_width - 4) + " |" for text in HELP_LINES]
     body.append(body[0])
     while len(lines) < top + len(body):
         lines.append(Line())
-    for offset, text in enumerate(body):
+    for offset, text in enumerate(body[: max(0, height - top)]):
         original = lines[top + offset].text.ljust(width)
         lines[top + offset] = Line().add(original[:left]).add(text, HEADER).add(original[left + box_width:])
 
 
 def render(report: dict[str, Any], state: ViewState, width: int, height: int | None,
-           interactive: bool = True) -> list[Line]:
+           interactive: bool = True, history: History | None = None) -> list[Line]:
     """The frame for `report` at `width` x `height` (height None: as tall as needed, for --once)."""
+    width = max(20, width)
+    if state.job_key is not None and interactive:
+        from tpu_tools.top.jobview import job_lines
+
+        body = job_lines(report, state, history, width, None if height is None else height - 2)
+        lines = [header_line(report, state, width, interactive), *body]
+        if height is not None:
+            lines = lines[: height - 1]
+            lines += [Line()] * max(0, height - 1 - len(lines))
+        lines.append(footer_line(state, width))
+        if height is not None and state.show_help:
+            _overlay_help(lines, width, height)
+        return [line.cut(width) for line in lines]
     from tpu_tools.top.fleet_panel import fleet_lines  # here: the panel draws with this module's helpers
 
-    width = max(20, width)
     top = [header_line(report, state, width, interactive), *host_lines(report, width), Line()]
     hosts = fleet_lines(report, width, None if height is None else max(3, height // 4))
-    if hosts:
+    if hosts:  # a fleet view (--from-prometheus): the hosts, the slice's outliers first
         top += [*hosts, Line()]
-    footer = [Line(fill=HEADER).add(" q quit  j/k select  s/S sort  r reverse  p pause  h help", HEADER)] \
-        if interactive else []
+    footer = [footer_line(state, width)] if interactive else []
     details_budget = 2 if interactive and (height is None or height >= 16) else 0
+    graphs: list[Line] = []
     if height is None:
-        devices = device_lines(report, width, None)
+        devices = device_lines(report, width, None, state, history)
         processes, selected = process_lines(report, state, width, None, interactive)
     else:
         fixed = len(top) + len(footer) + details_budget + 1  # + the blank line between panels
-        device_budget = max(3, (height - fixed) // 3)
-        devices = device_lines(report, width, max(1, device_budget - 2))
-        process_budget = height - fixed - len(devices) - 2  # minus the title and column lines
+        available = height - fixed
+        shown = len(state.visible_rows(report)) if report.get("processes") else 0
+        device_need = len(state.filters.devices_of(report)) + 2 if report.get("devices") else 0
+        process_need = shown + 2
+        # The processes keep at least half the room they ask for; the devices take what is left, and the
+        # history panel takes what neither needs, when there is enough of it.
+        device_budget = min(max(device_need, 3), max(3, available - min(process_need, max(6, available // 2))))
+        devices = device_lines(report, width, max(1, device_budget - 2), state, history)
+        process_budget = available - len(devices) - 2  # minus the title and column lines
+        spare = process_budget - max(shown + 1, 4) - 1
+        panel = 0
+        if history is not None and interactive and spare >= 3:
+            panel = min(spare, device_need + 1)
+            process_budget -= panel + 1
         processes, selected = process_lines(report, state, width, max(1, process_budget), interactive)
+        if panel and history is not None:
+            graphs = history_lines(report, state, history, width, panel, selected)
     lines = [*top, *devices, Line(), *processes]
+    if not any(group in report for group in ("host", "devices", "processes")):
+        lines.append(Line().add(" gathering the first report...", DIM))
+    if graphs:
+        lines += [Line(), *graphs]
     if height is not None:  # the details and the footer sit at the bottom of the screen
         lines += [Line()] * max(0, height - len(lines) - len(footer) - details_budget)
     if details_budget:
-        lines += detail_lines(selected)
+        lines += detail_lines(selected, width, history, state.unicode)
     if height is not None:
         lines = lines[: max(0, height - len(footer))] + footer
         lines = lines[:height]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +22,19 @@ class ProcessRow:
     steps_per_second: float | None = None
     has_agent: bool = True
     error: str | None = None
-    host: str | None = None  # in a fleet view (--from-prometheus): the host the process runs on
     detail: dict[str, Any] = field(default_factory=dict)  # the agent entry, for the selected-process lines
+    host: str | None = None  # set by a source that reads several hosts
+
+    @property
+    def key(self) -> str:
+        """Identifies the process across reports (a PID is unique only within its host)."""
+        return f"{self.host}/{self.pid}" if self.host else str(self.pid)
+
+    def matches(self, text: str) -> bool:
+        """The `/` filter: a case-insensitive substring of the tag, user, command, PID or host."""
+        needle = text.lower()
+        return any(needle in str(value).lower() for value in (self.tag, self.user, self.command, self.pid,
+                                                              self.host) if value is not None)
 
 
 @dataclass(frozen=True)
@@ -58,31 +71,110 @@ def rows_from_report(report: dict[str, Any]) -> list[ProcessRow]:
             cpu_percent=agent.get("cpu_percent"), rss_bytes=agent.get("rss_bytes"),
             device_memory_bytes=agent.get("device_memory_used_bytes"),
             compiles=compiles.get("compile_count"), recompiles=compiles.get("recompile_count"),
-            steps_per_second=steps.get("steps_per_second"), error=agent.get("error"), host=agent.get("host"),
-            detail=agent,
+            steps_per_second=steps.get("steps_per_second"), error=agent.get("error"), detail=agent,
+            host=agent.get("host"),
         ))
     for holder in processes.get("holders") or []:
         rows.append(ProcessRow(
             pid=holder["pid"], user=holder.get("user"), tag=None, command=holder.get("command"),
             cpu_percent=holder.get("cpu_percent"), rss_bytes=holder.get("rss_bytes"), has_agent=False,
-            detail=holder,
+            detail=holder, host=holder.get("host"),
         ))
     return rows
+
+
+def device_memory_fraction(device: dict[str, Any]) -> float | None:
+    """Used / total of a device's memory (the platform's figure, else the live arrays); None when unknown."""
+    used = device.get("memory_used_bytes")
+    if used is None:
+        used = device.get("live_array_bytes")
+    total = device.get("memory_total_bytes")
+    return used / total if used is not None and total else None
+
+
+def device_matches(device: dict[str, Any], wanted: tuple[str, ...]) -> bool:
+    """--device: a device key (`tpu:0`, `cpu:1@4242`) or its part before `@`, or a platform (`tpu`)."""
+    if not wanted:
+        return True
+    key = str(device.get("key"))
+    return any(w in (key, key.split("@")[0], device.get("platform")) for w in wanted)
+
+
+def device_pids(device: dict[str, Any]) -> set[int]:
+    """The processes a device panel row names: agents using it and processes holding it."""
+    return {p["pid"] for p in device.get("processes") or []} | {h["pid"] for h in device.get("holders") or []}
+
+
+@dataclass
+class Filters:
+    """What the process panel (and, for devices, the device panel) shows."""
+
+    text: str = ""  # the `/` filter
+    users: tuple[str, ...] = ()
+    pids: tuple[int, ...] = ()
+    devices: tuple[str, ...] = ()
+    show_all: bool = True  # `a`: processes without an agent (device holders) too
+
+    def active(self) -> list[str]:
+        parts = [f"/{self.text}"] if self.text else []
+        parts += [f"user {','.join(self.users)}"] if self.users else []
+        parts += [f"pid {','.join(map(str, self.pids))}"] if self.pids else []
+        parts += [f"device {','.join(self.devices)}"] if self.devices else []
+        parts += [] if self.show_all else ["agents only"]
+        return parts
+
+    def devices_of(self, report: dict[str, Any]) -> list[dict[str, Any]]:
+        return [d for d in (report.get("devices") or {}).get("devices") or [] if device_matches(d, self.devices)]
+
+    def rows(self, report: dict[str, Any], rows: list[ProcessRow]) -> list[ProcessRow]:
+        on_devices: set[int] | None = None
+        if self.devices:
+            on_devices = set()
+            for device in self.devices_of(report):
+                on_devices |= device_pids(device)
+        return [r for r in rows
+                if (self.show_all or r.has_agent)
+                and (not self.users or r.user in self.users)
+                and (not self.pids or r.pid in self.pids)
+                and (on_devices is None or r.pid in on_devices)
+                and (not self.text or r.matches(self.text))]
+
+
+SIGNAL_KEYS = {"I": "SIGINT", "T": "SIGTERM", "K": "SIGKILL"}
+MESSAGE_S = 5.0  # how long a result line stays
+
+
+@dataclass
+class Pending:
+    """A signal waiting for `y` on the confirmation line."""
+
+    signal_name: str
+    row: ProcessRow
 
 
 @dataclass
 class ViewState:
     sort_index: int = SORT_KEYS.index(DEFAULT_SORT)
     reversed: bool = False
-    selected_pid: int | None = None
+    selected_key: str | None = None  # the selected row's key (PID, with its host when there are several)
     selected_index: int = 0
     paused: bool = False
     show_help: bool = False
     interval_s: float = 1.0
+    filters: Filters = field(default_factory=Filters)
+    editing_filter: bool = False  # `/` was pressed: keys type into the filter
+    job_key: str | None = None  # the job screen of this process is open
+    pending: Pending | None = None
+    message: tuple[str, bool, float] | None = None  # (text, is_error, shown until, monotonic)
+    unicode: bool = True  # block characters for graphs; ASCII otherwise
 
     @property
     def sort(self) -> SortColumn:
         return SORT_COLUMNS[self.sort_index]
+
+    def visible_rows(self, report: dict[str, Any]) -> list[ProcessRow]:
+        """The process panel's rows: filtered, then sorted."""
+        return self.sorted_rows(self.filters.rows(report, rows_from_report(report)))
 
     def sorted_rows(self, rows: list[ProcessRow]) -> list[ProcessRow]:
         column = self.sort
@@ -94,20 +186,20 @@ class ViewState:
             found = getattr(row, column.attribute)
             return found.lower() if isinstance(found, str) else found
 
-        present.sort(key=lambda r: (value(r), r.pid), reverse=descending)
-        return present + sorted(missing, key=lambda r: r.pid)  # unknown figures always last
+        present.sort(key=lambda r: (value(r), r.host or "", r.pid), reverse=descending)
+        return present + sorted(missing, key=lambda r: (r.host or "", r.pid))  # unknown figures always last
 
     def resolve_selection(self, rows: list[ProcessRow]) -> int | None:
-        """Index of the selected row in `rows` (sorted); follows the PID, else keeps the position."""
+        """Index of the selected row in `rows` (sorted); follows the process, else keeps the position."""
         if not rows:
-            self.selected_pid = None
+            self.selected_key = None
             return None
         for index, row in enumerate(rows):
-            if row.pid == self.selected_pid:
+            if row.key == self.selected_key:
                 self.selected_index = index
                 return index
         self.selected_index = max(0, min(self.selected_index, len(rows) - 1))
-        self.selected_pid = rows[self.selected_index].pid
+        self.selected_key = rows[self.selected_index].key
         return self.selected_index
 
     def move(self, rows: list[ProcessRow], delta: int) -> None:
@@ -115,22 +207,91 @@ class ViewState:
         if index is None:
             return
         self.selected_index = max(0, min(len(rows) - 1, index + delta))
-        self.selected_pid = rows[self.selected_index].pid
+        self.selected_key = rows[self.selected_index].key
+
+    def selected_row(self, rows: list[ProcessRow]) -> ProcessRow | None:
+        index = self.resolve_selection(rows)
+        return None if index is None else rows[index]
+
+    def say(self, text: str, error: bool = False, now: float | None = None) -> None:
+        self.message = (text, error, (time.monotonic() if now is None else now) + MESSAGE_S)
+
+    def current_message(self, now: float | None = None) -> tuple[str, bool] | None:
+        if self.message is None:
+            return None
+        text, error, until = self.message
+        if (time.monotonic() if now is None else now) > until:
+            self.message = None
+            return None
+        return text, error
 
 
 QUIT = "quit"
 REDRAW = "redraw"
 IGNORED = "ignored"
 
+# A signaller sends a signal to a row's process and returns (delivered, what to tell the user).
+Signaller = Callable[[ProcessRow, str], tuple[bool, str]]
+# A checker says why a row's process may not be signalled, or None when it may.
+Checker = Callable[[ProcessRow], "str | None"]
 
-def handle_key(state: ViewState, key: str, rows: list[ProcessRow]) -> str:
-    """Apply one key (a character, or "up"/"down"/"home"/"end"/"pageup"/"pagedown") to the state."""
+
+def _edit_filter(state: ViewState, key: str) -> str:
+    if key in ("enter", "\n", "\r"):
+        state.editing_filter = False
+    elif key == "escape":
+        state.editing_filter = False
+        state.filters.text = ""
+    elif key in ("backspace", "\x7f", "\x08"):
+        state.filters.text = state.filters.text[:-1]
+    elif len(key) == 1 and key.isprintable():
+        state.filters.text += key
+    else:
+        return IGNORED
+    return REDRAW
+
+
+def _answer_pending(state: ViewState, key: str, signaller: Signaller | None) -> str:
+    pending, state.pending = state.pending, None
+    assert pending is not None
+    if key not in ("y", "Y") or signaller is None:
+        state.say(f"{pending.signal_name} not sent")
+        return REDRAW
+    delivered, text = signaller(pending.row, pending.signal_name)
+    state.say(text, error=not delivered)
+    return REDRAW
+
+
+def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Signaller | None = None,
+               checker: Checker | None = None) -> str:
+    """Apply one key (a character, or "up"/"down"/"home"/"end"/"pageup"/"pagedown"/"enter"/"escape"/
+    "backspace") to the state. `rows` are the process panel's rows as shown (filtered); `signaller` sends
+    the signal confirmed with `y`, `checker` refuses one before asking."""
     if state.show_help:
         state.show_help = False  # any key closes the help; q also quits
         return QUIT if key == "q" else REDRAW
+    if state.editing_filter:
+        return _edit_filter(state, key)
+    if state.pending is not None:
+        return _answer_pending(state, key, signaller)
     ordered = state.sorted_rows(rows)
     if key == "q":
         return QUIT
+    if state.job_key is not None and key in ("escape", "backspace", "\x7f", "left"):
+        state.job_key = None
+        return REDRAW
+    if key in SIGNAL_KEYS:
+        row = next((r for r in ordered if r.key == state.job_key), None) if state.job_key is not None \
+            else state.selected_row(ordered)
+        if row is None:
+            state.say("no process selected", error=True)
+            return REDRAW
+        refusal = checker(row) if checker is not None else None
+        if refusal:
+            state.say(refusal, error=True)
+        else:
+            state.pending = Pending(SIGNAL_KEYS[key], row)
+        return REDRAW
     if key in ("up", "k"):
         state.move(ordered, -1)
     elif key in ("down", "j"):
@@ -143,6 +304,16 @@ def handle_key(state: ViewState, key: str, rows: list[ProcessRow]) -> str:
         state.move(ordered, -len(ordered))
     elif key == "end":
         state.move(ordered, len(ordered))
+    elif key in ("enter", "\n", "\r"):
+        row = state.selected_row(ordered)
+        if row is not None:
+            state.job_key = row.key
+    elif key == "/":
+        state.editing_filter = True
+    elif key == "a":
+        state.filters.show_all = not state.filters.show_all
+    elif key == "escape" and state.filters.text:
+        state.filters.text = ""
     elif key == "s":
         state.sort_index = (state.sort_index + 1) % len(SORT_COLUMNS)
     elif key == "S":

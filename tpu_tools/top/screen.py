@@ -1,7 +1,9 @@
 """The live tpu-top screen: curses, keys, resizes, and a terminal restored however it ends.
 
-The loop sleeps in `getch` until a key arrives or the next refresh is due, so
-between refreshes it costs nothing. `q`, Ctrl-C and SIGTERM all leave through
+Reports are gathered by a `Collector` on its own thread; the loop sleeps in
+`getch` until a key arrives (handled at once, from the last report) or for at
+most 100 ms, then picks up a new report if there is one. A slow source makes
+the figures older, never the keys slower. `q`, Ctrl-C and SIGTERM all leave through
 the same `finally`, which gives the terminal back as it was (main screen,
 echo, line mode, cursor). Nothing else writes to the terminal meanwhile:
 stderr is held until the screen is gone.
@@ -16,11 +18,12 @@ import os
 import signal
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from tpu_tools.errors import UsageError
+from tpu_tools.top import signals
+from tpu_tools.top.collector import Collector
 from tpu_tools.top.frame import (
     BAR_HIGH,
     BAR_LOW,
@@ -33,9 +36,11 @@ from tpu_tools.top.frame import (
     SELECTED,
     SORTED,
     TITLE,
+    WARN,
     Line,
     render,
 )
+from tpu_tools.top.history import History
 from tpu_tools.top.model import QUIT, ViewState, handle_key, rows_from_report
 
 _KEYS = {
@@ -52,12 +57,16 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise _Terminated()
 
 
-def _styles() -> dict[str, int]:
+def _styles(colour: bool = True) -> dict[str, int]:
+    """Curses attributes for the frame's styles. Colours carry meaning (green to red as a bar fills, red for
+    errors and lost devices, yellow for warnings); without colour (NO_COLOR, a monochrome terminal) the same
+    styles are told apart by bold, dim and reverse. Text keeps the terminal's own background, so a light
+    theme stays readable; on 256-colour terminals the yellow is a darker amber that reads on white too."""
     styles = {NORMAL: curses.A_NORMAL, TITLE: curses.A_BOLD, HEADER: curses.A_REVERSE, COLUMNS: curses.A_REVERSE,
               SORTED: curses.A_REVERSE | curses.A_BOLD, SELECTED: curses.A_REVERSE | curses.A_BOLD,
               BAR_LOW: curses.A_BOLD, BAR_MID: curses.A_BOLD, BAR_HIGH: curses.A_BOLD, DIM: curses.A_DIM,
-              ERROR: curses.A_BOLD}
-    if not curses.has_colors():
+              ERROR: curses.A_BOLD, WARN: curses.A_BOLD | curses.A_UNDERLINE}
+    if not colour or not curses.has_colors():
         return styles
     try:
         curses.start_color()
@@ -65,11 +74,13 @@ def _styles() -> dict[str, int]:
         background = -1
     except curses.error:
         background = curses.COLOR_BLACK
-    pairs = {BAR_LOW: curses.COLOR_GREEN, BAR_MID: curses.COLOR_YELLOW, BAR_HIGH: curses.COLOR_RED,
-             ERROR: curses.COLOR_RED, TITLE: curses.COLOR_CYAN}
-    for number, (style, colour) in enumerate(pairs.items(), start=1):
+    rich = getattr(curses, "COLORS", 8) >= 256
+    pairs = {BAR_LOW: 34 if rich else curses.COLOR_GREEN, BAR_MID: 172 if rich else curses.COLOR_YELLOW,
+             BAR_HIGH: 160 if rich else curses.COLOR_RED, ERROR: 160 if rich else curses.COLOR_RED,
+             TITLE: 31 if rich else curses.COLOR_CYAN, WARN: 172 if rich else curses.COLOR_YELLOW}
+    for number, (style, foreground) in enumerate(pairs.items(), start=1):
         try:
-            curses.init_pair(number, colour, background)
+            curses.init_pair(number, foreground, background)
             styles[style] = curses.color_pair(number) | (curses.A_BOLD if style != TITLE else 0)
         except curses.error:
             pass
@@ -130,14 +141,15 @@ def _stderr_held() -> Iterator[None]:
             sys.stderr.flush()
 
 
-def run_screen(build: Callable[[], dict[str, Any]], state: ViewState) -> None:
-    """Show reports from `build()` every `state.interval_s` until q, Ctrl-C or SIGTERM."""
+def run_screen(collector: Collector, state: ViewState, history: History | None = None) -> None:
+    """Show the collector's reports until q, Ctrl-C or SIGTERM; the collector gathers them meanwhile."""
     with _stderr_held():
-        _run_screen(build, state)
+        _run_screen(collector, state, history)
 
 
-def _run_screen(build: Callable[[], dict[str, Any]], state: ViewState) -> None:
+def _run_screen(collector: Collector, state: ViewState, history: History | None) -> None:
     locale.setlocale(locale.LC_ALL, "")
+    os.environ.setdefault("ESCDELAY", "25")  # Esc alone is a key here (back), not the start of a sequence
     previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         window = curses.initscr()
@@ -152,8 +164,8 @@ def _run_screen(build: Callable[[], dict[str, Any]], state: ViewState) -> None:
             curses.curs_set(0)
         except curses.error:
             pass
-        styles = _styles()
-        _loop(window, build, state, styles)
+        styles = _styles(colour="NO_COLOR" not in os.environ)
+        _loop(window, collector, state, history, styles)
     except (KeyboardInterrupt, _Terminated):
         pass
     finally:
@@ -168,34 +180,66 @@ def _run_screen(build: Callable[[], dict[str, Any]], state: ViewState) -> None:
         signal.signal(signal.SIGTERM, previous_term)
 
 
-def _loop(window: Any, build: Callable[[], dict[str, Any]], state: ViewState, styles: dict[str, int]) -> None:
-    report = build()
-    next_refresh = time.monotonic() + state.interval_s
+_WAKE_MS = 100  # how often the loop looks for a new report when no key comes; keys end the wait at once
+_WAITING = {"schema": "tpu-tools/monitor/v1"}  # shown until the first report arrives
+
+
+def _key_name(code: int) -> str:
+    if code in _KEYS:
+        return _KEYS[code]
+    if code in (curses.KEY_ENTER, 10, 13):
+        return "enter"
+    if code == 27:
+        return "escape"
+    if code in (curses.KEY_BACKSPACE, 127, 8):
+        return "backspace"
+    return chr(code) if 0 <= code < 128 else ""
+
+
+def _loop(window: Any, collector: Collector, state: ViewState, history: History | None,
+          styles: dict[str, int]) -> None:
+    snapshot = collector.wait_first(0.3)  # a quick source shows at once; a slow one does not hold the screen
+    report = snapshot.report if snapshot else _WAITING
+    if snapshot is not None and history is not None:
+        history.record(report, rows_from_report(report))
+    shown_message: tuple[str, bool] | None = None
+    failed_sequence = 0
 
     def draw() -> None:
         height, width = window.getmaxyx()
-        _paint(window, render(report, state, width, height, interactive=True), styles, width, height)
+        _paint(window, render(report, state, width, height, interactive=True, history=history), styles, width,
+               height)
 
     draw()
+    window.timeout(_WAKE_MS)
     while True:
-        wait_s = next_refresh - time.monotonic()
-        window.timeout(max(0, int(wait_s * 1000)) if not state.paused else 1000)
         code = window.getch()
         if code == -1:
-            if not state.paused and time.monotonic() >= next_refresh:
-                report = build()
-                next_refresh = max(next_refresh + state.interval_s, time.monotonic() + 0.05)
+            latest = collector.latest()
+            message = state.current_message()
+            if (latest is not None and latest.error and latest.sequence != failed_sequence) \
+                    or (not state.paused and latest is not None and latest.report is not report) \
+                    or message != shown_message:
+                if not state.paused and latest is not None and latest.report is not report:
+                    report = latest.report
+                    if history is not None:
+                        history.record(report, rows_from_report(report))
+                if latest is not None and latest.error and latest.sequence != failed_sequence:
+                    failed_sequence = latest.sequence  # say it once; the screen keeps the last figures
+                    state.say(f"gathering the report failed: {latest.error}", error=True)
+                    message = state.current_message()
+                shown_message = message
                 draw()
             continue
         if code == curses.KEY_RESIZE:
             curses.update_lines_cols()
             draw()
             continue
-        key = _KEYS.get(code) or (chr(code) if 0 <= code < 256 else "")
         was_paused = state.paused
-        if handle_key(state, key, rows_from_report(report)) == QUIT:
+        rows = state.filters.rows(report, rows_from_report(report))
+        if handle_key(state, _key_name(code), rows, signals.send, signals.refusal) == QUIT:
             return
-        if was_paused and not state.paused:
-            report = build()
-            next_refresh = time.monotonic() + state.interval_s
+        if was_paused != state.paused:
+            collector.pause(state.paused)
+        shown_message = state.current_message()
         draw()

@@ -1,0 +1,343 @@
+"""tpu-top's parts without a terminal: history bounds, the background collector, filters, signals, layout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_top import _report
+
+from tpu_tools.top import signals
+from tpu_tools.top.collector import Collector
+from tpu_tools.top.frame import Column, frame_text, layout, render, sparkline
+from tpu_tools.top.history import MAX_SAMPLES, History, Ring
+from tpu_tools.top.model import Filters, ProcessRow, ViewState, handle_key, rows_from_report
+
+
+def _sample(report: dict, sequence: int, utilization: float) -> dict:
+    report = {**report, "sequence": sequence}
+    report["devices"] = {"error": None, "devices": [{**d, "utilization_percent": utilization}
+                                                    for d in report["devices"]["devices"]]}
+    return report
+
+
+# --- history ---------------------------------------------------------------------------------------------
+
+def test_ring_keeps_the_last_samples_in_order_with_gaps():
+    ring = Ring(4)
+    for value in (1.0, None, 3.0, 4.0, 5.0, 6.0):
+        ring.append(value)
+    assert len(ring) == 4 and ring.values() == [3.0, 4.0, 5.0, 6.0]
+    assert ring.values(2) == [5.0, 6.0]
+    ring.append(None)
+    assert ring.values() == [4.0, 5.0, 6.0, None]
+
+
+def test_history_grows_then_stays_bounded_and_forgets_gone_jobs():
+    history = History(interval_s=1.0, window_s=20)
+    report = _report(agents=3, devices=2)
+    for n in range(50):
+        sample = _sample(report, n, float(n))
+        if n >= 10:  # one job exits after ten samples
+            sample["processes"] = {**report["processes"], "agents": report["processes"]["agents"][:2]}
+        assert history.record(sample, rows_from_report(sample))
+        assert not history.record(sample, rows_from_report(sample))  # the same report twice is one sample
+        if n == 5:
+            assert history.device("tpu:0", "utilization_percent") == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert history.device("tpu:1", "utilization_percent") == [float(n) for n in range(30, 50)]
+    assert len(history.job("1000", "steps_per_second")) == 20
+    assert "1002" not in history.jobs  # gone for longer than the window
+    assert history.nbytes() == (2 * 3 + 2 * 4) * 20 * 8  # devices x series + jobs x series, 8 bytes a sample
+
+
+def test_history_records_reports_without_sequence_or_time_every_time():
+    history = History(interval_s=1.0)
+    report = {"devices": {"devices": [{"key": "tpu:0", "host": "vm-a", "utilization_percent": 5.0}]}}
+    assert history.record(report, []) and history.record(report, [])
+    assert history.device("vm-a/tpu:0", "utilization_percent") == [5.0, 5.0]
+
+
+def test_history_capacity_is_capped_whatever_the_interval():
+    assert History(interval_s=0.1).capacity == MAX_SAMPLES
+    assert History(interval_s=1.0).capacity == 600
+    history = History(interval_s=1.0, max_subjects=5)
+    report = _report(agents=10, devices=2)
+    history.record(report, rows_from_report(report))
+    assert len(history.devices) + len(history.jobs) == 5
+
+
+def test_sparkline_scales_and_keeps_gaps():
+    assert sparkline([0.0, 50.0, 100.0, None], 4, 100.0) == "\u2581\u2584\u2588 "
+    assert sparkline([1.0, 2.0, 4.0], 2, None, unicode=False) == "=@"
+    assert sparkline([], 5) == ""
+
+
+# --- the background collector ----------------------------------------------------------------------------
+
+def test_collector_never_blocks_the_reader_of_the_last_report():
+    release = threading.Event()
+    calls = []
+
+    def slow() -> dict:
+        calls.append(time.monotonic())
+        if len(calls) > 1:
+            release.wait(5)  # a source that takes its time
+        return {"sequence": len(calls)}
+
+    collector = Collector(slow, interval_s=0.05).start()
+    try:
+        first = collector.wait_first(5)
+        assert first is not None and first.report == {"sequence": 1}
+        time.sleep(0.2)  # the second collect is now stuck
+        started = time.monotonic()
+        for _ in range(100):
+            assert collector.latest().report == {"sequence": 1}
+        assert time.monotonic() - started < 0.1
+        release.set()
+        deadline = time.monotonic() + 5
+        while collector.latest().sequence < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert collector.latest().report["sequence"] >= 2
+    finally:
+        release.set()
+        collector.close()
+
+
+def test_collector_pause_stops_collecting_and_errors_keep_the_last_report():
+    count = [0]
+
+    def source() -> dict:
+        count[0] += 1
+        if count[0] == 3:
+            raise RuntimeError("agent scan failed\ndetails")
+        return {"n": count[0]}
+
+    collector = Collector(source, interval_s=0.02).start()
+    try:
+        deadline = time.monotonic() + 5
+        while (collector.latest() is None or collector.latest().sequence < 4) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        errors = [collector.latest()]
+        assert collector.latest().sequence >= 4
+        collector.pause(True)
+        time.sleep(0.1)
+        frozen = count[0]
+        time.sleep(0.2)
+        assert count[0] == frozen
+        collector.pause(False)
+        deadline = time.monotonic() + 5
+        while count[0] == frozen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert count[0] > frozen
+        assert errors
+    finally:
+        collector.close()
+
+
+def test_collector_reports_an_error_with_the_previous_figures():
+    results = iter([{"n": 1}])
+
+    def source() -> dict:
+        try:
+            return next(results)
+        except StopIteration:
+            raise RuntimeError("source gone\nmore") from None
+
+    collector = Collector(source, interval_s=0.01).start()
+    try:
+        deadline = time.monotonic() + 5
+        while (collector.latest() is None or collector.latest().sequence < 2) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        snapshot = collector.latest()
+        assert snapshot.error == "source gone" and snapshot.report == {"n": 1}
+    finally:
+        collector.close()
+
+
+# --- filters and keys ------------------------------------------------------------------------------------
+
+def test_text_filter_typed_after_slash_and_command_line_filters():
+    report = _report(agents=6)
+    state = ViewState()
+    rows = rows_from_report(report)
+    handle_key(state, "/", rows)
+    for key in "mid":
+        handle_key(state, key, rows)
+    assert state.editing_filter and sorted(r.tag for r in state.visible_rows(report)) == ["mid", "mid5"]
+    handle_key(state, "backspace", rows)
+    handle_key(state, "enter", rows)
+    assert not state.editing_filter and state.filters.text == "mi"
+    frame = frame_text(render(report, state, 120, 40))
+    assert "filter: /mi" in frame and " small " not in frame
+    handle_key(state, "escape", rows)
+    assert state.filters.text == "" and len(state.visible_rows(report)) == 6
+    state.filters = Filters(pids=(1001,))
+    assert [r.pid for r in state.visible_rows(report)] == [1001]
+    state.filters = Filters(users=("bob",))
+    assert state.visible_rows(report) == []
+    assert "no process matches the filter" in frame_text(render(report, state, 120, 40))
+
+
+def test_device_filter_and_agents_only_toggle():
+    report = _report(agents=3, devices=4)
+    report["devices"]["devices"][1]["processes"] = [{"pid": 1002, "tag": "mid"}]
+    report["processes"]["holders"] = [{"pid": 77, "user": "bob", "command": "/usr/bin/holder", "chips": [3]}]
+    state = ViewState(filters=Filters(devices=("tpu:1",)))
+    assert [r.pid for r in state.visible_rows(report)] == [1002]
+    frame = frame_text(render(report, state, 120, 40))
+    assert " tpu:1 " in frame and " tpu:0 " not in frame
+    state = ViewState()
+    assert 77 in [r.pid for r in state.visible_rows(report)]
+    handle_key(state, "a", rows_from_report(report))
+    assert 77 not in [r.pid for r in state.visible_rows(report)]
+    assert "agents only" in frame_text(render(report, state, 120, 40))
+
+
+def test_enter_opens_the_job_screen_and_escape_goes_back():
+    report = _report()
+    report["processes"]["agents"][1]["compiles"]["functions"] = [
+        {"name": "train_step", "compile_count": 2, "recompile_count": 1, "trace_time_s": 0.1, "lowering_time_s": 0.1,
+         "backend_compile_time_s": 0.5, "cache_hits": 0, "cache_misses": 2,
+         "last_recompile_reason": "at x, now f32[16] and before f32[8]"}]
+    report["processes"]["agents"][1]["uptime_s"] = 60.0
+    state = ViewState()
+    rows = state.visible_rows(report)
+    handle_key(state, "end", rows)  # the last row: small (pid 1001)
+    handle_key(state, "enter", rows)
+    assert state.job_key == "1001"
+    history = History(1.0)
+    for n in range(5):
+        sample = {**report, "sequence": n}
+        history.record(sample, rows_from_report(sample))
+    for width, height in ((80, 24), (120, 40), (200, 60)):
+        lines = render(report, state, width, height, history=history)
+        frame = frame_text(lines)
+        assert len(lines) == height and all(len(line.text) <= width for line in lines)
+        assert " 1001 small" in frame and "/usr/bin/python train.py --run small" in frame
+        assert "Compiles by function" in frame and "train_step" in frame
+        assert "different input types; at x, now f32[16]" in frame  # the recent recompile's reason
+        assert "Esc back" in lines[-1].text
+    frame = frame_text(render(report, state, 200, 60, history=history))
+    assert "at x, now f32[16] and before f32[8]" in frame  # the function's reason in the table
+    assert "Step time histogram" not in frame and "steady at 100.00 ms over 5 samples" in frame
+    handle_key(state, "escape", rows)
+    assert state.job_key is None and "Processes" in frame_text(render(report, state, 120, 40))
+    del report["processes"]["agents"][1]
+    state.job_key = "1001"
+    assert "process 1001 is gone" in frame_text(render(report, state, 120, 40))
+
+
+def test_signal_keys_ask_then_send_and_refuse_what_the_kernel_would():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        row = ProcessRow(pid=child.pid, user="me", tag="victim", command="sleep")
+        state = ViewState()
+        handle_key(state, "T", [row], signals.send, signals.refusal)
+        assert state.pending is not None
+        frame = frame_text(render(_report(), state, 120, 40))
+        assert f"send SIGTERM to {child.pid} (victim)? y / n" in frame
+        handle_key(state, "n", [row], signals.send, signals.refusal)
+        assert child.poll() is None and "SIGTERM not sent" in state.current_message()[0]
+        handle_key(state, "T", [row], signals.send, signals.refusal)
+        handle_key(state, "y", [row], signals.send, signals.refusal)
+        assert child.wait(10) == -signal.SIGTERM
+        assert state.current_message() == (f"SIGTERM sent to {child.pid} (victim)", False)
+        handle_key(state, "K", [row], signals.send, signals.refusal)  # it is gone now
+        assert state.pending is None and "already exited" in state.current_message()[0]
+        remote = ProcessRow(pid=os.getpid(), user="me", tag=None, command="x", host="other-host")
+        handle_key(state, "I", [remote], signals.send, signals.refusal)
+        assert state.pending is None and "runs on other-host" in state.current_message()[0]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_refusal_follows_the_kernel_permission_rule():
+    row = ProcessRow(pid=1, user="root", tag=None, command="init")
+    if os.geteuid() == 0:
+        assert signals.refusal(row) is None  # root may signal anyone (the tmux test covers a refusal)
+    else:
+        assert "not permitted to signal 1" in signals.refusal(row)
+
+
+# --- layout ----------------------------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 30), st.integers(0, 9), st.integers(0, 40)), min_size=1, max_size=10),
+       st.integers(1, 250))
+def test_layout_keeps_whole_columns_by_priority_within_the_width(specs, width):
+    columns = [Column(f"c{i}", "c", w, priority=p, flex_max=w + extra) for i, (w, p, extra) in enumerate(specs)]
+    laid = layout(columns, width)
+    used = 1 + sum(size for _, size in laid) + max(0, len(laid) - 1)
+    assert used <= max(width, 1)
+    assert all(size >= column.width for column, size in laid)
+    kept = [column for column, _ in laid]
+    least = 1 + sum(c.width for c in kept) + max(0, len(kept) - 1)  # the kept columns at their least widths
+    for column in columns:  # a column is dropped only when it cannot fit next to the ones kept
+        if column not in kept:
+            assert least + (1 if kept else 0) + column.width > width
+
+
+def test_narrow_terminals_drop_whole_columns_and_never_break_a_header_word():
+    report = _report(agents=3, devices=4)
+    words = {"DEVICE", "NAME", "MEMORY", "USED", "TOTAL", "UTIL%", "HISTORY", "PROCESSES", "PID", "USER", "TAG",
+             "CPU%", "RSS", "DEV", "MEM", "COMP", "RECOMP", "STEP/S", "COMMAND", "tpu-top", "host", "tpu-vm-1",
+             "platform", "tpu", "refresh", "1s", "help", "quit", "select", "Processes", "sorted", "by"}
+    for width in range(40, 81, 4):
+        text = frame_text(render(report, ViewState(), width, 24, history=History(1.0)))
+        lines = text.splitlines()
+        header_lines = [lines[0], lines[-1], *[line for line in lines if line.startswith((" DEVICE", "     PID"))]]
+        for line in header_lines:
+            for word in line.split():
+                assert word in words or word in ("/", "^", "v", "q", "j/k", "Enter", "job", "filter", "a", "all",
+                                                 "I/T/K", "signal", "s/S", "sort", "r", "reverse", "p", "pause",
+                                                 "h") or ":" in word, (width, word, line)
+        device = next(line for line in lines if line.startswith(" tpu:0"))
+        assert "1.0 GiB / 16.0 GiB" in device and "0.0" in device  # USED / TOTAL and UTIL% are kept
+        process = next(line for line in lines if line.split()[:1] == ["1000"])
+        assert "big" in process and "8.0G" in process  # PID, TAG and DEV MEM are kept
+    at_80 = frame_text(render(report, ViewState(), 80, 24, history=History(1.0)))
+    assert "USED / TOTAL UTIL%" in at_80 and "RECOMP STEP/S COMMAND" in at_80
+
+
+def test_device_states_temperature_power_and_a_host_column():
+    report = _report(agents=2, devices=3)
+    devices = report["devices"]["devices"]
+    devices[0].update(temperature_c=71.0, power_w=245.0, host="vm-a")
+    devices[1].update(lost=True, host="vm-a")
+    devices[2].update(throttled=True, host="vm-b")
+    report["processes"]["agents"][0]["host"] = "vm-a"
+    report["processes"]["agents"][1]["host"] = "vm-b"
+    frame = frame_text(render(report, ViewState(), 200, 50))
+    rows = {line.split()[1]: line for line in frame.splitlines() if line.startswith(" vm-")}
+    assert "71C" in rows["tpu:0"] and "245W" in rows["tpu:0"]
+    assert "LOST" in rows["tpu:1"] and "THROTTLED" in rows["tpu:2"]
+    assert " HOST " in frame and "2 hosts" in frame.splitlines()[0]
+    process_rows = [line.split() for line in frame.splitlines() if line.split()[1:2] in (["1000"], ["1001"])]
+    assert {(r[0], r[1]) for r in process_rows} == {("vm-a", "1000"), ("vm-b", "1001")}
+    one_host = frame_text(render(_report(), ViewState(), 200, 50))
+    assert " HOST " not in one_host and "TEMP" not in one_host and "POWER" not in one_host
+
+
+def test_job_screen_of_a_process_without_agent():
+    report = _report(agents=1, devices=2)
+    report["processes"]["holders"] = [{"pid": 77, "user": "bob", "command": "/usr/bin/holder --serve", "chips": [0, 1],
+                                       "cpu_percent": 5.0, "rss_bytes": 1 << 20}]
+    state = ViewState(job_key="77")
+    frame = frame_text(render(report, state, 100, 30, history=History(1.0)))
+    assert " 77" in frame and "no tpu-tools agent" in frame and "holds chips 0, 1" in frame
+    assert "/usr/bin/holder --serve" in frame and "user bob" in frame and "Compiles by function" not in frame
+
+
+def test_tall_graph_rows_stack_eighths():
+    from tpu_tools.top.frame import graph_rows
+
+    rows = graph_rows([0.0, 50.0, 100.0, None], 4, 2, 100.0)
+    assert rows == ["  \u2588 ", "\u2581\u2588\u2588 "]  # top line first; a gap stays blank
+    assert graph_rows([1.0, 2.0], 2, 2, None, unicode=False) == [" #", "##"]

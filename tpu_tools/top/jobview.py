@@ -1,0 +1,245 @@
+"""A job's own screen (Enter on a process): who it is, what it uses, what it compiled and how its steps go.
+
+Everything comes from the same report as the main screen (the agent's entry
+for the process) and from tpu-top's history of it; nothing is asked of the job
+beyond what every refresh asks.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tpu_tools.top.frame import (
+    BAR_LOW,
+    DIM,
+    ERROR,
+    NORMAL,
+    TITLE,
+    WARN,
+    Column,
+    Line,
+    column_header,
+    fit,
+    graph_rows,
+    layout,
+    percent_text,
+    seconds_text,
+    sparkline,
+    table_row,
+)
+from tpu_tools.top.history import History
+from tpu_tools.top.model import ProcessRow, ViewState, rows_from_report
+from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_number
+
+MAX_FUNCTIONS = 12
+MAX_RECOMPILES = 6
+HISTOGRAM_BINS = 8
+
+
+def _wrap(text: str, width: int, indent: str) -> list[str]:
+    out, line = [], ""
+    for word in text.split(" "):
+        while len(word) > width - len(indent):  # a word longer than the line is cut into pieces
+            if line:
+                out.append(line)
+                line = ""
+            out.append(indent + word[: width - len(indent)])
+            word = word[width - len(indent):]
+        candidate = (line + " " + word) if line else indent + word
+        if len(candidate) > width and line:
+            out.append(line)
+            candidate = indent + word
+        line = candidate
+    if line:
+        out.append(line)
+    return out
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1)))))]
+
+
+def histogram(values: list[float], bins: int) -> list[tuple[float, float, int]]:
+    """(low, high, count) of `bins` equal ranges from the smallest to the largest value."""
+    if not values:
+        return []
+    low, high = min(values), max(values)
+    if high <= low:
+        return [(low, high, len(values))]
+    step = (high - low) / bins
+    counts = [0] * bins
+    for value in values:
+        counts[min(bins - 1, int((value - low) / step))] += 1
+    return [(low + i * step, low + (i + 1) * step, counts[i]) for i in range(bins)]
+
+
+def _graph_line(label: str, values: list[float | None], last: str, width: int, top: float | None,
+                unicode: bool) -> Line:
+    room = max(4, width - len(label) - len(last) - 4)
+    return Line().add(f" {label} ", TITLE).add(sparkline(values, room, top, unicode).ljust(room), BAR_LOW) \
+        .add(f" {last}")
+
+
+def job_lines(report: dict[str, Any], state: ViewState, history: History | None, width: int,
+              height: int | None) -> list[Line]:
+    row = next((r for r in rows_from_report(report) if r.key == state.job_key), None)
+    if row is None:
+        return [Line(), Line().add(f" process {state.job_key} is gone: it exited or no longer reports", ERROR),
+                Line().add(" Esc goes back", DIM)]
+    lines = [Line().add(f" {row.pid} {row.tag or ''}".rstrip(), TITLE).add(
+        "" if row.has_agent else "   (no tpu-tools agent: what the system says of it)", DIM)]
+    detail = row.detail
+    lines += [Line().add(text) for text in _wrap(row.command or MISSING, width, " ")][:3]
+    uptime = detail.get("uptime_s")
+    started = None if uptime is None else (report.get("time_unix_s") or time.time()) - uptime
+    facts = [f"user {row.user or MISSING}"]
+    if started is not None:
+        facts.append(f"started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}")
+    if row.host:
+        facts.append(f"host {row.host}")
+    if detail.get("platform"):
+        facts.append(f"platform {detail['platform']}")
+    if detail.get("jax_version"):
+        facts.append(f"jax {detail['jax_version']}")
+    if not row.has_agent and detail.get("chips") is not None:
+        facts.append(f"holds chips {', '.join(map(str, detail['chips']))}")
+    lines.append(Line().add(" " + "  ".join(facts), DIM))
+    cpu = history.job(row.key, "cpu_percent") if history else []
+    rss = history.job(row.key, "rss_bytes") if history else []
+    half = max(20, width // 2)
+    first = _graph_line("CPU", cpu, f"{percent_text(row.cpu_percent)}%", half, 100.0, state.unicode)
+    second = _graph_line("RSS", rss, format_bytes_short(row.rss_bytes), width - half, None, state.unicode)
+    first.segments += second.segments
+    lines.append(first)
+    if not row.has_agent:
+        return lines
+    if row.error:
+        return [*lines, Line().add(f" agent: {row.error}", ERROR)]
+    steps = _steps_section(row, history, state, width)
+    lines += steps[:2]  # the percentiles and the steps/s graph near the top: always in view
+    lines += _device_section(detail, width)
+    lines += _compile_section(detail, width)
+    room = None if height is None else height - len(lines) - 1
+    if len(steps) > 2 and (room is None or room >= 4):
+        histogram_lines = steps[2:] if room is None else steps[2:2 + room - 1]
+        lines += [Line(), *histogram_lines]
+    spare = 0 if height is None else height - len(lines)
+    if spare >= 3 and history is not None:  # room to spare: the steps/s graph grows taller
+        tall = _tall_graph("STEP/S", history.job(row.key, "steps_per_second"), format_number(row.steps_per_second),
+                           width, min(6, spare + 1), state.unicode)
+        index = next(i for i, line in enumerate(lines) if line.text.startswith(" STEP/S "))
+        lines[index:index + 1] = tall
+    return lines
+
+
+def _tall_graph(label: str, values: list[float | None], last: str, width: int, rows: int,
+                unicode: bool) -> list[Line]:
+    known = [v for v in values if v is not None]
+    scale = f"max {format_number(max(known))}" if known else ""
+    room = max(4, width - len(label) - max(len(last), len(scale)) - 4)
+    known = [v for v in values[-room:] if v is not None]
+    scale = f"max {format_number(max(known))}" if known else ""
+    out = []
+    for index, text in enumerate(graph_rows(values, room, rows, None, unicode)):
+        first, final = index == 0, index == rows - 1
+        out.append(Line().add(f" {label} " if final else " " * (len(label) + 2), TITLE)
+                   .add(text.ljust(room), BAR_LOW).add(f" {last}" if final else f" {scale}" if first else ""))
+    return out
+
+
+def _device_section(detail: dict[str, Any], width: int) -> list[Line]:
+    devices = detail.get("devices") or []
+    lines = [Line(), Line().add(" Devices", TITLE).add(
+        f"  live arrays {detail.get('live_array_count') if detail.get('live_array_count') is not None else MISSING}"
+        f" ({format_bytes(detail.get('live_array_bytes'))})", DIM)]
+    if not devices:
+        return [*lines, Line().add("  none reported", DIM)]
+    columns = layout([Column("id", "ID", 4, right=True), Column("kind", "KIND", 14, priority=4, flex_max=24),
+                      Column("used", "MEMORY USED", 11, right=True, priority=1),
+                      Column("peak", "PEAK", 10, right=True, priority=3),
+                      Column("limit", "LIMIT", 10, right=True, priority=2),
+                      Column("arrays", "ARRAYS", 10, right=True, priority=1),
+                      Column("count", "#", 6, right=True, priority=5)], width)
+    lines.append(column_header(columns))
+    for device in devices[:8]:
+        lines.append(table_row(columns, {
+            "id": (str(device.get("id")), NORMAL), "kind": (str(device.get("device_kind") or MISSING), NORMAL),
+            "used": (format_bytes(device.get("memory_used_bytes")), NORMAL),
+            "peak": (format_bytes(device.get("memory_peak_bytes")), NORMAL),
+            "limit": (format_bytes(device.get("memory_limit_bytes")), NORMAL),
+            "arrays": (format_bytes(device.get("live_array_bytes")), NORMAL),
+            "count": (str(device.get("live_array_count") if device.get("live_array_count") is not None
+                          else MISSING), NORMAL)}))
+    if len(devices) > 8:
+        lines.append(Line().add(f"  ... {len(devices) - 8} more devices", DIM))
+    return lines
+
+
+def _compile_section(detail: dict[str, Any], width: int) -> list[Line]:
+    compiles = detail.get("compiles") or {}
+    functions = compiles.get("functions") or []
+    total = sum(compiles.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s", "backend_compile_time_s"))
+    lines = [Line(), Line().add(" Compiles by function", TITLE).add(
+        f"  {compiles.get('compile_count', MISSING)} compiles, {compiles.get('recompile_count', MISSING)} "
+        f"recompiles, {seconds_text(total)}", DIM)]
+    if not functions:
+        return [*lines, Line().add("  none yet", DIM)]
+    columns = layout([Column("name", "FUNCTION", 12, priority=0, flex_max=32),
+                      Column("count", "COMP", 5, right=True, priority=0),
+                      Column("recompiles", "RECOMP", 6, right=True, priority=1),
+                      Column("time", "TIME", 10, right=True, priority=2),
+                      Column("hits", "CACHE HIT/MISS", 14, right=True, priority=4),
+                      Column("reason", "LAST RECOMPILE REASON", 21, priority=3, flex_max=1000)], width)
+    lines.append(column_header(columns))
+    for function in functions[:MAX_FUNCTIONS]:
+        time_s = sum(function.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s", "backend_compile_time_s"))
+        reason = function.get("last_recompile_reason")
+        lines.append(table_row(columns, {
+            "name": (str(function.get("name")), NORMAL), "count": (str(function.get("compile_count", 0)), NORMAL),
+            "recompiles": (str(function.get("recompile_count", 0)), WARN if function.get("recompile_count") else
+                           NORMAL),
+            "time": (seconds_text(time_s), NORMAL),
+            "hits": (f"{function.get('cache_hits', 0)}/{function.get('cache_misses', 0)}", NORMAL),
+            "reason": (reason or ("-" if not function.get("recompile_count") else "(no reason recorded)"),
+                       NORMAL if reason else DIM)}))
+    if len(functions) > MAX_FUNCTIONS:
+        lines.append(Line().add(f"  ... {len(functions) - MAX_FUNCTIONS} more functions (tpu-monitor --json)", DIM))
+    recompiles = compiles.get("recent_recompiles") or []
+    lines.append(Line().add(" Recent recompiles", TITLE).add("  none" if not recompiles else "", DIM))
+    for event in reversed(recompiles[-MAX_RECOMPILES:]):
+        when = time.strftime("%H:%M:%S", time.localtime(event.get("time_unix_s") or 0))
+        took = seconds_text(event.get("backend_compile_time_s"))
+        lines.append(Line().add(f"  {when} {event.get('function')} ({took})")
+                     .add(f": {event['reason']}" if event.get("reason") else "  (no reason recorded)",
+                          NORMAL if event.get("reason") else DIM))
+    return lines
+
+
+def _steps_section(row: ProcessRow, history: History | None, state: ViewState, width: int) -> list[Line]:
+    """The steps line, the steps/s graph, then the histogram of sampled step times (as many bins as fit)."""
+    steps = row.detail.get("steps") or {}
+    sampled = [v for v in (history.job(row.key, "step_time_s") if history else []) if v is not None]
+    lines = [Line().add(" STEPS ", TITLE).add(
+        f"{steps.get('count') if steps.get('count') is not None else MISSING}  "
+        f"{format_number(steps.get('steps_per_second'))}/s  last {seconds_text(steps.get('last_step_time_s'))}  "
+        f"p50 {seconds_text(steps.get('p50_step_time_s'))}  p90 {seconds_text(percentile(sampled, 0.9))} (sampled)  "
+        f"p99 {seconds_text(steps.get('p99_step_time_s'))}")]
+    rates = history.job(row.key, "steps_per_second") if history else []
+    lines.append(_graph_line("STEP/S", rates, format_number(row.steps_per_second), width, None, state.unicode))
+    if sampled and max(sampled) == min(sampled):
+        lines.append(Line().add(f" step time steady at {seconds_text(sampled[0])} over {len(sampled)} samples", DIM))
+    elif len(sampled) >= 2:
+        lines.append(Line().add(f" Step time histogram  {len(sampled)} samples, one a refresh", TITLE))
+        buckets = histogram(sampled, HISTOGRAM_BINS)
+        most = max(count for _, _, count in buckets) or 1
+        bar_room = max(4, width - 36)
+        for low, high, count in buckets:
+            label = fit(f"{seconds_text(low)} - {seconds_text(high)}", 24, True)
+            lines.append(Line().add(f" {label} ").add(("#" if not state.unicode else "\u2588")
+                                                      * max(0, round(bar_room * count / most)), BAR_LOW)
+                         .add(f" {count}"))
+    return lines
