@@ -119,7 +119,14 @@ MAN_SECTIONS = {
         "with labels metric and buffer_size: tpu_tools_libtpu_transfer_latency_samples and "
         "tpu_tools_libtpu_transfer_latency_us (label quantile). A figure the runtime does not serve, or a "
         "distribution without samples, has no series.\n"
-        "tpu_tools_group_error (label group): 1 when that group failed in the latest report."
+        "tpu_tools_group_error (label group): 1 when that group failed in the latest report.\n"
+        "--web-config FILE secures the server with TLS and basic auth, in the file format of Prometheus's "
+        "exporter-toolkit: tls_server_config {cert_file, key_file, client_auth_type (NoClientCert, "
+        "VerifyClientCertIfGiven or RequireAndVerifyClientCert, with client_ca_file), min_version, max_version} "
+        "and basic_auth_users {user: bcrypt hash}. Relative file names are relative to the file. A file that "
+        "is not valid YAML, names a file that does not exist, holds a key or certificate that cannot be used, "
+        "or a password instead of a bcrypt hash, is an error at start (exit 2): nothing is served in the clear "
+        "by mistake. Without credentials the answer is 401."
     ),
     "FLEET": (
         "--from-prometheus URL reports every host that a Prometheus server scrapes (each running tpu-monitor "
@@ -138,6 +145,7 @@ MAN_SECTIONS = {
         "tpu-monitor --count 3\n"
         "tpu-monitor --period 0.5 | jq -c '.processes.agents[] | {tag, steps: .steps.steps_per_second}'\n"
         "tpu-monitor --config monitor.toml --prometheus 9100 --quiet\n"
+        "tpu-monitor --prometheus 0.0.0.0:9400 --web-config /etc/tpu-tools/web.yml --quiet\n"
         "tpu-monitor --count 1 --metrics-addr localhost:8432 | jq '.libtpu.services[].devices'\n"
         "python -m tpu_tools.agent --tag train train.py & tpu-monitor --tag-filter '^train$' --count 1\n"
         "tpu-monitor --from-prometheus http://prometheus:9090 --count 1 | jq '.fleet.outliers'"
@@ -195,6 +203,8 @@ def explicit(ctx: click.Context, name: str) -> bool:
 @click.option("--prometheus", "prometheus_address", default=None, metavar="[HOST:]PORT",
               help="Also serve the figures at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).")
 @click.option("--quiet", "-q", is_flag=True, help="With --prometheus: do not write JSON lines on stdout.")
+@click.option("--web-config", "web_config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="With --prometheus: TLS and basic auth from this file (exporter-toolkit format).")
 @click.option("--from-prometheus", "from_prometheus", default=None, metavar="URL",
               help="Report every host that this Prometheus server scrapes instead of this host.")
 @click.option("--from-prometheus-timeout", type=Duration(), default="2s", show_default=True, metavar="SECONDS",
@@ -204,7 +214,7 @@ def explicit(ctx: click.Context, name: str) -> bool:
 @click.pass_context
 def monitor_command(ctx: click.Context, period: float, count: int | None, config_path: Path | None,
                     tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
-                    quiet: bool, from_prometheus: str | None, from_prometheus_timeout: float,
+                    quiet: bool, web_config_path: Path | None, from_prometheus: str | None, from_prometheus_timeout: float,
                     metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
     if from_prometheus is not None:
@@ -215,6 +225,13 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
 
     if quiet and prometheus_address is None:
         raise UsageError("--quiet only makes sense with --prometheus (otherwise nothing would be reported)")
+    if web_config_path is not None and prometheus_address is None:
+        raise UsageError("--web-config only makes sense with --prometheus (it secures the /metrics server)")
+    web_config = None
+    if web_config_path is not None:
+        from tpu_tools.metrics.webconfig import load_web_config
+
+        web_config = load_web_config(web_config_path)  # every mistake in it stops us here, before serving
     plan = [GroupPlan(name) for name in GROUPS]
     if config_path is not None:
         from tpu_tools.metrics.config import load_config
@@ -244,7 +261,12 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
 
             host, port = parse_listen_address(prometheus_address)
             exporter = ReportCollector(exporters_for(builder.collectors))
-            serve(exporter, host, port)
+            if web_config is not None:
+                from tpu_tools.metrics.webserver import serve_secure
+
+                serve_secure(exporter, host, port, web_config)
+            else:
+                serve(exporter, host, port)
         _loop(builder, period, count, exporter, quiet)
     finally:
         builder.close()
