@@ -67,8 +67,13 @@ MAN_SECTIONS = {
         "backend_compile_time_s, cache_hits, cache_misses, last_recompile_reason}, recent_recompiles[] "
         "{function, time_unix_s, compile_count, backend_compile_time_s, reason}}, steps {count, "
         "steps_per_second, last_step_time_s, p50_step_time_s, p99_step_time_s, last_step_age_s}, "
-        "query_time_s}; holders[] {pid, user, command, chips[], cpu_percent, cpu_time_s, rss_bytes, threads} "
-        "(device holders without an agent); ignored_sockets[] {socket, reason}.\n"
+        "query_time_s, kubernetes}; holders[] {pid, user, command, chips[], cpu_percent, cpu_time_s, rss_bytes, "
+        "threads, kubernetes} (device holders without an agent); ignored_sockets[] {socket, reason}; "
+        "pod_labels_error. kubernetes is null or {namespace, pod, container}: the container that holds the "
+        "process's chips according to the kubelet's pod-resources API "
+        "(/var/lib/kubelet/pod-resources/kubelet.sock, or TPU_TOOLS_POD_RESOURCES_SOCKET), or that shares the "
+        "process's cgroup container with such a process; pod_labels_error says why no process could be placed "
+        "(no socket, no answer within --agent-timeout), and --debug writes it on stderr.\n"
         "libtpu: error (null when any address answered, else each address's sentence), services[] (one per "
         "address, as libtpu_metrics[] of tpu-ls --json: {address, error, elapsed_ms, served_metrics[], "
         "not_served_metrics[], unread_metrics[], duty_cycle_scope, devices[] {device_id, hbm_used_bytes, "
@@ -103,7 +108,8 @@ MAN_SECTIONS = {
         "tpu_tools_device_memory_total_bytes, tpu_tools_device_live_array_bytes, "
         "tpu_tools_device_utilization_percent, tpu_tools_device_holder_processes, and tpu_tools_device_NAME "
         "for each extra figure a source reports.\n"
-        "processes (labels pid, tag): tpu_tools_agent_up, tpu_tools_process_cpu_percent, "
+        "processes (labels pid, tag, and namespace, pod, container where a process runs in a Kubernetes pod): "
+        "tpu_tools_agent_up, tpu_tools_process_cpu_percent, "
         "tpu_tools_process_rss_bytes, tpu_tools_process_threads, tpu_tools_process_device_memory_used_bytes, "
         "tpu_tools_process_live_array_bytes, tpu_tools_process_live_arrays, tpu_tools_process_compiles_total, "
         "tpu_tools_process_recompiles_total, tpu_tools_process_compile_seconds_total (label phase), "
@@ -302,11 +308,18 @@ def _loop(builder: Any, period: float, count: int | None, exporter: Any, quiet: 
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    from tpu_tools.cli.common import is_debug
+
     out = Output("json", sys.stdout)
     next_report = time.monotonic()
     written = 0
+    pods_reason = None
     while not stop.is_set():
         report = builder.build()
+        reason = (report.get("processes") or {}).get("pod_labels_error")
+        if reason != pods_reason and reason and is_debug():  # why process metrics carry no pod labels
+            sys.stderr.write(f"tpu-monitor: no pod labels: {reason}\n")
+        pods_reason = reason
         if exporter is not None:
             exporter.update(report)
         if not quiet:
