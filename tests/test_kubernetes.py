@@ -61,6 +61,9 @@ def test_the_exporter_sees_the_node_and_little_else(overlay):
         assert volumes[mounts[path]["name"]]["hostPath"]["path"] == path.removeprefix("/host")
     agents = mounts["/run/tpu-tools"]
     assert volumes[agents["name"]]["hostPath"] == {"path": "/run/tpu-tools", "type": "DirectoryOrCreate"}
+    assert mounts["/var/lib/kubelet/pod-resources"]["readOnly"] is True  # pod labels
+    assert volumes[mounts["/var/lib/kubelet/pod-resources"]["name"]]["hostPath"]["path"] == \
+        "/var/lib/kubelet/pod-resources"
     env = {e["name"]: e["value"] for e in exporter["env"]}
     assert env["TPU_TOOLS_SYSROOT"] == "/host" and env["TPU_TOOLS_RUNTIME_DIR"] == "/run/tpu-tools"
     tolerations = {t["key"] for t in pod["tolerations"]}
