@@ -144,7 +144,7 @@ MAN_SECTIONS = {
         "the median duty cycle or step time when at least three hosts report it: the slow worker of a slice). "
         "user:password@ in the URL is sent as basic auth. When the server is down, slow (beyond "
         "--from-prometheus-timeout), answers garbage or refuses the credentials, the last report is repeated "
-        "with fleet.stale true and fleet.error saying why. Options that only apply to this host (--config, "
+        "with fleet.stale true and fleet.error saying why, and the sentence is written once on stderr. Options that only apply to this host (--config, "
         "--prometheus, --quiet, --tag-filter, --agent-timeout, --metrics-addr) are usage errors with it."
     ),
     "EXAMPLES": (
@@ -314,12 +314,17 @@ def _loop(builder: Any, period: float, count: int | None, exporter: Any, quiet: 
     next_report = time.monotonic()
     written = 0
     pods_reason = None
+    last_fleet_error = None
     while not stop.is_set():
         report = builder.build()
         reason = (report.get("processes") or {}).get("pod_labels_error")
         if reason != pods_reason and reason and is_debug():  # why process metrics carry no pod labels
             sys.stderr.write(f"tpu-monitor: no pod labels: {reason}\n")
         pods_reason = reason
+        fleet_error = (report.get("fleet") or {}).get("error")
+        if fleet_error != last_fleet_error and fleet_error:  # --from-prometheus: one line each time it changes
+            sys.stderr.write(f"tpu-monitor: {fleet_error} (repeating the last figures, marked stale)\n")
+        last_fleet_error = fleet_error
         if exporter is not None:
             exporter.update(report)
         if not quiet:

@@ -11,7 +11,7 @@ import click
 
 from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
 from tpu_tools.cli.monitor import Duration, Regex
-from tpu_tools.errors import EXIT_OK, UsageError
+from tpu_tools.errors import EXIT_OK, RuntimeFailure, UsageError
 from tpu_tools.top.model import DEFAULT_SORT, SORT_KEYS
 
 MAN_SECTIONS = {
@@ -39,7 +39,7 @@ MAN_SECTIONS = {
         "utilization, HBM, jobs, steps per second, median step time) lists first the slice's outliers, marked "
         "<< with why (the host furthest from the median duty cycle or step time: the slow worker), and the device "
         "and process panels gain the host. When the server cannot be read, the last figures stay, marked STALE "
-        "with the reason.\n"
+        "with the reason; --once with nothing to show says why and exits 1.\n"
         "--once prints one frame to stdout with the same rendering, sized to the terminal (or $COLUMNS, else "
         "120 columns) and as tall as needed, and exits; it works in a pipe. Without --once, stdin and stdout "
         "must be a terminal."
@@ -107,7 +107,11 @@ def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[s
             from tpu_tools.top.frame import frame_text, render
 
             width = shutil.get_terminal_size((120, 40)).columns
-            sys.stdout.write(frame_text(render(builder.build(), state, width, None, interactive=False)) + "\n")
+            report = builder.build()
+            fleet = report.get("fleet") or {}
+            if fleet.get("error") and not fleet.get("hosts"):  # --from-prometheus with nothing to show
+                raise RuntimeFailure(fleet["error"])
+            sys.stdout.write(frame_text(render(report, state, width, None, interactive=False)) + "\n")
             sys.stdout.flush()
         else:
             from tpu_tools.top.screen import run_screen
