@@ -124,3 +124,21 @@ def test_absent_or_hanging_socket_means_no_labels_and_debug_says_why(tmp_path):
 def test_no_pod_labels_outside_kubernetes():
     families = {f.name: f for f in process_metrics({"agents": [{"pid": 7, "tag": "t", "error": None}]})}
     assert families["tpu_tools_agent_up"].samples[0].labels == {"pid": "7", "tag": "t"}
+
+
+def test_gpus_are_matched_by_the_uuid_the_nvidia_device_plugin_uses(tmp_path):
+    path = _sock(tmp_path)
+    with running_job(light=True, tag="serve") as (job, rundir):
+        root = tmp_path / "root"
+        sysroot.nvidia_host(root, holders={job.pid: [1]})
+        (root / "proc" / str(job.pid) / "cgroup").write_text(CGROUPFS_V1)
+        # /dev/nvidia1 is the GPU at 0000:18:00.0 (the fixture's minor numbers run against PCI order).
+        info = root / "proc/driver/nvidia/gpus/0000:18:00.0/information"
+        info.write_text(info.read_text() + "GPU UUID: \t GPU-5c1f0d2e-aaaa-bbbb-cccc-0123456789ab\n")
+        pods = [pod("inference", "llm-7f9c", "server", "nvidia.com/gpu", ["GPU-5c1f0d2e-aaaa-bbbb-cccc-0123456789ab"])]
+        with PodResourcesServer(path, pods):
+            result = run_tool("tpu-monitor", "--count", "1", env=agent_env(
+                rundir, TPU_TOOLS_SYSROOT=str(root), TPU_TOOLS_POD_RESOURCES_SOCKET=str(path)))
+        assert result.returncode == 0, result.stderr
+        (agent,) = json.loads(result.stdout)["processes"]["agents"]
+        assert agent["kubernetes"] == {"namespace": "inference", "pod": "llm-7f9c", "container": "server"}

@@ -96,12 +96,16 @@ class ProcessesGroup:
 
     def _label_pods(self, agents: list[dict[str, Any]], holders: list[dict[str, Any]], discovery: Any) -> str | None:
         """Set `kubernetes` {namespace, pod, container} on the entries of processes that run in a pod."""
-        from tpu_tools.metrics.kube.labels import HeldChip
+        from tpu_tools.metrics.kube.labels import HeldChip, chip_aliases
 
         held: dict[int, list[HeldChip]] = {}
         for chip in discovery.chips:
-            for holder in chip.holders:
-                held.setdefault(holder.pid, []).append(HeldChip(chip.platform, chip.index, (chip.pci_address,)))
+            holders_of_chip = chip.holders
+            if not holders_of_chip:
+                continue
+            named = HeldChip(chip.platform, chip.index, chip_aliases(self._pods.root, chip.platform, chip.pci_address))
+            for holder in holders_of_chip:
+                held.setdefault(holder.pid, []).append(named)
         entries = [*agents, *holders]
         found, error = self._pods.labels([e["pid"] for e in entries], held)
         for entry in entries:

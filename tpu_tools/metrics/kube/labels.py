@@ -2,7 +2,7 @@
 that container.
 
 The pod-resources API says which container holds which device (TPU chips of `google.com/tpu` by index,
-GPUs of `nvidia.com/gpu` by index or UUID); discovery says which process holds which chip; the cgroup
+GPUs of `nvidia.com/gpu` by UUID or index); discovery says which process holds which chip; the cgroup
 says which container a process is in, so the other processes of a container that holds a device (a
 launcher, a data loader with the agent) get its labels too.
 """
@@ -17,7 +17,24 @@ from tpu_tools.errors import RuntimeFailure
 from tpu_tools.metrics.kube.cgroup import pod_of
 from tpu_tools.metrics.kube.podresources import ContainerRef, PodResourcesClient
 
-RESOURCES = {"tpu": ("google.com/tpu",), "gpu": ("nvidia.com/gpu",)}
+# Device-plugin resources per PJRT platform of the chip.
+RESOURCES = {"tpu": ("google.com/tpu",), "cuda": ("nvidia.com/gpu",), "rocm": ("amd.com/gpu",)}
+
+
+def chip_aliases(root: Path, platform: str, pci_address: str) -> tuple[str, ...]:
+    """Names a device plugin may give a chip besides its index: its PCI address, and for an NVIDIA GPU the
+    UUID the NVIDIA device plugin uses by default (from the driver's /proc/driver/nvidia/gpus/ADDR/information)."""
+    aliases = [pci_address]
+    if platform == "cuda":
+        try:
+            text = (root / "proc/driver/nvidia/gpus" / pci_address / "information").read_text()
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "GPU UUID" and value.strip():
+                aliases.append(value.strip())
+    return tuple(aliases)
 
 
 @dataclass(frozen=True)
