@@ -102,3 +102,15 @@ def test_service_and_pod_monitor_select_the_exporter_pods(overlay):
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] == "metrics"
     assert endpoint["relabelings"] == [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance"}]
+
+
+def test_the_optional_service_monitor_selects_the_service_and_its_port(overlay):
+    import yaml
+
+    _, resources = overlay
+    service = _by_kind(resources)["Service"]
+    monitor = yaml.safe_load((REPO / "deploy" / "kubernetes" / "optional" / "servicemonitor.yaml").read_text())
+    assert monitor["kind"] == "ServiceMonitor" and monitor["metadata"]["namespace"] == "tpu-tools"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]}
