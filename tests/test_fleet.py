@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
+import shutil
+import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_one_line_error, clean_env, run_tool
+from agentjobs import wait_for
+from conftest import REPO, assert_one_line_error, clean_env, run_tool, tool_command
 from promstack import PROMETHEUS, FleetStack, free_port, http_get
 
 from tpu_tools.errors import RuntimeFailure, UsageError
@@ -212,7 +218,11 @@ def test_each_fault_is_one_clear_line(handler, fragment):
         assert result.returncode == 0, result.stderr  # a report is still written, saying why it is empty
         fleet = json.loads(result.stdout)["fleet"]
         assert fragment in fleet["error"] and fleet["stale"] is True
+        assert result.stderr.count("\n") == 1 and fragment in result.stderr  # one clear line
         assert time.monotonic() - started < 30
+        # tpu-top --once has nothing to show: the same sentence, exit 1.
+        assert_one_line_error(run_tool("tpu-top", "--from-prometheus", url, "--from-prometheus-timeout", "0.5",
+                                       "--once"), 1, fragment)
 
 
 def test_down_server_keeps_the_last_figures_marked_stale():
@@ -241,3 +251,48 @@ def test_client_failure_is_a_runtime_failure():
     source = FleetSource(f"http://127.0.0.1:{free_port()}", 0.5)
     with pytest.raises(RuntimeFailure, match="connection refused"):
         source.api.query("up")
+
+
+# --- the live view in a real terminal ------------------------------------------------------------------------
+
+class _Tmux:
+    def __init__(self, width: int, height: int):
+        self.socket = f"tt-{uuid.uuid4().hex[:8]}"
+        bin_dir = str(Path(tool_command("tpu-top")[0]).parent)
+        self.env = {**clean_env(TERM="xterm-256color"), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+        self.env.pop("TMUX", None)
+        self.run("new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height), "-e", f"PATH={self.env['PATH']}",
+                 "bash --norc --noprofile")
+        self.run("set-option", "-t", "t", "window-size", "manual")
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, capture_output=True, text=True,
+                              timeout=30, check=True).stdout
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-t", "t", "-p")
+
+    def wait_for(self, predicate, timeout: float = 20.0) -> str:
+        return wait_for(lambda: (lambda s: s if predicate(s) else None)(self.screen()), timeout=timeout)
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_live_view_keeps_its_figures_marked_stale_when_prometheus_goes_away():
+    tmux = _Tmux(200, 30)
+    try:
+        with _server(_handler(200, GOOD)) as url:
+            tmux.run("send-keys", "-t", "t", f"tpu-top --from-prometheus {url} --interval 0.3", "Enter")
+            screen = tmux.wait_for(lambda s: "h1/tpu:0" in s and "55.5" in s)
+            assert " Hosts  1 from " + url in screen and "STALE" not in screen
+            tmux.run("send-keys", "-t", "t", "s")  # the usual keys: sort by the next column
+            tmux.wait_for(lambda s: "sorted by COMP" in s)
+        screen = tmux.wait_for(lambda s: "STALE since" in s)
+        stale = next(line for line in screen.splitlines() if "STALE since" in line)
+        assert f"Prometheus at {url}" in stale and "h1/tpu:0" in screen and "55.5" in screen, screen
+        tmux.run("send-keys", "-t", "t", "q")
+        tmux.wait_for(lambda s: "Hosts" not in s)
+    finally:
+        tmux.kill()

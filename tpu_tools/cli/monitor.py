@@ -68,8 +68,13 @@ MAN_SECTIONS = {
         "backend_compile_time_s, cache_hits, cache_misses, last_recompile_reason}, recent_recompiles[] "
         "{function, time_unix_s, compile_count, backend_compile_time_s, reason}}, steps {count, "
         "steps_per_second, last_step_time_s, p50_step_time_s, p99_step_time_s, last_step_age_s}, "
-        "query_time_s}; holders[] {pid, user, command, chips[], cpu_percent, cpu_time_s, rss_bytes, threads} "
-        "(device holders without an agent); ignored_sockets[] {socket, reason}.\n"
+        "query_time_s, kubernetes}; holders[] {pid, user, command, chips[], cpu_percent, cpu_time_s, rss_bytes, "
+        "threads, kubernetes} (device holders without an agent); ignored_sockets[] {socket, reason}; "
+        "pod_labels_error. kubernetes is null or {namespace, pod, container}: the container that holds the "
+        "process's chips according to the kubelet's pod-resources API "
+        "(/var/lib/kubelet/pod-resources/kubelet.sock, or TPU_TOOLS_POD_RESOURCES_SOCKET), or that shares the "
+        "process's cgroup container with such a process; pod_labels_error says why no process could be placed "
+        "(no socket, no answer within --agent-timeout), and --debug writes it on stderr.\n"
         "libtpu: error (null when any address answered, else each address's sentence), services[] (one per "
         "address, as libtpu_metrics[] of tpu-ls --json: {address, error, elapsed_ms, served_metrics[], "
         "not_served_metrics[], unread_metrics[], duty_cycle_scope, devices[] {device_id, hbm_used_bytes, "
@@ -104,7 +109,8 @@ MAN_SECTIONS = {
         "tpu_tools_device_memory_total_bytes, tpu_tools_device_live_array_bytes, "
         "tpu_tools_device_utilization_percent, tpu_tools_device_holder_processes, and tpu_tools_device_NAME "
         "for each extra figure a source reports.\n"
-        "processes (labels pid, tag): tpu_tools_agent_up, tpu_tools_process_cpu_percent, "
+        "processes (labels pid, tag, and namespace, pod, container where a process runs in a Kubernetes pod): "
+        "tpu_tools_agent_up, tpu_tools_process_cpu_percent, "
         "tpu_tools_process_rss_bytes, tpu_tools_process_threads, tpu_tools_process_device_memory_used_bytes, "
         "tpu_tools_process_live_array_bytes, tpu_tools_process_live_arrays, tpu_tools_process_compiles_total, "
         "tpu_tools_process_recompiles_total, tpu_tools_process_compile_seconds_total (label phase), "
@@ -120,7 +126,14 @@ MAN_SECTIONS = {
         "with labels metric and buffer_size: tpu_tools_libtpu_transfer_latency_samples and "
         "tpu_tools_libtpu_transfer_latency_us (label quantile). A figure the runtime does not serve, or a "
         "distribution without samples, has no series.\n"
-        "tpu_tools_group_error (label group): 1 when that group failed in the latest report."
+        "tpu_tools_group_error (label group): 1 when that group failed in the latest report.\n"
+        "--web-config FILE secures the server with TLS and basic auth, in the file format of Prometheus's "
+        "exporter-toolkit: tls_server_config {cert_file, key_file, client_auth_type (NoClientCert, "
+        "VerifyClientCertIfGiven or RequireAndVerifyClientCert, with client_ca_file), min_version, max_version} "
+        "and basic_auth_users {user: bcrypt hash}. Relative file names are relative to the file. A file that "
+        "is not valid YAML, names a file that does not exist, holds a key or certificate that cannot be used, "
+        "or a password instead of a bcrypt hash, is an error at start (exit 2): nothing is served in the clear "
+        "by mistake. Without credentials the answer is 401."
     ),
     "FLEET": (
         "--from-prometheus URL reports every host that a Prometheus server scrapes (each running tpu-monitor "
@@ -132,13 +145,14 @@ MAN_SECTIONS = {
         "the median duty cycle or step time when at least three hosts report it: the slow worker of a slice). "
         "user:password@ in the URL is sent as basic auth. When the server is down, slow (beyond "
         "--from-prometheus-timeout), answers garbage or refuses the credentials, the last report is repeated "
-        "with fleet.stale true and fleet.error saying why. Options that only apply to this host (--config, "
+        "with fleet.stale true and fleet.error saying why, and the sentence is written once on stderr. Options that only apply to this host (--config, "
         "--prometheus, --quiet, --tag-filter, --agent-timeout, --metrics-addr) are usage errors with it."
     ),
     "EXAMPLES": (
         "tpu-monitor --count 3\n"
         "tpu-monitor --period 0.5 | jq -c '.processes.agents[] | {tag, steps: .steps.steps_per_second}'\n"
         "tpu-monitor --config monitor.toml --prometheus 9100 --quiet\n"
+        "tpu-monitor --prometheus 0.0.0.0:9400 --web-config /etc/tpu-tools/web.yml --quiet\n"
         "tpu-monitor --count 1 --metrics-addr localhost:8432 | jq '.libtpu.services[].devices'\n"
         "python -m tpu_tools.agent --tag train train.py & tpu-monitor --tag-filter '^train$' --count 1\n"
         "tpu-monitor --from-prometheus http://prometheus:9090 --count 1 | jq '.fleet.outliers'"
@@ -196,6 +210,8 @@ def explicit(ctx: click.Context, name: str) -> bool:
 @click.option("--prometheus", "prometheus_address", default=None, metavar="[HOST:]PORT",
               help="Also serve the figures at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).")
 @click.option("--quiet", "-q", is_flag=True, help="With --prometheus: do not write JSON lines on stdout.")
+@click.option("--web-config", "web_config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="With --prometheus: TLS and basic auth from this file (exporter-toolkit format).")
 @click.option("--from-prometheus", "from_prometheus", default=None, metavar="URL",
               help="Report every host that this Prometheus server scrapes instead of this host.")
 @click.option("--from-prometheus-timeout", type=Duration(), default="2s", show_default=True, metavar="SECONDS",
@@ -205,7 +221,7 @@ def explicit(ctx: click.Context, name: str) -> bool:
 @click.pass_context
 def monitor_command(ctx: click.Context, period: float, count: int | None, config_path: Path | None,
                     tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
-                    quiet: bool, from_prometheus: str | None, from_prometheus_timeout: float,
+                    quiet: bool, web_config_path: Path | None, from_prometheus: str | None, from_prometheus_timeout: float,
                     metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
     if from_prometheus is not None:
@@ -216,6 +232,13 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
 
     if quiet and prometheus_address is None:
         raise UsageError("--quiet only makes sense with --prometheus (otherwise nothing would be reported)")
+    if web_config_path is not None and prometheus_address is None:
+        raise UsageError("--web-config only makes sense with --prometheus (it secures the /metrics server)")
+    web_config = None
+    if web_config_path is not None:
+        from tpu_tools.metrics.webconfig import load_web_config
+
+        web_config = load_web_config(web_config_path)  # every mistake in it stops us here, before serving
     plan = [GroupPlan(name) for name in GROUPS]
     if config_path is not None:
         from tpu_tools.metrics.config import load_config
@@ -245,7 +268,12 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
 
             host, port = parse_listen_address(prometheus_address)
             exporter = ReportCollector(exporters_for(builder.collectors))
-            serve(exporter, host, port)
+            if web_config is not None:
+                from tpu_tools.metrics.webserver import serve_secure
+
+                serve_secure(exporter, host, port, web_config)
+            else:
+                serve(exporter, host, port)
         _loop(builder, period, count, exporter, quiet)
     finally:
         builder.close()
@@ -281,11 +309,23 @@ def _loop(builder: Any, period: float, count: int | None, exporter: Any, quiet: 
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    from tpu_tools.cli.common import is_debug
+
     out = Output("json", sys.stdout)
     next_report = time.monotonic()
     written = 0
+    pods_reason = None
+    last_fleet_error = None
     while not stop.is_set():
         report = builder.build()
+        reason = (report.get("processes") or {}).get("pod_labels_error")
+        if reason != pods_reason and reason and is_debug():  # why process metrics carry no pod labels
+            sys.stderr.write(f"tpu-monitor: no pod labels: {reason}\n")
+        pods_reason = reason
+        fleet_error = (report.get("fleet") or {}).get("error")
+        if fleet_error != last_fleet_error and fleet_error:  # --from-prometheus: one line each time it changes
+            sys.stderr.write(f"tpu-monitor: {fleet_error} (repeating the last figures, marked stale)\n")
+        last_fleet_error = fleet_error
         if exporter is not None:
             exporter.update(report)
         if not quiet:

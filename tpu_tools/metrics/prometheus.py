@@ -3,7 +3,8 @@
 Metrics are built from the latest report on every scrape, so the series of a
 process that exited disappear with it. Names start with `tpu_tools_` and carry
 their unit; labels: `device` (e.g. tpu:0, or cpu:0@1234 for a process's own
-CPU device), `pid`, `tag`. A group added later exports its own figures by
+CPU device), `pid`, `tag`, and `namespace`, `pod`, `container` where processes run in
+Kubernetes pods. A group added later exports its own figures by
 giving its collector a `prometheus(data)` method.
 """
 
@@ -89,9 +90,14 @@ def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
     yield from extra.values()
 
 
+POD_LABELS = ("namespace", "pod", "container")
+
+
 def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
-    """Prometheus families of the `processes` group (agents), labelled by pid and tag."""
-    labels = ["pid", "tag"]
+    """Prometheus families of the `processes` group (agents), labelled by pid and tag (and pod)."""
+    # Where a process runs in a Kubernetes pod, every process series also names its pod (empty for the others).
+    in_pods = any(agent.get("kubernetes") for agent in data.get("agents") or [])
+    labels = ["pid", "tag", *(POD_LABELS if in_pods else ())]
     up = _gauge("agent_up", "1 when the process's agent answered, 0 when asking it failed.", labels)
     gauges = {key: _gauge(f"process_{key}", doc, labels) for key, doc in [
         ("cpu_percent", "Process CPU use, percent of one core."),
@@ -116,6 +122,8 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
                            "Device memory held by the process on one device.", [*labels, "device"])
     for agent in data.get("agents") or []:
         values = [str(agent.get("pid")), str(agent.get("tag") or "")]
+        if in_pods:
+            values += [str((agent.get("kubernetes") or {}).get(label) or "") for label in POD_LABELS]
         up.add_metric(values, 0.0 if agent.get("error") else 1.0)
         if agent.get("error"):
             continue

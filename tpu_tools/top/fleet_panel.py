@@ -28,7 +28,8 @@ def fleet_lines(report: dict[str, Any], width: int, max_rows: int | None) -> lis
     if fleet.get("median_step_time_s") is not None:
         title.add(f"  median step {seconds_text(fleet['median_step_time_s'])}", DIM)
     if fleet.get("stale"):
-        title.add(f"  STALE since {fleet.get('stale_since')}: {fleet.get('error')}", ERROR)
+        since = str(fleet.get("stale_since") or "")[11:19]  # HH:MM:SS of the ISO time (UTC)
+        title.add(f"  STALE since {since} UTC: {fleet.get('error')}", ERROR)
     elif fleet.get("error"):
         title.add(f"  {fleet['error']}", ERROR)
     lines = [title]

@@ -63,7 +63,12 @@ class ProcessesGroup:
     name = "processes"
 
     def __init__(self, options: CollectOptions):
+        from tpu_tools.metrics.kube.labels import PodLabeler
+        from tpu_tools.metrics.kube.podresources import PodResourcesClient, socket_path
+        from tpu_tools.pjrt.discover import sysroot
+
         self._sampler = ProcessSampler()
+        self._pods = PodLabeler(PodResourcesClient(socket_path(), options.agent_timeout_s), sysroot())
 
     def collect(self, context: CollectContext) -> dict[str, Any]:
         scan = context.agents()
@@ -82,8 +87,33 @@ class ProcessesGroup:
             figures = self._sampler.sample(pid)
             entry.update({k: getattr(figures, k) if figures else None for k in PROCESS_KEYS})
         self._sampler.forget_except(set(holders))
+        pods_error = self._label_pods(agents, list(holders.values()), discovery)
         return {
             "agents": agents,
             "holders": sorted(holders.values(), key=lambda h: h["pid"]),
             "ignored_sockets": [i.to_dict() for i in scan.ignored],
+            "pod_labels_error": pods_error,
         }
+
+    def _label_pods(self, agents: list[dict[str, Any]], holders: list[dict[str, Any]], discovery: Any) -> str | None:
+        """Set `kubernetes` {namespace, pod, container} on the entries of processes that run in a pod."""
+        from tpu_tools.metrics.kube.labels import HeldChip, chip_aliases
+
+        held: dict[int, list[HeldChip]] = {}
+        for chip in discovery.chips:
+            holders_of_chip = chip.holders
+            if not holders_of_chip:
+                continue
+            named = HeldChip(chip.platform, chip.index, chip_aliases(self._pods.root, chip.platform, chip.pci_address))
+            for holder in holders_of_chip:
+                held.setdefault(holder.pid, []).append(named)
+        entries = [*agents, *holders]
+        found, error = self._pods.labels([e["pid"] for e in entries], held)
+        for entry in entries:
+            owner = found.get(entry["pid"])
+            entry["kubernetes"] = ({"namespace": owner.namespace, "pod": owner.pod, "container": owner.container}
+                                   if owner else None)
+        return error
+
+    def close(self) -> None:
+        self._pods.client.close()

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""How long the exporter takes to answer a scrape on a busy node: 8 TPU chips and 20 agent jobs.
+
+Builds the node as the tests do: a v5e sysroot (8 chips held by a process), the fixture libtpu metrics
+service (tests/libtpu_server.py) and 20 light jobs running the agent, then starts
+`tpu-monitor --prometheus PORT -q` and times GET /metrics (connection included) many times.
+Target: under 100 ms.
+
+    python benchmarks/exporter_scrape.py [--jobs 20] [--scrapes 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+import sysroot  # noqa: E402
+from agentjobs import agent_env, make_rundir, remove_rundir, start_job  # noqa: E402
+from harness import script  # noqa: E402
+from libtpu_server import FakeMetricsService, v5e_host  # noqa: E402
+from promstack import free_port  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--scrapes", type=int, default=200)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="scrape"))
+    sysroot.v5e_host(root, holders={3001: list(range(8))})
+    service = FakeMetricsService(v5e_host()).start()
+    rundir = make_rundir()
+    jobs = [start_job(rundir, light=True, tag=f"job{i}", lifetime_s=600) for i in range(args.jobs)]
+    exporter = None
+    try:
+        for job in jobs:
+            job.wait_ready()
+        port = free_port()
+        command = [*script("tpu-monitor"), "--prometheus", f"127.0.0.1:{port}", "-q", "--period", "1s",
+                   "--metrics-addr", service.address]
+        exporter = subprocess.Popen(command, env=agent_env(rundir, TPU_TOOLS_SYSROOT=str(root)),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}/metrics"
+        deadline = time.monotonic() + 60
+        while True:  # until the report has every job and the libtpu figures
+            try:
+                text = urllib.request.urlopen(url, timeout=5).read().decode()
+                if text.count("tpu_tools_process_steps_total{") == args.jobs and "tpu_tools_libtpu_duty" in text:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("the exporter did not report every job within 60 s")
+            time.sleep(0.2)
+        times = []
+        for _ in range(args.scrapes):
+            started = time.perf_counter()
+            body = urllib.request.urlopen(url, timeout=5).read()
+            times.append(time.perf_counter() - started)
+            time.sleep(0.01)
+        times.sort()
+        lines = body.count(b"\n")
+        print(f"# {' '.join(command)}  (8 chips, {args.jobs} agent jobs, {len(body)} bytes, {lines} lines)")
+        print(f"scrape time over {args.scrapes} scrapes: median {statistics.median(times) * 1e3:.1f} ms, "
+              f"p95 {times[int(0.95 * len(times))] * 1e3:.1f} ms, max {times[-1] * 1e3:.1f} ms (target < 100 ms)")
+    finally:
+        if exporter is not None:
+            exporter.terminate()
+            exporter.wait(timeout=20)
+        for job in jobs:
+            job.stop()
+        service.stop()
+        remove_rundir(rundir)
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""The exporter's --web-config file: TLS and basic auth, in the Prometheus exporter-toolkit format.
+
+    tls_server_config:
+      cert_file: /etc/tpu-tools/tls.crt
+      key_file: /etc/tpu-tools/tls.key
+      client_auth_type: RequireAndVerifyClientCert   # optional, with client_ca_file
+      client_ca_file: /etc/tpu-tools/ca.crt
+      min_version: TLS12                             # optional
+    basic_auth_users:
+      prometheus: $2y$10$...                         # bcrypt hashes only, never a password
+
+Everything wrong with the file is a UsageError naming the file and the key, raised before anything is
+served, so a bad deployment fails at start rather than serving in the clear.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import ssl
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tpu_tools.errors import UsageError
+
+CLIENT_AUTH_TYPES = ("NoClientCert", "RequestClientCert", "RequireAnyClientCert", "VerifyClientCertIfGiven",
+                     "RequireAndVerifyClientCert")
+TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
+                "TLS13": ssl.TLSVersion.TLSv1_3}
+_BCRYPT = re.compile(r"^\$2[abxy]?\$\d{2}\$[./A-Za-z0-9]{53}$")
+_TOP_KEYS = ("tls_server_config", "basic_auth_users", "http_server_config")
+_TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version",
+             "cipher_suites", "curve_preferences", "prefer_server_cipher_suites")
+
+
+@dataclass(frozen=True)
+class TLSConfig:
+    cert_file: Path
+    key_file: Path
+    client_auth_type: str = "NoClientCert"
+    client_ca_file: Path | None = None
+    min_version: str = "TLS12"  # exporter-toolkit's default
+    max_version: str | None = None
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    tls: TLSConfig | None = None
+    users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
+
+
+def load_web_config(path: Path) -> WebConfig:
+    """Read and check `path`; the TLS files are loaded once here so that a bad key fails now."""
+    where = f"--web-config {path}"
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise UsageError(f"{where}: cannot read it ({reason})") from error
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        at = f" (line {mark.line + 1})" if mark is not None else ""
+        raise UsageError(f"{where} is not valid YAML{at}") from error
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise UsageError(f"{where}: expected a mapping with tls_server_config and basic_auth_users")
+    unknown = [str(k) for k in document if k not in _TOP_KEYS]
+    if unknown:
+        raise UsageError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(_TOP_KEYS)})")
+    tls = _tls(document.get("tls_server_config"), path, where)
+    users = _users(document.get("basic_auth_users"), where)
+    config = WebConfig(tls, users)
+    if tls is not None:
+        ssl_context(tls, where)
+    return config
+
+
+def _tls(section: Any, path: Path, where: str) -> TLSConfig | None:
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise UsageError(f"{where}: tls_server_config must be a mapping")
+    unknown = [str(k) for k in section if k not in _TLS_KEYS]
+    if unknown:
+        raise UsageError(f"{where}: unknown key tls_server_config.{unknown[0]}")
+    if section.get("cipher_suites") or section.get("curve_preferences"):
+        raise UsageError(f"{where}: cipher_suites and curve_preferences are not supported (Python's ssl chooses)")
+
+    def file(key: str, required: bool) -> Path | None:
+        value = section.get(key)
+        if value is None or value == "":
+            if required:
+                raise UsageError(f"{where}: tls_server_config.{key} is required")
+            return None
+        if not isinstance(value, str):
+            raise UsageError(f"{where}: tls_server_config.{key} must be a file name")
+        found = Path(value) if Path(value).is_absolute() else path.parent / value  # relative to the file
+        if not found.is_file():
+            raise UsageError(f"{where}: tls_server_config.{key} names {value}, which does not exist")
+        return found
+
+    cert, key = file("cert_file", True), file("key_file", True)
+    assert cert is not None and key is not None
+    auth = section.get("client_auth_type") or "NoClientCert"
+    if auth not in CLIENT_AUTH_TYPES:
+        raise UsageError(f"{where}: tls_server_config.client_auth_type {auth!r} is not one of "
+                         f"{', '.join(CLIENT_AUTH_TYPES)}")
+    ca = file("client_ca_file", auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert"))
+    versions = {}
+    for name in ("min_version", "max_version"):
+        value = section.get(name)
+        if value is not None and value not in TLS_VERSIONS:
+            raise UsageError(f"{where}: tls_server_config.{name} {value!r} is not one of {', '.join(TLS_VERSIONS)}")
+        versions[name] = value
+    return TLSConfig(cert, key, auth, ca, versions["min_version"] or "TLS12", versions["max_version"])
+
+
+def _users(section: Any, where: str) -> dict[str, bytes]:
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise UsageError(f"{where}: basic_auth_users must map user names to bcrypt hashes")
+    users = {}
+    for user, hashed in section.items():
+        if not isinstance(user, str) or not user or ":" in user:
+            raise UsageError(f"{where}: basic_auth_users: {user!r} is not a user name")
+        if not isinstance(hashed, str) or not _BCRYPT.match(hashed):
+            raise UsageError(f"{where}: the password of user {user!r} is not a bcrypt hash (store the hash, e.g. "
+                             f"from `htpasswd -nbBC 10 '' PASSWORD`, never the password)")
+        users[user] = hashed.encode()
+    return users
+
+
+def ssl_context(tls: TLSConfig, where: str = "--web-config") -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = TLS_VERSIONS[tls.min_version]
+    if tls.max_version:
+        context.maximum_version = TLS_VERSIONS[tls.max_version]
+    try:
+        context.load_cert_chain(str(tls.cert_file), str(tls.key_file))
+    except (ssl.SSLError, OSError) as error:
+        raise UsageError(f"{where}: cannot use cert_file {tls.cert_file} with key_file {tls.key_file} "
+                         f"({getattr(error, 'reason', None) or error})") from error
+    if tls.client_auth_type != "NoClientCert":
+        verify = tls.client_auth_type in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
+        required = tls.client_auth_type in ("RequireAnyClientCert", "RequireAndVerifyClientCert")
+        if verify and tls.client_ca_file is not None:
+            try:
+                context.load_verify_locations(cafile=str(tls.client_ca_file))
+            except (ssl.SSLError, OSError) as error:
+                raise UsageError(f"{where}: cannot use client_ca_file {tls.client_ca_file} ({error})") from error
+        # Python verifies any certificate it asks for; "any client cert" without a CA is not possible.
+        if not verify:
+            raise UsageError(f"{where}: client_auth_type {tls.client_auth_type} needs certificates checked "
+                             "against client_ca_file; use VerifyClientCertIfGiven or RequireAndVerifyClientCert")
+        context.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
+    return context
+
+
+class Authenticator:
+    """Checks `Authorization: Basic` headers against the bcrypt hashes, remembering the pairs that matched:
+    bcrypt costs tens of milliseconds by design, and Prometheus sends the same credentials every scrape."""
+
+    def __init__(self, users: dict[str, bytes]):
+        self.users = users
+        self._good: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.users)
+
+    def check(self, header: str | None) -> bool:
+        if not self.users:
+            return True
+        if not header or not header.startswith("Basic "):
+            return False
+        import base64
+        import binascii
+
+        try:
+            user, _, password = base64.b64decode(header[6:].strip(), validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        hashed = self.users.get(user)
+        if hashed is None:
+            return False
+        key = hashlib.sha256(hashed + b"\0" + password.encode()).digest()
+        with self._lock:
+            if any(hmac.compare_digest(key, good) for good in self._good):
+                return True
+        import bcrypt
+
+        try:
+            matched = bcrypt.checkpw(password.encode(), hashed)
+        except ValueError:
+            return False
+        if matched:
+            with self._lock:
+                self._good.add(key)
+        return matched
