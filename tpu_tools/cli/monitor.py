@@ -181,12 +181,15 @@ def explicit(ctx: click.Context, name: str) -> bool:
 @click.option("--prometheus", "prometheus_address", default=None, metavar="[HOST:]PORT",
               help="Also serve the figures at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).")
 @click.option("--quiet", "-q", is_flag=True, help="With --prometheus: do not write JSON lines on stdout.")
+@click.option("--list-metrics", is_flag=True,
+              help="Print one JSON document listing the metrics every libtpu metrics service and agent serves "
+                   "and what tpu-tools reads of them (schema tpu-tools/list-metrics/v1); then exit.")
 @metrics_options
 @common_options
 @click.pass_context
 def monitor_command(ctx: click.Context, period: float, count: int | None, config_path: Path | None,
                     tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
-                    quiet: bool, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
+                    quiet: bool, list_metrics: bool, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
     from tpu_tools.metrics.groups import GROUPS
     from tpu_tools.metrics.groups.base import CollectOptions
@@ -213,6 +216,11 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
             metrics_timeout_s = config.metrics_timeout_s
         if config.groups is not None:
             plan = [GroupPlan(name, group.period_s) for name, group in config.groups.items()]
+    if list_metrics:
+        from tpu_tools.cli.list_metrics import list_metrics as print_metrics
+        from tpu_tools.cli.output import Output
+
+        return print_metrics(metrics_addresses, metrics_timeout_s, agent_timeout, Output("json", sys.stdout))
     options = CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
                              metrics_addresses=metrics_addresses, metrics_timeout_s=metrics_timeout_s)
     exporter = None

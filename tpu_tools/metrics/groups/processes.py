@@ -28,6 +28,21 @@ def device_memory_bytes(device: dict[str, Any]) -> int | None:
     return used if used is not None else device.get("live_array_bytes")
 
 
+def sdk_figures(snapshot: dict[str, Any]) -> dict[str, Any] | None:
+    """The agent's libtpu SDK read (TensorCore utilization per core), checked; None from older agents."""
+    sdk = snapshot.get("tpu_sdk")
+    if not isinstance(sdk, dict):
+        return None
+    cores = sdk.get("tensorcore_utilization_percent")
+    utilization = None
+    if isinstance(cores, list):
+        utilization = [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 100
+                       else None for v in cores]
+    metrics = sdk.get("metrics")
+    return {"status": str(sdk.get("status")), "tensorcore_utilization_percent": utilization,
+            "metrics": sorted(str(name) for name in metrics) if isinstance(metrics, dict) else []}
+
+
 def agent_entry(result: AgentResult) -> dict[str, Any]:
     snapshot = result.snapshot or {}
     process = snapshot.get("process") or {}
@@ -54,6 +69,7 @@ def agent_entry(result: AgentResult) -> dict[str, Any]:
                       "functions": compiles.get("functions") or [],
                       "recent_recompiles": compiles.get("recent_recompiles") or []} if snapshot else None),
         "steps": {k: (snapshot.get("steps") or {}).get(k) for k in STEP_KEYS} if snapshot else None,
+        "tpu_sdk": sdk_figures(snapshot),
         "query_time_s": result.elapsed_s,
     }
 

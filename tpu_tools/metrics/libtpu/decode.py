@@ -30,6 +30,7 @@ from tpu_tools.metrics.libtpu.records import (
     DUTY_PER_CHIP,
     DUTY_PER_DEVICE,
     CoreStatus,
+    DeliveryRate,
     DeviceFigures,
     LibtpuSnapshot,
     QueuedProgram,
@@ -132,6 +133,8 @@ class _Reader:
                 buckets = linear(lin.num_finite_buckets, lin.width, lin.offset)
             elif layout == "explicit_buckets":
                 buckets = explicit(options.explicit_buckets.bounds)
+            elif layout == "regular_buckets":
+                raise LayoutError("the deprecated regular bucket layout is not read")
         except LayoutError as error:
             self.notes.append(f"{name}: {error}; percentiles left out")
         if buckets is None and layout is None and sum(data.bucket_counts) > 0:
@@ -175,6 +178,13 @@ class _Reader:
         return dict(sums)
 
     def latencies(self, name: str) -> list[TransferLatency]:
+        return [TransferLatency(name, label, summary) for label, summary in self.labelled_summaries(name)]
+
+    def rates(self, name: str) -> list[DeliveryRate]:
+        return [DeliveryRate(name, label, summary) for label, summary in self.labelled_summaries(name)]
+
+    def labelled_summaries(self, name: str) -> list[tuple[str, DistributionSummary]]:
+        """The distribution's data points merged per buffer-size label, in size order."""
         grouped: dict[str, list[Histogram]] = defaultdict(list)
         bad = 0
         for point in self.metrics[name].metrics:
@@ -185,8 +195,7 @@ class _Reader:
             size = _string_attribute(point.attribute, _BUFFER_SIZE_KEYS) or _NO_BUFFER_SIZE
             grouped[size].append(histogram)
         self._skipped(name, bad, "that are not distributions")
-        return [TransferLatency(name, size, self.summary(name, grouped[size]))
-                for size in sorted(grouped, key=_size_order)]
+        return [(size, self.summary(name, grouped[size])) for size in sorted(grouped, key=_size_order)]
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
@@ -270,6 +279,8 @@ def fill_snapshot(snapshot: LibtpuSnapshot, metrics: Mapping[str, pb.TPUMetric])
     snapshot.devices = [figures[d] for d in sorted(figures)]
     snapshot.transfer_latencies = [latency for name in sorted(metrics) if names.is_latency_distribution(name)
                                    for latency in reader.latencies(name)]
+    snapshot.delivery_rates = [rate for name in sorted(metrics) if names.is_rate_distribution(name)
+                               for rate in reader.rates(name)]
     empty = sorted(name for name, metric in metrics.items() if not metric.metrics)
     if empty:
         reader.notes.append(f"served with no data points: {', '.join(empty)}")
