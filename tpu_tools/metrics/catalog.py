@@ -3,7 +3,8 @@
 Sources: every libtpu runtime metrics service asked (ListSupportedMetrics) and every agent (the libtpu SDK
 metrics it reads inside its job). Each metric is "read" (tpu-tools reads and reports it), "served, not
 read" (a name this release does not interpret), or "not served" (a name tpu-tools knows that this runtime
-did not list); a source that did not answer carries its error instead.
+did not list), or "unreadable: why" (an SDK metric that failed to read); a source that did not answer
+carries its error instead.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ SCHEMA = "tpu-tools/list-metrics/v1"
 READ = "read"
 SERVED_NOT_READ = "served, not read"
 NOT_SERVED = "not served"
+UNREADABLE = "unreadable"
 
 
 @dataclass
 class MetricEntry:
     name: str
-    status: str  # READ, SERVED_NOT_READ or NOT_SERVED
+    status: str  # READ, SERVED_NOT_READ, NOT_SERVED, or UNREADABLE with the reason after a colon
 
     def to_dict(self) -> dict[str, str]:
         return {"name": self.name, "status": self.status}
@@ -75,6 +77,8 @@ def agent_listing(agent: dict[str, Any]) -> SourceListing:
         listing.error = str(sdk.get("status"))
         return listing
     listing.metrics = [MetricEntry(name, READ) for name in sdk.get("metrics") or []]
+    unreadable = sdk.get("unreadable") or {}
+    listing.metrics += [MetricEntry(name, f"{UNREADABLE}: {why}") for name, why in unreadable.items()]
     return listing
 
 

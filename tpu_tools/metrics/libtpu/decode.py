@@ -98,24 +98,35 @@ class _Reader:
         if count:
             self.notes.append(f"{name}: skipped {count} data point{'s' if count > 1 else ''} {what}")
 
-    def gauges(self, name: str, *, nonnegative: bool = False) -> tuple[dict[int, float], str]:
-        """Device (or chip) id -> value, and the attribute key the ids came under."""
+    def gauges(self, name: str, *, nonnegative: bool = False,
+               percent: bool = False) -> tuple[dict[int, float], str]:
+        """Device (or chip) id -> value, and the attribute key the ids came under.
+
+        A value out of its range (negative where it cannot be, a percentage outside 0..100) is unreadable:
+        skipped with a note, as a missing one is.
+        """
+        nonnegative = nonnegative or percent
         values: dict[int, float] = {}
         bad = repeated = 0
         key = ""
         for point in self.metrics[name].metrics if name in self.metrics else ():
             device = _ordinal(point.attribute.value)
             value = _number(point)
-            if device is None or value is None or (nonnegative and value < 0):
+            if device is None or value is None or (nonnegative and value < 0) or (percent and value > 100.0):
                 bad += 1
             elif device in values:
                 repeated += 1
             else:
                 values[device] = value
                 key = key or point.attribute.key
-        self._skipped(name, bad, "with no usable device id or value")
+        self._skipped(name, bad, "with no usable device id or value (missing, not finite or out of range)")
         self._skipped(name, repeated, "repeating a device id (the first was kept)")
         return values, key
+
+    def ids(self, name: str) -> set[int]:
+        """Every device (or chip) id the metric's data points name, whatever their values."""
+        points = self.metrics[name].metrics if name in self.metrics else ()
+        return {device for device in (_ordinal(point.attribute.value) for point in points) if device is not None}
 
     def histogram(self, name: str, point: pb.Metric) -> Histogram | None:
         if point.WhichOneof("measure") != "distribution":
@@ -213,16 +224,17 @@ def _assign_duty_cycle(reader: _Reader, figures: dict[int, DeviceFigures], base:
     """Put the duty cycle on devices, whether the runtime keys it by device or by chip. Returns the scope."""
     if names.DUTY_CYCLE not in reader.metrics:
         return None
-    duty, key = reader.gauges(names.DUTY_CYCLE)
+    duty, key = reader.gauges(names.DUTY_CYCLE, percent=True)
     if not duty:
         return None
-    chips = sorted(duty)
+    # Ids whose value was unreadable still count: they say how the runtime keys its duty cycle.
+    chips = sorted(set(duty) | reader.ids(names.DUTY_CYCLE))
     per_chip = len(base) // len(chips) if base and len(base) % len(chips) == 0 else 0
     keyed_by_chip = "chip" in key.lower()
     if per_chip and (keyed_by_chip or per_chip > 1):
         for position, chip in enumerate(chips):
             for device in base[position * per_chip:(position + 1) * per_chip]:
-                figures[device].duty_cycle_percent = duty[chip]
+                figures[device].duty_cycle_percent = duty.get(chip)
         return DUTY_PER_CHIP
     if keyed_by_chip and base:
         reader.notes.append(f"{names.DUTY_CYCLE}: {len(chips)} chips do not divide {len(base)} devices; "
@@ -250,7 +262,7 @@ def fill_snapshot(snapshot: LibtpuSnapshot, metrics: Mapping[str, pb.TPUMetric])
     reader = _Reader(metrics)
     used, _ = reader.gauges(names.HBM_USAGE, nonnegative=True)
     total, _ = reader.gauges(names.HBM_TOTAL, nonnegative=True)
-    bandwidth, _ = reader.gauges(names.HBM_UTILIZATION)
+    bandwidth, _ = reader.gauges(names.HBM_UTILIZATION, percent=True)
     idle, _ = reader.gauges(names.TENSORCORE_IDLE, nonnegative=True)
     queue = reader.per_device_sums(names.HLO_QUEUE_SIZE)
     timing = reader.per_device_histograms(names.HLO_EXECUTION_TIMING)
