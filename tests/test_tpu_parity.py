@@ -312,3 +312,125 @@ def test_list_metrics_names_what_each_service_serves_and_what_it_does_not(rundir
     assert table.returncode == 0 and table.stderr == ""
     lines = [line.split() for line in table.stdout.splitlines()]
     assert ["libtpu", service.address, "tpu.runtime.sparsecore.future.metric", "served,", "not", "read"] in lines
+
+
+# --- Orbax and Grain metrics the job exports itself ------------------------------------------------------
+
+JOB_EXPOSITION = textwrap.dedent("""\
+    # HELP jax_orbax_write_gbytes Bytes written by the last checkpoint.
+    # TYPE jax_orbax_write_gbytes gauge
+    jax_orbax_write_gbytes 12.5
+    # HELP jax_checkpoint_write_async_total_duration_secs Async checkpoint time.
+    # TYPE jax_checkpoint_write_async_total_duration_secs gauge
+    jax_checkpoint_write_async_total_duration_secs{storage_type="gcs"} 41.0
+    # HELP grain_python_dataset_next_duration_ns Time of next() on the dataset.
+    # TYPE grain_python_dataset_next_duration_ns gauge
+    grain_python_dataset_next_duration_ns NaN
+    # HELP grain_python_data_sources_bytes_read Bytes read by source.
+    # TYPE grain_python_data_sources_bytes_read counter
+    grain_python_data_sources_bytes_read_total{source="ArrayRecord"} 1048576.0
+    # HELP process_cpu_seconds_total Not a workload metric.
+    # TYPE process_cpu_seconds_total counter
+    process_cpu_seconds_total 3.0
+""")
+
+
+class _ExpositionServer(_MetadataServer):
+    def __init__(self, text: str):
+        super().__init__({"metrics": text})
+
+
+def test_orbax_and_grain_metrics_in_the_monitor_report_and_prometheus(rundir):
+    server = _ExpositionServer(JOB_EXPOSITION)
+    port = str(server.server.server_address[1])
+    env = agent_env(rundir, ORBAX_PROMETHEUS_PORT=port, PYGRAIN_PROMETHEUS_PORT=port)
+    exporter = _free_port()
+    process = subprocess.Popen([*tool_command("tpu-monitor"), "--prometheus", str(exporter), "--quiet",
+                                "--period", "0.3"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        result = run_tool("tpu-monitor", "--count", "1", env=env)
+        text = wait_for(lambda: (lambda t: t if "orbax" in t else "")(_safe_scrape(exporter)), 30)
+    finally:
+        process.terminate()
+        process.wait(10)
+        server.close()
+    assert result.returncode == 0, result.stderr
+    (endpoint,) = json.loads(result.stdout)["workload"]["endpoints"]
+    assert endpoint["error"] is None and endpoint["sources"] == ["orbax", "grain"]
+    families = {f["name"].removesuffix("_total"): f for f in endpoint["families"]}
+    assert set(families) == {"jax_orbax_write_gbytes", "jax_checkpoint_write_async_total_duration_secs",
+                             "grain_python_dataset_next_duration_ns", "grain_python_data_sources_bytes_read"}
+    assert families["jax_orbax_write_gbytes"]["samples"][0]["value"] == 12.5
+    assert families["grain_python_dataset_next_duration_ns"]["samples"][0]["value"] is None  # NaN: null
+    assert families["grain_python_data_sources_bytes_read"]["source"] == "grain"
+    assert "NaN" not in result.stdout
+    assert f'tpu_tools_jax_checkpoint_write_async_total_duration_secs{{endpoint="127.0.0.1:{port}",' \
+           f'storage_type="gcs"}} 41.0' in text
+    assert "tpu_tools_process_cpu_seconds_total" not in text
+
+
+def test_an_absent_or_garbled_job_endpoint_is_one_error(rundir):
+    free = str(_free_port())
+    result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir, ORBAX_PROMETHEUS_PORT=free,
+                                                                    PYGRAIN_PROMETHEUS_PORT="not-a-port"))
+    endpoints = {e["address"]: e for e in json.loads(result.stdout)["workload"]["endpoints"]}
+    assert "no metrics endpoint" in endpoints[f"127.0.0.1:{free}"]["error"]
+    assert set(endpoints) == {f"127.0.0.1:{free}", "127.0.0.1:9431"}
+    server = _ExpositionServer("jax_orbax_write_gbytes{oops 1\n")
+    try:
+        port = str(server.server.server_address[1])
+        garbled = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir, ORBAX_PROMETHEUS_PORT=port))
+    finally:
+        server.close()
+    endpoint = next(e for e in json.loads(garbled.stdout)["workload"]["endpoints"] if e["sources"] == ["orbax"])
+    assert "unreadable text" in endpoint["error"] and endpoint["families"] == []
+
+
+# --- GKE's TPU device plugin -----------------------------------------------------------------------------
+
+PLUGIN_EXPOSITION = textwrap.dedent("""\
+    # HELP duty_cycle Percent of time the accelerator was busy.
+    # TYPE duty_cycle gauge
+    duty_cycle{accelerator_id="4804-0",container="trainer",make="cloud-tpu",model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 93
+    duty_cycle{accelerator_id="4804-1",container="trainer",make="cloud-tpu",model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 250
+    # HELP memory_used Bytes of HBM in use.
+    # TYPE memory_used gauge
+    memory_used{accelerator_id="4804-0",container="trainer",make="cloud-tpu",model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 1.2e+10
+    memory_used{accelerator_id="4804-1",container="trainer",make="cloud-tpu",model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 1.1e+10
+    # HELP memory_total Bytes of HBM.
+    # TYPE memory_total gauge
+    memory_total{accelerator_id="4804-0",container="trainer",make="cloud-tpu",model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 1.7179869184e+10
+    memory_total{accelerator_id="4804-1",container="trainer",make="cloud-tpu",model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 1.7179869184e+10
+""")
+
+
+def test_the_gke_tpu_device_plugin_is_one_more_source(rundir):
+    server = _ExpositionServer(PLUGIN_EXPOSITION)
+    address = f"127.0.0.1:{server.server.server_address[1]}"
+    env = agent_env(rundir, TPU_DEVICE_PLUGIN_METRICS_ADDR=address)
+    exporter = _free_port()
+    process = subprocess.Popen([*tool_command("tpu-monitor"), "--prometheus", str(exporter), "--quiet",
+                                "--period", "0.3"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        result = run_tool("tpu-monitor", "--count", "1", env=env)
+        text = wait_for(lambda: (lambda t: t if "device_plugin" in t else "")(_safe_scrape(exporter)), 30)
+    finally:
+        process.terminate()
+        process.wait(10)
+        server.close()
+    plugin = json.loads(result.stdout)["workload"]["device_plugin"]
+    assert plugin["address"] == address and plugin["error"] is None
+    first, second = plugin["accelerators"]
+    assert (first["accelerator_id"], first["pod"], first["namespace"], first["container"]) == ("4804-0", "train-0",
+                                                                                               "ml", "trainer")
+    assert first["duty_cycle_percent"] == 93.0 and first["memory_used_bytes"] == 1.2e10
+    assert second["duty_cycle_percent"] is None  # 250 %: unreadable
+    assert plugin["notes"] == ["skipped 1 samples with no accelerator id or an unreadable value"]
+    assert 'tpu_tools_device_plugin_duty_cycle_percent{accelerator_id="4804-0",container="trainer",' \
+           'model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 93.0' in text
+
+
+def test_the_device_plugin_is_not_asked_off_kubernetes(rundir):
+    result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
+    plugin = json.loads(result.stdout)["workload"]["device_plugin"]
+    assert plugin == {"address": None, "error": None, "accelerators": [], "notes": []}
