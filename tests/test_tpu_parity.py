@@ -434,3 +434,15 @@ def test_the_device_plugin_is_not_asked_off_kubernetes(rundir):
     result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
     plugin = json.loads(result.stdout)["workload"]["device_plugin"]
     assert plugin == {"address": None, "error": None, "accelerators": [], "notes": []}
+
+
+def test_version_names_libtpu_and_the_accelerator_type_as_tpu_info_does(tmp_path):
+    _, environment = sysroot.tpu_vm(tmp_path / "host", "v5e", worker=0)
+    site = tmp_path / "site"
+    (site / "libtpu-0.0.21.dist-info").mkdir(parents=True)  # an installed libtpu, as pip leaves it
+    env = clean_env(TPU_TOOLS_SYSROOT=str(tmp_path / "host"), PYTHONPATH=str(site), **environment)
+    lines = run_tool("tpu-ls", "--version", env=env).stdout.splitlines()
+    assert "libtpu 0.0.21" in lines
+    assert lines[-1] == "accelerator: 8 x TPU v5e (slice v5litepod-16)"
+    bare = run_tool("tpu-ls", "--version", env=clean_env(TPU_TOOLS_SYSROOT=str(tmp_path / "empty")))
+    assert bare.stdout.splitlines()[-1] == "accelerator: none found"

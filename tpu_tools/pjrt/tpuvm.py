@@ -101,6 +101,14 @@ def has_tpu_chips(root: Path | None = None) -> bool:
     return any(spec.platform == "tpu" for spec, _ in group_chips(read_pci_functions(root or sysroot(), [])))
 
 
+def accelerator_summary(root: Path | None = None) -> str | None:
+    """"4 x TPU v5e" (every accelerator kind PCI lists, with its count); None where there is none."""
+    counts: dict[str, int] = {}
+    for spec, _ in group_chips(read_pci_functions(root or sysroot(), [])):
+        counts[spec.name] = counts.get(spec.name, 0) + 1
+    return ", ".join(f"{count} x {name}" for name, count in counts.items()) or None
+
+
 def _int(text: str | None) -> int | None:
     try:
         return int(text.strip()) if text is not None else None
