@@ -446,3 +446,47 @@ def test_version_names_libtpu_and_the_accelerator_type_as_tpu_info_does(tmp_path
     assert lines[-1] == "accelerator: 8 x TPU v5e (slice v5litepod-16)"
     bare = run_tool("tpu-ls", "--version", env=clean_env(TPU_TOOLS_SYSROOT=str(tmp_path / "empty")))
     assert bare.stdout.splitlines()[-1] == "accelerator: none found"
+
+
+# --- single-metric queries -------------------------------------------------------------------------------
+
+def test_single_metric_queries_by_tpu_info_name_and_by_libtpu_name(v5p_worker):
+    with FakeMetricsService(v5p_host()) as service:
+        def query(*names):
+            args = [arg for name in names for arg in ("--metric", name)]
+            return run_tool("tpu-ls", *args, "--json", "--metrics-addr", service.address, env=v5p_worker)
+
+        document = json.loads(query("hbm_usage", "grpc_tcp_delivery_rate", "core_state",
+                                    "tpu.runtime.tensorcore.dutycycle.percent").stdout)
+        table = run_tool("tpu-ls", "--metric", "buffer_transfer_latency", "--metrics-addr", service.address,
+                         env=v5p_worker)
+    assert document["schema"] == "tpu-tools/metric/v1"
+    hbm, rate, cores, duty = document["metrics"]
+    assert [row["hbm_used_bytes"] for row in hbm["rows"]] == [(60 + d) << 30 for d in range(4)]
+    assert hbm["notes"] == ["localhost:8431: no metrics service at localhost:8431 (connection refused)"]
+    (rate_row,) = rate["rows"]
+    assert rate_row["count"] == 70 and set(rate_row) == {"service", "label", "count", "mean", "p50", "p90", "p95",
+                                                          "p999"}
+    assert [row["core"] for row in cores["rows"]] == list(range(8)) and cores["rows"][0]["state"] == "ok"
+    assert duty["name"] == "duty_cycle_percent" and [r["duty_cycle_percent"] for r in duty["rows"]][:2] == [91.0,
+                                                                                                          92.5]
+    assert table.returncode == 0 and "buffer_transfer_latency" in table.stdout and "8MB" in table.stdout
+
+
+def test_a_metric_nobody_knows_is_a_usage_error():
+    result = run_tool("tpu-ls", "--metric", "hbm_usge")
+    assert result.returncode == 2 and "unknown metric 'hbm_usge'; known: hbm_usage" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_tensorcore_utilization_query_reads_the_agents(rundir, tmp_path):
+    process = _sdk_job(rundir, tmp_path, FAKE_LIBTPU)
+    try:
+        document = json.loads(run_tool("tpu-ls", "--metric", "tensorcore_utilization", "--json",
+                                       env=agent_env(rundir)).stdout)
+    finally:
+        process.kill()
+        process.wait(10)
+    (result,) = document["metrics"]
+    assert [row["utilization_percent"] for row in result["rows"]] == [91.5, 88.0, 0.0, 47.25]
+    assert {row["tag"] for row in result["rows"]} == {"sdk"}
