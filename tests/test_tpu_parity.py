@@ -490,3 +490,36 @@ def test_tensorcore_utilization_query_reads_the_agents(rundir, tmp_path):
     (result,) = document["metrics"]
     assert [row["utilization_percent"] for row in result["rows"]] == [91.5, 88.0, 0.0, 47.25]
     assert {row["tag"] for row in result["rows"]} == {"sdk"}
+
+
+def test_the_support_bundle_records_the_slice(tmp_path, monkeypatch):
+    from tpu_tools.dump.create import DumpRequest, create_bundle
+    from tpu_tools.dump.reader import Bundle
+
+    _, environment = sysroot.tpu_vm(tmp_path / "host", "v6e", worker=2)
+    monkeypatch.setenv("TPU_TOOLS_SYSROOT", str(tmp_path / "host"))
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    bundle = create_bundle(DumpRequest(output=tmp_path / "b.tar.gz", only=("accelerators.discovery",)))
+    with Bundle(bundle.path) as opened:
+        tpu_slice = opened.read_json("accelerators/discovery.json")["tpu_slice"]
+    assert (tpu_slice["accelerator_type"], tpu_slice["worker_id"], tpu_slice["gce_vm"]) == ("v6e-16", 2, True)
+
+
+def test_the_slice_example_in_the_docs_is_what_tpu_ls_prints(tmp_path):
+    _, environment = sysroot.tpu_vm(tmp_path, "v5e", worker=0)
+    output = run_tool("tpu-ls", "--no-runtime", env=clean_env(TPU_TOOLS_SYSROOT=str(tmp_path), **environment)).stdout
+    docs = (TESTS.parent / "docs" / "tpu.md").read_text()
+    header = output.splitlines()[0]
+    assert header.split("chips found", 1)[1] in docs  # host name and versions differ between machines
+    assert output.splitlines()[1] in docs and output.splitlines()[2] in docs
+
+
+def test_the_metric_query_example_in_the_docs_is_what_tpu_ls_prints():
+    docs = (TESTS.parent / "docs" / "tpu.md").read_text()
+    block = docs.split("$ tpu-ls --metric hbm_usage --metric host_compute_latency --metrics-addr 127.0.0.1:18431\n",
+                       1)[1].split("```", 1)[0]
+    with FakeMetricsService(v5p_host()) as service:
+        output = run_tool("tpu-ls", "--metric", "hbm_usage", "--metric", "host_compute_latency", "--metrics-addr",
+                          service.address).stdout
+    assert output.replace(service.address, "127.0.0.1:18431") == block
