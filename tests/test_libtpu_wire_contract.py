@@ -155,7 +155,8 @@ ONEOFS = [
 ]
 # Fields the published protos declare `optional` in proto3 (explicit presence).
 EXPLICIT_PRESENCE = {(f"{RUNTIME}.GetTpuRuntimeStatusResponse", "host_name")} | {
-    (message, field) for message, field, _, _, label, _ in FACTS if message.startswith(TELEMETRY) and label != "repeated"}
+    (message, field) for message, field, _, _, label, _ in FACTS
+    if message.startswith(TELEMETRY) and label != "repeated"}
 RPCS = [("GetRuntimeMetric", f"{RUNTIME}.MetricRequest", f"{RUNTIME}.MetricResponse"),
         ("ListSupportedMetrics", f"{RUNTIME}.ListSupportedMetricsRequest", f"{RUNTIME}.ListSupportedMetricsResponse"),
         ("GetTpuRuntimeStatus", f"{RUNTIME}.GetTpuRuntimeStatusRequest", f"{RUNTIME}.GetTpuRuntimeStatusResponse")]
@@ -247,7 +248,8 @@ def _published_pool() -> descriptor_pool.DescriptorPool:
             return messages[full]
         package = RUNTIME if full.startswith(RUNTIME + ".") else TELEMETRY
         path = full[len(package) + 1:].split(".")
-        parent = files[package].message_type if len(path) == 1 else message(f"{package}." + ".".join(path[:-1])).nested_type
+        outer = f"{package}." + ".".join(path[:-1])
+        parent = files[package].message_type if len(path) == 1 else message(outer).nested_type
         messages[full] = parent.add(name=path[-1])
         return messages[full]
 

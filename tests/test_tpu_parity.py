@@ -388,20 +388,19 @@ def test_an_absent_or_garbled_job_endpoint_is_one_error(rundir):
 
 # --- GKE's TPU device plugin -----------------------------------------------------------------------------
 
-PLUGIN_EXPOSITION = textwrap.dedent("""\
-    # HELP duty_cycle Percent of time the accelerator was busy.
-    # TYPE duty_cycle gauge
-    duty_cycle{accelerator_id="4804-0",container="trainer",make="cloud-tpu",model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 93
-    duty_cycle{accelerator_id="4804-1",container="trainer",make="cloud-tpu",model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 250
-    # HELP memory_used Bytes of HBM in use.
-    # TYPE memory_used gauge
-    memory_used{accelerator_id="4804-0",container="trainer",make="cloud-tpu",model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 1.2e+10
-    memory_used{accelerator_id="4804-1",container="trainer",make="cloud-tpu",model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 1.1e+10
-    # HELP memory_total Bytes of HBM.
-    # TYPE memory_total gauge
-    memory_total{accelerator_id="4804-0",container="trainer",make="cloud-tpu",model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 1.7179869184e+10
-    memory_total{accelerator_id="4804-1",container="trainer",make="cloud-tpu",model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 1.7179869184e+10
-""")
+_POD = 'container="trainer",make="cloud-tpu",model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"'
+PLUGIN_EXPOSITION = "".join([
+    "# HELP duty_cycle Percent of time the accelerator was busy.\n# TYPE duty_cycle gauge\n",
+    f'duty_cycle{{accelerator_id="4804-0",{_POD}}} 93\n',
+    f'duty_cycle{{accelerator_id="4804-1",{_POD}}} 250\n',
+    "# HELP memory_used Bytes of HBM in use.\n# TYPE memory_used gauge\n",
+    f'memory_used{{accelerator_id="4804-0",{_POD}}} 1.2e+10\n',
+    f'memory_used{{accelerator_id="4804-1",{_POD}}} 1.1e+10\n',
+    "# HELP memory_total Bytes of HBM.\n# TYPE memory_total gauge\n",
+    f'memory_total{{accelerator_id="4804-0",{_POD}}} 1.7179869184e+10\n',
+    f'memory_total{{accelerator_id="4804-1",{_POD}}} 1.7179869184e+10\n',
+])
+
 
 
 def test_the_gke_tpu_device_plugin_is_one_more_source(rundir):

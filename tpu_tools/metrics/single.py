@@ -56,7 +56,7 @@ class MetricResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "columns": list(self.columns),
-                "rows": [dict(zip(self.columns, row)) for row in self.rows], "notes": list(self.notes)}
+                "rows": [dict(zip(self.columns, row, strict=True)) for row in self.rows], "notes": list(self.notes)}
 
 
 def known_names() -> list[str]:
