@@ -38,7 +38,8 @@ def sdk_figures(snapshot: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(cores, list):
         utilization = [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 100
                        else None for v in cores]
-    metrics = sdk.get("metrics") if isinstance(sdk.get("metrics"), dict) else {}
+    served = sdk.get("metrics")
+    metrics: dict[str, Any] = served if isinstance(served, dict) else {}
     unreadable = {str(name): str(entry.get("error"))[:200] for name, entry in metrics.items()
                   if isinstance(entry, dict) and entry.get("error") is not None}
     return {"status": str(sdk.get("status"))[:200], "tensorcore_utilization_percent": utilization,
