@@ -18,15 +18,15 @@ _tpu_tools_complete() {
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
-            opts='--probe --topology --no-runtime --force --runtime-status --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
-            valopts='--metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
+            opts='--probe --topology --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            valopts='--metric --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
             esac
             ;;
         'tpu-tools|monitor')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--period --count --config --tag-filter --agent-timeout --prometheus --metrics-addr --metrics-timeout'; pathopts='--config'
             ;;
         'tpu-tools|top')
@@ -181,15 +181,15 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-ls|')
-            opts='--probe --topology --no-runtime --force --runtime-status --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
-            valopts='--metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
+            opts='--probe --topology --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            valopts='--metric --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
             esac
             ;;
         'tpu-monitor|')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--period --count --config --tag-filter --agent-timeout --prometheus --metrics-addr --metrics-timeout'; pathopts='--config'
             ;;
         'tpu-top|')

@@ -24,7 +24,12 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 # Variables that would change how the tools behave; tests set what they need explicitly.
 _SCRUBBED = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "XLA_FLAGS", "TPU_TOOLS_SYSROOT", "TPU_TOOLS_DEBUG",
-             "NO_COLOR", "TPU_RUNTIME_METRICS_PORTS", "TPU_TOOLS_TAG")
+             "NO_COLOR", "TPU_RUNTIME_METRICS_PORTS", "TPU_TOOLS_TAG",
+             # a test host that is a TPU VM, a Kubernetes node or a job's neighbour must not leak into the tests
+             "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "TPU_NAME", "TPU_TOPOLOGY",
+             "TPU_SKIP_MDS_QUERY", "MEGASCALE_SLICE_ID", "MEGASCALE_NUM_SLICES", "KUBERNETES_SERVICE_HOST",
+             "TPU_DEVICE_PLUGIN_METRICS_ADDR", "ORBAX_PROMETHEUS_PORT", "PYGRAIN_PROMETHEUS_PORT",
+             "TPU_TOOLS_GCE_METADATA_URL")
 
 
 def clean_env(**overrides: str | None) -> dict[str, str]:

@@ -47,6 +47,11 @@ HLO_EXECUTION_TIMING = "hlo.execution.timing.distribution.microseconds"
 DCN_LATENCY = "megascale.dcn_transfer_latencies.microsecond.cumulative.distribution"
 H2D_LATENCY = "megascale.host_to_device_transfer_latencies.microsecond.cumulative.distribution"
 COLLECTIVE_LATENCY = "megascale.collective_end_to_end_latencies.microsecond.cumulative.distribution"
+D2H_LATENCY = "megascale.device_to_host_transfer_latencies.microsecond.cumulative.distribution"
+INBOUND_LATENCY = "megascale.dcn_inbound_transfer_latencies.microsecond.cumulative.distribution"
+HOST_COMPUTE_LATENCY = "megascale.mxla_compute_latencies.microsecond.cumulative.distribution"
+TCP_MIN_RTT = "megascale.grpc_tcp_min_rtt.microsecond.cumulative.distribution"
+TCP_DELIVERY_RATE = "megascale.grpc_tcp_delivery_rate.Mbps.cumulative.distribution"
 UNKNOWN_METRIC = "tpu.runtime.sparsecore.future.metric"
 
 
@@ -230,7 +235,39 @@ def tpu7x_host() -> HostFixture:
     return HostFixture("tpu7x", metrics, devices=8, chips=4)
 
 
-FIXTURES = {"v5e": v5e_host, "v6e": v6e_host, "v4": v4_host, "tpu7x": tpu7x_host}
+def v5p_host() -> HostFixture:
+    """4 chips of a multi-slice job on a current libtpu: every metric tpu-info reads, and hostile values
+    (a NaN duty cycle on device 2, 150 % on device 3, an empty distribution, a unit nobody knows)."""
+    exponential = exponential_layout(24, 1.5, 10.0)
+    metrics = {
+        HBM_USAGE: [gauge(int_attr("device-id", d), int((60 + d) * GIB)) for d in range(4)],
+        HBM_TOTAL: [gauge(int_attr("device-id", d), 95 * GIB) for d in range(4)],
+        DUTY_CYCLE: [gauge(int_attr("device-id", d), [91.0, 92.5, float("nan"), 150.0][d]) for d in range(4)],
+        HBM_UTILIZATION: [gauge(int_attr("device-id", d), 40.0 + d) for d in range(4)],
+        TENSORCORE_IDLE: [gauge(int_attr("device-id", d), 0.01 * (d + 1)) for d in range(4)],
+        HLO_QUEUE_SIZE: [gauge(ordinal(str(d)), d) for d in range(4)],
+        HLO_EXECUTION_TIMING: [distribution(ordinal(str(d)), spread(5000, 500, 50), HLO_LAYOUT) for d in range(4)],
+        DCN_LATENCY: [distribution(kvlist(string_attr("buffer-size", "8MB")), spread(900, 200, 80), exponential)],
+        INBOUND_LATENCY: [distribution(kvlist(string_attr("buffer-size", "8MB")), spread(1100, 200, 80),
+                                       exponential)],
+        H2D_LATENCY: [distribution(kvlist(string_attr("buffer-size", "16MB")), spread(410, 80, 90), exponential)],
+        D2H_LATENCY: [distribution(kvlist(string_attr("buffer-size", "16MB")), [], exponential, trim=False)],
+        COLLECTIVE_LATENCY: [distribution(kvlist(string_attr("buffer-size", "8MB")), spread(1900, 400, 60),
+                                          exponential)],
+        HOST_COMPUTE_LATENCY: [distribution(kvlist(string_attr("buffer-size", "all")), spread(300, 50, 40),
+                                            exponential)],
+        TCP_MIN_RTT: [distribution(kvlist(), spread(85, 20, 70), exponential)],
+        TCP_DELIVERY_RATE: [distribution(kvlist(), spread(9200, 800, 70), linear_layout(40, 500.0, 0.0))],
+        "megascale.grpc_tcp_something.furlongs.cumulative.distribution": [
+            distribution(kvlist(), [1.0], exponential)],
+    }
+    status = pb.GetTpuRuntimeStatusResponse(host_name="t1v-n-5p8-w-1")
+    for core in range(8):
+        status.core_states[core].CopyFrom(_core(core, core // 2, index=core % 2, program=5, run=40))
+    return HostFixture("v5p", metrics, status=status, devices=4, chips=4)
+
+
+FIXTURES = {"v5e": v5e_host, "v6e": v6e_host, "v4": v4_host, "tpu7x": tpu7x_host, "v5p": v5p_host}
 
 
 # --- the service ------------------------------------------------------------------------------------

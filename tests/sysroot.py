@@ -129,6 +129,42 @@ def tpu7x_host(root: Path, holders: dict[int, list[int]] | None = None) -> HostB
     return tpu_host(root, "0x0076", 4, style="vfio", groups=[100, 101, 102, 103], holders=holders)
 
 
+def v5p_host(root: Path, holders: dict[int, list[int]] | None = None) -> HostBuilder:
+    return tpu_host(root, "0x0062", 4, style="vfio", groups=[20, 21, 22, 23], holders=holders)
+
+
+GCE_PRODUCT = "Google Compute Engine"
+
+# One worker of a multi-host slice per generation: (host builder, TPU_ACCELERATOR_TYPE, workers, topology).
+TPU_VMS = {
+    "v4": (v4_host, "v4-32", 4, "2x2x4"),
+    "v5e": (v5e_host, "v5litepod-16", 2, "4x4"),
+    "v5p": (v5p_host, "v5p-32", 4, "2x2x4"),
+    "v6e": (v6e_host, "v6e-16", 4, "4x4"),
+    "tpu7x": (tpu7x_host, "tpu7x-32", 4, "2x2x4"),
+}
+
+
+def dmi(root: Path, product: str = GCE_PRODUCT) -> None:
+    """The DMI product name a GCE VM (every TPU VM) reports."""
+    directory = root / "sys/class/dmi/id"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "product_name").write_text(product + "\n")
+
+
+def tpu_vm(root: Path, generation: str, worker: int = 1, *,
+           holders: dict[int, list[int]] | None = None) -> tuple[HostBuilder, dict[str, str]]:
+    """Worker `worker` of a TPU VM slice: the host tree with GCE's DMI files, and the environment a TPU
+    workload gets there (TPU_SKIP_MDS_QUERY set, as on GKE: tests never ask a metadata server)."""
+    build, accelerator_type, workers, topology = TPU_VMS[generation]
+    host = build(root, holders=holders)
+    dmi(root)
+    hostnames = ",".join(f"t1v-n-{generation}-w-{i}" for i in range(workers))
+    environment = {"TPU_ACCELERATOR_TYPE": accelerator_type, "TPU_WORKER_ID": str(worker),
+                   "TPU_WORKER_HOSTNAMES": hostnames, "TPU_TOPOLOGY": topology, "TPU_SKIP_MDS_QUERY": "true"}
+    return host, environment
+
+
 def nvidia_host(root: Path, holders: dict[int, list[int]] | None = None, count: int = 2) -> HostBuilder:
     host = HostBuilder(root)
     for i in range(count):

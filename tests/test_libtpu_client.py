@@ -39,11 +39,11 @@ from tpu_tools.metrics.libtpu import LibtpuClient, metrics_addresses, read_once
 from tpu_tools.metrics.libtpu.proto import runtime_metric_service_pb2 as pb
 
 SNAPSHOT_KEYS = {"address", "error", "elapsed_ms", "served_metrics", "not_served_metrics", "unread_metrics",
-                 "duty_cycle_scope", "devices", "transfer_latencies", "notes"}
+                 "duty_cycle_scope", "devices", "transfer_latencies", "delivery_rates", "notes"}
 DEVICE_KEYS = {"device_id", "hbm_used_bytes", "hbm_total_bytes", "duty_cycle_percent",
                "hbm_bandwidth_utilization_percent", "tensorcore_idle_duration_s", "hlo_queue_size",
                "hlo_execution_time_us"}
-SUMMARY_KEYS = {"count", "mean", "min", "max", "p50", "p90", "p99", "p999"}
+SUMMARY_KEYS = {"count", "mean", "min", "max", "p50", "p90", "p95", "p99", "p999"}
 
 
 def snapshot_of(fixture: HostFixture, timeout_s: float = 2.0):

@@ -55,7 +55,7 @@ def test_an_empty_distribution_is_no_samples_not_a_number():
     assert summarize(histogram(exponential(3, 2.0, 1.0), [])) is NO_SAMPLES
     assert summarize(histogram(exponential(3, 2.0, 1.0), [0, 0, 0])) is NO_SAMPLES
     assert NO_SAMPLES.to_dict() == {"count": 0, "mean": None, "min": None, "max": None, "p50": None, "p90": None,
-                                    "p99": None, "p999": None}
+                                    "p95": None, "p99": None, "p999": None}
     assert not NO_SAMPLES.has_samples
 
 

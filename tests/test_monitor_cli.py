@@ -18,8 +18,8 @@ import sysroot
 from agentjobs import agent_env, rundir, running_job, start_job, wait_for  # noqa: F401 (rundir is a fixture)
 from conftest import TESTS, assert_one_line_error, run_tool, tool_command
 
-TOP_KEYS = {"schema", "time", "time_unix_s", "hostname", "sequence", "tpu_tools_version", "host", "devices",
-            "processes", "libtpu"}
+TOP_KEYS = {"schema", "time", "time_unix_s", "hostname", "sequence", "tpu_tools_version", "tpu_slice", "host",
+            "devices", "processes", "libtpu", "workload"}
 GROUP_HEADER = {"period_s", "sampled_at", "error"}
 HOST_KEYS = GROUP_HEADER | {"hostname", "cpu_count", "cpu_percent", "memory_total_bytes", "memory_used_bytes",
                             "memory_available_bytes", "swap_total_bytes", "swap_used_bytes", "load_average_1m",
@@ -32,7 +32,7 @@ PROCESSES_KEYS = GROUP_HEADER | {"agents", "holders", "ignored_sockets", "pod_la
 LIBTPU_KEYS = GROUP_HEADER | {"services", "notes"}
 AGENT_KEYS = {"pid", "tag", "user", "command", "error", "socket", "uptime_s", "jax_version", "platform",
               "cpu_percent", "cpu_time_s", "rss_bytes", "threads", "device_memory_used_bytes", "live_array_bytes",
-              "live_array_count", "devices", "compiles", "steps", "query_time_s", "kubernetes"}
+              "live_array_count", "devices", "compiles", "steps", "tpu_sdk", "query_time_s", "kubernetes"}
 COMPILE_KEYS = {"compile_count", "recompile_count", "trace_count", "trace_time_s", "lowering_time_s",
                 "backend_compile_time_s", "cache_hits", "cache_misses", "functions", "recent_recompiles"}
 STEP_KEYS = {"count", "steps_per_second", "last_step_time_s", "p50_step_time_s", "p99_step_time_s",
@@ -109,7 +109,7 @@ def test_config_chooses_groups_periods_and_tags(rundir, tmp_path):
         config.write_text('period = "300ms"\ntag_filter = "^train"\n'
                           '[groups.processes]\n[groups.host]\nperiod = "30s"\n')
         reports = monitor("--config", str(config), "--count", "3", rundir=rundir)
-        assert [set(r) - {"schema", "time", "time_unix_s", "hostname", "sequence", "tpu_tools_version"}
+        assert [set(r) - {"schema", "time", "time_unix_s", "hostname", "sequence", "tpu_tools_version", "tpu_slice"}
                 for r in reports] == [{"processes", "host"}] * 3
         assert list(reports[0])[-2:] == ["processes", "host"]  # the config's order
         assert [a["tag"] for a in reports[0]["processes"]["agents"]] == ["train-keep"]

@@ -27,6 +27,7 @@ from tpu_tools.pjrt.discover import Chip, Discovery, Holder, discover
 from tpu_tools.pjrt.pairing import local_order, match_chips
 from tpu_tools.pjrt.probe import ProbeResult
 from tpu_tools.pjrt.runtime import RuntimePolicy
+from tpu_tools.pjrt.tpuvm import SliceInfo, slice_info
 from tpu_tools.versions import StackVersions, stack_versions
 
 SCHEMA = "tpu-tools/ls/v1"
@@ -91,6 +92,7 @@ class Inventory:
     notes: list[str] = field(default_factory=list)
     libtpu: list[LibtpuSnapshot] = field(default_factory=list)  # one per metrics address asked
     libtpu_status: list[RuntimeStatus] | None = None  # when asked for
+    tpu_slice: SliceInfo = field(default_factory=SliceInfo)  # the TPU slice this host is a worker of
     chip_libtpu: dict[int, ServiceFigures] = field(default_factory=dict)  # chip index -> service figures
 
     @property
@@ -129,6 +131,7 @@ class Inventory:
             "libtpu_metrics": [snapshot.to_dict() for snapshot in self.libtpu],
             "libtpu_runtime_status": (None if self.libtpu_status is None
                                       else [status.to_dict() for status in self.libtpu_status]),
+            "tpu_slice": self.tpu_slice.to_dict(),
         }
 
     def _chip_libtpu(self, chip: Chip) -> dict[str, Any] | None:
@@ -203,6 +206,9 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
     if metrics_addresses:  # while the runtime child starts
         snapshots, inventory.libtpu_status = read_once(
             metrics_addresses, metrics_timeout_s, runtime_status=libtpu_status, include_hlo_info=libtpu_status)
+    # The metadata server is asked only on a TPU host that is a GCE VM (and within the metrics deadline).
+    inventory.tpu_slice = slice_info(metadata_timeout_s=min(metrics_timeout_s, 1.0),
+                                     ask_metadata=bool(discovery.chips_for_platform("tpu")))
     if call is not None:
         _add_runtime(inventory, call.result(), discovery)
     attach_libtpu(inventory, snapshots)

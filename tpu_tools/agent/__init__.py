@@ -172,6 +172,7 @@ class _Agent:
     def snapshot(self) -> dict[str, Any]:
         import tpu_tools
         from tpu_tools.agent.memory import device_memory
+        from tpu_tools.agent.tpusdk import read_sdk_metrics
         from tpu_tools.metrics import wire
 
         runtime, memory_error = None, None
@@ -204,6 +205,7 @@ class _Agent:
             },
             "compiles": self.compiles.snapshot(),
             "steps": _steps.stats().to_dict(),
+            "tpu_sdk": read_sdk_metrics(),
         }
 
     def info(self) -> AgentInfo:

@@ -85,9 +85,14 @@ def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
 def _show_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
+    from tpu_tools.pjrt.tpuvm import accelerator_summary, slice_info
     from tpu_tools.versions import version_text
 
     click.echo(version_text(ctx.find_root().info_name or "tpu-tools"))
+    # As tpu-info --version: the accelerator type, from PCI and (on a TPU VM) the slice's own name for it.
+    tpu_slice = slice_info()
+    line = f"accelerator: {accelerator_summary() or 'none found'}"
+    click.echo(line + (f" (slice {tpu_slice.accelerator_type})" if tpu_slice.accelerator_type else ""))
     ctx.exit(0)
 
 
@@ -103,7 +108,8 @@ def common_options(function: Callable) -> Callable:
         click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
                      help="Show Python tracebacks for errors (also TPU_TOOLS_DEBUG=1)."),
         click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
-                     help="Print the toolkit, jax, jaxlib and PJRT plugin versions and exit."),
+                     help="Print the toolkit, jax, jaxlib and PJRT plugin (libtpu) versions and the accelerator "
+                          "type, and exit."),
     ], function)
 
 

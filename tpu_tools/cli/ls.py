@@ -94,14 +94,29 @@ MAN_SECTIONS = {
 @click.option("--force", is_flag=True, help="Open the runtime even when another process holds a TPU.")
 @click.option("--runtime-status", is_flag=True,
               help="Also show libtpu's per-core runtime state and error messages (from its metrics service).")
+@click.option("--metric", "metric_names", multiple=True, metavar="NAME",
+              help="Show one metric (repeatable) from whichever source serves it: tpu-info's names "
+                   "(hbm_usage, duty_cycle_percent, tensorcore_utilization, buffer_transfer_latency, "
+                   "hlo_exec_timing, core_state, ...), libtpu's own, or an Orbax / Grain family; then exit.")
+@click.option("--list-metrics", is_flag=True,
+              help="List the metrics every libtpu metrics service and agent serves, what tpu-tools reads of "
+                   "them, and what it knows that the runtime does not serve; then exit.")
 @metrics_options
 @runtime_options
 @output_options
 @common_options
 def ls_command(probe: bool, topology: bool, no_runtime: bool, force: bool, runtime_status: bool,
-               metrics_addresses: list[str], metrics_timeout_s: float, policy: RuntimePolicy, timeout_s: float,
-               out: Output) -> int:
+               metric_names: tuple[str, ...], list_metrics: bool, metrics_addresses: list[str],
+               metrics_timeout_s: float, policy: RuntimePolicy, timeout_s: float, out: Output) -> int:
     """List accelerator devices, their memory, PCI placement and the processes using them."""
+    if metric_names:
+        from tpu_tools.cli.list_metrics import query_metrics
+
+        return query_metrics(metric_names, metrics_addresses, metrics_timeout_s, min(timeout_s, 2.0), out)
+    if list_metrics:
+        from tpu_tools.cli.list_metrics import list_metrics as print_metrics
+
+        return print_metrics(metrics_addresses, metrics_timeout_s, min(timeout_s, 2.0), out)
     if no_runtime and (probe or force):
         raise UsageError("--no-runtime cannot be combined with --probe or --force")
     from tpu_tools.inventory import RUNTIME_OK, build_inventory

@@ -216,13 +216,17 @@ def explicit(ctx: click.Context, name: str) -> bool:
               help="Report every host that this Prometheus server scrapes instead of this host.")
 @click.option("--from-prometheus-timeout", type=Duration(), default="2s", show_default=True, metavar="SECONDS",
               help="Deadline of each query to the --from-prometheus server.")
+@click.option("--list-metrics", is_flag=True,
+              help="Print one JSON document listing the metrics every libtpu metrics service and agent serves "
+                   "and what tpu-tools reads of them (schema tpu-tools/list-metrics/v1); then exit.")
 @metrics_options
 @common_options
 @click.pass_context
 def monitor_command(ctx: click.Context, period: float, count: int | None, config_path: Path | None,
                     tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
-                    quiet: bool, web_config_path: Path | None, from_prometheus: str | None, from_prometheus_timeout: float,
-                    metrics_addresses: list[str], metrics_timeout_s: float) -> int:
+                    quiet: bool, web_config_path: Path | None, from_prometheus: str | None,
+                    from_prometheus_timeout: float, list_metrics: bool, metrics_addresses: list[str],
+                    metrics_timeout_s: float) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
     if from_prometheus is not None:
         return _fleet(ctx, from_prometheus, from_prometheus_timeout, period, count)
@@ -258,6 +262,11 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
             metrics_timeout_s = config.metrics_timeout_s
         if config.groups is not None:
             plan = [GroupPlan(name, group.period_s) for name, group in config.groups.items()]
+    if list_metrics:
+        from tpu_tools.cli.list_metrics import list_metrics as print_metrics
+        from tpu_tools.cli.output import Output
+
+        return print_metrics(metrics_addresses, metrics_timeout_s, agent_timeout, Output("json", sys.stdout))
     options = CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
                              metrics_addresses=metrics_addresses, metrics_timeout_s=metrics_timeout_s)
     exporter = None

@@ -120,6 +120,8 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
     steps = _counter("process_steps", "Steps marked by the job.", labels)
     device_memory = _gauge("process_device_memory_used_bytes_per_device",
                            "Device memory held by the process on one device.", [*labels, "device"])
+    tensorcore = _gauge("process_tensorcore_utilization_percent",
+                        "TensorCore utilization per core, read in the job through libtpu's SDK.", [*labels, "core"])
     for agent in data.get("agents") or []:
         values = [str(agent.get("pid")), str(agent.get("tag") or "")]
         if in_pods:
@@ -143,12 +145,15 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
             used = device.get("memory_used_bytes")
             used = used if used is not None else device.get("live_array_bytes")
             _add(device_memory, [*values, f"{device.get('platform')}:{device.get('id')}"], used)
+        for core, value in enumerate((agent.get("tpu_sdk") or {}).get("tensorcore_utilization_percent") or []):
+            _add(tensorcore, [*values, str(core)], value)
     yield up
     yield from gauges.values()
     yield from counters.values()
     yield compile_time
     yield steps
     yield steps_rate
+    yield tensorcore
     yield step_time
     yield device_memory
 
@@ -173,6 +178,22 @@ BUILTIN: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {
 }
 
 
+def slice_labels(report: dict[str, Any]) -> dict[str, str]:
+    """`slice` and `worker` of a TPU slice's host (so a fleet view groups a slice's workers); else none."""
+    data = report.get("tpu_slice")
+    labels = data.get("labels") if isinstance(data, dict) else None
+    if not isinstance(labels, dict):
+        return {}
+    return {str(key): str(value) for key, value in labels.items() if key in ("slice", "worker")}
+
+
+def with_labels(family: Metric, labels: dict[str, str]) -> Metric:
+    """The family with these labels added to every sample (a sample's own label of that name wins)."""
+    if labels:
+        family.samples = [sample._replace(labels={**labels, **sample.labels}) for sample in family.samples]
+    return family
+
+
 class ReportCollector(Collector):
     """Serves the latest report; `update()` is called by the monitor loop after each round."""
 
@@ -190,6 +211,7 @@ class ReportCollector(Collector):
             report = self._report
         if report is None:
             return
+        host_labels = slice_labels(report)
         errors = _gauge("group_error", "1 when the group failed in the latest report.", ["group"])
         for name, export in self._exporters.items():
             data = report.get(name)
@@ -197,8 +219,9 @@ class ReportCollector(Collector):
                 continue
             errors.add_metric([name], 1.0 if data.get("error") else 0.0)
             if not data.get("error"):
-                yield from export(data)
-        yield errors
+                for family in export(data):
+                    yield with_labels(family, host_labels)
+        yield with_labels(errors, host_labels)
 
 
 def exporters_for(collectors: dict[str, Any]) -> dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]:

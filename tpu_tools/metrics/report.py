@@ -19,6 +19,7 @@ import tpu_tools
 from tpu_tools.errors import first_line
 from tpu_tools.metrics.groups import GROUPS
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, GroupCollector, load_collector
+from tpu_tools.pjrt.tpuvm import SliceInfo, slice_info
 
 SCHEMA = "tpu-tools/monitor/v1"
 
@@ -36,8 +37,11 @@ class GroupPlan:
 
 class ReportBuilder:
     def __init__(self, plan: list[GroupPlan] | None = None, options: CollectOptions | None = None,
-                 report_period_s: float | None = None):
+                 report_period_s: float | None = None, tpu_slice: SliceInfo | None = None):
         self.options = options or CollectOptions()
+        # Read once: a host does not change slices while it runs (the metadata server only on a GCE VM).
+        self.tpu_slice = tpu_slice if tpu_slice is not None else slice_info(
+            metadata_timeout_s=min(self.options.metrics_timeout_s, 1.0))
         self.plan = plan if plan is not None else [GroupPlan(name) for name in GROUPS]
         self.report_period_s = report_period_s
         self.collectors: dict[str, GroupCollector] = {}
@@ -61,6 +65,7 @@ class ReportBuilder:
             "hostname": socket.gethostname(),
             "sequence": self.sequence,
             "tpu_tools_version": tpu_tools.__version__,
+            "tpu_slice": self.tpu_slice.to_dict(),
         }
         for group in self.plan:
             due = self._due.get(group.name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tpu_tools.accelerators import spec_for_device_kind
 from tpu_tools.inventory import DeviceEntry, Inventory, ServiceFigures
 from tpu_tools.pjrt.discover import Chip, Holder
+from tpu_tools.pjrt.tpuvm import SliceInfo
 from tpu_tools.render.libtpu_view import DUTY_HEADER, HBM_HEADER, duty_text, hbm_text
 from tpu_tools.render.table import Column, TableData
 from tpu_tools.units import MISSING, format_bytes, format_memory_pair
@@ -27,7 +28,25 @@ def header_line(inventory: Inventory) -> str:
         parts.append(f"runtime {inventory.runtime_status}")
         parts.append(f"jax {inventory.versions.jax or 'not installed'}, jaxlib {inventory.versions.jaxlib or '-'}")
         parts.append(f"{len(inventory.discovery.chips)} accelerator chips found")
+    slice_text = slice_summary(inventory.tpu_slice)
+    if slice_text:
+        parts.append(slice_text)
     return "  ".join(parts)
+
+
+def slice_summary(info: SliceInfo) -> str:
+    """"slice v5litepod-16 (my-tpu), worker 1 of 4" where the host is a worker of a TPU slice."""
+    if not info.known:
+        return ""
+    name = info.slice_label
+    text = f"slice {info.accelerator_type or '?'}"
+    if name and name != info.accelerator_type:
+        text += f" ({name})"
+    if info.worker_id is not None:
+        text += f", worker {info.worker_id}"
+        if info.worker_hostnames:
+            text += f" of {len(info.worker_hostnames)}"
+    return text
 
 
 def holders_text(holders: list[Holder]) -> str:

@@ -15,6 +15,7 @@ from tpu_tools.dump.collector import CollectContext, Skipped, TimedOut
 from tpu_tools.dump.sysfiles import try_text, under_root
 from tpu_tools.errors import RuntimeFailure, RuntimeHang
 from tpu_tools.pjrt.discover import LIBTPU_LOCKFILE, discover
+from tpu_tools.pjrt.tpuvm import slice_info
 from tpu_tools.render.table import plain_table
 
 # A runtime that hangs should be reported by the inventory's own limit (a clear
@@ -46,6 +47,8 @@ def collect_discovery(ctx: CollectContext) -> None:
     lock = under_root(LIBTPU_LOCKFILE, ctx.root)
     document["libtpu_lockfile"] = {"path": LIBTPU_LOCKFILE, "exists": lock.exists(),
                                    "held": bool(found.libtpu_lock_holders)}
+    # The slice this host is a worker of (environment; GCE metadata only on a GCE VM with TPU chips).
+    document["tpu_slice"] = slice_info(root=ctx.root, metadata_timeout_s=1.0).to_dict()
     ctx.add_json("accelerators/discovery.json", document)
     if found.chips:
         from tpu_tools.render.inventory_view import chip_table

@@ -28,6 +28,25 @@ def device_memory_bytes(device: dict[str, Any]) -> int | None:
     return used if used is not None else device.get("live_array_bytes")
 
 
+def sdk_figures(snapshot: dict[str, Any]) -> dict[str, Any] | None:
+    """The agent's libtpu SDK read (TensorCore utilization per core), checked; None from older agents."""
+    sdk = snapshot.get("tpu_sdk")
+    if not isinstance(sdk, dict):
+        return None
+    cores = sdk.get("tensorcore_utilization_percent")
+    utilization = None
+    if isinstance(cores, list):
+        utilization = [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 100
+                       else None for v in cores]
+    served = sdk.get("metrics")
+    metrics: dict[str, Any] = served if isinstance(served, dict) else {}
+    unreadable = {str(name): str(entry.get("error"))[:200] for name, entry in metrics.items()
+                  if isinstance(entry, dict) and entry.get("error") is not None}
+    return {"status": str(sdk.get("status"))[:200], "tensorcore_utilization_percent": utilization,
+            "metrics": sorted(str(name) for name in metrics if str(name) not in unreadable),
+            "unreadable": unreadable}
+
+
 def agent_entry(result: AgentResult) -> dict[str, Any]:
     """One entry of the `processes` group from an agent's answer (its figures, or its error); never raises."""
     snapshot = result.snapshot or {}
@@ -55,6 +74,7 @@ def agent_entry(result: AgentResult) -> dict[str, Any]:
                       "functions": compiles.get("functions") or [],
                       "recent_recompiles": compiles.get("recent_recompiles") or []} if snapshot else None),
         "steps": {k: (snapshot.get("steps") or {}).get(k) for k in STEP_KEYS} if snapshot else None,
+        "tpu_sdk": sdk_figures(snapshot),
         "query_time_s": result.elapsed_s,
     }
 

@@ -24,6 +24,7 @@ from tpu_tools.metrics.libtpu.records import (
     NO_SAMPLES,
     NOT_SERVED,
     CoreStatus,
+    DeliveryRate,
     DeviceFigures,
     LibtpuSnapshot,
     RuntimeStatus,
@@ -33,7 +34,8 @@ from tpu_tools.metrics.libtpu.records import (
 
 __all__ = [
     "DEFAULT_ADDRESS", "DEFAULT_TIMEOUT_S", "NOT_SERVED", "NO_SAMPLES", "PORTS_VARIABLE", "CoreStatus",
-    "DeviceFigures", "DistributionSummary", "LibtpuSnapshot", "RuntimeStatus", "TransferLatency", "UsageFigures",
+    "DeliveryRate", "DeviceFigures", "DistributionSummary", "LibtpuSnapshot", "RuntimeStatus", "TransferLatency",
+    "UsageFigures",
     "accepts_connections", "metrics_addresses", "normalize_address", "read_once", "LibtpuClient",
 ]
 

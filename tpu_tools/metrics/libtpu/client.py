@@ -122,7 +122,7 @@ class LibtpuClient:
             wanted = list(names.KNOWN)
         else:
             refresh.served = sorted({m.metric_name for m in listed.supported_metric if m.metric_name})
-            wanted = [n for n in refresh.served if n in names.PER_DEVICE or names.is_latency_distribution(n)]
+            wanted = [n for n in refresh.served if names.is_read(n)]
         stub = self._stub(address)
         refresh.reads = {name: stub.GetRuntimeMetric.future(pb.MetricRequest(metric_name=name),
                                                             timeout=self.timeout_s) for name in wanted}

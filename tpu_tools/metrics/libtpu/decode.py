@@ -31,6 +31,7 @@ from tpu_tools.metrics.libtpu.records import (
     DUTY_PER_CHIP,
     DUTY_PER_DEVICE,
     CoreStatus,
+    DeliveryRate,
     DeviceFigures,
     LibtpuSnapshot,
     QueuedProgram,
@@ -98,24 +99,35 @@ class _Reader:
         if count:
             self.notes.append(f"{name}: skipped {count} data point{'s' if count > 1 else ''} {what}")
 
-    def gauges(self, name: str, *, nonnegative: bool = False) -> tuple[dict[int, float], str]:
-        """Device (or chip) id -> value, and the attribute key the ids came under."""
+    def gauges(self, name: str, *, nonnegative: bool = False,
+               percent: bool = False) -> tuple[dict[int, float], str]:
+        """Device (or chip) id -> value, and the attribute key the ids came under.
+
+        A value out of its range (negative where it cannot be, a percentage outside 0..100) is unreadable:
+        skipped with a note, as a missing one is.
+        """
+        nonnegative = nonnegative or percent
         values: dict[int, float] = {}
         bad = repeated = 0
         key = ""
         for point in self.metrics[name].metrics if name in self.metrics else ():
             device = _ordinal(point.attribute.value)
             value = _number(point)
-            if device is None or value is None or (nonnegative and value < 0):
+            if device is None or value is None or (nonnegative and value < 0) or (percent and value > 100.0):
                 bad += 1
             elif device in values:
                 repeated += 1
             else:
                 values[device] = value
                 key = key or point.attribute.key
-        self._skipped(name, bad, "with no usable device id or value")
+        self._skipped(name, bad, "with no usable device id or value (missing, not finite or out of range)")
         self._skipped(name, repeated, "repeating a device id (the first was kept)")
         return values, key
+
+    def ids(self, name: str) -> set[int]:
+        """Every device (or chip) id the metric's data points name, whatever their values."""
+        points = self.metrics[name].metrics if name in self.metrics else ()
+        return {device for device in (_ordinal(point.attribute.value) for point in points) if device is not None}
 
     def histogram(self, name: str, point: pb.Metric) -> Histogram | None:
         if point.WhichOneof("measure") != "distribution":
@@ -133,6 +145,8 @@ class _Reader:
                 buckets = linear(lin.num_finite_buckets, lin.width, lin.offset)
             elif layout == "explicit_buckets":
                 buckets = explicit(options.explicit_buckets.bounds)
+            elif layout == "regular_buckets":
+                raise LayoutError("the deprecated regular bucket layout is not read")
         except LayoutError as error:
             self.notes.append(f"{name}: {error}; percentiles left out")
         if buckets is None and layout is None and sum(data.bucket_counts) > 0:
@@ -176,6 +190,13 @@ class _Reader:
         return dict(sums)
 
     def latencies(self, name: str) -> list[TransferLatency]:
+        return [TransferLatency(name, label, summary) for label, summary in self.labelled_summaries(name)]
+
+    def rates(self, name: str) -> list[DeliveryRate]:
+        return [DeliveryRate(name, label, summary) for label, summary in self.labelled_summaries(name)]
+
+    def labelled_summaries(self, name: str) -> list[tuple[str, DistributionSummary]]:
+        """The distribution's data points merged per buffer-size label, in size order."""
         grouped: dict[str, list[Histogram]] = defaultdict(list)
         bad = 0
         for point in self.metrics[name].metrics:
@@ -186,8 +207,7 @@ class _Reader:
             size = _string_attribute(point.attribute, _BUFFER_SIZE_KEYS) or _NO_BUFFER_SIZE
             grouped[size].append(histogram)
         self._skipped(name, bad, "that are not distributions")
-        return [TransferLatency(name, size, self.summary(name, grouped[size]))
-                for size in sorted(grouped, key=_size_order)]
+        return [(size, self.summary(name, grouped[size])) for size in sorted(grouped, key=_size_order)]
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
@@ -205,16 +225,17 @@ def _assign_duty_cycle(reader: _Reader, figures: dict[int, DeviceFigures], base:
     """Put the duty cycle on devices, whether the runtime keys it by device or by chip. Returns the scope."""
     if names.DUTY_CYCLE not in reader.metrics:
         return None
-    duty, key = reader.gauges(names.DUTY_CYCLE)
+    duty, key = reader.gauges(names.DUTY_CYCLE, percent=True)
     if not duty:
         return None
-    chips = sorted(duty)
+    # Ids whose value was unreadable still count: they say how the runtime keys its duty cycle.
+    chips = sorted(set(duty) | reader.ids(names.DUTY_CYCLE))
     per_chip = len(base) // len(chips) if base and len(base) % len(chips) == 0 else 0
     keyed_by_chip = "chip" in key.lower()
     if per_chip and (keyed_by_chip or per_chip > 1):
         for position, chip in enumerate(chips):
             for device in base[position * per_chip:(position + 1) * per_chip]:
-                figures[device].duty_cycle_percent = duty[chip]
+                figures[device].duty_cycle_percent = duty.get(chip)
         return DUTY_PER_CHIP
     if keyed_by_chip and base:
         reader.notes.append(f"{names.DUTY_CYCLE}: {len(chips)} chips do not divide {len(base)} devices; "
@@ -242,7 +263,7 @@ def fill_snapshot(snapshot: LibtpuSnapshot, metrics: Mapping[str, pb.TPUMetric])
     reader = _Reader(metrics)
     used, _ = reader.gauges(names.HBM_USAGE, nonnegative=True)
     total, _ = reader.gauges(names.HBM_TOTAL, nonnegative=True)
-    bandwidth, _ = reader.gauges(names.HBM_UTILIZATION)
+    bandwidth, _ = reader.gauges(names.HBM_UTILIZATION, percent=True)
     idle, _ = reader.gauges(names.TENSORCORE_IDLE, nonnegative=True)
     queue = reader.per_device_sums(names.HLO_QUEUE_SIZE)
     timing = reader.per_device_histograms(names.HLO_EXECUTION_TIMING)
@@ -271,6 +292,8 @@ def fill_snapshot(snapshot: LibtpuSnapshot, metrics: Mapping[str, pb.TPUMetric])
     snapshot.devices = [figures[d] for d in sorted(figures)]
     snapshot.transfer_latencies = [latency for name in sorted(metrics) if names.is_latency_distribution(name)
                                    for latency in reader.latencies(name)]
+    snapshot.delivery_rates = [rate for name in sorted(metrics) if names.is_rate_distribution(name)
+                               for rate in reader.rates(name)]
     empty = sorted(name for name, metric in metrics.items() if not metric.metrics)
     if empty:
         reader.notes.append(f"served with no data points: {', '.join(empty)}")

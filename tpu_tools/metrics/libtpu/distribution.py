@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999))
+PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999))  # tpu-info's, and p99
 
 
 class LayoutError(ValueError):
@@ -86,6 +86,7 @@ class DistributionSummary:
     max: float | None = None
     p50: float | None = None
     p90: float | None = None
+    p95: float | None = None
     p99: float | None = None
     p999: float | None = None
 
@@ -99,7 +100,7 @@ class DistributionSummary:
 
     def to_dict(self) -> dict[str, float | int | None]:
         return {"count": self.count, "mean": self.mean, "min": self.min, "max": self.max, "p50": self.p50,
-                "p90": self.p90, "p99": self.p99, "p999": self.p999}
+                "p90": self.p90, "p95": self.p95, "p99": self.p99, "p999": self.p999}
 
 
 NO_SAMPLES = DistributionSummary(count=0)

@@ -44,14 +44,14 @@ _DEVICE_GAUGES = {
 }
 
 
-def _distribution(name: str, documentation: str, labels: dict[str, str],
-                  summary: DistributionSummary) -> Iterator[GaugeSample]:
+def _distribution(name: str, documentation: str, labels: dict[str, str], summary: DistributionSummary,
+                  unit: str = "us", unit_words: str = "microseconds") -> Iterator[GaugeSample]:
     yield GaugeSample(f"{PREFIX}{name}_samples", f"Samples in the {documentation} distribution.", labels,
                       float(summary.count))
     for percentile, quantile in PERCENTILES:
         value = summary.percentile(percentile)
         if value is not None:
-            yield GaugeSample(f"{PREFIX}{name}_us", f"{documentation} percentiles, microseconds.",
+            yield GaugeSample(f"{PREFIX}{name}_{unit}", f"{documentation} percentiles, {unit_words}.",
                               {**labels, "quantile": f"{quantile:g}"}, value)
 
 
@@ -75,4 +75,8 @@ def gauge_samples(snapshots: Sequence[LibtpuSnapshot]) -> list[GaugeSample]:
             labels = {**address, "metric": latency.name, "buffer_size": latency.buffer_size}
             samples.extend(_distribution("transfer_latency", "multi-slice transfer latency", labels,
                                          latency.latency_us))
+        for rate in snapshot.delivery_rates:
+            labels = {**address, "metric": rate.name, "label": rate.label}
+            samples.extend(_distribution("tcp_delivery_rate", "DCN TCP delivery rate", labels, rate.rate_mbps,
+                                         "mbps", "megabits per second"))
     return samples

@@ -66,6 +66,22 @@ class TransferLatency:
 
 
 @dataclass
+class DeliveryRate:
+    """A multi-slice rate distribution (megabits per second) for one label value, all data points merged."""
+
+    metric: str  # the full metric name
+    label: str  # the runtime's buffer-size or peer label; "all" when unlabelled
+    rate_mbps: DistributionSummary
+
+    @property
+    def name(self) -> str:
+        return names.short_name(self.metric)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "name": self.name, "label": self.label, "rate_mbps": self.rate_mbps.to_dict()}
+
+
+@dataclass
 class UsageFigures:
     """HBM and duty cycle of a group of devices (a chip), for views that show one row per chip."""
 
@@ -98,6 +114,7 @@ class LibtpuSnapshot:
     duty_cycle_scope: str | None = None  # "device" or "chip": how the runtime keys its duty cycle
     devices: list[DeviceFigures] = field(default_factory=list)
     transfer_latencies: list[TransferLatency] = field(default_factory=list)
+    delivery_rates: list[DeliveryRate] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # data points skipped, device ids that disagree, ...
     elapsed_ms: float = 0.0
 
@@ -126,6 +143,7 @@ class LibtpuSnapshot:
             "duty_cycle_scope": self.duty_cycle_scope,
             "devices": [d.to_dict() for d in self.devices],
             "transfer_latencies": [t.to_dict() for t in self.transfer_latencies],
+            "delivery_rates": [r.to_dict() for r in self.delivery_rates],
             "notes": list(self.notes),
         }
 

@@ -1,0 +1,113 @@
+"""Node metrics of GKE's TPU device plugin: per chip, the duty cycle and HBM of the container using it.
+
+On GKE the TPU device plugin (a DaemonSet of the node) serves Prometheus text, by default on
+`localhost:2112/metrics`, with `duty_cycle`, `memory_used` and `memory_total` per accelerator, labelled with
+the accelerator id, model and the namespace / pod / container that holds it. It is read where the host
+is a Kubernetes node (the pod's environment names a Kubernetes service) or where an address is given
+(`TPU_DEVICE_PLUGIN_METRICS_ADDR`), with the metrics deadline; elsewhere nothing is asked.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+DEFAULT_ADDRESS = "localhost:2112"
+ADDRESS_VARIABLE = "TPU_DEVICE_PLUGIN_METRICS_ADDR"
+_FIGURES = {"duty_cycle": "duty_cycle_percent", "memory_used": "memory_used_bytes",
+            "memory_total": "memory_total_bytes"}
+_LABELS = ("model", "make", "namespace", "pod", "container")
+_MAX_BYTES = 4 << 20
+_MAX_ACCELERATORS = 1024
+
+
+@dataclass
+class PluginAccelerator:
+    accelerator_id: str
+    model: str | None = None
+    make: str | None = None
+    namespace: str | None = None
+    pod: str | None = None
+    container: str | None = None
+    duty_cycle_percent: float | None = None
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+
+
+@dataclass
+class PluginRead:
+    address: str | None  # None: not asked (not a Kubernetes node and no address given)
+    error: str | None = None
+    accelerators: list[PluginAccelerator] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"address": self.address, "error": self.error,
+                "accelerators": [asdict(a) for a in self.accelerators], "notes": list(self.notes)}
+
+
+def plugin_address(environ: Mapping[str, str] | None = None) -> str | None:
+    """Where to read, or None where this host is no Kubernetes node and no address is given."""
+    env = os.environ if environ is None else environ
+    if env.get(ADDRESS_VARIABLE):
+        return env[ADDRESS_VARIABLE].strip()
+    return DEFAULT_ADDRESS if env.get("KUBERNETES_SERVICE_HOST") else None
+
+
+def _in_range(figure: str, value: float) -> bool:
+    if not math.isfinite(value) or value < 0:
+        return False
+    return value <= 100.0 if figure == "duty_cycle_percent" else True
+
+
+def parse(text: str) -> tuple[list[PluginAccelerator], list[str]]:
+    """Accelerators from the plugin's exposition; values that are not finite or out of range are left out."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    accelerators: dict[str, PluginAccelerator] = {}
+    skipped = 0
+    for family in text_string_to_metric_families(text):
+        figure = _FIGURES.get(family.name)
+        if figure is None:
+            continue
+        for sample in family.samples:
+            identity = sample.labels.get("accelerator_id")
+            if not identity or (identity not in accelerators and len(accelerators) >= _MAX_ACCELERATORS):
+                skipped += 1
+                continue
+            entry = accelerators.setdefault(identity, PluginAccelerator(identity[:200]))
+            for label in _LABELS:
+                if sample.labels.get(label):
+                    setattr(entry, label, sample.labels[label][:200])
+            if _in_range(figure, float(sample.value)):
+                setattr(entry, figure, float(sample.value))
+            else:
+                skipped += 1
+    notes = [f"skipped {skipped} samples with no accelerator id or an unreadable value"] if skipped else []
+    return [accelerators[key] for key in sorted(accelerators)], notes
+
+
+def read_plugin(timeout_s: float, environ: Mapping[str, str] | None = None) -> PluginRead:
+    address = plugin_address(environ)
+    result = PluginRead(address)
+    if address is None:
+        return result
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://{address}/metrics", timeout=timeout_s) as response:
+            body = response.read(_MAX_BYTES + 1)
+    except (OSError, ValueError) as error:
+        result.error = f"no TPU device plugin metrics at {address}: {getattr(error, 'reason', None) or error}"
+        return result
+    if len(body) > _MAX_BYTES:
+        result.error = f"the TPU device plugin at {address} answered more than {_MAX_BYTES >> 20} MiB"
+        return result
+    try:
+        result.accelerators, result.notes = parse(body.decode("utf-8", errors="replace"))
+    except (ValueError, TypeError, IndexError) as error:
+        result.error = f"the TPU device plugin at {address} answered unreadable text: {error}"[:300]
+    return result

@@ -1,0 +1,108 @@
+"""Metrics a job exports itself on a local Prometheus endpoint: Orbax checkpointing and Grain input pipelines.
+
+Orbax and Grain publish through JAX's monitoring to a Prometheus endpoint in the job (port 9431 unless
+`ORBAX_PROMETHEUS_PORT` / `PYGRAIN_PROMETHEUS_PORT` say otherwise). tpu-tools scrapes it with a deadline,
+keeps the Orbax and Grain families, and bounds what it keeps: a job's endpoint is outside input.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_PORT = 9431
+PORT_VARIABLES = {"orbax": "ORBAX_PROMETHEUS_PORT", "grain": "PYGRAIN_PROMETHEUS_PORT"}
+PREFIXES = {"orbax": ("jax_orbax_write_", "jax_checkpoint_write_", "jax_orbax_read_"),
+            "grain": ("grain_python_",)}
+_MAX_BYTES = 8 << 20
+_MAX_SAMPLES = 5000
+
+
+@dataclass
+class ExportedFamily:
+    source: str  # "orbax" or "grain"
+    name: str
+    type: str
+    documentation: str
+    samples: list[dict[str, Any]] = field(default_factory=list)  # {name, labels, value (None: not finite)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "name": self.name, "type": self.type, "documentation": self.documentation,
+                "samples": self.samples}
+
+
+@dataclass
+class JobEndpoint:
+    address: str
+    sources: list[str]  # which of orbax / grain this port is configured for
+    error: str | None = None
+    families: list[ExportedFamily] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"address": self.address, "sources": list(self.sources), "error": self.error,
+                "families": [f.to_dict() for f in self.families], "notes": list(self.notes)}
+
+
+def endpoints(environ: Mapping[str, str] | None = None) -> dict[int, list[str]]:
+    """Port -> the sources configured on it (a port given as a non-number falls back to the default)."""
+    env = os.environ if environ is None else environ
+    ports: dict[int, list[str]] = {}
+    for source, variable in PORT_VARIABLES.items():
+        text = (env.get(variable) or "").strip()
+        port = int(text) if text.isdigit() and 0 < int(text) < 65536 else DEFAULT_PORT
+        ports.setdefault(port, []).append(source)
+    return ports
+
+
+def _source_of(name: str, sources: list[str]) -> str | None:
+    return next((s for s in sources if name.startswith(PREFIXES[s])), None)
+
+
+def scrape(port: int, sources: list[str], timeout_s: float, host: str = "127.0.0.1") -> JobEndpoint:
+    """The Orbax / Grain families the job's endpoint serves now; an endpoint that fails sets `error`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    endpoint = JobEndpoint(f"{host}:{port}", sources)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # a local port: never a proxy
+    try:
+        with opener.open(f"http://{host}:{port}/metrics", timeout=timeout_s) as response:
+            body = response.read(_MAX_BYTES + 1)
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "reason", None) or error
+        endpoint.error = f"no metrics endpoint at {endpoint.address}: {reason}"
+        return endpoint
+    if len(body) > _MAX_BYTES:
+        endpoint.error = f"the metrics endpoint at {endpoint.address} answered more than {_MAX_BYTES >> 20} MiB"
+        return endpoint
+    kept = 0
+    try:
+        for family in text_string_to_metric_families(body.decode("utf-8", errors="replace")):
+            source = _source_of(family.name, sources)
+            if source is None:
+                continue
+            exported = ExportedFamily(source, family.name, family.type, family.documentation[:200])
+            for sample in family.samples:
+                if kept >= _MAX_SAMPLES:
+                    endpoint.notes.append(f"more than {_MAX_SAMPLES} samples: the rest left out")
+                    break
+                value = float(sample.value)
+                exported.samples.append({"name": sample.name, "labels": dict(sample.labels),
+                                         "value": value if math.isfinite(value) else None})
+                kept += 1
+            endpoint.families.append(exported)
+            if kept >= _MAX_SAMPLES:
+                break
+    except (ValueError, TypeError, IndexError) as error:
+        endpoint.error = f"the metrics endpoint at {endpoint.address} answered unreadable text: {error}"[:300]
+        endpoint.families = []
+    return endpoint
+
+
+def read_job_metrics(timeout_s: float, environ: Mapping[str, str] | None = None) -> list[JobEndpoint]:
+    return [scrape(port, sources, timeout_s) for port, sources in endpoints(environ).items()]
