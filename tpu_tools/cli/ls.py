@@ -111,6 +111,8 @@ def ls_command(probe: bool, topology: bool, no_runtime: bool, force: bool, runti
                                 metrics_timeout_s=metrics_timeout_s, libtpu_status=runtime_status)
     if is_debug():
         _debug_libtpu(inventory)
+        if inventory.nvml is not None and inventory.nvml.error:
+            note(f"nvml: {inventory.nvml.error}")
     if out.is_json:
         out.json(inventory.to_dict())
     else:
@@ -134,9 +136,23 @@ def _render(inventory, topology: bool, out: Output) -> None:
     from tpu_tools.render.inventory_view import chip_table, device_table, header_line
     from tpu_tools.render.libtpu_view import runtime_status_views, service_device_table
 
+    from tpu_tools.render.nvml_view import driver_line, gpu_table
+
     out.text(header_line(inventory))
+    nvml_gpus = inventory.nvml is not None and bool(inventory.nvml.gpus)
+    if nvml_gpus:
+        out.text(driver_line(inventory) or "")
+        out.table(gpu_table(inventory))
     if inventory.devices:
+        if nvml_gpus:
+            out.text("")
+            out.text("PJRT devices (JAX's view: memory is XLA's pool in this process)")
         out.table(device_table(inventory))
+    elif nvml_gpus:
+        others = [c for c in inventory.discovery.chips if inventory.nvml.gpu_for_pci(c.pci_address) is None]
+        if others:
+            out.text("")
+            out.table(chip_table(others, inventory.chip_libtpu))
     elif inventory.discovery.chips:
         out.table(chip_table(inventory.discovery.chips, inventory.chip_libtpu))
     else:

@@ -309,28 +309,29 @@ class NvmlReader:
         snapshot = NvmlSnapshot(available=True, driver_version=driver, nvml_version=nvml_version,
                                 cuda_driver_version=cuda)
         sysroot = Path(os.environ.get("TPU_TOOLS_SYSROOT") or "/")
-        results: dict[int, GpuRecord] = {}
+        readers: dict[int, _Gpu] = {}
         threads: dict[int, threading.Thread] = {}
         for index in range(count):
             stuck = self._stuck.get(index)
             if stuck is not None and stuck.is_alive():
                 continue
             self._stuck.pop(index, None)
-            gpu = _Gpu(self._nvml, index, sysroot)
-            thread = threading.Thread(target=lambda gpu=gpu: results.__setitem__(gpu.record.index, gpu.read()),
-                                      name=f"nvml-gpu{index}", daemon=True)
+            readers[index] = gpu = _Gpu(self._nvml, index, sysroot)
+            threads[index] = thread = threading.Thread(target=gpu.read, name=f"nvml-gpu{index}", daemon=True)
             thread.start()
-            threads[index] = thread
         for index, thread in threads.items():
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 self._stuck[index] = thread
         for index in range(count):
-            record = results.get(index)
-            if record is None:
-                record = GpuRecord(index=index, status=STATUS_NOT_ANSWERING,
-                                   error="an NVML call on this GPU did not return in time (a fallen GPU?)")
-            snapshot.gpus.append(record)
+            if index in threads and not threads[index].is_alive():
+                snapshot.gpus.append(readers[index].record)
+                continue
+            # What was read before the call that hangs (its name, its bus id) still places it.
+            partial = readers[index].record if index in readers else GpuRecord(index=index)
+            snapshot.gpus.append(GpuRecord(index=index, status=STATUS_NOT_ANSWERING, name=partial.name,
+                                           uuid=partial.uuid, pci_bus_id=partial.pci_bus_id,
+                                           error="an NVML call on this GPU did not return in time (a fallen GPU?)"))
         return snapshot
 
     def _start(self, deadline: float) -> str | None:
