@@ -24,11 +24,17 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 # Variables that would change how the tools behave; tests set what they need explicitly.
 _SCRUBBED = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "XLA_FLAGS", "TPU_TOOLS_SYSROOT", "TPU_TOOLS_DEBUG",
-             "NO_COLOR", "TPU_RUNTIME_METRICS_PORTS", "TPU_TOOLS_TAG")
+             "NO_COLOR", "TPU_RUNTIME_METRICS_PORTS", "TPU_TOOLS_TAG", "TPU_TOOLS_NVML", "CUDA_VISIBLE_DEVICES")
+
+# Tests run the same on a machine with a GPU: programs never read the host's NVML unless a test asks
+# (tests/fakenvml.py), and the GPU is hidden from CUDA so JAX's own choice is the CPU platform.
+_PINNED = {"TPU_TOOLS_NVML": "0", "CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
+os.environ.update(_PINNED)
 
 
 def clean_env(**overrides: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+    env.update(_PINNED)
     env["PYTHONUNBUFFERED"] = "1"
     for key, value in overrides.items():
         if value is None:
@@ -94,3 +100,6 @@ def crashing_plugin(tmp_path: Path) -> Path:
         def initialize():
             os.kill(os.getpid(), signal.SIGSEGV)
     """)
+
+
+from fakenvml import fake_nvml_dir  # noqa: E402,F401  (the fake NVML library, a session fixture for every module)
