@@ -142,7 +142,7 @@ class Inventory:
         if self.nvml is None:
             return None
         data = self.nvml.to_dict()
-        for gpu, record in zip(data["gpus"], self.nvml.gpus):
+        for gpu, record in zip(data["gpus"], self.nvml.gpus, strict=True):
             chip = self.gpu_chip(record.pci_bus_id)
             gpu["chip_index"] = chip.index if chip else None
             gpu["numa_node"] = chip.numa_node if chip else None

@@ -135,7 +135,6 @@ def _debug_libtpu(inventory) -> None:
 def _render(inventory, topology: bool, out: Output) -> None:
     from tpu_tools.render.inventory_view import chip_table, device_table, header_line
     from tpu_tools.render.libtpu_view import runtime_status_views, service_device_table
-
     from tpu_tools.render.nvml_view import driver_line, gpu_table
 
     out.text(header_line(inventory))

@@ -12,6 +12,7 @@ Field rule: an NVML error on one field (NotSupported, FunctionNotFound on an old
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -208,9 +209,12 @@ class _Gpu:
     def _processes(self, handle: Any) -> None:
         nvml, r = self.nvml, self.record
         found: dict[int, GpuProcess] = {}
-        for kind, call in (("compute", nvml.nvmlDeviceGetComputeRunningProcesses),
-                           ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses)):
-            for info in self.get(f"{kind}_processes", lambda call=call: call(handle)) or []:
+        calls: list[tuple[str, Callable[[Any], Any]]] = [
+            ("compute", nvml.nvmlDeviceGetComputeRunningProcesses),
+            ("graphics", nvml.nvmlDeviceGetGraphicsRunningProcesses)]
+        for kind, call in calls:
+            infos = self.get(f"{kind}_processes", functools.partial(call, handle))
+            for info in infos or []:
                 used = getattr(info, "usedGpuMemory", None)
                 found.setdefault(int(info.pid), GpuProcess(pid=int(info.pid), kind=kind,
                                                            gpu_memory_bytes=int(used) if used is not None else None))
