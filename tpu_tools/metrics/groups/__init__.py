@@ -16,4 +16,5 @@ GROUPS: dict[str, str] = {
     "devices": "tpu_tools.metrics.groups.devices:DevicesGroup",
     "processes": "tpu_tools.metrics.groups.processes:ProcessesGroup",
     "libtpu": "tpu_tools.metrics.groups.libtpu:LibtpuGroup",
+    "nvml": "tpu_tools.metrics.groups.nvml:NvmlGroup",
 }

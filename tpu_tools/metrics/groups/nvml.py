@@ -1,0 +1,85 @@
+"""The `nvml` group: NVIDIA GPUs as the driver's NVML reports them (memory, utilization, power, processes).
+
+One `NvmlReader` per monitor run keeps NVML open between rounds; every read is bounded by the metrics
+deadline, and a GPU stuck in an NVML call is reported as not answering without piling up new calls. The
+card's memory, utilization and the rest reach the devices group (and so tpu-top and the device
+metrics) through `device_figures`, placed by PCI bus id on the GPUs passive discovery found. Processes
+carry the tag of their agent, where they have one. When NVML is absent the group says why in `error`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
+from tpu_tools.metrics.nvml import NvmlReader, NvmlSnapshot
+from tpu_tools.pjrt.pairing import GPU_PLATFORMS
+
+SOURCE = "nvml"
+# GpuRecord field -> the devices group's extra figure (units in the name)
+EXTRA = ("temperature_celsius", "power_draw_watts", "power_limit_watts", "energy_joules", "clock_sm_hz",
+         "utilization_memory_percent")
+
+
+class NvmlGroup:
+    name = "nvml"
+
+    def __init__(self, options: CollectOptions):
+        self._timeout_s = options.metrics_timeout_s
+        self._reader: NvmlReader | None = None
+
+    def snapshot(self, context: CollectContext) -> NvmlSnapshot:
+        """This round's read (once per round, whichever group asks first)."""
+        def read() -> NvmlSnapshot:
+            if self._reader is None:
+                self._reader = NvmlReader()
+            return self._reader.read(self._timeout_s)
+
+        return context.memo("nvml", read)  # type: ignore[no-any-return]
+
+    def collect(self, context: CollectContext) -> dict[str, Any]:
+        snapshot = self.snapshot(context)
+        data = snapshot.to_dict()
+        tags = {r.pid: r.tag for r in context.agents().results}
+        for gpu in data["gpus"]:
+            gpu["device_key"] = None
+            for process in gpu["processes"]:
+                process["tag"] = tags.get(process["pid"])
+        for position, gpu in self._placed(context, snapshot):
+            data["gpus"][snapshot.gpus.index(gpu)]["device_key"] = f"gpu:{position}"
+        if not snapshot.available:
+            data["error"] = snapshot.error
+        return data
+
+    def _placed(self, context: CollectContext, snapshot: NvmlSnapshot) -> list[tuple[int, Any]]:
+        """(the devices group's GPU position, NVML GPU): by PCI bus id on discovery's GPUs, else NVML's index."""
+        chips = [c for c in context.discovery().chips if c.platform in GPU_PLATFORMS]
+        positions = {chip.pci_address.lower(): position for position, chip in enumerate(chips)}
+        placed = []
+        for gpu in snapshot.gpus:
+            position = positions.get(gpu.pci_bus_id or "")
+            placed.append((gpu.index if position is None and not chips else position, gpu))
+        return [(position, gpu) for position, gpu in placed if position is not None]
+
+    def device_figures(self, context: CollectContext) -> list[DeviceFigures]:
+        snapshot = self.snapshot(context)
+        figures = []
+        for position, gpu in self._placed(context, snapshot):
+            extra: dict[str, float | int | str | None] = {
+                key: getattr(gpu, key) for key in EXTRA if getattr(gpu, key) is not None}
+            extra["nvml_status"] = gpu.status
+            figures.append(DeviceFigures("gpu", position, SOURCE, memory_used_bytes=gpu.memory_used_bytes,
+                                         memory_total_bytes=gpu.memory_total_bytes,
+                                         utilization_percent=gpu.utilization_gpu_percent, extra=extra))
+        return figures
+
+    def prometheus(self, data: dict[str, Any]) -> Iterable[Any]:
+        from tpu_tools.metrics.nvml.export import families
+
+        return families(data)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
