@@ -165,15 +165,29 @@ def host_lines(report: dict[str, Any], width: int) -> list[Line]:
     return [first, second]
 
 
-def _holders_text(device: dict[str, Any]) -> str:
-    names = []
+def _holders_text(device: dict[str, Any], gpu_processes: dict[str, list[dict[str, Any]]]) -> str:
+    names = [_gpu_figures(device.get("extra") or {})] if "nvml" in (device.get("sources") or []) else []
     for process in device.get("processes") or []:
         names.append(f"{process['pid']} {process.get('tag') or ''}".strip())
     seen = {p["pid"] for p in device.get("processes") or []}
+    for process in gpu_processes.get(str(device.get("key")), []):  # NVML's list: every process on the GPU
+        if process["pid"] not in seen:
+            seen.add(process["pid"])
+            label = process.get("tag") or _short_command(process.get("command")).split(" ")[0]
+            names.append(f"{process['pid']} {label}".strip())
     for holder in device.get("holders") or []:
         if holder["pid"] not in seen:
             names.append(f"{holder['pid']} {_short_command(holder.get('command')).split(' ')[0]}")
     return ", ".join(names) or MISSING
+
+
+def _gpu_figures(extra: dict[str, Any]) -> str:
+    """A GPU's temperature and power (from NVML), before its processes."""
+    if extra.get("nvml_status") not in (None, "ok"):
+        return str(extra["nvml_status"]).replace("_", " ").upper()
+    temperature, power = extra.get("temperature_celsius"), extra.get("power_draw_watts")
+    return (f"{temperature:.0f}C" if temperature is not None else MISSING) + " " + \
+        (f"{power:.0f}W" if power is not None else MISSING)
 
 
 def _libtpu_not_served(report: dict[str, Any]) -> set[str]:
@@ -219,6 +233,8 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None) -> li
     devices = group.get("devices") or []
     if not devices:
         return [*lines, Line().add("  no accelerator found, and no agent reports a device", DIM)]
+    gpu_processes = {str(gpu.get("device_key")): gpu.get("processes") or []
+                     for gpu in (report.get("nvml") or {}).get("gpus") or [] if gpu.get("device_key")}
     key_width = max(6, min(16, max(len(str(d.get("key"))) for d in devices)))
     name_width = 12
     memory_width = 21
@@ -243,11 +259,12 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None) -> li
         util_text = NOT_SERVED_CELL if utilization is None and from_libtpu and "duty_cycle_percent" in not_served \
             else _percent(utilization)
         line = Line().add(" " + _fit(str(device.get("key")), key_width) + " "
-                          + _fit(str(device.get("name") or MISSING), name_width) + " ")
+                          + _fit(str((device.get("extra") or {}).get("gpu_name") or device.get("name") or MISSING),
+                                 name_width) + " ")
         line.segments += _bar(used / total if used is not None and total else None, bar_width)
         line.add(" " + _fit(f"{used_text} / {format_bytes(total)}", memory_width, True) + " "
                  + _fit(util_text, util_width, True) + " "
-                 + _fit(_holders_text(device), holders_width))
+                 + _fit(_holders_text(device, gpu_processes), holders_width))
         lines.append(line)
     if len(shown) < len(devices):
         lines.append(Line().add(f"  ... {len(devices) - len(shown)} more devices (tpu-monitor lists them all)",
@@ -269,7 +286,7 @@ def _process_cells(row: ProcessRow) -> list[str]:
         row.tag or MISSING,
         _percent(row.cpu_percent),
         _short_bytes(row.rss_bytes),
-        _short_bytes(row.device_memory_bytes) if agent else MISSING,
+        _short_bytes(row.device_memory_bytes) if agent or row.device_memory_bytes is not None else MISSING,
         str(row.compiles) if agent and row.compiles is not None else MISSING,
         str(row.recompiles) if agent and row.recompiles is not None else MISSING,
         _rate(row.steps_per_second) if agent else MISSING,

@@ -69,6 +69,8 @@ class NvmlGroup:
             extra: dict[str, float | int | str | None] = {
                 key: getattr(gpu, key) for key in EXTRA if getattr(gpu, key) is not None}
             extra["nvml_status"] = gpu.status
+            if gpu.name:  # the model, which discovery's PCI ids alone do not tell
+                extra["gpu_name"] = gpu.name.removeprefix("NVIDIA ")
             figures.append(DeviceFigures("gpu", position, SOURCE, memory_used_bytes=gpu.memory_used_bytes,
                                          memory_total_bytes=gpu.memory_total_bytes,
                                          utilization_percent=gpu.utilization_gpu_percent, extra=extra))
