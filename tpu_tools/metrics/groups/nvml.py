@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
-from tpu_tools.metrics.nvml import NvmlReader, NvmlSnapshot
+from tpu_tools.metrics.nvml import GpuRecord, NvmlReader, NvmlSnapshot
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
 SOURCE = "nvml"
@@ -52,14 +52,21 @@ class NvmlGroup:
             data["error"] = snapshot.error
         return data
 
-    def _placed(self, context: CollectContext, snapshot: NvmlSnapshot) -> list[tuple[int, Any]]:
+    def _placed(self, context: CollectContext, snapshot: NvmlSnapshot) -> list[tuple[int, GpuRecord]]:
         """(the devices group's GPU position, NVML GPU): by PCI bus id on discovery's GPUs, else NVML's index."""
         chips = [c for c in context.discovery().chips if c.platform in GPU_PLATFORMS]
+        if not chips:  # no sysfs view of the GPUs (a container): NVML's order
+            return [(gpu.index, gpu) for gpu in snapshot.gpus]
         positions = {chip.pci_address.lower(): position for position, chip in enumerate(chips)}
-        placed = []
-        for gpu in snapshot.gpus:
-            position = positions.get(gpu.pci_bus_id or "")
-            placed.append((gpu.index if position is None and not chips else position, gpu))
+        placed: list[tuple[int | None, GpuRecord]] = [(positions.get(gpu.pci_bus_id or ""), gpu)
+                                                      for gpu in snapshot.gpus]
+        # A lost or hung GPU may not tell its bus id: NVML numbers GPUs in PCI order, so the ones left
+        # pair with the chips left, in order, when the counts agree.
+        free = sorted(set(range(len(chips))) - {p for p, _ in placed if p is not None})
+        unplaced = [gpu for p, gpu in placed if p is None]
+        if unplaced and len(unplaced) == len(free):
+            placed = [(p, gpu) for p, gpu in placed if p is not None] + [
+                (p, gpu) for p, gpu in zip(free, unplaced, strict=True)]
         return [(position, gpu) for position, gpu in placed if position is not None]
 
     def device_figures(self, context: CollectContext) -> list[DeviceFigures]:

@@ -79,7 +79,7 @@ def families(data: dict[str, Any]) -> Iterator[Metric]:
         for name, key, scale, _ in _GAUGES:
             value = _number(gpu.get(key))
             if value is not None:
-                gauges[name].add_metric(labels, value * scale)
+                gauges[name].add_metric(labels, round(value * scale, 9))
         for name, key, _ in _COUNTERS:
             value = _number(gpu.get(key))
             if value is not None:
@@ -97,7 +97,7 @@ def families(data: dict[str, Any]) -> Iterator[Metric]:
                 process_memory.add_metric(process_labels, memory)
             sm = _number(process.get("sm_utilization_percent"))
             if sm is not None:
-                process_sm.add_metric(process_labels, sm / 100)
+                process_sm.add_metric(process_labels, round(sm / 100, 9))
     yield up
     yield from gauges.values()
     yield from counters.values()
