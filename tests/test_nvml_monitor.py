@@ -76,10 +76,10 @@ def _scrape(port: int) -> str:
 
 
 def test_prometheus_names_follow_conventions_and_tag_the_agent_jobs_gpu_memory(fake_nvml_dir, request):
-    rundir = request.getfixturevalue("rundir")
-    job = start_job(rundir, tag="trainer", light=True, launcher=False).wait_ready()
+    runtime_dir = request.getfixturevalue("rundir")
+    job = start_job(runtime_dir, tag="trainer", light=True, launcher=False).wait_ready()
     port = _free_port()
-    env = nvml_env(fake_nvml_dir, None, TPU_TOOLS_RUNTIME_DIR=str(rundir),
+    env = nvml_env(fake_nvml_dir, None, TPU_TOOLS_RUNTIME_DIR=str(runtime_dir),
                    FAKE_NVML_PROCS=f"0:{job.pid}:61408000000;1:999999:1048576")
     monitor = subprocess.Popen([*tool_command("tpu-monitor"), "--prometheus", str(port), "--quiet", "--period", "0.5"],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -65,8 +65,8 @@ class NvmlGroup:
         free = sorted(set(range(len(chips))) - {p for p, _ in placed if p is not None})
         unplaced = [gpu for p, gpu in placed if p is None]
         if unplaced and len(unplaced) == len(free):
-            placed = [(p, gpu) for p, gpu in placed if p is not None] + [
-                (p, gpu) for p, gpu in zip(free, unplaced, strict=True)]
+            paired: list[tuple[int | None, GpuRecord]] = list(zip(free, unplaced, strict=True))
+            placed = [(p, gpu) for p, gpu in placed if p is not None] + paired
         return [(position, gpu) for position, gpu in placed if position is not None]
 
     def device_figures(self, context: CollectContext) -> list[DeviceFigures]:
