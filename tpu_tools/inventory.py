@@ -215,6 +215,8 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
     # whose calls hang costs at most the deadline.
     nvml = read_snapshot(timeout_s if nvml_timeout_s is None else nvml_timeout_s) if has_gpu or not discovery.chips \
         else None
+    if nvml is not None:
+        nvml.place_unidentified([chip.pci_address for chip in discovery.chips if chip.vendor == "nvidia"])
     nvml_only = _nvml_answers_for_runtime(policy, nvml) and not probe and not force
     held = _holds_tpu(policy, discovery) if use_runtime and not force else []
     call = None

@@ -10,6 +10,8 @@
  *                               not found, as an older driver answers)
  *   FAKE_NVML_LOST=<index>      every query of that GPU answers GPU_IS_LOST (15)
  *   FAKE_NVML_HANG=<index>      every query of that GPU blocks forever (a fallen GPU)
+ *   FAKE_NVML_SICK=<index>      that GPU has uncorrected ECC errors, remapped rows pending a reset, and runs
+ *                               hot (92 C) with the hardware thermal slowdown active
  *   FAKE_NVML_PROCS=i:pid:bytes;...  compute processes (default "0:425:64409829376", GPU 0's busy job)
  *   FAKE_NVML_BUSIDS=a,b,...    PCI bus ids (default 00000000:18:00.0,00000000:38:00.0, as tests/sysroot.py)
  */
@@ -230,10 +232,12 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(gpu_t *gpu, nvmlUtilization_t *util) 
     util->memory = gpu->util_mem;
     return OK;
 }
+static int sick(const gpu_t *gpu) { return env_int("FAKE_NVML_SICK", -1) == gpu->index; }
+
 nvmlReturn_t nvmlDeviceGetTemperature(gpu_t *gpu, int sensor, unsigned int *temp) {
     CHECK(gpu);
     if (sensor != 0) return ERR_NOT_SUPPORTED;
-    *temp = gpu->temp;
+    *temp = sick(gpu) ? 92 : gpu->temp;
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetPowerUsage(gpu_t *gpu, unsigned int *mw) { CHECK(gpu); *mw = gpu->power_mw; return OK; }
@@ -258,12 +262,12 @@ nvmlReturn_t nvmlDeviceGetMaxClockInfo(gpu_t *gpu, int type, unsigned int *mhz) 
 nvmlReturn_t nvmlDeviceGetPerformanceState(gpu_t *gpu, int *pstate) { CHECK(gpu); *pstate = 0; return OK; }
 nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(gpu_t *gpu, unsigned long long *reasons) {
     CHECK(gpu);
-    *reasons = gpu->throttle;
+    *reasons = sick(gpu) ? (gpu->throttle | 0x40) : gpu->throttle;
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(gpu_t *gpu, unsigned long long *reasons) {
     CHECK(gpu);
-    *reasons = gpu->throttle;
+    *reasons = sick(gpu) ? (gpu->throttle | 0x40) : gpu->throttle;
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetEccMode(gpu_t *gpu, int *current, int *pending) {
@@ -275,14 +279,17 @@ nvmlReturn_t nvmlDeviceGetEccMode(gpu_t *gpu, int *current, int *pending) {
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(gpu_t *gpu, int error_type, int counter_type, unsigned long long *n) {
     CHECK(gpu);
     (void)error_type;
-    (void)counter_type;
-    *n = 0;
+    *n = sick(gpu) ? (counter_type == 0 ? 2 : 5) : 0;
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetRemappedRows(gpu_t *gpu, unsigned int *corr, unsigned int *unc, unsigned int *pending,
                                        unsigned int *failure) {
     CHECK(gpu);
     *corr = *unc = *pending = *failure = 0;
+    if (sick(gpu)) {
+        *unc = 3;
+        *pending = 1;
+    }
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(gpu_t *gpu, unsigned int *v) { CHECK(gpu); *v = 5; return OK; }

@@ -135,13 +135,13 @@ def _debug_libtpu(inventory) -> None:
 def _render(inventory, topology: bool, out: Output) -> None:
     from tpu_tools.render.inventory_view import chip_table, device_table, header_line
     from tpu_tools.render.libtpu_view import runtime_status_views, service_device_table
-    from tpu_tools.render.nvml_view import driver_line, gpu_table
+    from tpu_tools.render.nvml_view import driver_line, inventory_gpu_table
 
     out.text(header_line(inventory))
     nvml_gpus = inventory.nvml is not None and bool(inventory.nvml.gpus)
     if nvml_gpus:
         out.text(driver_line(inventory) or "")
-        out.table(gpu_table(inventory))
+        out.table(inventory_gpu_table(inventory))
     if inventory.devices:
         if nvml_gpus:
             out.text("")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tpu_tools.inventory import Inventory
 from tpu_tools.metrics.nvml import STATUS_LOST, STATUS_NOT_ANSWERING, GpuProcess, GpuRecord
 from tpu_tools.render.table import Column, TableData
@@ -40,23 +42,34 @@ def processes_text(gpu: GpuRecord) -> str:
     return ", ".join(process_text(p) for p in gpu.processes) or MISSING
 
 
-def gpu_table(inventory: Inventory) -> TableData:
-    """One row per NVML GPU: the card's memory, utilization, temperature, power and every process on it."""
+def gpu_table(gpus: list[GpuRecord], numa: Callable[[str | None], int | None] | None = None) -> TableData:
+    """One row per NVML GPU: the card's memory, utilization, temperature, power and every process on it.
+
+    numa: the NUMA node of a PCI bus id (from passive discovery), where known.
+    """
     table = TableData([Column("GPU", "right"), Column("NAME"), Column("MEMORY USED / TOTAL", "right"),
                        Column("UTIL", "right"), Column("TEMP", "right"), Column("POWER", "right"), Column("PCI"),
                        Column("NUMA", "right"), Column("PROCESSES", max_width=_COMMAND_WIDTH + 40)])
-    for gpu in inventory.nvml.gpus if inventory.nvml else []:
-        chip = inventory.gpu_chip(gpu.pci_bus_id)
-        numa = chip.numa_node if chip and chip.numa_node is not None else MISSING
+    for gpu in gpus:
+        node = numa(gpu.pci_bus_id) if numa else None
+        numa_text = MISSING if node is None else node
         if not gpu.ok:
             table.add_row(gpu.index, gpu.name or MISSING, STATUS_TEXT.get(gpu.status, "ERROR"), MISSING, MISSING,
-                          MISSING, gpu.pci_bus_id or MISSING, numa, gpu.error or MISSING)
+                          MISSING, gpu.pci_bus_id or MISSING, numa_text, gpu.error or MISSING)
             continue
         table.add_row(gpu.index, gpu.name or MISSING, format_memory_pair(gpu.memory_used_bytes, gpu.memory_total_bytes),
                       util_text(gpu.utilization_gpu_percent), temperature_text(gpu.temperature_celsius),
-                      power_text(gpu.power_draw_watts, gpu.power_limit_watts), gpu.pci_bus_id or MISSING, numa,
+                      power_text(gpu.power_draw_watts, gpu.power_limit_watts), gpu.pci_bus_id or MISSING, numa_text,
                       processes_text(gpu))
     return table
+
+
+def inventory_gpu_table(inventory: Inventory) -> TableData:
+    def numa(pci_bus_id: str | None) -> int | None:
+        chip = inventory.gpu_chip(pci_bus_id)
+        return chip.numa_node if chip else None
+
+    return gpu_table(inventory.nvml.gpus if inventory.nvml else [], numa)
 
 
 def driver_line(inventory: Inventory) -> str | None:

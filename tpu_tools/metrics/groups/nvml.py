@@ -57,17 +57,9 @@ class NvmlGroup:
         chips = [c for c in context.discovery().chips if c.platform in GPU_PLATFORMS]
         if not chips:  # no sysfs view of the GPUs (a container): NVML's order
             return [(gpu.index, gpu) for gpu in snapshot.gpus]
+        snapshot.place_unidentified([c.pci_address for c in chips if c.vendor == "nvidia"])
         positions = {chip.pci_address.lower(): position for position, chip in enumerate(chips)}
-        placed: list[tuple[int | None, GpuRecord]] = [(positions.get(gpu.pci_bus_id or ""), gpu)
-                                                      for gpu in snapshot.gpus]
-        # A lost or hung GPU may not tell its bus id: NVML numbers GPUs in PCI order, so the ones left
-        # pair with the chips left, in order, when the counts agree.
-        free = sorted(set(range(len(chips))) - {p for p, _ in placed if p is not None})
-        unplaced = [gpu for p, gpu in placed if p is None]
-        if unplaced and len(unplaced) == len(free):
-            paired: list[tuple[int | None, GpuRecord]] = list(zip(free, unplaced, strict=True))
-            placed = [(p, gpu) for p, gpu in placed if p is not None] + paired
-        return [(position, gpu) for position, gpu in placed if position is not None]
+        return [(positions[gpu.pci_bus_id], gpu) for gpu in snapshot.gpus if gpu.pci_bus_id in positions]
 
     def device_figures(self, context: CollectContext) -> list[DeviceFigures]:
         snapshot = self.snapshot(context)

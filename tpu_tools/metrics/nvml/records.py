@@ -110,6 +110,19 @@ class NvmlSnapshot:
         wanted = address.lower()
         return next((g for g in self.gpus if g.pci_bus_id == wanted), None)
 
+    def place_unidentified(self, addresses: list[str]) -> None:
+        """Give GPUs that could not tell their bus id (lost, hung) the NVIDIA PCI addresses left over.
+
+        NVML numbers GPUs in PCI bus order, so the GPUs left pair with the addresses left, in order,
+        when the counts agree. addresses: every NVIDIA GPU's PCI address from passive discovery.
+        """
+        known = {g.pci_bus_id for g in self.gpus if g.pci_bus_id}
+        free = sorted(a.lower() for a in addresses if a.lower() not in known)
+        unplaced = [g for g in self.gpus if not g.pci_bus_id]
+        if unplaced and len(unplaced) == len(free):
+            for gpu, address in zip(unplaced, free, strict=True):
+                gpu.pci_bus_id = address
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "available": self.available,
