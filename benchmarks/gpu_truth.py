@@ -157,8 +157,8 @@ def main() -> int:
     failures: list[str] = []
 
     job_env = {**env, "XLA_PYTHON_CLIENT_MEM_FRACTION": args.fraction, "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}
-    job = subprocess.Popen([sys.executable, "-c", JOB, str(args.job_seconds), str(args.size)], env=job_env, stdout=subprocess.PIPE,
-                           text=True)
+    job = subprocess.Popen([sys.executable, "-c", JOB, str(args.job_seconds), str(args.size)], env=job_env,
+                           stdout=subprocess.PIPE, text=True)
     try:
         if job.stdout is None or job.stdout.readline().strip() != "ready":
             print("the JAX job did not start on the GPU", file=sys.stderr)
@@ -226,7 +226,7 @@ def main() -> int:
         if medians["tpu-ls"] >= 0.5:
             failures.append(f"tpu-ls takes {medians['tpu-ls']:.3f} s (target < 0.5 s)")
         print(f"command: PYTHONPATH=. python3 benchmarks/gpu_truth.py --job-seconds {args.job_seconds:g} "
-              f"--runs {args.runs} --fraction {args.fraction}")
+              f"--runs {args.runs} --fraction {args.fraction} --size {args.size}")
     finally:
         job.kill()
         job.wait()
