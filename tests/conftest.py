@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tpu_tools.pjrt.runtime import installed_plugin_platforms
+
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 sys.path.insert(0, str(TESTS))
@@ -24,12 +26,33 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 # Variables that would change how the tools behave; tests set what they need explicitly.
 _SCRUBBED = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "XLA_FLAGS", "TPU_TOOLS_SYSROOT", "TPU_TOOLS_DEBUG",
-             "NO_COLOR", "TPU_RUNTIME_METRICS_PORTS", "TPU_TOOLS_TAG", "TPU_TOOLS_NVML", "CUDA_VISIBLE_DEVICES")
+             "NO_COLOR", "TPU_RUNTIME_METRICS_PORTS", "TPU_TOOLS_TAG", "TPU_TOOLS_NVML")
 
-# Tests run the same on a machine with a GPU: programs never read the host's NVML unless a test asks
-# (tests/fakenvml.py), and the GPU is hidden from CUDA so JAX's own choice is the CPU platform.
-_PINNED = {"TPU_TOOLS_NVML": "0", "CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
+# Tests run the same on a machine with an accelerator. Programs never read the host's NVML unless a test
+# asks (tests/fakenvml.py). Where a GPU or TPU plugin is installed (or TPU_TOOLS_TEST_PIN_CPU=1 says to act as
+# if), JAX_PLATFORMS=cpu pins every test to the CPU platform, and tests marked `auto_platform` (about JAX's
+# own choice of platform, e.g. a held TPU is not opened when the platform is left to JAX) are skipped.
+_ACCELERATOR_PLUGINS = sorted(installed_plugin_platforms() - {"cpu", "gpu"})
+PIN_CPU = bool(_ACCELERATOR_PLUGINS) or os.environ.get("TPU_TOOLS_TEST_PIN_CPU") == "1"
+_PINNED = {"TPU_TOOLS_NVML": "0", **({"JAX_PLATFORMS": "cpu"} if PIN_CPU else {})}
 os.environ.update(_PINNED)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "auto_platform: relies on JAX choosing the platform itself (JAX_PLATFORMS "
+                                       "unset); skipped where an accelerator plugin is installed")
+    config.addinivalue_line("markers", "accelerator: a smoke test on the real accelerator of this host; run "
+                                       "only when asked: pytest -m accelerator")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    asked = "accelerator" in (config.getoption("markexpr") or "")
+    for item in items:
+        if "accelerator" in item.keywords and not asked:
+            item.add_marker(pytest.mark.skip(reason="an accelerator smoke test: run with pytest -m accelerator"))
+        if "auto_platform" in item.keywords and PIN_CPU:
+            why = ", ".join(_ACCELERATOR_PLUGINS) or "TPU_TOOLS_TEST_PIN_CPU=1"
+            item.add_marker(pytest.mark.skip(reason=f"tests are pinned to the CPU platform here ({why})"))
 
 
 def clean_env(**overrides: str | None) -> dict[str, str]:
