@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Programs the tests drive: tmux (a real terminal for tpu-top), zsh and fish (completion syntax).
+# Programs the tests drive: tmux (a real terminal for tpu-top), zsh and fish (completion syntax), gcc (builds
+# the stand-in libnvidia-ml.so.1 that the NVML tests load).
 missing=""
-for program in tmux zsh fish; do
+for program in tmux zsh fish gcc; do
     command -v "$program" >/dev/null 2>&1 || missing="$missing $program"
 done
 if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
