@@ -89,6 +89,7 @@ def test_no_runtime_reads_a_fixture_host_without_jax(tmp_path):
                                                "command": "/usr/bin/python3 train.py --steps 100"}]
 
 
+@pytest.mark.auto_platform  # a held TPU is detected only when the platform is left to JAX
 def test_a_held_tpu_is_not_opened_and_exits_0(tmp_path):
     sysroot.v4_host(tmp_path, holders={2001: [0, 1, 2, 3]})
     env = clean_env(TPU_TOOLS_SYSROOT=str(tmp_path))
@@ -152,6 +153,7 @@ def test_bad_host_device_counts_are_usage_errors(value):
     assert result.returncode == 2 and "--host-devices" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.auto_platform  # the hanging plugin is initialised only when the platform is left to JAX
 def test_a_hanging_runtime_gives_up_at_the_timeout(hanging_plugin):
     env = clean_env(PYTHONPATH=str(hanging_plugin))
     message = assert_one_line_error(run_tool("tpu-ls", "--timeout", "2", env=env, timeout=30), 1)
