@@ -122,6 +122,15 @@ def test_a_hanging_nvml_call_is_bounded_by_the_deadline(fake_nvml_dir, gpu_host)
     assert hung["status"] == "not_answering" and "did not return in time" in hung["error"]
 
 
+def test_a_hanging_nvml_start_is_bounded_too(fake_nvml_dir, gpu_host):
+    began = time.monotonic()
+    result = ls(fake_nvml_dir, gpu_host, "--debug", "--no-runtime", "--timeout", "1", FAKE_NVML_INIT="hang")
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    assert time.monotonic() - began < 30
+    assert "nvml: NVML did not answer in time while starting" in result.stderr
+    assert "0000:18:00.0" in result.stdout  # the passive listing, as without NVML
+
+
 def test_nvml_init_failing_leaves_the_listing_as_without_nvml(fake_nvml_dir, gpu_host):
     result = ls(fake_nvml_dir, gpu_host, "--debug", "--no-runtime", FAKE_NVML_INIT="9")
     assert result.returncode == 0, result.stderr

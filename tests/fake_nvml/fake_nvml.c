@@ -4,7 +4,8 @@
  * It serves two H100 80GB HBM3 GPUs with the figures observed on a real one (reference/observed-h100):
  * GPU 0 as it was busy (a JAX job), GPU 1 as it was idle, plus NVLink on GPU 1 (an SXM board).
  * Faults are switched by environment variables, read on every call:
- *   FAKE_NVML_INIT=<code>       nvmlInitWithFlags returns this NVML error (9: driver not loaded)
+ *   FAKE_NVML_INIT=<code>       nvmlInitWithFlags returns this NVML error (9: driver not loaded); "hang": it
+ *                               blocks forever
  *   FAKE_NVML_COUNT=<n>         number of GPUs (default 2, at most 4)
  *   FAKE_NVML_FAIL=fn=code,...  the named entry points return that error (3: not supported, 13: function
  *                               not found, as an older driver answers)
@@ -120,7 +121,14 @@ static void bus_id(int index, char *out, size_t size) {
     out[n] = '\0';
 }
 
-nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { (void)flags; return env_int("FAKE_NVML_INIT", OK); }
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    const char *init = getenv("FAKE_NVML_INIT");
+    (void)flags;
+    if (init && strcmp(init, "hang") == 0) {
+        for (;;) pause();
+    }
+    return env_int("FAKE_NVML_INIT", OK);
+}
 nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
 nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
 nvmlReturn_t nvmlShutdown(void) { return OK; }
