@@ -22,6 +22,7 @@ from tpu_tools.metrics.libtpu import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu import DeviceFigures, LibtpuSnapshot, RuntimeStatus, UsageFigures, read_once
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
 from tpu_tools.metrics.nvml import NvmlSnapshot, read_snapshot
+from tpu_tools.metrics.nvml.reader import PendingRead
 from tpu_tools.pjrt import isolate, queries
 from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
 from tpu_tools.pjrt.discover import Chip, Discovery, Holder, discover
@@ -203,18 +204,22 @@ def _nvml_answers_for_runtime(policy: RuntimePolicy, nvml: NvmlSnapshot | None) 
 def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT_TIMEOUT_S,
                     probe: bool = False, use_runtime: bool = True, force: bool = False,
                     metrics_addresses: Sequence[str] = (), metrics_timeout_s: float = METRICS_TIMEOUT_S,
-                    libtpu_status: bool = False, nvml_timeout_s: float | None = None) -> Inventory:
+                    libtpu_status: bool = False, nvml_timeout_s: float | None = None,
+                    nvml_pending: PendingRead | None = None) -> Inventory:
     """The listing. metrics_addresses: libtpu metrics services to read (none: do not read any).
 
     On a host whose GPUs NVML lists, the runtime is started only with `probe` or `force`: NVML has the
-    card's own figures, and a PJRT client would create a CUDA context on every GPU.
+    card's own figures, and a PJRT client would create a CUDA context on every GPU. nvml_pending: a read
+    the caller started early (see `tpu_tools.metrics.nvml.reader.PendingRead`).
     """
     discovery = discover()
     has_gpu = any(c.platform in GPU_PLATFORMS for c in discovery.chips)
     # NVML answers in a fraction of a second when it works and at once when the library is absent; a GPU
     # whose calls hang costs at most the deadline.
-    nvml = read_snapshot(timeout_s if nvml_timeout_s is None else nvml_timeout_s) if has_gpu or not discovery.chips \
-        else None
+    nvml = None
+    if has_gpu or not discovery.chips:
+        nvml = nvml_pending.result() if nvml_pending is not None else read_snapshot(
+            timeout_s if nvml_timeout_s is None else nvml_timeout_s)
     if nvml is not None:
         nvml.place_unidentified([chip.pci_address for chip in discovery.chips if chip.vendor == "nvidia"])
     nvml_only = _nvml_answers_for_runtime(policy, nvml) and not probe and not force

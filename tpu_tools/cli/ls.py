@@ -128,11 +128,16 @@ def ls_command(probe: bool, topology: bool, no_runtime: bool, force: bool, runti
     """List accelerator devices, their memory, PCI placement and the processes using them."""
     if no_runtime and (probe or force):
         raise UsageError("--no-runtime cannot be combined with --probe or --force")
+    from tpu_tools.metrics.nvml.reader import PendingRead, enabled, nvidia_driver_present
+
+    # NVML's start runs in C while the rest of the listing is imported and discovered.
+    nvml_pending = PendingRead(timeout_s) if enabled() and nvidia_driver_present() else None
     from tpu_tools.inventory import RUNTIME_OK, build_inventory
 
     inventory = build_inventory(policy, timeout_s=timeout_s, probe=probe, use_runtime=not no_runtime,
                                 force=force, metrics_addresses=metrics_addresses,
-                                metrics_timeout_s=metrics_timeout_s, libtpu_status=runtime_status)
+                                metrics_timeout_s=metrics_timeout_s, libtpu_status=runtime_status,
+                                nvml_pending=nvml_pending)
     if is_debug():
         _debug_libtpu(inventory)
         if inventory.nvml is not None and inventory.nvml.error:

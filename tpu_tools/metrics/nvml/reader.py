@@ -412,3 +412,29 @@ def read_snapshot(timeout_s: float = DEFAULT_TIMEOUT_S) -> NvmlSnapshot:
         return reader.read(timeout_s)
     finally:
         reader.close()
+
+
+class PendingRead:
+    """A one-shot read started in the background, so that NVML's start (in C, without the GIL) overlaps the
+    caller's own imports and discovery; `result()` waits at most until the read's own deadline."""
+
+    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S):
+        self._deadline = time.monotonic() + max(0.0, timeout_s)
+        self._timeout_s = timeout_s
+        self._result: list[NvmlSnapshot] = []
+        self._thread = threading.Thread(target=lambda: self._result.append(read_snapshot(timeout_s)),
+                                        name="nvml-read", daemon=True)
+        self._thread.start()
+
+    def result(self) -> NvmlSnapshot:
+        # read_snapshot keeps its own deadline; the margin covers the thread's bookkeeping after it.
+        self._thread.join(max(0.0, self._deadline - time.monotonic()) + 1.0)
+        if self._result:
+            return self._result[0]
+        return NvmlSnapshot(available=False, error=f"NVML did not answer within {self._timeout_s:g} s")
+
+
+def nvidia_driver_present(sysroot: Path | None = None) -> bool:
+    """Whether this host has the NVIDIA driver's control node (where reading NVML early is worth it)."""
+    root = sysroot or Path(os.environ.get("TPU_TOOLS_SYSROOT") or "/")
+    return (root / "dev/nvidiactl").exists()
