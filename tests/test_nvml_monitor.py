@@ -6,6 +6,7 @@ import json
 import signal
 import socket
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 
@@ -125,3 +126,19 @@ def test_top_once_shows_the_cards_figures_and_every_gpu_process(fake_nvml_dir, g
     assert "11.4G" in torch and "python3 torchjob.py 80" in torch
     hidden = next(line for line in lines if line.split()[:1] == ["999999"])
     assert "60.0G" in hidden and "(other PID namespace)" in hidden
+
+
+def test_a_gpu_whose_nvml_calls_hang_costs_each_round_the_deadline_only(fake_nvml_dir, gpu_host):
+    env = nvml_env(fake_nvml_dir, gpu_host, FAKE_NVML_HANG="1")
+    began = time.monotonic()
+    result = run_tool("tpu-monitor", "--count", "3", "--period", "0.2", "--metrics-timeout", "0.5", env=env,
+                      timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - began < 30  # three rounds of a 0.5 s deadline, on a loaded CI box
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(reports) == 3
+    for report in reports:
+        answering, hung = report["nvml"]["gpus"]
+        assert answering["status"] == "ok" and hung["status"] == "not_answering"
+        devices = {d["key"]: d for d in report["devices"]["devices"]}
+        assert devices["gpu:1"]["extra"]["nvml_status"] == "not_answering"  # placed on the bus id left over
