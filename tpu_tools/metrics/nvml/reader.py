@@ -292,6 +292,7 @@ class NvmlReader:
         self._start_result: list[Any] = []
         self._stuck: dict[int, threading.Thread] = {}  # GPU index -> the thread still in an NVML call
         self._system: tuple[str | None, str | None, str | None, int] | None = None
+        self._absent: str | None = None  # no bindings or no library: not worth asking again every round
 
     def read(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> NvmlSnapshot:
         began = time.monotonic()
@@ -304,6 +305,8 @@ class NvmlReader:
         if not enabled():
             return NvmlSnapshot(available=False, error=f"NVML reading is off ({ENABLE_VARIABLE}="
                                                        f"{os.environ.get(ENABLE_VARIABLE)})")
+        if self._absent is not None:
+            return NvmlSnapshot(available=False, error=self._absent)
         if self._system is None:
             failure = self._start(deadline)
             if failure is not None:
@@ -357,16 +360,28 @@ class NvmlReader:
         try:
             nvml = _pynvml()
         except ImportError as error:
-            self._start_result.append(f"nvidia-ml-py is not installed ({error})")
+            self._absent = f"nvidia-ml-py is not installed ({error})"
+            self._start_result.append(self._absent)
             return
         try:
             nvml.nvmlInit()
-            count = int(nvml.nvmlDeviceGetCount())
         except nvml.NVMLError as error:
-            self._start_result.append(_start_error(nvml, error))
+            message = _start_error(nvml, error)
+            if getattr(error, "value", None) == getattr(nvml, "NVML_ERROR_LIBRARY_NOT_FOUND", 12):
+                self._absent = message
+            self._start_result.append(message)
             return
         except OSError as error:
             self._start_result.append(f"NVML could not be loaded: {error}")
+            return
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except nvml.NVMLError as error:
+            self._start_result.append(_start_error(nvml, error))
+            try:
+                nvml.nvmlShutdown()
+            except nvml.NVMLError:
+                pass
             return
         self._start_result.append((nvml, (_system_text(nvml, nvml.nvmlSystemGetDriverVersion),
                                           _system_text(nvml, nvml.nvmlSystemGetNVMLVersion),
