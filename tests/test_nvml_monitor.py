@@ -54,6 +54,17 @@ def test_monitor_without_nvml_says_why_in_the_group_and_goes_on(gpu_host):
     assert "NVML reading is off" in report["nvml"]["error"] and report["devices"]["error"] is None
 
 
+def test_a_host_without_nvidia_gpus_has_no_nvml_error(tmp_path):
+    root = tmp_path / "root"
+    sysroot.v4_host(root)
+    env = nvml_env(tmp_path / "nowhere", root, TPU_TOOLS_NVML="0")  # no NVML here, even on a host with one
+    result = run_tool("tpu-monitor", "--count", "1", env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    group = json.loads(result.stdout)["nvml"]
+    assert group["error"] is None and group["available"] is False and group["gpus"] == []
+    assert len(group["notes"]) == 1 and "NVML" in group["notes"][0]
+
+
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """(sample name, sorted labels) -> value, from the exposition text."""
     from prometheus_client.parser import text_string_to_metric_families

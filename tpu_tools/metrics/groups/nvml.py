@@ -4,7 +4,8 @@ One `NvmlReader` per monitor run keeps NVML open between rounds; every read is b
 deadline, and a GPU stuck in an NVML call is reported as not answering without piling up new calls. The
 card's memory, utilization and the rest reach the devices group (and so tpu-top and the device
 metrics) through `device_figures`, placed by PCI bus id on the GPUs passive discovery found. Processes
-carry the tag of their agent, where they have one. When NVML is absent the group says why in `error`.
+carry the tag of their agent, where they have one. When NVML cannot be read on a host with NVIDIA GPUs the
+group's `error` says why; on a host without any, the sentence is a note and the group is not in error.
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ class NvmlGroup:
                 process["tag"] = tags.get(process["pid"])
         for position, gpu in self._placed(context, snapshot):
             data["gpus"][snapshot.gpus.index(gpu)]["device_key"] = f"gpu:{position}"
-        if not snapshot.available:
-            data["error"] = snapshot.error
+        data["notes"] = []
+        if not snapshot.available and not any(c.vendor == "nvidia" for c in context.discovery().chips):
+            # No NVIDIA GPU here: nothing is wrong, and the group must not count as failed (alerts).
+            data["error"], data["notes"] = None, [snapshot.error]
         return data
 
     def _placed(self, context: CollectContext, snapshot: NvmlSnapshot) -> list[tuple[int, GpuRecord]]:
