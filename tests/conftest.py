@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tpu_tools.pjrt.runtime import installed_plugin_platforms
+
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 sys.path.insert(0, str(TESTS))
@@ -29,11 +31,38 @@ _SCRUBBED = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "XLA_FLAGS", "TPU_TOOLS_SYS
              "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "TPU_NAME", "TPU_TOPOLOGY",
              "TPU_SKIP_MDS_QUERY", "MEGASCALE_SLICE_ID", "MEGASCALE_NUM_SLICES", "KUBERNETES_SERVICE_HOST",
              "TPU_DEVICE_PLUGIN_METRICS_ADDR", "ORBAX_PROMETHEUS_PORT", "PYGRAIN_PROMETHEUS_PORT",
-             "TPU_TOOLS_GCE_METADATA_URL")
+             "TPU_TOOLS_GCE_METADATA_URL", "TPU_TOOLS_NVML")
+
+# Tests run the same on a machine with an accelerator. Programs never read the host's NVML unless a test
+# asks (tests/fakenvml.py). Where a GPU or TPU plugin is installed (or TPU_TOOLS_TEST_PIN_CPU=1 says to act as
+# if), JAX_PLATFORMS=cpu pins every test to the CPU platform, and tests marked `auto_platform` (about JAX's
+# own choice of platform, e.g. a held TPU is not opened when the platform is left to JAX) are skipped.
+_ACCELERATOR_PLUGINS = sorted(installed_plugin_platforms() - {"cpu", "gpu"})
+PIN_CPU = bool(_ACCELERATOR_PLUGINS) or os.environ.get("TPU_TOOLS_TEST_PIN_CPU") == "1"
+_PINNED = {"TPU_TOOLS_NVML": "0", **({"JAX_PLATFORMS": "cpu"} if PIN_CPU else {})}
+os.environ.update(_PINNED)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "auto_platform: relies on JAX choosing the platform itself (JAX_PLATFORMS "
+                                       "unset); skipped where an accelerator plugin is installed")
+    config.addinivalue_line("markers", "accelerator: a smoke test on the real accelerator of this host; run "
+                                       "only when asked: pytest -m accelerator")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    asked = "accelerator" in (config.getoption("markexpr") or "")
+    for item in items:
+        if "accelerator" in item.keywords and not asked:
+            item.add_marker(pytest.mark.skip(reason="an accelerator smoke test: run with pytest -m accelerator"))
+        if "auto_platform" in item.keywords and PIN_CPU:
+            why = ", ".join(_ACCELERATOR_PLUGINS) or "TPU_TOOLS_TEST_PIN_CPU=1"
+            item.add_marker(pytest.mark.skip(reason=f"tests are pinned to the CPU platform here ({why})"))
 
 
 def clean_env(**overrides: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+    env.update(_PINNED)
     env["PYTHONUNBUFFERED"] = "1"
     for key, value in overrides.items():
         if value is None:
@@ -99,3 +128,6 @@ def crashing_plugin(tmp_path: Path) -> Path:
         def initialize():
             os.kill(os.getpid(), signal.SIGSEGV)
     """)
+
+
+from fakenvml import fake_nvml_dir  # noqa: E402,F401  (the fake NVML library, a session fixture for every module)

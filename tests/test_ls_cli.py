@@ -10,7 +10,7 @@ import sysroot
 from conftest import assert_one_line_error, clean_env, run_tool, tool_command
 
 LS_KEYS = {"schema", "host", "time", "requested_platform", "runtime_status", "runtime", "versions", "devices",
-           "chips", "notes", "libtpu_metrics", "libtpu_runtime_status", "tpu_slice"}
+           "chips", "notes", "libtpu_metrics", "libtpu_runtime_status", "tpu_slice", "nvml"}
 DEVICE_KEYS = {"id", "local_hardware_id", "platform", "device_kind", "process_index", "host", "coords",
                "core_on_chip", "memory_limit_bytes", "memory_used_bytes", "memory_peak_bytes", "chip_index",
                "devices_per_chip", "cores_per_chip", "pci_address", "numa_node", "holders", "probe", "libtpu"}
@@ -89,6 +89,7 @@ def test_no_runtime_reads_a_fixture_host_without_jax(tmp_path):
                                                "command": "/usr/bin/python3 train.py --steps 100"}]
 
 
+@pytest.mark.auto_platform  # a held TPU is detected only when the platform is left to JAX
 def test_a_held_tpu_is_not_opened_and_exits_0(tmp_path):
     sysroot.v4_host(tmp_path, holders={2001: [0, 1, 2, 3]})
     env = clean_env(TPU_TOOLS_SYSROOT=str(tmp_path))
@@ -152,6 +153,7 @@ def test_bad_host_device_counts_are_usage_errors(value):
     assert result.returncode == 2 and "--host-devices" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.auto_platform  # the hanging plugin is initialised only when the platform is left to JAX
 def test_a_hanging_runtime_gives_up_at_the_timeout(hanging_plugin):
     env = clean_env(PYTHONPATH=str(hanging_plugin))
     message = assert_one_line_error(run_tool("tpu-ls", "--timeout", "2", env=env, timeout=30), 1)

@@ -25,6 +25,7 @@ def rows(stdout: str, first_word: str) -> list[str]:
     return [line for line in stdout.splitlines() if line.split()[:1] == [first_word]]
 
 
+@pytest.mark.auto_platform  # a held TPU is detected only when the platform is left to JAX
 def test_held_tpu_shows_the_jobs_duty_cycle_and_hbm_per_chip(held_v5e):
     with FakeMetricsService(v5e_host()) as service:
         result = run_tool("tpu-ls", "--metrics-addr", service.address, env=held_v5e)
@@ -81,6 +82,7 @@ def test_runtime_status_of_an_older_runtime_and_of_no_runtime(tmp_path):
             in nobody.stdout)
 
 
+@pytest.mark.auto_platform  # a held TPU is detected only when the platform is left to JAX
 def test_no_service_changes_nothing_and_says_so_only_under_debug(held_v5e):
     quiet = run_tool("tpu-ls", "--metrics-addr", "127.0.0.1:1", env=held_v5e)
     assert quiet.returncode == 0 and quiet.stderr == "" and "DUTY CYCLE" not in quiet.stdout
@@ -91,6 +93,7 @@ def test_no_service_changes_nothing_and_says_so_only_under_debug(held_v5e):
                                          "no metrics service at 127.0.0.1:1 (connection refused)"]
 
 
+@pytest.mark.auto_platform  # a held TPU is detected only when the platform is left to JAX
 def test_a_hanging_service_costs_the_metrics_deadline_then_ls_carries_on(held_v5e):
     with FakeMetricsService(v5e_host()) as service:
         service.hang()

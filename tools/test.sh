@@ -5,9 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Programs the tests drive: tmux (a real terminal for tpu-top), zsh and fish (completion syntax), prometheus
-# (a real server scraping the exporters; the package brings promtool, which unit-tests the alert rules).
+# (a real server scraping the exporters; the package brings promtool, which unit-tests the alert rules), gcc
+# (builds the stand-in libnvidia-ml.so.1 that the NVML tests load).
 missing=""
-for program in tmux zsh fish prometheus; do
+for program in tmux zsh fish prometheus gcc; do
     command -v "$program" >/dev/null 2>&1 || missing="$missing $program"
 done
 if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

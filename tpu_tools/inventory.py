@@ -21,10 +21,12 @@ from tpu_tools.accelerators import spec_for_device_kind
 from tpu_tools.metrics.libtpu import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu import DeviceFigures, LibtpuSnapshot, RuntimeStatus, UsageFigures, read_once
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
+from tpu_tools.metrics.nvml import NvmlSnapshot, read_snapshot
+from tpu_tools.metrics.nvml.reader import PendingRead
 from tpu_tools.pjrt import isolate, queries
 from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
 from tpu_tools.pjrt.discover import Chip, Discovery, Holder, discover
-from tpu_tools.pjrt.pairing import local_order, match_chips
+from tpu_tools.pjrt.pairing import GPU_PLATFORMS, local_order, match_chips
 from tpu_tools.pjrt.probe import ProbeResult
 from tpu_tools.pjrt.runtime import RuntimePolicy
 from tpu_tools.pjrt.tpuvm import SliceInfo, slice_info
@@ -94,6 +96,7 @@ class Inventory:
     libtpu_status: list[RuntimeStatus] | None = None  # when asked for
     tpu_slice: SliceInfo = field(default_factory=SliceInfo)  # the TPU slice this host is a worker of
     chip_libtpu: dict[int, ServiceFigures] = field(default_factory=dict)  # chip index -> service figures
+    nvml: NvmlSnapshot | None = None  # NVIDIA GPUs as the driver's NVML reports them (None: not read)
 
     @property
     def libtpu_paired(self) -> bool:
@@ -132,7 +135,22 @@ class Inventory:
             "libtpu_runtime_status": (None if self.libtpu_status is None
                                       else [status.to_dict() for status in self.libtpu_status]),
             "tpu_slice": self.tpu_slice.to_dict(),
+            "nvml": self._nvml_dict(),
         }
+
+    def gpu_chip(self, pci_bus_id: str | None) -> Chip | None:
+        """The chip passive discovery found at an NVML GPU's PCI bus id."""
+        return next((c for c in self.discovery.chips if pci_bus_id and c.pci_address.lower() == pci_bus_id), None)
+
+    def _nvml_dict(self) -> dict[str, Any] | None:
+        if self.nvml is None:
+            return None
+        data = self.nvml.to_dict()
+        for gpu, record in zip(data["gpus"], self.nvml.gpus, strict=True):
+            chip = self.gpu_chip(record.pci_bus_id)
+            gpu["chip_index"] = chip.index if chip else None
+            gpu["numa_node"] = chip.numa_node if chip else None
+        return data
 
     def _chip_libtpu(self, chip: Chip) -> dict[str, Any] | None:
         figures = self.chip_libtpu.get(chip.index)
@@ -178,15 +196,39 @@ def attach_libtpu(inventory: Inventory, snapshots: list[LibtpuSnapshot]) -> None
         inventory.chip_libtpu[chip.index] = _figures(group)
 
 
+def _nvml_answers_for_runtime(policy: RuntimePolicy, nvml: NvmlSnapshot | None) -> bool:
+    """NVML lists GPUs that are what the runtime would open: the runtime (a CUDA context) is not needed."""
+    if nvml is None or not nvml.available or not nvml.gpus:
+        return False
+    platforms = policy.requested_platforms()
+    return not platforms or any(p in GPU_PLATFORMS for p in platforms)
+
+
 def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT_TIMEOUT_S,
                     probe: bool = False, use_runtime: bool = True, force: bool = False,
                     metrics_addresses: Sequence[str] = (), metrics_timeout_s: float = METRICS_TIMEOUT_S,
-                    libtpu_status: bool = False) -> Inventory:
-    """The listing. metrics_addresses: libtpu metrics services to read (none: do not read any)."""
+                    libtpu_status: bool = False, nvml_timeout_s: float | None = None,
+                    nvml_pending: PendingRead | None = None) -> Inventory:
+    """The listing. metrics_addresses: libtpu metrics services to read (none: do not read any).
+
+    On a host whose GPUs NVML lists, the runtime is started only with `probe` or `force`: NVML has the
+    card's own figures, and a PJRT client would create a CUDA context on every GPU. nvml_pending: a read
+    the caller started early (see `tpu_tools.metrics.nvml.reader.PendingRead`).
+    """
     discovery = discover()
+    has_gpu = any(c.platform in GPU_PLATFORMS for c in discovery.chips)
+    # NVML answers in a fraction of a second when it works and at once when the library is absent; a GPU
+    # whose calls hang costs at most the deadline.
+    nvml = None
+    if has_gpu or not discovery.chips:
+        nvml = nvml_pending.result() if nvml_pending is not None else read_snapshot(
+            timeout_s if nvml_timeout_s is None else nvml_timeout_s)
+    if nvml is not None:
+        nvml.place_unidentified([chip.pci_address for chip in discovery.chips if chip.vendor == "nvidia"])
+    nvml_only = _nvml_answers_for_runtime(policy, nvml) and not probe and not force
     held = _holds_tpu(policy, discovery) if use_runtime and not force else []
     call = None
-    if use_runtime and not held:
+    if use_runtime and not held and not nvml_only:
         # Start the runtime first: it takes longest, and the rest runs while it starts.
         call = isolate.start_isolated(queries.LIST_DEVICES, {"probe": probe}, policy, timeout_s)
     inventory = Inventory(
@@ -197,7 +239,11 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
         versions=stack_versions(),
         discovery=discovery,
         probed=probe,
+        nvml=nvml,
     )
+    if use_runtime and nvml_only:
+        inventory.notes.append("the PJRT runtime was not started: NVML lists the GPUs without creating a CUDA "
+                               "context (--probe or --force starts it)")
     if held:
         owners = ", ".join(f"{h.pid} ({h.command.split(' ')[0]})" for h in held)
         inventory.notes.append(f"the TPU is held by process {owners}: runtime details need the device "

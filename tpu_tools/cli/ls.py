@@ -28,6 +28,16 @@ MAN_SECTIONS = {
         "libtpu's lock file), tpu-ls does not open the runtime: it lists the chips from passive discovery with "
         "their holders, says why runtime details are missing, and exits 0. --force opens it anyway.\n"
         "With no accelerator, tpu-ls lists the CPU platform's devices (--host-devices N makes it expose N).\n"
+        "NVIDIA GPUs are read through NVML (the driver's libnvidia-ml.so.1, as nvidia-smi reads them): per GPU the "
+        "card's memory used / total, utilization, temperature, power and every process with a context on it and "
+        "the GPU memory it holds; a PID that /proc does not show lives in another PID namespace (a container). "
+        "NVML's GPUs are tied to the PCI functions of passive discovery by bus id. When NVML lists the GPUs, the "
+        "PJRT runtime is not started (it would create a CUDA context on every GPU): --probe, --force or a "
+        "--platform that is not a GPU platform start it, and JAX's view (device ids, XLA's memory pool) is then "
+        "listed below. A field the driver does not support shows '-'; a GPU that NVML reports lost, or whose "
+        "NVML calls do not return within --timeout, is listed as such and the others are shown (exit 0). Without "
+        "NVML (no driver), tpu-ls works as before and --debug says why in one line. TPU_TOOLS_NVML=0 turns NVML "
+        "reading off.\n"
         "The running job's figures come from libtpu's runtime metrics service, which a process with libtpu "
         "loaded serves over gRPC (localhost:8431, every port in TPU_RUNTIME_METRICS_PORTS, and each "
         "--metrics-addr). Reading it never opens the TPU, so it works while a job holds the chips: when a service "
@@ -63,6 +73,19 @@ MAN_SECTIONS = {
         "transfer_latencies[]: {metric, name, buffer_size, latency_us}; hlo_execution_time_us and latency_us are "
         "null or {count, mean, min, max, p50, p90, p99, p999}, all but count null when there are no samples. "
         "A figure whose metric is in not_served_metrics is null: not served by this runtime.\n"
+        "nvml: null (no GPU in discovery) or {available, error, driver_version, nvml_version, cuda_driver_version, "
+        "elapsed_ms, gpus[]}; gpus[]: {index, status (ok, lost, not_answering, error), error, name, uuid, "
+        "pci_bus_id, minor_number, chip_index, numa_node, memory_total_bytes, memory_used_bytes, "
+        "memory_reserved_bytes, memory_free_bytes, memory_info_version, utilization_gpu_percent, "
+        "utilization_memory_percent, temperature_celsius, power_draw_watts, power_limit_watts, energy_joules, "
+        "clock_sm_hz, clock_sm_max_hz, clock_memory_hz, clock_memory_max_hz, performance_state, "
+        "clock_event_reasons_mask, clock_event_reasons[], ecc_enabled, ecc_volatile_uncorrected_errors, "
+        "ecc_aggregate_uncorrected_errors, remapped_rows_correctable, remapped_rows_uncorrectable, "
+        "remapped_rows_pending, remapped_rows_failed, pcie_link_generation, pcie_link_generation_max, "
+        "pcie_link_width, pcie_link_width_max, pcie_tx_bytes_per_second, pcie_rx_bytes_per_second, mig_enabled, "
+        "persistence_mode, compute_mode, nvlink_links, nvlink_links_active, nvlink_tx_bytes_total, "
+        "nvlink_rx_bytes_total, processes[], unsupported {field: reason}}; processes[]: {pid, kind, "
+        "gpu_memory_bytes, sm_utilization_percent, memory_utilization_percent, visible, user, command}.\n"
         "libtpu_runtime_status: null without --runtime-status, else one per address: {address, error, served, "
         "host_name, cores[]}; served is false when the runtime has no status rpc. cores[]: {global_core_id, "
         "chip_id, core_type, core_index, state (ok or error), error_message, program_fingerprint, launch_id, "
@@ -91,7 +114,8 @@ MAN_SECTIONS = {
               help="Compile and run a small program on every device, verify it, time it; exit 1 on a failure.")
 @click.option("--topology", is_flag=True, help="Draw the device mesh from TPU coordinates.")
 @click.option("--no-runtime", is_flag=True, help="Passive discovery only: never start a runtime (fast).")
-@click.option("--force", is_flag=True, help="Open the runtime even when another process holds a TPU.")
+@click.option("--force", is_flag=True,
+              help="Open the runtime even when another process holds a TPU, or when NVML already lists the GPUs.")
 @click.option("--runtime-status", is_flag=True,
               help="Also show libtpu's per-core runtime state and error messages (from its metrics service).")
 @click.option("--metric", "metric_names", multiple=True, metavar="NAME",
@@ -119,13 +143,20 @@ def ls_command(probe: bool, topology: bool, no_runtime: bool, force: bool, runti
         return print_metrics(metrics_addresses, metrics_timeout_s, min(timeout_s, 2.0), out)
     if no_runtime and (probe or force):
         raise UsageError("--no-runtime cannot be combined with --probe or --force")
+    from tpu_tools.metrics.nvml.reader import PendingRead, enabled, nvidia_driver_present
+
+    # NVML's start runs in C while the rest of the listing is imported and discovered.
+    nvml_pending = PendingRead(timeout_s) if enabled() and nvidia_driver_present() else None
     from tpu_tools.inventory import RUNTIME_OK, build_inventory
 
     inventory = build_inventory(policy, timeout_s=timeout_s, probe=probe, use_runtime=not no_runtime,
                                 force=force, metrics_addresses=metrics_addresses,
-                                metrics_timeout_s=metrics_timeout_s, libtpu_status=runtime_status)
+                                metrics_timeout_s=metrics_timeout_s, libtpu_status=runtime_status,
+                                nvml_pending=nvml_pending)
     if is_debug():
         _debug_libtpu(inventory)
+        if inventory.nvml is not None and inventory.nvml.error:
+            note(f"nvml: {inventory.nvml.error}")
     if out.is_json:
         out.json(inventory.to_dict())
     else:
@@ -148,10 +179,23 @@ def _debug_libtpu(inventory) -> None:
 def _render(inventory, topology: bool, out: Output) -> None:
     from tpu_tools.render.inventory_view import chip_table, device_table, header_line
     from tpu_tools.render.libtpu_view import runtime_status_views, service_device_table
+    from tpu_tools.render.nvml_view import driver_line, inventory_gpu_table
 
     out.text(header_line(inventory))
+    nvml_gpus = inventory.nvml is not None and bool(inventory.nvml.gpus)
+    if nvml_gpus:
+        out.text(driver_line(inventory) or "")
+        out.table(inventory_gpu_table(inventory))
     if inventory.devices:
+        if nvml_gpus:
+            out.text("")
+            out.text("PJRT devices (JAX's view: memory is XLA's pool in this process)")
         out.table(device_table(inventory))
+    elif nvml_gpus:
+        others = [c for c in inventory.discovery.chips if inventory.nvml.gpu_for_pci(c.pci_address) is None]
+        if others:
+            out.text("")
+            out.table(chip_table(others, inventory.chip_libtpu))
     elif inventory.discovery.chips:
         out.table(chip_table(inventory.discovery.chips, inventory.chip_libtpu))
     else:

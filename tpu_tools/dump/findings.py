@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpu_tools.dump.reader import Bundle, BundleError
+from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
 
 SHOW_SCHEMA = "tpu-tools/dump-show/v1"
 _KERNEL_ERROR = re.compile(r"(?i)\b(error|fail\w*|fault|timeout|timed out|xid|reset|oom[-_ ]kill\w*|"
@@ -218,6 +219,42 @@ def _runtime_warnings(bundle: Bundle, out: list[Finding]) -> None:
                 out.append(Finding("device_held", note.replace("(or --force,", "(or --force-runtime,")))
 
 
+def _gpu_warnings(bundle: Bundle, out: list[Finding]) -> None:
+    """From the NVML snapshot: a lost or silent GPU, ECC errors, remapped rows, thermal or power slowdown."""
+    nvml = bundle.read_json("accelerators/nvml.json")
+    if not isinstance(nvml, dict) or not isinstance(nvml.get("gpus"), list):
+        return
+    for gpu in nvml["gpus"]:
+        if not isinstance(gpu, dict):
+            continue
+        who = f"GPU {gpu.get('index')} ({gpu.get('name') or 'NVIDIA GPU'}, {gpu.get('pci_bus_id') or 'bus id unknown'})"
+        status = gpu.get("status")
+        if status == "lost":
+            out.append(Finding("gpu_lost", f"{who} is lost (NVML: GPU_IS_LOST): it fell off the bus or needs a "
+                                           "reset; jobs on it fail until then"))
+            continue
+        if status == "not_answering":
+            out.append(Finding("gpu_not_answering", f"{who} did not answer NVML in time: a hung driver call"))
+            continue
+        volatile, aggregate = gpu.get("ecc_volatile_uncorrected_errors"), gpu.get("ecc_aggregate_uncorrected_errors")
+        if (volatile or 0) > 0 or (aggregate or 0) > 0:
+            out.append(Finding("gpu_ecc_errors", f"{who} has uncorrected ECC errors: {volatile or 0} since the "
+                                                 f"driver loaded, {aggregate or 0} in its lifetime"))
+        if (gpu.get("remapped_rows_uncorrectable") or 0) > 0 or gpu.get("remapped_rows_pending") \
+                or gpu.get("remapped_rows_failed"):
+            state = "; a remapping failed: replace the GPU" if gpu.get("remapped_rows_failed") else \
+                ("; a remapping waits for a GPU reset" if gpu.get("remapped_rows_pending") else "")
+            out.append(Finding("gpu_remapped_rows", f"{who} remapped {gpu.get('remapped_rows_uncorrectable') or 0} "
+                                                    f"rows after uncorrectable memory errors{state}"))
+        reasons = set(gpu.get("clock_event_reasons") or [])
+        for kind, names in (("thermal", THERMAL_REASONS), ("power", POWER_REASONS)):
+            active = sorted(reasons & names)
+            if active:
+                out.append(Finding(f"gpu_{kind}_slowdown", f"{who} is slowed down ({', '.join(active)}) at "
+                                                           f"{gpu.get('temperature_celsius')} C, "
+                                                           f"{gpu.get('power_draw_watts')} W"))
+
+
 def _system_warnings(bundle: Bundle, out: list[Finding]) -> None:
     cgroup = bundle.read_json("system/cgroup.json") or {}
     if (cgroup.get("oom_kills") or 0) > 0:
@@ -272,6 +309,7 @@ def summarize(bundle: Bundle) -> Summary:
     _stack_warnings(bundle, warnings)
     _holder_warnings(bundle, warnings)
     _runtime_warnings(bundle, warnings)
+    _gpu_warnings(bundle, warnings)
     _job_warnings(summary, warnings)
     _system_warnings(bundle, warnings)
     return summary

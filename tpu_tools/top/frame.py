@@ -304,11 +304,16 @@ def host_lines(report: dict[str, Any], width: int) -> list[Line]:
     return [first, _parts(parts, width, "   ")]
 
 
-def _holders_text(device: dict[str, Any]) -> str:
+def _holders_text(device: dict[str, Any], gpu_processes: dict[str, list[dict[str, Any]]]) -> str:
     names = []
     for process in device.get("processes") or []:
         names.append(f"{process['pid']} {process.get('tag') or ''}".strip())
     seen = {p["pid"] for p in device.get("processes") or []}
+    for process in gpu_processes.get(str(device.get("key")), []):  # NVML's list: every process on the GPU
+        if process["pid"] not in seen:
+            seen.add(process["pid"])
+            label = process.get("tag") or _short_command(process.get("command")).split(" ")[0]
+            names.append(f"{process['pid']} {label}".strip())
     for holder in device.get("holders") or []:
         if holder["pid"] not in seen:
             names.append(f"{holder['pid']} {_short_command(holder.get('command')).split(' ')[0]}")
@@ -344,10 +349,14 @@ def _libtpu_status(report: dict[str, Any], not_served: set[str]) -> Segment | No
 
 
 def _first(device: dict[str, Any], *names: str) -> Any:
-    """The first of several names a figure may carry (sources name temperature and power differently)."""
+    """The first of several names a figure may carry (sources name temperature and power differently), on the
+    device record or among the figures a source adds to its `extra` (NVML's)."""
+    extra = device.get("extra") or {}
     for name in names:
         if device.get(name) is not None:
             return device[name]
+        if extra.get(name) is not None:
+            return extra[name]
     return None
 
 
@@ -357,14 +366,14 @@ def temperature_c(device: dict[str, Any]) -> float | None:
 
 
 def power_w(device: dict[str, Any]) -> float | None:
-    value = _first(device, "power_w", "power_watts", "power_usage_w")
+    value = _first(device, "power_w", "power_watts", "power_draw_watts", "power_usage_w")
     return None if value is None else float(value)
 
 
 def device_condition(device: dict[str, Any]) -> str | None:
     """"lost" (the device stopped answering) or "throttled" (clocks held down), when a source says so."""
-    state = str(device.get("state") or device.get("status") or "").lower()
-    if device.get("lost") or state == "lost":
+    state = str(device.get("state") or device.get("status") or _first(device, "nvml_status") or "").lower()
+    if device.get("lost") or state in ("lost", "not_answering"):
         return "lost"
     if device.get("throttled") or state == "throttled" or device.get("throttle_reasons"):
         return "throttled"
@@ -408,6 +417,8 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
             "no accelerator found, and no agent reports a device"
         return [*lines, Line().add(f"  {text}", DIM)]
     columns = layout(_device_columns(devices, len(_hosts(report)) > 1, history is not None), width)
+    gpu_processes = {str(gpu.get("device_key")): gpu.get("processes") or []
+                     for gpu in (report.get("nvml") or {}).get("gpus") or [] if gpu.get("device_key")}
     lines.append(column_header(columns))
     history_width = next((size for column, size in columns if column.key == "history"), 0)
     shown = devices if max_rows is None or len(devices) <= max_rows else devices[: max(1, max_rows - 1)]
@@ -430,7 +441,7 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
         cells: dict[str, list[Segment] | tuple[str, str]] = {
             "host": (str(device.get("host") or MISSING), NORMAL),
             "key": (str(device.get("key")), ERROR if condition == "lost" else NORMAL),
-            "name": (condition.upper() if condition else str(device.get("name") or MISSING),
+            "name": (condition.upper() if condition else str(_first(device, "gpu_name", "name") or MISSING),
                      ERROR if condition == "lost" else WARN if condition else NORMAL),
             "bar": _bar(device_memory_fraction(device), next((s for c, s in columns if c.key == "bar"), 8)),
             "memory": (f"{used_text} / {format_bytes(total)}", NORMAL),
@@ -440,7 +451,7 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
             "power": (MISSING if power is None else f"{power:.0f}W", NORMAL),
             "history": [Segment(graph, level_style(None if utilization is None else utilization / 100)
                                 if utilization is not None else DIM)],
-            "processes": (_holders_text(device), NORMAL),
+            "processes": (_holders_text(device, gpu_processes), NORMAL),
         }
         lines.append(table_row(columns, cells))
     if len(shown) < len(devices):
@@ -472,7 +483,8 @@ def _process_cells(row: ProcessRow) -> dict[str, list[Segment] | tuple[str, str]
         "tag": (row.tag or MISSING, NORMAL),
         "cpu": (percent_text(row.cpu_percent), NORMAL),
         "rss": (format_bytes_short(row.rss_bytes), NORMAL),
-        "devmem": (format_bytes_short(row.device_memory_bytes) if agent else MISSING, NORMAL),
+        "devmem": (format_bytes_short(row.device_memory_bytes)
+                   if agent or row.device_memory_bytes is not None else MISSING, NORMAL),
         "compiles": (str(row.compiles) if agent and row.compiles is not None else MISSING, NORMAL),
         "recompiles": (str(row.recompiles) if agent and row.recompiles is not None else MISSING,
                        WARN if agent and row.recompiles else NORMAL),

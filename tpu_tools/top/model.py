@@ -80,6 +80,7 @@ def rows_from_report(report: dict[str, Any]) -> list[ProcessRow]:
             cpu_percent=holder.get("cpu_percent"), rss_bytes=holder.get("rss_bytes"), has_agent=False,
             detail=holder, host=holder.get("host"),
         ))
+    _add_gpu_processes(rows, report)
     return rows
 
 
@@ -150,6 +151,25 @@ class Pending:
 
     signal_name: str
     row: ProcessRow
+def _add_gpu_processes(rows: list[ProcessRow], report: dict[str, Any]) -> None:
+    """Every process NVML lists on a GPU, agent or not, with the GPU memory it holds (the card's own figure)."""
+    memory: dict[int, int] = {}
+    listed: dict[int, dict[str, Any]] = {}
+    for gpu in (report.get("nvml") or {}).get("gpus") or []:
+        for process in gpu.get("processes") or []:
+            listed.setdefault(process["pid"], process)
+            if process.get("gpu_memory_bytes") is not None:
+                memory[process["pid"]] = memory.get(process["pid"], 0) + process["gpu_memory_bytes"]
+    by_pid = {row.pid: row for row in rows}
+    for pid, process in listed.items():
+        row = by_pid.get(pid)
+        if row is None:
+            command = process.get("command") if process.get("visible", True) else "(other PID namespace)"
+            row = ProcessRow(pid=pid, user=process.get("user"), tag=process.get("tag"), command=command,
+                             has_agent=False, detail=process)
+            rows.append(row)
+        if pid in memory:
+            row.device_memory_bytes = memory[pid]
 
 
 @dataclass

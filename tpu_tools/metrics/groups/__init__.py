@@ -17,4 +17,5 @@ GROUPS: dict[str, str] = {
     "processes": "tpu_tools.metrics.groups.processes:ProcessesGroup",
     "libtpu": "tpu_tools.metrics.groups.libtpu:LibtpuGroup",
     "workload": "tpu_tools.metrics.groups.workload:WorkloadGroup",
+    "nvml": "tpu_tools.metrics.groups.nvml:NvmlGroup",
 }

@@ -1,0 +1,155 @@
+"""NVML in tpu-monitor (report and Prometheus) and tpu-top, on the fake libnvidia-ml.so.1."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import sysroot
+from agentjobs import rundir, start_job, wait_for  # noqa: F401 (rundir is a fixture)
+from conftest import run_tool, tool_command
+from fakenvml import nvml_env
+
+BUSY_USED = 64419069952
+
+
+@pytest.fixture
+def gpu_host(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    host = sysroot.nvidia_host(root)
+    host.process(sysroot.FakeProcess(4574, 1000, ["python3", "torchjob.py", "80"], []))
+    return root
+
+
+def test_monitor_reports_every_figure_and_places_the_gpus_by_pci_bus_id(fake_nvml_dir, gpu_host):
+    env = nvml_env(fake_nvml_dir, gpu_host, FAKE_NVML_PROCS="0:4574:12190000000", FAKE_NVML_LOST="1")
+    result = run_tool("tpu-monitor", "--count", "1", env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    group = report["nvml"]
+    assert group["error"] is None and group["driver_version"] == "580.159.04"
+    busy, lost = group["gpus"]
+    assert busy["device_key"] == "gpu:0" and busy["pci_bus_id"] == "0000:18:00.0"
+    assert busy["processes"][0]["pid"] == 4574 and busy["processes"][0]["command"] == "python3 torchjob.py 80"
+    assert lost["status"] == "lost"
+    devices = {d["key"]: d for d in report["devices"]["devices"]}
+    gpu0 = devices["gpu:0"]
+    assert gpu0["memory_used_bytes"] == BUSY_USED and gpu0["memory_total_bytes"] == 85520809984
+    assert gpu0["utilization_percent"] == 83 and gpu0["sources"] == ["discovery", "nvml"]
+    assert gpu0["extra"]["temperature_celsius"] == 57 and gpu0["extra"]["power_draw_watts"] == pytest.approx(471.191)
+    assert devices["gpu:1"]["extra"]["nvml_status"] == "lost"
+
+
+def test_monitor_without_nvml_says_why_in_the_group_and_goes_on(gpu_host):
+    env = nvml_env(gpu_host / "nowhere", gpu_host, TPU_TOOLS_NVML="0")
+    result = run_tool("tpu-monitor", "--count", "1", env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert "NVML reading is off" in report["nvml"]["error"] and report["devices"]["error"] is None
+
+
+def test_a_host_without_nvidia_gpus_has_no_nvml_error(tmp_path):
+    root = tmp_path / "root"
+    sysroot.v4_host(root)
+    env = nvml_env(tmp_path / "nowhere", root, TPU_TOOLS_NVML="0")  # no NVML here, even on a host with one
+    result = run_tool("tpu-monitor", "--count", "1", env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    group = json.loads(result.stdout)["nvml"]
+    assert group["error"] is None and group["available"] is False and group["gpus"] == []
+    assert len(group["notes"]) == 1 and "NVML" in group["notes"][0]
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """(sample name, sorted labels) -> value, from the exposition text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted((k, v) for k, v in s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _scrape(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            return response.read().decode()
+    except OSError:
+        return ""
+
+
+def test_prometheus_names_follow_conventions_and_tag_the_agent_jobs_gpu_memory(fake_nvml_dir, request):
+    runtime_dir = request.getfixturevalue("rundir")
+    job = start_job(runtime_dir, tag="trainer", light=True, launcher=False).wait_ready()
+    port = _free_port()
+    env = nvml_env(fake_nvml_dir, None, TPU_TOOLS_RUNTIME_DIR=str(runtime_dir),
+                   FAKE_NVML_PROCS=f"0:{job.pid}:61408000000;1:999999:1048576")
+    monitor = subprocess.Popen([*tool_command("tpu-monitor"), "--prometheus", str(port), "--quiet", "--period", "0.5"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        text = wait_for(lambda: (lambda t: t if "tpu_tools_gpu_process_memory_used_bytes" in t else None)(
+            _scrape(port)), timeout=30)
+        samples = _samples(text)
+        gpu0 = (("gpu", "0"), ("pci_bus_id", "0000:18:00.0"), ("uuid", "GPU-00000000-0000-0000-0000-000000000000"))
+        assert samples[("tpu_tools_gpu_memory_used_bytes", gpu0)] == BUSY_USED
+        assert samples[("tpu_tools_gpu_utilization_ratio", gpu0)] == 0.83
+        assert samples[("tpu_tools_gpu_temperature_celsius", gpu0)] == 57
+        assert samples[("tpu_tools_gpu_power_draw_watts", gpu0)] == 471.191
+        assert samples[("tpu_tools_gpu_energy_joules_total", gpu0)] == 9423.69
+        assert samples[("tpu_tools_gpu_sm_clock_hertz", gpu0)] == 1.965e9
+        assert samples[("tpu_tools_gpu_clock_event_reason", tuple(sorted((*gpu0, ("reason", "sw_power_cap")))))] == 1
+        assert samples[("tpu_tools_gpu_up", tuple(sorted((*gpu0, ("status", "ok")))))] == 1
+        process = tuple(sorted((*gpu0, ("pid", str(job.pid)), ("tag", "trainer"))))
+        assert samples[("tpu_tools_gpu_process_memory_used_bytes", process)] == 61408000000
+        assert samples[("tpu_tools_gpu_process_sm_utilization_ratio", process)] == 0.81
+        hidden = [v for (name, labels), v in samples.items()
+                  if name == "tpu_tools_gpu_process_memory_used_bytes" and ("pid", "999999") in labels]
+        assert hidden == [1048576]
+        assert any(name == "tpu_tools_gpu_nvlink_tx_bytes_total" for name, _ in samples)  # GPU 1 has NVLink
+        assert samples[("tpu_tools_group_error", (("group", "nvml"),))] == 0
+        monitor.send_signal(signal.SIGTERM)
+        out, err = monitor.communicate(timeout=20)
+        assert monitor.returncode == 0 and err == ""
+    finally:
+        monitor.kill()
+        monitor.wait(timeout=10)
+        job.stop()
+
+
+def test_top_once_shows_the_cards_figures_and_every_gpu_process(fake_nvml_dir, gpu_host):
+    env = nvml_env(fake_nvml_dir, gpu_host, FAKE_NVML_PROCS="0:4574:12190000000;0:999999:64409829376")
+    result = run_tool("tpu-top", "--once", env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    gpu0 = next(line for line in lines if line.lstrip().startswith("gpu:0"))
+    assert "H100 80GB" in gpu0 and "60.0 GiB / 79.6 GiB" in gpu0 and "83.0" in gpu0
+    assert "57C 471W" in gpu0 and "4574 python3" in gpu0
+    torch = next(line for line in lines if line.split()[:1] == ["4574"])
+    assert "11.4G" in torch and "python3 torchjob.py 80" in torch
+    hidden = next(line for line in lines if line.split()[:1] == ["999999"])
+    assert "60.0G" in hidden and "(other PID namespace)" in hidden
+
+
+def test_a_gpu_whose_nvml_calls_hang_costs_each_round_the_deadline_only(fake_nvml_dir, gpu_host):
+    env = nvml_env(fake_nvml_dir, gpu_host, FAKE_NVML_HANG="1")
+    began = time.monotonic()
+    result = run_tool("tpu-monitor", "--count", "3", "--period", "0.2", "--metrics-timeout", "0.5", env=env,
+                      timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - began < 30  # three rounds of a 0.5 s deadline, on a loaded CI box
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(reports) == 3
+    for report in reports:
+        answering, hung = report["nvml"]["gpus"]
+        assert answering["status"] == "ok" and hung["status"] == "not_answering"
+        devices = {d["key"]: d for d in report["devices"]["devices"]}
+        assert devices["gpu:1"]["extra"]["nvml_status"] == "not_answering"  # placed on the bus id left over

@@ -1,0 +1,89 @@
+"""The `nvml` group: NVIDIA GPUs as the driver's NVML reports them (memory, utilization, power, processes).
+
+One `NvmlReader` per monitor run keeps NVML open between rounds; every read is bounded by the metrics
+deadline, and a GPU stuck in an NVML call is reported as not answering without piling up new calls. The
+card's memory, utilization and the rest reach the devices group (and so tpu-top and the device
+metrics) through `device_figures`, placed by PCI bus id on the GPUs passive discovery found. Processes
+carry the tag of their agent, where they have one. When NVML cannot be read on a host with NVIDIA GPUs the
+group's `error` says why; on a host without any, the sentence is a note and the group is not in error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
+from tpu_tools.metrics.nvml import GpuRecord, NvmlReader, NvmlSnapshot
+from tpu_tools.pjrt.pairing import GPU_PLATFORMS
+
+SOURCE = "nvml"
+# GpuRecord field -> the devices group's extra figure (units in the name)
+EXTRA = ("temperature_celsius", "power_draw_watts", "power_limit_watts", "energy_joules", "clock_sm_hz",
+         "utilization_memory_percent")
+
+
+class NvmlGroup:
+    name = "nvml"
+
+    def __init__(self, options: CollectOptions):
+        self._timeout_s = options.metrics_timeout_s
+        self._reader: NvmlReader | None = None
+
+    def snapshot(self, context: CollectContext) -> NvmlSnapshot:
+        """This round's read (once per round, whichever group asks first)."""
+        def read() -> NvmlSnapshot:
+            if self._reader is None:
+                self._reader = NvmlReader()
+            return self._reader.read(self._timeout_s)
+
+        return context.memo("nvml", read)  # type: ignore[no-any-return]
+
+    def collect(self, context: CollectContext) -> dict[str, Any]:
+        snapshot = self.snapshot(context)
+        data = snapshot.to_dict()
+        tags = {r.pid: r.tag for r in context.agents().results}
+        for gpu in data["gpus"]:
+            gpu["device_key"] = None
+            for process in gpu["processes"]:
+                process["tag"] = tags.get(process["pid"])
+        for position, gpu in self._placed(context, snapshot):
+            data["gpus"][snapshot.gpus.index(gpu)]["device_key"] = f"gpu:{position}"
+        data["notes"] = []
+        if not snapshot.available and not any(c.vendor == "nvidia" for c in context.discovery().chips):
+            # No NVIDIA GPU here: nothing is wrong, and the group must not count as failed (alerts).
+            data["error"], data["notes"] = None, [snapshot.error]
+        return data
+
+    def _placed(self, context: CollectContext, snapshot: NvmlSnapshot) -> list[tuple[int, GpuRecord]]:
+        """(the devices group's GPU position, NVML GPU): by PCI bus id on discovery's GPUs, else NVML's index."""
+        chips = [c for c in context.discovery().chips if c.platform in GPU_PLATFORMS]
+        if not chips:  # no sysfs view of the GPUs (a container): NVML's order
+            return [(gpu.index, gpu) for gpu in snapshot.gpus]
+        snapshot.place_unidentified([c.pci_address for c in chips if c.vendor == "nvidia"])
+        positions = {chip.pci_address.lower(): position for position, chip in enumerate(chips)}
+        return [(positions[gpu.pci_bus_id], gpu) for gpu in snapshot.gpus if gpu.pci_bus_id in positions]
+
+    def device_figures(self, context: CollectContext) -> list[DeviceFigures]:
+        snapshot = self.snapshot(context)
+        figures = []
+        for position, gpu in self._placed(context, snapshot):
+            extra: dict[str, float | int | str | None] = {
+                key: getattr(gpu, key) for key in EXTRA if getattr(gpu, key) is not None}
+            extra["nvml_status"] = gpu.status
+            if gpu.name:  # the model, which discovery's PCI ids alone do not tell
+                extra["gpu_name"] = gpu.name.removeprefix("NVIDIA ")
+            figures.append(DeviceFigures("gpu", position, SOURCE, memory_used_bytes=gpu.memory_used_bytes,
+                                         memory_total_bytes=gpu.memory_total_bytes,
+                                         utilization_percent=gpu.utilization_gpu_percent, extra=extra))
+        return figures
+
+    def prometheus(self, data: dict[str, Any]) -> Iterable[Any]:
+        from tpu_tools.metrics.nvml.export import families
+
+        return families(data)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None

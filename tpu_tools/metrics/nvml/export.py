@@ -1,0 +1,107 @@
+"""Prometheus metric families of an NVML snapshot (the monitor's `nvml` group), named by Prometheus conventions.
+
+Every GPU series carries the labels gpu (NVML's index), uuid and pci_bus_id; per-process series add pid
+and tag (the agent's tag, empty for a process without an agent). Ratios are 0..1, counters end in _total.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+PREFIX = "tpu_tools_gpu_"
+GPU_LABELS = ["gpu", "uuid", "pci_bus_id"]
+
+# (metric name, record key, scale, documentation)
+_GAUGES: list[tuple[str, str, float, str]] = [
+    ("memory_used_bytes", "memory_used_bytes", 1, "GPU memory in use (NVML; the v2 figure excludes reserved)."),
+    ("memory_total_bytes", "memory_total_bytes", 1, "GPU memory on the card."),
+    ("memory_reserved_bytes", "memory_reserved_bytes", 1, "GPU memory the driver reserves for itself."),
+    ("memory_free_bytes", "memory_free_bytes", 1, "GPU memory free."),
+    ("utilization_ratio", "utilization_gpu_percent", 0.01, "Share of the last sample period a kernel ran."),
+    ("memory_utilization_ratio", "utilization_memory_percent", 0.01,
+     "Share of the last sample period device memory was read or written."),
+    ("temperature_celsius", "temperature_celsius", 1, "GPU core temperature."),
+    ("power_draw_watts", "power_draw_watts", 1, "Power drawn by the board."),
+    ("power_limit_watts", "power_limit_watts", 1, "Enforced power limit."),
+    ("sm_clock_hertz", "clock_sm_hz", 1, "SM clock."),
+    ("sm_clock_max_hertz", "clock_sm_max_hz", 1, "Highest SM clock."),
+    ("memory_clock_hertz", "clock_memory_hz", 1, "Memory clock."),
+    ("memory_clock_max_hertz", "clock_memory_max_hz", 1, "Highest memory clock."),
+    ("performance_state", "performance_state", 1, "Performance state: 0 is P0, the highest."),
+    ("ecc_volatile_uncorrected_errors", "ecc_volatile_uncorrected_errors", 1,
+     "Uncorrected ECC errors since the driver was loaded."),
+    ("remapped_rows_pending", "remapped_rows_pending", 1, "1 when a row remapping waits for a GPU reset."),
+    ("remapped_rows_failed", "remapped_rows_failed", 1, "1 when a row remapping failed."),
+    ("pcie_link_generation", "pcie_link_generation", 1, "Current PCIe link generation."),
+    ("pcie_link_generation_max", "pcie_link_generation_max", 1, "Highest PCIe link generation of the link."),
+    ("pcie_link_width", "pcie_link_width", 1, "Current PCIe link width (lanes)."),
+    ("pcie_link_width_max", "pcie_link_width_max", 1, "Widest PCIe link width (lanes)."),
+    ("pcie_tx_bytes_per_second", "pcie_tx_bytes_per_second", 1, "PCIe bytes sent per second (20 ms window)."),
+    ("pcie_rx_bytes_per_second", "pcie_rx_bytes_per_second", 1, "PCIe bytes received per second (20 ms window)."),
+    ("nvlink_links_active", "nvlink_links_active", 1, "NVLink links up."),
+    ("mig_enabled", "mig_enabled", 1, "1 when MIG mode is on."),
+    ("persistence_mode", "persistence_mode", 1, "1 when persistence mode is on."),
+]
+_COUNTERS: list[tuple[str, str, str]] = [
+    ("energy_joules", "energy_joules", "Energy used since the driver was loaded."),
+    ("ecc_aggregate_uncorrected_errors", "ecc_aggregate_uncorrected_errors", "Uncorrected ECC errors, lifetime."),
+    ("nvlink_tx_bytes", "nvlink_tx_bytes_total", "NVLink bytes sent, all links."),
+    ("nvlink_rx_bytes", "nvlink_rx_bytes_total", "NVLink bytes received, all links."),
+]
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def families(data: dict[str, Any]) -> Iterator[Metric]:
+    """Families of the group's data: {"gpus": [GpuRecord dicts with processes[].tag], ...}."""
+    gauges = {name: GaugeMetricFamily(PREFIX + name, doc, labels=GPU_LABELS) for name, _, _, doc in _GAUGES}
+    counters = {name: CounterMetricFamily(PREFIX + name, doc, labels=GPU_LABELS) for name, _, doc in _COUNTERS}
+    up = GaugeMetricFamily(PREFIX + "up", "1 when NVML answered for the GPU; 0 when it is lost or not answering.",
+                           labels=[*GPU_LABELS, "status"])
+    reasons = GaugeMetricFamily(PREFIX + "clock_event_reason", "1 for each active clock event (throttle) reason.",
+                                labels=[*GPU_LABELS, "reason"])
+    remapped = GaugeMetricFamily(PREFIX + "remapped_rows", "Rows remapped after memory errors.",
+                                 labels=[*GPU_LABELS, "kind"])
+    process_memory = GaugeMetricFamily(PREFIX + "process_memory_used_bytes", "GPU memory a process holds.",
+                                       labels=[*GPU_LABELS, "pid", "tag"])
+    process_sm = GaugeMetricFamily(PREFIX + "process_sm_utilization_ratio", "A process's share of SM time (NVML's "
+                                   "recent sample).", labels=[*GPU_LABELS, "pid", "tag"])
+    for gpu in data.get("gpus") or []:
+        labels = [str(gpu.get("index")), str(gpu.get("uuid") or ""), str(gpu.get("pci_bus_id") or "")]
+        up.add_metric([*labels, str(gpu.get("status"))], 1.0 if gpu.get("status") == "ok" else 0.0)
+        for name, key, scale, _ in _GAUGES:
+            value = _number(gpu.get(key))
+            if value is not None:
+                gauges[name].add_metric(labels, round(value * scale, 9))
+        for name, key, _ in _COUNTERS:
+            value = _number(gpu.get(key))
+            if value is not None:
+                counters[name].add_metric(labels, value)
+        for reason in gpu.get("clock_event_reasons") or []:
+            reasons.add_metric([*labels, reason], 1.0)
+        for kind in ("correctable", "uncorrectable"):
+            value = _number(gpu.get(f"remapped_rows_{kind}"))
+            if value is not None:
+                remapped.add_metric([*labels, kind], value)
+        for process in gpu.get("processes") or []:
+            process_labels = [*labels, str(process.get("pid")), str(process.get("tag") or "")]
+            memory = _number(process.get("gpu_memory_bytes"))
+            if memory is not None:
+                process_memory.add_metric(process_labels, memory)
+            sm = _number(process.get("sm_utilization_percent"))
+            if sm is not None:
+                process_sm.add_metric(process_labels, round(sm / 100, 9))
+    yield up
+    yield from gauges.values()
+    yield from counters.values()
+    yield reasons
+    yield remapped
+    yield process_memory
+    yield process_sm

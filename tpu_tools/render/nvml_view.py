@@ -1,0 +1,79 @@
+"""Text of NVML's GPU figures: cells shared by tpu-ls and tpu-top, and tpu-ls's GPU table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tpu_tools.inventory import Inventory
+from tpu_tools.metrics.nvml import STATUS_LOST, STATUS_NOT_ANSWERING, GpuProcess, GpuRecord
+from tpu_tools.render.table import Column, TableData
+from tpu_tools.units import MISSING, format_bytes, format_memory_pair
+
+_COMMAND_WIDTH = 24
+STATUS_TEXT = {STATUS_LOST: "LOST", STATUS_NOT_ANSWERING: "NOT ANSWERING"}
+
+
+def util_text(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.0f}%"
+
+
+def temperature_text(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.0f} C"
+
+
+def power_text(draw: float | None, limit: float | None) -> str:
+    if draw is None:
+        return MISSING
+    return f"{draw:.0f} W" + (f" / {limit:.0f} W" if limit is not None else "")
+
+
+def process_text(process: GpuProcess) -> str:
+    if not process.visible:
+        who = "(other PID namespace)"
+    else:
+        words = (process.command or "?").split()
+        words[0] = words[0].rsplit("/", 1)[-1] if words else "?"
+        who = " ".join(words)
+        who = who if len(who) <= _COMMAND_WIDTH else who[: _COMMAND_WIDTH - 3] + "..."
+    return f"{process.pid} {who} {format_bytes(process.gpu_memory_bytes)}"
+
+
+def processes_text(gpu: GpuRecord) -> str:
+    return ", ".join(process_text(p) for p in gpu.processes) or MISSING
+
+
+def gpu_table(gpus: list[GpuRecord], numa: Callable[[str | None], int | None] | None = None) -> TableData:
+    """One row per NVML GPU: the card's memory, utilization, temperature, power and every process on it.
+
+    numa: the NUMA node of a PCI bus id (from passive discovery), where known.
+    """
+    table = TableData([Column("GPU", "right"), Column("NAME"), Column("MEMORY USED / TOTAL", "right"),
+                       Column("UTIL", "right"), Column("TEMP", "right"), Column("POWER", "right"), Column("PCI"),
+                       Column("NUMA", "right"), Column("PROCESSES", max_width=_COMMAND_WIDTH + 40)])
+    for gpu in gpus:
+        node = numa(gpu.pci_bus_id) if numa else None
+        numa_text = MISSING if node is None else node
+        if not gpu.ok:
+            table.add_row(gpu.index, gpu.name or MISSING, STATUS_TEXT.get(gpu.status, "ERROR"), MISSING, MISSING,
+                          MISSING, gpu.pci_bus_id or MISSING, numa_text, gpu.error or MISSING)
+            continue
+        table.add_row(gpu.index, gpu.name or MISSING, format_memory_pair(gpu.memory_used_bytes, gpu.memory_total_bytes),
+                      util_text(gpu.utilization_gpu_percent), temperature_text(gpu.temperature_celsius),
+                      power_text(gpu.power_draw_watts, gpu.power_limit_watts), gpu.pci_bus_id or MISSING, numa_text,
+                      processes_text(gpu))
+    return table
+
+
+def inventory_gpu_table(inventory: Inventory) -> TableData:
+    def numa(pci_bus_id: str | None) -> int | None:
+        chip = inventory.gpu_chip(pci_bus_id)
+        return chip.numa_node if chip else None
+
+    return gpu_table(inventory.nvml.gpus if inventory.nvml else [], numa)
+
+
+def driver_line(inventory: Inventory) -> str | None:
+    nvml = inventory.nvml
+    if nvml is None or not nvml.available:
+        return None
+    return f"NVIDIA driver {nvml.driver_version or MISSING}, CUDA {nvml.cuda_driver_version or MISSING}"
