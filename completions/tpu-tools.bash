@@ -26,12 +26,12 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|monitor')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
-            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --metrics-addr --metrics-timeout'; pathopts='--config'
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-tools|top')
-            opts='--interval --once --sort --tag-filter --user --pid --device --agent-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
-            valopts='--interval --sort --tag-filter --user --pid --device --agent-timeout --metrics-addr --metrics-timeout'; pathopts=''
+            opts='--interval --once --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--interval --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout'; pathopts=''
             case "$prev" in
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
             esac
@@ -189,12 +189,12 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-monitor|')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
-            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --metrics-addr --metrics-timeout'; pathopts='--config'
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-top|')
-            opts='--interval --once --sort --tag-filter --user --pid --device --agent-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
-            valopts='--interval --sort --tag-filter --user --pid --device --agent-timeout --metrics-addr --metrics-timeout'; pathopts=''
+            opts='--interval --once --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--interval --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout'; pathopts=''
             case "$prev" in
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
             esac
