@@ -162,24 +162,29 @@ class SyntheticGpuExporter:
     """The GPU series of one node with two GPUs (one hot and throttling, one with ECC errors)."""
 
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Gauge, start_http_server
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        from tpu_tools.metrics.nvml.export import families
+
+        def gpu(index: int, **figures: object) -> dict[str, object]:
+            return {"index": index, "uuid": f"GPU-{index}", "pci_bus_id": f"0000:0{index}:00.0", "status": "ok",
+                    "memory_total_bytes": 80e9, **figures}
+
+        # The nvml group's own export code, fed the records a hot, throttling GPU and an idle one would give.
+        records = {"gpus": [
+            gpu(0, utilization_gpu_percent=93.0, memory_used_bytes=78e9, temperature_celsius=88.0,
+                power_draw_watts=690.0, ecc_aggregate_uncorrected_errors=0, clock_event_reasons=["hw_thermal_slowdown"]),
+            gpu(1, utilization_gpu_percent=0.0, memory_used_bytes=1e9, temperature_celsius=40.0,
+                power_draw_watts=70.0, ecc_aggregate_uncorrected_errors=2, clock_event_reasons=["gpu_idle"]),
+        ]}
+
+        class Records:
+            def collect(self):  # noqa: ANN202 (prometheus_client's collector protocol)
+                return families(records)
 
         self.registry = CollectorRegistry()
         self.port = free_port()
-        labels = ["gpu", "uuid", "pci_bus_id"]
-        gauges = {
-            "utilization_ratio": [0.93, 0.0], "memory_used_bytes": [78e9, 1e9], "memory_total_bytes": [80e9, 80e9],
-            "temperature_celsius": [88.0, 40.0], "power_watts": [690.0, 70.0],
-        }
-        for name, values in gauges.items():
-            family = Gauge(f"tpu_tools_gpu_{name}", f"GPU {name}.", labels, registry=self.registry)
-            for index, value in enumerate(values):
-                family.labels(str(index), f"GPU-{index}", f"0000:0{index}:00.0").set(value)
-        ecc = Gauge("tpu_tools_gpu_ecc_errors_uncorrected_total", "ECC.", labels, registry=self.registry)
-        ecc.labels("0", "GPU-0", "0000:00:00.0").set(0)
-        ecc.labels("1", "GPU-1", "0000:01:00.0").set(2)
-        throttle = Gauge("tpu_tools_gpu_throttle_active", "Throttle.", [*labels, "reason"], registry=self.registry)
-        throttle.labels("0", "GPU-0", "0000:00:00.0", "hw_thermal_slowdown").set(1)
+        self.registry.register(Records())
         self.server, self.thread = start_http_server(self.port, addr="127.0.0.1", registry=self.registry)
 
     @property
@@ -214,7 +219,7 @@ class FleetStack:
             # Every host scraped with its chips' duty cycle and its agents.
             self.prometheus.wait_for('tpu_tools_device_utilization_percent{job="tpu-tools"}', count=24)
             self.prometheus.wait_for('tpu_tools_process_steps_total{job="tpu-tools"}', count=3)
-            self.prometheus.wait_for("tpu_tools_gpu_power_watts", count=2)
+            self.prometheus.wait_for("tpu_tools_gpu_power_draw_watts", count=2)
         except BaseException:
             self.stop()
             raise

@@ -88,7 +88,7 @@ def fleet() -> dashboard.Dashboard:
                                        f"tpu_tools_gpu_memory_total_bytes{HOSTS}",
                                        "{{instance}} gpu {{gpu}}")))
             .with_panel(_series("Power", "watt",
-                                _query(f"tpu_tools_gpu_power_watts{HOSTS}", "{{instance}} gpu {{gpu}}")))
+                                _query(f"tpu_tools_gpu_power_draw_watts{HOSTS}", "{{instance}} gpu {{gpu}}")))
             .with_panel(bargauge.Panel().title("Distance from the slice's median duty cycle (the slow worker)")
                         .description("Each host's mean duty cycle minus the median over hosts: the host furthest "
                                      "below zero is the slice's slow worker.")
