@@ -29,6 +29,7 @@ BETTER = "better"
 WORSE = "worse (within noise)"
 REGRESSION = "regression"
 NOT_GATED = "not gated (n<3)"
+NOISY = "noisy (not gated)"  # worse beyond the spread, but a run flagged the case noisy
 NEW = "new"
 LOST = "regression"  # a case that no longer produces figures
 
@@ -140,7 +141,12 @@ def compare(baseline: dict[str, Any], current: dict[str, Any], tolerance: float,
                 comparison.changes.append(FigureChange(case_id, figure, base_summary.median, None, None, LOST,
                                                        note="figure missing from the current result"))
             else:
-                comparison.changes.append(judge(case_id, figure, base_summary, cur_summary, tolerance))
+                change = judge(case_id, figure, base_summary, cur_summary, tolerance)
+                noisy = [side for side, r in (("baseline", base), ("current", cur)) if r.values.get("noisy")]
+                if change.regressed and noisy:
+                    change.verdict = NOISY
+                    change.note = f"the {' and '.join(noisy)} run flagged this case noisy"
+                comparison.changes.append(change)
     comparison.baseline_only = [case_id for case_id in base_cases if case_id not in cur_cases]
     return comparison
 
