@@ -75,7 +75,9 @@ class ChipSpec:
         return self.peak_bf16_flops / passes if self.peak_bf16_flops else None
 
 
-def _tpu(name, device_id, *, subsystem=None, devices, cores, nodes, hbm_gib, bw_gbs, bf16_t, int8_t, kind, fp8_t=None):
+def _tpu(name: str, device_id: int, *, subsystem: int | None = None, devices: int, cores: int, nodes: str,
+         hbm_gib: int, bw_gbs: float, bf16_t: float, int8_t: float | None, kind: str,
+         fp8_t: float | None = None) -> tuple[tuple[int, int, int | None], ChipSpec]:
     return (
         (GOOGLE, device_id, subsystem),
         ChipSpec(

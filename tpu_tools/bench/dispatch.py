@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpu_tools.bench.context import BenchContext
+from tpu_tools.bench.figures import record_times
 from tpu_tools.bench.records import Case, CaseResult
 from tpu_tools.bench.stats import summarize
-from tpu_tools.bench.figures import record_times
 from tpu_tools.bench.timing import time_back_to_back, time_calls, timed
 
 MODES = ("compiled", "eager")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from tpu_tools.bench.context import BenchContext, cost_check, mismatch_warning
 from tpu_tools.bench.failures import CaseSkipped
