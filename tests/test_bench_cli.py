@@ -27,7 +27,8 @@ DOCUMENT_KEYS = {"schema", "time", "suite", "interrupted", "settings", "environm
 ENVIRONMENT_KEYS = {"host", "os", "python", "cpu_model", "cpu_count", "cpus_usable", "versions", "variables",
                     "command"}
 DEVICE_KEYS = {"platform", "platform_version", "kind", "count", "process_count", "chip", "devices_per_chip",
-               "memory_bytes", "peak_ops_per_s_per_device", "peak_memory_bandwidth_bytes_per_s_per_device"}
+               "memory_bytes", "peak_ops_per_s_per_device", "f32_matmul",
+               "peak_memory_bandwidth_bytes_per_s_per_device"}
 RESULT_KEYS = {"id", "benchmark", "name", "params", "status", "message", "primary", "stats", "values", "warnings",
                "duration_s"}
 SUMMARY_KEYS = {"median", "p25", "p75", "p90", "p99", "min", "max", "mean", "stdev", "count", "higher_is_better"}
@@ -75,6 +76,14 @@ def test_matmul_pins_the_schema_and_reports_an_unsupported_dtype_while_the_rest_
     assert f32["values"]["flops_per_call"] == 2 * 64 ** 3
     assert f32["values"]["xla_flops_per_call"] == pytest.approx(2 * 64 ** 3, rel=0.1)
     assert f32["values"]["percent_of_peak"] is None  # no published peak for a CPU
+    # Calls back to back, calibrated: many tiny GEMMs per sample; what ran and what else ran beside it.
+    assert f32["values"]["timing"] == "back_to_back" and f32["values"]["calls_per_sample"] > 1
+    assert f32["values"]["repeats"] == 3 and f32["values"]["repeat_spread_percent"] >= 0
+    assert f32["values"]["precision"] == "default" and f32["values"]["arithmetic"] == "fp32"
+    assert set(f32["values"]["interference"]) == {"other_processes_cpu_percent", "steal_percent",
+                                                  "load_average_1m", "cpu_mhz", "cpus"}
+    assert isinstance(f32["values"]["noisy"], bool)
+    assert document["device"]["f32_matmul"]["highest"]["arithmetic"] == "fp32"
     assert f32["values"]["compile_ms"] > 0
     assert cases["matmul/f32/32x48x16"]["values"]["flops_per_call"] == 2 * 32 * 48 * 16
     assert cases["matmul/int8/64"]["primary"] == "throughput_tops"

@@ -29,7 +29,6 @@ BETTER = "better"
 WORSE = "worse (within noise)"
 REGRESSION = "regression"
 NOT_GATED = "not gated (n<3)"
-NOISY = "noisy (not gated)"  # worse beyond the spread, but a run flagged the case noisy
 NEW = "new"
 LOST = "regression"  # a case that no longer produces figures
 
@@ -142,9 +141,10 @@ def compare(baseline: dict[str, Any], current: dict[str, Any], tolerance: float,
                                                        note="figure missing from the current result"))
             else:
                 change = judge(case_id, figure, base_summary, cur_summary, tolerance)
+                # Still gated (the quartiles already span the repeats' spread), but said: the figure moved in
+                # its own run, so a rerun on a quieter host is the first thing to try.
                 noisy = [side for side, r in (("baseline", base), ("current", cur)) if r.values.get("noisy")]
-                if change.regressed and noisy:
-                    change.verdict = NOISY
+                if noisy and change.verdict != SAME:
                     change.note = f"the {' and '.join(noisy)} run flagged this case noisy"
                 comparison.changes.append(change)
     comparison.baseline_only = [case_id for case_id in base_cases if case_id not in cur_cases]

@@ -162,7 +162,7 @@ def _run_in_process(ctx: Any, case: Case) -> CaseResult:
         reasons = noise_reasons(result.values, ctx.platform)
         result.values["noisy"] = bool(reasons)
         if reasons:
-            result.warn("noisy: " + "; ".join(reasons) + " (not gated against a baseline)")
+            result.warn("noisy: " + "; ".join(reasons))
     return result
 
 

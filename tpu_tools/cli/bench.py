@@ -38,7 +38,7 @@ MAN_SECTIONS = {
         "bursts, apart in time, until --min-time seconds of samples (and at least 3) are collected. "
         "The table shows each case's headline figure as MEDIAN, SPREAD (half the interquartile range, relative "
         "to the median) and N (samples); the quartiles span at least the bursts' medians, so the spread "
-        "shows the variation between runs. A case is flagged noisy (a warning; not gated against a baseline) "
+        "shows the variation between runs. A case is flagged noisy (a warning, and a note beside its changes in a comparison) "
         "when its bursts differ by more than 5%, or, on the CPU platform, when other processes took more than "
         "10% of the host's CPU while it ran; values.interference records their CPU share, the load average, "
         "steal time and CPU frequency. FLOPs are counted analytically and cross-checked with XLA's cost "
