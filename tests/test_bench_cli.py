@@ -189,6 +189,7 @@ def test_compile_cold_then_warm_from_the_persistent_cache(tmp_path):
     (["train", "--preset", "huge"], "'huge' is not one of"),
     (["infer", "--preset", "huge"], "'huge' is not one of"),
     (["matmul", "--dtype", "f64"], "unknown dtype 'f64'"),
+    (["matmul", "--precision", "tf32"], "unknown precision 'tf32': choose from default, high, highest"),
     (["matmul", "--size", "0"], "must be at least 1"),
     (["matmul", "--size", "-4"], "must be at least 1"),
     (["matmul", "--size", "big"], "not a matrix size"),
@@ -284,7 +285,7 @@ def test_compare_two_files(baseline, tmp_path):
     fast = _forged(baseline, tmp_path, "fast.json", speedup=20.0)
     worse = run_tool("tpu-bench", "compare", str(fast), str(baseline), "--json", str(tmp_path / "c.json"))
     assert_one_line_error(worse, 3, "regressed")
-    assert json.loads((tmp_path / "c.json").read_text())["regression_count"] == 1
+    assert json.loads((tmp_path / "c.json").read_text())["regression_count"] == 2  # latency and back to back
     warned = run_tool("tpu-bench", "compare", str(older), str(baseline))
     assert warned.returncode == 0 and "warning: jax version differs: baseline '0.0.1'" in warned.stdout
 
@@ -386,3 +387,15 @@ def test_terminal_shows_a_progress_bar_then_a_rich_table(tmp_path, width, height
 
 def test_a_platform_that_is_not_installed_is_one_line_and_exit_1():
     assert_one_line_error(bench("--platform", "tpu"), 1, "tpu platform is not available")
+
+
+def test_matmul_precision_is_a_case_of_its_own_and_says_what_ran(tmp_path):
+    document = bench_json(tmp_path / "r.json", "matmul", "--size", "32", "--dtype", "f32,bf16", "--precision",
+                          "default,highest", *FAST)
+    cases = by_id(document)
+    assert list(cases) == ["matmul/f32/32", "matmul/bf16/32", "matmul/f32/32/highest", "matmul/bf16/32/highest"]
+    assert all(case["status"] == "ok" for case in cases.values())
+    assert cases["matmul/f32/32/highest"]["values"]["precision"] == "highest"
+    assert cases["matmul/f32/32/highest"]["values"]["arithmetic"] == "fp32"  # the CPU computes f32 in f32
+    assert cases["matmul/bf16/32"]["values"]["arithmetic"] == "bf16"
+    assert cases["matmul/f32/32"]["params"]["precision"] == "default"
