@@ -20,7 +20,7 @@ def _sleeper(seconds: float):
 
 
 def test_back_to_back_calibrates_calls_per_sample_and_chains_every_call():
-    settings = TimingSettings(min_time_s=0.06, warmup=2, sample_time_s=0.01, repeats=3)
+    settings = TimingSettings(min_time_s=0.06, warmup=2, sample_time=0.01, repeats=3)
     measurement = time_back_to_back(_sleeper(0.001), 0, lambda output: output, settings)
     # A 1 ms call needs several calls to fill a 10 ms sample (sleep may overshoot: generous bounds).
     assert 2 <= measurement.calls_per_sample <= 20
@@ -35,7 +35,7 @@ def test_back_to_back_calibrates_calls_per_sample_and_chains_every_call():
 
 
 def test_a_calibration_that_cannot_reach_the_sample_length_says_so_instead_of_looping():
-    settings = TimingSettings(min_time_s=0.01, warmup=0, sample_time_s=5.0, max_calls_per_sample=64)
+    settings = TimingSettings(min_time_s=0.01, warmup=0, sample_time=5.0, max_calls_per_sample=64)
     start = time.perf_counter()
     measurement = time_back_to_back(lambda previous: previous + 1, 0, lambda output: output, settings)
     assert time.perf_counter() - start < 5  # never waited for the 5 s sample
@@ -45,10 +45,17 @@ def test_a_calibration_that_cannot_reach_the_sample_length_says_so_instead_of_lo
 
 
 def test_a_calibration_out_of_time_stops_with_a_sentence():
-    settings = TimingSettings(min_time_s=0.01, warmup=0, sample_time_s=10.0, calibration_budget_s=0.05)
+    settings = TimingSettings(min_time_s=0.01, warmup=0, sample_time=10.0, calibration_budget_s=0.05)
     measurement = time_back_to_back(_sleeper(0.002), 0, lambda output: output, settings)
     (note,) = measurement.notes
     assert note.startswith("calibration stopped after 0.05 s")
+
+
+def test_the_sample_length_follows_the_time_budget_within_bounds():
+    assert TimingSettings(min_time_s=0.5).sample_time_s == 0.05
+    assert TimingSettings(min_time_s=0.1).sample_time_s == pytest.approx(0.01)
+    assert TimingSettings(min_time_s=0.001).sample_time_s == 0.002
+    assert TimingSettings(min_time_s=0.5, sample_time=0.2).sample_time_s == 0.2
 
 
 def test_relative_range_and_burst_quartiles():

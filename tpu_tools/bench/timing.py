@@ -2,7 +2,7 @@
 
 `time_back_to_back` measures what the device sustains. Each sample issues k
 calls back to back and blocks once at the end; the time per call is the sample
-over k. k is calibrated so that a sample lasts `sample_time_s`: the host's
+over k. k is calibrated so that a sample lasts `sample_time_s` (50 ms by default): the host's
 launch-and-wait round trip (tens of microseconds on a CPU, about 0.3 ms on a
 GPU) is then paid once per sample, not once per call. Each call receives the
 previous call's output as an argument (the callers keep it as an unused
@@ -35,10 +35,18 @@ class TimingSettings:
     warmup: int = 3  # untimed calls before the first sample
     min_samples: int = 3
     max_samples: int = 100_000
-    sample_time_s: float = 0.02  # a back-to-back sample lasts at least this (the host round trip is noise)
+    # A back-to-back sample lasts at least this, so the host round trip is noise: by default a tenth of
+    # min_time_s, between 2 and 50 ms (50 ms at the suites' 0.5 s and 2 s, where a GPU's 0.3 ms is 0.6 %).
+    sample_time: float | None = None
     repeats: int = 3  # bursts of back-to-back samples per case, apart in time
     max_calls_per_sample: int = 100_000
     calibration_budget_s: float = 2.0  # calibration gives up (and says so) after this long
+
+    @property
+    def sample_time_s(self) -> float:
+        if self.sample_time is not None:
+            return self.sample_time
+        return min(0.05, max(0.002, self.min_time_s / 10))
 
 
 @dataclass
