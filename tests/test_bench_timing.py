@@ -162,3 +162,31 @@ def test_a_noisy_case_is_still_gated_and_the_comparison_says_it_was_noisy():
     assert change.verdict == REGRESSION and change.note == "the current run flagged this case noisy"
     (same,) = compare(document(1.0, True), document(1.0, False), 0.05).changes
     assert same.note is None
+
+
+def test_a_chained_call_waits_for_the_previous_output_on_the_cpu_runtime():
+    """The chain of back-to-back calls: an unused argument still orders the executions (real PJRT CPU)."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.key(1), (384, 384))
+
+    def long_chain(m):
+        for _ in range(12):
+            m = jnp.tanh(m @ m)
+        return m[:2, :2]
+
+    slow = jax.jit(long_chain).lower(a).compile()
+    x = jnp.ones((2, 2))
+    quick = jax.jit(lambda v, previous: v + 1.0, keep_unused=True).lower(x, x).compile()
+    slow(a).block_until_ready()
+    quick(x, x).block_until_ready()
+    start = time.perf_counter()
+    previous = slow(a)
+    after = quick(x, previous)
+    after.block_until_ready()
+    quick_done = time.perf_counter() - start
+    previous.block_until_ready()
+    slow_done = time.perf_counter() - start
+    assert quick_done >= 0.9 * slow_done  # ready only once the slow call it was chained to is
+    assert float(after[0, 0]) == 2.0
