@@ -45,5 +45,7 @@ def run(ctx: BenchContext, case: Case) -> CaseResult:
             return jnp.add(v, 1.0)
     seconds = time_calls(lambda _: call(x).block_until_ready(), ctx.timing)
     result.stats["latency_us"] = summarize([s * 1e6 for s in seconds])
-    record_times(result, time_back_to_back(call, x, jax.block_until_ready, ctx.timing), "back_to_back_us", 1e6)
+    result.values["timing"] = "per_call"  # the headline; back_to_back_us is the secondary figure
+    record_times(result, time_back_to_back(call, x, jax.block_until_ready, ctx.timing), "back_to_back_us", 1e6,
+                 headline=False)
     return result

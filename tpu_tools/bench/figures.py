@@ -7,11 +7,17 @@ from tpu_tools.bench.stats import rates, summarize_bursts
 from tpu_tools.bench.timing import Measurement
 
 
-def record_times(result: CaseResult, measurement: Measurement, figure: str, scale: float) -> None:
-    """`figure` (time_us: scale 1e6) from the seconds per call, and how they were measured."""
+def record_times(result: CaseResult, measurement: Measurement, figure: str, scale: float,
+                 headline: bool = True) -> None:
+    """`figure` (time_us: scale 1e6) from the seconds per call, and how they were measured.
+
+    `headline`: the measurement behind the case's primary figure, whose timing values (and repeat spread,
+    which flags a case noisy) the case records; a secondary figure only adds its stats.
+    """
     result.stats[figure] = summarize_bursts([s * scale for s in measurement.seconds],
                                             [s * scale for s in measurement.burst_medians])
-    result.values.update(measurement.values())
+    if headline:
+        result.values.update(measurement.values())
     for note in measurement.notes:
         result.warn(note)
 
