@@ -193,8 +193,10 @@ def accelerator_main(args: argparse.Namespace) -> int:
     jax = import_jax(RuntimePolicy(platform=args.platform))
     jnp = jax.numpy
     device = jax.local_devices()[0]
-    if device.platform == "cpu":
+    if device.platform == "cpu" and not args.table:
         return cpu_main(args, jax)
+    gemms = GEMMS if args.table_size is None else tuple((name, args.table_size) for name, _ in GEMMS[:2])
+    tool_only = TOOL_ONLY if args.table_size is None else tuple((name, args.table_size) for name, _ in TOOL_ONLY)
 
     def back_to_back(call, work: float) -> float:
         """The hand-timed loop: 50 calls issued back to back, one block; the median of 5 such loops."""
@@ -223,7 +225,7 @@ def accelerator_main(args: argparse.Namespace) -> int:
 
     rows = []  # (label, unit, tool, hand, torch, tool case)
     warnings: list[str] = []
-    for name, n in GEMMS:
+    for name, n in gemms:
         hand = hand_gemm(name, n)
         case = _tpu_bench_runner("matmul", {"shapes": (n,), "dtypes": (name,)}, args)
         rows.append((f"matmul {name} {n}", "TFLOP/s", case["stats"]["throughput_tflops"]["median"], hand,
@@ -261,7 +263,7 @@ def accelerator_main(args: argparse.Namespace) -> int:
     print("targets: GEMM tool/hand 0.97..1.03 and tool/torch >= 0.95; copy tool/hand 0.97..1.03 and >= 85% of "
           "the datasheet peak")
     print("tpu-bench alone (what ran, % of peak):")
-    for name, n in TOOL_ONLY:
+    for name, n in tool_only:
         case = _tpu_bench_runner("matmul", {"shapes": (n,), "dtypes": (name,)}, args)
         if case["status"] != "ok":
             print(f"    matmul {name} {n}: {case['status']}: {case['message']}")
@@ -286,8 +288,12 @@ def main() -> int:
     parser.add_argument("--platform", default="auto", help="auto (whatever jax picks), cpu, cuda, tpu, ...")
     parser.add_argument("--cli", action="store_true", help="CPU: run the tpu-bench program instead of its runner")
     parser.add_argument("--no-torch", action="store_true", help="accelerators: leave PyTorch out")
+    parser.add_argument("--table", action="store_true",
+                        help="print the accelerator table on the CPU platform too (to check this script)")
+    parser.add_argument("--table-size", type=int, default=None, help="accelerator table: GEMM size instead of "
+                        "8192 and 4096 (to check this script quickly)")
     args = parser.parse_args()
-    if args.platform == "cpu":
+    if args.platform == "cpu" and not args.table:
         from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
 
         return cpu_main(args, import_jax(RuntimePolicy(platform="cpu")))
