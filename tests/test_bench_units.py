@@ -176,8 +176,13 @@ def test_table_shows_statuses_and_percent_of_peak():
     ok.stats["time_us"] = _summary(3.0, 0.1, higher=False)
     skipped = _result("int4 8", 0, status="unsupported")
     skipped.message = "int4 matmul is unsupported on cpu"
-    text = plain_table(results_table(RunResult.from_dict(_document([ok, skipped]))))
+    tf32 = CaseResult(Case("matmul", "f32 8", {"dtype": "f32"}), primary="throughput_tflops")
+    tf32.stats.update({"throughput_tflops": _summary(300.0, 0.01), "time_us": _summary(3.0, 0.1, higher=False)})
+    tf32.values.update({"arithmetic": "tf32", "noisy": True})
+    text = plain_table(results_table(RunResult.from_dict(_document([ok, skipped, tf32]))))
     assert "500 TFLOP/s" in text and "50.5%" in text and "int4 matmul is unsupported on cpu" in text
+    assert "ran as tf32" in text and "noisy" in text  # what ran, and a figure not to trust
+    assert text.count("ran as") == 1  # bf16 ran as bf16: nothing to say
 
 
 def test_transformer_presets_and_flop_counts():
