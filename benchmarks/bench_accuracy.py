@@ -183,6 +183,11 @@ def torch_figures(copy_bytes: int) -> dict:
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
+def _median(case: dict, figure: str) -> float | None:
+    """A tpu-bench case's median of `figure`, None when the case did not run."""
+    return case["stats"][figure]["median"] if case["status"] == "ok" else None
+
+
 def accelerator_main(args: argparse.Namespace) -> int:
     from tpu_tools.parsing import parse_size
 
@@ -228,11 +233,11 @@ def accelerator_main(args: argparse.Namespace) -> int:
     for name, n in gemms:
         hand = hand_gemm(name, n)
         case = _tpu_bench_runner("matmul", {"shapes": (n,), "dtypes": (name,)}, args)
-        rows.append((f"matmul {name} {n}", "TFLOP/s", case["stats"]["throughput_tflops"]["median"], hand,
+        rows.append((f"matmul {name} {n}", "TFLOP/s", _median(case, "throughput_tflops"), hand,
                      (torch.get(f"gemm {name} {n}") or 0) / 1e12 or None, case))
     hand = hand_copy()
     case = _tpu_bench_runner("memory", {"sizes": (copy_bytes,), "operations": ("copy",)}, args)
-    rows.append((f"memory copy {copy_bytes >> 20} MiB", "GB/s", case["stats"]["bandwidth_gbps"]["median"], hand,
+    rows.append((f"memory copy {copy_bytes >> 20} MiB", "GB/s", _median(case, "bandwidth_gbps"), hand,
                  (torch.get("copy") or 0) / 1e9 or None, case))
 
     print(f"# {' '.join([os.path.basename(sys.executable), *sys.argv])}")
@@ -245,6 +250,10 @@ def accelerator_main(args: argparse.Namespace) -> int:
           f" {'% peak':>7}  verdict")
     failed = False
     for label, unit, tool, hand, theirs, case in rows:
+        if tool is None:
+            failed = True
+            print(f"{label:<22} tpu-bench {case['status']}: {case['message']}")
+            continue
         ratio = tool / hand
         versus_torch = tool / theirs if theirs else None
         peak = case["values"].get("percent_of_peak")
