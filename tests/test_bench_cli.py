@@ -76,10 +76,10 @@ def test_matmul_pins_the_schema_and_reports_an_unsupported_dtype_while_the_rest_
     assert f32["values"]["flops_per_call"] == 2 * 64 ** 3
     assert f32["values"]["xla_flops_per_call"] == pytest.approx(2 * 64 ** 3, rel=0.1)
     assert f32["values"]["percent_of_peak"] is None  # no published peak for a CPU
-    # Calls back to back, calibrated so a sample lasts 2 ms (one call may, on a busy host); what ran and what
-    # else ran beside it.
+    # Calls back to back (the calibration itself is tested in test_bench_timing.py: on a busy host one call
+    # may already last the 2 ms sample); what ran and what else ran beside it.
     assert f32["values"]["timing"] == "back_to_back" and f32["values"]["calls_per_sample"] >= 1
-    assert f32["values"]["sample_ms"] >= 2 or f32["values"]["calls_per_sample"] > 1
+    assert f32["values"]["sample_ms"] > 0
     assert f32["values"]["repeats"] == 3 and f32["values"]["repeat_spread_percent"] >= 0
     assert f32["values"]["precision"] == "default" and f32["values"]["arithmetic"] == "fp32"
     assert set(f32["values"]["interference"]) == {"other_processes_cpu_percent", "steal_percent",
