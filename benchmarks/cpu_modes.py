@@ -11,7 +11,8 @@ did (or did not) work. Other processes' CPU share during each process is shown
 too: on a shared host it explains much of the variation.
 
 `--variant` runs the same under a candidate remedy:
-  flags:single   XLA_FLAGS=--xla_cpu_multi_thread_eigen=false (one thread does the dot)
+  flags:single   XLA_FLAGS=--xla_cpu_multi_thread_eigen=false (meant to make one thread do the dot; with
+                 jax 0.10.2 the Eigen pool still works under it)
   pin            the Eigen threads pinned one per usable CPU after start-up
 
     PYTHONPATH=. python3 benchmarks/cpu_modes.py [--processes 8] [--size 1024] [--seconds 1.5] [--variant none]
