@@ -136,7 +136,7 @@ GPU_SPECS: tuple[ChipSpec, ...] = (
             bf16_t=312, tf32_t=156, fp32_t=19.5, int8_t=624, fp8_t=None),
     _nvidia("NVIDIA A100 SXM 80GB", r"A100.*80", (0x20B2,), hbm_gb=80, bw_gbs=2039, bf16_t=312,
             tf32_t=156, fp32_t=19.5, int8_t=624, fp8_t=None),
-    _nvidia("NVIDIA A100 40GB", r"A100", (0x20B0, 0x20F1), hbm_gb=40, bw_gbs=1555, bf16_t=312,
+    _nvidia("NVIDIA A100 40GB", r"A100.*40", (0x20B0, 0x20F1), hbm_gb=40, bw_gbs=1555, bf16_t=312,
             tf32_t=156, fp32_t=19.5, int8_t=624, fp8_t=None),
     _nvidia("NVIDIA H100 NVL", r"H100.*NVL", (0x2321,), hbm_gb=94, bw_gbs=3900, bf16_t=835,
             tf32_t=418, fp32_t=60, int8_t=1671, fp8_t=1671),
