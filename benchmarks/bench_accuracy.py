@@ -1,21 +1,31 @@
 #!/usr/bin/env python3
-"""Does `tpu-bench` report what a plain hand-timed loop measures? Target: within 5 %.
+"""Does `tpu-bench` report what a plain hand-timed loop measures? Side by side, in one run.
 
-In one run, interleaved in rounds (the machine is shared and noisy, so only
-ratios of figures taken side by side mean anything):
+On the CPU platform (target: within 5 %), interleaved in rounds (the machine is
+shared and noisy, so only ratios of figures taken side by side mean anything):
   - this script times the same jitted GEMM and the same copy itself: a plain
-    loop of calls, each followed by `block_until_ready` and timed on its own;
-    the rate of the median call (what tpu-bench reports), and total work over
-    total time of the loop for reference;
+    loop of calls, each followed by `block_until_ready` and timed on its own
+    (the per-call method tpu-bench used before it timed calls back to back);
+    the rate of the median call, and total work over total time of the loop;
   - tpu-bench's matmul and memory (copy) benchmarks measure the same programs
     (same size, dtype and byte count) and report their medians: in this
     process through the runner behind `tpu-bench` (the command only renders
-    what it returns), so that the two sides can alternate every fraction of a
+    what it returns), so that the two sides alternate every fraction of a
     second; `--cli` runs the `tpu-bench` program instead (seconds apart).
 Each round runs the hand loop, then tpu-bench; the figure is the median over
-rounds of the ratio within a round.
+rounds of the ratio within a round. A ratio above 1 by more than the noise
+would mean the back-to-back calls overlapped.
 
-    python benchmarks/bench_accuracy.py [--rounds 15] [--size 1024] [--copy-bytes 64M] [--min-time 0.3] [--cli]
+On a GPU or TPU, one table: tpu-bench beside a hand-timed back-to-back JAX loop
+(50 calls issued, one block at the end) and, where PyTorch is installed beside
+jax on a CUDA GPU, `torch.matmul` and `Tensor.copy_` timed the same way (in a
+child process, before this process opens the device): bf16 and f16 GEMM 8192,
+bf16 GEMM 4096, copy of 1 GiB, with the ratios and the targets (GEMM within 3 %
+of the hand loop and at least 95 % of PyTorch; copy within 3 % of the hand loop
+and at least 85 % of the datasheet peak). Then tpu-bench alone for f32 (with
+what it ran as), fp8 and int8 with their % of peak. Runs in about 2 minutes.
+
+    PYTHONPATH=. python benchmarks/bench_accuracy.py [--rounds N] [--min-time 0.3] [--platform auto] [--cli]
 """
 
 from __future__ import annotations
@@ -33,6 +43,8 @@ from harness import script
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+GIB = 1 << 30
 
 
 def _tpu_bench_program(benchmark: str, options: dict, args: argparse.Namespace) -> dict:
@@ -63,24 +75,14 @@ def _tpu_bench_runner(benchmark: str, options: dict, args: argparse.Namespace) -
     return case.to_dict()
 
 
-def main() -> int:
+def cpu_main(args: argparse.Namespace, jax) -> int:
     from tpu_tools.parsing import parse_size
     from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--size", type=int, default=1024, help="GEMM size N (N x N x N, float32)")
-    parser.add_argument("--copy-bytes", default="64M", help="bytes per array of the copy")
-    parser.add_argument("--min-time", type=float, default=0.3, help="seconds per measurement, both sides")
-    parser.add_argument("--platform", default="cpu")
-    parser.add_argument("--cli", action="store_true", help="run the tpu-bench program instead of its runner")
-    args = parser.parse_args()
-    copy_bytes = parse_size(args.copy_bytes)
-
-    jax = import_jax(RuntimePolicy(platform=args.platform))
     jnp = jax.numpy
+    copy_bytes = parse_size(args.copy_bytes or "64M")
     device = jax.local_devices()[0]
-    n = args.size
+    n = args.size or 1024
     a = jax.device_put(jax.random.normal(jax.random.key(1), (n, n), jnp.float32), device)
     b = jax.device_put(jax.random.normal(jax.random.key(2), (n, n), jnp.float32), device)
     gemm = jax.jit(lambda x, y: jnp.matmul(x, y)).lower(a, b).compile()
@@ -100,20 +102,24 @@ def main() -> int:
 
     tpu_bench = _tpu_bench_program if args.cli else _tpu_bench_runner
     rounds: dict[str, list[tuple[float, float, float]]] = {"gemm": [], "copy": []}  # (tool, hand median, loop)
-    for _ in range(args.rounds):
+    noisy: dict[str, int] = {"gemm": 0, "copy": 0}
+    for _ in range(args.rounds or 15):
         median_rate, loop_rate = hand_rates(lambda: gemm(a, b).block_until_ready(), 2 * n ** 3)
-        tool = tpu_bench("matmul", {"shapes": (n,), "dtypes": ("f32",)}, args)["stats"]["throughput_tflops"]
-        rounds["gemm"].append((tool["median"], median_rate / 1e12, loop_rate / 1e12))
+        case = tpu_bench("matmul", {"shapes": (n,), "dtypes": ("f32",)}, args)
+        rounds["gemm"].append((case["stats"]["throughput_tflops"]["median"], median_rate / 1e12, loop_rate / 1e12))
+        noisy["gemm"] += bool(case["values"].get("noisy"))
         median_rate, loop_rate = hand_rates(lambda: copy(x).block_until_ready(), 2 * copy_bytes)
-        tool = tpu_bench("memory", {"sizes": (copy_bytes,), "operations": ("copy",)}, args)["stats"]["bandwidth_gbps"]
-        rounds["copy"].append((tool["median"], median_rate / 1e9, loop_rate / 1e9))
+        case = tpu_bench("memory", {"sizes": (copy_bytes,), "operations": ("copy",)}, args)
+        rounds["copy"].append((case["stats"]["bandwidth_gbps"]["median"], median_rate / 1e9, loop_rate / 1e9))
+        noisy["copy"] += bool(case["values"].get("noisy"))
 
     print(f"# {' '.join([os.path.basename(sys.executable), *sys.argv])}")
-    print(f"# device {device.device_kind} ({device.platform}), {args.rounds} rounds, tpu-bench "
-          f"{'program' if args.cli else 'runner in this process'}")
+    print(f"# device {device.device_kind} ({device.platform}), {len(rounds['gemm'])} rounds, tpu-bench "
+          f"{'program' if args.cli else 'runner in this process'} (calls back to back), hand loop one call at "
+          "a time")
     failed = False
     for key, label, unit in (("gemm", f"f32 GEMM {n}x{n}x{n}", "TFLOP/s"),
-                             ("copy", f"copy of {args.copy_bytes} (read + write)", "GB/s")):
+                             ("copy", f"copy of {copy_bytes >> 20} MiB (read + write)", "GB/s")):
         tool, hand, loop = (statistics.median(r[i] for r in rounds[key]) for i in range(3))
         ratio = statistics.median(r[0] / r[1] for r in rounds[key])
         ok = abs(ratio - 1) <= 0.05
@@ -122,9 +128,186 @@ def main() -> int:
               f"0.95..1.05) {'ok' if ok else 'OUT OF TARGET'}")
         print(f"    medians over the rounds: tpu-bench {tool:.4g} {unit}, hand loop {hand:.4g} {unit}")
         print(f"    hand loop as total work / total time: {loop:.4g} {unit}")
+        print(f"    tpu-bench flagged the case noisy in {noisy[key]} of {len(rounds[key])} rounds")
         print("    rounds (tpu-bench / hand median): "
               + ", ".join(f"{r[0]:.4g}/{r[1]:.4g}" for r in rounds[key]))
     return 1 if failed else 0
+
+
+# --- accelerators ----------------------------------------------------------------------------------------
+
+GEMMS = (("bf16", 8192), ("f16", 8192), ("bf16", 4096))
+TOOL_ONLY = (("f32", 8192), ("fp8", 8192), ("int8", 8192))
+BACK_TO_BACK_CALLS = 50
+
+_TORCH_CHILD = r"""
+import json, sys, time
+import torch
+gemms, copy_bytes, calls = json.loads(sys.argv[1])
+def rate(fn, work):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    rates = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        rates.append(work * calls / (time.perf_counter() - start))
+    return sorted(rates)[len(rates) // 2]
+out = {"torch": torch.__version__}
+for name, n in gemms:
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[name]
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    out[f"gemm {name} {n}"] = rate(lambda: torch.matmul(a, b), 2 * n ** 3)
+    del a, b
+x = torch.randn(copy_bytes // 4, device="cuda")
+y = torch.empty_like(x)
+out["copy"] = rate(lambda: y.copy_(x), 2 * copy_bytes)
+print(json.dumps(out))
+"""
+
+
+def torch_figures(copy_bytes: int) -> dict:
+    """PyTorch's figures from a child process ({} with a reason when PyTorch or CUDA is not there)."""
+    try:
+        child = subprocess.run([sys.executable, "-c", _TORCH_CHILD, json.dumps([GEMMS, copy_bytes,
+                                                                                BACK_TO_BACK_CALLS])],
+                               capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired:
+        return {"error": "PyTorch took over 240 s"}
+    if child.returncode != 0:
+        last = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"PyTorch not measured: {last}"}
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def _median(case: dict, figure: str) -> float | None:
+    """A tpu-bench case's median of `figure`, None when the case did not run."""
+    return case["stats"][figure]["median"] if case["status"] == "ok" else None
+
+
+def accelerator_main(args: argparse.Namespace) -> int:
+    from tpu_tools.parsing import parse_size
+
+    copy_bytes = GIB if args.copy_bytes is None else parse_size(args.copy_bytes)
+    torch = torch_figures(copy_bytes) if not args.no_torch else {"error": "--no-torch"}
+    from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
+
+    jax = import_jax(RuntimePolicy(platform=args.platform))
+    jnp = jax.numpy
+    device = jax.local_devices()[0]
+    if device.platform == "cpu" and not args.table:
+        return cpu_main(args, jax)
+    gemms = GEMMS if args.table_size is None else tuple((name, args.table_size) for name, _ in GEMMS[:2])
+    tool_only = TOOL_ONLY if args.table_size is None else tuple((name, args.table_size) for name, _ in TOOL_ONLY)
+
+    def back_to_back(call, work: float) -> float:
+        """The hand-timed loop: 50 calls issued back to back, one block; the median of 5 such loops."""
+        for _ in range(3):
+            call().block_until_ready()
+        rates = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(BACK_TO_BACK_CALLS):
+                out = call()
+            out.block_until_ready()
+            rates.append(work * BACK_TO_BACK_CALLS / (time.perf_counter() - start))
+        return statistics.median(rates)
+
+    def hand_gemm(name: str, n: int) -> float:
+        dtype = getattr(jnp, {"bf16": "bfloat16", "f16": "float16"}[name])
+        a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32).astype(dtype)
+        b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32).astype(dtype)
+        gemm = jax.jit(jnp.matmul).lower(a, b).compile()
+        return back_to_back(lambda: gemm(a, b), 2 * n ** 3) / 1e12
+
+    def hand_copy() -> float:
+        x = jax.random.normal(jax.random.key(3), (copy_bytes // 4,), jnp.float32)
+        copy = jax.jit(lambda v: v.copy()).lower(x).compile()
+        return back_to_back(lambda: copy(x), 2 * copy_bytes) / 1e9
+
+    rows = []  # (label, unit, tool, hand, torch, tool case)
+    warnings: list[str] = []
+    for name, n in gemms:
+        hand = hand_gemm(name, n)
+        case = _tpu_bench_runner("matmul", {"shapes": (n,), "dtypes": (name,)}, args)
+        rows.append((f"matmul {name} {n}", "TFLOP/s", _median(case, "throughput_tflops"), hand,
+                     (torch.get(f"gemm {name} {n}") or 0) / 1e12 or None, case))
+    hand = hand_copy()
+    case = _tpu_bench_runner("memory", {"sizes": (copy_bytes,), "operations": ("copy",)}, args)
+    rows.append((f"memory copy {copy_bytes >> 20} MiB", "GB/s", _median(case, "bandwidth_gbps"), hand,
+                 (torch.get("copy") or 0) / 1e9 or None, case))
+
+    print(f"# {' '.join([os.path.basename(sys.executable), *sys.argv])}")
+    print(f"# device {device.device_kind} ({device.platform}), jax {jax.__version__}, "
+          f"PyTorch {torch.get('torch') or '-'}; hand loop: {BACK_TO_BACK_CALLS} calls back to back, one block, "
+          "median of 5")
+    if "error" in torch:
+        print(f"# {torch['error']}")
+    print(f"{'case':<22} {'tpu-bench':>12} {'hand loop':>12} {'PyTorch':>12} {'tool/hand':>10} {'tool/torch':>10}"
+          f" {'% peak':>7}  verdict")
+    failed = False
+    for label, unit, tool, hand, theirs, case in rows:
+        if tool is None:
+            failed = True
+            print(f"{label:<22} tpu-bench {case['status']}: {case['message']}")
+            continue
+        ratio = tool / hand
+        versus_torch = tool / theirs if theirs else None
+        peak = case["values"].get("percent_of_peak")
+        checks = [abs(ratio - 1) <= 0.03]
+        if label.startswith("matmul") and versus_torch is not None:
+            checks.append(versus_torch >= 0.95)
+        if label.startswith("memory") and peak is not None:
+            checks.append(peak >= 85)
+        ok = all(checks)
+        failed |= not ok
+        print(f"{label:<22} {tool:>8.4g} {unit:<3} {hand:>8.4g} {unit:<3} "
+              f"{(f'{theirs:.4g}') if theirs else '-':>8} {unit if theirs else '':<3} {ratio:>10.3f} "
+              f"{(f'{versus_torch:.3f}') if versus_torch else '-':>10} "
+              f"{(f'{peak:.1f}') if peak is not None else '-':>7}  {'ok' if ok else 'OUT OF TARGET'}")
+        warnings += [f"{case['id']}: {w}" for w in case["warnings"]]
+    print("targets: GEMM tool/hand 0.97..1.03 and tool/torch >= 0.95; copy tool/hand 0.97..1.03 and >= 85% of "
+          "the datasheet peak")
+    print("tpu-bench alone (what ran, % of peak):")
+    for name, n in tool_only:
+        case = _tpu_bench_runner("matmul", {"shapes": (n,), "dtypes": (name,)}, args)
+        if case["status"] != "ok":
+            print(f"    matmul {name} {n}: {case['status']}: {case['message']}")
+            continue
+        figure = case["stats"][case["primary"]]["median"]
+        peak = case["values"].get("percent_of_peak")
+        print(f"    matmul {name} {n}: {figure:.4g} {'TOP/s' if name == 'int8' else 'TFLOP/s'}, ran as "
+              f"{case['values'].get('arithmetic')}, {f'{peak:.1f}% of peak' if peak is not None else 'no peak'}")
+        warnings += [f"{case['id']}: {w}" for w in case["warnings"]]
+    print(f"tpu-bench warnings in these cases: {len(warnings)}")
+    for warning in warnings:
+        print(f"    {warning}")
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=None, help="CPU: rounds of hand loop then tpu-bench (15)")
+    parser.add_argument("--size", type=int, default=None, help="CPU: GEMM size N (N x N x N, float32; 1024)")
+    parser.add_argument("--copy-bytes", default=None, help="bytes per array of the copy (64M on CPU, else 1G)")
+    parser.add_argument("--min-time", type=float, default=0.3, help="seconds per measurement, both sides")
+    parser.add_argument("--platform", default="auto", help="auto (whatever jax picks), cpu, cuda, tpu, ...")
+    parser.add_argument("--cli", action="store_true", help="CPU: run the tpu-bench program instead of its runner")
+    parser.add_argument("--no-torch", action="store_true", help="accelerators: leave PyTorch out")
+    parser.add_argument("--table", action="store_true",
+                        help="print the accelerator table on the CPU platform too (to check this script)")
+    parser.add_argument("--table-size", type=int, default=None, help="accelerator table: GEMM size instead of "
+                        "8192 and 4096 (to check this script quickly)")
+    args = parser.parse_args()
+    if args.platform == "cpu" and not args.table:
+        from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
+
+        return cpu_main(args, import_jax(RuntimePolicy(platform="cpu")))
+    return accelerator_main(args)
 
 
 if __name__ == "__main__":

@@ -66,8 +66,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|bench matmul')
-            opts='--size --dtype --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--size --dtype --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            opts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;
@@ -229,8 +229,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-bench|matmul')
-            opts='--size --dtype --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--size --dtype --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            opts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;

@@ -27,7 +27,8 @@ DOCUMENT_KEYS = {"schema", "time", "suite", "interrupted", "settings", "environm
 ENVIRONMENT_KEYS = {"host", "os", "python", "cpu_model", "cpu_count", "cpus_usable", "versions", "variables",
                     "command"}
 DEVICE_KEYS = {"platform", "platform_version", "kind", "count", "process_count", "chip", "devices_per_chip",
-               "memory_bytes", "peak_ops_per_s_per_device", "peak_memory_bandwidth_bytes_per_s_per_device"}
+               "memory_bytes", "peak_ops_per_s_per_device", "f32_matmul",
+               "peak_memory_bandwidth_bytes_per_s_per_device"}
 RESULT_KEYS = {"id", "benchmark", "name", "params", "status", "message", "primary", "stats", "values", "warnings",
                "duration_s"}
 SUMMARY_KEYS = {"median", "p25", "p75", "p90", "p99", "min", "max", "mean", "stdev", "count", "higher_is_better"}
@@ -75,6 +76,16 @@ def test_matmul_pins_the_schema_and_reports_an_unsupported_dtype_while_the_rest_
     assert f32["values"]["flops_per_call"] == 2 * 64 ** 3
     assert f32["values"]["xla_flops_per_call"] == pytest.approx(2 * 64 ** 3, rel=0.1)
     assert f32["values"]["percent_of_peak"] is None  # no published peak for a CPU
+    # Calls back to back (the calibration itself is tested in test_bench_timing.py: on a busy host one call
+    # may already last the 2 ms sample); what ran and what else ran beside it.
+    assert f32["values"]["timing"] == "back_to_back" and f32["values"]["calls_per_sample"] >= 1
+    assert f32["values"]["sample_ms"] > 0
+    assert f32["values"]["repeats"] == 3 and f32["values"]["repeat_spread_percent"] >= 0
+    assert f32["values"]["precision"] == "default" and f32["values"]["arithmetic"] == "fp32"
+    assert set(f32["values"]["interference"]) == {"other_processes_cpu_percent", "steal_percent",
+                                                  "load_average_1m", "cpu_mhz", "cpus"}
+    assert isinstance(f32["values"]["noisy"], bool)
+    assert document["device"]["f32_matmul"]["highest"]["arithmetic"] == "fp32"
     assert f32["values"]["compile_ms"] > 0
     assert cases["matmul/f32/32x48x16"]["values"]["flops_per_call"] == 2 * 32 * 48 * 16
     assert cases["matmul/int8/64"]["primary"] == "throughput_tops"
@@ -180,6 +191,7 @@ def test_compile_cold_then_warm_from_the_persistent_cache(tmp_path):
     (["train", "--preset", "huge"], "'huge' is not one of"),
     (["infer", "--preset", "huge"], "'huge' is not one of"),
     (["matmul", "--dtype", "f64"], "unknown dtype 'f64'"),
+    (["matmul", "--precision", "tf32"], "unknown precision 'tf32': choose from default, high, highest"),
     (["matmul", "--size", "0"], "must be at least 1"),
     (["matmul", "--size", "-4"], "must be at least 1"),
     (["matmul", "--size", "big"], "not a matrix size"),
@@ -275,7 +287,7 @@ def test_compare_two_files(baseline, tmp_path):
     fast = _forged(baseline, tmp_path, "fast.json", speedup=20.0)
     worse = run_tool("tpu-bench", "compare", str(fast), str(baseline), "--json", str(tmp_path / "c.json"))
     assert_one_line_error(worse, 3, "regressed")
-    assert json.loads((tmp_path / "c.json").read_text())["regression_count"] == 1
+    assert json.loads((tmp_path / "c.json").read_text())["regression_count"] == 2  # latency and back to back
     warned = run_tool("tpu-bench", "compare", str(older), str(baseline))
     assert warned.returncode == 0 and "warning: jax version differs: baseline '0.0.1'" in warned.stdout
 
@@ -310,7 +322,7 @@ def test_ctrl_c_mid_suite_writes_partial_results_and_exits_130(tmp_path):
         # the compile case makes and removes a run directory; after that the in-process cases run 30 s each
         _wait_for(lambda: cache.is_dir() and any(cache.iterdir()), 120, "the compile benchmark to start")
         _wait_for(lambda: not any(cache.iterdir()), 120, "the compile benchmark to finish")
-        time.sleep(2)
+        time.sleep(8)  # past opening the device (importing jax is slow on a busy host), inside the first 30 s case
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)
     finally:
@@ -377,3 +389,15 @@ def test_terminal_shows_a_progress_bar_then_a_rich_table(tmp_path, width, height
 
 def test_a_platform_that_is_not_installed_is_one_line_and_exit_1():
     assert_one_line_error(bench("--platform", "tpu"), 1, "tpu platform is not available")
+
+
+def test_matmul_precision_is_a_case_of_its_own_and_says_what_ran(tmp_path):
+    document = bench_json(tmp_path / "r.json", "matmul", "--size", "32", "--dtype", "f32,bf16", "--precision",
+                          "default,highest", *FAST)
+    cases = by_id(document)
+    assert list(cases) == ["matmul/f32/32", "matmul/bf16/32", "matmul/f32/32/highest", "matmul/bf16/32/highest"]
+    assert all(case["status"] == "ok" for case in cases.values())
+    assert cases["matmul/f32/32/highest"]["values"]["precision"] == "highest"
+    assert cases["matmul/f32/32/highest"]["values"]["arithmetic"] == "fp32"  # the CPU computes f32 in f32
+    assert cases["matmul/bf16/32"]["values"]["arithmetic"] == "bf16"
+    assert cases["matmul/f32/32"]["params"]["precision"] == "default"

@@ -176,8 +176,13 @@ def test_table_shows_statuses_and_percent_of_peak():
     ok.stats["time_us"] = _summary(3.0, 0.1, higher=False)
     skipped = _result("int4 8", 0, status="unsupported")
     skipped.message = "int4 matmul is unsupported on cpu"
-    text = plain_table(results_table(RunResult.from_dict(_document([ok, skipped]))))
+    tf32 = CaseResult(Case("matmul", "f32 8", {"dtype": "f32"}), primary="throughput_tflops")
+    tf32.stats.update({"throughput_tflops": _summary(300.0, 0.01), "time_us": _summary(3.0, 0.1, higher=False)})
+    tf32.values.update({"arithmetic": "tf32", "noisy": True})
+    text = plain_table(results_table(RunResult.from_dict(_document([ok, skipped, tf32]))))
     assert "500 TFLOP/s" in text and "50.5%" in text and "int4 matmul is unsupported on cpu" in text
+    assert "ran as tf32" in text and "noisy" in text  # what ran, and a figure not to trust
+    assert text.count("ran as") == 1  # bf16 ran as bf16: nothing to say
 
 
 def test_transformer_presets_and_flop_counts():
@@ -207,19 +212,54 @@ class _StandInDevice:
         return {"bytes_limit": 80 * 10**9, "bytes_in_use": 0}
 
 
-@pytest.mark.parametrize(("kind", "platform", "bf16", "int8", "bandwidth"), [
-    ("NVIDIA H100 80GB HBM3", "gpu", 989e12, 1979e12, 3350e9),
-    ("NVIDIA H200", "gpu", 989e12, 1979e12, 4800e9),
-    ("NVIDIA A100-SXM4-80GB", "gpu", 312e12, 624e12, 2039e9),
-    ("TPU v5 lite", "tpu", 197e12, 394e12, 819e9),
-    ("TPU v3", "tpu", 123e12 / 2, None, 900e9 / 2),  # two devices per chip share its peak
-    ("cpu", "cpu", None, None, None),
+@pytest.mark.parametrize(("kind", "platform", "bf16", "int8", "fp8", "f32", "f32_highest", "bandwidth"), [
+    # f32 at the default precision runs as TF32 on NVIDIA, one bf16 pass on a TPU; at highest as FP32 or 6 passes.
+    ("NVIDIA H100 80GB HBM3", "gpu", 989e12, 1979e12, 1979e12, 494e12, 67e12, 3350e9),
+    ("NVIDIA H100 PCIe", "gpu", 756e12, 1513e12, 1513e12, 378e12, 51e12, 2000e9),
+    ("NVIDIA H100 NVL", "gpu", 835e12, 1671e12, 1671e12, 418e12, 60e12, 3900e9),
+    ("NVIDIA H200", "gpu", 989e12, 1979e12, 1979e12, 494e12, 67e12, 4800e9),
+    ("NVIDIA B200", "gpu", 2250e12, 4500e12, 4500e12, 1100e12, 80e12, 8000e9),
+    ("NVIDIA A100-SXM4-80GB", "gpu", 312e12, 624e12, None, 156e12, 19.5e12, 2039e9),
+    ("NVIDIA A100 80GB PCIe", "gpu", 312e12, 624e12, None, 156e12, 19.5e12, 1935e9),
+    ("TPU v5 lite", "tpu", 197e12, 394e12, None, 197e12, 197e12 / 6, 819e9),
+    ("TPU v3", "tpu", 123e12 / 2, None, None, 123e12 / 2, 123e12 / 12, 900e9 / 2),  # two devices share a chip
+    ("TPU7x", "tpu", 2307e12 / 2, None, 4614e12 / 2, 2307e12 / 2, 2307e12 / 12, 7370e9 / 2),
+    ("cpu", "cpu", None, None, None, None, None, None),
 ])
-def test_percent_of_peak_knows_nvidia_and_tpu_device_kinds(kind, platform, bf16, int8, bandwidth):
-    from tpu_tools.bench.environment import device_record, peak_for_dtype
+def test_percent_of_peak_knows_nvidia_and_tpu_device_kinds(kind, platform, bf16, int8, fp8, f32, f32_highest,
+                                                            bandwidth):
+    from tpu_tools.bench.environment import device_record, matmul_arithmetic, peak_for_dtype
 
     device = device_record([_StandInDevice(kind, platform)])
     assert peak_for_dtype(device, "bf16") == bf16 and peak_for_dtype(device, "f16") == bf16
-    assert peak_for_dtype(device, "int8") == int8 and peak_for_dtype(device, "f32") is None
+    assert peak_for_dtype(device, "int8") == int8 and peak_for_dtype(device, "fp8") == fp8
+    assert peak_for_dtype(device, "f32") == pytest.approx(f32) if f32 else peak_for_dtype(device, "f32") is None
+    highest = peak_for_dtype(device, "f32", "highest")
+    assert highest == pytest.approx(f32_highest) if f32_highest else highest is None
+    arithmetic = matmul_arithmetic(device, "f32", "default")
+    assert arithmetic == {"gpu": "tf32", "tpu": "bf16 (1 pass)", "cpu": "fp32"}[platform]
     assert device["peak_memory_bandwidth_bytes_per_s_per_device"] == bandwidth
     assert device["memory_bytes"] == 80 * 10**9
+
+
+@pytest.mark.parametrize(("device_id", "name"), [
+    (0x2330, "NVIDIA H100 SXM"), (0x2331, "NVIDIA H100 PCIe"), (0x2321, "NVIDIA H100 NVL"),
+    (0x2335, "NVIDIA H200"), (0x2901, "NVIDIA B200"), (0x1234, None),
+])
+def test_nvidia_parts_are_told_apart_by_pci_device_id(device_id, name):
+    from tpu_tools.accelerators import NVIDIA, gpu_spec_for_pci
+
+    spec = gpu_spec_for_pci(NVIDIA, device_id)
+    assert (spec.name if spec else None) == name
+    assert gpu_spec_for_pci(0x1002, device_id) is None  # an AMD id is never an NVIDIA part
+
+
+def test_every_chip_with_a_bf16_peak_has_peaks_for_what_its_matmuls_run_as():
+    from tpu_tools.accelerators import GPU_SPECS, PRECISIONS, TPU_BY_PCI_ID
+
+    for spec in (*TPU_BY_PCI_ID.values(), *GPU_SPECS):
+        for precision in PRECISIONS:
+            assert spec.peak_for_matmul("f32", precision), (spec.name, precision)
+        if spec.vendor == "nvidia":
+            assert spec.peak_tf32_flops and spec.peak_int8_ops and spec.peak_fp32_flops, spec.name
+            assert spec.peak_tf32_flops < spec.peak_bf16_flops < (spec.peak_fp8_flops or float("inf"))

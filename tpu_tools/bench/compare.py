@@ -140,7 +140,13 @@ def compare(baseline: dict[str, Any], current: dict[str, Any], tolerance: float,
                 comparison.changes.append(FigureChange(case_id, figure, base_summary.median, None, None, LOST,
                                                        note="figure missing from the current result"))
             else:
-                comparison.changes.append(judge(case_id, figure, base_summary, cur_summary, tolerance))
+                change = judge(case_id, figure, base_summary, cur_summary, tolerance)
+                # Still gated (the quartiles already span the repeats' spread), but said: the figure moved in
+                # its own run, so a rerun on a quieter host is the first thing to try.
+                noisy = [side for side, r in (("baseline", base), ("current", cur)) if r.values.get("noisy")]
+                if noisy and change.verdict != SAME:
+                    change.note = f"the {' and '.join(noisy)} run flagged this case noisy"
+                comparison.changes.append(change)
     comparison.baseline_only = [case_id for case_id in base_cases if case_id not in cur_cases]
     return comparison
 

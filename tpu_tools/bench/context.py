@@ -6,6 +6,7 @@ Built once after the runtime policy is applied (`tpu_tools.pjrt.runtime.import_j
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -36,8 +37,8 @@ class BenchContext:
         """A fresh PRNG key: inputs are random, and different for each case."""
         return self.jax.random.key(self.seed * 1_000_003 + next(self._keys))
 
-    def peak(self, dtype: str) -> float | None:
-        return peak_for_dtype(self.device, dtype)
+    def peak(self, dtype: str, precision: str = "default") -> float | None:
+        return peak_for_dtype(self.device, dtype, precision)
 
     @property
     def peak_bandwidth(self) -> float | None:
@@ -73,6 +74,7 @@ def xla_cost(compiled: Any) -> dict[str, float]:
     """XLA's cost analysis of a compiled executable ({} when the backend has none).
 
     For a program partitioned over several devices the figures are per device.
+    A negative figure (XLA's -1) means "not available" and is left out.
     """
     try:
         analysis = compiled.cost_analysis()
@@ -80,12 +82,50 @@ def xla_cost(compiled: Any) -> dict[str, float]:
         return {}
     if isinstance(analysis, (list, tuple)):
         analysis = analysis[0] if analysis else {}
-    return {str(k): float(v) for k, v in (analysis or {}).items() if isinstance(v, (int, float))}
+    return {str(k): float(v) for k, v in (analysis or {}).items() if isinstance(v, (int, float)) and v >= 0}
 
 
-def mismatch_warning(what: str, analytic: float, xla: float | None) -> str | None:
-    """A sentence when the analytic count and XLA's differ by more than 10 %."""
-    if xla is None or analytic <= 0:
+# Library calls whose work XLA's cost analysis does not count (it sees an opaque custom call).
+_LIBRARY_CALLS = re.compile(r'custom_call_target="(__cublas[^"]*|__cudnn[^"]*|__onednn[^"]*|__cusolver[^"]*)"')
+
+
+def library_calls(compiled: Any) -> list[str]:
+    """The library custom calls (cuBLAS, cuDNN) in a compiled program, whose work XLA does not count."""
+    try:
+        text = compiled.as_text() or ""
+    except Exception:  # a backend without HLO text: nothing known to exclude
+        return []
+    return sorted(set(_LIBRARY_CALLS.findall(text)))
+
+
+@dataclass
+class CostCheck:
+    """XLA's count of one figure beside the analytic count, and whether the two can be compared."""
+
+    xla: float | None  # None: not available
+    excluded: list[str]  # library calls XLA did not count; the counts are then not comparable
+
+    def values(self, key: str) -> dict[str, Any]:
+        """`key` (xla_flops_per_call) with XLA's count, or None where it is missing or not comparable."""
+        out: dict[str, Any] = {key: None if self.excluded else self.xla}
+        if self.excluded:
+            out["xla_cost_excludes"] = self.excluded
+        return out
+
+
+def cost_check(compiled: Any, figure: str, devices: int = 1) -> CostCheck:
+    """XLA's `figure` ("flops", "bytes accessed") for the whole program, `devices` times the per-device count."""
+    value = xla_cost(compiled).get(figure)
+    return CostCheck(value * devices if value is not None else None, library_calls(compiled))
+
+
+def mismatch_warning(what: str, analytic: float, xla: float | None, excluded: list[str] | None = None) -> str | None:
+    """A sentence when the analytic count and XLA's differ by more than 10 %.
+
+    Nothing when XLA's count is missing, zero (not counted) or excludes library calls: only comparable
+    counts that disagree are worth a warning.
+    """
+    if xla is None or xla <= 0 or analytic <= 0 or excluded:
         return None
     difference = (xla - analytic) / analytic
     if abs(difference) <= MISMATCH_WARNING_FRACTION:

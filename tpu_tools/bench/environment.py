@@ -13,11 +13,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from tpu_tools.accelerators import ChipSpec, spec_for_device_kind
+from tpu_tools.accelerators import F32_ARITHMETIC, PRECISIONS, ChipSpec, spec_for_device_kind
 from tpu_tools.versions import stack_versions
 
-# Matmul dtypes with a published peak somewhere (ChipSpec.peak_for_dtype).
-PEAK_DTYPES = ("f32", "bf16", "f16", "int8")
+# Matmul dtypes with a published peak somewhere (ChipSpec.peak_for_matmul); f32's is at the default precision.
+PEAK_DTYPES = ("f32", "bf16", "f16", "int8", "fp8")
 
 # Environment variables that change what XLA or jax compile and run.
 _RECORDED_VARIABLES = ("XLA_FLAGS", "JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "JAX_ENABLE_X64",
@@ -73,11 +73,26 @@ def device_record(devices: list[Any], process_count: int = 1) -> dict[str, Any]:
         "chip": spec.name if spec else None,
         "devices_per_chip": spec.devices_per_chip if spec else None,
         "memory_bytes": _memory_limit(first),
-        "peak_ops_per_s_per_device": {dtype: _per_device(spec, spec.peak_for_dtype(dtype)) if spec else None
+        "peak_ops_per_s_per_device": {dtype: _per_device(spec, spec.peak_for_matmul(dtype)) if spec else None
                                       for dtype in PEAK_DTYPES},
+        "f32_matmul": {precision: {"arithmetic": f32_arithmetic(first, spec, precision),
+                                   "peak_ops_per_s": _per_device(spec, spec.peak_for_matmul("f32", precision))
+                                   if spec else None}
+                       for precision in PRECISIONS},
         "peak_memory_bandwidth_bytes_per_s_per_device":
             _per_device(spec, spec.hbm_bandwidth_bytes_per_s) if spec else None,
     }
+
+
+def f32_arithmetic(device: Any, spec: ChipSpec | None, precision: str) -> str | None:
+    """What an f32 matmul runs as on this device at a JAX precision: "fp32", "tf32", "bf16_3x (3 passes)"."""
+    if spec is not None:
+        return spec.f32_arithmetic(precision)
+    if device.platform == "cpu":
+        return "fp32"  # XLA's CPU backend computes f32 dots in f32 at every precision
+    version = str(getattr(device.client, "platform_version", "")).lower()
+    family = "tpu" if device.platform == "tpu" else "cuda" if "cuda" in version else None
+    return F32_ARITHMETIC[family][precision] if family else None
 
 
 def _per_device(spec: ChipSpec, chip_figure: float | None) -> float | None:
@@ -95,9 +110,21 @@ def _memory_limit(device: Any) -> int | None:
     return int(limit) if limit else None
 
 
-def peak_for_dtype(device: dict[str, Any], dtype: str) -> float | None:
-    """Per-device dense peak in (FL)OP/s for a matmul dtype ("bf16", "int8"), from a `device_record`."""
+def peak_for_dtype(device: dict[str, Any], dtype: str, precision: str = "default") -> float | None:
+    """Per-device dense peak in (FL)OP/s for a matmul dtype ("bf16", "int8") at a precision, from a `device_record`.
+
+    f32 takes the peak of what it runs as at that precision (TF32 on NVIDIA at "default").
+    """
+    if dtype == "f32" and precision != "default":
+        return ((device.get("f32_matmul") or {}).get(precision) or {}).get("peak_ops_per_s")
     return (device.get("peak_ops_per_s_per_device") or {}).get(dtype)
+
+
+def matmul_arithmetic(device: dict[str, Any], dtype: str, precision: str) -> str | None:
+    """What a matmul of `dtype` runs as at a precision, from a `device_record` (None where unknown)."""
+    if dtype != "f32":
+        return dtype
+    return ((device.get("f32_matmul") or {}).get(precision) or {}).get("arithmetic")
 
 
 def differences(baseline: dict[str, Any], current: dict[str, Any]) -> tuple[list[str], list[str]]:

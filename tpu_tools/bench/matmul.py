@@ -1,15 +1,22 @@
-"""`matmul`: GEMM throughput over sizes and dtypes, in TFLOP/s (TOP/s for integers) and % of peak."""
+"""`matmul`: GEMM throughput over sizes, dtypes and precisions, in TFLOP/s (TOP/s for integers) and % of peak.
+
+The precision is JAX's (`default`, `high`, `highest`); each case records what
+its f32 GEMM ran as on the platform (TF32 on NVIDIA at `default`, one bf16 pass
+on a TPU) and takes that arithmetic's peak.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from tpu_tools.bench.context import BenchContext, mismatch_warning, xla_cost
+from tpu_tools.accelerators import PRECISIONS
+from tpu_tools.bench.context import BenchContext, cost_check, mismatch_warning
+from tpu_tools.bench.environment import matmul_arithmetic
 from tpu_tools.bench.failures import Unsupported, classify
+from tpu_tools.bench.figures import record_rate, record_times
 from tpu_tools.bench.records import UNSUPPORTED, Case, CaseResult
-from tpu_tools.bench.stats import rates, summarize
-from tpu_tools.bench.timing import time_calls, timed
+from tpu_tools.bench.timing import time_back_to_back, timed
 
 
 @dataclass(frozen=True)
@@ -83,11 +90,14 @@ def parse_shape(text: str) -> Shape:
 class MatmulOptions:
     shapes: tuple[Shape, ...] = (Shape(1024, 1024, 1024),)
     dtypes: tuple[str, ...] = DEFAULT_DTYPES
+    precisions: tuple[str, ...] = ("default",)
 
 
 def plan(options: MatmulOptions) -> list[Case]:
-    return [Case("matmul", f"{dtype} {shape.label}", {"dtype": dtype, "m": shape.m, "k": shape.k, "n": shape.n})
-            for dtype in options.dtypes for shape in options.shapes]
+    """One case per dtype, shape and precision; a non-default precision is part of the name (and the id)."""
+    return [Case("matmul", f"{dtype} {shape.label}" + ("" if precision == "default" else f" {precision}"),
+                 {"dtype": dtype, "m": shape.m, "k": shape.k, "n": shape.n, "precision": precision})
+            for precision in options.precisions for dtype in options.dtypes for shape in options.shapes]
 
 
 def _operand(ctx: BenchContext, dtype: MatmulDtype, shape: tuple[int, int]) -> Any:
@@ -106,38 +116,47 @@ def run(ctx: BenchContext, case: Case) -> CaseResult:
     jax, jnp = ctx.jax, ctx.jax.numpy
     dtype = DTYPES[case.params["dtype"]]
     shape = Shape(case.params["m"], case.params["k"], case.params["n"])
+    precision = case.params.get("precision", "default")
+    if precision not in PRECISIONS:
+        raise Unsupported(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     result_bits = 32 if dtype.result else dtype.itemsize_bits
+    # Two results live at once: the one being computed and the previous one, which chains the calls.
     ctx.require_memory((shape.m * shape.k + shape.k * shape.n) * dtype.itemsize_bits // 8
-                       + shape.m * shape.n * result_bits // 8, f"a {dtype.name} {shape.label} matmul")
+                       + 2 * shape.m * shape.n * result_bits // 8, f"a {dtype.name} {shape.label} matmul")
     preferred = getattr(jnp, dtype.result) if dtype.result else None
 
-    def gemm(a: Any, b: Any) -> Any:
-        return jnp.matmul(a, b, preferred_element_type=preferred)
+    def gemm(a: Any, b: Any, previous: Any) -> Any:
+        # `previous` is unused: the runtime waits for it, which keeps back-to-back calls in order.
+        return jnp.matmul(a, b, preferred_element_type=preferred, precision=precision)
 
     try:
         a = _operand(ctx, dtype, (shape.m, shape.k))
         b = _operand(ctx, dtype, (shape.k, shape.n))
-        compiled, compile_s = timed(lambda: jax.jit(gemm).lower(a, b).compile())
+        first = jnp.zeros((shape.m, shape.n), preferred or a.dtype, device=ctx.devices[0])
+        compiled, compile_s = timed(lambda: jax.jit(gemm, keep_unused=True).lower(a, b, first).compile())
     except Exception as error:
         if classify(error, ctx.platform)[0] == UNSUPPORTED:
-            raise Unsupported(f"{dtype.name} matmul is unsupported on {ctx.platform}") from error
+            what = dtype.name if precision == "default" else f"{dtype.name} at precision {precision}"
+            raise Unsupported(f"{what} matmul is unsupported on {ctx.platform}") from error
         raise
 
-    seconds = time_calls(lambda _: compiled(a, b).block_until_ready(), ctx.timing)
+    measurement = time_back_to_back(lambda previous: compiled(a, b, previous), first, jax.block_until_ready,
+                                    ctx.timing)
     unit = "tops" if dtype.integer else "tflops"
     result = CaseResult(case, primary=f"throughput_{unit}")
-    result.stats["time_us"] = summarize([s * 1e6 for s in seconds])
-    result.stats[f"throughput_{unit}"] = summarize([r / 1e12 for r in rates(shape.flops, seconds)],
-                                                   higher_is_better=True)
-    xla_flops = xla_cost(compiled).get("flops")
-    peak = ctx.peak(dtype.name)
+    record_times(result, measurement, "time_us", 1e6)
+    record_rate(result, measurement, f"throughput_{unit}", shape.flops, 1e-12)
+    flops = cost_check(compiled, "flops")
+    peak = ctx.peak(dtype.name, precision)
     median_rate = result.stats[f"throughput_{unit}"].median * 1e12
     result.values.update({
         "compile_ms": compile_s * 1e3,
+        "precision": precision,
+        "arithmetic": matmul_arithmetic(ctx.device, dtype.name, precision),
         "flops_per_call": shape.flops,
-        "xla_flops_per_call": xla_flops,
+        **flops.values("xla_flops_per_call"),
         "peak_ops_per_s": peak,
         "percent_of_peak": 100 * median_rate / peak if peak else None,
     })
-    result.warn(mismatch_warning("FLOPs per call", shape.flops, xla_flops))
+    result.warn(mismatch_warning("FLOPs per call", shape.flops, flops.xla, flops.excluded))
     return result

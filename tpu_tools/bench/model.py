@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpu_tools.bench.figures import record_rate, record_times
 from tpu_tools.bench.records import Case, CaseResult
-from tpu_tools.bench.stats import rates, summarize
+from tpu_tools.bench.timing import Measurement
 from tpu_tools.workloads.transformer import PRESETS, TransformerConfig, config_for
 
 # Beyond these a model is no benchmark any device runs: a usage error, not an out-of-memory.
@@ -72,16 +73,17 @@ def cost_per_million(price_per_hour: float | None, samples_per_s: float) -> floa
     return price_per_hour / 3600.0 * 1e6 / samples_per_s
 
 
-def throughput_result(case: Case, time_figure: str, seconds: list[float], batch: int, config: TransformerConfig,
+def throughput_result(case: Case, time_figure: str, measurement: Measurement, batch: int, config: TransformerConfig,
                       model_flops: float, peak_flops: float | None) -> CaseResult:
     """The figures train and infer share: time per call (ms), samples/s, tokens/s, achieved FLOP/s, MFU, cost.
 
-    `model_flops` is the work of one call, `peak_flops` the peak of all devices doing it (None if unknown).
+    The calls are timed back to back. `model_flops` is the work of one call,
+    `peak_flops` the peak of all devices doing it (None if unknown).
     """
     result = CaseResult(case, primary="samples_per_s")
-    result.stats[time_figure] = summarize([s * 1e3 for s in seconds])
-    result.stats["samples_per_s"] = summarize(rates(batch, seconds), higher_is_better=True)
-    result.stats["tokens_per_s"] = summarize(rates(batch * config.seq_len, seconds), higher_is_better=True)
+    record_times(result, measurement, time_figure, 1e3)
+    record_rate(result, measurement, "samples_per_s", batch, 1.0)
+    record_rate(result, measurement, "tokens_per_s", batch * config.seq_len, 1.0)
     achieved = model_flops / (result.stats[time_figure].median / 1e3)
     price = case.params.get("price_per_hour")
     result.values.update({

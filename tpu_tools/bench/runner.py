@@ -20,7 +20,8 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from tpu_tools.bench.failures import classify
-from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, Case, CaseResult, RunResult
+from tpu_tools.bench.interference import interference, noise_reasons, snapshot
+from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, Case, CaseResult, RunResult
 from tpu_tools.bench.timing import TimingSettings
 from tpu_tools.errors import PlatformUnavailable
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -78,6 +79,7 @@ def run_benchmarks(request: RunRequest, progress: Progress | None = None) -> Run
     run = RunResult(environment=request.environment, device={}, suite=request.suite,
                     settings={"min_time_s": request.timing.min_time_s, "warmup": request.timing.warmup,
                               "min_samples": request.timing.min_samples, "seed": request.seed,
+                              "sample_time_s": request.timing.sample_time_s, "repeats": request.timing.repeats,
                               "timeout_s": request.timeout_s},
                     time=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     outside = [s for s in request.selections if s.benchmark in OUT_OF_PROCESS]
@@ -103,6 +105,7 @@ def run_benchmarks(request: RunRequest, progress: Progress | None = None) -> Run
         ctx = _open_device(request, run)  # also when only compile ran: the result records the device
         run_cases([case for s in inside for case in s.plan(run.device["platform"])],
                   lambda case: _run_in_process(ctx, case))
+        _note_library_calls(run)
     except KeyboardInterrupt:
         run.interrupted = True
         for case in current:
@@ -147,10 +150,28 @@ def _run_out_of_process(case: Case, request: RunRequest) -> CaseResult:
 
 def _run_in_process(ctx: Any, case: Case) -> CaseResult:
     start = time.perf_counter()
+    before = snapshot()
     try:
         result = benchmark_module(case.benchmark).run(ctx, case)
     except Exception as error:
         status, message = classify(error, ctx.platform)
         result = CaseResult(case, status=status, message=message)
     result.duration_s = time.perf_counter() - start
+    if result.status == OK:
+        result.values["interference"] = interference(before, snapshot())
+        reasons = noise_reasons(result.values, ctx.platform)
+        result.values["noisy"] = bool(reasons)
+        if reasons:
+            result.warn("noisy: " + "; ".join(reasons))
     return result
+
+
+def _note_library_calls(run: RunResult) -> None:
+    """Say once that XLA's counts leave out library calls, where they did (cuBLAS, cuDNN on GPUs)."""
+    excluded = {(r.case.id, target) for r in run.results for target in r.values.get("xla_cost_excludes") or ()}
+    if excluded:
+        targets = sorted({target for _, target in excluded})
+        cases = sorted({case_id for case_id, _ in excluded})
+        run.notes.append(f"XLA's cost analysis does not count the work of library calls ({', '.join(targets)}): "
+                         f"its FLOP and byte counts are not compared with the analytic ones in {len(cases)} "
+                         f"case(s) ({', '.join(cases[:4])}{', ...' if len(cases) > 4 else ''})")

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
-from tpu_tools.bench.context import BenchContext, mismatch_warning, xla_cost
+from tpu_tools.bench.context import BenchContext, cost_check, mismatch_warning
 from tpu_tools.bench.failures import CaseSkipped
 from tpu_tools.bench.model import ModelChoice, activation_bytes, model_name, peak_dtype, state_bytes, throughput_result
 from tpu_tools.bench.records import Case, CaseResult
-from tpu_tools.bench.timing import time_calls, timed
+from tpu_tools.bench.timing import time_back_to_back, timed
 from tpu_tools.workloads.transformer import TransformerConfig
 
 
@@ -55,22 +54,17 @@ def run(ctx: BenchContext, case: Case) -> CaseResult:
     tokens = jax.device_put(random_tokens(config, batch, ctx.next_key()), batch_sharding)
     compiled, compile_s = timed(lambda: step.lower(state, tokens).compile())
 
-    live = {"state": state, "loss": None}
-
-    def one_step(_: Any) -> None:
-        live["state"], live["loss"] = compiled(live["state"], tokens)
-        jax.block_until_ready((live["state"], live["loss"]))
-
-    seconds = time_calls(one_step, ctx.timing)
-    loss = float(live["loss"])
+    # Each step takes the previous step's state (donated): the steps chain by their data, back to back.
+    measurement = time_back_to_back(lambda previous: compiled(previous[0], tokens), (state, None),
+                                    jax.block_until_ready, ctx.timing)
+    loss = float(measurement.last[1])
     if not math.isfinite(loss):
-        raise CaseSkipped(f"the training loss is {loss} after {len(seconds) + ctx.timing.warmup} steps")
+        raise CaseSkipped(f"the training loss is {loss} after {measurement.calls} steps")
 
     model_flops = train_step_flops(config, batch)
-    xla_flops = xla_cost(compiled).get("flops")
-    xla_total = xla_flops * len(devices) if xla_flops is not None else None  # XLA counts per device
+    flops = cost_check(compiled, "flops", len(devices))  # XLA counts per device
     peak = ctx.peak(peak_dtype(config))
-    result = throughput_result(case, "step_time_ms", seconds, batch, config, model_flops,
+    result = throughput_result(case, "step_time_ms", measurement, batch, config, model_flops,
                                peak * len(devices) if peak else None)
     result.values.update({
         "compile_ms": compile_s * 1e3,
@@ -78,8 +72,8 @@ def run(ctx: BenchContext, case: Case) -> CaseResult:
         "global_batch": batch,
         "parameters": parameters,
         "model_flops_per_step": model_flops,
-        "xla_flops_per_step": xla_total,
+        **flops.values("xla_flops_per_step"),
         "final_loss": loss,
     })
-    result.warn(mismatch_warning("FLOPs per step", model_flops, xla_total))
+    result.warn(mismatch_warning("FLOPs per step", model_flops, flops.xla, flops.excluded))
     return result

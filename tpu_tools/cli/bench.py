@@ -42,13 +42,23 @@ MAN_SECTIONS = {
         "Without a benchmark name, runs a suite: --suite quick (the default; under two minutes on a 2-core "
         "CPU host) or --suite full. With a name, runs that benchmark with its own options; sizes not given "
         "come from the suite's choice for the platform (accelerators get larger problems than CPUs).\n"
-        "Measurement: inputs are random (never zeros); every timed call blocks on its result before the clock "
-        "stops; compilation is timed on its own and excluded from the samples; --warmup untimed calls come "
-        "first; then samples are taken until --min-time seconds of samples (and at least 3) are collected. "
+        "Measurement: inputs are random (never zeros); compilation is timed on its own and excluded from the "
+        "samples; --warmup untimed calls come first. Throughput figures (matmul, memory, train, infer "
+        "throughput) time calls back to back: each sample issues k calls, each taking the previous call's "
+        "output, and waits once at the end; k is calibrated so that a sample lasts at least a tenth of "
+        "--min-time (2 to 50 ms), so the host's launch-and-wait round trip is noise; the figure is the sample's time "
+        "over k. Latency figures "
+        "(dispatch latency_us, infer latency_ms, transfers) wait for every call. Samples are taken in 3 "
+        "bursts, apart in time, until --min-time seconds of samples (and at least 3) are collected. "
         "The table shows each case's headline figure as MEDIAN, SPREAD (half the interquartile range, relative "
-        "to the median) and N (samples); the JSON file has every figure's median, quartiles, p90, p99, min, "
-        "max, mean and standard deviation. FLOPs are counted analytically "
-        "and cross-checked with XLA's cost analysis; a difference over 10% is printed as a warning.\n"
+        "to the median) and N (samples); the quartiles span at least the bursts' medians, so the spread "
+        "shows the variation between runs. A case is flagged noisy (a warning, and a note beside its changes "
+        "in a comparison) when its bursts differ by more than 5%, or, on the CPU platform, when other processes took "
+        "more than "
+        "10% of the host's CPU while it ran; values.interference records their CPU share, the load average, "
+        "steal time and CPU frequency. FLOPs are counted analytically and cross-checked with XLA's cost "
+        "analysis: a difference over 10% is a warning where both counts exist; a count XLA does not have "
+        "(-1) or one that leaves out library calls (cuBLAS, cuDNN) is not compared, and the notes say so.\n"
         "train uses every local device (data parallel; --host-devices N gives the CPU platform N devices); the "
         "other benchmarks use the first device. The compile benchmark runs first, in child processes, before "
         "this process opens the device: a TPU belongs to one process at a time.\n"
@@ -56,8 +66,10 @@ MAN_SECTIONS = {
         "as \"unsupported on <platform>\", a size that does not fit as \"out of memory\" (sizes beyond free "
         "memory are refused before anything is allocated). Ctrl-C stops the run, writes the results so far "
         "with a note, and exits 130.\n"
-        "% of peak uses the per-chip dense peaks of known TPUs and NVIDIA GPUs (bf16/f16, int8, memory "
-        "bandwidth), divided by the devices per chip; none is shown for CPUs or unknown devices."
+        "% of peak uses the per-chip dense peaks of known TPUs and NVIDIA GPUs (bf16/f16, TF32, FP32, FP8, "
+        "int8, memory bandwidth), divided by the devices per chip; an f32 matmul takes the peak of what it "
+        "runs as at its --precision (values.arithmetic: tf32 on NVIDIA at default, bf16 passes on a TPU); none "
+        "is shown for CPUs or unknown devices."
     ),
     "BENCHMARKS": (
         "compile   compile time of the reference train step, cold and warm from jax's persistent compilation "
@@ -89,18 +101,24 @@ MAN_SECTIONS = {
         "--json FILE writes one document (--json - or --format json prints it), schema "
         "\"tpu-tools/bench/v1\":\n"
         "schema, time (UTC, ISO 8601), suite, interrupted, settings {min_time_s, warmup, min_samples, seed, "
-        "timeout_s, benchmarks[]}, environment {host, os, python, cpu_model, cpu_count, versions {tpu_tools, "
-        "jax, jaxlib, plugins}, cpus_usable, variables {XLA_FLAGS, JAX_PLATFORMS, ...}, command}, device {platform, "
+        "sample_time_s, repeats, timeout_s, benchmarks[]}, environment {host, os, python, cpu_model, cpu_count, "
+        "versions {tpu_tools, jax, jaxlib, plugins}, cpus_usable, variables {XLA_FLAGS, JAX_PLATFORMS, ...}, command}, "
+        "device {platform, "
         "platform_version, kind, count, process_count, chip, devices_per_chip, memory_bytes, "
-        "peak_ops_per_s_per_device {f32, bf16, f16, int8}, peak_memory_bandwidth_bytes_per_s_per_device}, "
+        "peak_ops_per_s_per_device {f32 (at the default precision), bf16, f16, int8, fp8}, f32_matmul {default, "
+        "high, highest: {arithmetic, peak_ops_per_s}}, peak_memory_bandwidth_bytes_per_s_per_device}, "
         "notes[], comparison (null, or {tolerance_percent, regression_count, warnings[], baseline_only[], "
         "changes[] {case_id, figure, baseline_median, current_median, change_percent, verdict, note}}).\n"
         "results[]: {id, benchmark, name, params, status (ok, unsupported, out_of_memory, failed, "
         "interrupted, not_run), message, primary, stats, values, warnings[], duration_s}. stats maps a "
-        "figure named with its unit (time_us, latency_us, latency_ms, step_time_ms, throughput_tflops, "
+        "figure named with its unit (time_us, latency_us, back_to_back_us, latency_ms, time_per_call_ms, "
+        "step_time_ms, throughput_tflops, "
         "throughput_tops, bandwidth_gbps, samples_per_s, tokens_per_s, cold_compile_ms, warm_compile_ms) to "
         "{median, p25, p75, p90, p99, min, max, mean, stdev, count, higher_is_better}. values holds single "
-        "figures: compile_ms, flops_per_call, xla_flops_per_call, peak_ops_per_s, percent_of_peak, "
+        "figures: timing (back_to_back or per_call), calls_per_sample, sample_ms, repeats, repeat_spread_percent, "
+        "noisy, interference {other_processes_cpu_percent, steal_percent, load_average_1m, cpu_mhz, cpus}, "
+        "precision, arithmetic, path (transfers), xla_cost_excludes, "
+        "compile_ms, flops_per_call, xla_flops_per_call, peak_ops_per_s, percent_of_peak, "
         "bytes_per_call, xla_bytes_per_call, peak_bandwidth_gbps, model_flops_per_step, xla_flops_per_step, "
         "model_flops_per_call, achieved_tflops, mfu_percent, parameters, global_batch, devices, "
         "price_per_hour, cost_per_1m_samples, final_loss, speedup, cache_hit_verified, "
@@ -164,10 +182,15 @@ def _single(benchmark: str, args: RunArgs, overrides: dict[str, Any]) -> int:
               help="Matrix size, square N or MxKxN (repeatable, or a comma list).")
 @click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE", callback=matmul_dtypes,
               help="f32, bf16, f16, int8, fp8, int4 (repeatable, or a comma list; default f32,bf16,f16,int8).")
+@click.option("--precision", "precisions", multiple=True, metavar="PRECISION",
+              callback=names_from(("default", "high", "highest"), "precision"),
+              help="JAX matmul precision: default, high, highest (repeatable, or a comma list; default: "
+                   "default). On NVIDIA f32 runs as TF32 at default and high, true FP32 at highest.")
 @run_options
-def matmul_command(sizes: tuple | None, dtypes: tuple[str, ...] | None, args: RunArgs) -> int:
-    """GEMM throughput over sizes and dtypes (TFLOP/s, TOP/s) and % of peak."""
-    return _single("matmul", args, {"shapes": sizes, "dtypes": dtypes})
+def matmul_command(sizes: tuple | None, dtypes: tuple[str, ...] | None, precisions: tuple[str, ...] | None,
+                   args: RunArgs) -> int:
+    """GEMM throughput over sizes, dtypes and precisions (TFLOP/s, TOP/s) and % of peak."""
+    return _single("matmul", args, {"shapes": sizes, "dtypes": dtypes, "precisions": precisions})
 
 
 @click.command(name="memory", cls=ToolCommand)

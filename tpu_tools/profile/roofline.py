@@ -52,8 +52,9 @@ def chip_by_name(name: str) -> ChipSpec:
     chips = known_chips()
     exact = [c for c in chips if _normal(c.name) in (wanted, "tpu" + wanted, "nvidia" + wanted)]
     matches = exact or [c for c in chips if wanted and wanted in _normal(c.name)]
-    if not matches:
-        matches = [c for c in chips if c.device_kind_pattern and re.search(c.device_kind_pattern, name, re.I)]
+    by_kind = [c for c in (matches or chips) if c.device_kind_pattern and re.search(c.device_kind_pattern, name, re.I)]
+    if not matches or len(by_kind) == 1:  # "H100" is the SXM part's device kind, not every H100 variant
+        matches = by_kind or matches
     if len(matches) == 1:
         return matches[0]
     names = ", ".join(c.name for c in (matches or chips))

@@ -86,9 +86,14 @@ def details(result: CaseResult) -> str:
     parts: list[str] = []
     if benchmark in ("matmul", "memory", "transfer"):
         parts.append(f"time {format_figure('time_us', stats['time_us'].median)}")
+        arithmetic = values.get("arithmetic")
+        if benchmark == "matmul" and arithmetic and arithmetic != result.case.params.get("dtype"):
+            parts.append(f"ran as {arithmetic}")  # f32 at the default precision: tf32 on NVIDIA, bf16 on a TPU
     elif benchmark == "dispatch":
         latency = stats["latency_us"]
         parts.append(f"p99 {format_figure('latency_us', latency.p99)}")
+        if "back_to_back_us" in stats:
+            parts.append(f"back to back {format_figure('latency_us', stats['back_to_back_us'].median)}")
     elif benchmark == "compile":
         cold, warm = stats["cold_compile_ms"].median, stats["warm_compile_ms"].median
         parts.append(f"cold {format_figure('cold_ms', cold)}, warm {format_figure('warm_ms', warm)} "
@@ -109,6 +114,8 @@ def details(result: CaseResult) -> str:
         parts.append(f"{cost:.4g} per 1M samples")
     if values.get("compile_ms") is not None:
         parts.append(f"compile {format_figure('compile_ms', values['compile_ms'])}")
+    if values.get("noisy"):
+        parts.append("noisy")  # the warnings below say why
     return ", ".join(parts)
 
 
