@@ -122,16 +122,21 @@ def test_a_real_allocation_failure_is_classified_as_out_of_memory():
     assert result.stdout.strip() == "out_of_memory", result.stderr
 
 
-def test_transfer_both_directions_printed_as_json(tmp_path):
+def test_transfer_every_direction_and_path_printed_as_json(tmp_path):
     result = bench("transfer", "--size", "4K,1M", *FAST, "--json", "-")
     assert result.returncode == 0, result.stderr
     cases = by_id(json.loads(result.stdout))
-    assert list(cases) == ["transfer/h2d/4.0KiB", "transfer/h2d/1.0MiB", "transfer/d2h/4.0KiB",
-                           "transfer/d2h/1.0MiB"]
+    assert list(cases) == [f"transfer/{direction}/{size}" for direction in ("h2d", "d2h", "h2d-pinned", "d2h-pinned")
+                           for size in ("4.0KiB", "1.0MiB")]
     for case in cases.values():
         assert case["status"] == "ok" and case["stats"]["bandwidth_gbps"]["median"] > 0
         assert isinstance(case["values"]["host_memory_aliased"], bool)
+        assert case["stats"]["bandwidth_gbps"]["count"] >= 10  # enough samples for a spread, every size
     assert cases["transfer/h2d/1.0MiB"]["values"]["bytes_per_call"] == 1 << 20
+    assert "pageable" in cases["transfer/d2h/1.0MiB"]["values"]["path"]
+    assert "pinned_host memory space" in cases["transfer/d2h-pinned/1.0MiB"]["values"]["path"]
+    only = by_id(json.loads(bench("transfer", "--size", "4K", "--direction", "d2h-pinned", *FAST, "--json", "-").stdout))
+    assert list(only) == ["transfer/d2h-pinned/4.0KiB"]
 
 
 def test_dispatch_with_options_given_before_the_benchmark_name(tmp_path):

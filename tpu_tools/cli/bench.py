@@ -78,7 +78,8 @@ MAN_SECTIONS = {
         "matmul    GEMM throughput per size and dtype (f32, bf16, f16, int8; also fp8, int4), TFLOP/s or "
         "TOP/s, % of peak.\n"
         "memory    on-device bandwidth: copy, scale, add, triad (STREAM); bytes read plus written; GB/s.\n"
-        "transfer  host-to-device and device-to-host bandwidth over sizes (GB/s).\n"
+        "transfer  host-to-device and device-to-host bandwidth over sizes (GB/s), from pageable numpy memory and "
+        "from the device's pinned_host memory space.\n"
         "train     a transformer training step (embedding, attention, MLP, loss, gradients, AdamW), data "
         "parallel over all local devices: samples/s, tokens/s, step p50/p90/p99, compile time, model FLOPs "
         "per step, MFU, cost per 1M samples with --price-per-hour.\n"
@@ -208,9 +209,10 @@ def memory_command(sizes: tuple[int, ...] | None, operations: tuple[str, ...] | 
 @click.command(name="transfer", cls=ToolCommand)
 @click.option("--size", "sizes", multiple=True, metavar="BYTES", callback=byte_sizes,
               help="Bytes per transfer, with K, M, G suffixes (repeatable, or a comma list).")
-@click.option("--direction", "directions", multiple=True, metavar="DIR", callback=names_from(("h2d", "d2h"),
-                                                                                          "direction"),
-              help="h2d, d2h (repeatable, or a comma list; default both).")
+@click.option("--direction", "directions", multiple=True, metavar="DIR",
+              callback=names_from(("h2d", "d2h", "h2d-pinned", "d2h-pinned"), "direction"),
+              help="h2d, d2h (pageable numpy memory), h2d-pinned, d2h-pinned (the device's pinned_host memory "
+                   "space) (repeatable, or a comma list; default all).")
 @run_options
 def transfer_command(sizes: tuple[int, ...] | None, directions: tuple[str, ...] | None, args: RunArgs) -> int:
     """Host-to-device and device-to-host bandwidth over sizes (GB/s)."""
