@@ -77,7 +77,6 @@ def _tpu_bench_runner(benchmark: str, options: dict, args: argparse.Namespace) -
 
 def cpu_main(args: argparse.Namespace, jax) -> int:
     from tpu_tools.parsing import parse_size
-    from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
 
     jnp = jax.numpy
     copy_bytes = parse_size(args.copy_bytes or "64M")
@@ -189,6 +188,15 @@ def _median(case: dict, figure: str) -> float | None:
     return case["stats"][figure]["median"] if case["status"] == "ok" else None
 
 
+def _row(label: str, unit: str, pairs: list, theirs: float | None) -> tuple:
+    """One table row from rounds of (tool figure, hand figure, tool case): medians, and the median ratio."""
+    ran = [(tool, hand, case) for tool, hand, case in pairs if tool is not None]
+    if not ran:
+        return label, unit, None, None, theirs, pairs[-1][2], None
+    return (label, unit, statistics.median(t for t, _, _ in ran), statistics.median(h for _, h, _ in ran), theirs,
+            ran[-1][2], statistics.median(t / h for t, h, _ in ran))
+
+
 def accelerator_main(args: argparse.Namespace) -> int:
     from tpu_tools.parsing import parse_size
 
@@ -229,33 +237,41 @@ def accelerator_main(args: argparse.Namespace) -> int:
         copy = jax.jit(lambda v: v.copy()).lower(x).compile()
         return back_to_back(lambda: copy(x), 2 * copy_bytes) / 1e9
 
-    rows = []  # (label, unit, tool, hand, torch, tool case)
+    # A GPU's clocks follow its power and temperature, so figures taken minutes apart differ by several per
+    # cent: the hand loop and tpu-bench alternate in rounds, and each figure is the median over rounds (the
+    # ratio is the median of the ratios within a round).
+    rounds = args.rounds or 3
+    rows = []  # (label, unit, tool, hand, torch, tool case, ratio)
     warnings: list[str] = []
     for name, n in gemms:
-        hand = hand_gemm(name, n)
-        case = _tpu_bench_runner("matmul", {"shapes": (n,), "dtypes": (name,)}, args)
-        rows.append((f"matmul {name} {n}", "TFLOP/s", _median(case, "throughput_tflops"), hand,
-                     (torch.get(f"gemm {name} {n}") or 0) / 1e12 or None, case))
-    hand = hand_copy()
-    case = _tpu_bench_runner("memory", {"sizes": (copy_bytes,), "operations": ("copy",)}, args)
-    rows.append((f"memory copy {copy_bytes >> 20} MiB", "GB/s", _median(case, "bandwidth_gbps"), hand,
-                 (torch.get("copy") or 0) / 1e9 or None, case))
+        pairs = []
+        for _ in range(rounds):
+            hand = hand_gemm(name, n)
+            case = _tpu_bench_runner("matmul", {"shapes": (n,), "dtypes": (name,)}, args)
+            pairs.append((_median(case, "throughput_tflops"), hand, case))
+        torch_figure = (torch.get(f"gemm {name} {n}") or 0) / 1e12 or None
+        rows.append(_row(f"matmul {name} {n}", "TFLOP/s", pairs, torch_figure))
+    pairs = []
+    for _ in range(rounds):
+        hand = hand_copy()
+        case = _tpu_bench_runner("memory", {"sizes": (copy_bytes,), "operations": ("copy",)}, args)
+        pairs.append((_median(case, "bandwidth_gbps"), hand, case))
+    rows.append(_row(f"memory copy {copy_bytes >> 20} MiB", "GB/s", pairs, (torch.get("copy") or 0) / 1e9 or None))
 
     print(f"# {' '.join([os.path.basename(sys.executable), *sys.argv])}")
     print(f"# device {device.device_kind} ({device.platform}), jax {jax.__version__}, "
           f"PyTorch {torch.get('torch') or '-'}; hand loop: {BACK_TO_BACK_CALLS} calls back to back, one block, "
-          "median of 5")
+          f"median of 5; hand loop and tpu-bench alternate in {rounds} rounds, medians over rounds")
     if "error" in torch:
         print(f"# {torch['error']}")
     print(f"{'case':<22} {'tpu-bench':>12} {'hand loop':>12} {'PyTorch':>12} {'tool/hand':>10} {'tool/torch':>10}"
           f" {'% peak':>7}  verdict")
     failed = False
-    for label, unit, tool, hand, theirs, case in rows:
+    for label, unit, tool, hand, theirs, case, ratio in rows:
         if tool is None:
             failed = True
             print(f"{label:<22} tpu-bench {case['status']}: {case['message']}")
             continue
-        ratio = tool / hand
         versus_torch = tool / theirs if theirs else None
         peak = case["values"].get("percent_of_peak")
         checks = [abs(ratio - 1) <= 0.03]
@@ -291,7 +307,8 @@ def accelerator_main(args: argparse.Namespace) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=None, help="CPU: rounds of hand loop then tpu-bench (15)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="rounds of hand loop then tpu-bench (15 on the CPU platform, 3 on an accelerator)")
     parser.add_argument("--size", type=int, default=None, help="CPU: GEMM size N (N x N x N, float32; 1024)")
     parser.add_argument("--copy-bytes", default=None, help="bytes per array of the copy (64M on CPU, else 1G)")
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds per measurement, both sides")
