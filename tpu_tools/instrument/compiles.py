@@ -364,6 +364,24 @@ class FunctionStats:
     def recompile_count(self) -> int:
         return max(0, self.compile_count - 1)
 
+    @property
+    def compile_time_s(self) -> float:
+        """Tracing, lowering and XLA compile together."""
+        return self.trace_time_s + self.lowering_time_s + self.backend_compile_time_s
+
+    def add(self, event: CompileEvent) -> None:
+        """Count one stage of one compilation of this function."""
+        if event.stage == "trace":
+            self.trace_count += 1
+            self.trace_time_s += event.duration_s
+        elif event.stage == "lowering":
+            self.lowering_time_s += event.duration_s
+        else:
+            self.compile_count += 1
+            self.backend_compile_time_s += event.duration_s
+            self.cache_hits += event.persistent_cache_hit
+            self.cache_misses += event.persistent_cache_miss
+
     def to_dict(self) -> dict[str, Any]:
         # vars(), not dataclasses.asdict: this runs for every function on every request.
         return {**vars(self), "recompile_count": self.recompile_count}
@@ -413,16 +431,8 @@ class CompileTracker:
     def add_event(self, event: CompileEvent) -> None:
         with self._lock:
             stats = self._stats(event.function)
-            if event.stage == "trace":
-                stats.trace_count += 1
-                stats.trace_time_s += event.duration_s
-            elif event.stage == "lowering":
-                stats.lowering_time_s += event.duration_s
-            else:
-                stats.compile_count += 1
-                stats.backend_compile_time_s += event.duration_s
-                stats.cache_hits += event.persistent_cache_hit
-                stats.cache_misses += event.persistent_cache_miss
+            stats.add(event)
+            if event.stage == "xla_compile":
                 reason = self._pending_reasons.pop(event.function, None)
                 if stats.compile_count > 1:
                     self.recompile_total += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from tpu_tools.instrument.compiles import CompileLog
+from tpu_tools.instrument.compiles import CompileLog, FunctionStats
 
 # --- tables -----------------------------------------------------------------------------------------
 
@@ -42,20 +42,12 @@ def compile_rows(log: CompileLog, calls: dict[str, tuple[int, int]] | None = Non
 
     `calls` maps a function to (calls seen in the trace, of which served from the cache without compiling).
     """
-    rows: dict[str, CompileRow] = {}
+    stats: dict[str, FunctionStats] = {}
     for event in log.events:
-        row = rows.setdefault(event.function, CompileRow(event.function, None, 0, 0, 0.0, 0.0, 0.0, 0.0, 0,
-                                                          None, None))
-        row.compile_time_s += event.duration_s
-        if event.stage == "trace":
-            row.traces += 1
-            row.trace_time_s += event.duration_s
-        elif event.stage == "lowering":
-            row.lowering_time_s += event.duration_s
-        else:
-            row.compiles += 1
-            row.xla_compile_time_s += event.duration_s
-            row.persistent_cache_hits += event.persistent_cache_hit
+        stats.setdefault(event.function, FunctionStats(event.function)).add(event)
+    rows = {name: CompileRow(name, None, s.compile_count, s.trace_count, s.compile_time_s, s.trace_time_s,
+                             s.lowering_time_s, s.backend_compile_time_s, s.cache_hits, None, None)
+            for name, s in stats.items()}
     for miss in log.misses:
         if miss.function in rows and miss.defined_at and rows[miss.function].defined_at is None:
             rows[miss.function].defined_at = relative_location(miss.defined_at, base_dir)
