@@ -32,7 +32,7 @@ MAN_SECTIONS = {
         "and the host's launch-and-wait round trip becomes noise; time(us) is the mean over --iters samples of "
         "sample / k; with several processes, the slowest process's. Each call waits for the previous call's "
         "output, so the runtime cannot run them side by side and overstate. The calibration issues at most "
-        "65536 calls per sample and spends at most ten samples' time (1 s at least, half of --timeout at "
+        "65536 calls per sample and spends at most ten samples' time (1 s at least, a quarter of --timeout at "
         "most); when that cannot reach the sample length it says so in a note and goes on with the k it "
         "reached. --sample-ms 0 waits for every call (one call per sample): the latency including the round "
         "trip, the method before back-to-back timing.\n"

@@ -42,6 +42,10 @@ from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
 from tpu_tools.units import format_bytes
 
 CONTINUE = "continue"
+# The CPU runtime hangs when about 50 multi-device collective calls are queued (seen with jax 0.10: 48
+# calls back to back finish, 64 never do, whatever the device count). There the host waits for the
+# latest call after every 16: one round trip per 16 calls, which errs on the slow side.
+MAX_IN_FLIGHT_CPU = 16
 
 
 class SizeDoesNotFit(Exception):
@@ -232,7 +236,7 @@ class CollectivesRun:
             self.watchdog.progress()
             dtype = inputs.dtype
             zeros = jax.jit(lambda: jax.numpy.zeros(shape, dtype), out_shardings=collective.sharding)()
-            out_of_place = _OutOfPlace(compiled, inputs, zeros, self.watchdog.progress)
+            out_of_place = _OutOfPlace(compiled, inputs, zeros, self.watchdog.progress, self._depth)
             self._measure(section, size_plan, out_of_place, local, "")
             if settings.check:
                 local["wrong"], local["checked_elements"] = self._check(out_of_place.last, crafted.expected)
@@ -265,8 +269,14 @@ class CollectivesRun:
         else:
             local["in_place_wrong"], local["in_place_checked_elements"] = None, 0
         self.watchdog.progress()
-        self._measure(section, size_plan, _InPlace(compiled, first, self.watchdog.progress), local, "in_place_",
-                      calls=local["calls_per_sample"])
+        self._measure(section, size_plan, _InPlace(compiled, first, self.watchdog.progress, self._depth), local,
+                      "in_place_", calls=local["calls_per_sample"])
+
+    @property
+    def _depth(self) -> int:
+        """Calls in flight at most before the host waits (see MAX_IN_FLIGHT_CPU)."""
+        assert self.plan is not None
+        return MAX_IN_FLIGHT_CPU if self.plan.devices[0].platform == "cpu" else 1 << 62
 
     def _measure(self, section: Section, size_plan: SizePlan, runner: _Chain, local: dict[str, Any], prefix: str,
                  calls: int | None = None) -> None:
@@ -432,15 +442,18 @@ class _OutOfPlace:
     """Calls on one input into fresh outputs; each call also takes the previous output (unused by the
     program), so the runtime starts it only once that output exists: the calls cannot overlap."""
 
-    def __init__(self, compiled: Any, inputs: Any, first: Any, progress: Callable[[], None]):
+    def __init__(self, compiled: Any, inputs: Any, first: Any, progress: Callable[[], None], depth: int):
         self.compiled, self.inputs, self.last, self.progress = compiled, inputs, first, progress
+        self.depth = depth
 
     def sample(self, calls: int) -> float:
         """Issue `calls` calls back to back, wait for the last; seconds."""
-        compiled, inputs, output = self.compiled, self.inputs, self.last
+        compiled, inputs, output, depth = self.compiled, self.inputs, self.last, self.depth
         started = time.perf_counter()
-        for _ in range(calls):
+        for call in range(1, calls + 1):
             output = compiled(inputs, output)
+            if call % depth == 0:
+                output.block_until_ready()
         output.block_until_ready()
         elapsed = time.perf_counter() - started
         self.last = output
@@ -451,14 +464,16 @@ class _OutOfPlace:
 class _InPlace:
     """Calls that write over their (donated) input: each consumes the previous call's result."""
 
-    def __init__(self, compiled: Any, buffer: Any, progress: Callable[[], None]):
-        self.compiled, self.buffer, self.progress = compiled, buffer, progress
+    def __init__(self, compiled: Any, buffer: Any, progress: Callable[[], None], depth: int):
+        self.compiled, self.buffer, self.progress, self.depth = compiled, buffer, progress, depth
 
     def sample(self, calls: int) -> float:
-        compiled, buffer = self.compiled, self.buffer
+        compiled, buffer, depth = self.compiled, self.buffer, self.depth
         started = time.perf_counter()
-        for _ in range(calls):
+        for call in range(1, calls + 1):
             buffer = compiled(buffer)
+            if call % depth == 0:
+                buffer.block_until_ready()
         buffer.block_until_ready()
         elapsed = time.perf_counter() - started
         self.buffer = buffer

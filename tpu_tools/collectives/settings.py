@@ -58,9 +58,9 @@ def build_settings(*, ops: list[OpSpec], redop: str, dtype: DType, min_bytes: in
         raise UsageError(f"--warmup must not be negative, got {warmup}")
     if not sample_ms >= 0 or sample_ms == float("inf"):
         raise UsageError(f"--sample-ms must be a number of milliseconds, 0 or more, got {sample_ms:g}")
-    if sample_ms / 1e3 > timeout_s / 2:
+    if sample_ms / 1e3 > timeout_s / 4:
         raise UsageError(f"--sample-ms {sample_ms:g} does not fit in --timeout {timeout_s:g} s: a sample must "
-                         "end well within the timeout (at most half of it)")
+                         "end well within the timeout (at most a quarter of it)")
     if root < 0:
         raise UsageError(f"--root must not be negative, got {root}")
     if min_busbw is not None and min_busbw < 0:

@@ -50,9 +50,10 @@ class Calibration:
 
 
 def plan_for(sample_ms: float, timeout_s: float) -> TimingPlan:
-    """The calibration may take ten samples' time (at least 1 s), but stays well inside --timeout."""
+    """The calibration may take ten samples' time (at least 1 s), but no more than a quarter of --timeout:
+    no sample it starts can outlast the watchdog, even on a busy machine."""
     sample_s = sample_ms / 1e3
-    return TimingPlan(sample_s, min(max(1.0, 10 * sample_s), timeout_s / 2))
+    return TimingPlan(sample_s, min(max(1.0, 10 * sample_s), timeout_s / 4))
 
 
 def calibrate(run_sample: RunSample, plan: TimingPlan, agree: Agree) -> Calibration:
