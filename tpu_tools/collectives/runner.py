@@ -242,7 +242,7 @@ class CollectivesRun:
                 local["wrong"], local["checked_elements"] = self._check(out_of_place.last, crafted.expected)
             else:
                 local["wrong"], local["checked_elements"] = None, 0
-            del out_of_place, inputs
+            del out_of_place, inputs, zeros  # the in-place column needs the memory
             self.watchdog.progress()
             self._run_in_place(section, size_plan, crafted, local)
         except ToolError:
