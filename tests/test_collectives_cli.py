@@ -215,7 +215,8 @@ print(right, wrong)
 
 def test_in_place_calls_really_write_over_their_donated_input():
     # Every op's in-place form is donated and its output aliases the input: the runtime deletes the
-    # input and warns of no unusable donation; the out-of-place form leaves its input alone.
+    # input and warns of no unusable donation; the out-of-place form leaves its input alone and takes
+    # the previous output as a real argument, so calls issued back to back run one after the other.
     script = """
 import warnings
 import numpy as np
@@ -240,8 +241,11 @@ for op in OPS.values():
                 for s in out.addressable_shards)
     x = jax.make_array_from_callback((4, op.input_elements(8, 4)), collective.sharding,
                                      lambda index: crafted.input(*plan.position(index)).reshape(1, -1))
-    y = collective.timed(x, collective.function(x))
-    print(op.name, buffer.is_deleted(), wrong, x.is_deleted(), y.shape[-1] == op.output_elements(8, 4))
+    previous = collective.function(x)
+    y = collective.timed(x, previous)
+    # The previous output is a parameter of the compiled program: the runtime waits for it.
+    chained = "parameter(1)" in collective.timed.lower(x, previous).compile().as_text()
+    print(op.name, buffer.is_deleted(), wrong, x.is_deleted(), y.shape[-1] == op.output_elements(8, 4), chained)
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=clean_env(),
                             timeout=120, cwd=REPO)
@@ -249,7 +253,7 @@ for op in OPS.values():
     lines = [line.split() for line in result.stdout.splitlines()]
     assert [line[0] for line in lines] == ["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "permute",
                                            "broadcast"]
-    assert all(line[1:] == ["True", "0", "False", "True"] for line in lines), lines
+    assert all(line[1:] == ["True", "0", "False", "True", "True"] for line in lines), lines
 
 
 def test_sample_ms_0_waits_for_every_call(tmp_path):
