@@ -27,7 +27,10 @@ busbw: on the CPU platform with 8 devices, at 1, 16 and 64 MiB, the command's bu
 
 Runs from a source tree, nothing installed but jax, click, rich, psutil:
 
-    PYTHONPATH=. python3 benchmarks/collectives_busbw.py [--part latency|busbw|both] [--workers 3] [--pairs 2]
+    PYTHONPATH=. python3 benchmarks/collectives_busbw.py [--part latency|busbw|both] [--workers 2] [--pairs 2]
+
+The latency part takes well under a minute; the busbw part a few minutes on 2 busy cores, less on a
+host with more.
 """
 
 from __future__ import annotations
@@ -50,8 +53,8 @@ SIZES_MIB = (1, 16, 64)
 # Plain loop iterations per size: about a second of timed work each, so that one scheduling hiccup
 # on a busy machine moves the mean little. The command's samples (5 ms or one call, whichever is
 # longer) are chosen for about as long.
-ITERS = {1: 1500, 16: 60, 64: 15}
-TOOL_SAMPLES = {1: 200, 16: 60, 64: 15}
+ITERS = {1: 1500, 16: 60, 64: 12}
+TOOL_SAMPLES = {1: 200, 16: 60, 64: 12}
 DEVICES = 8
 TOLERANCE = 0.10
 LATENCY_BYTES = 1024
@@ -243,7 +246,7 @@ def _busbw(args: argparse.Namespace) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("latency", "busbw", "both"), default="both")
-    parser.add_argument("--workers", type=int, default=3, help="fresh processes per size (busbw)")
+    parser.add_argument("--workers", type=int, default=2, help="fresh processes per size (busbw)")
     parser.add_argument("--pairs", type=int, default=2, help="pairs measured in each process")
     parser.add_argument("--iters", type=int, default=None, help="plain loop iterations (default: per size)")
     parser.add_argument("--warmup", type=int, default=5)
