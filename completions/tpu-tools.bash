@@ -155,8 +155,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|collectives-test')
-            opts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout'; pathopts=''
+            opts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters --sample-ms -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters --sample-ms -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 -o) choices='sum max min prod avg all' ;;
                 --redop) choices='sum max min prod avg all' ;;
@@ -318,8 +318,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-collectives-test|')
-            opts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout'; pathopts=''
+            opts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters --sample-ms -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters --sample-ms -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 -o) choices='sum max min prod avg all' ;;
                 --redop) choices='sum max min prod avg all' ;;

@@ -15,15 +15,21 @@ from conftest import REPO, assert_one_line_error, clean_env, run_tool, tool_comm
 TOP_KEYS = {"schema", "command", "time", "platform", "device_kind", "jax_version", "jaxlib_version",
             "process_count", "processes", "device_ids", "mesh", "ranks", "groups", "settings", "tests", "wrong",
             "avg_busbw_gbps", "slow_processes", "notes", "status", "error", "exit_code"}
-SETTINGS_KEYS = {"dtype", "min_bytes", "max_bytes", "step_factor", "step_bytes", "iters", "warmup", "check",
+SETTINGS_KEYS = {"dtype", "min_bytes", "max_bytes", "step_factor", "step_bytes", "iters", "warmup", "sample_ms",
+                 "check",
                  "stats", "root", "shift", "timeout_s", "min_busbw_gbps", "slow_threshold_percent"}
 TEST_KEYS = {"op", "redop", "root", "shift", "implementation", "ranks", "groups", "busbw_factor", "busbw_formula",
-             "results", "avg_busbw_gbps", "wrong"}
+             "results", "avg_busbw_gbps", "wrong", "small_message_latency"}
 RESULT_KEYS = {"requested_bytes", "size_bytes", "count", "dtype", "redop", "root", "time_us", "stats_us",
-               "algbw_gbps", "busbw_gbps", "wrong", "checked_elements", "compile_ms", "processes", "error"}
-PROCESS_TIME_KEYS = {"process_id", "host", "time_us", "stats_us", "wrong", "slow"}
+               "algbw_gbps", "busbw_gbps", "wrong", "checked_elements", "compile_ms", "processes", "error",
+               "in_place", "calls_per_sample", "sample_ms", "blocking_call_us", "calibration_note"}
+IN_PLACE_KEYS = {"time_us", "stats_us", "algbw_gbps", "busbw_gbps", "wrong", "checked_elements"}
+PROCESS_TIME_KEYS = {"process_id", "host", "time_us", "stats_us", "wrong", "slow", "in_place_time_us",
+                     "in_place_wrong"}
 PROCESS_KEYS = {"process_id", "host", "pid", "device_ids"}
-ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\w+)\s+(\S+)\s+(\S+)\s+([\d.]+)\s+(?:[\d.]+\s+)*([\d.]+)\s+([\d.]+)\s+(\S+)$")
+# size count type redop root | out-of-place: time [stats] algbw busbw #wrong | in-place: time algbw busbw #wrong
+ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\w+)\s+(\S+)\s+(\S+)\s+([\d.]+)\s+(?:[\d.]+\s+)*?([\d.]+)\s+([\d.]+)\s+(\S+)"
+                 r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)$")
 SMALL = ["-b", "64", "-e", "256", "-f", "4", "-n", "2", "-w", "1"]
 
 
@@ -49,9 +55,12 @@ def test_the_default_run_is_a_correct_table_on_8_cpu_devices_in_seconds():
     assert "# all-reduce (sum) [psum]: busbw = algbw * 2(n-1)/n = algbw * 1.750 (n = 8 ranks)" in result.stdout
     table = rows(result.stdout)
     assert [int(r[0]) for r in table] == [1024 << i for i in range(15)]  # 1 KiB to 16 MiB, factor 2
-    assert all(r[2:5] == ("f32", "sum", "-") and r[-1] == "0" for r in table)
+    assert all(r[2:5] == ("f32", "sum", "-") and r[8] == r[12] == "0" for r in table)  # #wrong, both columns
     assert all(int(r[0]) == int(r[1]) * 4 for r in table)
-    assert all(float(r[-2]) > 0 for r in table[5:])  # busbw
+    assert all(float(r[7]) > 0 and float(r[11]) > 0 for r in table[5:])  # busbw, both columns
+    assert re.search(r"^#\s+out-of-place\s+in-place$", result.stdout, re.M)
+    assert re.fullmatch(r"# Latency all-reduce \(sum\) at 1\.0 KiB : [\d.]+ us out-of-place, [\d.]+ us in-place; "
+                        r"[\d.]+ us for one call waited for", lines[-3])
     assert lines[-2] == "# Wrong values : 0 OK"
     assert re.fullmatch(r"# Avg bus bandwidth : \d+\.\d{3} GB/s", lines[-1])
     assert result.stderr == ""
@@ -70,7 +79,7 @@ def test_every_op_and_reduction_is_right_in_bf16():
     assert ("broadcast", "masked all-reduce (root 5)", "1") in sections
     assert ("permute", "ppermute (shift 3)", "1") in sections
     table = rows(result.stdout)
-    assert len(table) == 10 * 2 and all(r[-1] == "0" and r[2] == "bf16" for r in table)
+    assert len(table) == 10 * 2 and all(r[8] == r[12] == "0" and r[2] == "bf16" for r in table)
     assert [r[4] for r in table[-2:]] == ["5", "5"]  # broadcast's root column
     assert result.stdout.count(": wrong values 0 OK, avg busbw") == 10
 
@@ -79,8 +88,8 @@ def test_json_document_schema_is_pinned(tmp_path):
     path = tmp_path / "out.json"
     result = collectives("all-reduce", "-d", "u8", "--stats", "p50,p99", "--json", str(path), *SMALL)
     assert result.returncode == 0, result.stderr
-    assert re.search(r"^#\s+size\s+count\s+type\s+redop\s+root\s+time\s+p50\s+p99\s+algbw\s+busbw\s+#wrong$",
-                     result.stdout, re.M)
+    assert re.search(r"^#\s+size\s+count\s+type\s+redop\s+root\s+time\s+p50\s+p99\s+algbw\s+busbw\s+#wrong"
+                     r"\s+time\s+algbw\s+busbw\s+#wrong$", result.stdout, re.M)
     document = json.loads(path.read_text())
     assert set(document) == TOP_KEYS
     assert document["schema"] == "tpu-tools/collectives/v1"
@@ -91,6 +100,7 @@ def test_json_document_schema_is_pinned(tmp_path):
     assert [set(p) for p in document["processes"]] == [PROCESS_KEYS]
     (test,) = document["tests"]
     assert set(test) == TEST_KEYS and test["busbw_factor"] == pytest.approx(1.75)
+    assert test["small_message_latency"]["size_bytes"] == 64 and test["small_message_latency"]["in_place_us"] > 0
     assert [r["size_bytes"] for r in test["results"]] == [64, 256]
     for result_row in test["results"]:
         assert set(result_row) == RESULT_KEYS
@@ -100,6 +110,15 @@ def test_json_document_schema_is_pinned(tmp_path):
         assert result_row["algbw_gbps"] == pytest.approx(result_row["size_bytes"] / result_row["time_us"] / 1e3)
         assert [set(p) for p in result_row["processes"]] == [PROCESS_TIME_KEYS]
         assert result_row["compile_ms"] > 0
+        in_place = result_row["in_place"]
+        assert set(in_place) == IN_PLACE_KEYS and set(in_place["stats_us"]) == {"p50", "p99"}
+        assert in_place["wrong"] == 0 and in_place["checked_elements"] == 8 * result_row["count"]
+        assert in_place["busbw_gbps"] == pytest.approx(in_place["algbw_gbps"] * 1.75)
+        # Samples of k back-to-back calls, k calibrated for 5 ms (the default) or more.
+        assert result_row["calls_per_sample"] >= 1 and result_row["calibration_note"] is None
+        assert result_row["sample_ms"] > 0  # (its length against 5 ms depends on the machine's load: not tested)
+        assert result_row["time_us"] == pytest.approx(result_row["sample_ms"] * 1e3 / result_row["calls_per_sample"])
+        assert result_row["blocking_call_us"] > 0
 
 
 def test_json_to_stdout_replaces_the_table():
@@ -194,6 +213,71 @@ print(right, wrong)
     assert result.stdout.split() == ["0", str(4 * 16)]
 
 
+def test_in_place_calls_really_write_over_their_donated_input():
+    # Every op's in-place form is donated and its output aliases the input: the runtime deletes the
+    # input and warns of no unusable donation; the out-of-place form leaves its input alone and takes
+    # the previous output as a real argument, so calls issued back to back run one after the other.
+    script = """
+import warnings
+import numpy as np
+from tpu_tools.collectives.data import Crafted, count_wrong
+from tpu_tools.collectives.dtypes import DTYPES
+from tpu_tools.collectives.mesh import build_mesh
+from tpu_tools.collectives.ops import OPS, Case
+from tpu_tools.collectives.spmd import build_collective, in_place_elements
+from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
+jax = import_jax(RuntimePolicy(platform="cpu", host_devices=4))
+plan = build_mesh(jax, None, None, None)
+warnings.simplefilter("error")
+for op in OPS.values():
+    case = Case(op, op.redops[0] if op.redops else None)
+    crafted = Crafted(case, DTYPES["i32"], 4, 8)
+    collective = build_collective(jax, case, plan, is_integer=True)
+    length = in_place_elements(case, 8, 4)
+    make = lambda index: crafted.in_place_input(*plan.position(index)).reshape(1, length)
+    buffer = jax.make_array_from_callback((4, length), collective.sharding, make)
+    out = collective.in_place(buffer)
+    wrong = sum(count_wrong(np.asarray(s.data), crafted.in_place_expected(*plan.position(s.index)), DTYPES["i32"])
+                for s in out.addressable_shards)
+    x = jax.make_array_from_callback((4, op.input_elements(8, 4)), collective.sharding,
+                                     lambda index: crafted.input(*plan.position(index)).reshape(1, -1))
+    previous = collective.function(x)
+    y = collective.timed(x, previous)
+    # The previous output is a parameter of the compiled program: the runtime waits for it.
+    chained = "parameter(1)" in collective.timed.lower(x, previous).compile().as_text()
+    print(op.name, buffer.is_deleted(), wrong, x.is_deleted(), y.shape[-1] == op.output_elements(8, 4), chained)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=clean_env(),
+                            timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    lines = [line.split() for line in result.stdout.splitlines()]
+    assert [line[0] for line in lines] == ["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "permute",
+                                           "broadcast"]
+    assert all(line[1:] == ["True", "0", "False", "True", "True"] for line in lines), lines
+
+
+def test_sample_ms_0_waits_for_every_call(tmp_path):
+    result = collectives("all-reduce", "--sample-ms", "0", "--json", "-", *SMALL)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["settings"]["sample_ms"] == 0
+    assert all(r["calls_per_sample"] == 1 for r in document["tests"][0]["results"])
+
+
+def test_a_sample_length_the_calibration_cannot_reach_is_said_not_looped_for(tmp_path):
+    path = tmp_path / "short.json"
+    started = time.monotonic()
+    result = collectives("all-reduce", "-b", "64", "-e", "64", "-n", "1", "-w", "0", "--sample-ms", "2000",
+                         "--timeout", "8", "--json", str(path))
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"note: all-reduce \(sum\) at 64 B: \d+ calls per sample last [\d.]+ ms, short of the 2000 ms "
+                     r"asked \(the calibration's time budget of 2 s would run out\)", result.stderr), result.stderr
+    (row,) = json.loads(path.read_text())["tests"][0]["results"]
+    assert row["calibration_note"] and row["sample_ms"] < 2000 and row["wrong"] == 0
+    assert elapsed < 60, elapsed
+
+
 @pytest.mark.parametrize(("args", "code", "fragment"), [
     (["reduce"], 2, "unknown op 'reduce'"),
     (["-d", "f33"], 2, "unknown dtype 'f33'"),
@@ -204,6 +288,9 @@ print(right, wrong)
     (["--launch", "0"], 2, "--launch must be at least 1, got 0"),
     (["reduce-scatter", "-o", "max"], 2, "reduce-scatter supports only --redop sum"),
     (["--stats", "p50,q3"], 2, "unknown statistic 'q3'"),
+    (["--sample-ms", "-1"], 2, "--sample-ms must be a number of milliseconds, 0 or more, got -1"),
+    (["--sample-ms", "nan"], 2, "--sample-ms must be a number of milliseconds, 0 or more, got nan"),
+    (["--sample-ms", "20000"], 2, "--sample-ms 20000 does not fit in --timeout 60 s"),
     (["--coordinator", "nowhere"], 2, "--coordinator 'nowhere': use HOST:PORT"),
     (["--num-processes", "2", "--process-id", "2"], 2, "--process-id 2 is out of range"),
     (["--json", "/nonexistent/dir/out.json"], 2, "cannot write --json /nonexistent/dir/out.json"),
@@ -230,13 +317,13 @@ def test_options_that_do_not_fit_the_devices_are_usage_errors(args, fragment):
     assert result.stdout == ""
 
 
-def test_the_table_fits_an_80_column_terminal(tmp_path):
+def test_the_table_fits_a_120_column_terminal(tmp_path):
     if not shutil.which("tmux"):
         pytest.skip("tmux is not installed")
     session = f"coll{id(tmp_path)}"
     command = " ".join([*tool_command("tpu-collectives-test"), *SMALL, "-e", "4K"]) + "; echo DONE:$?"
     env = clean_env()
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", "bash", "--norc"],
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "30", "bash", "--norc"],
                    env=env, check=True, timeout=10)
     try:
         subprocess.run(["tmux", "send-keys", "-t", session, command, "Enter"], check=True, timeout=10)
@@ -249,7 +336,7 @@ def test_the_table_fits_an_80_column_terminal(tmp_path):
         assert "DONE:0" in screen, screen
         table = [line for line in screen.splitlines() if ROW.match(line)]
         assert [line.split()[0] for line in table] == ["64", "256", "1024", "4096"]
-        assert all(len(line) <= 80 for line in table)
+        assert all(len(line) <= 120 for line in table)
         assert "# Wrong values : 0 OK" in screen
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], timeout=10)

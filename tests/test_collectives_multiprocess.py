@@ -48,6 +48,10 @@ def test_launch_runs_a_multi_controller_job_and_times_every_process(tmp_path):
         assert [p["process_id"] for p in row["processes"]] == [0, 1]
         assert row["wrong"] == 0 and row["checked_elements"] == 4 * row["count"]
         assert row["time_us"] == max(p["time_us"] for p in row["processes"])
+        # Every process issued the k calls process 0 calibrated, in both columns, and checked both.
+        assert row["calls_per_sample"] >= 1 and row["in_place"]["wrong"] == 0
+        assert row["in_place"]["checked_elements"] == 4 * row["count"]
+        assert row["in_place"]["time_us"] == max(p["in_place_time_us"] for p in row["processes"])
     # Threshold 0: whoever is over the median is flagged, by process id, host and pid.
     slow = document["slow_processes"]
     assert slow and {s["pid"] for s in slow} <= set(pids)

@@ -214,3 +214,27 @@ def test_launch_arguments_and_outcomes():
     assert "ended by the JAX runtime" in aborted.describe_death()
     assert RankOutcome(1, 5, returncode=1, error="x").describe_death() is None
     assert RankOutcome(1, 5, returncode=1).describe_death() == "process 1 (pid 5) exited with status 1"
+
+
+@pytest.mark.parametrize("ranks", [1, 4])
+def test_in_place_buffers_follow_nccl_tests_layout(ranks):
+    f32, count = DTYPES["f32"], 5
+    gather = Crafted(Case(OPS["all-gather"], None), f32, ranks, count)
+    for r in range(ranks):
+        buffer = gather.in_place_input(0, r)
+        assert buffer.shape == (ranks * count,)
+        assert np.array_equal(buffer[r * count:(r + 1) * count], gather.input(0, r))  # own chunk at rank x count
+        assert np.array_equal(gather.in_place_expected(0, r), gather.expected(0, r))
+    scatter = Crafted(Case(OPS["reduce-scatter"], "sum"), f32, ranks, count)
+    for r in range(ranks):
+        after = scatter.in_place_expected(0, r)
+        before = scatter.in_place_input(0, r)
+        assert np.array_equal(before, scatter.input(0, r))
+        own = slice(r * count, (r + 1) * count)
+        assert np.array_equal(after[own], scatter.expected(0, r))  # the reduced chunk at its own offset
+        rest = np.ones(ranks * count, bool)
+        rest[own] = False
+        assert np.array_equal(after[rest], before[rest])  # the rest of the input untouched
+    reduce = Crafted(Case(OPS["all-reduce"], "max"), f32, ranks, count)
+    assert np.array_equal(reduce.in_place_input(0, 0), reduce.input(0, 0))
+    assert np.array_equal(reduce.in_place_expected(0, 0), reduce.expected(0, 0))

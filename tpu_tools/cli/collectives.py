@@ -26,18 +26,32 @@ MAN_SECTIONS = {
         "(shard_map over a mesh of the selected devices): each device holds one buffer and the op runs along "
         "one mesh axis (--mesh AxB --axis NAME; groups along the other axes run side by side).\n"
         "Each size is compiled first (compile time is reported in JSON, not in the timing), warmed up, then "
-        "timed for --iters iterations, each to completion (block_until_ready). time(us) is the mean "
-        "iteration time; with several processes, the slowest process's. algbw = bytes / time (GB = 1e9). "
+        "timed as nccl-tests does: a sample is k calls issued back to back and one wait for the last "
+        "(block_until_ready), k calibrated per size so that a sample lasts at least --sample-ms (default 5 ms) "
+        "and the host's launch-and-wait round trip becomes noise; time(us) is the mean over --iters samples of "
+        "sample / k; with several processes, the slowest process's. Each call waits for the previous call's "
+        "output, so the runtime cannot run them side by side and overstate. The calibration issues at most "
+        "65536 calls per sample and spends at most ten samples' time (1 s at least, a quarter of --timeout at "
+        "most); when that cannot reach the sample length it says so in a note and goes on with the k it "
+        "reached. --sample-ms 0 waits for every call (one call per sample): the latency including the round "
+        "trip, the method before back-to-back timing.\n"
+        "Two groups of columns, as in nccl-tests: out-of-place (a fresh output buffer each call) and in-place "
+        "(the output overwrites the donated input: all-gather gathers from its own chunk of the full buffer, "
+        "reduce-scatter writes its chunk at its own offset). The footer gives each op's small-message latency "
+        "(the smallest size's time) next to the time of one call waited for. "
+        "algbw = bytes / time (GB = 1e9). "
         "bytes is the per-rank buffer for all-reduce, permute and broadcast, and the whole gathered buffer "
         "(count x type size x ranks) for all-gather, reduce-scatter and all-to-all; count is per rank, or "
         "per peer for those three. busbw = algbw x factor: all-reduce 2(n-1)/n; all-gather, reduce-scatter, "
         "all-to-all (n-1)/n; permute, broadcast 1. The header prints the formula used.\n"
         "Sizes not divisible into whole elements per rank are rounded down as nccl-tests does (at least one "
         "element per rank), with a note on stderr.\n"
-        "Correctness: outside the timed loop, every size runs once more on crafted inputs (small integers, so "
-        "that every sum, product, maximum and mean is exact in the chosen type); every device's result on "
-        "every process is compared bit for bit with the result computed on the host; #wrong is the number "
-        "of differing elements summed over all processes. --check off skips it (#wrong N/A).\n"
+        "Correctness: inputs are crafted (small integers, so that every sum, product, maximum and mean is "
+        "exact in the chosen type); every device's result on every process is compared bit for bit with the "
+        "result computed on the host: out-of-place, the last result of the timed calls (its input never "
+        "changes); in-place, the first call on the crafted buffer, before the timed chain. #wrong is the "
+        "number of differing elements summed over all processes, per column. --check off skips it (#wrong "
+        "N/A).\n"
         "all-reduce supports the reductions sum, max, min, prod and avg (--redop all runs each); "
         "reduce-scatter supports sum only (JAX's psum_scatter). prod is an XLA all-reduce with a multiply "
         "reducer. broadcast is XLA's collective-broadcast on GPU; on platforms whose compiler has none "
@@ -71,12 +85,17 @@ MAN_SECTIONS = {
         "schema, command, time (UTC), platform, device_kind, jax_version, jaxlib_version, process_count, "
         "processes[]: {process_id, host, pid, device_ids[]}, device_ids[], mesh: {shape[], axis_names[], axis}, "
         "ranks (per group), groups, settings: {dtype, min_bytes, max_bytes, step_factor, step_bytes, iters, "
-        "warmup, check, stats[], root, shift, timeout_s, min_busbw_gbps, slow_threshold_percent}.\n"
+        "warmup, sample_ms, check, stats[], root, shift, timeout_s, min_busbw_gbps, slow_threshold_percent}.\n"
         "tests[]: {op, redop, root, shift, implementation, ranks, groups, busbw_factor, busbw_formula, "
-        "avg_busbw_gbps, wrong, results[]}; results[]: {requested_bytes, size_bytes, count, dtype, redop, root, "
-        "time_us, stats_us: {p50: ...}, algbw_gbps, busbw_gbps, wrong (null when not checked), "
-        "checked_elements, compile_ms, processes[]: {process_id, host, time_us, stats_us, wrong, slow}, "
-        "error}.\n"
+        "avg_busbw_gbps (out-of-place), wrong (both columns), small_message_latency: {size_bytes, "
+        "out_of_place_us, in_place_us, blocking_call_us} (null when no size ran), results[]}; results[]: "
+        "{requested_bytes, size_bytes, count, dtype, redop, root, time_us, stats_us: {p50: ...}, algbw_gbps, "
+        "busbw_gbps, wrong (null when not checked), checked_elements (these are out-of-place), compile_ms "
+        "(both forms), processes[]: {process_id, host, time_us, stats_us, wrong, slow, in_place_time_us, "
+        "in_place_wrong}, error, in_place: {time_us, stats_us, algbw_gbps, busbw_gbps, wrong, "
+        "checked_elements} (null when the size failed), calls_per_sample (k), sample_ms (mean sample length), "
+        "blocking_call_us (median time of one call issued and waited for), calibration_note (why the samples "
+        "are shorter than --sample-ms, else null)}.\n"
         "wrong, avg_busbw_gbps, slow_processes[]: {process_id, host, pid, slow_sizes, worst_ratio}, notes[], "
         "status (ok, wrong_values, below_min_busbw, failed), error, exit_code."
     ),
@@ -88,6 +107,7 @@ MAN_SECTIONS = {
         "tpu-collectives-test all-reduce\n"
         "tpu-collectives-test all -b 8 -e 64M -f 2 -d bf16 --stats p50,p99\n"
         "tpu-collectives-test all-reduce -o all --check on --json result.json\n"
+        "tpu-collectives-test all-reduce -b 8 -e 8 --sample-ms 20 --stats p50,max\n"
         "tpu-collectives-test all-gather --mesh 2x4 --axis y\n"
         "tpu-collectives-test all-reduce --launch 4 --timeout 20\n"
         "tpu-collectives-test all-reduce --coordinator 10.0.0.2:8476 --num-processes 4 --process-id 1\n"
@@ -148,7 +168,9 @@ class _RecordingCommand(ToolCommand):
 @click.option("-o", "--redop", type=click.Choice([*REDOPS, "all"]), default="sum", show_default=True,
               help="Reduction of all-reduce (all: each in turn).")
 @click.option("-n", "--iters", type=int, default=20, metavar="N", show_default=True,
-              help="Timed iterations per size.")
+              help="Timed samples per size, each k calls back to back.")
+@click.option("--sample-ms", "sample_ms", type=float, default=5.0, metavar="MS", show_default=True,
+              help="Calibrate k so a sample lasts at least MS (0: wait for every call).")
 @click.option("-w", "--warmup", type=int, default=5, metavar="N", show_default=True,
               help="Untimed iterations before timing.")
 @click.option("-c", "--check", type=click.Choice(["on", "off", "1", "0"]), default="on", show_default=True,
@@ -325,6 +347,8 @@ def _render_section(run, section, settings, show: bool) -> None:
     for row in run.run(section):
         if show:
             _lines([row_line(row, settings.stats)])
+        if row.calibration_note and run.is_reporter:
+            note(f"note: {row.calibration_note}")
     if show and len(settings.tests) > 1:
         _lines([section_footer(section.result)])
 

@@ -54,6 +54,26 @@ class Crafted:
         table, offset = self._input_pattern(group, rank)
         return self._typed(table, offset, self.test.op.input_elements(self.count, self.ranks))
 
+    def in_place_input(self, group: int, rank: int) -> np.ndarray:
+        """The buffer an in-place call starts from: the input, where nccl-tests keeps it.
+
+        all-gather's input is the own chunk of the full-size buffer, at rank x count (the rest is
+        zero: the gather overwrites it); every other op's in-place buffer is its input.
+        """
+        if self.test.op.name != "all-gather":
+            return self.input(group, rank)
+        buffer = np.zeros(self.count * self.ranks, self.dtype.numpy())
+        buffer[rank * self.count:(rank + 1) * self.count] = self.input(group, rank)
+        return buffer
+
+    def in_place_expected(self, group: int, rank: int) -> np.ndarray:
+        """The in-place buffer after one call: reduce-scatter leaves its input but for its own chunk."""
+        if self.test.op.name != "reduce-scatter":
+            return self.expected(group, rank)
+        buffer = self.input(group, rank).copy()
+        buffer[rank * self.count:(rank + 1) * self.count] = self.expected(group, rank)
+        return buffer
+
     def _typed(self, table: np.ndarray, offset: int, length: int) -> np.ndarray:
         """A buffer in the test's type; the cast happens on the small table, not on the buffer."""
         return _repeat(table.astype(self.dtype.numpy()), offset, length)

@@ -58,6 +58,9 @@ class LocalExchange:
     def decide(self, step: int, decision: str) -> str:
         return decision
 
+    def agree(self, name: str, value: str) -> str:
+        return value
+
     def report_failure(self, message: str) -> None:
         pass
 
@@ -141,6 +144,18 @@ class KeyValueExchange:
         except Exception:
             raise MissingProcesses(f"{self._names([0])} did not say within {self.timeout_s:g} s whether the "
                                    "sweep goes on (it died or hung)", [0]) from None
+
+    def agree(self, name: str, value: str) -> str:
+        """Process 0's value of `name` within the current step (e.g. a calibration's decision)."""
+        key = f"agree/{self._step}/{name}"
+        if self.process_id == 0:
+            self._set(key, value)
+            return value
+        try:
+            return self.client.blocking_key_value_get(PREFIX + key, int(self.timeout_s * 1000))
+        except Exception:
+            raise MissingProcesses(f"{self._names([0])} did not send its timing decision within "
+                                   f"{self.timeout_s:g} s (it died or hung)", [0]) from None
 
     def report_failure(self, message: str) -> None:
         try:

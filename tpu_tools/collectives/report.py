@@ -38,6 +38,20 @@ class ProcessTime:
     stats_us: dict[str, float]
     wrong: int | None
     slow: bool = False
+    in_place_time_us: float | None = None
+    in_place_wrong: int | None = None
+
+
+@dataclass
+class InPlaceResult:
+    """The in-place column of a size: the op writing over its (donated) input."""
+
+    time_us: float
+    stats_us: dict[str, float]
+    algbw_gbps: float
+    busbw_gbps: float
+    wrong: int | None  # None: not checked (--check off)
+    checked_elements: int = 0
 
 
 @dataclass
@@ -57,6 +71,19 @@ class SizeResult:
     compile_ms: float | None = None
     processes: list[ProcessTime] = field(default_factory=list)
     error: str | None = None
+    # Added with back-to-back timing: the columns above are out-of-place.
+    in_place: InPlaceResult | None = None
+    calls_per_sample: int | None = None  # k: calls issued back to back per sample
+    sample_ms: float | None = None  # mean length of a timed sample (the slowest process's)
+    blocking_call_us: float | None = None  # one call issued and waited for: latency with the host round trip
+    calibration_note: str | None = None  # why the samples are shorter than --sample-ms, or None
+
+    @property
+    def wrong_total(self) -> int | None:
+        """Wrong values of both columns; None when not checked."""
+        if self.wrong is None:
+            return None
+        return self.wrong + ((self.in_place.wrong or 0) if self.in_place else 0)
 
 
 @dataclass
@@ -83,13 +110,26 @@ class CaseResult:
 
     @property
     def wrong(self) -> int | None:
-        counts = [r.wrong for r in self.results if r.error is None]
+        """Wrong values of every size, out-of-place and in-place."""
+        counts = [r.wrong_total for r in self.results if r.error is None]
         return None if not counts or any(c is None for c in counts) else sum(c or 0 for c in counts)
+
+    @property
+    def small_message_latency(self) -> dict[str, Any] | None:
+        """The time of the smallest size that ran: what one small collective costs, back to back."""
+        rows = [r for r in self.results if r.time_us is not None]
+        if not rows:
+            return None
+        row = min(rows, key=lambda r: r.size_bytes)
+        return {"size_bytes": row.size_bytes, "out_of_place_us": row.time_us,
+                "in_place_us": row.in_place.time_us if row.in_place else None,
+                "blocking_call_us": row.blocking_call_us}
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["avg_busbw_gbps"] = self.avg_busbw_gbps
         data["wrong"] = self.wrong
+        data["small_message_latency"] = self.small_message_latency
         return data
 
 

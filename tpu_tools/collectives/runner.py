@@ -1,11 +1,14 @@
 """One process's part of a collectives run: join, build the mesh, sweep, check, agree on the verdict.
 
 Every process runs this same code (JAX is multi-controller). Per size: build
-the crafted input, compile (timed apart), warm up, time each iteration to
-completion, then run once more outside the timed loop and compare every local
-device's result with the host's. Process 0 gathers every process's times and
-wrong counts, decides whether the sweep goes on, and announces the exit
-status; it is the one whose results the CLI renders.
+the crafted input, compile (timed apart), warm up, calibrate k (see timing),
+time samples of k calls issued back to back, and compare every local device's
+last out-of-place result (the input never changes, so it stays exact) with the
+host's; then the in-place column: its first call on the crafted buffer is
+checked, the chain of calls after it is timed with the same k. Process 0
+gathers every process's times and wrong counts, decides whether the sweep
+goes on, and announces the exit status; it is the one whose results the CLI
+renders.
 """
 
 from __future__ import annotations
@@ -26,16 +29,30 @@ from tpu_tools.collectives.exchange import KeyValueExchange, LocalExchange, ling
 from tpu_tools.collectives.memory import shortfall
 from tpu_tools.collectives.mesh import MeshPlan, build_mesh
 from tpu_tools.collectives.ops import Case
-from tpu_tools.collectives.report import CaseResult, CollectivesReport, ProcessInfo, ProcessTime, SizeResult, judge
+from tpu_tools.collectives.report import (
+    CaseResult,
+    CollectivesReport,
+    InPlaceResult,
+    ProcessInfo,
+    ProcessTime,
+    SizeResult,
+    judge,
+)
 from tpu_tools.collectives.settings import Settings
 from tpu_tools.collectives.sizes import SizePlan, plan_sizes
+from tpu_tools.collectives.spmd import in_place_elements
 from tpu_tools.collectives.stats import algbw_gbps, slow_processes, summarise
+from tpu_tools.collectives.timing import calibrate, per_call_us, plan_for
 from tpu_tools.collectives.watchdog import Watchdog, plain_diagnosis
 from tpu_tools.errors import EXIT_OK, RuntimeFailure, ToolError, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
 from tpu_tools.units import format_bytes
 
 CONTINUE = "continue"
+# The CPU runtime hangs when about 50 multi-device collective calls are queued (seen with jax 0.10: 48
+# calls back to back finish, 64 never do, whatever the device count). There the host waits for the
+# latest call after every 16: one round trip per 16 calls, which errs on the slow side.
+MAX_IN_FLIGHT_CPU = 16
 
 
 class SizeDoesNotFit(Exception):
@@ -210,36 +227,31 @@ class CollectivesRun:
         crafted = Crafted(section.test, settings.dtype, plan.ranks, size_plan.count, settings.shift, settings.root)
         local: dict[str, Any] = {"process_id": self.process_id, "host": socket.gethostname(), "error": None}
         try:
-            block = (1,) * len(plan.shape)
             in_length = section.test.op.input_elements(size_plan.count, plan.ranks)
             out_length = section.test.op.output_elements(size_plan.count, plan.ranks)
             itemsize = settings.dtype.itemsize
-            too_big = shortfall(self._local_devices, in_length * itemsize, out_length * itemsize)
+            # Out-of-place: the input, the previous output and the new one.
+            too_big = shortfall(self._local_devices, in_length * itemsize, 2 * out_length * itemsize)
             if too_big:
                 raise SizeDoesNotFit(too_big)
-            inputs = jax.make_array_from_callback(
-                (*plan.shape, in_length), collective.sharding,
-                lambda index: crafted.input(*plan.position(index)).reshape(*block, in_length))
+            inputs = self._global(crafted.input, in_length, collective.sharding)
+            shape = (*plan.shape, out_length)
+            previous = jax.ShapeDtypeStruct(shape, inputs.dtype, sharding=collective.sharding)
             started = time.perf_counter()
-            compiled = collective.function.lower(inputs).compile()
+            compiled = collective.timed.lower(inputs, previous).compile()
             local["compile_ms"] = (time.perf_counter() - started) * 1e3
             self.watchdog.progress()
-            for _ in range(settings.warmup):
-                compiled(inputs).block_until_ready()
-                self.watchdog.progress()
-            times: list[float] = []
-            for _ in range(settings.iters):
-                started = time.perf_counter()
-                compiled(inputs).block_until_ready()
-                times.append((time.perf_counter() - started) * 1e6)
-                self.watchdog.progress()
-            local["time_us"] = statistics.fmean(times)
-            local["stats_us"] = summarise(times, settings.stats)
+            dtype = inputs.dtype
+            zeros = jax.jit(lambda: jax.numpy.zeros(shape, dtype), out_shardings=collective.sharding)()
+            out_of_place = _OutOfPlace(compiled, inputs, zeros, self.watchdog.progress, self._depth)
+            self._measure(section, size_plan, out_of_place, local, "")
             if settings.check:
-                local["wrong"], local["checked_elements"] = self._check(compiled(inputs), crafted)
+                local["wrong"], local["checked_elements"] = self._check(out_of_place.last, crafted.expected)
             else:
                 local["wrong"], local["checked_elements"] = None, 0
+            del out_of_place, inputs, zeros  # the in-place column needs the memory
             self.watchdog.progress()
+            self._run_in_place(section, size_plan, crafted, local)
         except ToolError:
             raise
         except Exception as error:  # the runtime refused this size (memory, compile): record, then stop
@@ -247,13 +259,69 @@ class CollectivesRun:
             self.exchange.report_failure(f"{activity}: {local['error']}")
         return local
 
+    def _run_in_place(self, section: Section, size_plan: SizePlan, crafted: Crafted, local: dict[str, Any]) -> None:
+        """The in-place column: checked on its first call (crafted input), then timed on the chain."""
+        plan, collective = self.plan, section.collective
+        assert plan is not None
+        length = in_place_elements(section.test, size_plan.count, plan.ranks)
+        buffer = self._global(crafted.in_place_input, length, collective.sharding)
+        started = time.perf_counter()
+        compiled = collective.in_place.lower(buffer).compile()
+        local["compile_ms"] += (time.perf_counter() - started) * 1e3
+        self.watchdog.progress()
+        first = compiled(buffer)  # the crafted buffer is donated: only the result lives on
+        if self.settings.check:
+            local["in_place_wrong"], local["in_place_checked_elements"] = self._check(
+                first, crafted.in_place_expected)
+        else:
+            local["in_place_wrong"], local["in_place_checked_elements"] = None, 0
+        self.watchdog.progress()
+        self._measure(section, size_plan, _InPlace(compiled, first, self.watchdog.progress, self._depth), local,
+                      "in_place_", calls=local["calls_per_sample"])
+
+    @property
+    def _depth(self) -> int:
+        """Calls in flight at most before the host waits (see MAX_IN_FLIGHT_CPU)."""
+        assert self.plan is not None
+        return MAX_IN_FLIGHT_CPU if self.plan.devices[0].platform == "cpu" else 1 << 62
+
+    def _measure(self, section: Section, size_plan: SizePlan, runner: _Chain, local: dict[str, Any], prefix: str,
+                 calls: int | None = None) -> None:
+        """Warm up, calibrate k (unless given), then time --iters samples of k calls back to back."""
+        settings = self.settings
+        assert self.exchange is not None
+        for _ in range(settings.warmup):
+            runner.sample(1)
+        if calls is None:
+            calibration = calibrate(runner.sample, plan_for(settings.sample_ms, settings.timeout_s),
+                                    self.exchange.agree)
+            calls = calibration.calls
+            local["calls_per_sample"] = calls
+            local["blocking_call_us"] = calibration.blocking_call_us
+            local["calibration_note"] = (f"{self._activity(section, size_plan)}: {calibration.short}"
+                                         if calibration.short else None)
+        samples = [runner.sample(calls) for _ in range(settings.iters)]
+        times = per_call_us(samples, calls)
+        local[prefix + "time_us"] = statistics.fmean(times)
+        local[prefix + "stats_us"] = summarise(times, settings.stats)
+        local[prefix + "sample_ms"] = statistics.fmean(samples) * 1e3
+
+    def _global(self, make: Callable[[int, int], Any], length: int, sharding: Any) -> Any:
+        """A global array of every device's buffer, each built on the host by make(group, rank)."""
+        plan = self.plan
+        assert plan is not None
+        block = (1,) * len(plan.shape)
+        return self.jax.make_array_from_callback(
+            (*plan.shape, length), sharding,
+            lambda index: make(*plan.position(index)).reshape(*block, length))
+
     @property
     def _local_devices(self) -> list[Any]:
         assert self.plan is not None
         mine = self.jax.process_index()
         return [d for d in self.plan.devices if d.process_index == mine]
 
-    def _check(self, output: Any, crafted: Crafted) -> tuple[int, int]:
+    def _check(self, output: Any, expected: Callable[[int, int], Any]) -> tuple[int, int]:
         import numpy as np
 
         plan = self.plan
@@ -262,7 +330,7 @@ class CollectivesRun:
         for shard in output.addressable_shards:
             group, rank = plan.position(shard.index)
             actual = np.asarray(shard.data)
-            wrong += count_wrong(actual, crafted.expected(group, rank), self.settings.dtype)
+            wrong += count_wrong(actual, expected(group, rank), self.settings.dtype)
             checked += actual.size
             self.watchdog.progress()
         return wrong, checked
@@ -287,7 +355,8 @@ class CollectivesRun:
         times = {g["process_id"]: g["time_us"] for g in gathered}
         verdict = slow_processes(times, settings.slow_threshold)
         row.processes = [ProcessTime(g["process_id"], g["host"], g["time_us"], g["stats_us"], g["wrong"],
-                                     g["process_id"] in verdict.slow) for g in gathered]
+                                     g["process_id"] in verdict.slow, g["in_place_time_us"], g["in_place_wrong"])
+                         for g in gathered]
         # The collective is done when the last process is done.
         row.time_us = max(times.values())
         row.stats_us = {name: max(g["stats_us"][name] for g in gathered) for name in settings.stats}
@@ -297,6 +366,20 @@ class CollectivesRun:
         if settings.check:
             row.wrong = sum(g["wrong"] for g in gathered)
             row.checked_elements = sum(g["checked_elements"] for g in gathered)
+        row.calls_per_sample = gathered[0]["calls_per_sample"]  # the same on every process (agreed)
+        row.sample_ms = max(g["sample_ms"] for g in gathered)
+        row.blocking_call_us = max(g["blocking_call_us"] for g in gathered)
+        row.calibration_note = gathered[0]["calibration_note"]
+        if row.calibration_note and row.calibration_note not in self.report.notes:  # type: ignore[union-attr]
+            self.report.notes.append(row.calibration_note)  # type: ignore[union-attr]
+        in_place_us = max(g["in_place_time_us"] for g in gathered)
+        in_place_algbw = algbw_gbps(size_plan.size_bytes, in_place_us)
+        row.in_place = InPlaceResult(
+            time_us=in_place_us,
+            stats_us={name: max(g["in_place_stats_us"][name] for g in gathered) for name in settings.stats},
+            algbw_gbps=in_place_algbw, busbw_gbps=in_place_algbw * section.result.busbw_factor,
+            wrong=sum(g["in_place_wrong"] for g in gathered) if settings.check else None,
+            checked_elements=sum(g["in_place_checked_elements"] for g in gathered))
         return row
 
     def _decide(self, row: SizeResult | None, own_error: str | None) -> str:
@@ -360,6 +443,52 @@ class CollectivesRun:
     def _before_exit(self) -> None:
         if self.exchange is not None:
             self.exchange.linger()
+
+
+class _OutOfPlace:
+    """Calls on one input into fresh outputs; each call also takes the previous output (unused by the
+    program), so the runtime starts it only once that output exists: the calls cannot overlap."""
+
+    def __init__(self, compiled: Any, inputs: Any, first: Any, progress: Callable[[], None], depth: int):
+        self.compiled, self.inputs, self.last, self.progress = compiled, inputs, first, progress
+        self.depth = depth
+
+    def sample(self, calls: int) -> float:
+        """Issue `calls` calls back to back, wait for the last; seconds."""
+        compiled, inputs, output, depth = self.compiled, self.inputs, self.last, self.depth
+        started = time.perf_counter()
+        for call in range(1, calls + 1):
+            output = compiled(inputs, output)
+            if call % depth == 0:
+                output.block_until_ready()
+        output.block_until_ready()
+        elapsed = time.perf_counter() - started
+        self.last = output
+        self.progress()
+        return elapsed
+
+
+class _InPlace:
+    """Calls that write over their (donated) input: each consumes the previous call's result."""
+
+    def __init__(self, compiled: Any, buffer: Any, progress: Callable[[], None], depth: int):
+        self.compiled, self.buffer, self.progress, self.depth = compiled, buffer, progress, depth
+
+    def sample(self, calls: int) -> float:
+        compiled, buffer, depth = self.compiled, self.buffer, self.depth
+        started = time.perf_counter()
+        for call in range(1, calls + 1):
+            buffer = compiled(buffer)
+            if call % depth == 0:
+                buffer.block_until_ready()
+        buffer.block_until_ready()
+        elapsed = time.perf_counter() - started
+        self.buffer = buffer
+        self.progress()
+        return elapsed
+
+
+_Chain = _OutOfPlace | _InPlace
 
 
 def _one_line(error: BaseException) -> str:

@@ -18,8 +18,9 @@ class Settings:
     tests: list[Case]
     dtype: DType
     sizes: list[int]  # requested, before rounding
-    iters: int = 20
+    iters: int = 20  # timed samples per size and column
     warmup: int = 5
+    sample_ms: float = 5.0  # each sample lasts at least this long (k calls back to back); 0: one call, waited for
     check: bool = True
     stats: list[str] = field(default_factory=list)
     root: int = 0
@@ -35,7 +36,8 @@ class Settings:
     def to_dict(self) -> dict[str, Any]:
         return {
             "dtype": self.dtype.name, **self.sweep, "iters": self.iters, "warmup": self.warmup,
-            "check": self.check, "stats": self.stats, "root": self.root, "shift": self.shift,
+            "sample_ms": self.sample_ms, "check": self.check, "stats": self.stats, "root": self.root,
+            "shift": self.shift,
             "timeout_s": self.timeout_s, "min_busbw_gbps": self.min_busbw_gbps,
             "slow_threshold_percent": self.slow_threshold * 100,
         }
@@ -46,7 +48,7 @@ def build_settings(*, ops: list[OpSpec], redop: str, dtype: DType, min_bytes: in
                    step_factor: float | None, step_bytes: int | None, iters: int, warmup: int, check: bool,
                    stats: str | None, root: int, shift: int, devices: str | None, mesh: str | None,
                    axis: str | None, min_busbw: float | None, slow_threshold_percent: float,
-                   timeout_s: float) -> tuple[Settings, list[str]]:
+                   timeout_s: float, sample_ms: float = 5.0) -> tuple[Settings, list[str]]:
     """Settings and the notes worth telling the user; UsageError for values that cannot work."""
     sizes = sweep_sizes(min_bytes, max_bytes, step_factor, step_bytes)
     tests, notes = plan_tests(ops, redop)
@@ -54,6 +56,11 @@ def build_settings(*, ops: list[OpSpec], redop: str, dtype: DType, min_bytes: in
         raise UsageError(f"--iters must be at least 1, got {iters}")
     if warmup < 0:
         raise UsageError(f"--warmup must not be negative, got {warmup}")
+    if not sample_ms >= 0 or sample_ms == float("inf"):
+        raise UsageError(f"--sample-ms must be a number of milliseconds, 0 or more, got {sample_ms:g}")
+    if sample_ms / 1e3 > timeout_s / 4:
+        raise UsageError(f"--sample-ms {sample_ms:g} does not fit in --timeout {timeout_s:g} s: a sample must "
+                         "end well within the timeout (at most a quarter of it)")
     if root < 0:
         raise UsageError(f"--root must not be negative, got {root}")
     if min_busbw is not None and min_busbw < 0:
@@ -62,7 +69,8 @@ def build_settings(*, ops: list[OpSpec], redop: str, dtype: DType, min_bytes: in
         raise UsageError(f"--slow-threshold must not be negative, got {slow_threshold_percent:g}")
     sweep = {"min_bytes": min_bytes, "max_bytes": max_bytes,
              "step_factor": None if step_bytes is not None else (step_factor or 2.0), "step_bytes": step_bytes}
-    settings = Settings(tests=tests, dtype=dtype, sizes=sizes, iters=iters, warmup=warmup, check=check,
+    settings = Settings(tests=tests, dtype=dtype, sizes=sizes, iters=iters, warmup=warmup, sample_ms=sample_ms,
+                        check=check,
                         stats=parse_stats(stats), root=root, shift=shift, device_ids=parse_device_ids(devices),
                         mesh_shape=parse_mesh_shape(mesh), axis=axis, timeout_s=timeout_s,
                         min_busbw_gbps=min_busbw, slow_threshold=slow_threshold_percent / 100, sweep=sweep)

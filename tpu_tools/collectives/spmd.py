@@ -10,6 +10,16 @@ all-to-all, collective-permute). Two are not in lax's public set:
 - broadcast: XLA's collective-broadcast where jax lowers it (GPU); elsewhere
   the equivalent jax documents for `pbroadcast`, an all-reduce of the root's
   buffer with the others masked to zero.
+Each test comes in two forms, as nccl-tests times them:
+- out-of-place: the op on an input buffer into a fresh output buffer. Its timed
+  form takes the previous call's output as a second, unused argument (kept by
+  `keep_unused`): the runtime starts a call only once its arguments exist, so
+  calls issued back to back run one after the other and cannot overlap.
+- in-place: the op writes over its input (the input is donated). Ops whose
+  output is as large as their input do so directly; all-gather reads its own
+  chunk from the full-size buffer (nccl-tests' sendbuff = recvbuff + rank x
+  count) and reduce-scatter writes its reduced chunk at its own offset of the
+  input. Each call consumes the previous call's result, a chain by construction.
 Everything here needs jax imported and the backend initialised.
 """
 
@@ -30,7 +40,14 @@ _PPROD: Any = None
 class Collective:
     function: Callable  # jitted: global input array -> global output array
     implementation: str  # what runs, in words (header and JSON)
-    sharding: Any  # of the input
+    sharding: Any  # of the input (and of the output, and of the in-place buffer)
+    timed: Callable  # jitted: (input, previous output) -> output; the previous output only orders the calls
+    in_place: Callable  # jitted, input donated: in-place buffer -> in-place buffer
+
+
+def in_place_elements(test: Case, count: int, ranks: int) -> int:
+    """Length of the buffer an in-place call works on: the larger of its input and output."""
+    return max(test.op.input_elements(count, ranks), test.op.output_elements(count, ranks))
 
 
 def _pprod_primitive() -> Any:
@@ -105,6 +122,26 @@ def build_collective(jax: Any, test: Case, plan: MeshPlan, *, root: int = 0, shi
     else:
         raise ValueError(f"unknown op {op}")
 
+    if op == "all-gather":
+        def in_place_body(x: Any) -> Any:  # the own chunk sits at rank x count in the full buffer
+            chunk = x.shape[last] // ranks
+            own = lax.dynamic_slice_in_dim(x, lax.axis_index(axis) * chunk, chunk, axis=last)
+            return body(own)
+    elif op == "reduce-scatter":
+        def in_place_body(x: Any) -> Any:  # the reduced chunk lands at rank x count of the input
+            reduced = body(x)
+            return lax.dynamic_update_slice_in_dim(x, reduced, lax.axis_index(axis) * reduced.shape[last],
+                                                   axis=last)
+    else:
+        in_place_body = body
+
     spec = PartitionSpec(*plan.names, None)
     mapped = jax.shard_map(body, mesh=plan.mesh, in_specs=spec, out_specs=spec, check_vma=False)
-    return Collective(jax.jit(mapped), implementation, NamedSharding(plan.mesh, spec))
+    in_place = jax.shard_map(in_place_body, mesh=plan.mesh, in_specs=spec, out_specs=spec, check_vma=False)
+
+    def timed(x: Any, previous: Any) -> Any:
+        del previous  # an argument only: the call waits until the previous call's output exists
+        return mapped(x)
+
+    return Collective(jax.jit(mapped), implementation, NamedSharding(plan.mesh, spec),
+                      timed=jax.jit(timed, keep_unused=True), in_place=jax.jit(in_place, donate_argnums=0))

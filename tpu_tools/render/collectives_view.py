@@ -2,7 +2,8 @@
 
 Comment lines start with "#" (header, formula, footer); data rows do not, so
 `grep -v '^#'` leaves the numbers. Rows are rendered one at a time, as each
-size completes.
+size completes. As in nccl-tests, each row has an out-of-place group of
+columns (with any --stats) and an in-place group; a row fits 120 columns.
 """
 
 from __future__ import annotations
@@ -17,10 +18,23 @@ from tpu_tools.units import format_bytes
 _LEAD = [("size", "(B)", 11), ("count", "(elements)", 11), ("type", "", 5), ("redop", "", 5), ("root", "", 4)]
 _TIME = [("time", "(us)", 9)]
 _RATES = [("algbw", "(GB/s)", 8), ("busbw", "(GB/s)", 8), ("#wrong", "", 6)]
+_GROUPS = ("out-of-place", "in-place")
+
+
+def _out_of_place(stats: list[str]) -> list[tuple[str, str, int]]:
+    return [*_TIME, *[(name, "(us)", 9) for name in stats], *_RATES]
 
 
 def _columns(stats: list[str]) -> list[tuple[str, str, int]]:
-    return [*_LEAD, *_TIME, *[(name, "(us)", 9) for name in stats], *_RATES]
+    return [*_LEAD, *_out_of_place(stats), *_TIME, *_RATES]
+
+
+def _group_line(stats: list[str]) -> str:
+    """The line naming the two groups of columns above them, centred as nccl-tests does."""
+    lead = sum(width + 1 for _, _, width in _LEAD)
+    spans = [sum(width + 1 for _, _, width in group) for group in (_out_of_place(stats), [*_TIME, *_RATES])]
+    titles = "".join(name.center(span) for name, span in zip(_GROUPS, spans, strict=True))
+    return ("#" + " " * (lead - 1) + titles).rstrip()
 
 
 def _join(cells: list[str], columns: list[tuple[str, str, int]]) -> str:
@@ -44,7 +58,16 @@ def header_lines(report: CollectivesReport, title: str) -> list[str]:
         f"# sizes {format_bytes(settings['min_bytes'])} to {format_bytes(settings['max_bytes'])}, {sweep}  "
         f"dtype {settings['dtype']}  iters {settings['iters']}  warmup {settings['warmup']}  "
         f"check {'on' if settings['check'] else 'off'}",
+        _timing_line(settings),
     ]
+
+
+def _timing_line(settings: dict) -> str:
+    if not settings.get("sample_ms"):
+        return (f"# timing: {settings['iters']} calls per size, each waited for (--sample-ms 0): time includes "
+                "the host's launch-and-wait round trip")
+    return (f"# timing: {settings['iters']} samples per size, each k calls back to back and one wait, k calibrated "
+            f"for samples of {settings['sample_ms']:g} ms or more; time = sample / k")
 
 
 def section_lines(test: CaseResult, stats: list[str]) -> list[str]:
@@ -53,6 +76,7 @@ def section_lines(test: CaseResult, stats: list[str]) -> list[str]:
     return [
         "#",
         f"# {test.label}{implementation}: {test.busbw_formula}",
+        _group_line(stats),
         "#" + _join([name for name, _, _ in columns], columns)[1:],
         ("#" + _join([unit for _, unit, _ in columns], columns)[1:]).rstrip(),
     ]
@@ -64,10 +88,19 @@ def row_line(row: SizeResult, stats: list[str]) -> str:
             "-" if row.root is None else str(row.root)]
     if row.error is not None:
         return _join(lead, columns[: len(_LEAD)]) + "  ERROR: " + row.error
-    wrong = "N/A" if row.wrong is None else str(row.wrong)
     cells = [*lead, _time(row.time_us), *[_time(row.stats_us.get(name)) for name in stats],
-             _rate(row.algbw_gbps), _rate(row.busbw_gbps), wrong]
+             _rate(row.algbw_gbps), _rate(row.busbw_gbps), _wrong(row.wrong)]
+    in_place = row.in_place
+    if in_place is None:
+        cells += ["-", "-", "-", "-"]
+    else:
+        cells += [_time(in_place.time_us), _rate(in_place.algbw_gbps), _rate(in_place.busbw_gbps),
+                  _wrong(in_place.wrong)]
     return _join(cells, columns)
+
+
+def _wrong(value: int | None) -> str:
+    return "N/A" if value is None else str(value)
 
 
 def section_footer(test: CaseResult) -> str:
@@ -82,9 +115,25 @@ def footer_lines(report: CollectivesReport) -> list[str]:
         verdict = "N/A (--check off)" if not report.settings["check"] else "N/A (no size completed)"
     else:
         verdict = f"{wrong} OK" if wrong == 0 else f"{wrong} FAILED"
-    lines = ["#", f"# Wrong values : {verdict}", f"# Avg bus bandwidth : {_rate(report.avg_busbw_gbps)} GB/s"]
+    lines = ["#", *latency_lines(report), f"# Wrong values : {verdict}",
+             f"# Avg bus bandwidth : {_rate(report.avg_busbw_gbps)} GB/s"]
     if len(report.processes) > 1:
         lines.extend(process_lines(report))
+    return lines
+
+
+def latency_lines(report: CollectivesReport) -> list[str]:
+    """Each test's smallest size: the small-message latency, back to back and with the host's wait."""
+    lines = []
+    for test in report.tests:
+        latency = test.small_message_latency
+        if latency is None:
+            continue
+        in_place = latency["in_place_us"]
+        lines.append(f"# Latency {test.label} at {format_bytes(latency['size_bytes'])} : "
+                     f"{_time(latency['out_of_place_us'])} us out-of-place, "
+                     f"{'-' if in_place is None else _time(in_place)} us in-place; "
+                     f"{_time(latency['blocking_call_us'])} us for one call waited for")
     return lines
 
 
@@ -135,7 +184,9 @@ def _kind(report: CollectivesReport) -> str:
 
 
 def _time(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
 
 
 def _rate(value: float | None) -> str:
