@@ -14,12 +14,25 @@ import click
 from click.core import ParameterSource
 
 from tpu_tools.bench.runner import BENCHMARKS
-from tpu_tools.cli.bench_options import (RunArgs, batch_size_list, byte_sizes, cache_option, matmul_dtypes,
-                                         matrix_sizes, model_choices, model_options, names_from, output_file,
-                                         positive, price_option, run_options, tolerance_value)
+from tpu_tools.cli.bench_options import (
+    RunArgs,
+    batch_size_list,
+    byte_sizes,
+    cache_option,
+    matmul_dtypes,
+    matrix_sizes,
+    model_choices,
+    model_options,
+    names_from,
+    output_file,
+    price_option,
+    run_options,
+    tolerance_value,
+)
 from tpu_tools.cli.bench_run import execute, gate, json_text, render_comparison, write_file
 from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, run_cli
 from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
+from tpu_tools.cli.params import Count
 from tpu_tools.errors import EXIT_OK, UsageError
 
 SUBCOMMANDS = {name: f"tpu_tools.cli.bench:{name}_command" for name in (*BENCHMARKS, "compare")}
@@ -190,7 +203,7 @@ def dispatch_command(modes: tuple[str, ...] | None, args: RunArgs) -> int:
 
 @click.command(name="compile", cls=ToolCommand)
 @model_options(many_presets=False)
-@click.option("--repeat", "repeats", type=int, default=None, metavar="N", callback=positive,
+@click.option("--repeat", "repeats", type=Count(1, 1000), default=None, metavar="N",
               help="Cold and warm compiles to time (each in its own processes; default 1 quick, 3 full).")
 @cache_option
 @run_options
@@ -213,7 +226,7 @@ def train_command(presets: tuple[str, ...], price_per_hour: float | None, args: 
 
 @click.command(name="infer", cls=ToolCommand)
 @model_options(many_presets=False)
-@click.option("--max-batch", type=int, default=None, metavar="N", callback=positive,
+@click.option("--max-batch", type=Count(1, 1 << 20), default=None, metavar="N",
               help="Batch sizes 1, 2, 4, ... up to N (default 8 quick, 32 full on CPU).")
 @click.option("--batch-sizes", multiple=True, metavar="LIST", callback=batch_size_list,
               help="Exact batch sizes instead (repeatable, or a comma list).")

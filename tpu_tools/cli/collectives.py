@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from tpu_tools.cli.params import Count, Number
 from tpu_tools.cli.common import (ToolCommand, common_options, is_debug, run_cli, runtime_options,
                                   silence_stdout)
 from tpu_tools.cli.output import note
@@ -140,7 +141,7 @@ class _RecordingCommand(ToolCommand):
               help="Smallest size (K, M, G suffixes: 1K = 1024).")
 @click.option("-e", "--max-bytes", "max_bytes", default="16M", show_default=True, metavar="SIZE", callback=_size,
               help="Largest size.")
-@click.option("-f", "--step-factor", "step_factor", type=float, default=None, metavar="F",
+@click.option("-f", "--step-factor", "step_factor", type=Number(maximum=1e6), default=None, metavar="F",
               help="Multiply the size by F each step (default 2).")
 @click.option("-i", "--step-bytes", "step_bytes", default=None, metavar="SIZE", callback=_size,
               help="Add SIZE each step instead of multiplying.")
@@ -148,36 +149,38 @@ class _RecordingCommand(ToolCommand):
               help="Element type: f32, bf16, f16, f64, i8, u8, i16, u16, i32, u32, i64, u64.")
 @click.option("-o", "--redop", type=click.Choice([*REDOPS, "all"]), default="sum", show_default=True,
               help="Reduction of all-reduce (all: each in turn).")
-@click.option("-n", "--iters", type=int, default=20, metavar="N", show_default=True,
+@click.option("-n", "--iters", type=Count(1, 10**7), default=20, metavar="N", show_default=True,
               help="Timed iterations per size.")
-@click.option("-w", "--warmup", type=int, default=5, metavar="N", show_default=True,
+@click.option("-w", "--warmup", type=Count(0, 10**7), default=5, metavar="N", show_default=True,
               help="Untimed iterations before timing.")
 @click.option("-c", "--check", type=click.Choice(["on", "off", "1", "0"]), default="on", show_default=True,
               help="Check every result against the host's, bit for bit.")
 @click.option("--stats", metavar="LIST", default=None,
               help="Extra time columns: percentiles and extremes, e.g. p50,p99 (also min, max).")
-@click.option("--root", type=int, default=0, metavar="RANK", show_default=True,
+@click.option("--root", type=Count(0, 1 << 20), default=0, metavar="RANK", show_default=True,
               help="Rank that broadcast sends from.")
-@click.option("--shift", type=int, default=1, metavar="K", show_default=True,
+@click.option("--shift", type=Number(minimum=-(1 << 20), maximum=1 << 20, integer=True), default=1, metavar="K",
+              show_default=True,
               help="permute sends rank r's buffer to rank r+K (mod n).")
 @click.option("--devices", "devices", metavar="IDS", default=None,
               help="Devices taking part, by id: 0,1,4-7 (default: all).")
 @click.option("--mesh", "mesh", metavar="AxB", default=None,
               help="Arrange the devices as a mesh with axes x, y (z), e.g. 2x4 (default: one axis).")
 @click.option("--axis", metavar="NAME", default=None, help="Mesh axis the op runs along (default: the last).")
-@click.option("--min-busbw", "min_busbw", type=float, default=None, metavar="GBPS",
+@click.option("--min-busbw", "min_busbw", type=Number(minimum=0.0, maximum=1e9), default=None, metavar="GBPS",
               help="Exit 3 when an op's average busbw (GB/s) is below this floor.")
-@click.option("--slow-threshold", "slow_threshold", type=float, default=20.0, show_default=True, metavar="PCT",
+@click.option("--slow-threshold", "slow_threshold", type=Number(minimum=0.0, maximum=1e6), default=20.0,
+              show_default=True, metavar="PCT",
               help="Flag a process whose time is more than PCT percent over the median.")
 @click.option("--json", "json_path", metavar="FILE", default=None,
               help="Write the JSON document to FILE (- for stdout instead of the table).")
-@click.option("--launch", type=int, default=None, metavar="N",
+@click.option("--launch", type=Count(1, 1024), default=None, metavar="N",
               help="Start N local processes joined by jax.distributed on 127.0.0.1 (gloo between them).")
 @click.option("--coordinator", metavar="HOST:PORT", default=None,
               help="Address of process 0's coordinator (several processes or hosts).")
-@click.option("--num-processes", "num_processes", type=int, default=None, metavar="N",
+@click.option("--num-processes", "num_processes", type=Count(1, 1 << 20), default=None, metavar="N",
               help="Number of processes in the run.")
-@click.option("--process-id", "process_id", type=int, default=None, metavar="I",
+@click.option("--process-id", "process_id", type=Count(0, 1 << 20), default=None, metavar="I",
               help="This process's id, 0 to N-1 (process 0 serves the coordinator and prints).")
 @runtime_options(default_host_devices=DEFAULT_HOST_DEVICES, default_timeout_s=DEFAULT_TIMEOUT_S)
 @common_options

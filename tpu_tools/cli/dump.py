@@ -18,8 +18,10 @@ from tpu_tools.cli.common import (
     runtime_options,
 )
 from tpu_tools.cli.output import Output, note, wants_color
+from tpu_tools.cli.params import Seconds
 from tpu_tools.dump.collectors import COLLECTORS
 from tpu_tools.errors import EXIT_OK, UsageError
+from tpu_tools.parsing import MAX_PERIOD_S
 from tpu_tools.pjrt.runtime import RuntimePolicy
 
 DEFAULT_TIMEOUT_S = 20.0
@@ -144,12 +146,6 @@ def _parse_size(ctx: click.Context, param: click.Parameter, value: str) -> int:
     return size
 
 
-def _positive(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    if not value > 0:
-        raise click.BadParameter(f"must be greater than 0, got {value:g}")
-    return value
-
-
 class _ProgressLine:
     """One transient status line on stderr while collectors run (terminals only, no threads)."""
 
@@ -193,8 +189,8 @@ def _interrupt_on_sigterm() -> None:
 @click.option("--only", multiple=True, metavar="NAMES",
               help="Run only these collectors or categories (comma-separated, repeatable), e.g. system,logs.kernel.")
 @click.option("--skip", multiple=True, metavar="NAMES", help="Do not run these collectors or categories.")
-@click.option("--timeout", "timeout_s", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
-              metavar="SECONDS", callback=_positive, help="Time limit of each collector; they run side by side.")
+@click.option("--timeout", "timeout_s", type=Seconds(maximum=MAX_PERIOD_S), default=DEFAULT_TIMEOUT_S,
+              show_default=True, metavar="SECONDS", help="Time limit of each collector; they run side by side.")
 @click.option("--max-size", "max_size_bytes", default=DEFAULT_MAX_SIZE, show_default=True, metavar="SIZE",
               callback=_parse_size, help="Largest bundle (K, M, G suffixes); the largest logs are trimmed first.")
 @click.option("--add", "add_paths", multiple=True, type=click.Path(path_type=str), metavar="PATH",

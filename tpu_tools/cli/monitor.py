@@ -13,7 +13,9 @@ from typing import Any
 import click
 
 from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
+from tpu_tools.cli.params import Count, Duration
 from tpu_tools.errors import EXIT_OK, UsageError
+from tpu_tools.parsing import MIN_PERIOD_S
 
 MAN_SECTIONS = {
     "DESCRIPTION": (
@@ -131,20 +133,6 @@ MAN_SECTIONS = {
 }
 
 
-class Duration(click.ParamType):
-    name = "duration"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        if isinstance(value, float):
-            return value
-        from tpu_tools.parsing import parse_duration
-
-        try:
-            return parse_duration(value, "value")
-        except ValueError as error:
-            self.fail(str(error), param, ctx)
-
-
 class Regex(click.ParamType):
     name = "regex"
 
@@ -157,20 +145,14 @@ class Regex(click.ParamType):
             self.fail(f"{value!r} is not a valid regular expression: {error}", param, ctx)
 
 
-def _positive_count(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    if value is not None and value < 1:
-        raise click.BadParameter(f"must be at least 1, got {value}")
-    return value
-
-
 def explicit(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)
 
 
 @click.command(name="monitor", cls=ToolCommand, man_sections=MAN_SECTIONS)
-@click.option("--period", type=Duration(), default="1s", show_default=True, metavar="SECONDS",
+@click.option("--period", type=Duration(minimum=MIN_PERIOD_S), default="1s", show_default=True, metavar="SECONDS",
               help="Time between reports (seconds, or with ms, s, m: 500ms, 2s).")
-@click.option("--count", type=int, default=None, metavar="N", callback=_positive_count,
+@click.option("--count", type=Count(1, 1 << 62), default=None, metavar="N",
               help="Exit after N reports (default: run until stopped).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="FILE", help="TOML or JSON file choosing groups, their periods and a tag filter.")
