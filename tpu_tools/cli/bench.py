@@ -19,6 +19,7 @@ from tpu_tools.cli.bench_options import (
     batch_size_list,
     byte_sizes,
     cache_option,
+    force_option,
     matmul_dtypes,
     matrix_sizes,
     model_choices,
@@ -29,7 +30,7 @@ from tpu_tools.cli.bench_options import (
     run_options,
     tolerance_value,
 )
-from tpu_tools.cli.bench_run import execute, gate, json_text, render_comparison, write_file
+from tpu_tools.cli.bench_run import check_outputs, execute, gate, json_text, render_comparison, write_file
 from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, run_cli
 from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
 from tpu_tools.cli.params import Count
@@ -260,25 +261,27 @@ def infer_command(preset: str | None, max_batch: int | None, batch_sizes: tuple[
               help="Write JUnit XML for CURRENT with failures for regressions.")
 @click.option("--format", "output_format", type=click.Choice(FORMAT_CHOICES), default="auto", show_default=True,
               help="auto: a table on a terminal, plain text in a pipe; json: the comparison on stdout.")
+@force_option
 @common_options
 def compare_command(baseline_file: str, current_file: str, tolerance: float, allow_mismatch: bool,
-                    json_path: str | None, junit_path: str | None, output_format: str) -> int:
+                    json_path: str | None, junit_path: str | None, output_format: str, force: bool) -> int:
     """Compare two --json results: every figure's change; exit 3 on a regression."""
     from tpu_tools.bench.compare import compare, load_result
     from tpu_tools.bench.records import RunResult
 
     baseline = load_result(baseline_file, "baseline")
     current = load_result(current_file, "current")
+    check_outputs(json_path, junit_path, force)
     comparison = compare(baseline, current, tolerance, allow_mismatch)
     document = {"schema": "tpu-tools/bench-compare/v1", "baseline": baseline_file, "current": current_file,
                 **comparison.to_dict()}
     out = Output(resolve_format(output_format, json_path == "-", sys.stdout))
     if json_path and json_path != "-":
-        write_file(json_path, json_text(document))
+        write_file(json_path, json_text(document), force, "--json")
     if junit_path:
         from tpu_tools.bench.junit import junit_xml
 
-        write_file(junit_path, junit_xml(RunResult.from_dict(current), comparison))
+        write_file(junit_path, junit_xml(RunResult.from_dict(current), comparison), force, "--junit")
     if out.is_json:
         out.json(document)
     else:

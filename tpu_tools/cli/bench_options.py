@@ -119,6 +119,9 @@ def output_file(ctx: click.Context, param: click.Parameter, value: str | None) -
     return value
 
 
+force_option = click.option("--force", is_flag=True, help="Replace --json and --junit files that exist.")
+
+
 # --- options every run takes ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -135,6 +138,7 @@ class RunArgs:
     output_format: str
     policy: RuntimePolicy
     timeout_s: float
+    force: bool = False
 
 
 def run_options(function: Callable) -> Callable:
@@ -143,9 +147,9 @@ def run_options(function: Callable) -> Callable:
     @functools.wraps(function)
     def wrapper(*pos: Any, suite: str, min_time_s: float | None, warmup: int, seed: int, json_path: str | None,
                 junit_path: str | None, baseline_path: str | None, tolerance: float, allow_mismatch: bool,
-                output_format: str, policy: RuntimePolicy, timeout_s: float, **kwargs: Any) -> Any:
+                output_format: str, policy: RuntimePolicy, timeout_s: float, force: bool, **kwargs: Any) -> Any:
         args = RunArgs(suite, min_time_s, warmup, seed, json_path, junit_path, baseline_path, tolerance,
-                       allow_mismatch, output_format, policy, timeout_s)
+                       allow_mismatch, output_format, policy, timeout_s, force)
         return function(*pos, args=args, **kwargs)
 
     options = [
@@ -163,6 +167,7 @@ def run_options(function: Callable) -> Callable:
                      help="Write the results as JSON (tpu-tools/bench/v1) to FILE; - prints them."),
         click.option("--junit", "junit_path", metavar="FILE", callback=output_file,
                      help="Write JUnit XML to FILE: a testcase per case, failures for regressions."),
+        force_option,
         click.option("--baseline", "baseline_path", metavar="FILE",
                      help="Compare with an earlier --json result; exit 3 on a regression."),
         click.option("--tolerance", default="5%", show_default=True, metavar="PERCENT", callback=tolerance_value,

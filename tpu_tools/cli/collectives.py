@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from datetime import datetime, timezone
@@ -10,10 +9,10 @@ from typing import Any
 
 import click
 
-from tpu_tools.cli.params import Count, Number
-from tpu_tools.cli.common import (ToolCommand, common_options, is_debug, run_cli, runtime_options,
-                                  silence_stdout)
+from tpu_tools import jsonout
+from tpu_tools.cli.common import ToolCommand, common_options, is_debug, run_cli, runtime_options, silence_stdout
 from tpu_tools.cli.output import note
+from tpu_tools.cli.params import Count, Number
 from tpu_tools.collectives.ops import REDOPS
 from tpu_tools.errors import EXIT_GATE, EXIT_USAGE, GateFailed, RuntimeFailure, ToolError, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -172,6 +171,7 @@ class _RecordingCommand(ToolCommand):
 @click.option("--slow-threshold", "slow_threshold", type=Number(minimum=0.0, maximum=1e6), default=20.0,
               show_default=True, metavar="PCT",
               help="Flag a process whose time is more than PCT percent over the median.")
+@click.option("--force", is_flag=True, help="Replace the --json file if it exists.")
 @click.option("--json", "json_path", metavar="FILE", default=None,
               help="Write the JSON document to FILE (- for stdout instead of the table).")
 @click.option("--launch", type=Count(1, 1024), default=None, metavar="N",
@@ -184,7 +184,8 @@ class _RecordingCommand(ToolCommand):
               help="This process's id, 0 to N-1 (process 0 serves the coordinator and prints).")
 @runtime_options(default_host_devices=DEFAULT_HOST_DEVICES, default_timeout_s=DEFAULT_TIMEOUT_S)
 @common_options
-def collectives_command(op, dtype, check: str, slow_threshold: float, json_path: str | None, launch: int | None,
+def collectives_command(op, dtype, check: str, slow_threshold: float, force: bool, json_path: str | None,
+                        launch: int | None,
                         coordinator: str | None, num_processes: int | None, process_id: int | None,
                         policy: RuntimePolicy, timeout_s: float, **options: Any) -> int:
     """Measure collective bandwidth and check every result, on one host or many.
@@ -202,13 +203,15 @@ def collectives_command(op, dtype, check: str, slow_threshold: float, json_path:
     join = JoinSpec(coordinator, num_processes, process_id)
     join.validate()
     if json_path is not None and json_path != "-":
-        _check_writable(json_path)
+        from tpu_tools.atomic import check_writable
+
+        check_writable(json_path, force, what="--json", option="--json")
     if launch is not None:
         return _launch(ctx, launch, join, policy, timeout_s)
     from tpu_tools.collectives.launch import adopt_launcher
 
     adopt_launcher()
-    return _run(ctx, settings, join, policy, json_path)
+    return _run(ctx, settings, join, policy, json_path, force)
 
 
 def _launch(ctx: click.Context, processes: int, join, policy: RuntimePolicy, timeout_s: float) -> int:
@@ -252,7 +255,7 @@ def _given(ctx: click.Context, name: str) -> bool:
     return source is not None and source.name == "COMMANDLINE"
 
 
-def _run(ctx: click.Context, settings, join, policy: RuntimePolicy, json_path: str | None) -> int:
+def _run(ctx: click.Context, settings, join, policy: RuntimePolicy, json_path: str | None, force: bool) -> int:
     from tpu_tools.collectives.runner import CollectivesRun
 
     prog = ctx.find_root().info_name or "tpu-collectives-test"
@@ -273,7 +276,7 @@ def _run(ctx: click.Context, settings, join, policy: RuntimePolicy, json_path: s
             if message and not report.error:
                 report.error, report.status, report.exit_code = message, STATUS_FAILED, code
             document = report.to_dict()
-        _write_document(json_path, document)
+        _write_document(json_path, document, force)
 
     def on_fatal(message: str) -> None:  # from the watchdog thread, just before the process ends
         write_json(message, 1)
@@ -348,28 +351,16 @@ def _lines(lines: list[str]) -> None:
         silence_stdout()
 
 
-def _check_writable(path: str) -> None:
-    """Fail before the run, not after it, when --json cannot be written."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK) or os.path.isdir(path):
-        raise UsageError(f"cannot write --json {path}: {folder} is not a writable folder"
-                         if not os.path.isdir(path) else f"cannot write --json {path}: it is a folder")
-
-
-def _write_document(path: str, document: dict[str, Any]) -> None:
-    text = json.dumps(document, indent=2) + "\n"
+def _write_document(path: str, document: dict[str, Any], force: bool) -> None:
+    text = jsonout.dumps(document) + "\n"
     if path == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    # Written whole and renamed into place: a reader never sees half a document.
-    temporary = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except OSError as error:
-        raise UsageError(f"cannot write --json {path}: {error.strerror or error}") from None
+    from tpu_tools.atomic import write_file
+
+    # Written whole and renamed into place: a reader never sees half a document, a planted link is not followed.
+    write_file(path, text, force, what="--json", option="--json")
 
 
 def main() -> None:

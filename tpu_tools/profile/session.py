@@ -139,9 +139,10 @@ def summarise_path(path: Path, top: int = 15) -> dict:
 
 
 def write_report(text: str, out: OutputDir) -> Path:
-    file = out.path / REPORT_FILE
-    file.write_text(text if text.endswith("\n") else text + "\n")
-    return file
+    from tpu_tools.atomic import write_file
+
+    return write_file(out.path / REPORT_FILE, text if text.endswith("\n") else text + "\n", force=True,
+                      what=REPORT_FILE)
 
 
 def summarise_capture(out: OutputDir, address: str, duration_s: float, top: int = 15) -> dict:
