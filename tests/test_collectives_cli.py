@@ -201,7 +201,7 @@ print(right, wrong)
     (["-f", "1"], 2, "--step-factor must be greater than 1, got 1"),
     (["-f", "0.5"], 2, "--step-factor must be greater than 1, got 0.5"),
     (["-b", "1X"], 2, "'1X' is not a size"),
-    (["--launch", "0"], 2, "--launch must be at least 1, got 0"),
+    (["--launch", "0"], 2, "--launch must be at least 1, got '0'"),
     (["reduce-scatter", "-o", "max"], 2, "reduce-scatter supports only --redop sum"),
     (["--stats", "p50,q3"], 2, "unknown statistic 'q3'"),
     (["--coordinator", "nowhere"], 2, "--coordinator 'nowhere': use HOST:PORT"),

@@ -107,12 +107,12 @@ def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum
     if minimum is not None and number < minimum:
         raise ValueError(f"{what} must be at least {_bound(minimum)}, got {_shown(value)}")
     if maximum is not None and number > maximum:
-        raise ValueError(f"{what} must be at most {_bound(maximum)}, got {_shown(value)}")
+        raise ValueError(f"{what} {_shown(value)} is absurdly large (at most {_bound(maximum)})")
     return int(number) if integer else float(number)
 
 
 def _shown(value: Any, limit: int = 24) -> str:
-    """A value as an error message quotes it: repr, cut short (a 400-digit number is not repeated whole)."""
+    """A value as an error message quotes it, cut short (a 400-digit number is not repeated whole)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

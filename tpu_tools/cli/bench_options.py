@@ -195,7 +195,8 @@ def model_options(many_presets: bool = False) -> Callable[[Callable], Callable]:
                             multiple=many_presets, default=None,
                             help="Model size (tiny, small, base); other options below change it"
                                  + (" (repeatable)." if many_presets else "."))]
-    options += [click.option(flag, name, type=Count(1, MAX_MODEL_DIMENSION), default=None, metavar="N", help=text)
+    dimension = Number(above=0, maximum=MAX_MODEL_DIMENSION, integer=True)  # model.py has the tighter limits
+    options += [click.option(flag, name, type=dimension, default=None, metavar="N", help=text)
                 for flag, name, text in sizes]
     options.append(click.option("--model-dtype", "model_dtype", type=click.Choice(COMPUTE_DTYPES), default=None,
                                 help="Compute dtype (parameters and optimizer state stay float32)."))

@@ -6,14 +6,14 @@ import contextlib
 import sys
 from typing import Any
 
-from tpu_tools import jsonout
+from tpu_tools import jsonout, signals
 from tpu_tools.cli.bench_options import RunArgs
 from tpu_tools.cli.output import Output, note, resolve_format
-from tpu_tools.errors import EXIT_INTERRUPTED, EXIT_OK, GateFailed, RuntimeFailure
+from tpu_tools.errors import EXIT_OK, GateFailed, RuntimeFailure
 
 
 def execute(selections: list, args: RunArgs) -> int:
-    from tpu_tools.bench.compare import check_environments, compare, load_result
+    from tpu_tools.bench.compare import check_environments, load_result
     from tpu_tools.bench.environment import environment_record
     from tpu_tools.bench.runner import RunRequest, run_benchmarks
     from tpu_tools.bench.suites import MIN_TIME_S
@@ -32,6 +32,14 @@ def execute(selections: list, args: RunArgs) -> int:
                          environment=environment_record(args.policy.environment()), on_device=check_baseline)
     with _progress() as progress:
         run = run_benchmarks(request, progress)
+    # After an interruption, a second Ctrl-C or SIGTERM must not cut the partial results short.
+    with signals.deferred() if run.interrupted else contextlib.nullcontext():
+        return _report(run, selections, baseline, args)
+
+
+def _report(run: Any, selections: list, baseline: dict[str, Any] | None, args: RunArgs) -> int:
+    from tpu_tools.bench.compare import compare
+
     run.settings["benchmarks"] = [s.benchmark for s in selections]
     comparison = None
     if baseline is not None and run.device:
@@ -59,7 +67,7 @@ def execute(selections: list, args: RunArgs) -> int:
     if run.interrupted:
         where = f"written to {', '.join(written)}" if written else "shown above"
         note(f"tpu-bench: interrupted: partial results {where}")
-        return EXIT_INTERRUPTED
+        return signals.interrupted_exit_code()
     if comparison is not None:
         gate(comparison)
     if run.failed:

@@ -140,7 +140,7 @@ class _RecordingCommand(ToolCommand):
               help="Smallest size (K, M, G suffixes: 1K = 1024).")
 @click.option("-e", "--max-bytes", "max_bytes", default="16M", show_default=True, metavar="SIZE", callback=_size,
               help="Largest size.")
-@click.option("-f", "--step-factor", "step_factor", type=Number(maximum=1e6), default=None, metavar="F",
+@click.option("-f", "--step-factor", "step_factor", type=Number(maximum=float(1 << 50)), default=None, metavar="F",
               help="Multiply the size by F each step (default 2).")
 @click.option("-i", "--step-bytes", "step_bytes", default=None, metavar="SIZE", callback=_size,
               help="Add SIZE each step instead of multiplying.")
@@ -305,6 +305,13 @@ def _run(ctx: click.Context, settings, join, policy: RuntimePolicy, json_path: s
         write_json(None, code)
     except ToolError as error:
         write_json(str(error), error.exit_code)
+        raise
+    except KeyboardInterrupt as error:  # Ctrl-C or SIGTERM: the sizes measured so far are kept
+        from tpu_tools import signals
+
+        signals.note_interrupt(error)
+        with signals.deferred():
+            write_json(f"{signals.interrupt_word()}: partial results", signals.interrupted_exit_code())
         raise
     finally:
         run.close()

@@ -17,9 +17,10 @@ from typing import Any, NoReturn
 
 import click
 
+from tpu_tools import signals
 from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
 from tpu_tools.cli.params import Count, Seconds
-from tpu_tools.errors import EXIT_FAILURE, EXIT_INTERRUPTED, ToolError
+from tpu_tools.errors import EXIT_FAILURE, EXIT_TERMINATED, ToolError
 from tpu_tools.pjrt.runtime import PLATFORM_CHOICES, RuntimePolicy
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -208,6 +209,7 @@ def silence_stdout() -> None:
 def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
     """Run a command as a program: documented exit codes, no traceback for expected failures."""
     prog = prog_name or os.path.basename(sys.argv[0]) or command.name or "tpu-tools"
+    signals.install()  # SIGTERM unwinds like Ctrl-C: partial results are kept, then exit 143
     try:
         result = command.main(prog_name=prog, standalone_mode=False)
         code = result if isinstance(result, int) else 0
@@ -218,9 +220,10 @@ def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
     except click.ClickException as error:
         error.show()
         code = error.exit_code
-    except (click.Abort, KeyboardInterrupt):
-        sys.stderr.write(f"{prog}: interrupted\n")
-        code = EXIT_INTERRUPTED
+    except (click.Abort, KeyboardInterrupt) as error:
+        signals.note_interrupt(error)
+        code = signals.interrupted_exit_code()
+        sys.stderr.write(f"{prog}: {'terminated' if code == EXIT_TERMINATED else 'interrupted'}\n")
     except ToolError as error:
         _report(prog, str(error), error)
         code = error.exit_code

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 
@@ -174,13 +173,6 @@ class _ProgressLine:
             self._live = None
 
 
-def _interrupt_on_sigterm() -> None:
-    def handler(signum, frame):  # the same clean-up as Ctrl-C: no partial bundle, no stray collector
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 @click.group(name="dump", cls=ToolGroup, invoke_without_command=True, man_sections=MAN_SECTIONS,
              subcommand_metavar="[show BUNDLE]")
 @click.option("-o", "--output", type=click.Path(path_type=Path), metavar="PATH",
@@ -224,7 +216,6 @@ def dump_command(ctx: click.Context, output: Path | None, force: bool, only: tup
                           force_runtime=force_runtime, command=[ctx.find_root().info_name or "tpu-dump",
                                                                 *sys.argv[1:]],
                           metrics_addresses=tuple(metrics_addresses), metrics_timeout_s=metrics_timeout_s)
-    _interrupt_on_sigterm()
     progress = _ProgressLine() if sys.stderr.isatty() else None
     try:
         report = create_bundle(request, on_progress=progress)

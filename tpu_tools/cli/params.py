@@ -24,7 +24,7 @@ class Number(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         try:
-            return parse_number(value, "the value", minimum=self.minimum, maximum=self.maximum, above=self.above,
+            return parse_number(value, _name(param), minimum=self.minimum, maximum=self.maximum, above=self.above,
                                 integer=self.integer)
         except ValueError as error:
             self.fail(str(error), param, ctx)
@@ -52,6 +52,12 @@ class Duration(click.ParamType):
         if isinstance(value, float) and self.minimum is None:
             return value
         try:
-            return parse_duration(value, "the value", minimum=self.minimum, maximum=self.maximum)
+            return parse_duration(value, _name(param), minimum=self.minimum, maximum=self.maximum)
         except ValueError as error:
             self.fail(str(error), param, ctx)
+
+
+def _name(param: click.Parameter | None) -> str:
+    """How messages name the value: its longest flag (--min-time), so the sentence reads on its own."""
+    flags = [opt for opt in getattr(param, "opts", []) if opt.startswith("-")]
+    return max(flags, key=len) if flags else "the value"

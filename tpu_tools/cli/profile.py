@@ -8,8 +8,7 @@ from pathlib import Path
 
 import click
 
-from tpu_tools.cli.common import (ToolCommand, ToolGroup, common_options, output_options, run_cli,
-                                  runtime_options)
+from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, output_options, run_cli, runtime_options
 from tpu_tools.cli.output import Output, note, resolve_format
 from tpu_tools.cli.params import Count, Seconds
 from tpu_tools.errors import EXIT_OK, ToolError, UsageError

@@ -14,7 +14,6 @@ import importlib.abc
 import importlib.util
 import os
 import runpy
-import signal
 import sys
 import time
 import traceback
@@ -24,7 +23,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tpu_tools.errors import EXIT_INTERRUPTED, UsageError
+from tpu_tools import signals
+from tpu_tools.errors import UsageError
 from tpu_tools.profile.compiles import CompileLog, CompileRecorder
 from tpu_tools.profile.window import TraceController, WindowResult, WindowSpec
 
@@ -184,13 +184,9 @@ class ProgramRunner:
             watcher.remove()
             remove_step_hook()
         wall = time.monotonic() - started
-        # The trace so far is written even when the user presses Ctrl-C again meanwhile.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
-        try:
+        # The trace so far is written even when Ctrl-C or SIGTERM comes again meanwhile.
+        with signals.deferred():
             window = self.controller.finish()
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
         from tpu_tools.profile.frames import loaded_user_file_names
 
         user_files = loaded_user_file_names() | self._target_files()
@@ -260,20 +256,15 @@ class ProgramRunner:
         except SystemExit as exit_:
             code, message = _exit_status(exit_.code)
             return "exited", code, None, None, message
-        except KeyboardInterrupt:
-            return "interrupted", EXIT_INTERRUPTED, None, None, None
+        except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (tpu_tools.signals)
+            signals.note_interrupt(error)
+            return "interrupted", signals.interrupted_exit_code(), None, None, None
         except BaseException as error:  # the program's own failure, shown as Python would show it
             return "raised", 1, f"{type(error).__name__}: {error}", _program_traceback(error), None
         finally:
             sys.argv = saved_argv
             if sys.path:
                 sys.path[0] = saved_path0
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def _exit_status(code: object) -> tuple[int, str | None]:
