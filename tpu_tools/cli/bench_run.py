@@ -18,9 +18,11 @@ def execute(selections: list, args: RunArgs) -> int:
     from tpu_tools.bench.runner import RunRequest, run_benchmarks
     from tpu_tools.bench.suites import MIN_TIME_S
     from tpu_tools.bench.timing import TimingSettings
+    from tpu_tools.pjrt.runtime import check_xla_flags
 
     baseline = load_result(args.baseline_path, "baseline") if args.baseline_path else None
     check_outputs(args.json_path, args.junit_path, args.force)
+    check_xla_flags(args.policy)  # before the compile benchmark's children hit XLA's abort
 
     def check_baseline(run: Any) -> None:
         """Refuse a baseline from other devices before the benchmarks run, not after."""

@@ -196,7 +196,7 @@ def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: 
 
     The program and its arguments go after --: run [OPTIONS] -- script.py ARGS, or run [OPTIONS] -m MODULE -- ARGS.
     """
-    from tpu_tools.pjrt.runtime import apply, check_platform_installed
+    from tpu_tools.pjrt.runtime import apply, check_platform_installed, check_xla_flags
     from tpu_tools.profile.runner import ProgramTarget
     from tpu_tools.profile.session import prepare_output_dir, profile_program, write_report
     from tpu_tools.profile.window import WindowSpec
@@ -215,6 +215,7 @@ def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: 
         raise UsageError("choose one trace window: --start-step/--steps, or --delay/--duration")
     window = WindowSpec(delay_s=delay_s, duration_s=duration_s, start_step=start_step, steps=steps)
     check_platform_installed(policy)
+    check_xla_flags(policy)  # XLA aborts the whole process on a flag it does not know
     apply(policy)  # before anything of the program is imported: -m imports its parent packages to find it
     target.validate()
     folder = prepare_output_dir(out_dir, force)
