@@ -15,6 +15,7 @@ import importlib.util
 import os
 import runpy
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -160,6 +161,14 @@ class ImportWatcher(importlib.abc.MetaPathFinder):
         return spec
 
 
+class _ProgramExit(BaseException):
+    """The program called os._exit(code) in the main thread."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 class ProgramRunner:
     """One profiled run: hooks, the program, and what was recorded."""
 
@@ -178,9 +187,12 @@ class ProgramRunner:
         started = time.monotonic()
         self.controller.begin()
         remove_step_hook = self._watch_steps()
+        real_exit = os._exit
+        os._exit = self._os_exit(real_exit)  # type: ignore[assignment]
         try:
             status, code, error, trace_text, message = self._execute()
         finally:
+            os._exit = real_exit
             watcher.remove()
             remove_step_hook()
         wall = time.monotonic() - started
@@ -192,6 +204,32 @@ class ProgramRunner:
         user_files = loaded_user_file_names() | self._target_files()
         return RunOutcome(status, code, error, trace_text, message, wall, window, self.recorder.snapshot(),
                           user_files, self.notes)
+
+    def _os_exit(self, real_exit: Callable[[int], Any]) -> Callable[[int], Any]:
+        """os._exit for the program: its end is the end of the profile, not a silent exit with nothing kept.
+
+        In this process's main thread it unwinds to the runner (as sys.exit would; the program's finally
+        blocks run) and the profile is written. From another thread, or in a forked child (multiprocessing),
+        it is the real os._exit; from another thread of this process the trace is closed first and one
+        line says why there is no report.
+        """
+        pid = os.getpid()
+
+        def exit_now(code: int) -> Any:
+            if os.getpid() != pid:
+                return real_exit(code)
+            if threading.current_thread() is threading.main_thread():
+                raise _ProgramExit(code)
+            try:
+                self.controller.finish()
+                kept = "the trace so far is kept, with no summary"
+            except Exception as error:  # the process ends now whatever happens
+                kept = f"the trace could not be closed ({type(error).__name__})"
+            sys.stderr.write(f"tpu-profile: the program called os._exit({code}) from a thread: {kept}\n")
+            sys.stderr.flush()
+            return real_exit(code)
+
+        return exit_now
 
     def _target_files(self) -> frozenset[str]:
         if self.target.script is not None:
@@ -256,6 +294,9 @@ class ProgramRunner:
         except SystemExit as exit_:
             code, message = _exit_status(exit_.code)
             return "exited", code, None, None, message
+        except _ProgramExit as exit_:
+            self.notes.append(f"the program ended with os._exit({exit_.code}); the profile covers the run until then")
+            return "exited", exit_.code, None, None, None
         except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (tpu_tools.signals)
             signals.note_interrupt(error)
             return "interrupted", signals.interrupted_exit_code(), None, None, None
