@@ -67,6 +67,7 @@ MAX_NUMBER_TEXT = 40
 MIN_PERIOD_S = 0.1  # a report or refresh period below this is a busy loop, not a measurement
 MAX_TIMEOUT_S = 7 * 86400.0  # a week: anything longer is a typo or an attempt to wait forever
 
+_MAX_INTEGER = 2**63 - 1
 _INTEGER = re.compile(r"^\s*[+-]?\d+\s*$")
 
 
@@ -100,7 +101,7 @@ def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum
         number = value
     if isinstance(number, float) and not math.isfinite(number):
         raise ValueError(f"{what} must be a finite number, got {_shown(value)}")
-    if isinstance(number, int) and not integer and abs(number) > 1e300:
+    if isinstance(number, int) and abs(number) > _MAX_INTEGER:  # beyond int64 and float: no option means it
         raise ValueError(f"{what} {_shown(value)} is not a sensible number")
     if above is not None and not number > above:
         raise ValueError(f"{what} must be greater than {_bound(above)}, got {_shown(value)}")

@@ -22,7 +22,7 @@ from tpu_tools import jsonout
 from tpu_tools.errors import RuntimeFailure, first_line
 from tpu_tools.profile.compiles import CompileLog, compile_rows, recompilations, user_functions
 from tpu_tools.profile.trace import Dispatch, TraceData
-from tpu_tools.schema import NUMBER, Optional, check
+from tpu_tools.schema import NUMBER, NonEmpty, Nullable, Optional, check
 
 SCHEMA = "tpu-tools/profile/v1"
 SUMMARY_FILE = "summary.json"
@@ -297,25 +297,25 @@ def write_summary(document: dict, folder: Path) -> Path:
 
 MAX_SUMMARY_BYTES = 256 << 20
 
-_OPT_NUM, _OPT_INT, _OPT_STR = Optional(NUMBER), Optional(int), Optional(str)
-# What the report reads from a summary.json; checked before rendering, so a damaged file is one error line.
+# Top-level sections may be missing (the report uses .get); inside them every key is present, maybe null.
+_OPT_NUM, _OPT_INT, _OPT_STR = Nullable(NUMBER), Nullable(int), Nullable(str)
 SUMMARY_SPEC = {
-    "program": Optional({"argv": [str], "module": _OPT_STR, "status": str, "exit_code": _OPT_INT,
+    "program": Optional({"argv": NonEmpty(str), "module": _OPT_STR, "status": str, "exit_code": _OPT_INT,
                          "error": _OPT_STR, "wall_time_s": _OPT_NUM}),
-    "window": Optional({"mode": _OPT_STR, "delay_s": _OPT_NUM, "duration_s": _OPT_NUM, "opened_at_s": _OPT_NUM,
+    "window": Optional({"mode": _OPT_STR, "delay_s": NUMBER, "duration_s": _OPT_NUM, "opened_at_s": _OPT_NUM,
                         "closed_at_s": _OPT_NUM, "first_step": _OPT_INT, "last_step": _OPT_INT,
                         "closed_by": _OPT_STR, "note": _OPT_STR}),
     "trace": Optional({"dir": str, "run_dir": _OPT_STR, "perfetto_file": _OPT_STR, "duration_us": NUMBER,
                        "hosts": [str]}),
     "devices": Optional([{"device": str, "op_count": int, "busy_us": NUMBER, "idle_us": _OPT_NUM,
                           "busy_percent": _OPT_NUM}]),
-    "device_time_us": _OPT_NUM,
+    "device_time_us": Optional(NUMBER),
     "top_ops": Optional([{"name": str, "module": _OPT_STR, "count": int, "total_us": NUMBER, "mean_us": NUMBER,
                           "percent_of_device_time": _OPT_NUM}]),
     "modules": Optional([{"name": str, "op_count": int, "total_us": NUMBER, "percent_of_device_time": _OPT_NUM}]),
     "host_dispatch": Optional({"dispatches": int, "dispatch_time_us": _OPT_NUM, "mean_dispatch_us": _OPT_NUM,
                                "compiling_dispatches": int, "compiling_dispatch_time_us": _OPT_NUM}),
-    "compile_source": _OPT_STR,
+    "compile_source": Optional(str),
     "compiles": Optional([{"function": str, "defined_at": _OPT_STR, **{k: _OPT_INT for k in (
         "compiles", "traces", "persistent_cache_hits", "calls", "cache_hits")}, **{k: _OPT_NUM for k in (
         "compile_time_s", "trace_time_s", "lowering_time_s", "xla_compile_time_s")}}]),
