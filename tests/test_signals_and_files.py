@@ -46,7 +46,8 @@ def _terminate(process: subprocess.Popen, settle_s: float) -> tuple[str, str]:
 
 def test_sigterm_keeps_the_bench_results_and_exits_143(tmp_path):
     out = tmp_path / "r.json"
-    process = subprocess.Popen([*tool_command("tpu-bench"), "matmul", "--size", "256", "--dtype", "f32", "--min-time", "60",
+    process = subprocess.Popen([*tool_command("tpu-bench"), "matmul", "--size", "256", "--dtype", "f32",
+                                "--min-time", "60",
                                 "--json", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=clean_env(**CPU))
     _wait_for_jax(process)

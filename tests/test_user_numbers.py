@@ -120,7 +120,8 @@ def test_hostile_monitor_configs_are_one_usage_error(tmp_path: Path, name, text,
 
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.floats() | st.integers(min_value=-(10**400), max_value=10**400) | st.text(max_size=8),
+    st.none() | st.booleans() | st.floats() | st.integers(min_value=-(10**400), max_value=10**400)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=12)
 CONFIG_DOCUMENTS = st.dictionaries(
