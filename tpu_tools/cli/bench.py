@@ -56,7 +56,8 @@ MAN_SECTIONS = {
         "A case that cannot run is a result, and the suite goes on: a dtype the platform lacks is reported "
         "as \"unsupported on <platform>\", a size that does not fit as \"out of memory\" (sizes beyond free "
         "memory are refused before anything is allocated). Ctrl-C stops the run, writes the results so far "
-        "with a note, and exits 130.\n"
+        "with a note, and exits 130 (SIGTERM: the same, exit 143). --json and --junit files are written whole "
+        "(temporary file and rename), never over an existing file without --force, never through a link.\n"
         "% of peak uses the per-chip dense peaks of known TPUs and NVIDIA GPUs (bf16/f16, int8, memory "
         "bandwidth), divided by the devices per chip; none is shown for CPUs or unknown devices."
     ),

@@ -83,7 +83,8 @@ MAN_SECTIONS = {
     ),
     "EXIT STATUS": (
         "0 every size ran and every value was right. 1 a size failed, a process went missing, the runtime "
-        "failed. 2 bad options. 3 wrong values (#wrong > 0), or an op's average busbw below --min-busbw."
+        "failed. 2 bad options. 3 wrong values (#wrong > 0), or an op's average busbw below --min-busbw. 130 "
+        "Ctrl-C, 143 SIGTERM: --json is written with the sizes measured so far."
     ),
     "EXAMPLES": (
         "tpu-collectives-test all-reduce\n"

@@ -96,7 +96,8 @@ GROUP_MAN = {
     ),
     "JSON OUTPUT": SUMMARY_SCHEMA + "\n" + HLO_SCHEMA,
     "EXIT STATUS": (
-        "run: the program's own exit status (sys.exit(3) gives 3, an uncaught exception 1, Ctrl-C 130), after "
+        "run: the program's own exit status (sys.exit(3) gives 3, an uncaught exception 1, Ctrl-C 130, SIGTERM 143; "
+        "os._exit(N) in the main thread counts as exit N, with the profile kept), after "
         "the profile is written; 2 when the program cannot be started (no such script or module, a bad option, "
         "an existing --out).\n"
         "summary, hlo, capture: 0 success; 1 a trace that cannot be read, a function that does not compile, a "
