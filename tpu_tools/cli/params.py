@@ -14,7 +14,7 @@ import click
 from tpu_tools.parsing import MAX_PERIOD_S, MAX_TIMEOUT_S, parse_duration, parse_number
 
 
-class Number(click.ParamType):
+class Number(click.ParamType):  # type: ignore[type-arg]
     """A finite float (or, with integer=True, a whole number) within bounds."""
 
     def __init__(self, *, minimum: float | None = None, maximum: float | None = None, above: float | None = None,
@@ -40,7 +40,7 @@ def Seconds(*, maximum: float = MAX_TIMEOUT_S, zero: bool = False) -> Number:  #
     return Number(minimum=0.0, maximum=maximum) if zero else Number(above=0.0, maximum=maximum)
 
 
-class Duration(click.ParamType):
+class Duration(click.ParamType):  # type: ignore[type-arg]
     """Seconds, or a number with ms, s, m or h; `minimum` is a floor (periods: no busy loop)."""
 
     name = "duration"
