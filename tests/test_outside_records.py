@@ -56,6 +56,13 @@ def test_a_nan_figure_fails_the_comparison_with_exit_3(tmp_path, side):
     assert any("written as null" in note for note in document["notes"])
 
 
+def test_a_figure_written_as_null_reads_back_as_not_finite(tmp_path):
+    path = write(tmp_path / "r.json", jsonout.dumps(with_figure(result_document(), median=math.nan)))
+    loaded = load_result(path, "current")
+    comparison = compare(result_document(), loaded, 0.05)
+    assert [c.verdict for c in comparison.changes] == [INVALID]
+
+
 def test_an_infinite_figure_is_a_failed_comparison_in_process():
     comparison = compare(result_document(), with_figure(result_document(), p75=math.inf), 0.05)
     assert [c.verdict for c in comparison.changes] == [INVALID] and comparison.regressions
