@@ -144,3 +144,32 @@ def test_any_monitor_config_is_a_config_or_one_usage_error(tmp_path_factory, doc
     for seconds in (config.period_s, config.agent_timeout_s, config.metrics_timeout_s):
         assert seconds is None or (math.isfinite(seconds) and seconds > 0)
     assert config.period_s is None or config.period_s >= MIN_PERIOD_S
+
+
+# --- the other parsers of user text ---------------------------------------------------------------------
+
+SPEC_TEXT = st.one_of(st.text(max_size=40), st.from_regex(r"\A[a-z0-9]{1,5}\[[0-9, ]{0,40}\]\Z"),
+                      st.from_regex(r"\A[0-9x ,-]{0,30}\Z"), st.from_regex(r"\Ap[0-9.]{1,8}(,p[0-9.]{1,8})*\Z"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=SPEC_TEXT)
+def test_every_other_option_parser_gives_a_value_or_one_error(text):
+    from tpu_tools.bench.compare import parse_tolerance
+    from tpu_tools.bench.matmul import parse_shape
+    from tpu_tools.collectives.mesh import parse_device_ids, parse_mesh_shape
+    from tpu_tools.collectives.stats import parse_stats
+    from tpu_tools.profile.hlo import parse_arg_spec
+
+    for parser in (parse_tolerance, parse_shape, parse_device_ids, parse_mesh_shape, parse_stats, parse_arg_spec):
+        try:
+            parser(text)
+        except (ValueError, UsageError) as error:
+            assert "\n" not in str(error) and len(str(error)) < 400, (parser.__name__, str(error))
+
+
+def test_a_huge_device_range_is_refused_at_once():
+    from tpu_tools.collectives.mesh import parse_device_ids
+
+    with pytest.raises(UsageError, match="more than 65536 device ids"):
+        parse_device_ids("0-99999999999")
