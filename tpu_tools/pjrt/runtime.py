@@ -207,6 +207,11 @@ def user_xla_flags(env: dict[str, str]) -> str:
     return " ".join(flag for flag in env.get("XLA_FLAGS", "").split() if not flag.startswith(_OWN_XLA_FLAGS))
 
 
+# jaxlib's CPU client alone parses XLA_FLAGS like jax's start-up does, in a quarter of the time.
+_CPU_CLIENT = ("try:\n    from jaxlib import xla_client\n    xla_client.make_cpu_client()\n"
+               "except (ImportError, AttributeError):\n    import jax\n    jax.devices('cpu')\n")
+
+
 @functools.lru_cache(maxsize=8)
 def _xla_flags_problem(flags: str) -> str | None:
     """Start XLA's CPU client on `flags` in a throw-away process: XLA aborts (C++ LOG(FATAL), no exception)
@@ -214,7 +219,7 @@ def _xla_flags_problem(flags: str) -> str | None:
     env = {key: value for key, value in os.environ.items() if key not in ("JAX_NUM_CPU_DEVICES",)}
     env.update(XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     try:
-        process = subprocess.run([sys.executable, "-c", "import jax; jax.devices('cpu')"], env=env,
+        process = subprocess.run([sys.executable, "-c", _CPU_CLIENT], env=env,
                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired):
         return None  # no verdict: the real start-up reports whatever is wrong
