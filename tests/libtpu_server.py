@@ -279,6 +279,7 @@ class FakeRuntimeService(pb_grpc.RuntimeMetricServiceServicer):
         self.requests: list[tuple[str, object]] = []
         self.peers: set[str] = set()  # client sockets seen: one per channel
         self.hanging = False
+        self.delay_s = 0.0  # every call answers this late: a slow runtime
         self.released = threading.Event()
         self._lock = threading.Lock()
 
@@ -289,6 +290,8 @@ class FakeRuntimeService(pb_grpc.RuntimeMetricServiceServicer):
             self.peers.add(context.peer())
         if self.hanging:
             self.released.wait(timeout=30)
+        if self.delay_s:
+            time.sleep(self.delay_s)
 
     def ListSupportedMetrics(self, request, context):
         self._enter("ListSupportedMetrics", request, context)

@@ -173,7 +173,8 @@ class SyntheticGpuExporter:
         # The nvml group's own export code, fed the records a hot, throttling GPU and an idle one would give.
         records = {"gpus": [
             gpu(0, utilization_gpu_percent=93.0, memory_used_bytes=78e9, temperature_celsius=88.0,
-                power_draw_watts=690.0, ecc_aggregate_uncorrected_errors=0, clock_event_reasons=["hw_thermal_slowdown"]),
+                power_draw_watts=690.0, ecc_aggregate_uncorrected_errors=0,
+                clock_event_reasons=["hw_thermal_slowdown"]),
             gpu(1, utilization_gpu_percent=0.0, memory_used_bytes=1e9, temperature_celsius=40.0,
                 power_draw_watts=70.0, ecc_aggregate_uncorrected_errors=2, clock_event_reasons=["gpu_idle"]),
         ]}

@@ -285,7 +285,7 @@ def test_a_sample_length_the_calibration_cannot_reach_is_said_not_looped_for(tmp
     (["-f", "1"], 2, "--step-factor must be greater than 1, got 1"),
     (["-f", "0.5"], 2, "--step-factor must be greater than 1, got 0.5"),
     (["-b", "1X"], 2, "'1X' is not a size"),
-    (["--launch", "0"], 2, "--launch must be at least 1, got 0"),
+    (["--launch", "0"], 2, "--launch must be at least 1, got '0'"),
     (["reduce-scatter", "-o", "max"], 2, "reduce-scatter supports only --redop sum"),
     (["--stats", "p50,q3"], 2, "unknown statistic 'q3'"),
     (["--sample-ms", "-1"], 2, "--sample-ms must be a number of milliseconds, 0 or more, got -1"),

@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tpu_tools import __version__  # noqa: E402
+from tpu_tools.atomic import write_file  # noqa: E402
 from tpu_tools.cli.main import cli  # noqa: E402
 
 GROUP_PROGRAM = "tpu-tools"
@@ -419,7 +420,7 @@ def main() -> int:
                 path.unlink()
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write_file(path, text, force=True, what=str(path.relative_to(REPO)))  # whole or not at all
     print(f"wrote {len(files)} files")
     return 0
 

@@ -10,7 +10,8 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_GATE = 3
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
+EXIT_TERMINATED = 143  # SIGTERM
 
 
 def first_line(error: BaseException, *, limit: int | None = None, default: str | None = None) -> str:

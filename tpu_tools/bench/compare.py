@@ -13,12 +13,13 @@ regression too.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tpu_tools.bench.environment import differences
-from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, SCHEMA, RunResult
+from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, SCHEMA, STATUSES, RunResult
 from tpu_tools.bench.stats import Summary
 from tpu_tools.errors import UsageError
 
@@ -30,6 +31,7 @@ WORSE = "worse (within noise)"
 REGRESSION = "regression"
 NOT_GATED = "not gated (n<3)"
 NEW = "new"
+INVALID = "invalid (not a finite number)"  # NaN or infinite: nothing can be judged, so the gate fails
 LOST = "regression"  # a case that no longer produces figures
 
 
@@ -45,7 +47,7 @@ class FigureChange:
 
     @property
     def regressed(self) -> bool:
-        return self.verdict == REGRESSION
+        return self.verdict in (REGRESSION, INVALID)
 
 
 @dataclass
@@ -81,32 +83,97 @@ def parse_tolerance(text: str) -> float:
     return value / 100
 
 
+MAX_RESULT_BYTES = 64 << 20  # a result of thousands of cases is a few MiB; more is not a tpu-bench result
+
+
 def load_result(path: str | Path, role: str = "baseline") -> dict[str, Any]:
-    """A result document read from a file, or a UsageError saying what is wrong with the file."""
+    """A result document read from a file, or a UsageError saying what is wrong with the file.
+
+    The document is checked field by field (types, statuses, every statistic a number) before anything
+    uses it, so a damaged or hand-edited file is one error line, never an internal error.
+    """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_RESULT_BYTES + 1)
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"{role} file {path} does not exist") from None
     except IsADirectoryError:
         raise UsageError(f"{role} file {path} is a directory") from None
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"cannot read {role} file {path}: {getattr(error, 'strerror', None) or error}") from None
+    if len(data) > MAX_RESULT_BYTES:
+        raise UsageError(f"{role} file {path} is larger than {MAX_RESULT_BYTES >> 20} MiB: not a tpu-bench result")
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
         raise UsageError(f"{role} file {path} is not JSON ({error.msg} at line {error.lineno}, "
                          f"column {error.colno})") from None
+    except RecursionError:
+        raise UsageError(f"{role} file {path} is nested too deeply to be a tpu-bench result") from None
     schema = document.get("schema") if isinstance(document, dict) else None
     if schema != SCHEMA:
-        shown = f"schema {schema!r}" if schema else "no schema key"
-        raise UsageError(f"{role} file {path} is not a tpu-bench result ({shown}, expected {SCHEMA!r})")
+        shown = f"schema {schema!r}" if isinstance(schema, str) and schema else "no schema key"
+        raise UsageError(f"{role} file {path} is not a tpu-bench result ({shown[:80]}, expected {SCHEMA!r})")
     try:
+        check_result_document(document)
         RunResult.from_dict(document)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise UsageError(f"{role} file {path} is a damaged tpu-bench result ({type(error).__name__}: {error})") \
-            from None
+        raise UsageError(f"{role} file {path} is a damaged tpu-bench result ({error})") from None
     return document
+
+
+def _expect(value: Any, kinds: type | tuple[type, ...], where: str, optional: bool = False) -> Any:
+    if value is None and optional:
+        return value
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise ValueError(f"{where} must not be true or false")
+    if not isinstance(value, kinds):
+        names = "/".join(k.__name__ for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
+        raise ValueError(f"{where} is {type(value).__name__}, expected {names}")
+    return value
+
+
+def check_result_document(document: dict[str, Any]) -> None:
+    """Raise ValueError naming the first field of a result document that has the wrong type."""
+    for key in ("environment", "device", "settings"):
+        _expect(document.get(key), dict, key, optional=True)
+    for section, keys in (("environment", ("versions", "variables")), ("device", ("peak_ops_per_s_per_device",))):
+        for key in keys:
+            _expect((document.get(section) or {}).get(key), dict, f"{section}.{key}", optional=True)
+    _expect(document.get("notes"), list, "notes", optional=True)
+    _expect(document.get("time"), str, "time", optional=True)
+    _expect(document.get("suite"), str, "suite", optional=True)
+    results = _expect(document.get("results"), list, "results", optional=True) or []
+    for index, result in enumerate(results):
+        where = f"results[{index}]"
+        _expect(result, dict, where)
+        for key in ("benchmark", "name", "status"):
+            _expect(result.get(key), str, f"{where}.{key}")
+        if result["status"] not in STATUSES:
+            raise ValueError(f"{where}.status {result['status'][:40]!r} is not one of {', '.join(STATUSES)}")
+        for key in ("params", "stats", "values"):
+            _expect(result.get(key), dict, f"{where}.{key}", optional=True)
+        _expect(result.get("warnings"), list, f"{where}.warnings", optional=True)
+        _expect(result.get("message"), str, f"{where}.message", optional=True)
+        _expect(result.get("duration_s"), (int, float), f"{where}.duration_s", optional=True)
+        for figure, summary in (result.get("stats") or {}).items():
+            _check_summary(summary, f"{where}.stats.{figure}")
+
+
+def _check_summary(summary: Any, where: str) -> None:
+    _expect(summary, dict, where)
+    for name in Summary.__dataclass_fields__:
+        if name not in summary:
+            raise ValueError(f"{where} has no {name}")
+        if summary[name] is None and name not in ("count", "higher_is_better"):
+            summary[name] = math.nan  # how tpu_tools.jsonout writes a non-finite figure: judged as such
+            continue
+        kinds: type | tuple[type, ...] = {"count": int, "higher_is_better": bool}.get(name, (int, float))
+        _expect(summary[name], kinds, f"{where}.{name}")
+    if summary["count"] < 0:
+        raise ValueError(f"{where}.count is negative")
 
 
 def check_environments(baseline: dict[str, Any], current: dict[str, Any], allow_mismatch: bool) -> list[str]:
@@ -126,7 +193,8 @@ def compare(baseline: dict[str, Any], current: dict[str, Any], tolerance: float,
         base = base_cases.get(case_id)
         if base is None or base.status != OK:
             for figure, summary in cur.stats.items():
-                comparison.changes.append(FigureChange(case_id, figure, None, summary.median, None, NEW))
+                verdict, note = (NEW, None) if _finite(summary) else (INVALID, "the current figure is not finite")
+                comparison.changes.append(FigureChange(case_id, figure, None, summary.median, None, verdict, note))
             continue
         if cur.status in (INTERRUPTED, NOT_RUN):
             continue  # the run was cut short; its exit status says so
@@ -151,7 +219,15 @@ def compare(baseline: dict[str, Any], current: dict[str, Any], tolerance: float,
     return comparison
 
 
+def _finite(summary: Summary) -> bool:
+    return all(math.isfinite(value) for value in (summary.median, summary.p25, summary.p75))
+
+
 def judge(case_id: str, figure: str, base: Summary, cur: Summary, tolerance: float) -> FigureChange:
+    if not (_finite(base) and _finite(cur)):
+        which = " and ".join(name for name, s in (("baseline", base), ("current", cur)) if not _finite(s))
+        return FigureChange(case_id, figure, base.median, cur.median, None, INVALID,
+                            note=f"the {which} figure is not finite")
     change = (cur.median - base.median) / base.median * 100 if base.median else None
     higher = base.higher_is_better
     better_by = ((cur.median - base.median) if higher else (base.median - cur.median)) / base.median \

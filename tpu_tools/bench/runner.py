@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from tpu_tools import signals
 from tpu_tools.bench.failures import classify
 from tpu_tools.bench.interference import interference, noise_reasons, snapshot
 from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, Case, CaseResult, RunResult
@@ -106,14 +107,16 @@ def run_benchmarks(request: RunRequest, progress: Progress | None = None) -> Run
         run_cases([case for s in inside for case in s.plan(run.device["platform"])],
                   lambda case: _run_in_process(ctx, case))
         _note_library_calls(run)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (tpu_tools.signals)
+        signals.note_interrupt(error)
+        why = signals.interrupt_word()
         run.interrupted = True
         for case in current:
-            run.results.append(CaseResult(case, status=INTERRUPTED, message="interrupted (Ctrl-C)"))
+            run.results.append(CaseResult(case, status=INTERRUPTED, message=why))
         done = {r.case.id for r in run.results}
         run.results.extend(CaseResult(case, status=NOT_RUN, message="not run: the suite was interrupted")
                            for case in pending if case.id not in done)
-        run.notes.append("interrupted (Ctrl-C): partial results; cases after the interruption did not run")
+        run.notes.append(f"{why}: partial results; cases after the interruption did not run")
     return run
 
 

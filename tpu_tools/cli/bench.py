@@ -19,20 +19,21 @@ from tpu_tools.cli.bench_options import (
     batch_size_list,
     byte_sizes,
     cache_option,
+    force_option,
     matmul_dtypes,
     matrix_sizes,
     model_choices,
     model_options,
     names_from,
     output_file,
-    positive,
     price_option,
     run_options,
     tolerance_value,
 )
-from tpu_tools.cli.bench_run import execute, gate, json_text, render_comparison, write_file
+from tpu_tools.cli.bench_run import check_outputs, execute, gate, json_text, render_comparison, write_file
 from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, run_cli
 from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
+from tpu_tools.cli.params import Count
 from tpu_tools.errors import EXIT_OK, UsageError
 
 SUBCOMMANDS = {name: f"tpu_tools.cli.bench:{name}_command" for name in (*BENCHMARKS, "compare")}
@@ -65,7 +66,8 @@ MAN_SECTIONS = {
         "A case that cannot run is a result, and the suite goes on: a dtype the platform lacks is reported "
         "as \"unsupported on <platform>\", a size that does not fit as \"out of memory\" (sizes beyond free "
         "memory are refused before anything is allocated). Ctrl-C stops the run, writes the results so far "
-        "with a note, and exits 130.\n"
+        "with a note, and exits 130 (SIGTERM: the same, exit 143). --json and --junit files are written whole "
+        "(temporary file and rename), never over an existing file without --force, never through a link.\n"
         "% of peak uses the per-chip dense peaks of known TPUs and NVIDIA GPUs (bf16/f16, TF32, FP32, FP8, "
         "int8, memory bandwidth), divided by the devices per chip; an f32 matmul takes the peak of what it "
         "runs as at its --precision (values.arithmetic: tf32 on NVIDIA at default, bf16 passes on a TPU); none "
@@ -230,7 +232,7 @@ def dispatch_command(modes: tuple[str, ...] | None, args: RunArgs) -> int:
 
 @click.command(name="compile", cls=ToolCommand)
 @model_options(many_presets=False)
-@click.option("--repeat", "repeats", type=int, default=None, metavar="N", callback=positive,
+@click.option("--repeat", "repeats", type=Count(1, 1000), default=None, metavar="N",
               help="Cold and warm compiles to time (each in its own processes; default 1 quick, 3 full).")
 @cache_option
 @run_options
@@ -253,7 +255,7 @@ def train_command(presets: tuple[str, ...], price_per_hour: float | None, args: 
 
 @click.command(name="infer", cls=ToolCommand)
 @model_options(many_presets=False)
-@click.option("--max-batch", type=int, default=None, metavar="N", callback=positive,
+@click.option("--max-batch", type=Count(1, 1 << 20), default=None, metavar="N",
               help="Batch sizes 1, 2, 4, ... up to N (default 8 quick, 32 full on CPU).")
 @click.option("--batch-sizes", multiple=True, metavar="LIST", callback=batch_size_list,
               help="Exact batch sizes instead (repeatable, or a comma list).")
@@ -287,25 +289,27 @@ def infer_command(preset: str | None, max_batch: int | None, batch_sizes: tuple[
               help="Write JUnit XML for CURRENT with failures for regressions.")
 @click.option("--format", "output_format", type=click.Choice(FORMAT_CHOICES), default="auto", show_default=True,
               help="auto: a table on a terminal, plain text in a pipe; json: the comparison on stdout.")
+@force_option
 @common_options
 def compare_command(baseline_file: str, current_file: str, tolerance: float, allow_mismatch: bool,
-                    json_path: str | None, junit_path: str | None, output_format: str) -> int:
+                    json_path: str | None, junit_path: str | None, output_format: str, force: bool) -> int:
     """Compare two --json results: every figure's change; exit 3 on a regression."""
     from tpu_tools.bench.compare import compare, load_result
     from tpu_tools.bench.records import RunResult
 
     baseline = load_result(baseline_file, "baseline")
     current = load_result(current_file, "current")
+    check_outputs(json_path, junit_path, force)
     comparison = compare(baseline, current, tolerance, allow_mismatch)
     document = {"schema": "tpu-tools/bench-compare/v1", "baseline": baseline_file, "current": current_file,
                 **comparison.to_dict()}
     out = Output(resolve_format(output_format, json_path == "-", sys.stdout))
     if json_path and json_path != "-":
-        write_file(json_path, json_text(document))
+        write_file(json_path, json_text(document), force, "--json")
     if junit_path:
         from tpu_tools.bench.junit import junit_xml
 
-        write_file(junit_path, junit_xml(RunResult.from_dict(current), comparison))
+        write_file(junit_path, junit_xml(RunResult.from_dict(current), comparison), force, "--junit")
     if out.is_json:
         out.json(document)
     else:

@@ -12,12 +12,18 @@ import click
 
 from tpu_tools.cli.common import common_options, runtime_options
 from tpu_tools.cli.output import FORMAT_CHOICES
+from tpu_tools.cli.params import Count, Number, Seconds
 from tpu_tools.errors import UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
 from tpu_tools.workloads.transformer import COMPUTE_DTYPES, PRESETS
 
 DEFAULT_BENCH_TIMEOUT_S = 600.0
 MAX_BUFFER_BYTES = 1 << 50  # 1 PiB: larger is no buffer any device holds
+MAX_MIN_TIME_S = 3600.0  # per case; an hour of samples is already far past any useful precision
+MAX_WARMUP = 100_000
+MAX_SEED = 2**32 - 1  # what jax.random.key takes on every platform
+MAX_MODEL_DIMENSION = 1 << 24
+MAX_PRICE_PER_HOUR = 1e6
 
 
 def split_list(values: tuple[str, ...]) -> list[str]:
@@ -91,18 +97,6 @@ def batch_size_list(ctx: click.Context, param: click.Parameter, values: tuple[st
     return tuple(sorted(set(sizes))) or None
 
 
-def positive(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value is not None and not value > 0:
-        raise click.BadParameter(f"must be greater than 0, got {value}")
-    return value
-
-
-def not_negative(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value is not None and value < 0:
-        raise click.BadParameter(f"must not be negative, got {value}")
-    return value
-
-
 def tolerance_value(ctx: click.Context, param: click.Parameter, value: str) -> float:
     from tpu_tools.bench.compare import parse_tolerance
 
@@ -125,6 +119,9 @@ def output_file(ctx: click.Context, param: click.Parameter, value: str | None) -
     return value
 
 
+force_option = click.option("--force", is_flag=True, help="Replace --json and --junit files that exist.")
+
+
 # --- options every run takes ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -141,6 +138,7 @@ class RunArgs:
     output_format: str
     policy: RuntimePolicy
     timeout_s: float
+    force: bool = False
 
 
 def run_options(function: Callable) -> Callable:
@@ -149,24 +147,27 @@ def run_options(function: Callable) -> Callable:
     @functools.wraps(function)
     def wrapper(*pos: Any, suite: str, min_time_s: float | None, warmup: int, seed: int, json_path: str | None,
                 junit_path: str | None, baseline_path: str | None, tolerance: float, allow_mismatch: bool,
-                output_format: str, policy: RuntimePolicy, timeout_s: float, **kwargs: Any) -> Any:
+                output_format: str, policy: RuntimePolicy, timeout_s: float, force: bool, **kwargs: Any) -> Any:
         args = RunArgs(suite, min_time_s, warmup, seed, json_path, junit_path, baseline_path, tolerance,
-                       allow_mismatch, output_format, policy, timeout_s)
+                       allow_mismatch, output_format, policy, timeout_s, force)
         return function(*pos, args=args, **kwargs)
 
     options = [
         click.option("--suite", type=click.Choice(("quick", "full")), default="quick", show_default=True,
                      help="quick: under 2 minutes on a small CPU host; full: larger sizes. For a single "
                           "benchmark: whose default sizes to use."),
-        click.option("--min-time", "min_time_s", type=float, default=None, metavar="SECONDS", callback=positive,
+        click.option("--min-time", "min_time_s", type=Seconds(maximum=MAX_MIN_TIME_S), default=None,
+                     metavar="SECONDS",
                      help="Time budget of the timed samples per case (default: 0.5 quick, 2 full)."),
-        click.option("--warmup", type=int, default=3, show_default=True, metavar="N", callback=not_negative,
+        click.option("--warmup", type=Count(0, MAX_WARMUP), default=3, show_default=True, metavar="N",
                      help="Untimed calls before the samples."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs."),
+        click.option("--seed", type=Count(0, MAX_SEED), default=0, show_default=True,
+                     help="Seed of the random inputs (0 to 2^32-1)."),
         click.option("--json", "json_path", metavar="FILE", callback=output_file,
                      help="Write the results as JSON (tpu-tools/bench/v1) to FILE; - prints them."),
         click.option("--junit", "junit_path", metavar="FILE", callback=output_file,
                      help="Write JUnit XML to FILE: a testcase per case, failures for regressions."),
+        force_option,
         click.option("--baseline", "baseline_path", metavar="FILE",
                      help="Compare with an earlier --json result; exit 3 on a regression."),
         click.option("--tolerance", default="5%", show_default=True, metavar="PERCENT", callback=tolerance_value,
@@ -194,7 +195,8 @@ def model_options(many_presets: bool = False) -> Callable[[Callable], Callable]:
                             multiple=many_presets, default=None,
                             help="Model size (tiny, small, base); other options below change it"
                                  + (" (repeatable)." if many_presets else "."))]
-    options += [click.option(flag, name, type=int, default=None, metavar="N", callback=positive, help=text)
+    dimension = Number(above=0, maximum=MAX_MODEL_DIMENSION, integer=True)  # model.py has the tighter limits
+    options += [click.option(flag, name, type=dimension, default=None, metavar="N", help=text)
                 for flag, name, text in sizes]
     options.append(click.option("--model-dtype", "model_dtype", type=click.Choice(COMPUTE_DTYPES), default=None,
                                 help="Compute dtype (parameters and optimizer state stay float32)."))
@@ -223,8 +225,8 @@ def model_choices(presets: tuple[str, ...], sizes: dict[str, Any]) -> tuple | No
     return choices
 
 
-price_option = click.option("--price-per-hour", type=float, default=None, metavar="PRICE",
-                             callback=not_negative,
+price_option = click.option("--price-per-hour", type=Number(minimum=0.0, maximum=MAX_PRICE_PER_HOUR), default=None,
+                             metavar="PRICE",
                              help="What the machine costs per hour; adds the cost of 1M samples.")
 cache_option = click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
                              help="Root of the compile benchmark's cache directories "

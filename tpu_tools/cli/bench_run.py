@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from tpu_tools import jsonout, signals
 from tpu_tools.cli.bench_options import RunArgs
 from tpu_tools.cli.output import Output, note, resolve_format
-from tpu_tools.errors import EXIT_INTERRUPTED, EXIT_OK, GateFailed, RuntimeFailure
+from tpu_tools.errors import EXIT_OK, GateFailed, RuntimeFailure
 
 
 def execute(selections: list, args: RunArgs) -> int:
-    from tpu_tools.bench.compare import check_environments, compare, load_result
+    from tpu_tools.bench.compare import check_environments, load_result
     from tpu_tools.bench.environment import environment_record
     from tpu_tools.bench.runner import RunRequest, run_benchmarks
     from tpu_tools.bench.suites import MIN_TIME_S
     from tpu_tools.bench.timing import TimingSettings
+    from tpu_tools.pjrt.runtime import check_xla_flags
 
     baseline = load_result(args.baseline_path, "baseline") if args.baseline_path else None
+    check_outputs(args.json_path, args.junit_path, args.force)
+    check_xla_flags(args.policy)  # before the compile benchmark's children hit XLA's abort
 
     def check_baseline(run: Any) -> None:
         """Refuse a baseline from other devices before the benchmarks run, not after."""
@@ -32,6 +34,14 @@ def execute(selections: list, args: RunArgs) -> int:
                          environment=environment_record(args.policy.environment()), on_device=check_baseline)
     with _progress() as progress:
         run = run_benchmarks(request, progress)
+    # After an interruption, a second Ctrl-C or SIGTERM must not cut the partial results short.
+    with signals.deferred() if run.interrupted else contextlib.nullcontext():
+        return _report(run, selections, baseline, args)
+
+
+def _report(run: Any, selections: list, baseline: dict[str, Any] | None, args: RunArgs) -> int:
+    from tpu_tools.bench.compare import compare
+
     run.settings["benchmarks"] = [s.benchmark for s in selections]
     comparison = None
     if baseline is not None and run.device:
@@ -42,12 +52,12 @@ def execute(selections: list, args: RunArgs) -> int:
     out = Output(resolve_format(args.output_format, args.json_path == "-", sys.stdout))
     written = []
     if args.json_path and args.json_path != "-":
-        write_file(args.json_path, json_text(document))
+        write_file(args.json_path, json_text(document), args.force, "--json")
         written.append(args.json_path)
     if args.junit_path:
         from tpu_tools.bench.junit import junit_xml
 
-        write_file(args.junit_path, junit_xml(run, comparison))
+        write_file(args.junit_path, junit_xml(run, comparison), args.force, "--junit")
         written.append(args.junit_path)
     if out.is_json:
         out.json(document)
@@ -59,7 +69,7 @@ def execute(selections: list, args: RunArgs) -> int:
     if run.interrupted:
         where = f"written to {', '.join(written)}" if written else "shown above"
         note(f"tpu-bench: interrupted: partial results {where}")
-        return EXIT_INTERRUPTED
+        return signals.interrupted_exit_code()
     if comparison is not None:
         gate(comparison)
     if run.failed:
@@ -69,6 +79,14 @@ def execute(selections: list, args: RunArgs) -> int:
 
 
 def gate(comparison: Any) -> int:
+    from tpu_tools.bench.compare import INVALID
+
+    invalid = [c for c in comparison.regressions if c.verdict == INVALID]
+    if invalid:
+        shown = ", ".join(f"{c.case_id} {c.figure}" for c in invalid[:3])
+        more = f" and {len(invalid) - 3} more" if len(invalid) > 3 else ""
+        raise GateFailed(f"{len(invalid)} figure{'s are' if len(invalid) > 1 else ' is'} not a finite number "
+                         f"(NaN or infinite), so the comparison fails: {shown}{more}")
     regressions = comparison.regressions
     if regressions:
         shown = ", ".join(f"{c.case_id} {c.figure}" for c in regressions[:3])
@@ -79,14 +97,23 @@ def gate(comparison: Any) -> int:
 
 
 def json_text(document: dict[str, Any]) -> str:
-    return json.dumps(document, indent=2) + "\n"
+    return jsonout.dumps(document) + "\n"
 
 
-def write_file(path: str, text: str) -> None:
-    try:
-        Path(path).write_text(text, encoding="utf-8")
-    except OSError as error:
-        raise RuntimeFailure(f"cannot write {path}: {error.strerror or error}") from None
+def check_outputs(json_path: str | None, junit_path: str | None, force: bool) -> None:
+    """Refuse, before anything runs, an output file that exists (without --force) or cannot be written."""
+    from tpu_tools.atomic import check_writable
+
+    for path, option in ((json_path, "--json"), (junit_path, "--junit")):
+        if path and path != "-":
+            check_writable(path, force, what=option, option=option)
+
+
+def write_file(path: str, text: str, force: bool, option: str) -> None:
+    """Written whole and renamed into place (tpu_tools.atomic): never over a file without --force, no links."""
+    from tpu_tools.atomic import write_file as write_atomic
+
+    write_atomic(path, text, force, what=option, option=option)
 
 
 def _render_run(run: Any, out: Output) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from datetime import datetime, timezone
@@ -10,8 +9,10 @@ from typing import Any
 
 import click
 
+from tpu_tools import jsonout
 from tpu_tools.cli.common import ToolCommand, common_options, is_debug, run_cli, runtime_options, silence_stdout
 from tpu_tools.cli.output import note
+from tpu_tools.cli.params import Count, Number
 from tpu_tools.collectives.ops import REDOPS
 from tpu_tools.errors import EXIT_GATE, EXIT_USAGE, GateFailed, RuntimeFailure, ToolError, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -101,7 +102,8 @@ MAN_SECTIONS = {
     ),
     "EXIT STATUS": (
         "0 every size ran and every value was right. 1 a size failed, a process went missing, the runtime "
-        "failed. 2 bad options. 3 wrong values (#wrong > 0), or an op's average busbw below --min-busbw."
+        "failed. 2 bad options. 3 wrong values (#wrong > 0), or an op's average busbw below --min-busbw. 130 "
+        "Ctrl-C, 143 SIGTERM: --json is written with the sizes measured so far."
     ),
     "EXAMPLES": (
         "tpu-collectives-test all-reduce\n"
@@ -159,7 +161,7 @@ class _RecordingCommand(ToolCommand):
               help="Smallest size (K, M, G suffixes: 1K = 1024).")
 @click.option("-e", "--max-bytes", "max_bytes", default="16M", show_default=True, metavar="SIZE", callback=_size,
               help="Largest size.")
-@click.option("-f", "--step-factor", "step_factor", type=float, default=None, metavar="F",
+@click.option("-f", "--step-factor", "step_factor", type=Number(maximum=float(1 << 50)), default=None, metavar="F",
               help="Multiply the size by F each step (default 2).")
 @click.option("-i", "--step-bytes", "step_bytes", default=None, metavar="SIZE", callback=_size,
               help="Add SIZE each step instead of multiplying.")
@@ -167,42 +169,46 @@ class _RecordingCommand(ToolCommand):
               help="Element type: f32, bf16, f16, f64, i8, u8, i16, u16, i32, u32, i64, u64.")
 @click.option("-o", "--redop", type=click.Choice([*REDOPS, "all"]), default="sum", show_default=True,
               help="Reduction of all-reduce (all: each in turn).")
-@click.option("-n", "--iters", type=int, default=20, metavar="N", show_default=True,
+@click.option("-n", "--iters", type=Count(1, 10**7), default=20, metavar="N", show_default=True,
               help="Timed samples per size, each k calls back to back.")
-@click.option("--sample-ms", "sample_ms", type=float, default=5.0, metavar="MS", show_default=True,
-              help="Calibrate k so a sample lasts at least MS (0: wait for every call).")
-@click.option("-w", "--warmup", type=int, default=5, metavar="N", show_default=True,
+@click.option("--sample-ms", "sample_ms", type=Number(minimum=0.0, maximum=60_000.0), default=5.0, metavar="MS",
+              show_default=True, help="Calibrate k so a sample lasts at least MS (0: wait for every call).")
+@click.option("-w", "--warmup", type=Count(0, 10**7), default=5, metavar="N", show_default=True,
               help="Untimed iterations before timing.")
 @click.option("-c", "--check", type=click.Choice(["on", "off", "1", "0"]), default="on", show_default=True,
               help="Check every result against the host's, bit for bit.")
 @click.option("--stats", metavar="LIST", default=None,
               help="Extra time columns: percentiles and extremes, e.g. p50,p99 (also min, max).")
-@click.option("--root", type=int, default=0, metavar="RANK", show_default=True,
+@click.option("--root", type=Count(0, 1 << 20), default=0, metavar="RANK", show_default=True,
               help="Rank that broadcast sends from.")
-@click.option("--shift", type=int, default=1, metavar="K", show_default=True,
+@click.option("--shift", type=Number(minimum=-(1 << 20), maximum=1 << 20, integer=True), default=1, metavar="K",
+              show_default=True,
               help="permute sends rank r's buffer to rank r+K (mod n).")
 @click.option("--devices", "devices", metavar="IDS", default=None,
               help="Devices taking part, by id: 0,1,4-7 (default: all).")
 @click.option("--mesh", "mesh", metavar="AxB", default=None,
               help="Arrange the devices as a mesh with axes x, y (z), e.g. 2x4 (default: one axis).")
 @click.option("--axis", metavar="NAME", default=None, help="Mesh axis the op runs along (default: the last).")
-@click.option("--min-busbw", "min_busbw", type=float, default=None, metavar="GBPS",
+@click.option("--min-busbw", "min_busbw", type=Number(minimum=0.0, maximum=1e9), default=None, metavar="GBPS",
               help="Exit 3 when an op's average busbw (GB/s) is below this floor.")
-@click.option("--slow-threshold", "slow_threshold", type=float, default=20.0, show_default=True, metavar="PCT",
+@click.option("--slow-threshold", "slow_threshold", type=Number(minimum=0.0, maximum=1e6), default=20.0,
+              show_default=True, metavar="PCT",
               help="Flag a process whose time is more than PCT percent over the median.")
+@click.option("--force", is_flag=True, help="Replace the --json file if it exists.")
 @click.option("--json", "json_path", metavar="FILE", default=None,
               help="Write the JSON document to FILE (- for stdout instead of the table).")
-@click.option("--launch", type=int, default=None, metavar="N",
+@click.option("--launch", type=Count(1, 1024), default=None, metavar="N",
               help="Start N local processes joined by jax.distributed on 127.0.0.1 (gloo between them).")
 @click.option("--coordinator", metavar="HOST:PORT", default=None,
               help="Address of process 0's coordinator (several processes or hosts).")
-@click.option("--num-processes", "num_processes", type=int, default=None, metavar="N",
+@click.option("--num-processes", "num_processes", type=Count(1, 1 << 20), default=None, metavar="N",
               help="Number of processes in the run.")
-@click.option("--process-id", "process_id", type=int, default=None, metavar="I",
+@click.option("--process-id", "process_id", type=Count(0, 1 << 20), default=None, metavar="I",
               help="This process's id, 0 to N-1 (process 0 serves the coordinator and prints).")
 @runtime_options(default_host_devices=DEFAULT_HOST_DEVICES, default_timeout_s=DEFAULT_TIMEOUT_S)
 @common_options
-def collectives_command(op, dtype, check: str, slow_threshold: float, json_path: str | None, launch: int | None,
+def collectives_command(op, dtype, check: str, slow_threshold: float, force: bool, json_path: str | None,
+                        launch: int | None,
                         coordinator: str | None, num_processes: int | None, process_id: int | None,
                         policy: RuntimePolicy, timeout_s: float, **options: Any) -> int:
     """Measure collective bandwidth and check every result, on one host or many.
@@ -220,13 +226,15 @@ def collectives_command(op, dtype, check: str, slow_threshold: float, json_path:
     join = JoinSpec(coordinator, num_processes, process_id)
     join.validate()
     if json_path is not None and json_path != "-":
-        _check_writable(json_path)
+        from tpu_tools.atomic import check_writable
+
+        check_writable(json_path, force, what="--json", option="--json")
     if launch is not None:
         return _launch(ctx, launch, join, policy, timeout_s)
     from tpu_tools.collectives.launch import adopt_launcher
 
     adopt_launcher()
-    return _run(ctx, settings, join, policy, json_path)
+    return _run(ctx, settings, join, policy, json_path, force)
 
 
 def _launch(ctx: click.Context, processes: int, join, policy: RuntimePolicy, timeout_s: float) -> int:
@@ -270,7 +278,7 @@ def _given(ctx: click.Context, name: str) -> bool:
     return source is not None and source.name == "COMMANDLINE"
 
 
-def _run(ctx: click.Context, settings, join, policy: RuntimePolicy, json_path: str | None) -> int:
+def _run(ctx: click.Context, settings, join, policy: RuntimePolicy, json_path: str | None, force: bool) -> int:
     from tpu_tools.collectives.runner import CollectivesRun
 
     prog = ctx.find_root().info_name or "tpu-collectives-test"
@@ -291,7 +299,7 @@ def _run(ctx: click.Context, settings, join, policy: RuntimePolicy, json_path: s
             if message and not report.error:
                 report.error, report.status, report.exit_code = message, STATUS_FAILED, code
             document = report.to_dict()
-        _write_document(json_path, document)
+        _write_document(json_path, document, force)
 
     def on_fatal(message: str) -> None:  # from the watchdog thread, just before the process ends
         write_json(message, 1)
@@ -320,6 +328,13 @@ def _run(ctx: click.Context, settings, join, policy: RuntimePolicy, json_path: s
         write_json(None, code)
     except ToolError as error:
         write_json(str(error), error.exit_code)
+        raise
+    except KeyboardInterrupt as error:  # Ctrl-C or SIGTERM: the sizes measured so far are kept
+        from tpu_tools import signals
+
+        signals.note_interrupt(error)
+        with signals.deferred():
+            write_json(f"{signals.interrupt_word()}: partial results", signals.interrupted_exit_code())
         raise
     finally:
         run.close()
@@ -368,28 +383,16 @@ def _lines(lines: list[str]) -> None:
         silence_stdout()
 
 
-def _check_writable(path: str) -> None:
-    """Fail before the run, not after it, when --json cannot be written."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK) or os.path.isdir(path):
-        raise UsageError(f"cannot write --json {path}: {folder} is not a writable folder"
-                         if not os.path.isdir(path) else f"cannot write --json {path}: it is a folder")
-
-
-def _write_document(path: str, document: dict[str, Any]) -> None:
-    text = json.dumps(document, indent=2) + "\n"
+def _write_document(path: str, document: dict[str, Any], force: bool) -> None:
+    text = jsonout.dumps(document) + "\n"
     if path == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    # Written whole and renamed into place: a reader never sees half a document.
-    temporary = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except OSError as error:
-        raise UsageError(f"cannot write --json {path}: {error.strerror or error}") from None
+    from tpu_tools.atomic import write_file
+
+    # Written whole and renamed into place: a reader never sees half a document, a planted link is not followed.
+    write_file(path, text, force, what="--json", option="--json")
 
 
 def main() -> None:

@@ -17,11 +17,15 @@ from typing import Any, NoReturn
 
 import click
 
+from tpu_tools import signals
 from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
-from tpu_tools.errors import EXIT_FAILURE, EXIT_INTERRUPTED, ToolError
+from tpu_tools.cli.params import Count, Seconds
+from tpu_tools.errors import EXIT_FAILURE, EXIT_TERMINATED, ToolError
 from tpu_tools.pjrt.runtime import PLATFORM_CHOICES, RuntimePolicy
 
 DEFAULT_TIMEOUT_S = 30.0
+MAX_HOST_DEVICES = 4096  # the CPU platform's device count: more is no test setup, just memory exhaustion
+MAX_METRICS_TIMEOUT_S = 600.0  # the deadline of one read of libtpu's metrics: longer is no deadline at all
 _debug = False
 
 
@@ -113,18 +117,6 @@ def common_options(function: Callable) -> Callable:
     ], function)
 
 
-def _positive_int(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    if value is not None and value < 1:
-        raise click.BadParameter(f"must be at least 1, got {value}")
-    return value
-
-
-def _positive_float(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    if value is not None and not value > 0:
-        raise click.BadParameter(f"must be greater than 0, got {value:g}")
-    return value
-
-
 def runtime_options(function: Callable | None = None, *, timeout: bool = True,
                     default_host_devices: int | None = None, validate: bool = True,
                     default_timeout_s: float = DEFAULT_TIMEOUT_S) -> Callable:
@@ -146,16 +138,16 @@ def runtime_options(function: Callable | None = None, *, timeout: bool = True,
         options = [
             click.option("--platform", type=click.Choice(PLATFORM_CHOICES), default="auto", show_default=True,
                          help="PJRT platform to use; auto follows JAX_PLATFORMS, else jax's own choice."),
-            click.option("--host-devices", type=int, default=default_host_devices, metavar="N",
-                         callback=_positive_int, show_default=default_host_devices is not None,
+            click.option("--host-devices", type=Count(1, MAX_HOST_DEVICES), default=default_host_devices,
+                         metavar="N", show_default=default_host_devices is not None,
                          help="Make the CPU platform expose N devices."),
             click.option("--xla-flag", "xla_flags", multiple=True, metavar="FLAG",
                          help="Extra XLA flag, e.g. --xla-flag=--xla_dump_to=/tmp/xla (repeatable)."),
         ]
         if timeout:
             options.append(click.option(
-                "--timeout", "timeout_s", type=float, default=default_timeout_s, show_default=True,
-                metavar="SECONDS", callback=_positive_float,
+                "--timeout", "timeout_s", type=Seconds(), default=default_timeout_s, show_default=True,
+                metavar="SECONDS",
                 help="Give up on a runtime that does not answer within this many seconds."))
         return _apply(options, wrapper)
 
@@ -188,8 +180,8 @@ def metrics_options(function: Callable | None = None, *, validate: bool = True) 
             click.option("--metrics-addr", multiple=True, metavar="HOST:PORT",
                          help="Also read libtpu's runtime metrics service here (repeatable); localhost:8431 and "
                               "the ports in TPU_RUNTIME_METRICS_PORTS are always read."),
-            click.option("--metrics-timeout", "metrics_timeout_s", type=float, default=2.0, show_default=True,
-                         metavar="SECONDS", callback=_positive_float,
+            click.option("--metrics-timeout", "metrics_timeout_s", type=Seconds(maximum=MAX_METRICS_TIMEOUT_S),
+                         default=2.0, show_default=True, metavar="SECONDS",
                          help="Deadline of every call to a metrics service."),
         ], wrapper)
 
@@ -223,6 +215,7 @@ def silence_stdout() -> None:
 def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
     """Run a command as a program: documented exit codes, no traceback for expected failures."""
     prog = prog_name or os.path.basename(sys.argv[0]) or command.name or "tpu-tools"
+    signals.install()  # SIGTERM unwinds like Ctrl-C: partial results are kept, then exit 143
     try:
         result = command.main(prog_name=prog, standalone_mode=False)
         code = result if isinstance(result, int) else 0
@@ -233,9 +226,10 @@ def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
     except click.ClickException as error:
         error.show()
         code = error.exit_code
-    except (click.Abort, KeyboardInterrupt):
-        sys.stderr.write(f"{prog}: interrupted\n")
-        code = EXIT_INTERRUPTED
+    except (click.Abort, KeyboardInterrupt) as error:
+        signals.note_interrupt(error)
+        code = signals.interrupted_exit_code()
+        sys.stderr.write(f"{prog}: {'terminated' if code == EXIT_TERMINATED else 'interrupted'}\n")
     except ToolError as error:
         _report(prog, str(error), error)
         code = error.exit_code

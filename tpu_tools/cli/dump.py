@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,10 @@ from tpu_tools.cli.common import (
     runtime_options,
 )
 from tpu_tools.cli.output import Output, note, wants_color
+from tpu_tools.cli.params import Seconds
 from tpu_tools.dump.collectors import COLLECTORS
 from tpu_tools.errors import EXIT_OK, UsageError
+from tpu_tools.parsing import MAX_PERIOD_S
 from tpu_tools.pjrt.runtime import RuntimePolicy
 
 DEFAULT_TIMEOUT_S = 20.0
@@ -145,12 +146,6 @@ def _parse_size(ctx: click.Context, param: click.Parameter, value: str) -> int:
     return size
 
 
-def _positive(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    if not value > 0:
-        raise click.BadParameter(f"must be greater than 0, got {value:g}")
-    return value
-
-
 class _ProgressLine:
     """One transient status line on stderr while collectors run (terminals only, no threads)."""
 
@@ -179,13 +174,6 @@ class _ProgressLine:
             self._live = None
 
 
-def _interrupt_on_sigterm() -> None:
-    def handler(signum, frame):  # the same clean-up as Ctrl-C: no partial bundle, no stray collector
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 @click.group(name="dump", cls=ToolGroup, invoke_without_command=True, man_sections=MAN_SECTIONS,
              subcommand_metavar="[show BUNDLE]")
 @click.option("-o", "--output", type=click.Path(path_type=Path), metavar="PATH",
@@ -194,8 +182,8 @@ def _interrupt_on_sigterm() -> None:
 @click.option("--only", multiple=True, metavar="NAMES",
               help="Run only these collectors or categories (comma-separated, repeatable), e.g. system,logs.kernel.")
 @click.option("--skip", multiple=True, metavar="NAMES", help="Do not run these collectors or categories.")
-@click.option("--timeout", "timeout_s", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
-              metavar="SECONDS", callback=_positive, help="Time limit of each collector; they run side by side.")
+@click.option("--timeout", "timeout_s", type=Seconds(maximum=MAX_PERIOD_S), default=DEFAULT_TIMEOUT_S,
+              show_default=True, metavar="SECONDS", help="Time limit of each collector; they run side by side.")
 @click.option("--max-size", "max_size_bytes", default=DEFAULT_MAX_SIZE, show_default=True, metavar="SIZE",
               callback=_parse_size, help="Largest bundle (K, M, G suffixes); the largest logs are trimmed first.")
 @click.option("--add", "add_paths", multiple=True, type=click.Path(path_type=str), metavar="PATH",
@@ -229,7 +217,6 @@ def dump_command(ctx: click.Context, output: Path | None, force: bool, only: tup
                           force_runtime=force_runtime, command=[ctx.find_root().info_name or "tpu-dump",
                                                                 *sys.argv[1:]],
                           metrics_addresses=tuple(metrics_addresses), metrics_timeout_s=metrics_timeout_s)
-    _interrupt_on_sigterm()
     progress = _ProgressLine() if sys.stderr.isatty() else None
     try:
         report = create_bundle(request, on_progress=progress)

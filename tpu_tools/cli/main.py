@@ -22,9 +22,12 @@ MAN_SECTIONS = {
     "EXIT STATUS": (
         "0  success.\n"
         "1  runtime failure: no device, the runtime failed, hung or crashed, a probe or test failed.\n"
-        "2  usage error: a bad option value, an unknown platform, a bad JAX_PLATFORMS.\n"
+        "2  usage error: a bad option value (also NaN, infinite or absurd numbers), an unknown platform, a bad "
+        "JAX_PLATFORMS, an XLA flag XLA does not know, an output file that exists without --force.\n"
         "3  a gate failed: a benchmark regression, a collective below its bandwidth floor, wrong values.\n"
-        "130  interrupted (Ctrl-C)."
+        "130  interrupted (Ctrl-C); 143  terminated (SIGTERM, as sent by timeout, CI runners and Kubernetes). "
+        "Both keep the partial results of long commands (bench --json, profile run, collectives-test --json); "
+        "tpu-monitor ends with 0 after either."
     ),
     "ENVIRONMENT": (
         "JAX_PLATFORMS  the platform(s) used when --platform is auto.\n"

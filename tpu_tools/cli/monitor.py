@@ -13,7 +13,9 @@ from typing import Any
 import click
 
 from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
+from tpu_tools.cli.params import Count, Duration
 from tpu_tools.errors import EXIT_OK, UsageError
+from tpu_tools.parsing import MIN_PERIOD_S
 
 MAN_SECTIONS = {
     "DESCRIPTION": (
@@ -164,8 +166,9 @@ MAN_SECTIONS = {
         "the median duty cycle or step time when at least three hosts report it: the slow worker of a slice). "
         "user:password@ in the URL is sent as basic auth. When the server is down, slow (beyond "
         "--from-prometheus-timeout), answers garbage or refuses the credentials, the last report is repeated "
-        "with fleet.stale true and fleet.error saying why, and the sentence is written once on stderr. Options that only apply to this host (--config, "
-        "--prometheus, --quiet, --tag-filter, --agent-timeout, --metrics-addr) are usage errors with it."
+        "with fleet.stale true and fleet.error saying why, and the sentence is written once on stderr. Options "
+        "that only apply to this host (--config, --prometheus, --quiet, --tag-filter, --agent-timeout, "
+        "--metrics-addr) are usage errors with it."
     ),
     "EXAMPLES": (
         "tpu-monitor --count 3\n"
@@ -177,20 +180,6 @@ MAN_SECTIONS = {
         "tpu-monitor --from-prometheus http://prometheus:9090 --count 1 | jq '.fleet.outliers'"
     ),
 }
-
-
-class Duration(click.ParamType):
-    name = "duration"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        if isinstance(value, float):
-            return value
-        from tpu_tools.parsing import parse_duration
-
-        try:
-            return parse_duration(value, "value")
-        except ValueError as error:
-            self.fail(str(error), param, ctx)
 
 
 class Regex(click.ParamType):
@@ -205,20 +194,14 @@ class Regex(click.ParamType):
             self.fail(f"{value!r} is not a valid regular expression: {error}", param, ctx)
 
 
-def _positive_count(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    if value is not None and value < 1:
-        raise click.BadParameter(f"must be at least 1, got {value}")
-    return value
-
-
 def explicit(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)
 
 
 @click.command(name="monitor", cls=ToolCommand, man_sections=MAN_SECTIONS)
-@click.option("--period", type=Duration(), default="1s", show_default=True, metavar="SECONDS",
+@click.option("--period", type=Duration(minimum=MIN_PERIOD_S), default="1s", show_default=True, metavar="SECONDS",
               help="Time between reports (seconds, or with ms, s, m: 500ms, 2s).")
-@click.option("--count", type=int, default=None, metavar="N", callback=_positive_count,
+@click.option("--count", type=Count(1, 1 << 62), default=None, metavar="N",
               help="Exit after N reports (default: run until stopped).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="FILE", help="TOML or JSON file choosing groups, their periods and a tag filter.")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from tpu_tools import jsonout
 from tpu_tools.render.table import TableData, plain_table, rich_table
 
 FORMAT_CHOICES = ("auto", "table", "plain", "json")
@@ -39,11 +39,11 @@ class Output:
         return self.format == "json"
 
     def json(self, document: Any) -> None:
-        self.stream.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+        self.stream.write(jsonout.dumps(document) + "\n")
         self.stream.flush()
 
     def json_line(self, document: Any) -> None:
-        self.stream.write(json.dumps(document, separators=(",", ":")) + "\n")
+        self.stream.write(jsonout.dumps(document, compact=True) + "\n")
         self.stream.flush()
 
     def text(self, text: str = "") -> None:

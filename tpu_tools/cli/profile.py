@@ -10,8 +10,12 @@ import click
 
 from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, output_options, run_cli, runtime_options
 from tpu_tools.cli.output import Output, note, resolve_format
+from tpu_tools.cli.params import Count, Seconds
 from tpu_tools.errors import EXIT_OK, ToolError, UsageError
+from tpu_tools.parsing import MAX_PERIOD_S
 from tpu_tools.pjrt.runtime import RuntimePolicy
+
+MAX_CAPTURE_S = 3600.0  # the profiler server holds the whole capture in memory
 
 SUBCOMMANDS = {
     "run": "tpu_tools.cli.profile:run_command",
@@ -92,7 +96,8 @@ GROUP_MAN = {
     ),
     "JSON OUTPUT": SUMMARY_SCHEMA + "\n" + HLO_SCHEMA,
     "EXIT STATUS": (
-        "run: the program's own exit status (sys.exit(3) gives 3, an uncaught exception 1, Ctrl-C 130), after "
+        "run: the program's own exit status (sys.exit(3) gives 3, an uncaught exception 1, Ctrl-C 130, SIGTERM 143; "
+        "os._exit(N) in the main thread counts as exit N, with the profile kept), after "
         "the profile is written; 2 when the program cannot be started (no such script or module, a bad option, "
         "an existing --out).\n"
         "summary, hlo, capture: 0 success; 1 a trace that cannot be read, a function that does not compile, a "
@@ -119,20 +124,8 @@ def profile_group() -> None:
     """Profile JAX programs: top device ops, compilation and recompilation, HLO cost."""
 
 
-def _non_negative(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    if value is not None and value < 0:
-        raise click.BadParameter(f"must be 0 or more, got {value:g}")
-    return value
-
-
-def _positive(ctx: click.Context, param: click.Parameter, value: float | int | None) -> float | int | None:
-    if value is not None and not value > 0:
-        raise click.BadParameter(f"must be greater than 0, got {value}")
-    return value
-
-
 def _top_option(function):
-    return click.option("--top", type=int, default=15, show_default=True, metavar="N", callback=_positive,
+    return click.option("--top", type=Count(1, 100_000), default=15, show_default=True, metavar="N",
                         help="Rows in the op, call-site and compile tables.")(function)
 
 
@@ -181,14 +174,14 @@ def _where_lines(document: dict | None, folder: Path) -> list[str]:
                context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-m", "--module", metavar="MODULE", help="Run a module, as python -m MODULE does.")
 @_out_options("tpu-profile-YYYYmmdd-HHMMSS in the current folder")
-@click.option("--delay", "delay_s", type=float, default=0.0, metavar="SECONDS", callback=_non_negative,
+@click.option("--delay", "delay_s", type=Seconds(zero=True, maximum=MAX_PERIOD_S), default=0.0, metavar="SECONDS",
               help="Start tracing this many seconds after the program starts (or when its runtime is up, if later).")
-@click.option("--duration", "duration_s", type=float, default=None, metavar="SECONDS", callback=_positive,
+@click.option("--duration", "duration_s", type=Seconds(maximum=MAX_PERIOD_S), default=None, metavar="SECONDS",
               help="Stop tracing after this many seconds; the program runs on. Default: until it ends.")
-@click.option("--start-step", type=int, default=None, metavar="N", callback=_non_negative,
+@click.option("--start-step", type=Count(0, 1 << 40), default=None, metavar="N",
               help="Trace from step N (0 for the first) of the steps the program marks with tpu_tools.agent.step() "
                    "or step_context(); needs --steps.")
-@click.option("--steps", type=int, default=None, metavar="M", callback=_positive,
+@click.option("--steps", type=Count(1, 1 << 40), default=None, metavar="M",
               help="With --start-step: how many steps to trace.")
 @click.option("--no-python-trace", is_flag=True,
               help="Leave Python frames out of the trace (less overhead; call sites become unknown).")
@@ -204,7 +197,7 @@ def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: 
 
     The program and its arguments go after --: run [OPTIONS] -- script.py ARGS, or run [OPTIONS] -m MODULE -- ARGS.
     """
-    from tpu_tools.pjrt.runtime import apply, check_platform_installed
+    from tpu_tools.pjrt.runtime import apply, check_platform_installed, check_xla_flags
     from tpu_tools.profile.runner import ProgramTarget
     from tpu_tools.profile.session import prepare_output_dir, profile_program, write_report
     from tpu_tools.profile.window import WindowSpec
@@ -223,6 +216,7 @@ def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: 
         raise UsageError("choose one trace window: --start-step/--steps, or --delay/--duration")
     window = WindowSpec(delay_s=delay_s, duration_s=duration_s, start_step=start_step, steps=steps)
     check_platform_installed(policy)
+    check_xla_flags(policy)  # XLA aborts the whole process on a flag it does not know
     apply(policy)  # before anything of the program is imported: -m imports its parent packages to find it
     target.validate()
     folder = prepare_output_dir(out_dir, force)
@@ -286,7 +280,7 @@ def summary_command(path: Path, top: int, out: Output) -> int:
               help="One argument's dtype and shape, e.g. f32[128,512], bf16[8], i32[] (repeatable, in order).")
 @click.option("--preset", default=None, metavar="NAME",
               help="Model size of the built-in train or infer workload: tiny, small or base. Default: tiny.")
-@click.option("--batch", type=int, default=None, metavar="N", callback=_positive,
+@click.option("--batch", type=Count(1, 1 << 20), default=None, metavar="N",
               help="Batch size of the built-in workload. Default: the preset's batch per device.")
 @click.option("--chip", metavar="NAME", help="Judge the roofline against this chip's peak (v5e, v6e, H100, ...) "
               "instead of the local device's.")
@@ -339,8 +333,8 @@ def hlo_command(target: str, arg_specs: tuple[str, ...], preset: str | None, bat
 @click.command(name="capture", cls=ToolCommand)
 @click.option("--addr", "address", required=True, metavar="HOST:PORT",
               help="Where the program's profiler server listens (jax.profiler.start_server(PORT)).")
-@click.option("--duration", "duration_s", type=float, default=2.0, show_default=True, metavar="SECONDS",
-              callback=_positive, help="How long to trace.")
+@click.option("--duration", "duration_s", type=Seconds(maximum=MAX_CAPTURE_S), default=2.0, show_default=True,
+              metavar="SECONDS", help="How long to trace (at most an hour).")
 @click.option("--no-python-trace", is_flag=True, help="Leave Python frames out of the trace.")
 @_out_options("tpu-profile-capture-YYYYmmdd-HHMMSS in the current folder")
 @_top_option

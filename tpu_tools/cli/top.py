@@ -10,8 +10,10 @@ from typing import Any
 import click
 
 from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
-from tpu_tools.cli.monitor import Duration, Regex
+from tpu_tools.cli.monitor import Regex
+from tpu_tools.cli.params import Duration
 from tpu_tools.errors import EXIT_OK, RuntimeFailure, UsageError
+from tpu_tools.parsing import MIN_PERIOD_S
 from tpu_tools.top.model import DEFAULT_SORT, SORT_KEYS
 
 MAN_SECTIONS = {
@@ -89,7 +91,7 @@ MAN_SECTIONS = {
 
 
 @click.command(name="top", cls=ToolCommand, man_sections=MAN_SECTIONS)
-@click.option("--interval", type=Duration(), default="1s", show_default=True, metavar="SECONDS",
+@click.option("--interval", type=Duration(minimum=MIN_PERIOD_S), default="1s", show_default=True, metavar="SECONDS",
               help="Time between refreshes (seconds, or with ms, s, m).")
 @click.option("--once", is_flag=True, help="Print one frame to stdout and exit (works in a pipe).")
 @click.option("--sort", type=click.Choice(SORT_KEYS), default=DEFAULT_SORT, show_default=True,
@@ -114,8 +116,6 @@ def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[s
                 pids: tuple[int, ...], devices: tuple[str, ...], agent_timeout: float, from_prometheus: str | None,
                 from_prometheus_timeout: float, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Live view of accelerator devices, the jobs using them, and the host."""
-    if interval < 0.1:
-        raise UsageError(f"--interval must be at least 0.1 s, got {interval:g}")
     if not once and not (sys.stdout.isatty() and sys.stdin.isatty()):
         raise UsageError("tpu-top needs a terminal (stdin and stdout); use --once to print one frame, "
                          "or tpu-monitor for a stream of reports")

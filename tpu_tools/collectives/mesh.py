@@ -9,12 +9,16 @@ y (two independent groups of four ranks here). The parsing is plain Python;
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from tpu_tools.errors import UsageError
 
 AXIS_NAMES = ("x", "y", "z")
+
+
+MAX_DEVICE_IDS = 1 << 16  # far more devices than any slice has; a bigger range is a typo (and memory)
 
 
 def parse_device_ids(text: str | None) -> list[int] | None:
@@ -28,6 +32,8 @@ def parse_device_ids(text: str | None) -> list[int] | None:
                 low, high = (int(v) for v in part.split("-", 1))
                 if low > high:
                     raise ValueError
+                if high - low >= MAX_DEVICE_IDS or len(ids) + high - low >= MAX_DEVICE_IDS:
+                    raise UsageError(f"--devices {text[:40]!r}: more than {MAX_DEVICE_IDS} device ids")
                 ids.extend(range(low, high + 1))
             else:
                 ids.append(int(part))
@@ -35,7 +41,7 @@ def parse_device_ids(text: str | None) -> list[int] | None:
             raise UsageError(f"--devices {text!r}: use device ids and ranges such as 0,1,4-7") from None
     if any(i < 0 for i in ids):
         raise UsageError(f"--devices {text!r}: device ids are not negative")
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    duplicates = sorted(i for i, n in Counter(ids).items() if n > 1)
     if duplicates:
         raise UsageError(f"--devices names device {duplicates[0]} more than once")
     return ids

@@ -18,16 +18,15 @@ import gzip
 import io
 import os
 import re
-import secrets
 import tarfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpu_tools.atomic import PendingFile, prepare
 from tpu_tools.dump.collector import TRIM_HEAD, TRIM_TAIL
 from tpu_tools.dump.manifest import MANIFEST_NAME, StoredFile
-from tpu_tools.errors import UsageError
 
 DEFAULT_MAX_SIZE_BYTES = 64 << 20
 MIN_MAX_SIZE_BYTES = 64 << 10
@@ -50,77 +49,12 @@ def top_folder(final: Path) -> str:
     return name
 
 
-@dataclass
-class PendingBundle:
-    """The temporary file a bundle is written to, and where it goes when complete."""
-
-    final: Path
-    temp: Path
-    force: bool
-
-    def discard(self) -> None:
-        try:
-            os.unlink(self.temp)
-        except FileNotFoundError:
-            pass
-
-    def commit(self) -> Path:
-        """Move the complete archive to its final name; returns where it went."""
-        if self.force:
-            os.replace(self.temp, self.final)
-            return self.final
-        try:
-            os.link(self.temp, self.final)  # atomic, and fails if the name was taken meanwhile
-        except FileExistsError:
-            kept = self._free_name()
-            os.rename(self.temp, kept)
-            raise UsageError(f"{self.final} was created by something else while collecting; the bundle was "
-                             f"saved as {kept}") from None
-        except OSError:  # a filesystem without hard links
-            if os.path.lexists(self.final):
-                kept = self._free_name()
-                os.rename(self.temp, kept)
-                raise UsageError(f"{self.final} was created by something else while collecting; the bundle "
-                                 f"was saved as {kept}") from None
-            os.rename(self.temp, self.final)
-            return self.final
-        os.unlink(self.temp)
-        return self.final
-
-    def _free_name(self) -> Path:
-        stem = top_folder(self.final)
-        suffix = self.final.name[len(stem):]
-        for number in range(2, 1000):
-            candidate = self.final.with_name(f"{stem}-{number}{suffix}")
-            if not os.path.lexists(candidate):
-                return candidate
-        return self.temp
+PendingBundle = PendingFile  # the bundle is written by the toolkit's one atomic writer
 
 
 def prepare_output(path: Path, force: bool) -> PendingBundle:
     """Check the output path and create the private temporary file beside it; raises UsageError."""
-    final = Path(os.path.abspath(os.path.expanduser(str(path))))
-    parent = final.parent
-    if final.is_dir():
-        raise UsageError(f"cannot write the bundle to {final}: it is a folder (give a file name with --output)")
-    if not parent.exists():
-        raise UsageError(f"cannot write the bundle to {final}: the folder {parent} does not exist")
-    if not parent.is_dir():
-        raise UsageError(f"cannot write the bundle to {final}: {parent} is not a folder")
-    if os.path.lexists(final) and not force:
-        raise UsageError(f"{final} already exists; use --force to replace it, or choose another --output")
-    temp = parent / f".{final.name}.partial-{os.getpid()}-{secrets.token_hex(3)}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(temp, flags, 0o600)
-    except OSError as error:
-        reason = (error.strerror or str(error)).lower()
-        raise UsageError(f"cannot write the bundle in {parent}: {reason} (choose another --output)") from None
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-    return PendingBundle(final, temp, force)
+    return prepare(path, force, what="the bundle", option="--output", mode=0o600)
 
 
 def _add_member(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:

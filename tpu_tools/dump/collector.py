@@ -15,7 +15,6 @@ Files added before the exception are kept.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from tpu_tools import jsonout
 from tpu_tools.dump.redact import Redactor
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_ADDRESS as DEFAULT_METRICS_ADDRESS
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
@@ -126,7 +126,7 @@ class CollectContext:
         self.add_bytes(name, text.encode("utf-8", "surrogateescape"), **kwargs)
 
     def add_json(self, name: str, document: Any, **kwargs: Any) -> None:
-        self.add_text(name, json.dumps(document, indent=2, default=str) + "\n", **kwargs)
+        self.add_text(name, jsonout.dumps(document) + "\n", **kwargs)
 
     def note(self, text: str) -> None:
         """Something the reader should know (an unreadable source, a cap that applied)."""

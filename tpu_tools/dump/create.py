@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -11,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tpu_tools import jsonout
 from tpu_tools.dump.bundle import (
     DEFAULT_MAX_SIZE_BYTES,
     default_name,
@@ -141,7 +141,7 @@ def create_bundle(request: DumpRequest, collectors: list[Collector] | None = Non
                                          *notes])
 
         def encode(manifest: dict) -> bytes:
-            return (json.dumps(manifest, indent=2) + "\n").encode()
+            return (jsonout.dumps(manifest) + "\n").encode()
 
         top = top_folder(pending.final)
         fit = write_within(pending, top, stored, request.max_size_bytes, now.timestamp(), make_manifest, encode)

@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from tpu_tools.errors import UsageError
-from tpu_tools.parsing import parse_duration
+from tpu_tools.parsing import MIN_PERIOD_S, parse_duration
 
 TOP_KEYS = ("period", "tag_filter", "agent_timeout", "metrics_addr", "metrics_timeout", "groups")
 GROUP_KEYS = ("period",)
+MAX_CONFIG_BYTES = 1 << 20  # a monitor config is a few lines; a bigger file is a mistake
+MAX_METRICS_TIMEOUT_S = 600.0  # as --metrics-timeout
 
 
 @dataclass
@@ -52,7 +54,11 @@ class MonitorConfig:
 
 def _load_document(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise UsageError(f"config file {path} is larger than {MAX_CONFIG_BYTES // 1024} KiB")
+        text = data.decode("utf-8")
     except OSError as error:
         raise UsageError(f"cannot read config file {path}: {error.strerror}") from error
     except UnicodeDecodeError as error:
@@ -66,14 +72,20 @@ def _load_document(path: Path) -> dict[str, Any]:
             document = json.loads(text)
         except ValueError as error:
             raise UsageError(f"config file {path} is not valid JSON: {error}") from error
+        except RecursionError:  # 100k nested brackets: no config nests more than two levels
+            raise UsageError(f"config file {path} is nested too deeply") from None
     else:
         try:
             document = tomllib.loads(text)
+        except RecursionError:
+            raise UsageError(f"config file {path} is nested too deeply") from None
         except tomllib.TOMLDecodeError as error:
             if path.suffix.lower() == ".toml":
                 raise UsageError(f"config file {path} is not valid TOML: {error}") from error
             try:
                 document = json.loads(text)
+            except RecursionError:
+                raise UsageError(f"config file {path} is nested too deeply") from None
             except ValueError:
                 raise UsageError(f"config file {path} is neither valid TOML ({error}) nor JSON") from error
     if not isinstance(document, dict):
@@ -112,11 +124,12 @@ def load_config(path: Path, known_groups: list[str]) -> MonitorConfig:
     config = MonitorConfig()
     try:
         if "period" in document:
-            config.period_s = parse_duration(document["period"], "period")
+            config.period_s = parse_duration(document["period"], "period", minimum=MIN_PERIOD_S)
         if "agent_timeout" in document:
             config.agent_timeout_s = parse_duration(document["agent_timeout"], "agent_timeout")
         if "metrics_timeout" in document:
-            config.metrics_timeout_s = parse_duration(document["metrics_timeout"], "metrics_timeout")
+            config.metrics_timeout_s = parse_duration(document["metrics_timeout"], "metrics_timeout",
+                                                      maximum=MAX_METRICS_TIMEOUT_S)
     except ValueError as error:
         raise UsageError(f"config file {path}: {error}") from error
     if "metrics_addr" in document:
@@ -149,7 +162,8 @@ def load_config(path: Path, known_groups: list[str]) -> MonitorConfig:
             group = GroupConfig()
             if "period" in settings:
                 try:
-                    group.period_s = parse_duration(settings["period"], f"groups.{name}.period")
+                    group.period_s = parse_duration(settings["period"], f"groups.{name}.period",
+                                                    minimum=MIN_PERIOD_S)
                 except ValueError as error:
                     raise UsageError(f"config file {path}: {error}") from error
             config.groups[name] = group

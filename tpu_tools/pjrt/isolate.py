@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import tpu_tools
-from tpu_tools.errors import PlatformUnavailable, RuntimeCrash, RuntimeFailure, RuntimeHang
-from tpu_tools.pjrt.runtime import RuntimePolicy, check_platform_installed, explain_backend_error
+from tpu_tools.errors import PlatformUnavailable, RuntimeCrash, RuntimeFailure, RuntimeHang, UsageError
+from tpu_tools.pjrt.runtime import RuntimePolicy, check_platform_installed, explain_backend_error, unknown_xla_flag
 
 DEFAULT_TIMEOUT_S = 30.0
 _CHILD_BOOT = "from tpu_tools.pjrt.child import main; main()"
@@ -96,6 +96,9 @@ class IsolatedCall:
 
     def _raise_for_exit(self, stderr_text: str) -> NoReturn:
         code = self.process.returncode
+        flag_problem = unknown_xla_flag(stderr_text)
+        if flag_problem:
+            raise UsageError(flag_problem)
         last = _last_line(stderr_text)
         if code is not None and code < 0:
             name = _signal_name(-code)

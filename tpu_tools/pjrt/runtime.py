@@ -8,8 +8,11 @@ which applies the policy first and then imports.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+import re
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -185,6 +188,55 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# Flags the toolkit sets itself (from --host-devices): known to every XLA, never worth a check.
+_OWN_XLA_FLAGS = ("--xla_force_host_platform_device_count=",)
+_UNKNOWN_FLAG = re.compile(r"Unknown flags? in XLA_FLAGS: ?(.*)")
+
+
+def unknown_xla_flag(stderr_text: str) -> str | None:
+    """The sentence for XLA's fatal 'Unknown flag in XLA_FLAGS' line in a runtime's stderr, else None."""
+    match = _UNKNOWN_FLAG.search(stderr_text)
+    if match is None:
+        return None
+    flags = _short(match.group(1), 120) or "?"
+    return (f"XLA does not know the flag {flags} (from XLA_FLAGS or --xla-flag): remove it or fix its spelling; "
+            "XLA would abort the process")
+
+
+def user_xla_flags(env: dict[str, str]) -> str:
+    """XLA_FLAGS as the user gave them (environment and --xla-flag), without the toolkit's own."""
+    return " ".join(flag for flag in env.get("XLA_FLAGS", "").split() if not flag.startswith(_OWN_XLA_FLAGS))
+
+
+# jaxlib's CPU client alone parses XLA_FLAGS like jax's start-up does, in a quarter of the time.
+_CPU_CLIENT = ("try:\n    from jaxlib import xla_client\n    xla_client.make_cpu_client()\n"
+               "except (ImportError, AttributeError):\n    import jax\n    jax.devices('cpu')\n")
+
+
+@functools.lru_cache(maxsize=8)
+def _xla_flags_problem(flags: str) -> str | None:
+    """Start XLA's CPU client on `flags` in a throw-away process: XLA aborts (C++ LOG(FATAL), no exception)
+    on a flag it does not know, which in-process would kill the command with a raw log line."""
+    env = {key: value for key, value in os.environ.items() if key not in ("JAX_NUM_CPU_DEVICES",)}
+    env.update(XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
+    try:
+        process = subprocess.run([sys.executable, "-c", _CPU_CLIENT], env=env,
+                                 stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # no verdict: the real start-up reports whatever is wrong
+    return None if process.returncode == 0 else unknown_xla_flag(process.stderr)
+
+
+def check_xla_flags(policy: RuntimePolicy) -> None:
+    """Raise UsageError, with one sentence, for an XLA flag that XLA does not know (costs one short child
+    process, and only when the user gave flags)."""
+    flags = user_xla_flags(policy.environment())
+    if flags:
+        problem = _xla_flags_problem(flags)
+        if problem:
+            raise UsageError(problem)
+
+
 def apply(policy: RuntimePolicy) -> None:
     """Write the policy into this process's environment; must precede `import jax`."""
     if "jax" in sys.modules:
@@ -208,6 +260,7 @@ def import_jax(policy: RuntimePolicy,
     the place for jax.config updates and jax.distributed.initialize.
     """
     check_platform_installed(policy)
+    check_xla_flags(policy)
     apply(policy)
     import jax
 

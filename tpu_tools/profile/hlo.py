@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import os
 import re
 import sys
@@ -32,6 +33,11 @@ DTYPES = {
     "c64": "complex64", "c128": "complex128",
     "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
 }
+MAX_RANK = 64
+MAX_ARGUMENT_BYTES = 1 << 60  # far beyond any device, well inside XLA's int64 size arithmetic
+_ITEM_BITS = {"bool": 8, "int8": 8, "uint8": 8, "float8_e4m3fn": 8, "float8_e5m2": 8, "int16": 16, "uint16": 16,
+              "float16": 16, "bfloat16": 16, "int32": 32, "uint32": 32, "float32": 32, "int64": 64, "uint64": 64,
+              "float64": 64, "complex64": 64, "complex128": 128}
 _SPEC = re.compile(r"^\s*(?P<dtype>[a-z][a-z0-9]*)\s*(?:\[(?P<dims>[^\]]*)\])?\s*$")
 
 
@@ -56,10 +62,17 @@ def parse_arg_spec(text: str) -> ArgSpec:
     if dims_text:
         for part in dims_text.split(","):
             part = part.strip()
-            if not part.isdigit():
-                raise UsageError(f"bad --arg {text!r}: dimension {part!r} is not a whole number >= 0")
+            if not part.isdigit() or len(part) > 19:
+                raise UsageError(f"bad --arg {text[:60]!r}: dimension {part[:24]!r} is not a whole number >= 0")
             dims.append(int(part))
+    if len(dims) > MAX_RANK:
+        raise UsageError(f"bad --arg {text[:60]!r}: {len(dims)} dimensions, XLA takes at most {MAX_RANK}")
     dtype = match["dtype"]
+    elements = math.prod(dims)
+    # XLA computes sizes in int64 and aborts the process (no exception) on an overflow: refuse it here.
+    if elements * _ITEM_BITS.get(DTYPES[dtype], 64) // 8 > MAX_ARGUMENT_BYTES:
+        raise UsageError(f"bad --arg {text[:60]!r}: {elements:.3g} elements is far beyond any device "
+                         "(at most 1 EiB per argument)")
     canonical = {"bool": "pred", "i8": "s8", "i16": "s16", "i32": "s32", "i64": "s64"}.get(dtype, dtype)
     return ArgSpec(canonical, tuple(dims))
 

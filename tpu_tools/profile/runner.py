@@ -10,20 +10,21 @@ PJRT backends come up, the trace window controller may open the trace.
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
 import os
 import runpy
-import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
-from tpu_tools.errors import EXIT_INTERRUPTED, UsageError
+from tpu_tools import signals
+from tpu_tools.errors import UsageError
 from tpu_tools.instrument.compiles import CompileLog, CompileRecorder
 from tpu_tools.instrument.jaxhook import call_when_imported
 from tpu_tools.instrument.steps import process_steps
@@ -113,6 +114,14 @@ class JaxTracer:
         jax.profiler.stop_trace()
 
 
+class _ProgramExit(BaseException):
+    """The program called os._exit(code) in the main thread."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 class ProgramRunner:
     """One profiled run: hooks, the program, and what was recorded."""
 
@@ -127,25 +136,50 @@ class ProgramRunner:
         started = time.monotonic()
         self.controller.begin()
         remove_step_hook = self._watch_steps()
+        real_exit = os._exit
+        os._exit = self._os_exit(real_exit)  # type: ignore[assignment]
         try:
             status, code, error, trace_text, message = self._execute()
         finally:
             cancel_hook()
+            os._exit = real_exit
             remove_step_hook()
             self.recorder.detach()
         wall = time.monotonic() - started
-        # The trace so far is written even when the user presses Ctrl-C again meanwhile.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
-        try:
+        # The trace so far is written even when Ctrl-C or SIGTERM comes again meanwhile.
+        with signals.deferred():
             window = self.controller.finish()
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
         from tpu_tools.profile.frames import loaded_user_file_names
 
         user_files = loaded_user_file_names() | self._target_files()
         return RunOutcome(status, code, error, trace_text, message, wall, window, self.recorder.snapshot(),
                           user_files, self.notes)
+
+    def _os_exit(self, real_exit: Callable[[int], Any]) -> Callable[[int], Any]:
+        """os._exit for the program: its end is the end of the profile, not a silent exit with nothing kept.
+
+        In this process's main thread it unwinds to the runner (as sys.exit would; the program's finally
+        blocks run) and the profile is written. From another thread, or in a forked child (multiprocessing),
+        it is the real os._exit; from another thread of this process the trace is closed first and one
+        line says why there is no report.
+        """
+        pid = os.getpid()
+
+        def exit_now(code: int) -> Any:
+            if os.getpid() != pid:
+                return real_exit(code)
+            if threading.current_thread() is threading.main_thread():
+                raise _ProgramExit(code)
+            try:
+                self.controller.finish()
+                kept = "the trace so far is kept, with no summary"
+            except Exception as error:  # the process ends now whatever happens
+                kept = f"the trace could not be closed ({type(error).__name__})"
+            sys.stderr.write(f"tpu-profile: the program called os._exit({code}) from a thread: {kept}\n")
+            sys.stderr.flush()
+            return real_exit(code)
+
+        return exit_now
 
     def _target_files(self) -> frozenset[str]:
         if self.target.script is not None:
@@ -208,20 +242,18 @@ class ProgramRunner:
         except SystemExit as exit_:
             code, message = _exit_status(exit_.code)
             return "exited", code, None, None, message
-        except KeyboardInterrupt:
-            return "interrupted", EXIT_INTERRUPTED, None, None, None
+        except _ProgramExit as exit_:
+            self.notes.append(f"the program ended with os._exit({exit_.code}); the profile covers the run until then")
+            return "exited", exit_.code, None, None, None
+        except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (tpu_tools.signals)
+            signals.note_interrupt(error)
+            return "interrupted", signals.interrupted_exit_code(), None, None, None
         except BaseException as error:  # the program's own failure, shown as Python would show it
             return "raised", 1, f"{type(error).__name__}: {error}", _program_traceback(error), None
         finally:
             sys.argv = saved_argv
             if sys.path:
                 sys.path[0] = saved_path0
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def _exit_status(code: object) -> tuple[int, str | None]:

@@ -117,7 +117,9 @@ def summarise_run(outcome: RunOutcome, target: ProgramTarget, out: OutputDir, to
         except ToolError as error:
             notes.append(f"the trace could not be read: {error}")
     if outcome.status == "interrupted":
-        notes.append("the program was interrupted (Ctrl-C); the trace covers the run until then")
+        from tpu_tools.signals import interrupt_word
+
+        notes.append(f"the program was {interrupt_word()}; the trace covers the run until then")
     document = build_summary(source="run", trace=trace, compile_log=outcome.compile_log,
                              program=outcome.program_dict(target), window=outcome.window.to_dict(),
                              trace_dir=out.trace_dir if trace is not None else None, top=top,
@@ -139,9 +141,10 @@ def summarise_path(path: Path, top: int = 15) -> dict:
 
 
 def write_report(text: str, out: OutputDir) -> Path:
-    file = out.path / REPORT_FILE
-    file.write_text(text if text.endswith("\n") else text + "\n")
-    return file
+    from tpu_tools.atomic import write_file
+
+    return write_file(out.path / REPORT_FILE, text if text.endswith("\n") else text + "\n", force=True,
+                      what=REPORT_FILE)
 
 
 def summarise_capture(out: OutputDir, address: str, duration_s: float, top: int = 15) -> dict:

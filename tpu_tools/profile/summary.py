@@ -18,10 +18,12 @@ from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
-from tpu_tools.errors import RuntimeFailure
+from tpu_tools import jsonout
+from tpu_tools.errors import RuntimeFailure, first_line
 from tpu_tools.instrument.compiles import CompileLog
 from tpu_tools.profile.compiles import compile_rows, recompilations, user_functions
 from tpu_tools.profile.trace import Dispatch, TraceData
+from tpu_tools.schema import NUMBER, NonEmpty, Nullable, Optional, check
 
 SCHEMA = "tpu-tools/profile/v1"
 SUMMARY_FILE = "summary.json"
@@ -288,24 +290,73 @@ def _eager_section(trace: TraceData, user: set[str] | None, top: int) -> dict:
 # --- files ---------------------------------------------------------------------------------------
 
 def write_summary(document: dict, folder: Path) -> Path:
-    path = folder / SUMMARY_FILE
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    return path
+    from tpu_tools.atomic import write_file
+
+    # Inside the output folder (which may be reused with --force): replaced whole, a planted link not followed.
+    return write_file(folder / SUMMARY_FILE, jsonout.dumps(document) + "\n", force=True, what=SUMMARY_FILE)
+
+
+MAX_SUMMARY_BYTES = 256 << 20
+
+# Top-level sections may be missing (the report uses .get); inside them every key is present, maybe null.
+_OPT_NUM, _OPT_INT, _OPT_STR = Nullable(NUMBER), Nullable(int), Nullable(str)
+SUMMARY_SPEC = {
+    "program": Optional({"argv": NonEmpty(str), "module": _OPT_STR, "status": str, "exit_code": _OPT_INT,
+                         "error": _OPT_STR, "wall_time_s": _OPT_NUM}),
+    "window": Optional({"mode": _OPT_STR, "delay_s": NUMBER, "duration_s": _OPT_NUM, "opened_at_s": _OPT_NUM,
+                        "closed_at_s": _OPT_NUM, "first_step": _OPT_INT, "last_step": _OPT_INT,
+                        "closed_by": _OPT_STR, "note": _OPT_STR}),
+    "trace": Optional({"dir": str, "run_dir": _OPT_STR, "perfetto_file": _OPT_STR, "duration_us": NUMBER,
+                       "hosts": [str]}),
+    "devices": Optional([{"device": str, "op_count": int, "busy_us": NUMBER, "idle_us": _OPT_NUM,
+                          "busy_percent": _OPT_NUM}]),
+    "device_time_us": Optional(NUMBER),
+    "top_ops": Optional([{"name": str, "module": _OPT_STR, "count": int, "total_us": NUMBER, "mean_us": NUMBER,
+                          "percent_of_device_time": _OPT_NUM}]),
+    "modules": Optional([{"name": str, "op_count": int, "total_us": NUMBER, "percent_of_device_time": _OPT_NUM}]),
+    "host_dispatch": Optional({"dispatches": int, "dispatch_time_us": _OPT_NUM, "mean_dispatch_us": _OPT_NUM,
+                               "compiling_dispatches": int, "compiling_dispatch_time_us": _OPT_NUM}),
+    "compile_source": Optional(str),
+    "compiles": Optional([{"function": str, "defined_at": _OPT_STR, **{k: _OPT_INT for k in (
+        "compiles", "traces", "persistent_cache_hits", "calls", "cache_hits")}, **{k: _OPT_NUM for k in (
+        "compile_time_s", "trace_time_s", "lowering_time_s", "xla_compile_time_s")}}]),
+    "recompilations": Optional([{"function": str, "defined_at": _OPT_STR, "recompiles": int,
+                                 "reasons": [{"reason": str, "count": int, "call_sites": [str]}]}]),
+    "eager": Optional({"dispatches": int, "host_time_us": NUMBER,
+                       "ops": [{"name": str, "count": int, "host_time_us": NUMBER}],
+                       "call_sites": [{"call_site": _OPT_STR, "function": _OPT_STR, "file": _OPT_STR,
+                                       "line": _OPT_INT, "dispatches": int, "host_time_us": NUMBER,
+                                       "ops": Optional(dict)}]}),
+    "notes": Optional([str]),
+}
 
 
 def load_summary(path: Path) -> dict | None:
-    """The summary.json in a folder written by tpu-profile, or None when there is none."""
+    """The summary.json in a folder written by tpu-profile, or None when there is none.
+
+    Read as an outside record: bounded in size, and every field the report uses checked for its type.
+    """
     file = path / SUMMARY_FILE if path.is_dir() else None
     if file is None or not file.exists():
         return None
+    remove = "; remove it to summarise the trace alone"
     try:
-        document = json.loads(file.read_text())
+        with file.open("rb") as handle:
+            data = handle.read(MAX_SUMMARY_BYTES + 1)
+        if len(data) > MAX_SUMMARY_BYTES:
+            raise RuntimeFailure(f"{file} is larger than {MAX_SUMMARY_BYTES >> 20} MiB: not a summary{remove}")
+        document = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise RuntimeFailure(f"{file} is not a readable summary (nested too deeply){remove}") from None
     except (OSError, ValueError) as error:
-        raise RuntimeFailure(f"{file} is not a readable summary ({error}); remove it to summarise the trace "
-                             "alone") from error
+        raise RuntimeFailure(f"{file} is not a readable summary ({first_line(error, limit=200)}){remove}") \
+            from error
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise RuntimeFailure(f"{file} is not a tpu-profile summary (schema {SCHEMA}); remove it to summarise "
-                             "the trace alone")
+        raise RuntimeFailure(f"{file} is not a tpu-profile summary (schema {SCHEMA}){remove}")
+    try:
+        check(document, SUMMARY_SPEC, "summary")
+    except ValueError as error:
+        raise RuntimeFailure(f"{file} is a damaged tpu-profile summary ({error}){remove}") from None
     return document
 
 

@@ -109,6 +109,9 @@ class TraceData:
     other_runs: list[Path] = field(default_factory=list)  # runs in the same folder not read
 
 
+MAX_XPLANE_BYTES = 8 << 30  # read whole into memory by jaxlib
+
+
 # --- finding the files --------------------------------------------------------------------------
 
 def find_trace_files(path: Path) -> tuple[Path, list[Path], list[Path]]:
@@ -118,6 +121,8 @@ def find_trace_files(path: Path) -> tuple[Path, list[Path], list[Path]]:
     """
     if not path.exists():
         raise UsageError(f"{path} does not exist")
+    if not path.is_file() and not path.is_dir():
+        raise UsageError(f"{path} is not a trace: expected a *{XPLANE_SUFFIX} file or a folder holding them")
     if path.is_file():
         if not path.name.endswith(XPLANE_SUFFIX):
             raise UsageError(f"{path} is not a trace: expected a *{XPLANE_SUFFIX} file or a folder holding them")
@@ -164,6 +169,9 @@ def read_trace(path: Path, classifier: FrameClassifier | None = None) -> TraceDa
     stops: list[int] = []
     for file in files:
         host = file.name[: -len(XPLANE_SUFFIX)]
+        if not file.is_file() or file.stat().st_size > MAX_XPLANE_BYTES:  # a FIFO would block, a huge file OOM
+            raise UsageError(f"{file} is not a trace file tpu-profile reads (not a regular file, or over "
+                             f"{MAX_XPLANE_BYTES >> 30} GiB)")
         try:
             profile = ProfileData.from_file(str(file))
         except Exception as error:  # jaxlib raises RuntimeError for a truncated or foreign file

@@ -55,9 +55,10 @@ def read_once(addresses: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S, *,
         from tpu_tools.metrics.libtpu.client import LibtpuClient
 
         with LibtpuClient(listening, timeout_s) as client:
-            snapshots.update((s.address, s) for s in client.snapshot())
+            deadline = client.deadline()  # one deadline for the metrics and the status: the read costs at most it
+            snapshots.update((s.address, s) for s in client.snapshot(deadline))
             if runtime_status:
-                statuses.update((s.address, s) for s in client.runtime_status(include_hlo_info))
+                statuses.update((s.address, s) for s in client.runtime_status(include_hlo_info, deadline))
     for address in addresses:
         if address not in listening:
             snapshots[address].elapsed_ms = (time.monotonic() - started) * 1e3

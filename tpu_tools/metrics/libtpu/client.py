@@ -1,9 +1,10 @@
 """A long-lived client of libtpu's runtime metrics services: one gRPC channel per address.
 
 Every refresh asks each address which metrics it serves (ListSupportedMetrics), then reads those that
-tpu-tools understands, all calls of all addresses in flight at once, each with a deadline. So a refresh
-costs at most two deadlines however many addresses hang, and one address that hangs or dies costs only
-its own snapshot an `error`. A runtime that restarts is found again on the same channel.
+tpu-tools understands, all calls of all addresses in flight at once, under one deadline for the whole
+refresh: every call gets the time left of it. So a refresh costs at most the deadline however many
+addresses hang or how slowly they answer, and one address that hangs or dies costs only its own snapshot
+an `error`. A runtime that restarts is found again on the same channel.
 """
 
 from __future__ import annotations
@@ -96,12 +97,23 @@ class LibtpuClient:
 
     # --- metrics ------------------------------------------------------------------------------------
 
-    def snapshot(self) -> list[LibtpuSnapshot]:
-        """One snapshot per address, in address order."""
+    def deadline(self) -> float:
+        """The end (time.monotonic) of a refresh starting now."""
+        return time.monotonic() + self.timeout_s
+
+    @staticmethod
+    def _left(deadline: float) -> float:
+        """The gRPC timeout of a call made now: what is left of the refresh's deadline (a call made after it
+        fails at once with DEADLINE_EXCEEDED)."""
+        return max(deadline - time.monotonic(), 1e-3)
+
+    def snapshot(self, deadline: float | None = None) -> list[LibtpuSnapshot]:
+        """One snapshot per address, in address order, all within `deadline` (default: timeout_s from now)."""
         started = time.monotonic()
+        end = self.deadline() if deadline is None else deadline
         listings = {address: self._stub(address).ListSupportedMetrics.future(
-            pb.ListSupportedMetricsRequest(), timeout=self.timeout_s) for address in self.addresses}
-        refreshes = [self._start_reads(address, listing) for address, listing in listings.items()]
+            pb.ListSupportedMetricsRequest(), timeout=self._left(end)) for address in self.addresses}
+        refreshes = [self._start_reads(address, listing, end) for address, listing in listings.items()]
         for refresh in refreshes:
             self._finish_reads(refresh)
         elapsed_ms = (time.monotonic() - started) * 1e3
@@ -109,7 +121,7 @@ class LibtpuClient:
             refresh.snapshot.elapsed_ms = elapsed_ms
         return [refresh.snapshot for refresh in refreshes]
 
-    def _start_reads(self, address: str, listing: grpc.Future) -> _Refresh:
+    def _start_reads(self, address: str, listing: grpc.Future, deadline: float) -> _Refresh:
         refresh = _Refresh(LibtpuSnapshot(address))
         try:
             listed = listing.result()
@@ -125,7 +137,7 @@ class LibtpuClient:
             wanted = [n for n in refresh.served if names.is_read(n)]
         stub = self._stub(address)
         refresh.reads = {name: stub.GetRuntimeMetric.future(pb.MetricRequest(metric_name=name),
-                                                            timeout=self.timeout_s) for name in wanted}
+                                                            timeout=self._left(deadline)) for name in wanted}
         return refresh
 
     def _finish_reads(self, refresh: _Refresh) -> None:
@@ -159,10 +171,12 @@ class LibtpuClient:
 
     # --- runtime status -----------------------------------------------------------------------------
 
-    def runtime_status(self, include_hlo_info: bool = False) -> list[RuntimeStatus]:
-        """GetTpuRuntimeStatus of every address, in address order."""
+    def runtime_status(self, include_hlo_info: bool = False, deadline: float | None = None) -> list[RuntimeStatus]:
+        """GetTpuRuntimeStatus of every address, in address order, within `deadline` (default: timeout_s from
+        now; pass a snapshot's deadline to bound both together)."""
         request = pb.GetTpuRuntimeStatusRequest(include_hlo_info=include_hlo_info)
-        calls = {address: self._stub(address).GetTpuRuntimeStatus.future(request, timeout=self.timeout_s)
+        end = self.deadline() if deadline is None else deadline
+        calls = {address: self._stub(address).GetTpuRuntimeStatus.future(request, timeout=self._left(end))
                  for address in self.addresses}
         result = []
         for address, call in calls.items():

@@ -1,0 +1,45 @@
+"""The one way JSON documents are written: strict JSON, never NaN or Infinity tokens. Base layer.
+
+Python's json writes float('nan') as the bare token NaN, which strict parsers (jq, Go, JavaScript's
+JSON.parse, most databases) reject. A figure that is not finite is written as null instead, and the
+document says so: a line in its top-level `notes` list naming each such key.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+
+def finite_document(document: Any) -> tuple[Any, list[str]]:
+    """A copy of `document` with every NaN or infinite float replaced by None, and where they were."""
+    where: list[str] = []
+
+    def clean(value: Any, path: str) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            where.append(path or "(document)")
+            return None
+        if isinstance(value, dict):
+            return {key: clean(item, f"{path}.{key}" if path else str(key)) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(item, f"{path}[{index}]") for index, item in enumerate(value)]
+        return value
+
+    return clean(document, ""), where
+
+
+def dumps(document: Any, *, indent: int | None = 2, compact: bool = False) -> str:
+    """`document` as strict JSON text (no trailing newline); non-finite figures become null with a note."""
+    cleaned, where = finite_document(document)
+    if where and isinstance(cleaned, dict):
+        shown = ", ".join(where[:5]) + (f" and {len(where) - 5} more" if len(where) > 5 else "")
+        message = f"not a finite number, written as null: {shown}"
+        notes = cleaned.get("notes")
+        if isinstance(notes, list):
+            cleaned["notes"] = [*notes, message]
+        elif "notes" not in cleaned:
+            cleaned["notes"] = [message]
+    if compact:
+        return json.dumps(cleaned, separators=(",", ":"), allow_nan=False, default=str)
+    return json.dumps(cleaned, indent=indent, allow_nan=False, default=str)

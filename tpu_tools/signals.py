@@ -1,0 +1,80 @@
+"""The toolkit's one signal policy: SIGTERM is handled as Ctrl-C is, and the exit status says which came.
+
+`timeout`, CI runners and Kubernetes stop a program with SIGTERM. `install()` (called by the CLI's `run_cli`)
+makes SIGTERM raise `Terminated`, a KeyboardInterrupt, so every path that keeps partial results on Ctrl-C
+(bench results, the profile's trace, the dump's clean-up) runs for SIGTERM too; the program then exits 130
+after SIGINT and 143 after SIGTERM (128 + the signal number, as shells report it). Base layer: no printing.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+from tpu_tools.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+
+_received: int | None = None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: unwinds like Ctrl-C."""
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    global _received
+    _received = signal.SIGINT
+    raise KeyboardInterrupt
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    global _received
+    _received = signal.SIGTERM
+    raise Terminated
+
+
+def install() -> None:
+    """Route SIGINT and SIGTERM to KeyboardInterrupt / Terminated (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGINT, _on_sigint)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def note_interrupt(error: BaseException) -> None:
+    """Remember which signal an interrupt came from when it was raised past our handlers."""
+    global _received
+    if isinstance(error, Terminated):
+        _received = signal.SIGTERM
+    elif _received is None:
+        _received = signal.SIGINT
+
+
+def interrupted_exit_code() -> int:
+    """130 after Ctrl-C (or when nothing was received), 143 after SIGTERM."""
+    return EXIT_TERMINATED if _received == signal.SIGTERM else EXIT_INTERRUPTED
+
+
+def interrupt_word() -> str:
+    """How the last interrupt is named in messages."""
+    return "terminated (SIGTERM)" if _received == signal.SIGTERM else "interrupted (Ctrl-C)"
+
+
+class deferred:  # noqa: N801 - used as a statement: `with deferred():`
+    """Hold SIGINT and SIGTERM while partial results are written; a signal received meanwhile is recorded,
+    and the write completes (the program is ending anyway)."""
+
+    def __enter__(self) -> deferred:
+        self._previous: list[tuple[int, object]] = []
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGINT, signal.SIGTERM):
+                self._previous.append((number, signal.signal(number, self._hold)))
+        return self
+
+    def _hold(self, signum: int, frame: FrameType | None) -> None:
+        global _received
+        _received = _received or signum
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._previous:
+            signal.signal(number, handler)  # type: ignore[arg-type]
