@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from tpu_tools.records import json_safe
 from tpu_tools.render.table import TableData, plain_table, rich_table
 
 FORMAT_CHOICES = ("auto", "table", "plain", "json")
@@ -39,11 +40,11 @@ class Output:
         return self.format == "json"
 
     def json(self, document: Any) -> None:
-        self.stream.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+        self.stream.write(json.dumps(json_safe(document), indent=2, sort_keys=False, allow_nan=False) + "\n")
         self.stream.flush()
 
     def json_line(self, document: Any) -> None:
-        self.stream.write(json.dumps(document, separators=(",", ":")) + "\n")
+        self.stream.write(json.dumps(json_safe(document), separators=(",", ":"), allow_nan=False) + "\n")
         self.stream.flush()
 
     def text(self, text: str = "") -> None:

@@ -27,6 +27,7 @@ from tpu_tools.dump.redact import Redactor
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_ADDRESS as DEFAULT_METRICS_ADDRESS
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.pjrt.runtime import RuntimePolicy
+from tpu_tools.records import json_safe
 
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
@@ -126,7 +127,9 @@ class CollectContext:
         self.add_bytes(name, text.encode("utf-8", "surrogateescape"), **kwargs)
 
     def add_json(self, name: str, document: Any, **kwargs: Any) -> None:
-        self.add_text(name, json.dumps(document, indent=2, default=str) + "\n", **kwargs)
+        # strict JSON: a NaN or infinity from anywhere becomes null
+        self.add_text(name, json.dumps(json_safe(document), indent=2, default=str, allow_nan=False) + "\n",
+                      **kwargs)
 
     def note(self, text: str) -> None:
         """Something the reader should know (an unreadable source, a cap that applied)."""

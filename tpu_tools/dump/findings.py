@@ -115,14 +115,27 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
     if not isinstance(document, dict):
         return None
     from tpu_tools.metrics.agent_client import AgentResult
+    from tpu_tools.metrics.agent_snapshot import parse_snapshot
     from tpu_tools.metrics.groups.processes import agent_entry
+    from tpu_tools.records import RecordError
 
     agents = []
-    for item in document.get("agents") or []:
-        entry = agent_entry(AgentResult(item.get("pid"), item.get("socket"), item.get("snapshot"), item.get("error")))
+    items = document.get("agents")
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict) or isinstance(item.get("pid"), bool) or not isinstance(item.get("pid"), int):
+            continue  # not an agent entry: nothing to say about it
+        snapshot, error = item.get("snapshot"), item.get("error")
+        error = error if isinstance(error, str) else None
+        if snapshot is not None:
+            try:
+                snapshot = parse_snapshot(snapshot)
+            except RecordError as problem:
+                snapshot, error = None, str(problem)
+        entry = agent_entry(AgentResult(item["pid"], item.get("socket"), snapshot, error))
         compiles = entry.get("compiles") or {}
         recent = compiles.get("recent_recompiles") or []
-        agents.append({"pid": entry["pid"], "tag": entry.get("tag") or item.get("tag"),
+        tag = item.get("tag")
+        agents.append({"pid": entry["pid"], "tag": entry.get("tag") or (tag if isinstance(tag, str) else None),
                        "platform": entry.get("platform"), "error": entry.get("error"),
                        "compile_count": compiles.get("compile_count"),
                        "recompile_count": compiles.get("recompile_count"),
@@ -130,7 +143,8 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
                        "steps_per_second": (entry.get("steps") or {}).get("steps_per_second"),
                        "last_recompile": ({"function": recent[-1].get("function"), "reason": recent[-1].get("reason")}
                                           if recent else None)})
-    return {"agents": agents, "ignored_sockets": len(document.get("ignored_sockets") or [])}
+    ignored = document.get("ignored_sockets")
+    return {"agents": agents, "ignored_sockets": len(ignored) if isinstance(ignored, list) else 0}
 
 
 def _tolerant(read: Any, bundle: Bundle, notes: list[str]) -> dict[str, Any] | None:
