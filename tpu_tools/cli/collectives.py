@@ -16,6 +16,7 @@ from tpu_tools.cli.output import note
 from tpu_tools.collectives.ops import REDOPS
 from tpu_tools.errors import EXIT_GATE, EXIT_USAGE, GateFailed, RuntimeFailure, ToolError, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
+from tpu_tools.sanitize import safe_text
 
 DEFAULT_HOST_DEVICES = 8
 DEFAULT_TIMEOUT_S = 60.0
@@ -338,7 +339,7 @@ def _title(settings) -> str:
 def _lines(lines: list[str]) -> None:
     try:
         for line in lines:
-            sys.stdout.write(line + "\n")
+            sys.stdout.write(safe_text(line, multiline=True) + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader has what it wanted (`| head`): go on quietly, so every process ends in order.

@@ -20,6 +20,7 @@ import click
 from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
 from tpu_tools.errors import EXIT_FAILURE, EXIT_INTERRUPTED, ToolError
 from tpu_tools.pjrt.runtime import PLATFORM_CHOICES, RuntimePolicy
+from tpu_tools.sanitize import safe_text
 
 DEFAULT_TIMEOUT_S = 30.0
 _debug = False
@@ -247,5 +248,5 @@ def _report(prog: str, message: str, error: BaseException, hint: bool = False) -
             if text:
                 sys.stderr.write(f"--- {extra.replace('_', ' ')} ---\n{text}\n")
     suffix = " (rerun with --debug for the traceback)" if hint and not is_debug() else ""
-    sys.stderr.write(f"{prog}: error: {message}{suffix}\n")
+    sys.stderr.write(f"{prog}: error: {safe_text(message, multiline=True)}{suffix}\n")
     sys.stderr.flush()

@@ -11,6 +11,7 @@ import click
 from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
 from tpu_tools.cli.monitor import Duration, Regex
 from tpu_tools.errors import EXIT_OK, UsageError
+from tpu_tools.sanitize import safe_text
 from tpu_tools.top.model import DEFAULT_SORT, SORT_KEYS
 
 MAN_SECTIONS = {
@@ -88,7 +89,8 @@ def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[s
             from tpu_tools.top.frame import frame_text, render
 
             width = shutil.get_terminal_size((120, 40)).columns
-            sys.stdout.write(frame_text(render(builder.build(), state, width, None, interactive=False)) + "\n")
+            frame = frame_text(render(builder.build(), state, width, None, interactive=False))
+            sys.stdout.write(safe_text(frame, multiline=True) + "\n")
             sys.stdout.flush()
         else:
             from tpu_tools.top.screen import run_screen
