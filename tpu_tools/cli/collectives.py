@@ -10,8 +10,7 @@ from typing import Any
 
 import click
 
-from tpu_tools.cli.common import (ToolCommand, common_options, is_debug, run_cli, runtime_options,
-                                  silence_stdout)
+from tpu_tools.cli.common import ToolCommand, closed_pipe, common_options, is_debug, run_cli, runtime_options
 from tpu_tools.cli.output import note
 from tpu_tools.collectives.ops import REDOPS
 from tpu_tools.errors import EXIT_GATE, EXIT_USAGE, GateFailed, RuntimeFailure, ToolError, UsageError
@@ -343,7 +342,7 @@ def _lines(lines: list[str]) -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader has what it wanted (`| head`): go on quietly, so every process ends in order.
-        silence_stdout()
+        closed_pipe()
 
 
 def _check_writable(path: str) -> None:

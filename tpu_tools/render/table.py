@@ -61,8 +61,8 @@ def plain_table(table: TableData, gap: int = 2) -> str:
     return "\n".join(lines)
 
 
-_CELL_PADDING = 2  # rich's (0, 1) padding on either side of a cell
-_EDGE = 2
+_CELL_PADDING = 3  # rich's (0, 1) padding on either side of a cell, and the column divider
+_EDGE = 1
 _LONGEST_WORD_KEPT = 16  # a longer word (a path, a command line) is folded rather than widening its column
 
 
