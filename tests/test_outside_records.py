@@ -189,3 +189,66 @@ def test_json_safe_output_is_strict_json(value):
 def test_json_safe_replaces_only_non_finite_numbers():
     assert json_safe({"a": [math.nan, 1.5, -math.inf], "b": "NaN", "c": 3}) == {"a": [None, 1.5, None], "b": "NaN",
                                                                                 "c": 3}
+
+
+# -- bundle manifests and members: a hostile bundle is one error line or a summary with notes ------------------
+
+def _bundle(path: Path, manifest: object, extra: dict[str, bytes] | None = None) -> Path:
+    from dump_fixtures import file_member, tar_gz
+
+    raw = manifest if isinstance(manifest, bytes) else json.dumps(manifest).encode()
+    members = [file_member("b/manifest.json", raw)]
+    members += [file_member(f"b/{name}", data) for name, data in (extra or {}).items()]
+    path.write_bytes(tar_gz(members))
+    return path
+
+
+@pytest.mark.parametrize(("manifest", "fragment"), [
+    ({"schema": "tpu-tools/dump/v1", "files": "x"}, "manifest.json is malformed (files: expected a list, got 'x')"),
+    ({"schema": "tpu-tools/dump/v1", "collectors": [{"name": 5}]}, "collectors[0].name: expected a string"),
+    ({"schema": "tpu-tools/dump/v1", "duration_s": math.inf}, "duration_s: expected a finite number"),
+    ({"schema": "tpu-tools/dump/v1", "files": [{"size_bytes": 1}]}, "files[0]: name is missing"),
+    (b'{"schema": "tpu-tools/dump/v1", "notes": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "manifest.json is"),
+])
+def test_a_malformed_manifest_is_one_error_line(tmp_path, manifest, fragment):
+    from conftest import assert_one_line_error
+
+    path = _bundle(tmp_path / "b.tar.gz", manifest)
+    for args in (("show", str(path)), ("show", "--json", str(path))):
+        result = run_tool("tpu-dump", *args)
+        message = assert_one_line_error(result, 1, fragment)
+        assert message.startswith("tpu-dump: error: ") and "internal error" not in message
+
+
+def test_member_files_of_wrong_types_become_notes(tmp_path):
+    path = _bundle(tmp_path / "b.tar.gz", {"schema": "tpu-tools/dump/v1"}, {
+        "accelerators/runtime.json": b'{"devices": "x", "runtime": 5}',
+        "accelerators/discovery.json": b'{"chips": [{"holders": [{"pid": "a"}, {"pid": 3}]}]}',
+        "software/stack.json": b'{"versions": [], "checks": "x"}',
+        "system/cgroup.json": b'{"oom_kills": "many"}',
+        "accelerators/agents.json": b'{"agents": {"pid": 1}}',
+    })
+    result = run_tool("tpu-dump", "show", "--json", str(path))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    document = json.loads(result.stdout)
+    assert any("could not be summarised" in note for note in document["notes"])
+    assert run_tool("tpu-dump", "show", str(path)).returncode == 0
+
+
+_manifest_values = st.fixed_dictionaries({"schema": st.just("tpu-tools/dump/v1")}, optional={
+    key: _json for key in ("host", "time", "duration_s", "command", "options", "redaction", "collectors", "files",
+                           "notes", "tool_version")})
+
+
+@settings(max_examples=200, deadline=None)
+@given(_manifest_values)
+def test_any_manifest_is_a_clean_record_or_one_error(manifest):
+    from tpu_tools.dump.manifest import MANIFEST
+
+    try:
+        clean = parse(MANIFEST, manifest)
+    except RecordError as error:
+        assert "\n" not in str(error)
+        return
+    json.dumps(clean, allow_nan=False)
+    assert clean["files"] is None or all(isinstance(f["name"], str) for f in clean["files"])

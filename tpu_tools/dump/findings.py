@@ -147,11 +147,11 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
     return {"agents": agents, "ignored_sockets": len(ignored) if isinstance(ignored, list) else 0}
 
 
-def _tolerant(read: Any, bundle: Bundle, notes: list[str]) -> dict[str, Any] | None:
+def _tolerant(read: Any, bundle: Any, notes: list[str], *args: Any) -> Any:
     """A summary part from a file of unexpected shape (a hostile or damaged bundle) is a note, not a crash."""
     try:
-        return read(bundle)
-    except (AttributeError, TypeError, KeyError, ValueError) as error:
+        return read(bundle, *args)
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError, RecursionError) as error:
         notes.append(f"a file of the bundle could not be summarised ({read.__name__.strip('_')}: "
                      f"{type(error).__name__})")
         return None
@@ -265,7 +265,7 @@ def summarize(bundle: Bundle) -> Summary:
                 "member_count": len(bundle.members)},
         host=manifest.get("host"), time=manifest.get("time"), tool_version=manifest.get("tool_version"),
         duration_s=manifest.get("duration_s"), redaction=manifest.get("redaction") or {},
-        devices=_devices(bundle), versions=_versions(bundle), libtpu=None, agents=None,
+        devices={}, versions={}, libtpu=None, agents=None,
         collectors=[{k: c.get(k) for k in ("name", "status", "error", "duration_s")}
                     for c in manifest.get("collectors") or []],
         files=files,
@@ -273,6 +273,8 @@ def summarize(bundle: Bundle) -> Summary:
                         if m.problem is not None],
         notes=[*(manifest.get("notes") or []), *bundle.notes],
     )
+    summary.devices = _tolerant(_devices, bundle, summary.notes) or {}
+    summary.versions = _tolerant(_versions, bundle, summary.notes) or {}
     summary.libtpu = _tolerant(_libtpu, bundle, summary.notes)
     summary.agents = _tolerant(_agents, bundle, summary.notes)
     warnings = summary.warnings
@@ -283,9 +285,7 @@ def summarize(bundle: Bundle) -> Summary:
         warnings.append(Finding("unsafe_member", f"{member['name']!r}: {member['problem']}"))
     for problem in bundle.integrity_problems():
         warnings.append(Finding("integrity", problem))
-    _stack_warnings(bundle, warnings)
-    _holder_warnings(bundle, warnings)
-    _runtime_warnings(bundle, warnings)
-    _job_warnings(summary, warnings)
-    _system_warnings(bundle, warnings)
+    for check in (_stack_warnings, _holder_warnings, _runtime_warnings, _system_warnings):
+        _tolerant(check, bundle, summary.notes, warnings)
+    _tolerant(_job_warnings, summary, summary.notes, warnings)
     return summary
