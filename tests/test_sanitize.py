@@ -92,3 +92,24 @@ def test_tpu_ls_shows_hostile_libtpu_host_name_and_core_error_inert(tmp_path):
     assert result.returncode == 0, result.stderr
     _assert_inert(result.stdout.encode() + result.stderr.encode())
     assert "\\x1b]0;PWNED\\x07host\\u202e" in result.stdout and "halted\\x1b[2J\\x9b31m\\u2067" in result.stdout
+
+
+def test_profile_summary_shows_hostile_op_and_function_names_inert(tmp_path):
+    from xspace import Event, Plane, write_xspace
+
+    us = 1000
+    module = "jit_\x1b]0;PWNED\x07step(1)"
+    device = Plane("/device:TPU:0", lines={
+        "XLA Modules": [Event(module, 0, 400 * us)],
+        "XLA Ops": [Event("fusion\x1b[2J\u202e.1", 0, 100 * us), Event("conv\u009b31m.2", 100 * us, 250 * us)],
+    })
+    host = Plane("/host:CPU", lines={"python": [
+        Event("PjitFunction(\x1b]0;PWNED\x07step)", 0, 60 * us),
+        Event("PjRtCApiLoadedExecutable::Execute", 10 * us, 40 * us),
+    ]})
+    write_xspace(tmp_path, "tpu-vm", [device, host], duration_ns=1_000 * us)
+    for args in ((), ("--format", "table")):
+        result = run_tool("tpu-profile", "summary", str(tmp_path), *args)
+        assert result.returncode == 0, result.stderr
+        _assert_inert(result.stdout.encode() + result.stderr.encode())
+        assert "PWNED" in result.stdout or "fusion" in result.stdout
