@@ -263,6 +263,7 @@ def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
         closed_pipe()
         code = EXIT_CLOSED_PIPE
     except click.ClickException as error:
+        error.message = safe_text(error.message, multiline=True)  # it may quote a value given from outside
         error.show()
         code = error.exit_code
     except (click.Abort, KeyboardInterrupt):
