@@ -252,3 +252,13 @@ def test_any_manifest_is_a_clean_record_or_one_error(manifest):
         return
     json.dumps(clean, allow_nan=False)
     assert clean["files"] is None or all(isinstance(f["name"], str) for f in clean["files"])
+
+
+@given(st.dictionaries(st.text(max_size=6), _scalars, min_size=1, max_size=3))
+def test_error_sentences_are_one_printable_line_whatever_the_keys(document):
+    from tpu_tools.records import Map
+
+    try:
+        parse(Map(List(Int())), document)
+    except RecordError as error:
+        assert str(error).isprintable()

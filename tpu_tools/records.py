@@ -33,6 +33,12 @@ def _describe(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _key(key: object) -> str:
+    # a key is outside data too: the error sentence must stay one printable line
+    text = str(key)[:40]
+    return text if text.isprintable() else repr(text)
+
+
 def _where(path: str) -> str:
     return f"{path}: " if path else ""
 
@@ -128,12 +134,12 @@ class Map(Spec):
             raise RecordError(f"{_where(path)}expected an object, got {_describe(value)}")
         if len(value) > self.max_items:
             raise RecordError(f"{_where(path)}has {len(value)} entries, more than {self.max_items}")
-        return {str(k)[:MAX_STRING]: _check(self.value, v, f"{path}.{k}" if path else str(k), depth + 1)
+        return {str(k)[:MAX_STRING]: _check(self.value, v, f"{path}.{_key(k)}" if path else _key(k), depth + 1)
                 for k, v in value.items()}
 
 
 @dataclass
-class Any_(Spec):
+class AnyJSON(Spec):
     """Any JSON value (kept as data, never interpreted); numbers must still be finite."""
 
     nullable: bool = True

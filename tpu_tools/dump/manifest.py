@@ -14,7 +14,7 @@ from typing import Any
 from tpu_tools import __version__
 from tpu_tools.dump.collector import STATUS_SKIPPED, CollectedFile
 from tpu_tools.dump.runner import CollectorResult
-from tpu_tools.records import Any_, Bool, Float, Int, List, Map, Obj, Str
+from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, Str
 
 SCHEMA = "tpu-tools/dump/v1"
 MANIFEST_NAME = "manifest.json"
@@ -24,7 +24,7 @@ MANIFEST_NAME = "manifest.json"
 _COUNTS = Map(Int(min=0), max_items=1000)
 MANIFEST = Obj({
     "schema": Str(64), "tool": Str(64), "tool_version": Str(64), "host": Str(1024), "time": Str(64),
-    "duration_s": Float(min=0.0), "command": List(Str(), max_items=10_000), "options": Any_(),
+    "duration_s": Float(min=0.0), "command": List(Str(), max_items=10_000), "options": AnyJSON(),
     "redaction": Obj({"enabled": Bool(), "redacted_total": Int(min=0), "by_kind": _COUNTS}),
     "collectors": List(Obj({"name": Str(256), "status": Str(32), "error": Str(), "duration_s": Float(min=0.0),
                             "files": List(Str(4096)), "notes": List(Str())}), max_items=1000),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpu_tools.records import Any_, Bool, Float, Int, List, Obj, RecordError, Str, parse
+from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Obj, RecordError, Str, parse
 
 SCHEMA = "tpu-tools/agent/v1"
 
@@ -59,7 +59,7 @@ SNAPSHOT = Obj({
                     "threads": _COUNT}),
     "compiles": COMPILES,
     "steps": STEPS,
-    "error": Any_(),
+    "error": AnyJSON(),
 }, required=("schema", "pid"))
 
 
