@@ -262,3 +262,19 @@ def test_error_sentences_are_one_printable_line_whatever_the_keys(document):
         parse(Map(List(Int())), document)
     except RecordError as error:
         assert str(error).isprintable()
+
+
+def test_a_minimal_valid_snapshot_feeds_the_devices_group(rundir, tmp_path):
+    minimal = {"schema": "tpu-tools/agent/v1", "pid": 9, "runtime": {"platform": "cpu"},
+               "devices": [{"id": 0, "platform": "cpu", "device_kind": "cpu", "live_array_bytes": 1024}]}
+    agent = _file_agent(rundir, tmp_path, "minimal", json.dumps(minimal).encode() + b"\n")
+    try:
+        result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir), timeout=60)
+    finally:
+        _stop(agent)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["devices"]["error"] is None and report["processes"]["error"] is None
+    [entry] = [a for a in report["processes"]["agents"] if a["pid"] == agent.pid]
+    assert entry["error"] is None and entry["live_array_bytes"] == 1024
+    assert any(d["live_array_bytes"] == 1024 for d in report["devices"]["devices"])

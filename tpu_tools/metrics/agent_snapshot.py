@@ -22,7 +22,7 @@ DEVICE = Obj({
     "process_index": Int(min=0), "host": Str(256), "coords": List(Int(), max_items=8), "core_on_chip": Int(min=0),
     "memory_limit_bytes": _BYTES, "memory_used_bytes": _BYTES, "memory_peak_bytes": _BYTES,
     "live_array_bytes": _BYTES, "live_array_count": _COUNT,
-})
+}, required=("id", "platform", "device_kind"))  # what the devices group pairs devices with chips by
 
 FUNCTION = Obj({
     "name": Str(4096), "compile_count": _COUNT, "recompile_count": _COUNT, "trace_count": _COUNT,
@@ -52,7 +52,7 @@ SNAPSHOT = Obj({
     "agent_version": Str(256), "started_unix_s": Float(), "uptime_s": Float(), "jax_version": Str(256),
     "explain_recompiles": Bool(),
     "runtime": Obj({"platform": Str(256), "platform_version": Str(1024), "process_index": Int(min=0),
-                    "process_count": Int(min=1)}),
+                    "process_count": Int(min=1)}, required=("platform",)),
     "devices": List(DEVICE, max_items=4096),
     "memory_error": Str(),
     "process": Obj({"cpu_percent": Float(min=0.0), "cpu_time_s": _SECONDS, "rss_bytes": _BYTES,
