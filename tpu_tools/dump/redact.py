@@ -59,6 +59,8 @@ _SECRET_KEY_WORD = (r"(?:token|secret|passw(?:or)?d|passphrase|(?<![a-z])pass|(?
 _KEY_VALUE = re.compile(
     r"(?i)(?<![A-Za-z0-9])([A-Za-z0-9_.-]*" + _SECRET_KEY_WORD + r"(?:[_.-][A-Za-z0-9_.-]*)?)"
     r"(\"?\s*[:=]\s*\"?|'?\s*[:=]\s*'?)(?!=)([^\s\"',;}<>]+)")
+# The key-value rules try every word start; a text without any secret-looking word skips them (most logs).
+_ANY_SECRET_KEY_WORD = re.compile("(?i)" + _SECRET_KEY_WORD)
 _FLAG_VALUE = re.compile(r"(?i)(--[A-Za-z0-9-]*" + _SECRET_KEY_WORD + r"(?:-[A-Za-z0-9-]*)?)(\s+)([^\s-][^\s]*)")
 # Tokens with published formats (the list follows detect-secrets' plugins and the vendors' documentation):
 # GitHub, GitLab (personal, project, deploy, runner, trigger, feed, OAuth tokens), Hugging Face, Slack,
@@ -158,9 +160,10 @@ class Redactor:
         text = sub(_ENV_ASSIGNMENT, "secret_variable",
                    lambda m: f"{m.group(1)}={MARK}" if is_secret_name(m.group(1)) and m.group(2) != MARK
                    else m.group(0), text)
-        text = sub(_KEY_VALUE, "secret_value", _key_value_replacement, text)
-        text = sub(_FLAG_VALUE, "secret_value",
-                   lambda m: m.group(0) if m.group(3) == MARK else f"{m.group(1)}{m.group(2)}{MARK}", text)
+        if _ANY_SECRET_KEY_WORD.search(text):
+            text = sub(_KEY_VALUE, "secret_value", _key_value_replacement, text)
+            text = sub(_FLAG_VALUE, "secret_value",
+                       lambda m: m.group(0) if m.group(3) == MARK else f"{m.group(1)}{m.group(2)}{MARK}", text)
         text = sub(_SHORT_PASSWORD, "secret_value", lambda m: f"{m.group(1)}{m.group(2) or ''}{MARK}", text)
         text = sub(_USER_PASSWORD, "secret_value", lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}:{MARK}", text)
         text = sub(_KNOWN_TOKEN, "known_token", lambda m: MARK, text)
