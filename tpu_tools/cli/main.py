@@ -24,7 +24,8 @@ MAN_SECTIONS = {
         "1  runtime failure: no device, the runtime failed, hung or crashed, a probe or test failed.\n"
         "2  usage error: a bad option value, an unknown platform, a bad JAX_PLATFORMS.\n"
         "3  a gate failed: a benchmark regression, a collective below its bandwidth floor, wrong values.\n"
-        "130  interrupted (Ctrl-C)."
+        "130  interrupted (Ctrl-C).\n"
+        "141  the reader of the output went away (a closed pipe, as in | head); nothing is printed."
     ),
     "ENVIRONMENT": (
         "JAX_PLATFORMS  the platform(s) used when --platform is auto.\n"
