@@ -278,3 +278,26 @@ def test_a_minimal_valid_snapshot_feeds_the_devices_group(rundir, tmp_path):
     [entry] = [a for a in report["processes"]["agents"] if a["pid"] == agent.pid]
     assert entry["error"] is None and entry["live_array_bytes"] == 1024
     assert any(d["live_array_bytes"] == 1024 for d in report["devices"]["devices"])
+
+
+def test_socket_names_of_impossible_processes_are_ignored(rundir):
+    import os
+    import socket
+
+    sockets = []
+    for pid in ("0", "99999999999999999999"):
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(str(rundir / f"agent-{pid}.sock"))
+        os.chmod(rundir / f"agent-{pid}.sock", 0o600)
+        sockets.append(listener)
+    try:
+        result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir), timeout=60)
+    finally:
+        for listener in sockets:
+            listener.close()
+    assert result.returncode == 0, result.stderr
+    group = json.loads(result.stdout)["processes"]
+    assert group["error"] is None and group["agents"] == []
+    reasons = sorted(i["reason"] for i in group["ignored_sockets"])
+    assert reasons == ["agent-0.sock names no possible process; ignored",
+                       "agent-99999999999999999999.sock names no possible process; ignored"]
