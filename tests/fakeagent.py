@@ -1,6 +1,8 @@
 """A process that registers a socket like an agent but misbehaves: for the monitor's fault tests.
 
-    python fakeagent.py RUNDIR READY MODE     MODE: garbage | hang | not-snapshot
+    python fakeagent.py RUNDIR READY MODE [FILE]     MODE: garbage | hang | not-snapshot | file
+
+`file` answers every request with the bytes of FILE (any document a test wants an agent to send).
 """
 
 import os
@@ -26,6 +28,12 @@ while time.time() < deadline:
     connection.recv(4096)
     if mode == "garbage":
         connection.sendall(b"\x00\x01 this is not json at all\n")
+        connection.close()
+    elif mode == "file":
+        try:
+            connection.sendall(open(sys.argv[4], "rb").read())
+        except OSError:  # the client gave up (an answer over its size bound)
+            pass
         connection.close()
     elif mode == "not-snapshot":
         connection.sendall(b'{"hello": "world"}\n')

@@ -103,3 +103,69 @@ def test_random_tokens_are_caught_reliably():
 
     caught = sum(looks_random(secrets.token_urlsafe(30)) for _ in range(500))
     assert caught >= 480  # the name- and prefix-based rules cover what the entropy rule misses
+
+
+# -- secrets whatever their prefix or option style; version pins are not secrets ------------------------------
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("TF_VAR_db_pass=tf-pass-value-1", "tf-pass-value-1"),
+    ("mysql -h db -p S3cretPw1 --db-pass V4lue-2 -u root", "S3cretPw1"),
+    ("mysql -h db -p S3cretPw1 --db-pass V4lue-2 -u root", "V4lue-2"),
+    ("mysql -pAttached3 -h db", "Attached3"),
+    ("python3 serve.py --password=letmein-99 --steps 1", "letmein-99"),
+    ("curl -u alice:curl-pw-77 https://example.com", "curl-pw-77"),
+    ("wget --user=bob:wget-pw-88 https://example.com", "wget-pw-88"),
+    ("git push https://oauth2:glpat-AbCdEfGhIjKlMnOpQrSt@gitlab.example.com/x.git", "glpat-AbCdEfGhIjKlMnOpQrSt"),
+    ("token is glpat-AbCdEfGhIjKlMnOpQrSt", "glpat-AbCdEfGhIjKlMnOpQrSt"),
+    ("stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+    ("npm token npm_abcdefghijklmnopqrstuvwxyz0123456789", "npm_abcdefghijklmnopqrstuvwxyz0123456789"),
+    ("google key AIzaSyA1234567890abcdefghijklmnopqrstuv", "AIzaSyA1234567890abcdefghijklmnopqrstuv"),
+    ("db_pwd: pw-in-yaml-5", "pw-in-yaml-5"),
+])
+def test_secrets_in_command_lines_and_names_of_any_prefix(text, secret):
+    assert secret not in Redactor().text(text)
+
+
+@pytest.mark.parametrize("name", ["TF_VAR_db_pass", "MYSQL_PWD", "my_api_key", "CI_JOB_TOKEN", "db_secret"])
+def test_secret_names_whatever_their_prefix(name):
+    assert is_secret_name(name) and Redactor().env_value(name, "v") == MARK
+
+
+@pytest.mark.parametrize("text", [
+    "google-auth==2.38.0\ngoogle-auth-oauthlib==1.2.1\nkeyring==25.0\npasslib==1.7.4\n",
+    "docker run -p 8080:80 image",
+    "ssh -p 22 host",
+    "PWD=/home/alice OLDPWD=/tmp",
+    "compass: north",
+])
+def test_version_pins_ports_and_the_working_directory_stay(text):
+    assert Redactor().text(text) == text
+
+
+def test_a_dump_redacts_holders_command_lines_and_keeps_package_pins(tmp_path):
+    import gzip
+
+    import sysroot
+    from conftest import clean_env, run_tool
+    from test_dump_cli import _members
+
+    secrets = {"pass": "TfPassValue-123", "short": "MyShortP-456", "db": "DbPassValue-789", "curl": "CurlPw-321",
+               "gitlab": "glpat-AbCdEfGhIjKlMnOpQrSt"}
+    root = tmp_path / "root"
+    host = sysroot.v4_host(root)
+    host.process(sysroot.FakeProcess(2002, 1000, [
+        "mysql", "-p", secrets["short"], f"--db-pass={secrets['db']}", "-e", f"curl -u a:{secrets['curl']}",
+        f"--token={secrets['gitlab']}"], ["/dev/accel0"]))
+    (root / "proc/2002/environ").write_bytes(f"TF_VAR_db_pass={secrets['pass']}\0TPU_NAME=t1\0".encode())
+    output = tmp_path / "b.tar.gz"
+    env = clean_env(TPU_TOOLS_SYSROOT=str(root), TF_VAR_db_pass=secrets["pass"], CI_TOKEN=secrets["gitlab"])
+    result = run_tool("tpu-dump", "--only", "accelerators.discovery,software.env,software.packages", "-o",
+                      str(output), env=env)
+    assert result.returncode == 0, result.stderr
+    stream = gzip.decompress(output.read_bytes())
+    for label, secret in secrets.items():
+        assert secret.encode() not in stream, label
+    members = _members(output)
+    assert b"2002" in members["accelerators/discovery.json"] and b"mysql -p <redacted>" in stream
+    packages = members["software/packages.txt"].decode()
+    assert "==" in packages and MARK not in packages

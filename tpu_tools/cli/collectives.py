@@ -10,12 +10,21 @@ from typing import Any
 import click
 
 from tpu_tools import jsonout
-from tpu_tools.cli.common import ToolCommand, common_options, is_debug, run_cli, runtime_options, silence_stdout
+from tpu_tools.cli.common import (
+    ToolCommand,
+    closed_pipe,
+    common_options,
+    is_debug,
+    run_cli,
+    runtime_options,
+    silence_stdout,
+)
 from tpu_tools.cli.output import note
 from tpu_tools.cli.params import Count, Number
 from tpu_tools.collectives.ops import REDOPS
 from tpu_tools.errors import EXIT_GATE, EXIT_USAGE, GateFailed, RuntimeFailure, ToolError, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
+from tpu_tools.sanitize import safe_text
 
 DEFAULT_HOST_DEVICES = 8
 DEFAULT_TIMEOUT_S = 60.0
@@ -376,11 +385,11 @@ def _title(settings) -> str:
 def _lines(lines: list[str]) -> None:
     try:
         for line in lines:
-            sys.stdout.write(line + "\n")
+            sys.stdout.write(safe_text(line, multiline=True) + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader has what it wanted (`| head`): go on quietly, so every process ends in order.
-        silence_stdout()
+        closed_pipe()
 
 
 def _write_document(path: str, document: dict[str, Any], force: bool) -> None:

@@ -1,8 +1,9 @@
 """What every command shares: options, the runtime policy, errors and exit codes.
 
 Every console script and the `tpu-tools` group run through `run_cli`, which
-turns expected failures (`ToolError`, click usage errors, Ctrl-C, a closed
-pipe) into one line on stderr and the documented exit status. `--debug` or
+turns expected failures (`ToolError`, click usage errors, Ctrl-C) into one
+line on stderr and the documented exit status; a closed pipe (`| head`) ends
+any command quietly with status 141, as coreutils do. `--debug` or
 TPU_TOOLS_DEBUG=1 adds the traceback.
 """
 
@@ -22,6 +23,7 @@ from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
 from tpu_tools.cli.params import Count, Seconds
 from tpu_tools.errors import EXIT_FAILURE, EXIT_TERMINATED, ToolError
 from tpu_tools.pjrt.runtime import PLATFORM_CHOICES, RuntimePolicy
+from tpu_tools.sanitize import safe_text
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_HOST_DEVICES = 4096  # the CPU platform's device count: more is no test setup, just memory exhaustion
@@ -212,6 +214,30 @@ def silence_stdout() -> None:
         pass
 
 
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: what coreutils report when the reader of their output went away
+_stdout_closed = False
+
+
+def stdout_is_closed() -> bool:
+    """Whether the reader of stdout went away (a BrokenPipeError may also come from a socket)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def closed_pipe() -> None:
+    """The reader of stdout went away: the rest of the output goes nowhere and the program ends, quietly, with
+    EXIT_CLOSED_PIPE. Commands that must go on (to stop child processes in order) call this and carry on."""
+    global _stdout_closed
+    _stdout_closed = True
+    silence_stdout()
+
+
 def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
     """Run a command as a program: documented exit codes, no traceback for expected failures."""
     prog = prog_name or os.path.basename(sys.argv[0]) or command.name or "tpu-tools"
@@ -220,10 +246,23 @@ def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
         result = command.main(prog_name=prog, standalone_mode=False)
         code = result if isinstance(result, int) else 0
         sys.stdout.flush()
-    except BrokenPipeError:
-        silence_stdout()
-        code = EXIT_FAILURE
+        if _stdout_closed:
+            code = EXIT_CLOSED_PIPE
+    except BrokenPipeError as error:
+        if not (_stdout_closed or stdout_is_closed()):  # a socket's, not our output's: a failure like any other
+            _report(prog, f"internal error: {type(error).__name__}: {error}", error, hint=True)
+            code = EXIT_FAILURE
+        else:
+            closed_pipe()
+            code = EXIT_CLOSED_PIPE
+    except SystemExit:
+        # click ends a command whose output met a closed pipe with sys.exit(1); it is a closed pipe like any other
+        if not (_stdout_closed or stdout_is_closed()):
+            raise
+        closed_pipe()
+        code = EXIT_CLOSED_PIPE
     except click.ClickException as error:
+        error.message = safe_text(error.message, multiline=True)  # it may quote a value given from outside
         error.show()
         code = error.exit_code
     except (click.Abort, KeyboardInterrupt) as error:
@@ -247,5 +286,5 @@ def _report(prog: str, message: str, error: BaseException, hint: bool = False) -
             if text:
                 sys.stderr.write(f"--- {extra.replace('_', ' ')} ---\n{text}\n")
     suffix = " (rerun with --debug for the traceback)" if hint and not is_debug() else ""
-    sys.stderr.write(f"{prog}: error: {message}{suffix}\n")
+    sys.stderr.write(f"{prog}: error: {safe_text(message, multiline=True)}{suffix}\n")
     sys.stderr.flush()

@@ -27,7 +27,8 @@ MAN_SECTIONS = {
         "3  a gate failed: a benchmark regression, a collective below its bandwidth floor, wrong values.\n"
         "130  interrupted (Ctrl-C); 143  terminated (SIGTERM, as sent by timeout, CI runners and Kubernetes). "
         "Both keep the partial results of long commands (bench --json, profile run, collectives-test --json); "
-        "tpu-monitor ends with 0 after either."
+        "tpu-monitor ends with 0 after either.\n"
+        "141  the reader of the output went away (a closed pipe, as in | head); nothing is printed."
     ),
     "ENVIRONMENT": (
         "JAX_PLATFORMS  the platform(s) used when --platform is auto.\n"

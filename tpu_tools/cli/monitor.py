@@ -52,7 +52,7 @@ MAN_SECTIONS = {
         "removed. Sockets that are not this user's or not private are listed under ignored_sockets and never "
         "used.\n"
         "SIGTERM and SIGINT end tpu-monitor after the line being written is complete, with status 0; a closed "
-        "stdout pipe ends it quietly."
+        "stdout pipe ends it quietly with status 141."
     ),
     "JSON OUTPUT": (
         "Each line is one document, schema \"tpu-tools/monitor/v1\". Units are in key names; unknown values "

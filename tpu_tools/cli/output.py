@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from tpu_tools import jsonout
 from tpu_tools.render.table import TableData, plain_table, rich_table
+from tpu_tools.sanitize import safe_text
 
 FORMAT_CHOICES = ("auto", "table", "plain", "json")
 
@@ -47,12 +48,12 @@ class Output:
         self.stream.flush()
 
     def text(self, text: str = "") -> None:
-        self.stream.write(text + "\n")
+        self.stream.write(safe_text(text, multiline=True) + "\n")
         self.stream.flush()
 
     def table(self, table: TableData) -> None:
         if self.format == "rich":
-            self.rich(rich_table(table))
+            self.rich(rich_table(table, self.console().width))
         else:
             self.text(plain_table(table))
 
@@ -71,5 +72,5 @@ class Output:
 
 def note(message: str) -> None:
     """A line for the user on stderr (never mixed into stdout's data)."""
-    sys.stderr.write(message + "\n")
+    sys.stderr.write(safe_text(message, multiline=True) + "\n")
     sys.stderr.flush()

@@ -14,6 +14,7 @@ from tpu_tools.cli.params import Count, Seconds
 from tpu_tools.errors import EXIT_OK, ToolError, UsageError
 from tpu_tools.parsing import MAX_PERIOD_S
 from tpu_tools.pjrt.runtime import RuntimePolicy
+from tpu_tools.sanitize import safe_text
 
 MAX_CAPTURE_S = 3600.0  # the profiler server holds the whole capture in memory
 
@@ -224,9 +225,9 @@ def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: 
     report = profile_program(target, folder, window, python_trace=not no_python_trace, top=top)
     outcome = report.outcome
     if outcome.traceback_text:
-        sys.stderr.write(outcome.traceback_text)
+        sys.stderr.write(safe_text(outcome.traceback_text, multiline=True))
     if outcome.exit_message:
-        sys.stderr.write(outcome.exit_message + "\n")
+        sys.stderr.write(safe_text(outcome.exit_message, multiline=True) + "\n")
     sys.stderr.flush()
     sys.stdout.flush()
     stderr = Output(resolve_format("auto", False, sys.stderr), stream=sys.stderr)

@@ -14,6 +14,7 @@ from tpu_tools.cli.monitor import Regex
 from tpu_tools.cli.params import Duration
 from tpu_tools.errors import EXIT_OK, RuntimeFailure, UsageError
 from tpu_tools.parsing import MIN_PERIOD_S
+from tpu_tools.sanitize import safe_text
 from tpu_tools.top.model import DEFAULT_SORT, SORT_KEYS
 
 MAN_SECTIONS = {
@@ -143,7 +144,8 @@ def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[s
             fleet = report.get("fleet") or {}
             if fleet.get("error") and not fleet.get("hosts"):  # --from-prometheus with nothing to show
                 raise RuntimeFailure(fleet["error"])
-            sys.stdout.write(frame_text(render(report, state, width, None, interactive=False)) + "\n")
+            frame = frame_text(render(report, state, width, None, interactive=False))
+            sys.stdout.write(safe_text(frame, multiline=True) + "\n")
             sys.stdout.flush()
         else:
             from tpu_tools.top.collector import Collector

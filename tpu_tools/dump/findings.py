@@ -116,14 +116,27 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
     if not isinstance(document, dict):
         return None
     from tpu_tools.metrics.agent_client import AgentResult
+    from tpu_tools.metrics.agent_snapshot import parse_snapshot
     from tpu_tools.metrics.groups.processes import agent_entry
+    from tpu_tools.records import RecordError
 
     agents = []
-    for item in document.get("agents") or []:
-        entry = agent_entry(AgentResult(item.get("pid"), item.get("socket"), item.get("snapshot"), item.get("error")))
+    items = document.get("agents")
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict) or isinstance(item.get("pid"), bool) or not isinstance(item.get("pid"), int):
+            continue  # not an agent entry: nothing to say about it
+        snapshot, error = item.get("snapshot"), item.get("error")
+        error = error if isinstance(error, str) else None
+        if snapshot is not None:
+            try:
+                snapshot = parse_snapshot(snapshot)
+            except RecordError as problem:
+                snapshot, error = None, str(problem)
+        entry = agent_entry(AgentResult(item["pid"], item.get("socket"), snapshot, error))
         compiles = entry.get("compiles") or {}
         recent = compiles.get("recent_recompiles") or []
-        agents.append({"pid": entry["pid"], "tag": entry.get("tag") or item.get("tag"),
+        tag = item.get("tag")
+        agents.append({"pid": entry["pid"], "tag": entry.get("tag") or (tag if isinstance(tag, str) else None),
                        "platform": entry.get("platform"), "error": entry.get("error"),
                        "compile_count": compiles.get("compile_count"),
                        "recompile_count": compiles.get("recompile_count"),
@@ -131,14 +144,15 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
                        "steps_per_second": (entry.get("steps") or {}).get("steps_per_second"),
                        "last_recompile": ({"function": recent[-1].get("function"), "reason": recent[-1].get("reason")}
                                           if recent else None)})
-    return {"agents": agents, "ignored_sockets": len(document.get("ignored_sockets") or [])}
+    ignored = document.get("ignored_sockets")
+    return {"agents": agents, "ignored_sockets": len(ignored) if isinstance(ignored, list) else 0}
 
 
-def _tolerant(read: Any, bundle: Bundle, notes: list[str]) -> dict[str, Any] | None:
+def _tolerant(read: Any, bundle: Any, notes: list[str], *args: Any) -> Any:
     """A summary part from a file of unexpected shape (a hostile or damaged bundle) is a note, not a crash."""
     try:
-        return read(bundle)
-    except (AttributeError, TypeError, KeyError, ValueError) as error:
+        return read(bundle, *args)
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError, RecursionError) as error:
         notes.append(f"a file of the bundle could not be summarised ({read.__name__.strip('_')}: "
                      f"{type(error).__name__})")
         return None
@@ -288,7 +302,7 @@ def summarize(bundle: Bundle) -> Summary:
                 "member_count": len(bundle.members)},
         host=manifest.get("host"), time=manifest.get("time"), tool_version=manifest.get("tool_version"),
         duration_s=manifest.get("duration_s"), redaction=manifest.get("redaction") or {},
-        devices=_devices(bundle), versions=_versions(bundle), libtpu=None, agents=None,
+        devices={}, versions={}, libtpu=None, agents=None,
         collectors=[{k: c.get(k) for k in ("name", "status", "error", "duration_s")}
                     for c in manifest.get("collectors") or []],
         files=files,
@@ -296,6 +310,8 @@ def summarize(bundle: Bundle) -> Summary:
                         if m.problem is not None],
         notes=[*(manifest.get("notes") or []), *bundle.notes],
     )
+    summary.devices = _tolerant(_devices, bundle, summary.notes) or {}
+    summary.versions = _tolerant(_versions, bundle, summary.notes) or {}
     summary.libtpu = _tolerant(_libtpu, bundle, summary.notes)
     summary.agents = _tolerant(_agents, bundle, summary.notes)
     warnings = summary.warnings
@@ -306,10 +322,7 @@ def summarize(bundle: Bundle) -> Summary:
         warnings.append(Finding("unsafe_member", f"{unsafe['name']!r}: {unsafe['problem']}"))
     for problem in bundle.integrity_problems():
         warnings.append(Finding("integrity", problem))
-    _stack_warnings(bundle, warnings)
-    _holder_warnings(bundle, warnings)
-    _runtime_warnings(bundle, warnings)
-    _gpu_warnings(bundle, warnings)
-    _job_warnings(summary, warnings)
-    _system_warnings(bundle, warnings)
+    for check in (_stack_warnings, _holder_warnings, _runtime_warnings, _gpu_warnings, _system_warnings):
+        _tolerant(check, bundle, summary.notes, warnings)
+    _tolerant(_job_warnings, summary, summary.notes, warnings)
     return summary

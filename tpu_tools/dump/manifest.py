@@ -14,9 +14,25 @@ from typing import Any
 from tpu_tools import __version__
 from tpu_tools.dump.collector import STATUS_SKIPPED, CollectedFile
 from tpu_tools.dump.runner import CollectorResult
+from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, Str
 
 SCHEMA = "tpu-tools/dump/v1"
 MANIFEST_NAME = "manifest.json"
+
+# What a reader accepts: a bundle may come from anyone, so `tpu-dump show` checks its manifest field by field
+# (records.parse) before summarising it; a manifest that does not fit is one error naming the field.
+_COUNTS = Map(Int(min=0), max_items=1000)
+MANIFEST = Obj({
+    "schema": Str(64), "tool": Str(64), "tool_version": Str(64), "host": Str(1024), "time": Str(64),
+    "duration_s": Float(min=0.0), "command": List(Str(), max_items=10_000), "options": AnyJSON(),
+    "redaction": Obj({"enabled": Bool(), "redacted_total": Int(min=0), "by_kind": _COUNTS}),
+    "collectors": List(Obj({"name": Str(256), "status": Str(32), "error": Str(), "duration_s": Float(min=0.0),
+                            "files": List(Str(4096)), "notes": List(Str())}), max_items=1000),
+    "files": List(Obj({"name": Str(4096), "collector": Str(256), "size_bytes": Int(min=0), "sha256": Str(64),
+                       "redactions": _COUNTS, "source": Str(), "source_size_bytes": Int(min=0),
+                       "trimmed_from_bytes": Int(min=0)}, required=("name",))),
+    "notes": List(Str()),
+}, required=("schema",))
 STATUSES = ("ok", "failed", "timed_out", "skipped")
 
 

@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tpu_tools.dump.manifest import MANIFEST_NAME, SCHEMA
+from tpu_tools.dump.manifest import MANIFEST, MANIFEST_NAME, SCHEMA
 from tpu_tools.errors import ToolError, first_line
+from tpu_tools.records import RecordError, parse
 
 MAX_MEMBER_BYTES = 256 << 20
 MAX_TOTAL_BYTES = 4 << 30
@@ -224,11 +225,15 @@ class Bundle:
         data = self.read(MANIFEST_NAME)
         try:
             manifest = json.loads(data)
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:
             raise BundleError(f"{self.path}: {MANIFEST_NAME} is not valid JSON ({_short(error)})") from None
         if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
             raise BundleError(f"{self.path}: {MANIFEST_NAME} is not a {SCHEMA} manifest")
-        return manifest
+        try:
+            checked: dict[str, Any] = parse(MANIFEST, manifest)
+        except RecordError as error:
+            raise BundleError(f"{self.path}: {MANIFEST_NAME} is malformed ({_short(error)})") from None
+        return checked
 
     def member(self, name: str) -> Member | None:
         """A member by its name inside the bundle (or its full stored name)."""
@@ -253,14 +258,14 @@ class Bundle:
         """A JSON member, or None when it is absent, unsafe or not JSON (a summary works with what is there)."""
         try:
             return json.loads(self.read(name))
-        except (BundleError, ValueError):
+        except (BundleError, ValueError, RecursionError):
             return None
 
     def integrity_problems(self) -> list[str]:
         """Files whose bytes do not match the manifest, files it lists that are missing, and extra files."""
         problems = []
         listed = set()
-        for entry in self.manifest.get("files", []):
+        for entry in self.manifest.get("files") or []:
             name = str(entry.get("name"))
             listed.add(name)
             member = self.member(name)

@@ -24,10 +24,12 @@ from pathlib import Path
 
 MARK = "<redacted>"
 
-# Environment variable names that suggest a secret value (matched as substrings, upper-cased).
-_SECRET_NAME_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "KEY", "CREDENTIAL", "AUTH",
-                      "SESSION", "COOKIE", "PRIVATE", "SIGNATURE", "SALT")
+# Environment variable names that suggest a secret value (matched as substrings, upper-cased), whatever
+# their prefix: TF_VAR_db_pass is a Terraform variable, not TensorFlow's.
+_SECRET_NAME_WORDS = ("TOKEN", "SECRET", "PASS", "PWD", "KEY", "CREDENTIAL", "AUTH", "SESSION", "COOKIE",
+                      "PRIVATE", "SIGNATURE", "SALT", "APIKEY")
 _SECRET_NAME = re.compile("|".join(_SECRET_NAME_WORDS))
+_NOT_SECRET_NAMES = ("PWD", "OLDPWD")
 
 # Variables that name credential files (besides every secret-named variable holding a path).
 CREDENTIAL_FILE_VARIABLES = ("GOOGLE_APPLICATION_CREDENTIALS", "AWS_SHARED_CREDENTIALS_FILE",
@@ -47,20 +49,37 @@ _PRIVATE_KEY = re.compile(
 # scheme://user:password@host and scheme://token@host: the whole user part goes.
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^\s/@:\"'<>]+(?::[^\s/@\"'<>]*)?|:[^\s/@\"'<>]+)@")
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token|digest)(\s+)([A-Za-z0-9\-._~+/]{8,}=*)")
-# NAME=value with a secret-looking upper-case NAME, as in `env`, shell scripts and kernel command lines.
-_ENV_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])([A-Z][A-Z0-9_]*)=(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;]+)")
+# NAME=value with a secret-looking NAME, as in `env`, shell scripts and kernel command lines ("==" is a
+# comparison or a version pin, as in google-auth==2.38.0: never an assignment).
+_ENV_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_.=-])([A-Z][A-Za-z0-9_]*)=(?!=)(\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',;]+)")
 # key: value, key=value, "key": "value", --key=value, --key value for secret-looking keys in any case.
-_SECRET_KEY_WORD = (r"(?:token|secret|passw(?:or)?d|passphrase|api[_-]?key|access[_-]?key|secret[_-]?key"
-                    r"|private[_-]?key|credentials?|auth|authorization|session[_-]?(?:id|key|token)|cookie)")
+_SECRET_KEY_WORD = (r"(?:token|secret|passw(?:or)?d|passphrase|(?<![a-z])pass|(?<![a-z])pwd|api[_-]?key"
+                    r"|access[_-]?key|secret[_-]?key|account[_-]?key|private[_-]?key|credentials?|auth|authorization"
+                    r"|session[_-]?(?:id|key|token)|cookie)")
 _KEY_VALUE = re.compile(
     r"(?i)(?<![A-Za-z0-9])([A-Za-z0-9_.-]*" + _SECRET_KEY_WORD + r"(?:[_.-][A-Za-z0-9_.-]*)?)"
-    r"(\"?\s*[:=]\s*\"?|'?\s*[:=]\s*'?)([^\s\"',;}<>]+)")
+    r"(\"?\s*[:=]\s*\"?|'?\s*[:=]\s*'?)(?!=)([^\s\"',;}<>]+)")
+# The key-value rules try every word start; a text without any secret-looking word skips them (most logs).
+_ANY_SECRET_KEY_WORD = re.compile("(?i)" + _SECRET_KEY_WORD)
 _FLAG_VALUE = re.compile(r"(?i)(--[A-Za-z0-9-]*" + _SECRET_KEY_WORD + r"(?:-[A-Za-z0-9-]*)?)(\s+)([^\s-][^\s]*)")
-# Tokens with published prefixes: GitHub, Hugging Face, Slack, OpenAI-style, Google OAuth, AWS access keys, JWTs.
+# Tokens with published formats (the list follows detect-secrets' plugins and the vendors' documentation):
+# GitHub, GitLab (personal, project, deploy, runner, trigger, feed, OAuth tokens), Hugging Face, Slack,
+# OpenAI-style and Anthropic, Google OAuth and API keys, AWS access keys, JWTs, Stripe, Twilio, SendGrid,
+# npm, PyPI, Docker Hub, DigitalOcean, Databricks, Shopify, Mailchimp, Discord and Telegram bots.
 _KNOWN_TOKEN = re.compile(
     r"\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}"
-    r"|sk-[A-Za-z0-9_-]{20,}|ya29\.[A-Za-z0-9_-]{20,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})")
+    r"|gl(?:pat|ptt|dt|rt|ft|oas|soat|imt|agent|cbt)-[A-Za-z0-9_-]{20,}|GR1348941[A-Za-z0-9_-]{20,}"
+    r"|sk-[A-Za-z0-9_-]{20,}|ya29\.[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{35}|(?:AKIA|ASIA)[0-9A-Z]{16}"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
+    r"|(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}|SK[0-9a-fA-F]{32}|SG\.[\w-]{16,}\.[\w-]{16,}"
+    r"|npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,}|dckr_pat_[A-Za-z0-9_-]{20,}|do[por]_v1_[a-f0-9]{64}"
+    r"|dapi[a-h0-9]{32}|shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}|[0-9a-f]{32}-us[0-9]{1,2}"
+    r"|[MNO][A-Za-z\d_-]{23,25}\.[A-Za-z\d_-]{6}\.[A-Za-z\d_-]{27,}|[0-9]{8,10}:AA[0-9A-Za-z_-]{33})")
+# Command-line options that carry a password in their value, whatever their name:
+# `-p V` / `-pV` (mysql, sshpass...; port numbers like -p 8080 or -p 80:80 are kept), and the password half
+# of `-u user:pass` / `--user user:pass` (curl, wget...).
+_SHORT_PASSWORD = re.compile(r"(?<!\S)(-p)(\s+|=)?(?!\d+(?::\d+)*(?:/\w+)?(?:\s|$))(?!-)(?!<redacted>)([^\s]+)")
+_USER_PASSWORD = re.compile(r"(?<!\S)(-u|--user|--proxy-user)(\s+|=)([^\s:]+):(?!<redacted>)([^\s]+)")
 _AUTH_SCHEMES = ("bearer", "basic", "token", "digest")
 _ENTROPY_CANDIDATE = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
 _MIN_ENTROPY_BITS = 4.0
@@ -70,7 +89,7 @@ _MAX_LONG_RUN_FRACTION = 0.5  # share of characters in runs of 4+ of one class (
 
 def _key_value_replacement(match: re.Match) -> str:
     key, separator, value = match.groups()
-    if value == MARK or value.lower() in _AUTH_SCHEMES:
+    if value == MARK or value.lower() in _AUTH_SCHEMES or key.upper() in _NOT_SECRET_NAMES:
         return match.group(0)
     if separator.startswith('"') and not separator.endswith('"'):
         return f'{key}{separator}"{MARK}"'  # a JSON number, true or null: keep the document valid
@@ -79,7 +98,7 @@ def _key_value_replacement(match: re.Match) -> str:
 
 def is_secret_name(name: str) -> bool:
     """Whether an environment variable's name suggests its value is a secret."""
-    return bool(_SECRET_NAME.search(name.upper())) and name.upper() not in ("PWD", "OLDPWD")
+    return bool(_SECRET_NAME.search(name.upper())) and name.upper() not in _NOT_SECRET_NAMES
 
 
 def _entropy_bits(text: str) -> float:
@@ -141,9 +160,12 @@ class Redactor:
         text = sub(_ENV_ASSIGNMENT, "secret_variable",
                    lambda m: f"{m.group(1)}={MARK}" if is_secret_name(m.group(1)) and m.group(2) != MARK
                    else m.group(0), text)
-        text = sub(_KEY_VALUE, "secret_value", _key_value_replacement, text)
-        text = sub(_FLAG_VALUE, "secret_value",
-                   lambda m: m.group(0) if m.group(3) == MARK else f"{m.group(1)}{m.group(2)}{MARK}", text)
+        if _ANY_SECRET_KEY_WORD.search(text):
+            text = sub(_KEY_VALUE, "secret_value", _key_value_replacement, text)
+            text = sub(_FLAG_VALUE, "secret_value",
+                       lambda m: m.group(0) if m.group(3) == MARK else f"{m.group(1)}{m.group(2)}{MARK}", text)
+        text = sub(_SHORT_PASSWORD, "secret_value", lambda m: f"{m.group(1)}{m.group(2) or ''}{MARK}", text)
+        text = sub(_USER_PASSWORD, "secret_value", lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}:{MARK}", text)
         text = sub(_KNOWN_TOKEN, "known_token", lambda m: MARK, text)
         text = sub(_ENTROPY_CANDIDATE, "high_entropy", lambda m: MARK if looks_random(m.group(0)) else m.group(0),
                    text)

@@ -24,10 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpu_tools.errors import first_line
 from tpu_tools.metrics import wire
+from tpu_tools.metrics.agent_snapshot import parse_snapshot
 from tpu_tools.metrics.rundir import SocketEntry, list_socket_entries, pid_alive, remove_stale
+from tpu_tools.records import RecordError
+from tpu_tools.units import format_bytes
 
 DEFAULT_TIMEOUT_S = 1.0
+# A snapshot is a few KiB per device plus one record per jitted function; an answer past this is refused
+# for that agent alone (reading and checking costs about 0.1 s per MiB, paid again every report).
+DEFAULT_MAX_BYTES = 16 << 20
 _MAX_WORKERS = 16
 
 
@@ -82,7 +89,8 @@ def _peer(sock: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
-def _exchange(entry: SocketEntry, request: str, timeout_s: float) -> dict[str, Any]:
+def _exchange(entry: SocketEntry, request: str, timeout_s: float,
+              max_bytes: int = wire.MAX_RESPONSE_BYTES) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -114,8 +122,8 @@ def _exchange(entry: SocketEntry, request: str, timeout_s: float) -> dict[str, A
             if not chunk:
                 break
             received += chunk
-            if len(received) > wire.MAX_RESPONSE_BYTES:
-                raise AgentQueryError(f"the answer is larger than {wire.MAX_RESPONSE_BYTES} bytes")
+            if len(received) > max_bytes:
+                raise AgentQueryError(f"the answer is larger than {format_bytes(max_bytes)}; not reading it")
             if received.endswith(b"\n"):
                 break
     except ConnectionError as error:
@@ -130,20 +138,22 @@ def _exchange(entry: SocketEntry, request: str, timeout_s: float) -> dict[str, A
         raise AgentQueryError("closed the connection without answering")
     try:
         document = json.loads(received.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise AgentQueryError("answered something that is not JSON") from error
-    if not isinstance(document, dict) or document.get("schema") != wire.SNAPSHOT_SCHEMA:
-        raise AgentQueryError("answered something that is not an agent snapshot")
-    if document.get("error"):
-        raise AgentQueryError(f"the agent failed: {document['error']}")
-    return document
+    try:
+        snapshot = parse_snapshot(document)
+    except RecordError as error:
+        raise AgentQueryError(str(error)) from error
+    if snapshot.get("error"):
+        raise AgentQueryError(f"the agent failed: {first_line(RuntimeError(snapshot['error']), limit=500)}")
+    return snapshot
 
 
-def _ask(entry: SocketEntry, request: str, timeout_s: float) -> AgentResult:
+def _ask(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int) -> AgentResult:
     started = time.monotonic()
     result = AgentResult(entry.pid, entry.path)
     try:
-        result.snapshot = _exchange(entry, request, timeout_s)
+        result.snapshot = _exchange(entry, request, timeout_s, max_bytes)
     except AgentGone:
         remove_stale(entry)
         raise
@@ -155,10 +165,11 @@ def _ask(entry: SocketEntry, request: str, timeout_s: float) -> AgentResult:
     return result
 
 
-def _ask_all(entries: list[SocketEntry], request: str, timeout_s: float, scan: AgentScan) -> None:
+def _ask_all(entries: list[SocketEntry], request: str, timeout_s: float, scan: AgentScan,
+             max_bytes: int = wire.MAX_RESPONSE_BYTES) -> None:
     def one(entry: SocketEntry) -> AgentResult | None:
         try:
-            return _ask(entry, request, timeout_s)
+            return _ask(entry, request, timeout_s, max_bytes)
         except AgentGone:
             scan.removed_stale.append(entry.pid)
             return None
@@ -195,15 +206,15 @@ def _usable_entries(directory: Path | None, scan: AgentScan) -> list[SocketEntry
 
 
 def query_agents(timeout_s: float = DEFAULT_TIMEOUT_S, *, tag_filter: str | re.Pattern[str] | None = None,
-                 directory: Path | None = None) -> AgentScan:
-    """Ask every live agent of this user for its snapshot, in parallel, each within `timeout_s`.
+                 directory: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> AgentScan:
+    """Ask every live agent of this user for its snapshot, in parallel, each within `timeout_s` and `max_bytes`.
 
     `tag_filter` (a regex, searched in the tag) drops agents whose tag does not
     match, and agents that failed to answer (their tag is unknown). Raises
     rundir.RunDirError when the runtime directory itself is unsafe.
     """
     scan = AgentScan()
-    _ask_all(_usable_entries(directory, scan), wire.REQUEST_SNAPSHOT, timeout_s, scan)
+    _ask_all(_usable_entries(directory, scan), wire.REQUEST_SNAPSHOT, timeout_s, scan, max_bytes)
     if tag_filter is not None:
         pattern = re.compile(tag_filter) if isinstance(tag_filter, str) else tag_filter
         scan.results = [r for r in scan.results if r.tag is not None and pattern.search(r.tag)]
@@ -230,7 +241,7 @@ def query_agent(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Pa
         raise AgentQueryError(f"{path} {problem}; not using it")
     entry = SocketEntry(pid, path)
     try:
-        return _exchange(entry, wire.REQUEST_SNAPSHOT, timeout_s)
+        return _exchange(entry, wire.REQUEST_SNAPSHOT, timeout_s, DEFAULT_MAX_BYTES)
     except AgentGone:
         remove_stale(entry)
         raise

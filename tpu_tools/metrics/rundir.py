@@ -19,6 +19,7 @@ from pathlib import Path
 
 ENV_RUNTIME_DIR = "TPU_TOOLS_RUNTIME_DIR"
 SOCKET_PATTERN = re.compile(r"^agent-(\d+)\.sock$")
+MAX_PID = 1 << 22  # Linux's PID_MAX_LIMIT
 # sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
 MAX_SOCKET_PATH = 107
 
@@ -122,7 +123,10 @@ def list_socket_entries(directory: Path | None = None) -> list[SocketEntry]:
         match = SOCKET_PATTERN.match(name)
         if match:
             path = directory / name
-            entries.append(SocketEntry(int(match.group(1)), path, check_socket_file(path)))
+            pid = int(match.group(1))
+            # the name is outside input too: pid 0 would signal our own process group, a huge one overflows
+            problem = None if 0 < pid <= MAX_PID else "names no possible process"
+            entries.append(SocketEntry(pid, path, problem or check_socket_file(path)))
     return sorted(entries, key=lambda e: e.pid)
 
 

@@ -7,22 +7,19 @@ name cannot move the cursor or recolour the terminal.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
 from tpu_tools.render.table import Column, TableData
+from tpu_tools.sanitize import safe_text
 from tpu_tools.units import MISSING, format_bytes, format_percent
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _STATUS_WORDS = {"ok": "ok", "failed": "FAILED", "timed_out": "TIMED OUT", "skipped": "skipped"}
 
 
 def printable(value: Any, keep_newlines: bool = False) -> str:
-    """Text with control characters shown as \\xNN (newlines and tabs kept on request)."""
-    text = "" if value is None else str(value)
-    pattern = _CONTROL if keep_newlines else re.compile(r"[\x00-\x1f\x7f]")
-    return pattern.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+    """Text with control and invisible format characters shown as escapes (newlines and tabs kept on request)."""
+    return safe_text(value, multiline=keep_newlines)
 
 
 def status_counts(collectors: list[dict[str, Any]]) -> str:

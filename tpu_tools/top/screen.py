@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tpu_tools.errors import UsageError
+from tpu_tools.sanitize import safe_text
 from tpu_tools.top import signals
 from tpu_tools.top.collector import Collector
 from tpu_tools.top.frame import (
@@ -99,7 +100,7 @@ def _paint(window: Any, lines: list[Line], styles: dict[str, int], width: int, h
     for y, line in enumerate(lines[:height]):
         x = 0
         for segment in line.segments:
-            text = segment.text[: max(0, width - x)]
+            text = safe_text(segment.text)[: max(0, width - x)]  # names and commands come from other processes
             if not text:
                 continue
             try:

@@ -84,8 +84,10 @@ def _runtime_of(snapshot: dict[str, Any]) -> RuntimeRecord | None:
     if not runtime or not devices:
         return None
     records = [DeviceRecord.from_dict(d) for d in devices]
-    return RuntimeRecord(platform=runtime["platform"], platform_version=runtime.get("platform_version", ""),
-                         process_index=runtime.get("process_index", 0), process_count=runtime.get("process_count", 1),
+    # a checked snapshot (agent_snapshot.SNAPSHOT) has every field, None where the agent sent none
+    return RuntimeRecord(platform=runtime["platform"], platform_version=runtime.get("platform_version") or "",
+                         process_index=runtime.get("process_index") or 0,
+                         process_count=runtime.get("process_count") or 1,
                          device_count=len(records), local_device_count=len(records), jax_version="",
                          jaxlib_version="", devices=records)
 

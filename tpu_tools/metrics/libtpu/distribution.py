@@ -36,12 +36,31 @@ class Buckets:
         return lower, upper
 
 
+# A layout is a claim by the service: 2**31 buckets would cost gigabytes before a single count is read.
+MAX_BUCKETS = 10_000
+
+
+def _check_count(num_finite_buckets: int) -> None:
+    if num_finite_buckets > MAX_BUCKETS:
+        raise LayoutError(f"a layout of {num_finite_buckets} buckets is more than the {MAX_BUCKETS} read")
+
+
+def _finite_bounds(bounds: tuple[float, ...]) -> Buckets:
+    if not all(math.isfinite(b) for b in bounds) or any(b >= a for a, b in zip(bounds[1:], bounds, strict=False)):
+        raise LayoutError("the bucket bounds overflow or do not increase")
+    return Buckets(bounds)
+
+
 def exponential(num_finite_buckets: int, growth_factor: float, scale: float) -> Buckets:
     """Bucket bounds scale * growth_factor**i, i = 0..num_finite_buckets. Raises LayoutError for an invalid layout."""
     if num_finite_buckets < 0 or not growth_factor > 1 or not scale > 0 or not math.isfinite(growth_factor * scale):
         raise LayoutError(f"exponential buckets need num_finite_buckets >= 0, growth_factor > 1 and scale > 0 "
                           f"(got {num_finite_buckets}, {growth_factor:g}, {scale:g})")
-    return Buckets(tuple(scale * growth_factor**i for i in range(num_finite_buckets + 1)))
+    _check_count(num_finite_buckets)
+    try:
+        return _finite_bounds(tuple(scale * growth_factor**i for i in range(num_finite_buckets + 1)))
+    except OverflowError as error:
+        raise LayoutError("the bucket bounds overflow") from error
 
 
 def linear(num_finite_buckets: int, width: float, offset: float) -> Buckets:
@@ -49,11 +68,13 @@ def linear(num_finite_buckets: int, width: float, offset: float) -> Buckets:
     if num_finite_buckets < 0 or not width > 0 or not math.isfinite(width + offset):
         raise LayoutError(f"linear buckets need num_finite_buckets >= 0 and width > 0 "
                           f"(got {num_finite_buckets}, {width:g})")
-    return Buckets(tuple(offset + width * i for i in range(num_finite_buckets + 1)))
+    _check_count(num_finite_buckets)
+    return _finite_bounds(tuple(offset + width * i for i in range(num_finite_buckets + 1)))
 
 
 def explicit(bounds: Sequence[float]) -> Buckets:
     """Bucket bounds as given. Raises LayoutError unless they are finite and strictly increasing."""
+    _check_count(len(bounds) - 1)
     values = tuple(float(b) for b in bounds)
     if not values or not all(math.isfinite(b) for b in values) or any(b >= a for a, b in
                                                                       zip(values[1:], values)):
@@ -167,8 +188,14 @@ def summarize(histogram: Histogram) -> DistributionSummary:
     if histogram.buckets is not None and samples > 0:
         figures = {name: percentile(histogram, q) for name, q in PERCENTILES}
         low, high = _trusted_extremes(histogram)
-    mean = histogram.mean if math.isfinite(histogram.mean) else None
-    return DistributionSummary(count=count, mean=mean, min=low, max=high, **figures)
+    # a service may send any double: what is not finite (or overflows in between) is not a figure
+    finite = {name: value if value is not None and math.isfinite(value) else None for name, value in figures.items()}
+    return DistributionSummary(count=count, mean=_finite(histogram.mean), min=_finite(low), max=_finite(high),
+                               **finite)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 def merge(histograms: Sequence[Histogram]) -> Histogram:

@@ -1,0 +1,74 @@
+"""The agent snapshot (schema tpu-tools/agent/v1) as a typed record.
+
+An agent is another process: whatever it answers is checked here, field by field, before a
+monitor, tpu-top or a bundle reads it. A snapshot that does not fit becomes one error for that
+agent (`RecordError`), so one broken or hostile job never hides the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Obj, RecordError, Str, parse
+
+SCHEMA = "tpu-tools/agent/v1"
+
+_COUNT = Int(min=0)
+_BYTES = Int(min=0)
+_SECONDS = Float(min=0.0)
+
+DEVICE = Obj({
+    "id": Int(min=0), "local_hardware_id": Int(), "platform": Str(256), "device_kind": Str(256),
+    "process_index": Int(min=0), "host": Str(256), "coords": List(Int(), max_items=8), "core_on_chip": Int(min=0),
+    "memory_limit_bytes": _BYTES, "memory_used_bytes": _BYTES, "memory_peak_bytes": _BYTES,
+    "live_array_bytes": _BYTES, "live_array_count": _COUNT,
+}, required=("id", "platform", "device_kind"))  # what the devices group pairs devices with chips by
+
+FUNCTION = Obj({
+    "name": Str(4096), "compile_count": _COUNT, "recompile_count": _COUNT, "trace_count": _COUNT,
+    "trace_time_s": _SECONDS, "lowering_time_s": _SECONDS, "backend_compile_time_s": _SECONDS,
+    "cache_hits": _COUNT, "cache_misses": _COUNT, "last_recompile_reason": Str(),
+})
+
+RECOMPILE = Obj({
+    "function": Str(4096), "time_unix_s": Float(), "compile_count": _COUNT, "backend_compile_time_s": _SECONDS,
+    "reason": Str(),
+})
+
+COMPILES = Obj({
+    "listening": Bool(), "compile_count": _COUNT, "recompile_count": _COUNT, "trace_count": _COUNT,
+    "trace_time_s": _SECONDS, "lowering_time_s": _SECONDS, "backend_compile_time_s": _SECONDS,
+    "cache_hits": _COUNT, "cache_misses": _COUNT,
+    "functions": List(FUNCTION), "recent_recompiles": List(RECOMPILE),
+})
+
+STEPS = Obj({
+    "count": _COUNT, "steps_per_second": _SECONDS, "last_step_time_s": _SECONDS, "p50_step_time_s": _SECONDS,
+    "p99_step_time_s": _SECONDS, "last_step_age_s": _SECONDS,
+})
+
+SNAPSHOT = Obj({
+    "schema": Str(64), "pid": Int(min=1), "tag": Str(1024), "user": Str(256), "command": Str(),
+    "agent_version": Str(256), "started_unix_s": Float(), "uptime_s": Float(), "jax_version": Str(256),
+    "explain_recompiles": Bool(),
+    "runtime": Obj({"platform": Str(256), "platform_version": Str(1024), "process_index": Int(min=0),
+                    "process_count": Int(min=1)}, required=("platform",)),
+    "devices": List(DEVICE, max_items=4096),
+    "memory_error": Str(),
+    "process": Obj({"cpu_percent": Float(min=0.0), "cpu_time_s": _SECONDS, "rss_bytes": _BYTES,
+                    "threads": _COUNT}),
+    "compiles": COMPILES,
+    "steps": STEPS,
+    "error": AnyJSON(),
+}, required=("schema", "pid"))
+
+
+def parse_snapshot(document: Any) -> dict[str, Any]:
+    """The checked copy of an agent's answer; RecordError says what is wrong with it in one sentence."""
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise RecordError("answered something that is not an agent snapshot")
+    try:
+        snapshot: dict[str, Any] = parse(SNAPSHOT, document)
+    except RecordError as error:
+        raise RecordError(f"answered a malformed snapshot ({error})") from error
+    return snapshot

@@ -1,0 +1,205 @@
+"""Typed parsing of records that come from outside the program: one bad record is one error, never a crash.
+
+Agents, libtpu services and bundles are other programs (or other users); what they send is checked
+field by field against a small spec before anything reads it. `parse(spec, value)` returns a clean
+copy (only JSON types, finite numbers, bounded strings and lists) or raises `RecordError` with one
+sentence naming the first bad field, which the caller turns into an error for that record alone.
+
+    SNAPSHOT = Obj({"pid": Int(min=1), "tag": Str(), "devices": List(Obj({"id": Int()}))}, required=("pid",))
+    clean = parse(SNAPSHOT, document)        # or RecordError("devices[0].id: expected an integer, got 'x'")
+
+`json_safe` is the last line of defence for JSON output: NaN and infinities become null, because strict
+JSON parsers reject the `NaN` / `Infinity` tokens Python writes by default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MAX_STRING = 1 << 16  # characters; longer strings are cut (a command line or an error message, not a payload)
+MAX_ITEMS = 100_000
+MAX_DEPTH = 64
+
+
+class RecordError(ValueError):
+    """A record from outside is malformed; the message names the field and what was wrong."""
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _key(key: object) -> str:
+    # a key is outside data too: the error sentence must stay one printable line
+    text = str(key)[:40]
+    return text if text.isprintable() else repr(text)
+
+
+def _where(path: str) -> str:
+    return f"{path}: " if path else ""
+
+
+class Spec:
+    """How one value must look; `check` returns the clean value or raises RecordError."""
+
+    nullable: bool = True
+
+    def check(self, value: Any, path: str, depth: int) -> Any:
+        raise NotImplementedError
+
+
+@dataclass
+class Int(Spec):
+    min: int | None = None
+    max: int | None = 1 << 63
+    nullable: bool = True
+
+    def check(self, value: Any, path: str, depth: int) -> Any:
+        # bool is an int in Python, never in a record; an integral float (3.0) is accepted as JSON allows.
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 63:
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RecordError(f"{_where(path)}expected an integer, got {_describe(value)}")
+        if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
+            raise RecordError(f"{_where(path)}{value} is out of range")
+        return value
+
+
+@dataclass
+class Float(Spec):
+    min: float | None = None
+    max: float | None = None
+    nullable: bool = True
+
+    def check(self, value: Any, path: str, depth: int) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecordError(f"{_where(path)}expected a number, got {_describe(value)}")
+        number = float(value) if abs(value) < 1e308 else math.inf
+        if not math.isfinite(number):
+            raise RecordError(f"{_where(path)}expected a finite number, got {_describe(value)}")
+        if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
+            raise RecordError(f"{_where(path)}{value:g} is out of range")
+        return value
+
+
+@dataclass
+class Str(Spec):
+    max_len: int = MAX_STRING
+    nullable: bool = True
+
+    def check(self, value: Any, path: str, depth: int) -> Any:
+        if not isinstance(value, str):
+            raise RecordError(f"{_where(path)}expected a string, got {_describe(value)}")
+        return value[: self.max_len]
+
+
+@dataclass
+class Bool(Spec):
+    nullable: bool = True
+
+    def check(self, value: Any, path: str, depth: int) -> Any:
+        if not isinstance(value, bool):
+            raise RecordError(f"{_where(path)}expected true or false, got {_describe(value)}")
+        return value
+
+
+@dataclass
+class List(Spec):
+    item: Spec
+    max_items: int = MAX_ITEMS
+    nullable: bool = True
+
+    def check(self, value: Any, path: str, depth: int) -> Any:
+        if not isinstance(value, list):
+            raise RecordError(f"{_where(path)}expected a list, got {_describe(value)}")
+        if len(value) > self.max_items:
+            raise RecordError(f"{_where(path)}has {len(value)} items, more than {self.max_items}")
+        return [_check(self.item, item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+
+
+@dataclass
+class Map(Spec):
+    """An object whose keys are data (names -> values of one spec)."""
+
+    value: Spec
+    max_items: int = MAX_ITEMS
+    nullable: bool = True
+
+    def check(self, value: Any, path: str, depth: int) -> Any:
+        if not isinstance(value, dict):
+            raise RecordError(f"{_where(path)}expected an object, got {_describe(value)}")
+        if len(value) > self.max_items:
+            raise RecordError(f"{_where(path)}has {len(value)} entries, more than {self.max_items}")
+        return {str(k)[:MAX_STRING]: _check(self.value, v, f"{path}.{_key(k)}" if path else _key(k), depth + 1)
+                for k, v in value.items()}
+
+
+@dataclass
+class AnyJSON(Spec):
+    """Any JSON value (kept as data, never interpreted); numbers must still be finite."""
+
+    nullable: bool = True
+
+    def check(self, value: Any, path: str, depth: int) -> Any:
+        if isinstance(value, dict):
+            return Map(self).check(value, path, depth)
+        if isinstance(value, list):
+            return List(self).check(value, path, depth)
+        if isinstance(value, float):
+            return Float().check(value, path, depth)
+        if isinstance(value, (str, int, bool)):
+            return Str().check(value, path, depth) if isinstance(value, str) else value
+        raise RecordError(f"{_where(path)}unexpected value {_describe(value)}")
+
+
+@dataclass
+class Obj(Spec):
+    """An object with known fields. Absent fields read as None; `required` ones must be there and not null.
+
+    Unknown fields are kept when they are plain scalars (a newer peer's additions stay visible), and
+    dropped otherwise so that nothing unchecked reaches a reader.
+    """
+
+    fields: Mapping[str, Spec]
+    required: tuple[str, ...] = ()
+    nullable: bool = True
+    keep_unknown_scalars: bool = True
+
+    def check(self, value: Any, path: str, depth: int) -> Any:
+        if not isinstance(value, dict):
+            raise RecordError(f"{_where(path)}expected an object, got {_describe(value)}")
+        clean: dict[str, Any] = {}
+        for name in self.required:
+            if value.get(name) is None:
+                raise RecordError(f"{_where(path)}{name} is missing")
+        for name, spec in self.fields.items():
+            clean[name] = _check(spec, value.get(name), f"{path}.{name}" if path else name, depth + 1)
+        if self.keep_unknown_scalars:
+            for name, item in value.items():
+                if name in clean or not isinstance(name, str) or len(clean) >= MAX_ITEMS:
+                    continue
+                if isinstance(item, (str, int, bool)) or (isinstance(item, float) and math.isfinite(item)):
+                    clean[name] = item[:MAX_STRING] if isinstance(item, str) else item
+        return clean
+
+
+def _check(spec: Spec, value: Any, path: str, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise RecordError(f"{_where(path)}nested deeper than {MAX_DEPTH} levels")
+    if value is None:
+        if spec.nullable:
+            return None
+        raise RecordError(f"{_where(path)}is missing")
+    return spec.check(value, path, depth)
+
+
+def parse(spec: Spec, value: Any) -> Any:
+    """The clean copy of `value`, or RecordError naming the first field that does not fit `spec`."""
+    try:
+        return _check(spec, value, "", 0)
+    except RecursionError as error:
+        raise RecordError("nested too deeply") from error
