@@ -8,8 +8,7 @@ sentence naming the first bad field, which the caller turns into an error for th
     SNAPSHOT = Obj({"pid": Int(min=1), "tag": Str(), "devices": List(Obj({"id": Int()}))}, required=("pid",))
     clean = parse(SNAPSHOT, document)        # or RecordError("devices[0].id: expected an integer, got 'x'")
 
-`json_safe` is the last line of defence for JSON output: NaN and infinities become null, because strict
-JSON parsers reject the `NaN` / `Infinity` tokens Python writes by default.
+JSON output is written by `tpu_tools.jsonout`, which writes null (and a note) for NaN and infinities.
 """
 
 from __future__ import annotations
