@@ -2,6 +2,7 @@
 
 Every GPU series carries the labels gpu (NVML's index), uuid and pci_bus_id; per-process series add pid
 and tag (the agent's tag, empty for a process without an agent). Ratios are 0..1, counters end in _total.
+The amdsmi group exports AMD GPUs under the same names with one more label, vendor="amd".
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 PREFIX = "tpu_tools_gpu_"
-GPU_LABELS = ["gpu", "uuid", "pci_bus_id"]
+GPU_LABELS = _GPU_LABELS = ["gpu", "uuid", "pci_bus_id"]
 
 # (metric name, record key, scale, documentation)
 _GAUGES: list[tuple[str, str, float, str]] = [
@@ -59,8 +60,12 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def families(data: dict[str, Any]) -> Iterator[Metric]:
-    """Families of the group's data: {"gpus": [GpuRecord dicts with processes[].tag], ...}."""
+def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric]:
+    """Families of the group's data: {"gpus": [GpuRecord dicts with processes[].tag], ...}.
+
+    vendor: the value of a `vendor` label on every series (None: no such label, NVML's series).
+    """
+    GPU_LABELS = [*_GPU_LABELS, "vendor"] if vendor else _GPU_LABELS  # noqa: N806 (the module's name, widened)
     gauges = {name: GaugeMetricFamily(PREFIX + name, doc, labels=GPU_LABELS) for name, _, _, doc in _GAUGES}
     counters = {name: CounterMetricFamily(PREFIX + name, doc, labels=GPU_LABELS) for name, _, doc in _COUNTERS}
     up = GaugeMetricFamily(PREFIX + "up", "1 when NVML answered for the GPU; 0 when it is lost or not answering.",
@@ -75,6 +80,7 @@ def families(data: dict[str, Any]) -> Iterator[Metric]:
                                    "recent sample).", labels=[*GPU_LABELS, "pid", "tag"])
     for gpu in data.get("gpus") or []:
         labels = [str(gpu.get("index")), str(gpu.get("uuid") or ""), str(gpu.get("pci_bus_id") or "")]
+        labels += [vendor] if vendor else []
         up.add_metric([*labels, str(gpu.get("status"))], 1.0 if gpu.get("status") == "ok" else 0.0)
         for name, key, scale, _ in _GAUGES:
             value = _number(gpu.get(key))
