@@ -102,11 +102,13 @@ def _load() -> Any:
 class _Gpu:
     """Reads one GPU's fields, each under the field rule."""
 
-    def __init__(self, smi: Any, index: int, handle: Any, sysroot: Path):
+    def __init__(self, smi: Any, index: int, handle: Any, sysroot: Path, want_driver: bool = False):
         self.smi = smi
         self.handle = handle
         self.record = GpuRecord(index=index)
         self.sysroot = sysroot
+        self.want_driver = want_driver
+        self.driver_version: str | None = None  # the amdgpu driver's, the same for every GPU
 
     def get(self, name: str, call: Callable[[], T]) -> T | None:
         try:
@@ -143,6 +145,10 @@ class _Gpu:
             r.ecc_volatile_uncorrected_errors = _int(counts.get("uncorrectable_count"))
         self._pcie()
         self._processes()
+        if self.want_driver:
+            info = self.get("driver", lambda: smi.amdsmi_get_gpu_driver_info(h))
+            version = str((info or {}).get("driver_version") or "N/A")
+            self.driver_version = None if version == "N/A" else version
         return r
 
     def _temperatures(self) -> None:
@@ -214,7 +220,8 @@ class AmdSmiReader:
         self._start_result: list[Any] = []
         self._stuck: dict[int, threading.Thread] = {}  # GPU index -> the thread still in an amdsmi call
         self._handles: list[Any] | None = None
-        self._system: tuple[str | None, str | None] = (None, None)
+        self._bindings: str | None = None
+        self._driver: str | None = None  # asked of each GPU's own thread until one answers (a GPU may hang)
         self._absent: str | None = None  # no bindings or no library: not worth asking again every round
 
     def read(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> AmdSmiSnapshot:
@@ -234,8 +241,7 @@ class AmdSmiReader:
             if failure is not None:
                 return AmdSmiSnapshot(available=False, error=failure)
         assert self._handles is not None
-        driver, bindings = self._system
-        snapshot = AmdSmiSnapshot(available=True, driver_version=driver, bindings_version=bindings)
+        snapshot = AmdSmiSnapshot(available=True, bindings_version=self._bindings)
         sysroot = Path(os.environ.get("TPU_TOOLS_SYSROOT") or "/")
         readers: dict[int, _Gpu] = {}
         threads: dict[int, threading.Thread] = {}
@@ -244,7 +250,7 @@ class AmdSmiReader:
             if stuck is not None and stuck.is_alive():
                 continue
             self._stuck.pop(index, None)
-            readers[index] = gpu = _Gpu(self._smi, index, handle, sysroot)
+            readers[index] = gpu = _Gpu(self._smi, index, handle, sysroot, want_driver=self._driver is None)
             threads[index] = thread = threading.Thread(target=gpu.read, name=f"amdsmi-gpu{index}", daemon=True)
             thread.start()
         for index, thread in threads.items():
@@ -254,11 +260,13 @@ class AmdSmiReader:
         for index in range(len(self._handles)):
             if index in threads and not threads[index].is_alive():
                 snapshot.gpus.append(readers[index].record)
+                self._driver = self._driver or readers[index].driver_version
                 continue
             partial = readers[index].record if index in readers else GpuRecord(index=index)
             snapshot.gpus.append(GpuRecord(index=index, status=STATUS_NOT_ANSWERING, name=partial.name,
                                            serial=partial.serial, pci_bus_id=partial.pci_bus_id,
                                            error="an amdsmi call on this GPU did not return in time (a hung GPU?)"))
+        snapshot.driver_version = self._driver
         return snapshot
 
     def _start(self, deadline: float) -> str | None:
@@ -273,7 +281,7 @@ class AmdSmiReader:
         result = self._start_result.pop() if self._start_result else "amdsmi did not start"
         if isinstance(result, str):
             return result
-        self._smi, self._handles, self._system = result
+        self._smi, self._handles, self._bindings = result
         return None
 
     def _start_worker(self) -> None:
@@ -299,11 +307,7 @@ class AmdSmiReader:
             with contextlib.suppress(smi.AmdSmiException):
                 smi.amdsmi_shut_down()
             return
-        driver = None
-        for handle in handles[:1]:  # one driver serves every GPU
-            with contextlib.suppress(smi.AmdSmiException, KeyError):
-                driver = str(smi.amdsmi_get_gpu_driver_info(handle)["driver_version"])
-        self._start_result.append((smi, handles, (None if driver in (None, "N/A") else driver, _bindings_version())))
+        self._start_result.append((smi, handles, _bindings_version()))
 
     def close(self) -> None:
         """Shut amdsmi down, unless a call is still stuck in it."""
