@@ -18,11 +18,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tpu_tools.accelerators import spec_for_device_kind
+from tpu_tools.metrics import amdsmi
+from tpu_tools.metrics.amdsmi import AmdSmiSnapshot
 from tpu_tools.metrics.libtpu import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu import DeviceFigures, LibtpuSnapshot, RuntimeStatus, UsageFigures, read_once
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
-from tpu_tools.metrics import amdsmi
-from tpu_tools.metrics.amdsmi import AmdSmiSnapshot
 from tpu_tools.metrics.nvml import NvmlSnapshot, read_snapshot
 from tpu_tools.metrics.nvml.reader import PendingRead
 from tpu_tools.pjrt import isolate, queries

@@ -79,7 +79,8 @@ def snapshot_driver_line(snapshot: NvmlSnapshot | None) -> str | None:
     if snapshot is None or not snapshot.available:
         return None
     if isinstance(snapshot, AmdSmiSnapshot):
-        return f"AMD GPU driver (amdgpu) {snapshot.driver_version or MISSING}, amdsmi {snapshot.bindings_version or MISSING}"
+        return (f"AMD GPU driver (amdgpu) {snapshot.driver_version or MISSING}, "
+                f"amdsmi {snapshot.bindings_version or MISSING}")
     return f"NVIDIA driver {snapshot.driver_version or MISSING}, CUDA {snapshot.cuda_driver_version or MISSING}"
 
 

@@ -40,9 +40,10 @@ class NvmlGroup:
         def read() -> NvmlSnapshot:
             if self._reader is None:
                 self._reader = self._new_reader()
-            return self._reader.read(self._timeout_s)  # type: ignore[no-any-return]
+            snapshot: NvmlSnapshot = self._reader.read(self._timeout_s)
+            return snapshot
 
-        return context.memo(self.name, read)  # type: ignore[no-any-return]
+        return context.memo(self.name, read)
 
     def collect(self, context: CollectContext) -> dict[str, Any]:
         snapshot = self.snapshot(context)
