@@ -291,7 +291,11 @@ class AmdSmiReader:
             self._absent = f"the amdsmi Python package is not installed ({error}; pip install 'tpu-tools[amd]')"
             self._start_result.append(self._absent)
             return
-        except (KeyError, OSError, AttributeError) as error:  # the bindings found no (or an older) library
+        except KeyError:  # the bindings' way of saying that no libamd_smi.so was found
+            self._absent = "amdsmi is not available: libamd_smi.so not found (no ROCm amd-smi-lib on this host)"
+            self._start_result.append(self._absent)
+            return
+        except (OSError, AttributeError) as error:  # a library that does not load, or lacks a function
             self._absent = f"amdsmi is not available: libamd_smi.so could not be loaded ({_reason(error)})"
             self._start_result.append(self._absent)
             return
