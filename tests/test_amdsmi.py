@@ -14,8 +14,10 @@ import pytest
 import sysroot
 from conftest import run_tool
 from fakeamdsmi import amdsmi_env
+from hypothesis import given
+from hypothesis import strategies as st
 
-from tpu_tools.metrics.amdsmi.reader import pci_bus_id, pcie_generation
+from tpu_tools.metrics.amdsmi.reader import _number, pci_bus_id, pcie_generation
 
 MIB = 1024 * 1024
 PROCS = "0:4574:61203283968,1:999999:1048576"
@@ -45,6 +47,25 @@ def test_bdf_ids_and_link_speeds_decode():
     assert pci_bus_id(0x0c << 8) == "0000:0c:00.0"
     assert (pcie_generation(32000), pcie_generation(16000), pcie_generation(12345), pcie_generation(None)) == \
         (5, 4, None, None)
+
+
+@given(domain=st.integers(0, 0xFFFF), partition=st.integers(0, 0xF), bus=st.integers(0, 0xFF),
+       device=st.integers(0, 0x1F), function=st.integers(0, 7))
+def test_any_bdf_id_decodes_to_the_sysfs_address_of_its_parts(domain, partition, bus, device, function):
+    bdf_id = domain << 32 | partition << 28 | bus << 8 | device << 3 | function
+    text = pci_bus_id(bdf_id)
+    head, dot, tail = text.rpartition(".")
+    assert dot and [int(part, 16) for part in head.split(":")] == [domain, bus, device] and int(tail) == function
+    assert text == text.lower() and len(text) == 12  # the form discovery's PCI addresses have
+
+
+@given(st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=False), st.text(max_size=5), st.none(),
+                 st.booleans(), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2)))
+def test_a_value_from_the_bindings_is_a_number_or_null_never_an_error(value):
+    number = _number(value)
+    assert number is None or isinstance(number, float)
+    if value in (0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF) or isinstance(value, (str, bool)) or value is None:
+        assert number is None  # amdsmi's "N/A", in whichever form it reaches us
 
 
 def test_ls_json_fills_the_gpu_record_from_amdsmi(fake_amdsmi_dir, amd_root):

@@ -125,3 +125,41 @@ def test_a_hung_amd_gpu_costs_each_round_the_deadline_only(fake_amdsmi_dir, amd_
         assert answering["status"] == "ok" and hung["status"] == "not_answering"
         devices = {d["key"]: d for d in report["devices"]["devices"]}
         assert devices["gpu:1"]["extra"]["amdsmi_status"] == "not_answering"
+
+
+@pytest.fixture
+def both_vendors(tmp_path: Path) -> Path:
+    """The two H100s of the fake NVML and the two MI300Xs of the fake amdsmi on one host."""
+    root = tmp_path / "root"
+    host = sysroot.nvidia_host(root)
+    for i, address in enumerate(("0000:0c:00.0", "0000:22:00.0")):
+        host.function(sysroot.FakeFunction(address, sysroot.AMD, "0x74a1", "0x038000", render_index=128 + 8 * i))
+    host.node("/dev/kfd")
+    return root
+
+
+def test_a_host_with_both_vendors_lists_both_and_exports_one_family_per_name(fake_amdsmi_dir, fake_nvml_dir,
+                                                                            both_vendors):
+    env = amdsmi_env(fake_amdsmi_dir, both_vendors, TPU_TOOLS_NVML=None, LD_LIBRARY_PATH=str(fake_nvml_dir))
+    listing = run_tool("tpu-ls", env=env, timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    assert "NVIDIA driver 580.159.04" in listing.stdout and "AMD GPU driver (amdgpu) 6.12.12" in listing.stdout
+    assert "H100" in listing.stdout and "AMD Instinct MI300X" in listing.stdout
+    port = _free_port()
+    monitor = subprocess.Popen([*tool_command("tpu-monitor"), "--prometheus", str(port), "--quiet", "--period", "0.5"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        text = wait_for(lambda: (lambda t: t if 'vendor="amd"' in t else None)(_scrape(port)), timeout=30)
+        assert text.count("# TYPE tpu_tools_gpu_memory_used_bytes gauge") == 1
+        used = {labels: value for (name, labels), value in _samples(text).items()
+                if name == "tpu_tools_gpu_memory_used_bytes"}
+        by_bus = {dict(labels)["pci_bus_id"]: (dict(labels).get("vendor"), value) for labels, value in used.items()}
+        assert by_bus["0000:18:00.0"] == (None, 64419069952)  # NVML's series keep their labels
+        assert by_bus["0000:0c:00.0"] == ("amd", BUSY_USED)
+        report_devices = json.loads(run_tool("tpu-monitor", "--count", "1", env=env, timeout=60).stdout)["devices"]
+        sources = {d["key"]: d["sources"] for d in report_devices["devices"]}
+        assert sources == {"gpu:0": ["discovery", "amdsmi"], "gpu:1": ["discovery", "nvml"],
+                           "gpu:2": ["discovery", "amdsmi"], "gpu:3": ["discovery", "nvml"]}
+    finally:
+        monitor.kill()
+        monitor.wait(timeout=10)
