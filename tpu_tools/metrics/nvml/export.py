@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 PREFIX = "tpu_tools_gpu_"
-GPU_LABELS = _GPU_LABELS = ["gpu", "uuid", "pci_bus_id"]
+GPU_LABELS = ["gpu", "uuid", "pci_bus_id"]
 
 # (metric name, record key, scale, documentation)
 _GAUGES: list[tuple[str, str, float, str]] = [
@@ -65,19 +65,19 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
 
     vendor: the value of a `vendor` label on every series (None: no such label, NVML's series).
     """
-    GPU_LABELS = [*_GPU_LABELS, "vendor"] if vendor else _GPU_LABELS  # noqa: N806 (the module's name, widened)
-    gauges = {name: GaugeMetricFamily(PREFIX + name, doc, labels=GPU_LABELS) for name, _, _, doc in _GAUGES}
-    counters = {name: CounterMetricFamily(PREFIX + name, doc, labels=GPU_LABELS) for name, _, doc in _COUNTERS}
+    gpu_labels = [*GPU_LABELS, "vendor"] if vendor else GPU_LABELS
+    gauges = {name: GaugeMetricFamily(PREFIX + name, doc, labels=gpu_labels) for name, _, _, doc in _GAUGES}
+    counters = {name: CounterMetricFamily(PREFIX + name, doc, labels=gpu_labels) for name, _, doc in _COUNTERS}
     up = GaugeMetricFamily(PREFIX + "up", "1 when NVML answered for the GPU; 0 when it is lost or not answering.",
-                           labels=[*GPU_LABELS, "status"])
+                           labels=[*gpu_labels, "status"])
     reasons = GaugeMetricFamily(PREFIX + "clock_event_reason", "1 for each active clock event (throttle) reason.",
-                                labels=[*GPU_LABELS, "reason"])
+                                labels=[*gpu_labels, "reason"])
     remapped = GaugeMetricFamily(PREFIX + "remapped_rows", "Rows remapped after memory errors.",
-                                 labels=[*GPU_LABELS, "kind"])
+                                 labels=[*gpu_labels, "kind"])
     process_memory = GaugeMetricFamily(PREFIX + "process_memory_used_bytes", "GPU memory a process holds.",
-                                       labels=[*GPU_LABELS, "pid", "tag"])
+                                       labels=[*gpu_labels, "pid", "tag"])
     process_sm = GaugeMetricFamily(PREFIX + "process_sm_utilization_ratio", "A process's share of SM time (NVML's "
-                                   "recent sample).", labels=[*GPU_LABELS, "pid", "tag"])
+                                   "recent sample).", labels=[*gpu_labels, "pid", "tag"])
     for gpu in data.get("gpus") or []:
         labels = [str(gpu.get("index")), str(gpu.get("uuid") or ""), str(gpu.get("pci_bus_id") or "")]
         labels += [vendor] if vendor else []
