@@ -51,12 +51,6 @@ class AmdSmiSnapshot(NvmlSnapshot):
         del data["nvml_version"], data["cuda_driver_version"]
         return {**data, "source": "amdsmi", "bindings_version": self.bindings_version}
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AmdSmiSnapshot:
-        base = NvmlSnapshot.from_dict(data)
-        return cls(available=base.available, error=base.error, driver_version=base.driver_version, gpus=base.gpus,
-                   elapsed_ms=base.elapsed_ms, bindings_version=data.get("bindings_version"))
-
 
 def pci_bus_id(bdf_id: int) -> str:
     """amdsmi's 64-bit BDF id (domain << 32 | partition << 28 | bus << 8 | device << 3 | function) in sysfs form."""
