@@ -31,15 +31,16 @@ _SCRUBBED = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "XLA_FLAGS", "TPU_TOOLS_SYS
              "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "TPU_NAME", "TPU_TOPOLOGY",
              "TPU_SKIP_MDS_QUERY", "MEGASCALE_SLICE_ID", "MEGASCALE_NUM_SLICES", "KUBERNETES_SERVICE_HOST",
              "TPU_DEVICE_PLUGIN_METRICS_ADDR", "ORBAX_PROMETHEUS_PORT", "PYGRAIN_PROMETHEUS_PORT",
-             "TPU_TOOLS_GCE_METADATA_URL", "TPU_TOOLS_NVML")
+             "TPU_TOOLS_GCE_METADATA_URL", "TPU_TOOLS_NVML", "TPU_TOOLS_AMDSMI", "ROCM_PATH", "ROCM_HOME")
 
-# Tests run the same on a machine with an accelerator. Programs never read the host's NVML unless a test
-# asks (tests/fakenvml.py). Where a GPU or TPU plugin is installed (or TPU_TOOLS_TEST_PIN_CPU=1 says to act as
-# if), JAX_PLATFORMS=cpu pins every test to the CPU platform, and tests marked `auto_platform` (about JAX's
-# own choice of platform, e.g. a held TPU is not opened when the platform is left to JAX) are skipped.
+# Tests run the same on a machine with an accelerator. Programs never read the host's NVML or amdsmi unless a
+# test asks (tests/fakenvml.py, tests/fakeamdsmi.py). Where a GPU or TPU plugin is installed (or
+# TPU_TOOLS_TEST_PIN_CPU=1 says to act as if), JAX_PLATFORMS=cpu pins every test to the CPU platform, and tests
+# marked `auto_platform` (about JAX's own choice of platform, e.g. a held TPU is not opened when the platform is
+# left to JAX) are skipped.
 _ACCELERATOR_PLUGINS = sorted(installed_plugin_platforms() - {"cpu", "gpu"})
 PIN_CPU = bool(_ACCELERATOR_PLUGINS) or os.environ.get("TPU_TOOLS_TEST_PIN_CPU") == "1"
-_PINNED = {"TPU_TOOLS_NVML": "0", **({"JAX_PLATFORMS": "cpu"} if PIN_CPU else {})}
+_PINNED = {"TPU_TOOLS_NVML": "0", "TPU_TOOLS_AMDSMI": "0", **({"JAX_PLATFORMS": "cpu"} if PIN_CPU else {})}
 os.environ.update(_PINNED)
 
 
@@ -130,4 +131,5 @@ def crashing_plugin(tmp_path: Path) -> Path:
     """)
 
 
+from fakeamdsmi import fake_amdsmi_dir  # noqa: E402,F401  (the fake libamd_smi.so, a session fixture)
 from fakenvml import fake_nvml_dir  # noqa: E402,F401  (the fake NVML library, a session fixture for every module)

@@ -186,6 +186,16 @@ def nvidia_host(root: Path, holders: dict[int, list[int]] | None = None, count: 
     return host
 
 
+def amd_host(root: Path) -> HostBuilder:
+    """Two AMD Instinct MI300X GPUs at the bus ids the fake libamd_smi.so serves (tests/fake_amdsmi)."""
+    host = HostBuilder(root)
+    for i, address in enumerate(("0000:0c:00.0", "0000:22:00.0")):
+        host.function(FakeFunction(address, AMD, "0x74a1", "0x038000", numa=i, render_index=128 + 8 * i))
+        host.node(f"/dev/dri/renderD{128 + 8 * i}")
+    host.node("/dev/kfd")
+    return host
+
+
 def mixed_host(root: Path) -> HostBuilder:
     """A v5e chip, an NVIDIA GPU and an AMD GPU on one host; a gVNIC from Google that is no accelerator."""
     host = HostBuilder(root)

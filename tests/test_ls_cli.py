@@ -10,7 +10,7 @@ import sysroot
 from conftest import assert_one_line_error, clean_env, run_tool, tool_command
 
 LS_KEYS = {"schema", "host", "time", "requested_platform", "runtime_status", "runtime", "versions", "devices",
-           "chips", "notes", "libtpu_metrics", "libtpu_runtime_status", "tpu_slice", "nvml"}
+           "chips", "notes", "libtpu_metrics", "libtpu_runtime_status", "tpu_slice", "nvml", "amdsmi"}
 DEVICE_KEYS = {"id", "local_hardware_id", "platform", "device_kind", "process_index", "host", "coords",
                "core_on_chip", "memory_limit_bytes", "memory_used_bytes", "memory_peak_bytes", "chip_index",
                "devices_per_chip", "cores_per_chip", "pci_address", "numa_node", "holders", "probe", "libtpu"}

@@ -18,6 +18,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tpu_tools.accelerators import spec_for_device_kind
+from tpu_tools.metrics import amdsmi
+from tpu_tools.metrics.amdsmi import AmdSmiSnapshot
 from tpu_tools.metrics.libtpu import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu import DeviceFigures, LibtpuSnapshot, RuntimeStatus, UsageFigures, read_once
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
@@ -97,6 +99,12 @@ class Inventory:
     tpu_slice: SliceInfo = field(default_factory=SliceInfo)  # the TPU slice this host is a worker of
     chip_libtpu: dict[int, ServiceFigures] = field(default_factory=dict)  # chip index -> service figures
     nvml: NvmlSnapshot | None = None  # NVIDIA GPUs as the driver's NVML reports them (None: not read)
+    amdsmi: AmdSmiSnapshot | None = None  # AMD GPUs as amdsmi reports them (None: not read)
+
+    @property
+    def gpu_snapshots(self) -> list[NvmlSnapshot]:
+        """The reads (NVML's, amdsmi's) that list GPUs."""
+        return [s for s in (self.nvml, self.amdsmi) if s is not None and s.gpus]
 
     @property
     def libtpu_paired(self) -> bool:
@@ -135,18 +143,19 @@ class Inventory:
             "libtpu_runtime_status": (None if self.libtpu_status is None
                                       else [status.to_dict() for status in self.libtpu_status]),
             "tpu_slice": self.tpu_slice.to_dict(),
-            "nvml": self._nvml_dict(),
+            "nvml": self._gpu_dict(self.nvml),
+            "amdsmi": self._gpu_dict(self.amdsmi),
         }
 
     def gpu_chip(self, pci_bus_id: str | None) -> Chip | None:
         """The chip passive discovery found at an NVML GPU's PCI bus id."""
         return next((c for c in self.discovery.chips if pci_bus_id and c.pci_address.lower() == pci_bus_id), None)
 
-    def _nvml_dict(self) -> dict[str, Any] | None:
-        if self.nvml is None:
+    def _gpu_dict(self, snapshot: NvmlSnapshot | None) -> dict[str, Any] | None:
+        if snapshot is None:
             return None
-        data = self.nvml.to_dict()
-        for gpu, record in zip(data["gpus"], self.nvml.gpus, strict=True):
+        data = snapshot.to_dict()
+        for gpu, record in zip(data["gpus"], snapshot.gpus, strict=True):
             chip = self.gpu_chip(record.pci_bus_id)
             gpu["chip_index"] = chip.index if chip else None
             gpu["numa_node"] = chip.numa_node if chip else None
@@ -196,9 +205,10 @@ def attach_libtpu(inventory: Inventory, snapshots: list[LibtpuSnapshot]) -> None
         inventory.chip_libtpu[chip.index] = _figures(group)
 
 
-def _nvml_answers_for_runtime(policy: RuntimePolicy, nvml: NvmlSnapshot | None) -> bool:
-    """NVML lists GPUs that are what the runtime would open: the runtime (a CUDA context) is not needed."""
-    if nvml is None or not nvml.available or not nvml.gpus:
+def _nvml_answers_for_runtime(policy: RuntimePolicy, *snapshots: NvmlSnapshot | None) -> bool:
+    """NVML (or amdsmi) lists GPUs that are what the runtime would open: the runtime (a CUDA or HIP context)
+    is not needed."""
+    if not any(s is not None and s.available and s.gpus for s in snapshots):
         return False
     platforms = policy.requested_platforms()
     return not platforms or any(p in GPU_PLATFORMS for p in platforms)
@@ -225,7 +235,11 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
             timeout_s if nvml_timeout_s is None else nvml_timeout_s)
     if nvml is not None:
         nvml.place_unidentified([chip.pci_address for chip in discovery.chips if chip.vendor == "nvidia"])
-    nvml_only = _nvml_answers_for_runtime(policy, nvml) and not probe and not force
+    amd = None
+    if any(c.vendor == "amd" for c in discovery.chips) or not discovery.chips:
+        amd = amdsmi.read_snapshot(timeout_s if nvml_timeout_s is None else nvml_timeout_s)
+        amd.place_unidentified([chip.pci_address for chip in discovery.chips if chip.vendor == "amd"])
+    nvml_only = _nvml_answers_for_runtime(policy, nvml, amd) and not probe and not force
     held = _holds_tpu(policy, discovery) if use_runtime and not force else []
     call = None
     if use_runtime and not held and not nvml_only:
@@ -240,10 +254,12 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
         discovery=discovery,
         probed=probe,
         nvml=nvml,
+        amdsmi=amd,
     )
     if use_runtime and nvml_only:
-        inventory.notes.append("the PJRT runtime was not started: NVML lists the GPUs without creating a CUDA "
-                               "context (--probe or --force starts it)")
+        lister = "NVML" if nvml is not None and nvml.gpus else "amdsmi"
+        inventory.notes.append(f"the PJRT runtime was not started: {lister} lists the GPUs without creating a "
+                               f"{'CUDA' if lister == 'NVML' else 'HIP'} context (--probe or --force starts it)")
     if held:
         owners = ", ".join(f"{h.pid} ({h.command.split(' ')[0]})" for h in held)
         inventory.notes.append(f"the TPU is held by process {owners}: runtime details need the device "

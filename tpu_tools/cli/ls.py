@@ -38,6 +38,8 @@ MAN_SECTIONS = {
         "NVML calls do not return within --timeout, is listed as such and the others are shown (exit 0). Without "
         "NVML (no driver), tpu-ls works as before and --debug says why in one line. TPU_TOOLS_NVML=0 turns NVML "
         "reading off.\n"
+        "AMD GPUs are read the same way through AMD's amdsmi bindings (the tpu-tools[amd] extra, which loads "
+        "ROCm's libamd_smi.so), in a table of their own with the same columns; TPU_TOOLS_AMDSMI=0 turns it off.\n"
         "The running job's figures come from libtpu's runtime metrics service, which a process with libtpu "
         "loaded serves over gRPC (localhost:8431, every port in TPU_RUNTIME_METRICS_PORTS, and each "
         "--metrics-addr). Reading it never opens the TPU, so it works while a job holds the chips: when a service "
@@ -75,9 +77,10 @@ MAN_SECTIONS = {
         "A figure whose metric is in not_served_metrics is null: not served by this runtime.\n"
         "nvml: null (no GPU in discovery) or {available, error, driver_version, nvml_version, cuda_driver_version, "
         "elapsed_ms, gpus[]}; gpus[]: {index, status (ok, lost, not_answering, error), error, name, uuid, "
-        "pci_bus_id, minor_number, chip_index, numa_node, memory_total_bytes, memory_used_bytes, "
+        "serial, pci_bus_id, minor_number, chip_index, numa_node, memory_total_bytes, memory_used_bytes, "
         "memory_reserved_bytes, memory_free_bytes, memory_info_version, utilization_gpu_percent, "
-        "utilization_memory_percent, temperature_celsius, power_draw_watts, power_limit_watts, energy_joules, "
+        "utilization_memory_percent, temperature_celsius, temperature_hotspot_celsius, temperature_memory_celsius, "
+        "power_draw_watts, power_limit_watts, energy_joules, "
         "clock_sm_hz, clock_sm_max_hz, clock_memory_hz, clock_memory_max_hz, performance_state, "
         "clock_event_reasons_mask, clock_event_reasons[], ecc_enabled, ecc_volatile_uncorrected_errors, "
         "ecc_aggregate_uncorrected_errors, remapped_rows_correctable, remapped_rows_uncorrectable, "
@@ -86,6 +89,8 @@ MAN_SECTIONS = {
         "persistence_mode, compute_mode, nvlink_links, nvlink_links_active, nvlink_tx_bytes_total, "
         "nvlink_rx_bytes_total, processes[], unsupported {field: reason}}; processes[]: {pid, kind, "
         "gpu_memory_bytes, sm_utilization_percent, memory_utilization_percent, visible, user, command}.\n"
+        "amdsmi: null (no AMD GPU in discovery) or {available, error, source (amdsmi), driver_version, "
+        "bindings_version, elapsed_ms, gpus[]}, gpus[] as nvml's, the fields amdsmi lacks null.\n"
         "libtpu_runtime_status: null without --runtime-status, else one per address: {address, error, served, "
         "host_name, cores[]}; served is false when the runtime has no status rpc. cores[]: {global_core_id, "
         "chip_id, core_type, core_index, state (ok or error), error_message, program_fingerprint, launch_id, "
@@ -157,6 +162,8 @@ def ls_command(probe: bool, topology: bool, no_runtime: bool, force: bool, runti
         _debug_libtpu(inventory)
         if inventory.nvml is not None and inventory.nvml.error:
             note(f"nvml: {inventory.nvml.error}")
+        if inventory.amdsmi is not None and inventory.amdsmi.error:
+            note(f"amdsmi: {inventory.amdsmi.error}")
     if out.is_json:
         out.json(inventory.to_dict())
     else:
@@ -182,17 +189,21 @@ def _render(inventory, topology: bool, out: Output) -> None:
     from tpu_tools.render.nvml_view import driver_line, inventory_gpu_table
 
     out.text(header_line(inventory))
-    nvml_gpus = inventory.nvml is not None and bool(inventory.nvml.gpus)
-    if nvml_gpus:
-        out.text(driver_line(inventory) or "")
-        out.table(inventory_gpu_table(inventory))
+    snapshots = inventory.gpu_snapshots  # NVML's and amdsmi's reads that list GPUs
+    nvml_gpus = bool(snapshots)
+    for position, snapshot in enumerate(snapshots):
+        if position:
+            out.text("")
+        out.text(driver_line(inventory, snapshot) or "")
+        out.table(inventory_gpu_table(inventory, snapshot))
     if inventory.devices:
         if nvml_gpus:
             out.text("")
             out.text("PJRT devices (JAX's view: memory is XLA's pool in this process)")
         out.table(device_table(inventory))
     elif nvml_gpus:
-        others = [c for c in inventory.discovery.chips if inventory.nvml.gpu_for_pci(c.pci_address) is None]
+        others = [c for c in inventory.discovery.chips
+                  if not any(s.gpu_for_pci(c.pci_address) for s in snapshots)]
         if others:
             out.text("")
             out.table(chip_table(others, inventory.chip_libtpu))

@@ -234,26 +234,33 @@ def _runtime_warnings(bundle: Bundle, out: list[Finding]) -> None:
 
 
 def _gpu_warnings(bundle: Bundle, out: list[Finding]) -> None:
-    """From the NVML snapshot: a lost or silent GPU, ECC errors, remapped rows, thermal or power slowdown."""
-    nvml = bundle.read_json("accelerators/nvml.json")
-    if not isinstance(nvml, dict) or not isinstance(nvml.get("gpus"), list):
-        return
-    for gpu in nvml["gpus"]:
+    """From the NVML and amdsmi snapshots: a lost or silent GPU, ECC errors, remapped rows, thermal or power
+    slowdown."""
+    for path, source, kind in (("accelerators/nvml.json", "NVML", "NVIDIA GPU"),
+                               ("accelerators/amdsmi.json", "amdsmi", "AMD GPU")):
+        snapshot = bundle.read_json(path)
+        if isinstance(snapshot, dict) and isinstance(snapshot.get("gpus"), list):
+            _snapshot_warnings(snapshot["gpus"], source, kind, out)
+
+
+def _snapshot_warnings(gpus: list[Any], source: str, kind: str, out: list[Finding]) -> None:
+    for gpu in gpus:
         if not isinstance(gpu, dict):
             continue
-        who = f"GPU {gpu.get('index')} ({gpu.get('name') or 'NVIDIA GPU'}, {gpu.get('pci_bus_id') or 'bus id unknown'})"
+        who = f"GPU {gpu.get('index')} ({gpu.get('name') or kind}, {gpu.get('pci_bus_id') or 'bus id unknown'})"
         status = gpu.get("status")
         if status == "lost":
             out.append(Finding("gpu_lost", f"{who} is lost (NVML: GPU_IS_LOST): it fell off the bus or needs a "
                                            "reset; jobs on it fail until then"))
             continue
         if status == "not_answering":
-            out.append(Finding("gpu_not_answering", f"{who} did not answer NVML in time: a hung driver call"))
+            out.append(Finding("gpu_not_answering", f"{who} did not answer {source} in time: a hung driver call"))
             continue
         volatile, aggregate = gpu.get("ecc_volatile_uncorrected_errors"), gpu.get("ecc_aggregate_uncorrected_errors")
         if (volatile or 0) > 0 or (aggregate or 0) > 0:
+            lifetime = "" if aggregate is None and source != "NVML" else f", {aggregate or 0} in its lifetime"
             out.append(Finding("gpu_ecc_errors", f"{who} has uncorrected ECC errors: {volatile or 0} since the "
-                                                 f"driver loaded, {aggregate or 0} in its lifetime"))
+                                                 f"driver loaded{lifetime}"))
         if (gpu.get("remapped_rows_uncorrectable") or 0) > 0 or gpu.get("remapped_rows_pending") \
                 or gpu.get("remapped_rows_failed"):
             state = "; a remapping failed: replace the GPU" if gpu.get("remapped_rows_failed") else \

@@ -213,6 +213,8 @@ class ReportCollector(Collector):
             return
         host_labels = slice_labels(report)
         errors = _gauge("group_error", "1 when the group failed in the latest report.", ["group"])
+        # Groups may export the same family (nvml and amdsmi: tpu_tools_gpu_*): one family each, samples joined.
+        merged: dict[str, Metric] = {}
         for name, export in self._exporters.items():
             data = report.get(name)
             if not isinstance(data, dict):
@@ -220,7 +222,11 @@ class ReportCollector(Collector):
             errors.add_metric([name], 1.0 if data.get("error") else 0.0)
             if not data.get("error"):
                 for family in export(data):
-                    yield with_labels(family, host_labels)
+                    first = merged.setdefault(family.name, family)
+                    if first is not family:
+                        first.samples.extend(family.samples)
+        for family in merged.values():
+            yield with_labels(family, host_labels)
         yield with_labels(errors, host_labels)
 
 

@@ -1,11 +1,12 @@
-"""Text of NVML's GPU figures: cells shared by tpu-ls and tpu-top, and tpu-ls's GPU table."""
+"""Text of the GPU figures NVML and amdsmi give: cells shared by tpu-ls and tpu-top, and tpu-ls's GPU table."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from tpu_tools.inventory import Inventory
-from tpu_tools.metrics.nvml import STATUS_LOST, STATUS_NOT_ANSWERING, GpuProcess, GpuRecord
+from tpu_tools.metrics.amdsmi import AmdSmiSnapshot
+from tpu_tools.metrics.nvml import STATUS_LOST, STATUS_NOT_ANSWERING, GpuProcess, GpuRecord, NvmlSnapshot
 from tpu_tools.render.table import Column, TableData
 from tpu_tools.units import MISSING, format_bytes, format_memory_pair
 
@@ -64,16 +65,24 @@ def gpu_table(gpus: list[GpuRecord], numa: Callable[[str | None], int | None] | 
     return table
 
 
-def inventory_gpu_table(inventory: Inventory) -> TableData:
+def inventory_gpu_table(inventory: Inventory, snapshot: NvmlSnapshot | None = None) -> TableData:
+    """The GPU table of one read (NVML's unless another is given)."""
     def numa(pci_bus_id: str | None) -> int | None:
         chip = inventory.gpu_chip(pci_bus_id)
         return chip.numa_node if chip else None
 
-    return gpu_table(inventory.nvml.gpus if inventory.nvml else [], numa)
+    snapshot = inventory.nvml if snapshot is None else snapshot
+    return gpu_table(snapshot.gpus if snapshot else [], numa)
 
 
-def driver_line(inventory: Inventory) -> str | None:
-    nvml = inventory.nvml
-    if nvml is None or not nvml.available:
+def snapshot_driver_line(snapshot: NvmlSnapshot | None) -> str | None:
+    if snapshot is None or not snapshot.available:
         return None
-    return f"NVIDIA driver {nvml.driver_version or MISSING}, CUDA {nvml.cuda_driver_version or MISSING}"
+    if isinstance(snapshot, AmdSmiSnapshot):
+        return (f"AMD GPU driver (amdgpu) {snapshot.driver_version or MISSING}, "
+                f"amdsmi {snapshot.bindings_version or MISSING}")
+    return f"NVIDIA driver {snapshot.driver_version or MISSING}, CUDA {snapshot.cuda_driver_version or MISSING}"
+
+
+def driver_line(inventory: Inventory, snapshot: NvmlSnapshot | None = None) -> str | None:
+    return snapshot_driver_line(inventory.nvml if snapshot is None else snapshot)

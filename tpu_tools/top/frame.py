@@ -372,7 +372,8 @@ def power_w(device: dict[str, Any]) -> float | None:
 
 def device_condition(device: dict[str, Any]) -> str | None:
     """"lost" (the device stopped answering) or "throttled" (clocks held down), when a source says so."""
-    state = str(device.get("state") or device.get("status") or _first(device, "nvml_status") or "").lower()
+    state = str(device.get("state") or device.get("status") or _first(device, "nvml_status", "amdsmi_status")
+                or "").lower()
     if device.get("lost") or state in ("lost", "not_answering"):
         return "lost"
     if device.get("throttled") or state == "throttled" or device.get("throttle_reasons"):
@@ -418,7 +419,8 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
         return [*lines, Line().add(f"  {text}", DIM)]
     columns = layout(_device_columns(devices, len(_hosts(report)) > 1, history is not None), width)
     gpu_processes = {str(gpu.get("device_key")): gpu.get("processes") or []
-                     for gpu in (report.get("nvml") or {}).get("gpus") or [] if gpu.get("device_key")}
+                     for source in ("nvml", "amdsmi") for gpu in (report.get(source) or {}).get("gpus") or []
+                     if gpu.get("device_key")}
     lines.append(column_header(columns))
     history_width = next((size for column, size in columns if column.key == "history"), 0)
     shown = devices if max_rows is None or len(devices) <= max_rows else devices[: max(1, max_rows - 1)]

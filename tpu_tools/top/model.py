@@ -152,10 +152,11 @@ class Pending:
     signal_name: str
     row: ProcessRow
 def _add_gpu_processes(rows: list[ProcessRow], report: dict[str, Any]) -> None:
-    """Every process NVML lists on a GPU, agent or not, with the GPU memory it holds (the card's own figure)."""
+    """Every process NVML (or amdsmi) lists on a GPU, agent or not, with the GPU memory it holds (the card's own
+    figure)."""
     memory: dict[int, int] = {}
     listed: dict[int, dict[str, Any]] = {}
-    for gpu in (report.get("nvml") or {}).get("gpus") or []:
+    for gpu in [g for group in ("nvml", "amdsmi") for g in (report.get(group) or {}).get("gpus") or []]:
         for process in gpu.get("processes") or []:
             listed.setdefault(process["pid"], process)
             if process.get("gpu_memory_bytes") is not None:

@@ -8,7 +8,7 @@ runner stops it at --timeout) and adds files through its context.
 from __future__ import annotations
 
 from tpu_tools.dump.collector import Collector
-from tpu_tools.dump.collectors import accelerators, jobs, logs, nvidia, software, system
+from tpu_tools.dump.collectors import accelerators, amd, jobs, logs, nvidia, software, system
 
 COLLECTORS: list[Collector] = [
     Collector("system.os", "OS release, kernel (uname), machine vendor and model", system.collect_os),
@@ -30,6 +30,10 @@ COLLECTORS: list[Collector] = [
               "reasons, ECC errors, remapped rows, PCIe and NVLink, processes", nvidia.collect_nvml),
     Collector("accelerators.nvidia_smi", "the output of nvidia-smi -q, where nvidia-smi is installed",
               nvidia.collect_nvidia_smi),
+    Collector("accelerators.amdsmi", "AMD GPUs through amdsmi: VRAM, activity, temperatures, power, energy, clocks, "
+              "ECC errors, PCIe, processes", amd.collect_amdsmi),
+    Collector("accelerators.amd_smi", "the output of amd-smi static and amd-smi metric, where amd-smi is installed",
+              amd.collect_amd_smi),
     Collector("accelerators.libtpu", "the running job's runtime metrics and per-core runtime status from libtpu's "
               "metrics services (localhost:8431, TPU_RUNTIME_METRICS_PORTS, --metrics-addr)", jobs.collect_libtpu),
     Collector("accelerators.agents", "a snapshot of every running workload of this user with the tpu-tools agent "

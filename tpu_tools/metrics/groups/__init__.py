@@ -18,4 +18,5 @@ GROUPS: dict[str, str] = {
     "libtpu": "tpu_tools.metrics.groups.libtpu:LibtpuGroup",
     "workload": "tpu_tools.metrics.groups.workload:WorkloadGroup",
     "nvml": "tpu_tools.metrics.groups.nvml:NvmlGroup",
+    "amdsmi": "tpu_tools.metrics.groups.amdsmi:AmdSmiGroup",
 }

@@ -25,19 +25,25 @@ EXTRA = ("temperature_celsius", "power_draw_watts", "power_limit_watts", "energy
 
 class NvmlGroup:
     name = "nvml"
+    vendor = "nvidia"  # discovery's vendor of the GPUs this group reads
+    name_prefix = "NVIDIA "  # what the card's name repeats of the vendor
 
     def __init__(self, options: CollectOptions):
         self._timeout_s = options.metrics_timeout_s
-        self._reader: NvmlReader | None = None
+        self._reader: Any = None
+
+    def _new_reader(self) -> Any:
+        return NvmlReader()
 
     def snapshot(self, context: CollectContext) -> NvmlSnapshot:
         """This round's read (once per round, whichever group asks first)."""
         def read() -> NvmlSnapshot:
             if self._reader is None:
-                self._reader = NvmlReader()
-            return self._reader.read(self._timeout_s)
+                self._reader = self._new_reader()
+            snapshot: NvmlSnapshot = self._reader.read(self._timeout_s)
+            return snapshot
 
-        return context.memo("nvml", read)  # type: ignore[no-any-return]
+        return context.memo(self.name, read)
 
     def collect(self, context: CollectContext) -> dict[str, Any]:
         snapshot = self.snapshot(context)
@@ -50,8 +56,8 @@ class NvmlGroup:
         for position, gpu in self._placed(context, snapshot):
             data["gpus"][snapshot.gpus.index(gpu)]["device_key"] = f"gpu:{position}"
         data["notes"] = []
-        if not snapshot.available and not any(c.vendor == "nvidia" for c in context.discovery().chips):
-            # No NVIDIA GPU here: nothing is wrong, and the group must not count as failed (alerts).
+        if not snapshot.available and not any(c.vendor == self.vendor for c in context.discovery().chips):
+            # No GPU of this vendor here: nothing is wrong, and the group must not count as failed (alerts).
             data["error"], data["notes"] = None, [snapshot.error]
         return data
 
@@ -60,7 +66,7 @@ class NvmlGroup:
         chips = [c for c in context.discovery().chips if c.platform in GPU_PLATFORMS]
         if not chips:  # no sysfs view of the GPUs (a container): NVML's order
             return [(gpu.index, gpu) for gpu in snapshot.gpus]
-        snapshot.place_unidentified([c.pci_address for c in chips if c.vendor == "nvidia"])
+        snapshot.place_unidentified([c.pci_address for c in chips if c.vendor == self.vendor])
         positions = {chip.pci_address.lower(): position for position, chip in enumerate(chips)}
         return [(positions[gpu.pci_bus_id], gpu) for gpu in snapshot.gpus if gpu.pci_bus_id in positions]
 
@@ -70,10 +76,10 @@ class NvmlGroup:
         for position, gpu in self._placed(context, snapshot):
             extra: dict[str, float | int | str | None] = {
                 key: getattr(gpu, key) for key in EXTRA if getattr(gpu, key) is not None}
-            extra["nvml_status"] = gpu.status
+            extra[f"{self.name}_status"] = gpu.status
             if gpu.name:  # the model, which discovery's PCI ids alone do not tell
-                extra["gpu_name"] = gpu.name.removeprefix("NVIDIA ")
-            figures.append(DeviceFigures("gpu", position, SOURCE, memory_used_bytes=gpu.memory_used_bytes,
+                extra["gpu_name"] = gpu.name.removeprefix(self.name_prefix)
+            figures.append(DeviceFigures("gpu", position, self.name, memory_used_bytes=gpu.memory_used_bytes,
                                          memory_total_bytes=gpu.memory_total_bytes,
                                          utilization_percent=gpu.utilization_gpu_percent, extra=extra))
         return figures

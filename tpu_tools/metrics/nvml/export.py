@@ -2,6 +2,7 @@
 
 Every GPU series carries the labels gpu (NVML's index), uuid and pci_bus_id; per-process series add pid
 and tag (the agent's tag, empty for a process without an agent). Ratios are 0..1, counters end in _total.
+The amdsmi group exports AMD GPUs under the same names with one more label, vendor="amd".
 """
 
 from __future__ import annotations
@@ -59,22 +60,27 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def families(data: dict[str, Any]) -> Iterator[Metric]:
-    """Families of the group's data: {"gpus": [GpuRecord dicts with processes[].tag], ...}."""
-    gauges = {name: GaugeMetricFamily(PREFIX + name, doc, labels=GPU_LABELS) for name, _, _, doc in _GAUGES}
-    counters = {name: CounterMetricFamily(PREFIX + name, doc, labels=GPU_LABELS) for name, _, doc in _COUNTERS}
+def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric]:
+    """Families of the group's data: {"gpus": [GpuRecord dicts with processes[].tag], ...}.
+
+    vendor: the value of a `vendor` label on every series (None: no such label, NVML's series).
+    """
+    gpu_labels = [*GPU_LABELS, "vendor"] if vendor else GPU_LABELS
+    gauges = {name: GaugeMetricFamily(PREFIX + name, doc, labels=gpu_labels) for name, _, _, doc in _GAUGES}
+    counters = {name: CounterMetricFamily(PREFIX + name, doc, labels=gpu_labels) for name, _, doc in _COUNTERS}
     up = GaugeMetricFamily(PREFIX + "up", "1 when NVML answered for the GPU; 0 when it is lost or not answering.",
-                           labels=[*GPU_LABELS, "status"])
+                           labels=[*gpu_labels, "status"])
     reasons = GaugeMetricFamily(PREFIX + "clock_event_reason", "1 for each active clock event (throttle) reason.",
-                                labels=[*GPU_LABELS, "reason"])
+                                labels=[*gpu_labels, "reason"])
     remapped = GaugeMetricFamily(PREFIX + "remapped_rows", "Rows remapped after memory errors.",
-                                 labels=[*GPU_LABELS, "kind"])
+                                 labels=[*gpu_labels, "kind"])
     process_memory = GaugeMetricFamily(PREFIX + "process_memory_used_bytes", "GPU memory a process holds.",
-                                       labels=[*GPU_LABELS, "pid", "tag"])
+                                       labels=[*gpu_labels, "pid", "tag"])
     process_sm = GaugeMetricFamily(PREFIX + "process_sm_utilization_ratio", "A process's share of SM time (NVML's "
-                                   "recent sample).", labels=[*GPU_LABELS, "pid", "tag"])
+                                   "recent sample).", labels=[*gpu_labels, "pid", "tag"])
     for gpu in data.get("gpus") or []:
         labels = [str(gpu.get("index")), str(gpu.get("uuid") or ""), str(gpu.get("pci_bus_id") or "")]
+        labels += [vendor] if vendor else []
         up.add_metric([*labels, str(gpu.get("status"))], 1.0 if gpu.get("status") == "ok" else 0.0)
         for name, key, scale, _ in _GAUGES:
             value = _number(gpu.get(key))

@@ -39,6 +39,7 @@ class GpuRecord:
     error: str | None = None
     name: str | None = None
     uuid: str | None = None
+    serial: str | None = None  # the board's serial where the source gives it (amdsmi's ASIC serial)
     pci_bus_id: str | None = None  # sysfs form, lower case: 0000:18:00.0
     minor_number: int | None = None
     memory_total_bytes: int | None = None
@@ -48,7 +49,9 @@ class GpuRecord:
     memory_info_version: int | None = None  # 2 where the driver has the v2 call, else 1 (used includes reserved)
     utilization_gpu_percent: float | None = None
     utilization_memory_percent: float | None = None
-    temperature_celsius: float | None = None
+    temperature_celsius: float | None = None  # NVIDIA: the core; AMD: edge, else hotspot
+    temperature_hotspot_celsius: float | None = None  # AMD's hotspot (junction) sensor
+    temperature_memory_celsius: float | None = None  # AMD's VRAM (HBM) sensor
     power_draw_watts: float | None = None
     power_limit_watts: float | None = None
     energy_joules: float | None = None  # since the driver was loaded
