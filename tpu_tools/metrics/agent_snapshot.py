@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Obj, RecordError, Str, parse
+from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, RecordError, Str, parse
 
 SCHEMA = "tpu-tools/agent/v1"
 
@@ -59,6 +59,9 @@ SNAPSHOT = Obj({
                     "threads": _COUNT}),
     "compiles": COMPILES,
     "steps": STEPS,
+    # libtpu's SDK metrics read in the job (tpu_tools.agent.tpusdk); checked again where they are used
+    "tpu_sdk": Obj({"status": Str(256), "metrics": Map(AnyJSON(), max_items=64),
+                    "tensorcore_utilization_percent": List(AnyJSON(), max_items=1024)}),
     "error": AnyJSON(),
 }, required=("schema", "pid"))
 

@@ -382,7 +382,8 @@ def device_condition(device: dict[str, Any]) -> str | None:
 
 
 def _device_columns(devices: list[dict[str, Any]], multi_host: bool, with_history: bool) -> list[Column]:
-    key_width = max(6, min(16, max(len(str(d.get("key"))) for d in devices)))
+    # A fleet's device keys carry their host (HOST:PORT/tpu:0): room for them, as for a local key.
+    key_width = max(6, min(32 if multi_host else 16, max(len(str(d.get("key"))) for d in devices)))
     columns = [Column("host", "HOST", 12, priority=1)] if multi_host else []
     columns += [Column("key", "DEVICE", key_width, priority=0), Column("name", "NAME", 12, priority=7),
                 Column("bar", "MEMORY", 8, priority=5, flex_max=30),
