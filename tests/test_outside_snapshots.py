@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_dump_cli import _members
 
-from tpu_tools.metrics.agent_snapshot import parse_snapshot
 from tpu_tools.jsonout import finite_document
+from tpu_tools.metrics.agent_snapshot import parse_snapshot
 from tpu_tools.records import Float, Int, List, Obj, RecordError, Str, parse
 
 

@@ -17,7 +17,6 @@ from tpu_tools.cli.common import (
     is_debug,
     run_cli,
     runtime_options,
-    silence_stdout,
 )
 from tpu_tools.cli.output import note
 from tpu_tools.cli.params import Count, Number
