@@ -78,11 +78,14 @@ class Float(Spec):
     min: float | None = None
     max: float | None = None
     nullable: bool = True
+    finite: bool = True  # False keeps NaN and infinities: a figure its reader judges (and flags) itself
 
     def check(self, value: Any, path: str, depth: int) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise RecordError(f"{_where(path)}expected a number, got {_describe(value)}")
         number = float(value) if abs(value) < 1e308 else math.inf
+        if not self.finite and not math.isfinite(number):
+            return value
         if not math.isfinite(number):
             raise RecordError(f"{_where(path)}expected a finite number, got {_describe(value)}")
         if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
