@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tpu_tools.dump.reader import Bundle, BundleError
@@ -132,7 +133,9 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
                 snapshot = parse_snapshot(snapshot)
             except RecordError as problem:
                 snapshot, error = None, str(problem)
-        entry = agent_entry(AgentResult(item["pid"], item.get("socket"), snapshot, error))
+        socket = item.get("socket")  # shown by no finding; a path only when the bundle wrote a string
+        socket_path = Path(socket if isinstance(socket, str) else "")
+        entry = agent_entry(AgentResult(item["pid"], socket_path, snapshot, error))
         compiles = entry.get("compiles") or {}
         recent = compiles.get("recent_recompiles") or []
         tag = item.get("tag")

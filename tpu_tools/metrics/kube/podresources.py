@@ -41,9 +41,9 @@ class PodResourcesClient:
             raise RuntimeFailure(f"no kubelet pod-resources socket at {self.path}")
         if self._channel is None:
             self._channel = grpc.insecure_channel(f"unix://{self.path}")
-        stub = pb_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
+        stub = pb_grpc.PodResourcesListerStub(self._channel)
         try:
-            answer = stub.List(pb.ListPodResourcesRequest(), timeout=self.timeout_s)  # type: ignore[attr-defined]
+            answer = stub.List(pb.ListPodResourcesRequest(), timeout=self.timeout_s)
         except grpc.RpcError as error:
             code = error.code() if isinstance(error, grpc.Call) else None
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
