@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, clean_env, run_tool, tool_command
+from conftest import REPO, assert_one_line_error, clean_env, run_tool, tool_command
 
 FAST = ("--min-time", "0.02", "--warmup", "1")
 TOY_MODEL = ("--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--seq-len", "16", "--vocab", "64",
@@ -113,7 +113,7 @@ def test_out_of_memory_is_reported_and_the_suite_goes_on(tmp_path):
 def test_a_real_allocation_failure_is_classified_as_out_of_memory():
     """The runtime's own error (not the pre-check) for a buffer no host has."""
     script = ("import jax.numpy as jnp\nfrom tpu_tools.bench.failures import classify\n"
-              "try:\n    jnp.zeros((1 << 38,), jnp.float32).block_until_ready()\n"
+              "try:\n    jnp.zeros((1 << 46,), jnp.float32).block_until_ready()\n"
               "except Exception as error:\n    print(classify(error, 'cpu')[0])\n")
     import sys
 
@@ -407,3 +407,16 @@ def test_matmul_precision_is_a_case_of_its_own_and_says_what_ran(tmp_path):
     assert cases["matmul/f32/32/highest"]["values"]["arithmetic"] == "fp32"  # the CPU computes f32 in f32
     assert cases["matmul/bf16/32"]["values"]["arithmetic"] == "bf16"
     assert cases["matmul/f32/32"]["params"]["precision"] == "default"
+
+
+def test_the_checked_in_gpu_baseline_is_a_result_the_gate_reads():
+    """benchmarks/baselines/h100-sxm-quick.json: a real H100 run, kept readable as the result schema moves on."""
+    baseline = REPO / "benchmarks" / "baselines" / "h100-sxm-quick.json"
+    result = bench("compare", str(baseline), str(baseline))
+    assert result.returncode == 0, result.stderr
+    document = json.loads(baseline.read_text())
+    assert document["device"]["kind"] == "NVIDIA H100 80GB HBM3" and document["device"]["chip"] == "NVIDIA H100 SXM"
+    assert not document["interrupted"]
+    cases = {c["id"]: c for c in document["results"]}
+    assert cases["matmul/bf16/8192"]["status"] == "ok" and cases["matmul/f32/8192"]["values"]["arithmetic"] == "tf32"
+    assert "pinned_host" in cases["transfer/d2h-pinned/256.0MiB"]["values"]["path"]

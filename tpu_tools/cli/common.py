@@ -262,8 +262,8 @@ def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
         closed_pipe()
         code = EXIT_CLOSED_PIPE
     except click.ClickException as error:
-        # it may quote a value given from outside (click types the attribute Final; it is a plain attribute)
-        error.message = safe_text(error.message, multiline=True)  # type: ignore[misc]
+        # click marks `message` final; the sanitised text (it may quote a value given from outside) replaces it
+        vars(error)["message"] = safe_text(error.message, multiline=True)
         error.show()
         code = error.exit_code
     except (click.Abort, KeyboardInterrupt) as error:

@@ -133,9 +133,9 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
                 snapshot = parse_snapshot(snapshot)
             except RecordError as problem:
                 snapshot, error = None, str(problem)
-        socket = item.get("socket")  # shown by no finding; a path only when the bundle wrote a string
-        socket_path = Path(socket if isinstance(socket, str) else "")
-        entry = agent_entry(AgentResult(item["pid"], socket_path, snapshot, error))
+        socket = item.get("socket")
+        entry = agent_entry(AgentResult(item["pid"], Path(socket) if isinstance(socket, str) else Path("-"), snapshot,
+                                        error))
         compiles = entry.get("compiles") or {}
         recent = compiles.get("recent_recompiles") or []
         tag = item.get("tag")
