@@ -17,7 +17,9 @@ PACKAGE = Path(tpu_tools.__file__).resolve().parent
 LAYERS: list[tuple[str, ...]] = [
     # Base modules: records and formatting with no runtime behind them. They may use each other
     # (the only layer where that is allowed: they are single modules, not packages).
-    ("tpu_tools", "errors", "units", "parsing", "accelerators", "versions"),
+    # Checking and writing what comes from or goes outside (records, terminal text, JSON, files, signals).
+    ("tpu_tools", "errors", "units", "parsing", "accelerators", "versions",
+     "records", "jsonout", "sanitize", "atomic", "signals"),
     ("pjrt",),  # the PJRT client layer: platform policy, isolation, devices, discovery, probes
     ("metrics",),  # sampling and exposition; reads PJRT device records
     # Libraries below the features: in-process instrumentation shared by the agent and the profiler,

@@ -18,7 +18,7 @@ from test_dump_cli import _members
 
 from tpu_tools.jsonout import finite_document
 from tpu_tools.metrics.agent_snapshot import parse_snapshot
-from tpu_tools.records import Float, Int, List, Obj, RecordError, Str, parse
+from tpu_tools.records import AnyJSON, Float, Int, List, Obj, RecordError, Str, parse
 
 
 @pytest.fixture(name="rundir")
@@ -263,6 +263,29 @@ def test_error_sentences_are_one_printable_line_whatever_the_keys(document):
         parse(Map(List(Int())), document)
     except RecordError as error:
         assert str(error).isprintable()
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ({"a": 1}, "rec: b is missing"),  # `present`: must be there ...
+    ({"a": 1, "b": None, "c": None}, "rec: c is null"),  # ... a non-nullable field must not be null either
+    ({"a": 1, "b": None, "c": "x", "d": []}, "rec.d: is empty"),
+    ({"a": 1, "b": None, "c": "x", "d": [None]}, "rec.d[0]: is null"),
+    ({"a": 1, "b": None, "c": "w", "d": [1]}, "rec.c: 'w' is not one of x, y"),
+    ({"a": 1, "b": None, "c": "x", "d": [1], "e": {"f": math.nan}}, "rec.e.f: expected a finite number, got nan"),
+])
+def test_presence_emptiness_and_word_sets_are_named(value, message):
+    spec = Obj({"a": Int(), "b": Float(), "c": Str(one_of=("x", "y"), nullable=False),
+                "d": List(Int(nullable=False), min_items=1)}, present=("a", "b"), others=AnyJSON())
+    with pytest.raises(RecordError) as caught:
+        parse(spec, value, "rec")
+    assert str(caught.value) == message
+
+
+def test_present_nulls_unknown_fields_and_unjudged_figures_are_kept():
+    spec = Obj({"b": Float(), "n": Float(finite=False)}, present=("b",), others=AnyJSON())
+    clean = parse(spec, {"b": None, "n": math.inf, "extra": {"deep": [1, "x"]}})
+    assert clean == {"b": None, "n": math.inf, "extra": {"deep": [1, "x"]}}
+    assert parse(Obj({"b": Float()}), {"extra": {"deep": 1}}) == {"b": None}  # without `others`: dropped
 
 
 def test_a_minimal_valid_snapshot_feeds_the_devices_group(rundir, tmp_path):

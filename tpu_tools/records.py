@@ -5,6 +5,11 @@ field by field against a small spec before anything reads it. `parse(spec, value
 copy (only JSON types, finite numbers, bounded strings and lists) or raises `RecordError` with one
 sentence naming the first bad field, which the caller turns into an error for that record alone.
 
+A field may be null or absent unless its spec says `nullable=False` (must be there and not null); an
+object's `present` names fields that must be there but may be null (readers index them directly),
+`List(min_items=1)` is a list that must not be empty, `Str(one_of=...)` a closed set of words, and
+`Obj(others=spec)` keeps unknown fields of any kind after checking them against `spec`.
+
     SNAPSHOT = Obj({"pid": Int(min=1), "tag": Str(), "devices": List(Obj({"id": Int()}))}, required=("pid",))
     clean = parse(SNAPSHOT, document)        # or RecordError("devices[0].id: expected an integer, got 'x'")
 
@@ -73,11 +78,14 @@ class Float(Spec):
     min: float | None = None
     max: float | None = None
     nullable: bool = True
+    finite: bool = True  # False keeps NaN and infinities: a figure its reader judges (and flags) itself
 
     def check(self, value: Any, path: str, depth: int) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise RecordError(f"{_where(path)}expected a number, got {_describe(value)}")
         number = float(value) if abs(value) < 1e308 else math.inf
+        if not self.finite and not math.isfinite(number):
+            return value
         if not math.isfinite(number):
             raise RecordError(f"{_where(path)}expected a finite number, got {_describe(value)}")
         if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
@@ -89,10 +97,13 @@ class Float(Spec):
 class Str(Spec):
     max_len: int = MAX_STRING
     nullable: bool = True
+    one_of: tuple[str, ...] = ()  # when given, the only words allowed
 
     def check(self, value: Any, path: str, depth: int) -> Any:
         if not isinstance(value, str):
             raise RecordError(f"{_where(path)}expected a string, got {_describe(value)}")
+        if self.one_of and value not in self.one_of:
+            raise RecordError(f"{_where(path)}{_describe(value)} is not one of {', '.join(self.one_of)}")
         return value[: self.max_len]
 
 
@@ -111,13 +122,17 @@ class List(Spec):
     item: Spec
     max_items: int = MAX_ITEMS
     nullable: bool = True
+    min_items: int = 0
 
     def check(self, value: Any, path: str, depth: int) -> Any:
         if not isinstance(value, list):
             raise RecordError(f"{_where(path)}expected a list, got {_describe(value)}")
         if len(value) > self.max_items:
             raise RecordError(f"{_where(path)}has {len(value)} items, more than {self.max_items}")
-        return [_check(self.item, item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+        if len(value) < self.min_items:
+            raise RecordError(f"{_where(path)}is empty" if not value
+                              else f"{_where(path)}has {len(value)} items, fewer than {self.min_items}")
+        return [_check_item(self.item, item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
 
 
 @dataclass
@@ -133,7 +148,7 @@ class Map(Spec):
             raise RecordError(f"{_where(path)}expected an object, got {_describe(value)}")
         if len(value) > self.max_items:
             raise RecordError(f"{_where(path)}has {len(value)} entries, more than {self.max_items}")
-        return {str(k)[:MAX_STRING]: _check(self.value, v, f"{path}.{_key(k)}" if path else _key(k), depth + 1)
+        return {str(k)[:MAX_STRING]: _check_item(self.value, v, f"{path}.{_key(k)}" if path else _key(k), depth + 1)
                 for k, v in value.items()}
 
 
@@ -157,16 +172,20 @@ class AnyJSON(Spec):
 
 @dataclass
 class Obj(Spec):
-    """An object with known fields. Absent fields read as None; `required` ones must be there and not null.
+    """An object with known fields. Absent fields read as None; `required` ones must be there and not null,
+    `present` ones must be there but may be null.
 
     Unknown fields are kept when they are plain scalars (a newer peer's additions stay visible), and
-    dropped otherwise so that nothing unchecked reaches a reader.
+    dropped otherwise so that nothing unchecked reaches a reader; with `others`, every unknown field is
+    checked against that spec and kept.
     """
 
     fields: Mapping[str, Spec]
     required: tuple[str, ...] = ()
     nullable: bool = True
     keep_unknown_scalars: bool = True
+    present: tuple[str, ...] = ()
+    others: Spec | None = None
 
     def check(self, value: Any, path: str, depth: int) -> Any:
         if not isinstance(value, dict):
@@ -175,9 +194,24 @@ class Obj(Spec):
         for name in self.required:
             if value.get(name) is None:
                 raise RecordError(f"{_where(path)}{name} is missing")
+        for name in self.present:
+            if name not in value and name not in self.fields:
+                raise RecordError(f"{_where(path)}{name} is missing")
         for name, spec in self.fields.items():
+            if name not in value and name in self.present:
+                raise RecordError(f"{_where(path)}{name} is missing")
+            if name in value and value[name] is None and not spec.nullable:
+                raise RecordError(f"{_where(path)}{name} is null")
             clean[name] = _check(spec, value.get(name), f"{path}.{name}" if path else name, depth + 1)
-        if self.keep_unknown_scalars:
+        if self.others is not None:
+            if len(value) > MAX_ITEMS:
+                raise RecordError(f"{_where(path)}has {len(value)} entries, more than {MAX_ITEMS}")
+            for name, item in value.items():
+                if name not in clean:
+                    key = _key(name)
+                    clean[str(name)[:MAX_STRING]] = _check(self.others, item, f"{path}.{key}" if path else key,
+                                                           depth + 1)
+        elif self.keep_unknown_scalars:
             for name, item in value.items():
                 if name in clean or not isinstance(name, str) or len(clean) >= MAX_ITEMS:
                     continue
@@ -196,9 +230,19 @@ def _check(spec: Spec, value: Any, path: str, depth: int) -> Any:
     return spec.check(value, path, depth)
 
 
-def parse(spec: Spec, value: Any) -> Any:
-    """The clean copy of `value`, or RecordError naming the first field that does not fit `spec`."""
+def _check_item(spec: Spec, value: Any, path: str, depth: int) -> Any:
+    # an item of a list or map is there: when it may not be null, null is the fault, not absence
+    if value is None and not spec.nullable:
+        raise RecordError(f"{_where(path)}is null")
+    return _check(spec, value, path, depth)
+
+
+def parse(spec: Spec, value: Any, where: str = "") -> Any:
+    """The clean copy of `value`, or RecordError naming the first field that does not fit `spec`.
+
+    `where` names the record itself in the error ("summary" gives "summary.devices: expected a list").
+    """
     try:
-        return _check(spec, value, "", 0)
+        return _check(spec, value, where, 0)
     except RecursionError as error:
         raise RecordError("nested too deeply") from error

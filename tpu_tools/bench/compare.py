@@ -22,6 +22,7 @@ from tpu_tools.bench.environment import differences
 from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, SCHEMA, STATUSES, RunResult
 from tpu_tools.bench.stats import Summary
 from tpu_tools.errors import UsageError
+from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, Spec, Str, parse
 
 MIN_GATED_SAMPLES = 3
 
@@ -117,63 +118,42 @@ def load_result(path: str | Path, role: str = "baseline") -> dict[str, Any]:
         shown = f"schema {schema!r}" if isinstance(schema, str) and schema else "no schema key"
         raise UsageError(f"{role} file {path} is not a tpu-bench result ({shown[:80]}, expected {SCHEMA!r})")
     try:
-        check_result_document(document)
+        document = check_result_document(document)
         RunResult.from_dict(document)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise UsageError(f"{role} file {path} is a damaged tpu-bench result ({error})") from None
     return document
 
 
-def _expect(value: Any, kinds: type | tuple[type, ...], where: str, optional: bool = False) -> Any:
-    if value is None and optional:
-        return value
-    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
-        raise ValueError(f"{where} must not be true or false")
-    if not isinstance(value, kinds):
-        names = "/".join(k.__name__ for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
-        raise ValueError(f"{where} is {type(value).__name__}, expected {names}")
-    return value
+def _figure_spec() -> Obj:
+    # every statistic present; a null one is how tpu_tools.jsonout writes a non-finite figure (judged as such)
+    fields: dict[str, Spec] = {name: Float(finite=False) for name in Summary.__dataclass_fields__}
+    fields.update(count=Int(min=0, nullable=False), higher_is_better=Bool(nullable=False))
+    return Obj(fields, present=tuple(fields), others=AnyJSON(), nullable=False)
 
 
-def check_result_document(document: dict[str, Any]) -> None:
-    """Raise ValueError naming the first field of a result document that has the wrong type."""
-    for key in ("environment", "device", "settings"):
-        _expect(document.get(key), dict, key, optional=True)
-    for section, keys in (("environment", ("versions", "variables")), ("device", ("peak_ops_per_s_per_device",))):
-        for key in keys:
-            _expect((document.get(section) or {}).get(key), dict, f"{section}.{key}", optional=True)
-    _expect(document.get("notes"), list, "notes", optional=True)
-    _expect(document.get("time"), str, "time", optional=True)
-    _expect(document.get("suite"), str, "suite", optional=True)
-    results = _expect(document.get("results"), list, "results", optional=True) or []
-    for index, result in enumerate(results):
-        where = f"results[{index}]"
-        _expect(result, dict, where)
-        for key in ("benchmark", "name", "status"):
-            _expect(result.get(key), str, f"{where}.{key}")
-        if result["status"] not in STATUSES:
-            raise ValueError(f"{where}.status {result['status'][:40]!r} is not one of {', '.join(STATUSES)}")
-        for key in ("params", "stats", "values"):
-            _expect(result.get(key), dict, f"{where}.{key}", optional=True)
-        _expect(result.get("warnings"), list, f"{where}.warnings", optional=True)
-        _expect(result.get("message"), str, f"{where}.message", optional=True)
-        _expect(result.get("duration_s"), (int, float), f"{where}.duration_s", optional=True)
-        for figure, summary in (result.get("stats") or {}).items():
-            _check_summary(summary, f"{where}.stats.{figure}")
+_CASE_SPEC = Obj({
+    "benchmark": Str(nullable=False), "name": Str(nullable=False), "status": Str(one_of=STATUSES, nullable=False),
+    "params": Map(AnyJSON()), "stats": Map(_figure_spec()), "values": Map(AnyJSON()), "primary": Str(),
+    "warnings": List(Str()), "message": Str(), "duration_s": Float(),
+}, others=AnyJSON(), nullable=False)
+
+RESULT_SPEC = Obj({
+    "environment": Obj({"versions": Map(AnyJSON()), "variables": Map(AnyJSON())}, others=AnyJSON()),
+    "device": Obj({"peak_ops_per_s_per_device": Map(AnyJSON())}, others=AnyJSON()),
+    "settings": Map(AnyJSON()), "notes": List(Str()), "time": Str(), "suite": Str(), "results": List(_CASE_SPEC),
+}, others=AnyJSON())
 
 
-def _check_summary(summary: Any, where: str) -> None:
-    _expect(summary, dict, where)
-    for name in Summary.__dataclass_fields__:
-        if name not in summary:
-            raise ValueError(f"{where} has no {name}")
-        if summary[name] is None and name not in ("count", "higher_is_better"):
-            summary[name] = math.nan  # how tpu_tools.jsonout writes a non-finite figure: judged as such
-            continue
-        kinds: type | tuple[type, ...] = {"count": int, "higher_is_better": bool}.get(name, (int, float))
-        _expect(summary[name], kinds, f"{where}.{name}")
-    if summary["count"] < 0:
-        raise ValueError(f"{where}.count is negative")
+def check_result_document(document: dict[str, Any]) -> dict[str, Any]:
+    """The clean copy of a result document, or RecordError naming the first field that does not fit."""
+    clean: dict[str, Any] = parse(RESULT_SPEC, document)
+    for result in clean["results"] or []:
+        for summary in (result["stats"] or {}).values():
+            for name, value in summary.items():
+                if value is None and name in Summary.__dataclass_fields__:
+                    summary[name] = math.nan
+    return clean
 
 
 def check_environments(baseline: dict[str, Any], current: dict[str, Any], allow_mismatch: bool) -> list[str]:

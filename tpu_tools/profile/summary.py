@@ -23,7 +23,7 @@ from tpu_tools.errors import RuntimeFailure, first_line
 from tpu_tools.instrument.compiles import CompileLog
 from tpu_tools.profile.compiles import compile_rows, recompilations, user_functions
 from tpu_tools.profile.trace import Dispatch, TraceData
-from tpu_tools.schema import NUMBER, NonEmpty, Nullable, Optional, check
+from tpu_tools.records import AnyJSON, Float, Int, List, Map, Obj, RecordError, Str, parse
 
 SCHEMA = "tpu-tools/profile/v1"
 SUMMARY_FILE = "summary.json"
@@ -298,37 +298,54 @@ def write_summary(document: dict, folder: Path) -> Path:
 
 MAX_SUMMARY_BYTES = 256 << 20
 
-# Top-level sections may be missing (the report uses .get); inside them every key is present, maybe null.
-_OPT_NUM, _OPT_INT, _OPT_STR = Nullable(NUMBER), Nullable(int), Nullable(str)
-SUMMARY_SPEC = {
-    "program": Optional({"argv": NonEmpty(str), "module": _OPT_STR, "status": str, "exit_code": _OPT_INT,
-                         "error": _OPT_STR, "wall_time_s": _OPT_NUM}),
-    "window": Optional({"mode": _OPT_STR, "delay_s": NUMBER, "duration_s": _OPT_NUM, "opened_at_s": _OPT_NUM,
+# Top-level sections may be missing or null (the report uses .get); inside them every field is present, and
+# only the nullable ones may be null: the report indexes them directly.
+_STR, _INT, _NUM = Str(nullable=False), Int(nullable=False), Float(nullable=False)
+_OPT_STR, _OPT_INT, _OPT_NUM = Str(), Int(), Float()
+
+
+def _section(fields: dict, optional: tuple[str, ...] = (), nullable: bool = True) -> Obj:
+    """An object whose fields must all be present (`optional` ones excepted); unknown ones are kept."""
+    return Obj(fields, present=tuple(name for name in fields if name not in optional), others=AnyJSON(),
+               nullable=nullable)
+
+
+def _rows(fields: dict, optional: tuple[str, ...] = (), nullable: bool = False) -> List:
+    """A list of such objects, none of them null."""
+    return List(_section(fields, optional, nullable=False), nullable=nullable)
+
+
+SUMMARY_SPEC = Obj({
+    "program": _section({"argv": List(_STR, min_items=1, nullable=False), "module": _OPT_STR, "status": _STR,
+                         "exit_code": _OPT_INT, "error": _OPT_STR, "wall_time_s": _OPT_NUM}),
+    "window": _section({"mode": _OPT_STR, "delay_s": _NUM, "duration_s": _OPT_NUM, "opened_at_s": _OPT_NUM,
                         "closed_at_s": _OPT_NUM, "first_step": _OPT_INT, "last_step": _OPT_INT,
                         "closed_by": _OPT_STR, "note": _OPT_STR}),
-    "trace": Optional({"dir": str, "run_dir": _OPT_STR, "perfetto_file": _OPT_STR, "duration_us": NUMBER,
-                       "hosts": [str]}),
-    "devices": Optional([{"device": str, "op_count": int, "busy_us": NUMBER, "idle_us": _OPT_NUM,
-                          "busy_percent": _OPT_NUM}]),
-    "device_time_us": Optional(NUMBER),
-    "top_ops": Optional([{"name": str, "module": _OPT_STR, "count": int, "total_us": NUMBER, "mean_us": NUMBER,
-                          "percent_of_device_time": _OPT_NUM}]),
-    "modules": Optional([{"name": str, "op_count": int, "total_us": NUMBER, "percent_of_device_time": _OPT_NUM}]),
-    "host_dispatch": Optional({"dispatches": int, "dispatch_time_us": _OPT_NUM, "mean_dispatch_us": _OPT_NUM,
-                               "compiling_dispatches": int, "compiling_dispatch_time_us": _OPT_NUM}),
-    "compile_source": Optional(str),
-    "compiles": Optional([{"function": str, "defined_at": _OPT_STR, **{k: _OPT_INT for k in (
+    "trace": _section({"dir": _STR, "run_dir": _OPT_STR, "perfetto_file": _OPT_STR, "duration_us": _NUM,
+                       "hosts": List(_STR, nullable=False)}),
+    "devices": _rows({"device": _STR, "op_count": _INT, "busy_us": _NUM, "idle_us": _OPT_NUM,
+                      "busy_percent": _OPT_NUM}, nullable=True),
+    "device_time_us": Float(),
+    "top_ops": _rows({"name": _STR, "module": _OPT_STR, "count": _INT, "total_us": _NUM, "mean_us": _NUM,
+                      "percent_of_device_time": _OPT_NUM}, nullable=True),
+    "modules": _rows({"name": _STR, "op_count": _INT, "total_us": _NUM, "percent_of_device_time": _OPT_NUM},
+                     nullable=True),
+    "host_dispatch": _section({"dispatches": _INT, "dispatch_time_us": _OPT_NUM, "mean_dispatch_us": _OPT_NUM,
+                               "compiling_dispatches": _INT, "compiling_dispatch_time_us": _OPT_NUM}),
+    "compile_source": Str(),
+    "compiles": _rows({"function": _STR, "defined_at": _OPT_STR, **{k: _OPT_INT for k in (
         "compiles", "traces", "persistent_cache_hits", "calls", "cache_hits")}, **{k: _OPT_NUM for k in (
-        "compile_time_s", "trace_time_s", "lowering_time_s", "xla_compile_time_s")}}]),
-    "recompilations": Optional([{"function": str, "defined_at": _OPT_STR, "recompiles": int,
-                                 "reasons": [{"reason": str, "count": int, "call_sites": [str]}]}]),
-    "eager": Optional({"dispatches": int, "host_time_us": NUMBER,
-                       "ops": [{"name": str, "count": int, "host_time_us": NUMBER}],
-                       "call_sites": [{"call_site": _OPT_STR, "function": _OPT_STR, "file": _OPT_STR,
-                                       "line": _OPT_INT, "dispatches": int, "host_time_us": NUMBER,
-                                       "ops": Optional(dict)}]}),
-    "notes": Optional([str]),
-}
+        "compile_time_s", "trace_time_s", "lowering_time_s", "xla_compile_time_s")}}, nullable=True),
+    "recompilations": _rows({"function": _STR, "defined_at": _OPT_STR, "recompiles": _INT,
+                             "reasons": _rows({"reason": _STR, "count": _INT,
+                                               "call_sites": List(_STR, nullable=False)})}, nullable=True),
+    "eager": _section({"dispatches": _INT, "host_time_us": _NUM,
+                       "ops": _rows({"name": _STR, "count": _INT, "host_time_us": _NUM}),
+                       "call_sites": _rows({"call_site": _OPT_STR, "function": _OPT_STR, "file": _OPT_STR,
+                                            "line": _OPT_INT, "dispatches": _INT, "host_time_us": _NUM,
+                                            "ops": Map(AnyJSON())}, optional=("ops",))}),
+    "notes": List(_STR),
+}, others=AnyJSON())
 
 
 def load_summary(path: Path) -> dict | None:
@@ -354,9 +371,11 @@ def load_summary(path: Path) -> dict | None:
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         raise RuntimeFailure(f"{file} is not a tpu-profile summary (schema {SCHEMA}){remove}")
     try:
-        check(document, SUMMARY_SPEC, "summary")
-    except ValueError as error:
+        parse(SUMMARY_SPEC, document, "summary")
+    except RecordError as error:
         raise RuntimeFailure(f"{file} is a damaged tpu-profile summary ({error}){remove}") from None
+    # The document as written (its absent sections stay absent for the report's .get); every field it reads
+    # has just been checked.
     return document
 
 
