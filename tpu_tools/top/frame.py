@@ -463,13 +463,13 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
     return lines
 
 
-def _process_columns(multi_host: bool) -> list[Column]:
+def _process_columns(multi_host: bool, host_width: int = 12) -> list[Column]:
     # Fits 80 columns with room for the command; narrower, the least useful go first.
     priorities = {"pid": 0, "user": 5, "tag": 1, "cpu": 6, "rss": 7, "devmem": 2, "compiles": 8, "recompiles": 4,
                   "steps": 3}
     widths = {"pid": 7, "user": 8, "tag": 10, "cpu": 5, "rss": 7, "devmem": 7, "compiles": 5, "recompiles": 6,
               "steps": 6}
-    columns = [Column("host", "HOST", 12, priority=1)] if multi_host else []
+    columns = [Column("host", "HOST", host_width, priority=1)] if multi_host else []
     columns += [Column(c.key, c.header, widths[c.key], right=c.key not in ("user", "tag"), priority=priorities[c.key])
                 for c in SORT_COLUMNS]
     columns.append(Column("command", "COMMAND", 8, priority=4, flex_max=1000))
@@ -508,7 +508,9 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
     lines = [_parts(title_parts, width)]
     if group.get("error"):
         return [*lines, Line().add(f"  {group['error']}", ERROR)], None
-    columns = layout(_process_columns(len(_hosts(report)) > 1), width)
+    hosts = _hosts(report)
+    # HOST:PORT of a fleet's hosts in full where they fit (up to 22 characters), else cut with a mark
+    columns = layout(_process_columns(len(hosts) > 1, max(4, min(22, max(map(len, hosts), default=4)))), width)
     lines.append(column_header(columns, state.sort.key))
     rows = state.visible_rows(report)
     selected = state.resolve_selection(rows) if interactive else None
