@@ -273,7 +273,8 @@ def test_a_regression_beyond_tolerance_exits_3_with_junit_failures(baseline, tmp
 
 
 def test_a_baseline_from_another_device_kind_is_refused_unless_allowed(baseline, tmp_path):
-    other = _forged(baseline, tmp_path, "tpu.json", kind="TPU v5 lite", platform="tpu")
+    # 20 times slower figures than this host's: the comparison itself must pass, whatever the load here
+    other = _forged(baseline, tmp_path, "tpu.json", speedup=0.05, kind="TPU v5 lite", platform="tpu")
     assert_one_line_error(bench("dispatch", "--mode", "compiled", *FAST, "--baseline", str(other)), 2,
                           "'TPU v5 lite' (tpu)", "not comparable")
     result = bench("dispatch", "--mode", "compiled", *FAST, "--baseline", str(other), "--allow-mismatch",

@@ -150,16 +150,17 @@ def test_no_service_listening_is_an_error_field_not_an_exception():
 def test_a_hanging_service_costs_its_deadline_and_the_others_carry_on():
     with FakeMetricsService(v5e_host()) as stalled, FakeMetricsService(v4_host()) as healthy:
         stalled.hang()
-        # One deadline covers a whole refresh (the list and the reads): 1 s leaves a loaded 2-core host room.
-        with LibtpuClient([stalled.address, healthy.address], timeout_s=1.0) as client:
+        # One deadline covers a whole refresh (the lists and the reads); the healthy one's reads start as soon as
+        # its list is in, not after the stalled one's deadline.
+        with LibtpuClient([stalled.address, healthy.address], timeout_s=0.3) as client:
             started = time.monotonic()
             hung, fine = client.snapshot()
             elapsed = time.monotonic() - started
             status = client.runtime_status()[0]
-    assert hung.error == f"the metrics service at {stalled.address} did not answer within 1 s"
+    assert hung.error == f"the metrics service at {stalled.address} did not answer within 0.3 s"
     assert fine.ok and len(fine.devices) == 4
-    assert elapsed < 3.0
-    assert "did not answer within 1 s" in status.error
+    assert elapsed < 1.5
+    assert "did not answer within 0.3 s" in status.error
 
 
 def test_a_service_that_dies_between_refreshes_and_comes_back():

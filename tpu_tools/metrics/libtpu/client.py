@@ -10,6 +10,7 @@ an `error`. A runtime that restarts is found again on the same channel.
 from __future__ import annotations
 
 import os
+import queue
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -113,7 +114,16 @@ class LibtpuClient:
         end = self.deadline() if deadline is None else deadline
         listings = {address: self._stub(address).ListSupportedMetrics.future(
             pb.ListSupportedMetricsRequest(), timeout=self._left(end)) for address in self.addresses}
-        refreshes = [self._start_reads(address, listing, end) for address, listing in listings.items()]
+        # Each address's reads start as soon as its listing is in, so one that hangs until the deadline does not
+        # leave the others no time (every listing ends by the deadline: gRPC cancels it then).
+        answered: queue.Queue[str] = queue.Queue()
+        for address, listing in listings.items():
+            listing.add_done_callback(lambda _done, address=address: answered.put(address))
+        started_reads: dict[str, _Refresh] = {}
+        for _ in listings:
+            address = answered.get()
+            started_reads[address] = self._start_reads(address, listings[address], end)
+        refreshes = [started_reads[address] for address in listings]
         for refresh in refreshes:
             self._finish_reads(refresh)
         elapsed_ms = (time.monotonic() - started) * 1e3
