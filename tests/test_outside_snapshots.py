@@ -325,3 +325,15 @@ def test_socket_names_of_impossible_processes_are_ignored(rundir):
     reasons = sorted(i["reason"] for i in group["ignored_sockets"])
     assert reasons == ["agent-0.sock names no possible process; ignored",
                        "agent-99999999999999999999.sock names no possible process; ignored"]
+
+
+def test_a_null_where_a_list_holds_objects_is_one_error():
+    """Found by the manifest property test: readers index every item of a list of objects."""
+    from tpu_tools.dump.manifest import MANIFEST
+    from tpu_tools.metrics.agent_snapshot import parse_snapshot
+
+    with pytest.raises(RecordError, match=r"files\[0\]: is null"):
+        parse(MANIFEST, {"schema": "tpu-tools/dump/v1", "files": [None]})
+    with pytest.raises(RecordError, match=r"devices\[0\]: is null"):
+        parse_snapshot({"schema": "tpu-tools/agent/v1", "pid": 7, "devices": [None]})
+    assert parse(List(Float()), [1.0, None]) == [1.0, None]  # a missing figure in a list of numbers stays null

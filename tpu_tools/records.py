@@ -231,8 +231,9 @@ def _check(spec: Spec, value: Any, path: str, depth: int) -> Any:
 
 
 def _check_item(spec: Spec, value: Any, path: str, depth: int) -> Any:
-    # an item of a list or map is there: when it may not be null, null is the fault, not absence
-    if value is None and not spec.nullable:
+    # An item of a list or map is there: when it may not be null, null is the fault, not absence. An object's
+    # place is never null: readers index the items of a list of objects.
+    if value is None and (not spec.nullable or isinstance(spec, Obj)):
         raise RecordError(f"{_where(path)}is null")
     return _check(spec, value, path, depth)
 
