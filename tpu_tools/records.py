@@ -19,6 +19,7 @@ JSON output is written by `tpu_tools.jsonout`, which writes null (and a note) fo
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,13 +48,14 @@ def _where(path: str) -> str:
     return f"{path}: " if path else ""
 
 
-class Spec:
+class Spec(ABC):
     """How one value must look; `check` returns the clean value or raises RecordError."""
 
     nullable: bool = True
 
+    @abstractmethod
     def check(self, value: Any, path: str, depth: int) -> Any:
-        raise NotImplementedError
+        """The clean value, or RecordError naming `path`."""
 
 
 @dataclass

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 import os
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from tpu_tools.metrics.metricspage import PageTooLarge, read_metrics_page, unreachable_reason
 
 DEFAULT_ADDRESS = "localhost:2112"
 ADDRESS_VARIABLE = "TPU_DEVICE_PLUGIN_METRICS_ADDR"
@@ -96,18 +97,16 @@ def read_plugin(timeout_s: float, environ: Mapping[str, str] | None = None) -> P
     result = PluginRead(address)
     if address is None:
         return result
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(f"http://{address}/metrics", timeout=timeout_s) as response:
-            body = response.read(_MAX_BYTES + 1)
+        text = read_metrics_page(address, timeout_s, _MAX_BYTES)
+    except PageTooLarge as error:
+        result.error = f"the TPU device plugin at {address} answered {error}"
+        return result
     except (OSError, ValueError) as error:
-        result.error = f"no TPU device plugin metrics at {address}: {getattr(error, 'reason', None) or error}"
-        return result
-    if len(body) > _MAX_BYTES:
-        result.error = f"the TPU device plugin at {address} answered more than {_MAX_BYTES >> 20} MiB"
+        result.error = f"no TPU device plugin metrics at {address}: {unreachable_reason(error)}"
         return result
     try:
-        result.accelerators, result.notes = parse(body.decode("utf-8", errors="replace"))
+        result.accelerators, result.notes = parse(text)
     except (ValueError, TypeError, IndexError) as error:
         result.error = f"the TPU device plugin at {address} answered unreadable text: {error}"[:300]
     return result

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from tpu_tools.metrics.metricspage import PageTooLarge, read_metrics_page, unreachable_reason
 
 DEFAULT_PORT = 9431
 PORT_VARIABLES = {"orbax": "ORBAX_PROMETHEUS_PORT", "grain": "PYGRAIN_PROMETHEUS_PORT"}
@@ -69,20 +69,17 @@ def scrape(port: int, sources: list[str], timeout_s: float, host: str = "127.0.0
     from prometheus_client.parser import text_string_to_metric_families
 
     endpoint = JobEndpoint(f"{host}:{port}", sources)
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # a local port: never a proxy
     try:
-        with opener.open(f"http://{host}:{port}/metrics", timeout=timeout_s) as response:
-            body = response.read(_MAX_BYTES + 1)
-    except (OSError, ValueError) as error:
-        reason = getattr(error, "reason", None) or error
-        endpoint.error = f"no metrics endpoint at {endpoint.address}: {reason}"
+        text = read_metrics_page(endpoint.address, timeout_s, _MAX_BYTES)
+    except PageTooLarge as error:
+        endpoint.error = f"the metrics endpoint at {endpoint.address} answered {error}"
         return endpoint
-    if len(body) > _MAX_BYTES:
-        endpoint.error = f"the metrics endpoint at {endpoint.address} answered more than {_MAX_BYTES >> 20} MiB"
+    except (OSError, ValueError) as error:
+        endpoint.error = f"no metrics endpoint at {endpoint.address}: {unreachable_reason(error)}"
         return endpoint
     kept = 0
     try:
-        for family in text_string_to_metric_families(body.decode("utf-8", errors="replace")):
+        for family in text_string_to_metric_families(text):
             source = _source_of(family.name, sources)
             if source is None:
                 continue
