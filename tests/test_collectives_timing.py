@@ -7,6 +7,7 @@ shape a real runtime gives (one launch-and-wait round trip, then k iterations).
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
@@ -72,6 +73,13 @@ def test_a_sample_length_out_of_the_budget_is_said_instead_of_looped_for():
     assert result.short is not None and "time budget of 1 s would run out" in result.short
     assert device.spent_s <= 1.0  # it stopped before spending more than its budget
     assert result.calls == device.samples[-1] and device.sample_length(result.calls) < 1.5
+
+
+def test_a_shortfall_of_over_a_second_is_said_in_plain_milliseconds():
+    device = Device(per_call_s=0.3, overhead_s=0)  # 4 calls last 1.2 s; 8 would pass the 2 s budget
+    result = calibrate(device.sample, TimingPlan(sample_s=2.0, budget_s=2.0), alone)
+    assert result.short is not None and "e+" not in result.short
+    assert re.search(r"\d+ calls per sample last \d+\.\d ms, short of the 2000 ms asked", result.short), result.short
 
 
 @pytest.mark.parametrize(("per_call_s", "overhead_s", "sample_s", "budget_s"), list(itertools.product(

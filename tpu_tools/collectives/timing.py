@@ -80,7 +80,7 @@ def _decide(calls: int, elapsed: float, spent: float, plan: TimingPlan) -> str:
     """"done", "next K", or "short WHY" from this process's last sample."""
     if elapsed >= plan.sample_s:
         return "done"
-    reached = f"{calls} calls per sample last {elapsed * 1e3:.3g} ms, short of the {plan.sample_s * 1e3:g} ms asked"
+    reached = f"{calls} calls per sample last {elapsed * 1e3:.1f} ms, short of the {plan.sample_s * 1e3:g} ms asked"
     if calls >= plan.max_calls:
         return f"short {reached} (at most {plan.max_calls} calls per sample)"
     grow = min(max(plan.sample_s / max(elapsed, 1e-9) * MARGIN, GROWTH[0]), GROWTH[1])
