@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpu_tools.units import format_duration_us
+
 
 @dataclass(frozen=True)
 class TimingSettings:
@@ -102,7 +104,10 @@ def time_back_to_back(call: Callable[[Any], Any], first: Any, block: Callable[[A
         nonlocal previous, made
         made += calls
         start = time.perf_counter()
-        output = previous
+        # Let go of the previous sample's output here, not after the clock stops: it is freed once the first call
+        # is done with it, so every sample pays for as many frees as it makes outputs (steady state). On the
+        # CPU runtime freeing a large output unmaps its pages, a cost of every call a loop makes.
+        output, previous = previous, None
         for _ in range(calls):
             output = call(output)
         block(output)
@@ -143,14 +148,14 @@ def _calibrate(sample: Callable[[int], float], settings: TimingSettings) -> tupl
         if elapsed >= settings.sample_time_s:
             return calls, elapsed, []
         if calls >= settings.max_calls_per_sample:
-            return calls, elapsed, [f"{calls} back-to-back calls last only {elapsed * 1e3:.3g} ms, below the "
-                                    f"{settings.sample_time_s * 1e3:.3g} ms sample length: the host round trip "
-                                    "may weigh in this figure"]
+            return calls, elapsed, [f"{calls} back-to-back calls last only {format_duration_us(elapsed * 1e6)}, "
+                                    f"below the {format_duration_us(settings.sample_time_s * 1e6)} sample length: "
+                                    "the host round trip may weigh in this figure"]
         if time.perf_counter() - started > settings.calibration_budget_s:
             return calls, elapsed, [f"calibration stopped after {settings.calibration_budget_s:g} s at {calls} "
-                                    f"calls per sample ({elapsed * 1e3:.3g} ms, below the "
-                                    f"{settings.sample_time_s * 1e3:.3g} ms sample length): the calls' times vary "
-                                    "too much to calibrate"]
+                                    f"calls per sample ({format_duration_us(elapsed * 1e6)}, below the "
+                                    f"{format_duration_us(settings.sample_time_s * 1e6)} sample length): the calls' "
+                                    "times vary too much to calibrate"]
         wanted = calls * settings.sample_time_s / max(elapsed, 1e-9) * 1.2
         calls = min(settings.max_calls_per_sample, max(calls * 2, min(calls * 100, math.ceil(wanted))))
 
