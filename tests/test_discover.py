@@ -61,7 +61,8 @@ def test_v2_and_v3_share_a_device_id_and_differ_by_subsystem(tmp_path):
 def test_nvidia_host_maps_minor_numbers_and_skips_audio_functions(tmp_path):
     sysroot.nvidia_host(tmp_path, holders={5005: [0]})
     found = discover(tmp_path)
-    assert [c.name for c in found.chips] == ["NVIDIA GPU", "NVIDIA GPU"]
+    # named as the driver names them (nvidia-smi's name), not by a table of PCI ids
+    assert [c.name for c in found.chips] == ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"]
     # minors are reversed against PCI order in the fixture
     assert [c.device_nodes[0].path for c in found.chips] == ["/dev/nvidia1", "/dev/nvidia0"]
     assert found.chips[1].holders[0].pid == 5005 and found.chips[0].holders == []
@@ -74,7 +75,7 @@ def test_mixed_host_finds_every_chip_type_and_ignores_a_google_nic(tmp_path):
     sysroot.mixed_host(tmp_path)
     found = discover(tmp_path)
     assert [(c.name, c.platform) for c in found.chips] == [
-        ("TPU v5e", "tpu"), ("NVIDIA GPU", "cuda"), ("AMD GPU", "rocm")]
+        ("TPU v5e", "tpu"), ("NVIDIA A100 PCIe 80GB", "cuda"), ("AMD GPU", "rocm")]  # no driver: named by PCI id
     assert found.chips[2].device_nodes[0].path == "/dev/dri/renderD128"
     assert [h.pid for h in found.chips[0].holders] == [4242]
     assert [h.pid for h in found.chips[1].holders] == [4242]
@@ -148,3 +149,14 @@ def test_scan_of_the_real_proc_finds_a_live_holder(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_an_nvidia_gpu_of_an_unknown_id_without_the_driver_is_a_generic_nvidia_gpu(tmp_path):
+    host = sysroot.HostBuilder(tmp_path)
+    host.function(sysroot.FakeFunction("0000:3b:00.0", sysroot.NVIDIA, "0x9999", "0x030200"))
+    host.function(sysroot.FakeFunction("0000:5e:00.0", sysroot.NVIDIA, "0x2330", "0x030200"))
+    host.node("/dev/nvidia0")
+    host.node("/dev/nvidia1")
+    found = discover(tmp_path)
+    assert [(c.name, c.platform, c.hbm_bytes) for c in found.chips] == [
+        ("NVIDIA GPU", "cuda", None), ("NVIDIA H100 SXM", "cuda", 80 * 10**9)]

@@ -27,6 +27,7 @@ class BenchContext:
     device: dict[str, Any]  # environment.device_record
     timing: TimingSettings
     seed: int = 0
+    gpu_clocks: Any = None  # gpu_clocks.GpuClocks on an NVIDIA GPU: its clocks and heat beside every case
     _keys: Iterator[int] = field(default_factory=itertools.count, repr=False)
 
     @property

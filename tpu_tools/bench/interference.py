@@ -2,7 +2,8 @@
 
 Read around each case: other processes' CPU time (all CPU time less this
 process's), the load average, steal time (a hypervisor running other guests on
-this machine's CPUs) and the CPU frequency, where the host exposes them.
+this machine's CPUs) and the CPU frequency, where the host exposes them; on an NVIDIA GPU, its clocks,
+temperature, power and what held its clocks back at the end of the case (gpu_clocks.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from tpu_tools.bench.gpu_clocks import SLOWED_BY_FAULT, slowdown_sentence
 
 # A case is noisy when its bursts' medians differ by more than this (min to max over the median): a figure
 # that moves this much within one run cannot be gated at a 5 % tolerance.
@@ -84,4 +87,10 @@ def noise_reasons(values: dict[str, Any], platform: str) -> list[str]:
     steal = host.get("steal_percent")
     if steal is not None and steal > NOISY_OTHER_CPU_SHARE * 100:
         reasons.append(f"the hypervisor took {steal:.0f}% of the CPU time (steal)")
+    gpu = host.get("gpu") or {}
+    held_back = slowdown_sentence(gpu)
+    # Heat or a power brake make a figure untrustworthy by themselves; the power cap of a busy GPU only
+    # explains why its repeats moved.
+    if held_back and (reasons or SLOWED_BY_FAULT & set(gpu.get("clock_event_reasons") or ())):
+        reasons.append(held_back)
     return reasons

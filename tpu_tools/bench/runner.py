@@ -135,7 +135,19 @@ def _open_device(request: RunRequest, run: RunResult) -> Any:
     run.device = device_record(devices, process_count=jax.process_count())
     if request.on_device is not None:
         request.on_device(run)
-    return BenchContext(jax=jax, devices=devices, device=run.device, timing=request.timing, seed=request.seed)
+    return BenchContext(jax=jax, devices=devices, device=run.device, timing=request.timing, seed=request.seed,
+                        gpu_clocks=_gpu_clocks(devices[0]))
+
+
+def _gpu_clocks(device: Any) -> Any:
+    """NVML's view of the benchmark's GPU, on an NVIDIA GPU (None elsewhere)."""
+    from tpu_tools.bench.gpu_clocks import GpuClocks
+    from tpu_tools.pjrt.pairing import GPU_PLATFORMS
+
+    if device.platform not in GPU_PLATFORMS or "nvidia" not in str(getattr(device, "device_kind", "")).lower():
+        return None
+    ordinal = getattr(device, "local_hardware_id", None)
+    return GpuClocks(ordinal if isinstance(ordinal, int) else device.id)
 
 
 def _run_out_of_process(case: Case, request: RunRequest) -> CaseResult:
@@ -162,6 +174,8 @@ def _run_in_process(ctx: Any, case: Case) -> CaseResult:
     result.duration_s = time.perf_counter() - start
     if result.status == OK:
         result.values["interference"] = interference(before, snapshot())
+        if ctx.gpu_clocks is not None:
+            result.values["interference"]["gpu"] = ctx.gpu_clocks.read()
         reasons = noise_reasons(result.values, ctx.platform)
         result.values["noisy"] = bool(reasons)
         if reasons:

@@ -23,6 +23,7 @@ from tpu_tools.accelerators import (
     NVIDIA_GPU_CLASSES,
     ChipSpec,
     generic_gpu_spec,
+    gpu_spec_for_pci,
     tpu_spec_for_pci,
 )
 
@@ -208,7 +209,7 @@ def _spec_for(function: PciFunction) -> ChipSpec | None:
             return ChipSpec(f"Google accelerator 0x{function.device_id:04x}", "google", "tpu")
         return spec
     if function.vendor_id == NVIDIA and function.class_id in NVIDIA_GPU_CLASSES:
-        return generic_gpu_spec("nvidia")
+        return gpu_spec_for_pci(function.vendor_id, function.device_id) or generic_gpu_spec("nvidia")
     if function.vendor_id == AMD and function.class_id in AMD_GPU_CLASSES:
         return generic_gpu_spec("amd")
     return None
@@ -252,6 +253,13 @@ def _numbered_children(directory: Path, prefix: str) -> list[str]:
     except OSError:
         return []
     return sorted((n for n in names if re.fullmatch(rf"{prefix}\d+", n)), key=lambda n: int(n[len(prefix):]))
+
+
+def _nvidia_model(root: Path, address: str) -> str | None:
+    """The driver's name of the card ("NVIDIA H100 80GB HBM3"), as nvidia-smi shows it; None without the driver."""
+    text = _read_text(root / "proc/driver/nvidia/gpus" / address / "information") or ""
+    match = re.search(r"^Model:\s*(\S.*?)\s*$", text, re.MULTILINE)
+    return match.group(1) if match else None
 
 
 def _nvidia_minor(root: Path, address: str) -> int | None:
@@ -379,7 +387,7 @@ def discover(root: Path | None = None) -> Discovery:
         ordinals[family] = ordinal + 1
         result.chips.append(Chip(
             index=len(result.chips),
-            name=spec.name,
+            name=(_nvidia_model(root, first.address) or spec.name) if spec.vendor == "nvidia" else spec.name,
             vendor=spec.vendor,
             platform=spec.platform,
             pci_address=first.address,
