@@ -13,7 +13,6 @@ exporters and requires data.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable
@@ -26,6 +25,10 @@ from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefre
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "deploy" / "grafana"
+sys.path.insert(0, str(REPO / "tools"))
+
+import generated  # noqa: E402
+
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 HOSTS = '{instance=~"$instance"}'  # every query's host filter
 Panel = Callable[[], object]
@@ -144,25 +147,16 @@ def render(build: Callable[[], dashboard.Dashboard]) -> str:
     return json.dumps(build().build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
 
 
+def generated_files() -> dict[Path, str | bytes]:
+    return {OUT / name: render(build) for name, build in DASHBOARDS.items()}
+
+
 def stale_files() -> list[Path]:
-    return [OUT / name for name, build in DASHBOARDS.items()
-            if not (OUT / name).exists() or (OUT / name).read_text() != render(build)]
+    return generated.stale(generated_files(), (OUT,))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if a checked-in dashboard is stale")
-    args = parser.parse_args()
-    if args.check:
-        stale = stale_files()
-        for path in stale:
-            print(f"stale: {path.relative_to(REPO)}")
-        return 1 if stale else 0
-    OUT.mkdir(parents=True, exist_ok=True)
-    for name, build in DASHBOARDS.items():
-        (OUT / name).write_text(render(build))
-    print(f"wrote {len(DASHBOARDS)} dashboards to {OUT.relative_to(REPO)}")
-    return 0
+    return generated.main(__doc__.splitlines()[0], generated_files, (OUT,))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ checked-in file no longer matches the code.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +20,11 @@ import click
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tools"))
+
+import generated  # noqa: E402
 
 from tpu_tools import __version__  # noqa: E402
-from tpu_tools.atomic import write_file  # noqa: E402
 from tpu_tools.cli.main import cli  # noqa: E402
 
 GROUP_PROGRAM = "tpu-tools"
@@ -391,38 +392,15 @@ def generated_files() -> dict[Path, str]:
     return files
 
 
+OWNED = (REPO / "man", REPO / "completions")  # whatever else is in these folders is a leftover
+
+
 def stale_files() -> list[Path]:
-    stale = []
-    files = generated_files()
-    for path, text in files.items():
-        if not path.exists() or path.read_text() != text:
-            stale.append(path)
-    for folder in ("man", "completions"):
-        for path in sorted((REPO / folder).glob("*")):
-            if path not in files:
-                stale.append(path)
-    return stale
+    return generated.stale(generated_files(), OWNED)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="report stale files instead of writing")
-    args = parser.parse_args()
-    if args.check:
-        stale = stale_files()
-        for path in stale:
-            print(f"stale: {path.relative_to(REPO)}")
-        return 1 if stale else 0
-    files = generated_files()
-    for folder in ("man", "completions"):
-        for path in (REPO / folder).glob("*"):
-            if path not in files:
-                path.unlink()
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_file(path, text, force=True, what=str(path.relative_to(REPO)))  # whole or not at all
-    print(f"wrote {len(files)} files")
-    return 0
+    return generated.main(__doc__.splitlines()[0], generated_files, OWNED)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ another release would write different bytes, so this script refuses to run with 
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import tempfile
@@ -22,6 +21,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PROTO_ROOT = REPO / "tpu_tools"
+sys.path.insert(0, str(REPO / "tools"))
+
+import generated  # noqa: E402
 
 
 def proto_files() -> list[Path]:
@@ -62,30 +64,20 @@ def generate(out_dir: Path) -> dict[Path, bytes]:
     return {path.relative_to(out_dir): path.read_bytes() for path in sorted(out_dir.rglob("*.py"))}
 
 
-def stale_files() -> list[Path]:
-    """Generated files that differ from, or are missing next to, their .proto."""
+def generated_files() -> dict[Path, str | bytes]:
+    """Every generated module, by its path in the tree, made with the pinned grpcio-tools."""
     check_tools_version()
     with tempfile.TemporaryDirectory() as tmp:
-        fresh = generate(Path(tmp))
-    return [relative for relative, content in fresh.items()
-            if not (REPO / relative).exists() or (REPO / relative).read_bytes() != content]
+        return {REPO / relative: content for relative, content in generate(Path(tmp)).items()}
+
+
+def stale_files() -> list[Path]:
+    """Generated files that differ from, or are missing next to, their .proto."""
+    return generated.stale(generated_files())
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="report stale files instead of writing them")
-    args = parser.parse_args()
-    if args.check:
-        stale = stale_files()
-        for path in stale:
-            print(f"stale: {path}")
-        return 1 if stale else 0
-    check_tools_version()
-    with tempfile.TemporaryDirectory() as tmp:
-        for relative, content in generate(Path(tmp)).items():
-            (REPO / relative).write_bytes(content)
-            print(f"wrote {relative}")
-    return 0
+    return generated.main(__doc__.splitlines()[0], generated_files)
 
 
 if __name__ == "__main__":
