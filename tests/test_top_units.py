@@ -341,3 +341,35 @@ def test_tall_graph_rows_stack_eighths():
     rows = graph_rows([0.0, 50.0, 100.0, None], 4, 2, 100.0)
     assert rows == ["  \u2588 ", "\u2581\u2588\u2588 "]  # top line first; a gap stays blank
     assert graph_rows([1.0, 2.0], 2, 2, None, unicode=False) == [" #", "##"]
+
+
+def _history_panel(frame: str) -> list[str]:
+    lines = frame.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(" History"))
+    return lines[start + 1:]
+
+
+def test_history_graphs_grow_taller_with_the_terminal():
+    report = _report(agents=2, devices=2)
+    history = History(1.0)
+    for n in range(40):  # utilization climbing from 0 to 100 %
+        sample = {**report, "sequence": n}
+        for index, device in enumerate(sample["devices"]["devices"]):
+            sample["devices"]["devices"][index] = {**device, "utilization_percent": n * 2.5}
+        history.record(sample, rows_from_report(sample))
+    tall = _history_panel(frame_text(render(report, ViewState(), 200, 60, history=history)))
+    first, *rest = tall[:4]
+    assert first.startswith(" tpu:0") and " UTIL " in first and " MEM " in first
+    assert all(line.startswith(" " * 8) and _cells(line) for line in rest)  # 3 more lines of the same graphs
+    assert tall[4].startswith(" tpu:1")
+    # Top line first: the climb fills the bottom line more than the top one.
+    assert _cells(rest[-1]) > _cells(first)
+    short = _history_panel(frame_text(render(report, ViewState(), 120, 24, history=history)))
+    assert short[0].startswith(" tpu:0") and short[1].startswith(" tpu:1")  # one line each where room is short
+    for width, height in ((80, 24), (120, 26), (200, 60)):
+        lines = render(report, ViewState(), width, height, history=history)
+        assert len(lines) == height and all(len(line.text) <= width for line in lines)
+
+
+def _cells(line: str) -> int:
+    return sum(1 for c in line if c in "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588")

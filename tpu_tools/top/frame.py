@@ -574,10 +574,18 @@ def detail_lines(row: ProcessRow | None, width: int = 120, history: History | No
     return [first, second]
 
 
+MAX_GRAPH_ROWS = 4  # a device's graphs grow this tall in the history panel when the terminal has the room
+
+
+def history_rows_wanted(device_count: int, with_job: bool) -> int:
+    """The rows the history panel would fill at its tallest: its title, each device's graphs, the job's line."""
+    return 1 + device_count * MAX_GRAPH_ROWS + (1 if with_job else 0)
+
+
 def history_lines(report: dict[str, Any], state: ViewState, history: History, width: int, max_rows: int,
                   selected: ProcessRow | None) -> list[Line]:
     """The history panel: each device's utilization and memory over the window, and the selected job's
-    steps/s. Shown when the terminal has room for it."""
+    steps/s. Shown when the terminal has room for it; the graphs grow up to MAX_GRAPH_ROWS tall with it."""
     devices = state.filters.devices_of(report)
     if max_rows < 2 or not devices:
         return []
@@ -586,28 +594,10 @@ def history_lines(report: dict[str, Any], state: ViewState, history: History, wi
     key_width = max(6, min(16, max(len(str(d.get("key"))) for d in devices)))
     graph = max(4, (width - key_width - 2 - 2 * 16) // 2)
     budget = max_rows - 1 - (1 if selected is not None and selected.has_agent else 0)
-    for device in devices[: max(0, budget)]:
-        key = device_key(device)
-        utilization = history.device(key, "utilization_percent", graph)
-        memory_series, memory_top = ("memory_percent", 100.0) if device_memory_fraction(device) is not None \
-            else ("memory_used_bytes", None)
-        memory = history.device(key, memory_series, graph)
-        last_util = next((v for v in reversed(utilization) if v is not None), None)
-        last_memory = next((v for v in reversed(memory) if v is not None), None)
-        line = Line().add(" " + fit(str(device.get("key")), key_width) + " ")
-        memory_graph = graph
-        if any(v is not None for v in utilization):
-            line.add(" UTIL ", DIM).add(fit(sparkline(utilization, graph, 100.0, state.unicode), graph),
-                                        level_style(None if last_util is None else last_util / 100))
-            line.add(fit(percent_text(last_util), 6, True) + " ")
-        else:  # a platform that reports no utilization: memory takes the whole line
-            memory_graph = max(4, width - key_width - 2 - 12)
-            memory = history.device(key, memory_series, memory_graph)
-        memory_style = level_style(last_memory / 100) if memory_top and last_memory is not None else BAR_LOW
-        line.add(" MEM ", DIM).add(fit(sparkline(memory, memory_graph, memory_top, state.unicode), memory_graph),
-                                   memory_style)
-        line.add(fit(percent_text(last_memory) if memory_top else format_bytes_short(last_memory), 6, True))
-        lines.append(line)
+    shown = devices[: max(0, budget)]
+    rows = max(1, min(MAX_GRAPH_ROWS, budget // max(1, len(shown))))
+    for device in shown:
+        lines += _device_history(device, history, state, width, key_width, graph, rows)
     if selected is not None and selected.has_agent:
         label = f" STEP/S of {selected.pid} {selected.tag or ''}".rstrip() + " "
         room = max(4, width - len(label) - 8)
@@ -615,6 +605,40 @@ def history_lines(report: dict[str, Any], state: ViewState, history: History, wi
         last = next((v for v in reversed(rates) if v is not None), None)
         lines.append(Line().add(label, DIM).add(sparkline(rates, room, None, state.unicode), BAR_LOW)
                      .add(" " + format_number(last)))
+    return lines
+
+
+def _device_history(device: dict[str, Any], history: History, state: ViewState, width: int, key_width: int,
+                    graph: int, rows: int) -> list[Line]:
+    """One device's UTIL and MEM graphs, `rows` tall, side by side; labels and last values on the top line."""
+    key = device_key(device)
+    utilization = history.device(key, "utilization_percent", graph)
+    memory_series, memory_top = ("memory_percent", 100.0) if device_memory_fraction(device) is not None \
+        else ("memory_used_bytes", None)
+    has_utilization = any(v is not None for v in utilization)
+    memory_graph = graph if has_utilization else max(4, width - key_width - 2 - 12)  # memory takes the line
+    memory = history.device(key, memory_series, memory_graph)
+    last_util = next((v for v in reversed(utilization) if v is not None), None)
+    last_memory = next((v for v in reversed(memory) if v is not None), None)
+    util_style = level_style(None if last_util is None else last_util / 100)
+    memory_style = level_style(last_memory / 100) if memory_top and last_memory is not None else BAR_LOW
+    def drawn(values: list[float | None], size: int, top: float | None) -> list[str]:
+        if rows == 1:  # one line: the sparkline's finer ASCII ramp
+            return [sparkline(values, size, top, state.unicode)]
+        return graph_rows(values, size, rows, top, state.unicode)
+
+    util_rows, memory_rows = drawn(utilization, graph, 100.0), drawn(memory, memory_graph, memory_top)
+    lines = []
+    for row in range(rows):
+        top = row == 0
+        line = Line().add(" " + fit(str(device.get("key")) if top else "", key_width) + " ")
+        if has_utilization:
+            line.add(" UTIL " if top else " " * 6, DIM).add(fit(util_rows[row], graph), util_style)
+            line.add((fit(percent_text(last_util), 6, True) if top else " " * 6) + " ")
+        line.add(" MEM " if top else " " * 5, DIM).add(fit(memory_rows[row], memory_graph), memory_style)
+        if top:
+            line.add(fit(percent_text(last_memory) if memory_top else format_bytes_short(last_memory), 6, True))
+        lines.append(line)
     return lines
 
 
@@ -696,7 +720,7 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
         spare = process_budget - max(shown + 1, 4) - 1
         panel = 0
         if history is not None and interactive and spare >= 3:
-            panel = min(spare, device_need + 1)
+            panel = min(spare, history_rows_wanted(device_need - 2, True))
             process_budget -= panel + 1
         processes, selected = process_lines(report, state, width, max(1, process_budget), interactive)
         if panel and history is not None:
