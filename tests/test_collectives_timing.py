@@ -119,3 +119,30 @@ def test_the_budget_grows_with_the_sample_and_stays_inside_the_timeout():
     assert plan_for(500, 60) == TimingPlan(0.5, 5.0)
     assert plan_for(500, 4) == TimingPlan(0.5, 1.0)
     assert plan_for(2000, 8).budget_s == 2.0
+
+
+def test_an_out_of_place_sample_frees_the_previous_samples_output_before_its_last_wait():
+    """As in tpu-bench: each sample pays for as many frees as it makes outputs (the runtime unmaps a large
+    output when it is freed, a cost of every call of a long loop)."""
+    import weakref
+
+    from tpu_tools.collectives.runner import _OutOfPlace
+
+    log: list[tuple[str, int]] = []
+
+    class Output:
+        def __init__(self, number: int):
+            self.number = number
+            weakref.finalize(self, log.append, ("freed", number))
+
+        def block_until_ready(self) -> Output:
+            log.append(("blocked", self.number))
+            return self
+
+    chain = _OutOfPlace(lambda inputs, previous: Output(previous.number + 1), None, Output(0), lambda: None, 1000)
+    chain.sample(3)
+    chain.sample(2)
+    blocks = [index for index, event in enumerate(log) if event[0] == "blocked"]
+    assert log.index(("freed", 3)) < blocks[-1]  # the first sample's output, freed inside the second sample
+    assert {n for kind, n in log if kind == "freed"} == {0, 1, 2, 3, 4}
+    assert chain.last.number == 5
