@@ -44,6 +44,7 @@ def test_monitor_reports_every_figure_and_places_the_gpus_by_pci_bus_id(fake_nvm
     assert gpu0["utilization_percent"] == 83 and gpu0["sources"] == ["discovery", "nvml"]
     assert gpu0["extra"]["temperature_celsius"] == 57 and gpu0["extra"]["power_draw_watts"] == pytest.approx(471.191)
     assert devices["gpu:1"]["extra"]["nvml_status"] == "lost"
+    assert gpu0["name"] == devices["gpu:1"]["name"] == "NVIDIA H100 80GB HBM3"  # the driver's name, even when lost
 
 
 def test_monitor_without_nvml_says_why_in_the_group_and_goes_on(gpu_host):
