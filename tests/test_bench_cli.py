@@ -424,3 +424,5 @@ def test_the_checked_in_gpu_baseline_is_a_result_the_gate_reads():
     cases = {c["id"]: c for c in document["results"]}
     assert cases["matmul/bf16/8192"]["status"] == "ok" and cases["matmul/f32/8192"]["values"]["arithmetic"] == "tf32"
     assert "pinned_host" in cases["transfer/d2h-pinned/256.0MiB"]["values"]["path"]
+    gpu = cases["matmul/bf16/8192"]["values"]["interference"]["gpu"]  # NVML's reading at the end of the case
+    assert gpu["sm_clock_max_mhz"] == 1980 and gpu["power_limit_watts"] == 700
