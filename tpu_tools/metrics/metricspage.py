@@ -6,6 +6,7 @@ is local), and never beyond a size: a page over it is refused rather than half r
 
 from __future__ import annotations
 
+import functools
 import urllib.request
 
 
@@ -13,10 +14,15 @@ class PageTooLarge(Exception):
     """The page is longer than the caller's bound."""
 
 
+@functools.cache
+def _opener() -> urllib.request.OpenerDirector:
+    """One opener for the process (a monitor reads these pages every period), with no proxy."""
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def read_metrics_page(address: str, timeout_s: float, max_bytes: int) -> str:
     """The text of http://ADDRESS/metrics. Raises OSError or ValueError (no answer), PageTooLarge."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(f"http://{address}/metrics", timeout=timeout_s) as response:
+    with _opener().open(f"http://{address}/metrics", timeout=timeout_s) as response:
         body: bytes = response.read(max_bytes + 1)
     if len(body) > max_bytes:
         raise PageTooLarge(f"more than {max_bytes >> 20} MiB")
