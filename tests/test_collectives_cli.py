@@ -267,16 +267,23 @@ def test_sample_ms_0_waits_for_every_call(tmp_path):
 def test_a_sample_length_the_calibration_cannot_reach_is_said_not_looped_for(tmp_path):
     path = tmp_path / "short.json"
     started = time.monotonic()
+    # A 2 s sample with a calibration budget of 2 s (a quarter of --timeout, the most a sample may have): the
+    # calibration only starts samples predicted to fit what is left of its budget, so it falls short and says
+    # so, unless a sample overshoots its prediction past 2 s on a loaded machine (then it is simply reached).
+    # The decision itself, on a clock, is in test_collectives_timing.py.
     result = collectives("all-reduce", "-b", "64", "-e", "64", "-n", "1", "-w", "0", "--sample-ms", "2000",
                          "--timeout", "8", "--json", str(path))
     elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr
-    said = re.search(r"note: all-reduce \(sum\) at 64 B: (\d+) calls per sample last [\d.]+ ms, short of the 2000 ms "
-                     r"asked \(the calibration's time budget of 2 s would run out\)", result.stderr)
-    assert said, result.stderr
     (row,) = json.loads(path.read_text())["tests"][0]["results"]
-    # Timed at the k it reached (a timed sample may come out a little over or under the calibration's).
-    assert row["calibration_note"] and row["calls_per_sample"] == int(said.group(1)) and row["wrong"] == 0
+    said = re.search(r"note: all-reduce \(sum\) at 64 B: (\d+) calls per sample last [\d.]+ ms, short of the 2000 ms "
+                     r"asked \((the calibration's time budget of 2 s would run out|at most 65536 calls per "
+                     r"sample)\)", result.stderr)
+    if said:  # timed at the k it reached (a timed sample may come out a little over or under the calibration's)
+        assert row["calibration_note"] and row["calls_per_sample"] == int(said.group(1))
+    else:
+        assert "note:" not in result.stderr and row["calibration_note"] is None and row["sample_ms"] > 1000
+    assert row["wrong"] == 0
     assert elapsed < 60, elapsed
 
 
