@@ -9,6 +9,7 @@ whole or not at all, and the leftovers in owned folders removed.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -30,10 +31,8 @@ def stale(files: Files, owned: Iterable[Path] = ()) -> list[Path]:
 
 def write(files: Files, owned: Iterable[Path] = ()) -> None:
     """Write every file atomically; remove what `owned` folders hold that is no longer generated."""
-    import sys
-
     sys.path.insert(0, str(REPO))
-    from tpu_tools.atomic import write_file
+    from tpu_tools.atomic import write_file  # here: --check needs no import of the package
 
     for folder in owned:
         for path in folder.glob("*"):

@@ -255,17 +255,21 @@ def _numbered_children(directory: Path, prefix: str) -> list[str]:
     return sorted((n for n in names if re.fullmatch(rf"{prefix}\d+", n)), key=lambda n: int(n[len(prefix):]))
 
 
+def _nvidia_information(root: Path, address: str) -> dict[str, str]:
+    """The driver's `Key: value` lines of one GPU (/proc/driver/nvidia/gpus/ADDRESS/information); {} without them."""
+    text = _read_text(root / "proc/driver/nvidia/gpus" / address / "information") or ""
+    return {key.strip(): value.strip() for key, sep, value in (line.partition(":") for line in text.splitlines())
+            if sep and key.strip()}
+
+
 def _nvidia_model(root: Path, address: str) -> str | None:
     """The driver's name of the card ("NVIDIA H100 80GB HBM3"), as nvidia-smi shows it; None without the driver."""
-    text = _read_text(root / "proc/driver/nvidia/gpus" / address / "information") or ""
-    match = re.search(r"^Model:\s*(\S.*?)\s*$", text, re.MULTILINE)
-    return match.group(1) if match else None
+    return _nvidia_information(root, address).get("Model") or None
 
 
 def _nvidia_minor(root: Path, address: str) -> int | None:
-    text = _read_text(root / "proc/driver/nvidia/gpus" / address / "information") or ""
-    match = re.search(r"Device Minor:\s*(\d+)", text)
-    return int(match.group(1)) if match else None
+    minor = _nvidia_information(root, address).get("Device Minor", "")
+    return int(minor) if minor.isascii() and minor.isdigit() else None
 
 
 def _node_paths(root: Path, spec: ChipSpec, function: PciFunction, ordinal: int) -> list[str]:

@@ -622,6 +622,7 @@ def _device_history(device: dict[str, Any], history: History, state: ViewState, 
     last_memory = next((v for v in reversed(memory) if v is not None), None)
     util_style = level_style(None if last_util is None else last_util / 100)
     memory_style = level_style(last_memory / 100) if memory_top and last_memory is not None else BAR_LOW
+
     def drawn(values: list[float | None], size: int, top: float | None) -> list[str]:
         if rows == 1:  # one line: the sparkline's finer ASCII ramp
             return [sparkline(values, size, top, state.unicode)]
@@ -630,13 +631,13 @@ def _device_history(device: dict[str, Any], history: History, state: ViewState, 
     util_rows, memory_rows = drawn(utilization, graph, 100.0), drawn(memory, memory_graph, memory_top)
     lines = []
     for row in range(rows):
-        top = row == 0
-        line = Line().add(" " + fit(str(device.get("key")) if top else "", key_width) + " ")
+        first = row == 0  # the labels and the last values go on the top line
+        line = Line().add(" " + fit(str(device.get("key")) if first else "", key_width) + " ")
         if has_utilization:
-            line.add(" UTIL " if top else " " * 6, DIM).add(fit(util_rows[row], graph), util_style)
-            line.add((fit(percent_text(last_util), 6, True) if top else " " * 6) + " ")
-        line.add(" MEM " if top else " " * 5, DIM).add(fit(memory_rows[row], memory_graph), memory_style)
-        if top:
+            line.add(" UTIL " if first else " " * 6, DIM).add(fit(util_rows[row], graph), util_style)
+            line.add((fit(percent_text(last_util), 6, True) if first else " " * 6) + " ")
+        line.add(" MEM " if first else " " * 5, DIM).add(fit(memory_rows[row], memory_graph), memory_style)
+        if first:
             line.add(fit(percent_text(last_memory) if memory_top else format_bytes_short(last_memory), 6, True))
         lines.append(line)
     return lines
