@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, clean_env, run_tool
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tpu_tools.errors import UsageError
@@ -154,6 +154,7 @@ SPEC_TEXT = st.one_of(st.text(max_size=40), st.from_regex(r"\A[a-z0-9]{1,5}\[[0-
 
 @settings(max_examples=300, deadline=None)
 @given(text=SPEC_TEXT)
+@example(text=",".join(["p0"] * 81))  # once echoed whole by parse_arg_spec: a 421-character error
 def test_every_other_option_parser_gives_a_value_or_one_error(text):
     from tpu_tools.bench.compare import parse_tolerance
     from tpu_tools.bench.matmul import parse_shape

@@ -55,7 +55,7 @@ def parse_arg_spec(text: str) -> ArgSpec:
     """ "f32[128,512]" -> ArgSpec("f32", (128, 512)); "i32[]" and "i32" are scalars."""
     match = _SPEC.match(text.lower())
     if not match or match["dtype"] not in DTYPES:
-        raise UsageError(f"bad --arg {text!r}: expected DTYPE[DIM,...] such as f32[128,512], bf16[8] or i32[] "
+        raise UsageError(f"bad --arg {text[:60]!r}: expected DTYPE[DIM,...] such as f32[128,512], bf16[8] or i32[] "
                          f"(dtypes: {', '.join(sorted(set(DTYPES) - {'bool', 'i8', 'i16', 'i32', 'i64'}))})")
     dims_text = (match["dims"] or "").strip()
     dims: list[int] = []
