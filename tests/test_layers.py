@@ -2,7 +2,9 @@
 
 Lowest first. A module may import modules of its own package and of lower
 layers; imports inside functions count too (they still make a cycle, only a
-later one). A new package must be placed in the table.
+later one). A new package must be placed in the table. Two more rules hold
+for every module: no import circle between modules (inside a package too),
+and no private name (`_name`) of one module used by another.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     # Base modules: records and formatting with no runtime behind them. They may use each other
     # (the only layer where that is allowed: they are single modules, not packages).
     # Checking and writing what comes from or goes outside (records, terminal text, JSON, files, signals).
-    ("tpu_tools", "errors", "units", "parsing", "accelerators", "versions",
+    ("tpu_tools", "errors", "units", "parsing", "accelerators", "versions", "shorten",
      "records", "jsonout", "sanitize", "atomic", "signals"),
     ("pjrt",),  # the PJRT client layer: platform policy, isolation, devices, discovery, probes
     ("metrics",),  # sampling and exposition; reads PJRT device records
@@ -46,8 +48,8 @@ def layer_of(unit: str) -> int | None:
     return next((index for index, units in enumerate(LAYERS) if unit in units), None)
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def module_name(path: Path, root: Path | None = None) -> str:
+    parts = list(path.relative_to((root or PACKAGE).parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -70,6 +72,104 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
             found += [(node.lineno, f"{base}.{alias.name}" if base == "tpu_tools" and alias.name in
                        {u for layer in LAYERS for u in layer} else base) for alias in node.names]
     return [(line, module) for line, module in found if module == "tpu_tools" or module.startswith("tpu_tools.")]
+
+
+def source_files(root: Path) -> list[Path]:
+    return [path for path in sorted(root.rglob("*.py"))
+            if not (path.name.endswith("_pb2.py") or path.name.endswith("_pb2_grpc.py"))]
+
+
+def module_imports(path: Path, modules: set[str], root: Path) -> tuple[set[str], list[tuple[int, str]]]:
+    """The tpu_tools modules a file imports (`from package import module` is that module), and the
+    (line, text) of each private name it takes from another module, by import or by attribute."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    imported: set[str] = set()
+    private: list[tuple[int, str]] = []
+    module_aliases: set[str] = set()
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules:
+                    imported.add(alias.name)
+                    if alias.asname:
+                        module_aliases.add(alias.asname)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            if base not in modules:
+                continue
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                if full in modules:
+                    imported.add(full)
+                    module_aliases.add(alias.asname or alias.name)
+                    continue
+                imported.add(base)
+                if _is_private(alias.name) and base != name:
+                    private.append((node.lineno, f"imports {alias.name} from {base}"))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in module_aliases and _is_private(node.attr)):
+            private.append((node.lineno, f"uses {node.value.id}.{node.attr}"))
+    return imported - {name}, private
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_names(root: Path = PACKAGE) -> list[str]:
+    files = source_files(root)
+    modules = {module_name(path, root) for path in files}
+    return [f"{path.relative_to(root.parent)}:{line}: {what}: a private name is its own module's alone"
+            for path in files for line, what in module_imports(path, modules, root)[1]]
+
+
+def import_circles(root: Path = PACKAGE) -> list[list[str]]:
+    """Every set of modules that import each other round a circle (strongly connected, more than one)."""
+    files = source_files(root)
+    modules = {module_name(path, root) for path in files}
+    graph = {module_name(path, root): sorted(module_imports(path, modules, root)[0]) for path in files}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+    for start in sorted(graph):
+        if start in order:
+            continue
+        # Tarjan's algorithm without recursion: (module, index of the next neighbour to visit)
+        work = [(start, 0)]
+        while work:
+            module, next_index = work.pop()
+            if next_index == 0:
+                order[module] = low[module] = len(order)
+                stack.append(module)
+            neighbours = graph[module]
+            if next_index < len(neighbours):
+                work.append((module, next_index + 1))
+                target = neighbours[next_index]
+                if target not in order:
+                    work.append((target, 0))
+                elif target in stack:
+                    low[module] = min(low[module], order[target])
+                continue
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[module])
+            if low[module] == order[module]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    component.append(member)
+                    if member == module:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return circles
 
 
 def upward_imports(root: Path = PACKAGE) -> list[str]:
@@ -99,6 +199,47 @@ def upward_imports(root: Path = PACKAGE) -> list[str]:
 def test_every_import_points_down():
     problems = upward_imports()
     assert not problems, "\n".join(problems)
+
+
+def test_no_module_takes_another_modules_private_names():
+    problems = private_names()
+    assert not problems, "\n".join(problems)
+
+
+def test_no_import_circle():
+    circles = import_circles()
+    assert not circles, "\n".join(" <-> ".join(circle) for circle in circles)
+
+
+def _package_tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "tpu_tools"
+    for relative, text in {"__init__.py": "", **files}.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text)
+    return root
+
+
+def test_the_walk_sees_a_circle_through_a_function_level_import(tmp_path):
+    root = _package_tree(tmp_path, {
+        "top/__init__.py": "",
+        "top/frame.py": "def render():\n    from tpu_tools.top.panel import lines\n    return lines\n",
+        "top/panel.py": "from tpu_tools.top.frame import render\n",
+        "top/other.py": "from tpu_tools.top import frame\n",
+    })
+    assert import_circles(root) == [["tpu_tools.top.frame", "tpu_tools.top.panel"]]
+
+
+def test_the_walk_sees_private_names_taken_across_modules(tmp_path):
+    root = _package_tree(tmp_path, {
+        "metrics/__init__.py": "",
+        "metrics/a.py": "def _ident():\n    pass\n\ndef own():\n    return _ident()\n",
+        "metrics/b.py": "from tpu_tools.metrics.a import _ident\n",
+        "metrics/c.py": "from tpu_tools.metrics import a\n\ndef f():\n    return a._ident(), a.__name__\n",
+    })
+    assert private_names(root) == [
+        "tpu_tools/metrics/b.py:1: imports _ident from tpu_tools.metrics.a: a private name is its own module's alone",
+        "tpu_tools/metrics/c.py:4: uses a._ident: a private name is its own module's alone",
+    ]
 
 
 def test_every_package_is_placed():

@@ -15,7 +15,8 @@ from test_top import _report
 
 from tpu_tools.top import signals
 from tpu_tools.top.collector import Collector
-from tpu_tools.top.frame import Column, frame_text, layout, render, sparkline
+from tpu_tools.top.drawing import Column, layout, sparkline
+from tpu_tools.top.frame import frame_text, render
 from tpu_tools.top.history import MAX_SAMPLES, History, Ring
 from tpu_tools.top.model import Filters, ProcessRow, ViewState, handle_key, rows_from_report
 
@@ -336,7 +337,7 @@ def test_job_screen_of_a_process_without_agent():
 
 
 def test_tall_graph_rows_stack_eighths():
-    from tpu_tools.top.frame import graph_rows
+    from tpu_tools.top.drawing import graph_rows
 
     rows = graph_rows([0.0, 50.0, 100.0, None], 4, 2, 100.0)
     assert rows == ["  \u2588 ", "\u2581\u2588\u2588 "]  # top line first; a gap stays blank

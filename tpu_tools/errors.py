@@ -6,6 +6,8 @@ stderr and the matching exit status. Anything else is an internal error.
 
 from __future__ import annotations
 
+from tpu_tools.shorten import shorten
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -22,9 +24,7 @@ def first_line(error: BaseException, *, limit: int | None = None, default: str |
     """
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     text = lines[0] if lines else (type(error).__name__ if default is None else default)
-    if limit is not None and len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return text
+    return text if limit is None else shorten(text, limit)
 
 
 class ToolError(Exception):

@@ -6,6 +6,8 @@ import math
 import re
 from typing import Any
 
+from tpu_tools.shorten import quoted
+
 _SIZE_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 MAX_SIZE_BYTES = float(1 << 60)
 _SIZE_FACTORS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -15,10 +17,10 @@ def parse_size(text: str) -> int:
     """Parse "64", "4K", "16M", "1G", "2GiB", "512KB" as bytes (K = 1024). Raises ValueError."""
     match = _SIZE_PATTERN.match(text) if isinstance(text, str) and len(text) <= MAX_NUMBER_TEXT else None
     if not match:
-        raise ValueError(f"{_shown(text)} is not a size (use a number with an optional K, M, G or T suffix)")
+        raise ValueError(f"{quoted(text)} is not a size (use a number with an optional K, M, G or T suffix)")
     value = float(match.group(1)) * _SIZE_FACTORS[match.group(2).upper()]
     if not math.isfinite(value) or value > MAX_SIZE_BYTES:
-        raise ValueError(f"{_shown(text)} is far too large a size (at most 1E)")
+        raise ValueError(f"{quoted(text)} is far too large a size (at most 1E)")
     if value != int(value):
         raise ValueError(f"{text!r} is not a whole number of bytes")
     return int(value)
@@ -39,23 +41,23 @@ def parse_duration(value: Any, what: str = "period", *, minimum: float | None = 
     if isinstance(value, bool):
         raise ValueError(f"{what} must be a duration, not {value!r}")
     if isinstance(value, str) and len(value) > MAX_NUMBER_TEXT:
-        raise ValueError(f"{what} {_shown(value)} is not a duration")
+        raise ValueError(f"{what} {quoted(value)} is not a duration")
     if isinstance(value, (int, float)):
         try:
             seconds = float(value)
         except OverflowError:  # a 400-digit integer from a JSON or TOML file
-            raise ValueError(f"{what} {_shown(value)} is far too long") from None
+            raise ValueError(f"{what} {quoted(value)} is far too long") from None
     elif isinstance(value, str) and (match := _DURATION.match(value)):
         seconds = float(match.group(1)) * _FACTORS[match.group(2)]
     else:
-        raise ValueError(f"{what} {_shown(value)} is not a duration (use seconds, or a number with ms, s, m or h)")
+        raise ValueError(f"{what} {quoted(value)} is not a duration (use seconds, or a number with ms, s, m or h)")
     if not seconds > 0 or seconds != seconds:
-        raise ValueError(f"{what} must be greater than 0, got {_shown(value)}")
+        raise ValueError(f"{what} must be greater than 0, got {quoted(value)}")
     if seconds > maximum:
         longest = "a day" if maximum == MAX_PERIOD_S else f"{maximum:g} s"
-        raise ValueError(f"{what} {_shown(value)} is longer than {longest}")
+        raise ValueError(f"{what} {quoted(value)} is longer than {longest}")
     if minimum is not None and seconds < minimum:
-        raise ValueError(f"{what} {_shown(value)} is shorter than {minimum:g} s")
+        raise ValueError(f"{what} {quoted(value)} is shorter than {minimum:g} s")
     return seconds
 
 
@@ -79,43 +81,37 @@ def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum
     (returned as int). NaN, infinities, booleans and over-long text are refused with a sentence naming `what`.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"{what} must be a number, not {_shown(value)}")
+        raise ValueError(f"{what} must be a number, not {quoted(value)}")
     if isinstance(value, str):
         text = value.strip()
         if len(text) > MAX_NUMBER_TEXT:
-            raise ValueError(f"{what} {_shown(value)} is not a sensible number ({len(text)} characters)")
+            raise ValueError(f"{what} {quoted(value)} is not a sensible number ({len(text)} characters)")
         if integer:
             if not _INTEGER.match(text):
-                raise ValueError(f"{what} {_shown(value)} is not a whole number")
+                raise ValueError(f"{what} {quoted(value)} is not a whole number")
             number: float | int = int(text)
         else:
             try:
                 number = float(text)
             except ValueError:
-                raise ValueError(f"{what} {_shown(value)} is not a number") from None
+                raise ValueError(f"{what} {quoted(value)} is not a number") from None
     elif integer and isinstance(value, float):
         if not (math.isfinite(value) and value == int(value)):
-            raise ValueError(f"{what} {_shown(value)} is not a whole number")
+            raise ValueError(f"{what} {quoted(value)} is not a whole number")
         number = int(value)
     else:
         number = value
     if isinstance(number, float) and not math.isfinite(number):
-        raise ValueError(f"{what} must be a finite number, got {_shown(value)}")
+        raise ValueError(f"{what} must be a finite number, got {quoted(value)}")
     if isinstance(number, int) and abs(number) > _MAX_INTEGER:  # beyond int64 and float: no option means it
-        raise ValueError(f"{what} {_shown(value)} is not a sensible number")
+        raise ValueError(f"{what} {quoted(value)} is not a sensible number")
     if above is not None and not number > above:
-        raise ValueError(f"{what} must be greater than {_bound(above)}, got {_shown(value)}")
+        raise ValueError(f"{what} must be greater than {_bound(above)}, got {quoted(value)}")
     if minimum is not None and number < minimum:
-        raise ValueError(f"{what} must be at least {_bound(minimum)}, got {_shown(value)}")
+        raise ValueError(f"{what} must be at least {_bound(minimum)}, got {quoted(value)}")
     if maximum is not None and number > maximum:
-        raise ValueError(f"{what} {_shown(value)} is absurdly large (at most {_bound(maximum)})")
+        raise ValueError(f"{what} {quoted(value)} is absurdly large (at most {_bound(maximum)})")
     return int(number) if integer else float(number)
-
-
-def _shown(value: Any, limit: int = 24) -> str:
-    """A value as an error message quotes it, cut short (a 400-digit number is not repeated whole)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _bound(limit: float) -> str:

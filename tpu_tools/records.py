@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tpu_tools.shorten import quoted, shorten
+
 MAX_STRING = 1 << 16  # characters; longer strings are cut (a command line or an error message, not a payload)
 MAX_ITEMS = 100_000
 MAX_DEPTH = 64
@@ -34,13 +36,12 @@ class RecordError(ValueError):
 
 
 def _describe(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return quoted(value, 40)
 
 
 def _key(key: object) -> str:
     # a key is outside data too: the error sentence must stay one printable line
-    text = str(key)[:40]
+    text = shorten(str(key), 40)
     return text if text.isprintable() else repr(text)
 
 

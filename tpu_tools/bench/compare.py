@@ -23,6 +23,7 @@ from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, SCHEMA, STATUSES, 
 from tpu_tools.bench.stats import Summary
 from tpu_tools.errors import UsageError
 from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, Spec, Str, parse
+from tpu_tools.shorten import shorten
 
 MIN_GATED_SAMPLES = 3
 
@@ -116,7 +117,7 @@ def load_result(path: str | Path, role: str = "baseline") -> dict[str, Any]:
     schema = document.get("schema") if isinstance(document, dict) else None
     if schema != SCHEMA:
         shown = f"schema {schema!r}" if isinstance(schema, str) and schema else "no schema key"
-        raise UsageError(f"{role} file {path} is not a tpu-bench result ({shown[:80]}, expected {SCHEMA!r})")
+        raise UsageError(f"{role} file {path} is not a tpu-bench result ({shorten(shown, 80)}, expected {SCHEMA!r})")
     try:
         document = check_result_document(document)
         RunResult.from_dict(document)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpu_tools.errors import UsageError
+from tpu_tools.shorten import quoted
 
 AXIS_NAMES = ("x", "y", "z")
 
@@ -33,7 +34,7 @@ def parse_device_ids(text: str | None) -> list[int] | None:
                 if low > high:
                     raise ValueError
                 if high - low >= MAX_DEVICE_IDS or len(ids) + high - low >= MAX_DEVICE_IDS:
-                    raise UsageError(f"--devices {text[:40]!r}: more than {MAX_DEVICE_IDS} device ids")
+                    raise UsageError(f"--devices {quoted(text, 40)}: more than {MAX_DEVICE_IDS} device ids")
                 ids.extend(range(low, high + 1))
             else:
                 ids.append(int(part))

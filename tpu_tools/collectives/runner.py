@@ -46,6 +46,7 @@ from tpu_tools.collectives.timing import calibrate, per_call_us, plan_for
 from tpu_tools.collectives.watchdog import Watchdog, plain_diagnosis
 from tpu_tools.errors import EXIT_OK, RuntimeFailure, ToolError, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
+from tpu_tools.shorten import one_line
 from tpu_tools.units import format_bytes
 
 CONTINUE = "continue"
@@ -495,6 +496,5 @@ _Chain = _OutOfPlace | _InPlace
 
 
 def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
+    return one_line(str(error), 300) or type(error).__name__
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
+from tpu_tools.shorten import shorten
 
 SHOW_SCHEMA = "tpu-tools/dump-show/v1"
 _KERNEL_ERROR = re.compile(r"(?i)\b(error|fail\w*|fault|timeout|timed out|xid|reset|oom[-_ ]kill\w*|"
@@ -292,8 +293,9 @@ def _system_warnings(bundle: Bundle, out: list[Finding]) -> None:
         kernel = []
     errors = [line for line in kernel if not line.startswith("#") and _KERNEL_ERROR.search(line)]
     if errors:
+        last = shorten(errors[-1].strip(), 160)
         out.append(Finding("kernel_errors", f"{len(errors)} kernel messages about accelerators, PCIe or memory "
-                                            f"report errors (see logs/kernel.txt); last: {errors[-1].strip()[:160]}"))
+                                            f"report errors (see logs/kernel.txt); last: {last}"))
 
 
 def summarize(bundle: Bundle) -> Summary:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpu_tools.metrics.metricspage import PageTooLarge, read_metrics_page, unreachable_reason
+from tpu_tools.shorten import shorten
 
 DEFAULT_ADDRESS = "localhost:2112"
 ADDRESS_VARIABLE = "TPU_DEVICE_PLUGIN_METRICS_ADDR"
@@ -80,7 +81,7 @@ def parse(text: str) -> tuple[list[PluginAccelerator], list[str]]:
             if not identity or (identity not in accelerators and len(accelerators) >= _MAX_ACCELERATORS):
                 skipped += 1
                 continue
-            entry = accelerators.setdefault(identity, PluginAccelerator(identity[:200]))
+            entry = accelerators.setdefault(identity, PluginAccelerator(shorten(identity, 200)))
             for label in _LABELS:
                 if sample.labels.get(label):
                     setattr(entry, label, sample.labels[label][:200])
@@ -108,5 +109,5 @@ def read_plugin(timeout_s: float, environ: Mapping[str, str] | None = None) -> P
     try:
         result.accelerators, result.notes = parse(text)
     except (ValueError, TypeError, IndexError) as error:
-        result.error = f"the TPU device plugin at {address} answered unreadable text: {error}"[:300]
+        result.error = shorten(f"the TPU device plugin at {address} answered unreadable text: {error}", 300)
     return result

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpu_tools.metrics.metricspage import PageTooLarge, read_metrics_page, unreachable_reason
+from tpu_tools.shorten import shorten
 
 DEFAULT_PORT = 9431
 PORT_VARIABLES = {"orbax": "ORBAX_PROMETHEUS_PORT", "grain": "PYGRAIN_PROMETHEUS_PORT"}
@@ -83,7 +84,7 @@ def scrape(port: int, sources: list[str], timeout_s: float, host: str = "127.0.0
             source = _source_of(family.name, sources)
             if source is None:
                 continue
-            exported = ExportedFamily(source, family.name, family.type, family.documentation[:200])
+            exported = ExportedFamily(source, family.name, family.type, shorten(family.documentation, 200))
             for sample in family.samples:
                 if kept >= _MAX_SAMPLES:
                     endpoint.notes.append(f"more than {_MAX_SAMPLES} samples: the rest left out")
@@ -96,7 +97,7 @@ def scrape(port: int, sources: list[str], timeout_s: float, host: str = "127.0.0
             if kept >= _MAX_SAMPLES:
                 break
     except (ValueError, TypeError, IndexError) as error:
-        endpoint.error = f"the metrics endpoint at {endpoint.address} answered unreadable text: {error}"[:300]
+        endpoint.error = shorten(f"the metrics endpoint at {endpoint.address} answered unreadable text: {error}", 300)
         endpoint.families = []
     return endpoint
 

@@ -12,6 +12,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tpu_tools.shorten import shorten
+
 PROBE_SIZE = 128
 EXECUTE_REPEATS = 5
 
@@ -67,7 +69,7 @@ def probe_device(jax_module: Any, device: Any) -> ProbeResult:
             samples.append((time.perf_counter() - start) * 1e6)
         got = np.asarray(result)
     except Exception as exc:  # a device that fails is a result, not a crash
-        return ProbeResult(device_id=int(device.id), ok=False, error=f"{type(exc).__name__}: {exc}"[:500])
+        return ProbeResult(device_id=int(device.id), ok=False, error=shorten(f"{type(exc).__name__}: {exc}", 500))
     wrong = int(np.count_nonzero(got.astype(np.int64) != expected))
     return ProbeResult(
         device_id=int(device.id),

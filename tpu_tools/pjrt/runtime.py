@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 from tpu_tools.errors import PlatformUnavailable, UsageError
+from tpu_tools.shorten import shorten
 
 PLATFORM_CHOICES = ("auto", "cpu", "gpu", "cuda", "rocm", "tpu")
 KNOWN_JAX_PLATFORMS = ("cpu", "gpu", "cuda", "rocm", "tpu", "metal")
@@ -184,8 +185,7 @@ def explain_backend_error(platform: str, message: str) -> str:
 
 def _short(text: str, limit: int = 300) -> str:
     text = " ".join(text.split())
-    text = text.replace(" (set JAX_PLATFORMS='' to automatically choose an available backend)", "")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(text.replace(" (set JAX_PLATFORMS='' to automatically choose an available backend)", ""), limit)
 
 
 # Flags the toolkit sets itself (from --host-devices): known to every XLA, never worth a check.

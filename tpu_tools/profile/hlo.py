@@ -20,6 +20,7 @@ from typing import Any
 
 from tpu_tools.errors import RuntimeFailure, UsageError, first_line
 from tpu_tools.profile.roofline import Roofline, chip_by_name, compute_dtype, roofline
+from tpu_tools.shorten import quoted
 
 SCHEMA = "tpu-tools/profile-hlo/v1"
 
@@ -54,8 +55,9 @@ class ArgSpec:
 def parse_arg_spec(text: str) -> ArgSpec:
     """ "f32[128,512]" -> ArgSpec("f32", (128, 512)); "i32[]" and "i32" are scalars."""
     match = _SPEC.match(text.lower())
+    shown = quoted(text, 60)
     if not match or match["dtype"] not in DTYPES:
-        raise UsageError(f"bad --arg {text[:60]!r}: expected DTYPE[DIM,...] such as f32[128,512], bf16[8] or i32[] "
+        raise UsageError(f"bad --arg {shown}: expected DTYPE[DIM,...] such as f32[128,512], bf16[8] or i32[] "
                          f"(dtypes: {', '.join(sorted(set(DTYPES) - {'bool', 'i8', 'i16', 'i32', 'i64'}))})")
     dims_text = (match["dims"] or "").strip()
     dims: list[int] = []
@@ -63,15 +65,15 @@ def parse_arg_spec(text: str) -> ArgSpec:
         for part in dims_text.split(","):
             part = part.strip()
             if not part.isdigit() or len(part) > 19:
-                raise UsageError(f"bad --arg {text[:60]!r}: dimension {part[:24]!r} is not a whole number >= 0")
+                raise UsageError(f"bad --arg {shown}: dimension {quoted(part, 24)} is not a whole number >= 0")
             dims.append(int(part))
     if len(dims) > MAX_RANK:
-        raise UsageError(f"bad --arg {text[:60]!r}: {len(dims)} dimensions, XLA takes at most {MAX_RANK}")
+        raise UsageError(f"bad --arg {shown}: {len(dims)} dimensions, XLA takes at most {MAX_RANK}")
     dtype = match["dtype"]
     elements = math.prod(dims)
     # XLA computes sizes in int64 and aborts the process (no exception) on an overflow: refuse it here.
     if elements * _ITEM_BITS.get(DTYPES[dtype], 64) // 8 > MAX_ARGUMENT_BYTES:
-        raise UsageError(f"bad --arg {text[:60]!r}: {elements:.3g} elements is far beyond any device "
+        raise UsageError(f"bad --arg {shown}: {elements:.3g} elements is far beyond any device "
                          "(at most 1 EiB per argument)")
     canonical = {"bool": "pred", "i8": "s8", "i16": "s16", "i32": "s32", "i64": "s64"}.get(dtype, dtype)
     return ArgSpec(canonical, tuple(dims))

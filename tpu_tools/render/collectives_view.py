@@ -12,6 +12,7 @@ import statistics
 
 from tpu_tools.collectives.mesh import id_ranges
 from tpu_tools.collectives.report import CaseResult, CollectivesReport, SizeResult
+from tpu_tools.shorten import shorten
 from tpu_tools.units import format_bytes
 
 # (name, unit, width): two header lines, as nccl-tests prints them; a row fits 80 columns.
@@ -159,8 +160,8 @@ def process_lines(report: CollectivesReport) -> list[str]:
         worst = _percent(max(values) - 1) if values else "-"
         sizes = f"{flagged[process.process_id]} of {len(values)}"
         mark = "  SLOW" if flagged[process.process_id] else ""
-        lines.append(f"#  {process.process_id:>7}  {process.host[:20]:<20} {process.pid:>5}  "
-                     f"{id_ranges(process.device_ids)[:16]:<16}  {average:>13}  {worst:>7}  {sizes:>10}{mark}")
+        lines.append(f"#  {process.process_id:>7}  {shorten(process.host, 20):<20} {process.pid:>5}  "
+                     f"{shorten(id_ranges(process.device_ids), 16):<16}  {average:>13}  {worst:>7}  {sizes:>10}{mark}")
     slow = report.slow_processes()
     if slow:
         names = ", ".join(f"process {s.process_id} on {s.host} (pid {s.pid}, up to "

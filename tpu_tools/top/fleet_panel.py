@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpu_tools.top.frame import COLUMNS, DIM, ERROR, TITLE, Line, fit, percent_text, seconds_text
+from tpu_tools.top.drawing import COLUMNS, DIM, ERROR, TITLE, Line, fit, percent_text, seconds_text
 from tpu_tools.units import MISSING, format_bytes_short, format_number
 
 OUTLIER_MARK = "<<"

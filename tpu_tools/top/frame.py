@@ -10,19 +10,40 @@ whole, so no header is ever cut inside a word.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from tpu_tools.metrics.libtpu.names import FIELD_METRICS
 from tpu_tools.metrics.libtpu.records import NOT_SERVED
+from tpu_tools.top.drawing import (
+    BAR_LOW,
+    DIM,
+    ERROR,
+    HEADER,
+    NORMAL,
+    SELECTED,
+    TITLE,
+    WARN,
+    Column,
+    Line,
+    Segment,
+    bar_segments,
+    column_header,
+    fit,
+    graph_rows,
+    layout,
+    level_style,
+    parts_line,
+    percent_text,
+    seconds_text,
+    short_command,
+    sparkline,
+    table_row,
+)
+from tpu_tools.top.fleet_panel import fleet_lines
 from tpu_tools.top.history import History, device_graph_series, device_key
+from tpu_tools.top.jobview import job_lines
 from tpu_tools.top.model import SORT_COLUMNS, ProcessRow, ViewState, device_memory_fraction
-from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_duration_us, format_number
-
-# Styles the screen maps to colours and attributes.
-NORMAL, TITLE, HEADER, COLUMNS, SORTED, SELECTED, BAR_LOW, BAR_MID, BAR_HIGH, DIM, ERROR, WARN = (
-    "normal", "title", "header", "columns", "sorted", "selected", "bar_low", "bar_mid", "bar_high", "dim", "error",
-    "warn")
+from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_number
 
 HELP_LINES = (
     "tpu-top keys",
@@ -41,213 +62,6 @@ HELP_LINES = (
     "  h or ?       this help (any key closes it)",
 )
 NOT_SERVED_CELL = "n/s"  # the device panel's short form of NOT_SERVED
-_SPARK_UNICODE = " \u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
-_SPARK_ASCII = " .:-=+*#@"
-_NARROW_GRAPHICS = (0x2580, 0x28FF)  # block elements and braille: one cell each
-
-
-@dataclass
-class Segment:
-    text: str
-    style: str = NORMAL
-
-
-@dataclass
-class Line:
-    segments: list[Segment] = field(default_factory=list)
-    fill: str | None = None  # a style painted to the end of the line (header bars, selection)
-
-    def add(self, text: str, style: str = NORMAL) -> Line:
-        self.segments.append(Segment(_printable(text), style))
-        return self
-
-    @property
-    def text(self) -> str:
-        return "".join(s.text for s in self.segments)
-
-    def cut(self, width: int) -> Line:
-        out, used = Line(fill=self.fill), 0
-        for segment in self.segments:
-            if used >= width:
-                break
-            piece = segment.text[: width - used]
-            out.segments.append(Segment(piece, segment.style))
-            used += len(piece)
-        return out
-
-
-_WITHOUT_GRAPHICS = {code: None for code in range(_NARROW_GRAPHICS[0], _NARROW_GRAPHICS[1] + 1)}
-
-
-def _printable(text: str) -> str:
-    # One terminal cell per character: control and wide characters would break the layout.
-    rest = text.translate(_WITHOUT_GRAPHICS) if not text.isascii() else text
-    if rest.isascii() and rest.isprintable():  # the common case, checked at C speed: every frame runs this
-        return text
-    return "".join(c if c.isprintable() and (ord(c) < 0x1100 or _NARROW_GRAPHICS[0] <= ord(c) <= _NARROW_GRAPHICS[1])
-                   else "?" for c in text)
-
-
-def fit(text: str, width: int, right: bool = False) -> str:
-    if len(text) > width:
-        text = text[: max(0, width - 1)] + "~" if width > 1 else text[:width]
-    return text.rjust(width) if right else text.ljust(width)
-
-
-def _parts(parts: list[tuple[str, str]], width: int, separator: str = "  ") -> Line:
-    """Whole parts, in order, while they fit: a header never ends in half a word."""
-    line, used = Line(), 0
-    for index, (text, style) in enumerate(parts):
-        piece = (separator if index and used else "") + text
-        if used + len(piece) > width:
-            continue
-        line.add(piece, style)
-        used += len(piece)
-    return line
-
-
-def level_style(fraction: float | None) -> str:
-    """Green while there is room, yellow from 70 %, red from 90 %."""
-    if fraction is None:
-        return DIM
-    return BAR_HIGH if fraction >= 0.9 else BAR_MID if fraction >= 0.7 else BAR_LOW
-
-
-def _bar(fraction: float | None, width: int) -> list[Segment]:
-    """`[|||||     ]`, coloured by how full it is; an unknown fraction is an empty bar."""
-    inner = max(1, width - 2)
-    if fraction is None:
-        return [Segment("[" + " " * inner + "]", DIM)]
-    fraction = max(0.0, min(1.0, fraction))
-    filled = int(round(fraction * inner))
-    return [Segment("["), Segment("|" * filled, level_style(fraction)), Segment(" " * (inner - filled) + "]")]
-
-
-def sparkline(values: list[float | None], width: int, top: float | None = None, unicode: bool = True) -> str:
-    """The last `width` values as one line of bars scaled to `top` (else their maximum); a gap is a space."""
-    if width <= 0:
-        return ""
-    values = values[-width:]
-    marks = _SPARK_UNICODE if unicode else _SPARK_ASCII
-    known = [v for v in values if v is not None]
-    scale = top if top else (max(known) if known else 0.0)
-    if scale <= 0:
-        return "".join(" " if v is None else marks[1] for v in values)
-    steps = (len(marks) - 1) / scale
-    last = len(marks) - 1
-    return "".join(" " if v is None else marks[min(last, max(1, round(v * steps)))] for v in values)
-
-
-def graph_rows(values: list[float | None], width: int, rows: int, top: float | None = None,
-               unicode: bool = True) -> list[str]:
-    """The last `width` values as a bar graph `rows` lines tall (eighths of a cell in Unicode), top line first."""
-    values = values[-width:] if width > 0 else []
-    known = [v for v in values if v is not None]
-    scale = top if top else (max(known) if known else 0.0)
-    out = []
-    for row in range(rows - 1, -1, -1):
-        cells = []
-        for value in values:
-            if value is None or scale <= 0:
-                cells.append(" ")
-                continue
-            eighths = max(1, round(max(0.0, min(1.0, value / scale)) * rows * 8)) - row * 8
-            eighths = max(0, min(8, eighths))
-            cells.append(_SPARK_UNICODE[eighths] if unicode else ("#" if eighths >= 4 else " "))
-        out.append("".join(cells))
-    return out
-
-
-def percent_text(value: float | None) -> str:
-    return MISSING if value is None else f"{value:.1f}"
-
-
-def seconds_text(value: float | None) -> str:
-    return format_duration_us(None if value is None else value * 1e6)
-
-
-def _short_command(command: str | None) -> str:
-    if not command:
-        return MISSING
-    words = command.split()
-    words[0] = words[0].rsplit("/", 1)[-1]
-    return " ".join(words)
-
-
-# --- column layout ---------------------------------------------------------------------------------------
-
-@dataclass
-class Column:
-    key: str
-    title: str
-    width: int  # the fixed width, or the least width of a flexible column
-    right: bool = False
-    priority: int = 0  # 0 is kept longest; the highest priority goes first when the terminal is narrow
-    flex_max: int = 0  # > width: the column takes spare room up to this width
-
-
-def layout(columns: list[Column], width: int) -> list[tuple[Column, int]]:
-    """The columns that fit `width` (one leading space, one between columns), in their order, with widths."""
-    # A column is never narrower than its title: a header word is never cut.
-    columns = [c if c.width >= len(c.title) else
-               Column(c.key, c.title, len(c.title), c.right, c.priority, max(c.flex_max, len(c.title)))
-               for c in columns]
-    kept: list[Column] = []
-    used = 1
-    for column in sorted(columns, key=lambda c: c.priority):
-        need = column.width + (1 if kept else 0)
-        if used + need <= width:
-            kept.append(column)
-            used += need
-    ordered = [c for c in columns if c in kept]
-    widths = {c.key: c.width for c in ordered}
-    spare = width - used
-    flexible = [c for c in ordered if c.flex_max > c.width]
-    while spare > 0 and flexible:  # share the spare room out evenly among the flexible columns
-        share = max(1, spare // len(flexible))
-        for column in list(flexible):
-            grow = min(share, column.flex_max - widths[column.key], spare)
-            widths[column.key] += grow
-            spare -= grow
-            if widths[column.key] >= column.flex_max:
-                flexible.remove(column)
-            if spare <= 0:
-                break
-    return [(c, widths[c.key]) for c in ordered]
-
-
-def column_header(columns: list[tuple[Column, int]], sorted_key: str | None = None) -> Line:
-    line = Line(fill=COLUMNS).add(" ", COLUMNS)
-    for index, (column, size) in enumerate(columns):
-        line.add(("" if index == 0 else " "), COLUMNS)
-        line.add(fit(column.title, size, column.right), SORTED if column.key == sorted_key else COLUMNS)
-    return line
-
-
-def table_row(columns: list[tuple[Column, int]], cells: dict[str, list[Segment] | tuple[str, str]],
-         fill: str | None = None) -> Line:
-    line = Line(fill=fill).add(" ", fill or NORMAL)
-    for index, (column, size) in enumerate(columns):
-        if index:
-            line.add(" ", fill or NORMAL)
-        cell = cells.get(column.key, (MISSING, NORMAL))
-        if isinstance(cell, tuple):
-            text, style = cell
-            line.add(fit(text, size, column.right), fill or style)
-        else:  # segments drawn to the column's width (bars, graphs)
-            line.segments += _stretch(cell, size, fill)
-    return line
-
-
-def _stretch(segments: list[Segment], size: int, fill: str | None) -> list[Segment]:
-    out, used = [], 0
-    for segment in segments:
-        piece = _printable(segment.text)[: size - used]
-        out.append(Segment(piece, segment.style if fill is None else fill))
-        used += len(piece)
-    if used < size:
-        out.append(Segment(" " * (size - used), fill or NORMAL))
-    return out
 
 
 def _hosts(report: dict[str, Any]) -> set[str]:
@@ -267,7 +81,7 @@ def header_line(report: dict[str, Any], state: ViewState, width: int, interactiv
     hosts = _hosts(report)
     where = f"{len(hosts)} hosts" if len(hosts) > 1 else f"host {report.get('hostname', '?')}"
     right = ("PAUSED " if state.paused else "") + ("h help " if interactive else "")
-    left = _parts([(" tpu-top", HEADER), (where, HEADER), (f"platform {','.join(platforms) or 'none'}", HEADER),
+    left = parts_line([(" tpu-top", HEADER), (where, HEADER), (f"platform {','.join(platforms) or 'none'}", HEADER),
                    (clock, HEADER), (f"refresh {state.interval_s:g}s", HEADER)], max(0, width - len(right) - 1))
     gap = max(1, width - len(left.text) - len(right))
     if len(left.text) + gap + len(right) > width:
@@ -286,12 +100,12 @@ def host_lines(report: dict[str, Any], width: int) -> list[Line]:
     memory_text = f" {format_bytes(used)} / {format_bytes(total)}"
     bar_width = max(6, (width - 6 - len(cpu_text) - 6 - len(memory_text) - 4) // 2)
     if width < 60:  # no room for bars: the figures alone
-        first = _parts([(f" CPU{cpu_text}", NORMAL), (f"MEM{memory_text}", NORMAL)], width, "   ")
+        first = parts_line([(f" CPU{cpu_text}", NORMAL), (f"MEM{memory_text}", NORMAL)], width, "   ")
     else:
         first = Line().add(" CPU ", TITLE)
-        first.segments += _bar(None if cpu is None else cpu / 100, bar_width)
+        first.segments += bar_segments(None if cpu is None else cpu / 100, bar_width)
         first.add(cpu_text + "   ").add("MEM ", TITLE)
-        first.segments += _bar(used / total if used is not None and total else None, bar_width)
+        first.segments += bar_segments(used / total if used is not None and total else None, bar_width)
         first.add(memory_text)
     loads = [host.get(f"load_average_{w}") for w in ("1m", "5m", "15m")]
     load_text = " ".join(MISSING if v is None else f"{v:.2f}" for v in loads)
@@ -301,7 +115,7 @@ def host_lines(report: dict[str, Any], width: int) -> list[Line]:
               NORMAL)]
     if agents is not None:
         parts.append((f"AGENTS {len(agents)}", NORMAL))
-    return [first, _parts(parts, width, "   ")]
+    return [first, parts_line(parts, width, "   ")]
 
 
 def _holders_text(device: dict[str, Any], gpu_processes: dict[str, list[dict[str, Any]]]) -> str:
@@ -312,11 +126,11 @@ def _holders_text(device: dict[str, Any], gpu_processes: dict[str, list[dict[str
     for process in gpu_processes.get(str(device.get("key")), []):  # NVML's list: every process on the GPU
         if process["pid"] not in seen:
             seen.add(process["pid"])
-            label = process.get("tag") or _short_command(process.get("command")).split(" ")[0]
+            label = process.get("tag") or short_command(process.get("command")).split(" ")[0]
             names.append(f"{process['pid']} {label}".strip())
     for holder in device.get("holders") or []:
         if holder["pid"] not in seen:
-            names.append(f"{holder['pid']} {_short_command(holder.get('command')).split(' ')[0]}")
+            names.append(f"{holder['pid']} {short_command(holder.get('command')).split(' ')[0]}")
     return ", ".join(names) or MISSING
 
 
@@ -446,7 +260,7 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
             "key": (str(device.get("key")), ERROR if condition == "lost" else NORMAL),
             "name": (condition.upper() if condition else str(_first(device, "gpu_name", "name") or MISSING),
                      ERROR if condition == "lost" else WARN if condition else NORMAL),
-            "bar": _bar(device_memory_fraction(device), next((s for c, s in columns if c.key == "bar"), 8)),
+            "bar": bar_segments(device_memory_fraction(device), next((s for c, s in columns if c.key == "bar"), 8)),
             "memory": (f"{used_text} / {format_bytes(total)}", NORMAL),
             "util": (util_text, level_style(None if utilization is None else utilization / 100)
                      if utilization is not None else NORMAL),
@@ -458,7 +272,7 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
         }
         lines.append(table_row(columns, cells))
     if len(shown) < len(devices):
-        lines.append(_parts([(f"  ... {len(devices) - len(shown)} more devices", DIM),
+        lines.append(parts_line([(f"  ... {len(devices) - len(shown)} more devices", DIM),
                              ("(tpu-monitor lists them all)", DIM)], width, " "))
     return lines
 
@@ -478,7 +292,7 @@ def _process_columns(multi_host: bool, host_width: int = 12) -> list[Column]:
 
 def _process_cells(row: ProcessRow) -> dict[str, list[Segment] | tuple[str, str]]:
     agent = row.has_agent and row.error is None
-    tail = f"error: {row.error}" if row.error else _short_command(row.command)
+    tail = f"error: {row.error}" if row.error else short_command(row.command)
     return {
         "host": (row.host or MISSING, NORMAL),
         "pid": (str(row.pid), NORMAL),
@@ -505,7 +319,7 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
     title_parts = [(" Processes", TITLE), (f"sorted by {state.sort.header} {direction}", DIM)]
     if state.filters.active():
         title_parts.append((f"filter: {' '.join(state.filters.active())}", WARN))
-    lines = [_parts(title_parts, width)]
+    lines = [parts_line(title_parts, width)]
     if group.get("error"):
         return [*lines, Line().add(f"  {group['error']}", ERROR)], None
     hosts = _hosts(report)
@@ -550,7 +364,7 @@ def detail_lines(row: ProcessRow | None, width: int = 120, history: History | No
     steps = row.detail.get("steps") or {}
     compiles = row.detail.get("compiles") or {}
     compile_time = sum(compiles.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s", "backend_compile_time_s"))
-    first = _parts([(label + f"steps {steps.get('count') if steps.get('count') is not None else MISSING}", NORMAL),
+    first = parts_line([(label + f"steps {steps.get('count') if steps.get('count') is not None else MISSING}", NORMAL),
                     (f"last {seconds_text(steps.get('last_step_time_s'))}", NORMAL),
                     (f"p50 {seconds_text(steps.get('p50_step_time_s'))}", NORMAL),
                     (f"p99 {seconds_text(steps.get('p99_step_time_s'))}", NORMAL),
@@ -590,7 +404,7 @@ def history_lines(report: dict[str, Any], state: ViewState, history: History, wi
     if max_rows < 2 or not devices:
         return []
     seconds = history.capacity * state.interval_s
-    lines = [_parts([(" History", TITLE), (f"last {seconds / 60:g} min, one sample a refresh", DIM)], width)]
+    lines = [parts_line([(" History", TITLE), (f"last {seconds / 60:g} min, one sample a refresh", DIM)], width)]
     key_width = max(6, min(16, max(len(str(d.get("key"))) for d in devices)))
     graph = max(4, (width - key_width - 2 - 2 * 16) // 2)
     budget = max_rows - 1 - (1 if selected is not None and selected.has_agent else 0)
@@ -660,7 +474,7 @@ def footer_line(state: ViewState, width: int) -> Line:
     else:
         hints = ["q quit", "j/k select", "Enter job", "/ filter", "a all", "I/T/K signal", "s/S sort",
                  "r reverse", "p pause", "h help"]
-    line = _parts([(" " + hints[0], HEADER), *[(h, HEADER) for h in hints[1:]]], width)
+    line = parts_line([(" " + hints[0], HEADER), *[(h, HEADER) for h in hints[1:]]], width)
     line.fill = HEADER
     return line
 
@@ -684,8 +498,6 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
     """The frame for `report` at `width` x `height` (height None: as tall as needed, for --once)."""
     width = max(20, width)
     if state.job_key is not None and interactive:
-        from tpu_tools.top.jobview import job_lines
-
         body = job_lines(report, state, history, width, None if height is None else height - 2)
         lines = [header_line(report, state, width, interactive), *body]
         if height is not None:
@@ -695,8 +507,6 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
         if height is not None and state.show_help:
             _overlay_help(lines, width, height)
         return [line.cut(width) for line in lines]
-    from tpu_tools.top.fleet_panel import fleet_lines  # here: the panel draws with this module's helpers
-
     top = [header_line(report, state, width, interactive), *host_lines(report, width), Line()]
     hosts = fleet_lines(report, width, None if height is None else max(3, height // 4))
     if hosts:  # a fleet view (--from-prometheus): the hosts, the slice's outliers first

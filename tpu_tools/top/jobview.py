@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tpu_tools.top.frame import (
+from tpu_tools.top.drawing import (
     BAR_LOW,
     DIM,
     ERROR,

@@ -25,7 +25,7 @@ from tpu_tools.errors import UsageError
 from tpu_tools.sanitize import safe_text
 from tpu_tools.top import signals
 from tpu_tools.top.collector import Collector
-from tpu_tools.top.frame import (
+from tpu_tools.top.drawing import (
     BAR_HIGH,
     BAR_LOW,
     BAR_MID,
@@ -39,8 +39,8 @@ from tpu_tools.top.frame import (
     TITLE,
     WARN,
     Line,
-    render,
 )
+from tpu_tools.top.frame import render
 from tpu_tools.top.history import History
 from tpu_tools.top.model import QUIT, ViewState, handle_key, rows_from_report
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tpu_tools.metrics.nvml.reader import _identify
+from tpu_tools.metrics.gpu_process import identify_process
 from tpu_tools.metrics.nvml.records import STATUS_NOT_ANSWERING, GpuProcess, GpuRecord, NvmlSnapshot
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -201,7 +201,7 @@ class _Gpu:
             vram = _int((info.get("memory_usage") or {}).get("vram_mem"))
             found.setdefault(pid, GpuProcess(pid=pid, kind="compute", gpu_memory_bytes=vram))
         for process in found.values():
-            _identify(process, self.sysroot)
+            identify_process(process, self.sysroot)
         r.processes = sorted(found.values(), key=lambda p: p.pid)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tpu_tools.metrics.gpu_process import identify_process
 from tpu_tools.metrics.nvml import decode
 from tpu_tools.metrics.nvml.records import (
     STATUS_ERROR,
@@ -225,7 +226,7 @@ class _Gpu:
                     process.sm_utilization_percent = float(sample.smUtil)
                     process.memory_utilization_percent = float(sample.memUtil)
         for process in found.values():
-            _identify(process, self.sysroot)
+            identify_process(process, self.sysroot)
         r.processes = sorted(found.values(), key=lambda p: p.pid)
 
     def _utilization_samples(self, handle: Any) -> list[Any]:
@@ -252,35 +253,6 @@ def _text(value: Any) -> str:
 
 def _scaled(value: Any, factor: float) -> float | None:
     return None if value is None else round(float(value) * factor, 6)
-
-
-def _identify(process: GpuProcess, sysroot: Path) -> None:
-    """User and command line from /proc; a PID missing there lives in another PID namespace."""
-    directory = sysroot / "proc" / str(process.pid)
-    try:
-        raw = (directory / "cmdline").read_bytes()
-    except OSError:
-        process.visible = directory.exists()
-        return
-    process.command = " ".join(p.decode("utf-8", "replace") for p in raw.split(b"\0") if p) or None
-    try:
-        status = (directory / "status").read_text()
-    except OSError:
-        return
-    for line in status.splitlines():
-        if line.startswith("Uid:") and len(line.split()) > 1:
-            process.user = _user_name(int(line.split()[1]), sysroot)
-
-
-def _user_name(uid: int, sysroot: Path) -> str:
-    try:
-        for line in (sysroot / "etc/passwd").read_text().splitlines():
-            parts = line.split(":")
-            if len(parts) > 2 and parts[2] == str(uid):
-                return parts[0]
-    except OSError:
-        pass
-    return str(uid)
 
 
 class NvmlReader:
