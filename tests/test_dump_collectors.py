@@ -5,13 +5,18 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import tarfile
+import textwrap
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 import sysroot
+from conftest import clean_env
 from dump_fixtures import file_member, plant_logs, system_files, tar_gz, write
 
 from tpu_tools.dump import collectors as registry
@@ -22,7 +27,7 @@ from tpu_tools.dump.create import DumpRequest, create_bundle
 from tpu_tools.dump.findings import summarize
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.dump.redact import Redactor
-from tpu_tools.dump.runner import run_collectors
+from tpu_tools.dump.runner import fork_is_safe, run_collectors
 from tpu_tools.pjrt.runtime import RuntimePolicy
 
 
@@ -92,6 +97,54 @@ def test_a_raising_a_hanging_and_a_crashing_collector_cost_only_themselves(tmp_p
     assert (results["test.skips"].status, results["test.skips"].error) == ("skipped", "nothing here")
     assert results["software.python"].status == "ok"
     _no_children_left()
+
+
+def test_a_caller_with_threads_gets_fresh_interpreters_that_keep_every_guarantee(tmp_path):
+    # A process running other threads (XLA's pools, a server) must not fork: each collector runs in a spawned
+    # interpreter, with the same deadline, partial files and crash reports.
+    os.mkfifo(tmp_path / "fifo")
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+    try:
+        assert not fork_is_safe()
+        collectors = [Collector("test.raises", "", _raises), Collector("test.hangs", "", _blocks_on_fifo),
+                      Collector("test.crashes", "", _crashes),
+                      Collector("test.lambda", "", lambda ctx: ctx.add_text("x.txt", "x"))]
+        results = {r.name: r for r in run_collectors(collectors, _options(tmp_path, timeout_s=1.5), Redactor())}
+    finally:
+        stop.set()
+        thread.join()
+    assert (results["test.raises"].status, results["test.raises"].error) == ("failed",
+                                                                             "RuntimeError: the collector broke")
+    assert [f.name for f in results["test.raises"].files] == ["partial/before.txt"]
+    assert results["test.hangs"].status == "timed_out"
+    assert [f.data for f in results["test.hangs"].files] == [b"written before the hang\n"]
+    assert "killed by SIGSEGV" in results["test.crashes"].error
+    lost = results["test.lambda"]  # a lambda cannot reach another interpreter: that collector alone fails
+    assert lost.status == "failed" and "cannot be sent to a fresh process" in lost.error
+    _no_children_left()
+
+
+def test_a_process_that_started_jax_dumps_without_forking_it(tmp_path):
+    script = textwrap.dedent("""
+        import jax, sys
+        jax.devices()
+        from tpu_tools.dump import collectors as registry
+        from tpu_tools.dump.collector import DumpOptions
+        from tpu_tools.dump.redact import Redactor
+        from tpu_tools.dump.runner import run_collectors
+        from tpu_tools.pjrt.runtime import RuntimePolicy
+        chosen = [c for c in registry.COLLECTORS if c.name == "software.python"]
+        options = DumpOptions(root=__import__("pathlib").Path("/"), policy=RuntimePolicy(platform="cpu"),
+                              timeout_s=30)
+        print([r.status for r in run_collectors(chosen, options, Redactor())])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=clean_env(JAX_PLATFORMS="cpu"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['ok']"
+    assert "fork" not in done.stderr, done.stderr
 
 
 # --- collectors on fixture hosts ----------------------------------------------------------------------

@@ -133,7 +133,16 @@ def import_circles(root: Path = PACKAGE) -> list[list[str]]:
     """Every set of modules that import each other round a circle (strongly connected, more than one)."""
     files = source_files(root)
     modules = {module_name(path, root) for path in files}
-    graph = {module_name(path, root): sorted(module_imports(path, modules, root)[0]) for path in files}
+    graph = {}
+    for path in files:
+        name = module_name(path, root)
+        imported = module_imports(path, modules, root)[0]
+        # Importing a.b.c runs a/b/__init__.py first: a package's own __init__ is part of the path, except the
+        # packages this module itself lives in (they are already being imported when it runs).
+        own = {".".join(name.split(".")[:depth]) for depth in range(1, name.count(".") + 1)}
+        implied = {".".join(module.split(".")[:depth])
+                   for module in imported for depth in range(2, module.count(".") + 1)}
+        graph[name] = sorted((imported | (implied & modules)) - own - {name})
     order: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -227,6 +236,19 @@ def test_the_walk_sees_a_circle_through_a_function_level_import(tmp_path):
         "top/other.py": "from tpu_tools.top import frame\n",
     })
     assert import_circles(root) == [["tpu_tools.top.frame", "tpu_tools.top.panel"]]
+
+
+def test_the_walk_sees_a_circle_through_a_package_init(tmp_path):
+    # gpu.py imports nvml.records, which runs nvml/__init__.py, which imports nvml.reader, which imports gpu.py.
+    root = _package_tree(tmp_path, {
+        "metrics/__init__.py": "",
+        "metrics/gpu.py": "from tpu_tools.metrics.nvml.records import Record\n",
+        "metrics/nvml/__init__.py": "from tpu_tools.metrics.nvml.reader import read\n",
+        "metrics/nvml/records.py": "class Record:\n    pass\n",
+        "metrics/nvml/reader.py": "from tpu_tools.metrics.gpu import Record\n",
+    })
+    assert import_circles(root) == [
+        ["tpu_tools.metrics.gpu", "tpu_tools.metrics.nvml", "tpu_tools.metrics.nvml.reader"]]
 
 
 def test_the_walk_sees_private_names_taken_across_modules(tmp_path):

@@ -1,8 +1,11 @@
-"""Run collectors side by side, each in a forked child with its own time limit.
+"""Run collectors side by side, each in a child process with its own time limit.
 
 A thread that blocks in `read()` on a hung mount or a FIFO cannot be stopped,
-so every collector runs in its own process (forked: cheap, and the dump
-process has no threads and never imports jax). The child sends each file as
+so every collector runs in its own process. `tpu-dump` has no threads and
+never imports jax, so it forks: cheap. A caller that runs other threads (a
+process that started JAX has XLA's thread pools) must not fork, since the child
+could inherit a lock that a vanished thread held: there each collector runs in
+a fresh interpreter (`dump/spawned.py`) instead. The child sends each file as
 soon as it is added, framed on a pipe, so what a collector gathered before it
 hung is kept. At its deadline the child's process group is killed with
 SIGKILL and the dump goes on: a hung collector costs its timeout, never the
@@ -16,6 +19,8 @@ import pickle
 import selectors
 import signal
 import struct
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -40,6 +45,9 @@ _HEADER = struct.Struct("!Q")
 _TICK_S = 0.25
 _REAP_WAIT_S = 0.5  # a child that closed its pipe is exiting
 _KILLED_REAP_WAIT_S = 0.1  # a killed child stuck in the kernel (state D) is not waited for
+# A spawned interpreter's start-up is not the collector's time: its deadline starts when it says "started",
+# and this long is allowed for the start itself (a loaded machine, a slow disk).
+_SPAWN_START_S = 30.0
 
 
 @dataclass
@@ -77,8 +85,8 @@ def _error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _child_main(collector: Collector, options: DumpOptions, redactor: Redactor, write_fd: int) -> None:
-    """Runs in the forked child; never returns."""
+def child_main(collector: Collector, options: DumpOptions, redactor: Redactor, write_fd: int) -> None:
+    """Runs in the child (forked or spawned); never returns."""
     code = 0
     try:
         os.setsid()  # its own process group: the deadline kills whatever it started too
@@ -90,6 +98,7 @@ def _child_main(collector: Collector, options: DumpOptions, redactor: Redactor, 
         from tpu_tools.pjrt.child import die_with_parent
 
         die_with_parent()
+        _send(write_fd, ("started",))
         context = CollectContext(collector.name, options, redactor,
                                  emit=lambda f: _send(write_fd, ("file", f)),
                                  emit_note=lambda n: _send(write_fd, ("note", n)))
@@ -119,6 +128,7 @@ class _Running:
     fd: int
     started: float
     deadline: float
+    timeout_s: float
     result: CollectorResult
     buffer: bytearray = field(default_factory=bytearray)
     finished: bool = False  # the child said "done"
@@ -137,21 +147,55 @@ class _Running:
         return found
 
 
-def _start(collector: Collector, options: DumpOptions, redactor: Redactor) -> _Running:
+def fork_is_safe() -> bool:
+    """True when this process runs one thread: a fork then copies all of it (no lock held by a lost thread)."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:  # no /proc: judge by what Python knows
+        return threading.active_count() == 1 and "jax" not in sys.modules
+
+
+def _spawn(collector: Collector, options: DumpOptions, redactor: Redactor, write_fd: int) -> int:
+    """A fresh interpreter runs the collector (`dump/spawned.py`); its file descriptor 3 is the result pipe."""
+    try:
+        payload = pickle.dumps((collector, options, redactor), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:  # a collector built from a lambda cannot cross to another interpreter
+        raise OSError(f"it cannot be sent to a fresh process ({type(error).__name__}: {error})") from error
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)  # the caller's modules too
+    stdin_read, stdin_write = os.pipe()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    try:
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-m", "tpu_tools.dump.spawned"], env, file_actions=[
+            (os.POSIX_SPAWN_DUP2, stdin_read, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
+            (os.POSIX_SPAWN_DUP2, devnull, 2), (os.POSIX_SPAWN_DUP2, write_fd, 3)])
+    finally:
+        os.close(stdin_read)
+        os.close(devnull)
+    try:
+        with os.fdopen(stdin_write, "wb") as pipe:
+            pipe.write(payload)
+    except BrokenPipeError:
+        pass  # the child died at start: its exit is reported like any other
+    return pid
+
+
+def _start(collector: Collector, options: DumpOptions, redactor: Redactor, fork: bool) -> _Running:
     read_fd, write_fd = os.pipe()
     try:
-        pid = os.fork()
+        pid = os.fork() if fork else _spawn(collector, options, redactor, write_fd)
     except OSError:
         os.close(read_fd)
         os.close(write_fd)
         raise
     if pid == 0:
         os.close(read_fd)
-        _child_main(collector, options, redactor, write_fd)
+        child_main(collector, options, redactor, write_fd)
     os.close(write_fd)
     os.set_blocking(read_fd, False)
     now = time.monotonic()
-    return _Running(collector, pid, read_fd, now, now + options.timeout_s,
+    deadline = now + options.timeout_s + (0.0 if fork else _SPAWN_START_S)
+    return _Running(collector, pid, read_fd, now, deadline, options.timeout_s,
                     result=CollectorResult(collector.name, STATUS_FAILED))
 
 
@@ -209,7 +253,9 @@ def _absorb(running: _Running) -> None:
     assert result is not None
     for message in running.messages():
         kind = message[0]
-        if kind == "file":
+        if kind == "started":  # the collector's own time starts now (a spawned child took a while to start)
+            running.deadline = time.monotonic() + running.timeout_s
+        elif kind == "file":
             result.files.append(message[1])
         elif kind == "note":
             result.notes.append(message[1])
@@ -234,17 +280,18 @@ def run_collectors(collectors: list[Collector], options: DumpOptions, redactor: 
                    on_progress: Callable[[Progress], None] | None = None) -> list[CollectorResult]:
     """Run every collector at once; returns their results in the given order.
 
-    The run ends by the latest deadline (options.timeout_s after the last start,
-    which is milliseconds after the first). Ctrl-C kills every child.
+    The run ends by the latest deadline (options.timeout_s after the last child
+    started, which is milliseconds after the first when forked). Ctrl-C kills every child.
     """
     order = sorted(collectors, key=lambda c: not c.starts_first)
+    fork = fork_is_safe()
     running: list[_Running] = []
     unstarted: list[CollectorResult] = []
     selector = selectors.DefaultSelector()
     try:
         for collector in order:
             try:
-                item = _start(collector, options, redactor)
+                item = _start(collector, options, redactor, fork)
             except OSError as error:  # no more processes or file descriptors: this one is lost, not the dump
                 unstarted.append(CollectorResult(collector.name, STATUS_FAILED,
                                                  f"could not start a process for it: {error.strerror or error}"))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tpu_tools.metrics.gpu_process import identify_process
+from tpu_tools.metrics.nvml.procfs import identify_process
 from tpu_tools.metrics.nvml.records import STATUS_NOT_ANSWERING, GpuProcess, GpuRecord, NvmlSnapshot
 
 DEFAULT_TIMEOUT_S = 5.0

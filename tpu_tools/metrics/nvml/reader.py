@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tpu_tools.metrics.gpu_process import identify_process
 from tpu_tools.metrics.nvml import decode
+from tpu_tools.metrics.nvml.procfs import identify_process
 from tpu_tools.metrics.nvml.records import (
     STATUS_ERROR,
     STATUS_LOST,

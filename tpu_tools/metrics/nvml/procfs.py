@@ -1,6 +1,7 @@
 """Who a GPU process is (user, command line), read from /proc under the sysroot.
 
-Shared by the NVML and amdsmi readers: both get PIDs from their driver and name them the same way.
+Shared by the NVML and amdsmi readers (both get PIDs from their driver and name them the same way); it
+lives with the GpuProcess record it fills.
 """
 
 from __future__ import annotations
