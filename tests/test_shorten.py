@@ -21,4 +21,4 @@ def test_a_cut_text_fits_its_limit_and_keeps_its_start(text, limit):
 def test_a_value_is_quoted_by_its_repr_cut_short():
     assert quoted("abc") == "'abc'"
     assert quoted(10 ** 400, 24) == "1" + "0" * 20 + "..."
-    assert one_line("a\n  b\tc" + "d" * 50, 12) == "a b cddddd..."
+    assert one_line("a\n  b\tc" + "d" * 50, 12) == "a b cdddd..."
