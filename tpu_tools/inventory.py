@@ -24,10 +24,10 @@ from tpu_tools.metrics.libtpu import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu import DeviceFigures, LibtpuSnapshot, RuntimeStatus, UsageFigures, read_once
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
 from tpu_tools.metrics.nvml import NvmlSnapshot, read_snapshot
-from tpu_tools.metrics.nvml.reader import PendingRead
+from tpu_tools.metrics.nvml.reader import PendingRead, nvidia_driver_present
 from tpu_tools.pjrt import isolate, queries
 from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
-from tpu_tools.pjrt.discover import Chip, Discovery, Holder, discover
+from tpu_tools.pjrt.discover import Chip, Discovery, Holder, discover, sysroot
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS, local_order, match_chips
 from tpu_tools.pjrt.probe import ProbeResult
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -214,6 +214,12 @@ def _nvml_answers_for_runtime(policy: RuntimePolicy, *snapshots: NvmlSnapshot | 
     return not platforms or any(p in GPU_PLATFORMS for p in platforms)
 
 
+def _gpu_driver_present() -> bool:
+    """An NVIDIA or AMD kernel driver's device node: then NVML or amdsmi may list the GPUs and make the runtime
+    unneeded, so it is started only after they answered."""
+    return nvidia_driver_present() or (sysroot() / "dev/kfd").exists()
+
+
 def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT_TIMEOUT_S,
                     probe: bool = False, use_runtime: bool = True, force: bool = False,
                     metrics_addresses: Sequence[str] = (), metrics_timeout_s: float = METRICS_TIMEOUT_S,
@@ -227,6 +233,12 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
     """
     discovery = discover()
     has_gpu = any(c.platform in GPU_PLATFORMS for c in discovery.chips)
+    held = _holds_tpu(policy, discovery) if use_runtime and not force else []
+    call = None
+    if use_runtime and not held and not _gpu_driver_present():
+        # Start the runtime first: it takes longest, and the rest (NVML, amdsmi, libtpu's service, the slice's
+        # metadata) runs while it starts. Only a GPU driver's own library could make it unneeded (below).
+        call = isolate.start_isolated(queries.LIST_DEVICES, {"probe": probe}, policy, timeout_s)
     # NVML answers in a fraction of a second when it works and at once when the library is absent; a GPU
     # whose calls hang costs at most the deadline.
     nvml = None
@@ -240,10 +252,10 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
         amd = amdsmi.read_snapshot(timeout_s if nvml_timeout_s is None else nvml_timeout_s)
         amd.place_unidentified([chip.pci_address for chip in discovery.chips if chip.vendor == "amd"])
     nvml_only = _nvml_answers_for_runtime(policy, nvml, amd) and not probe and not force
-    held = _holds_tpu(policy, discovery) if use_runtime and not force else []
-    call = None
-    if use_runtime and not held and not nvml_only:
-        # Start the runtime first: it takes longest, and the rest runs while it starts.
+    if nvml_only and call is not None:  # a driver library without its device node: it listed the GPUs after all
+        call.kill()
+        call = None
+    if use_runtime and not held and not nvml_only and call is None:
         call = isolate.start_isolated(queries.LIST_DEVICES, {"probe": probe}, policy, timeout_s)
     inventory = Inventory(
         host=socket.gethostname(),

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -136,6 +134,9 @@ def parse_tpu_env(text: str) -> dict[str, str]:
 
 def read_metadata(keys: tuple[str, ...], timeout_s: float, environ: Mapping[str, str]) -> dict[str, str]:
     """Instance attributes from the metadata server; a missing one is left out, a failure raises OSError."""
+    import urllib.error  # here: only a TPU VM asks; every other tpu-ls would pay for the HTTP stack's import
+    import urllib.request
+
     base = environ.get(METADATA_URL_VARIABLE) or METADATA_URL
     found = {}
     for key in keys:
