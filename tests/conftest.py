@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +48,12 @@ _ACCELERATOR_PLUGINS = sorted(installed_plugin_platforms() - {"cpu", "gpu"})
 PIN_CPU = bool(_ACCELERATOR_PLUGINS) or os.environ.get("TPU_TOOLS_TEST_PIN_CPU") == "1"
 _PINNED = {"TPU_TOOLS_NVML": "0", "TPU_TOOLS_AMDSMI": "0", **({"JAX_PLATFORMS": "cpu"} if PIN_CPU else {})}
 os.environ.update(_PINNED)
+# Agents register in a runtime directory; a program that is given none looks in the user's default one, which
+# parallel workers (and real jobs of the user) share. Each test process gets its own, private (0700) and
+# empty; tests that start agents still give them a directory of their own (tests/agentjobs.py).
+if "TPU_TOOLS_RUNTIME_DIR" not in os.environ:
+    os.environ["TPU_TOOLS_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tpu-tools-tests-")
+    atexit.register(shutil.rmtree, os.environ["TPU_TOOLS_RUNTIME_DIR"], ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:

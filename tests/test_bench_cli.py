@@ -324,6 +324,7 @@ def _start(*args: str) -> subprocess.Popen:
                             text=True, env=clean_env())
 
 
+@pytest.mark.budget(40)  # the compile benchmark, then a case in flight
 def test_ctrl_c_mid_suite_writes_partial_results_and_exits_130(tmp_path):
     cache = tmp_path / "cache"
     process = _start("--cache-dir", str(cache), "--min-time", "30", "--json", str(tmp_path / "r.json"),
