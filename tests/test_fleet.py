@@ -27,6 +27,9 @@ from tpu_tools.metrics.fleet.source import FleetSource
 from tpu_tools.top.frame import frame_text, render
 from tpu_tools.top.model import ViewState
 
+# One Prometheus and three exporters serve this module's tests: in a parallel run they stay on one worker.
+pytestmark = pytest.mark.xdist_group("fleet")
+
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[FleetStack]:
