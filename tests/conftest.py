@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tpu_tools.pjrt.runtime import installed_plugin_platforms
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 sys.path.insert(0, str(TESTS))
+
+import budget  # noqa: E402  (tests/: the per-test time budget)
 
 # A test run started in the background by a non-interactive shell (`tools/test.sh &`) inherits SIGINT
 # ignored, and every program the tests start would too: the Ctrl-C tests need it to interrupt them. A Python
@@ -42,6 +48,12 @@ _ACCELERATOR_PLUGINS = sorted(installed_plugin_platforms() - {"cpu", "gpu"})
 PIN_CPU = bool(_ACCELERATOR_PLUGINS) or os.environ.get("TPU_TOOLS_TEST_PIN_CPU") == "1"
 _PINNED = {"TPU_TOOLS_NVML": "0", "TPU_TOOLS_AMDSMI": "0", **({"JAX_PLATFORMS": "cpu"} if PIN_CPU else {})}
 os.environ.update(_PINNED)
+# Agents register in a runtime directory; a program that is given none looks in the user's default one, which
+# parallel workers (and real jobs of the user) share. Each test process gets its own, private (0700) and
+# empty; tests that start agents still give them a directory of their own (tests/agentjobs.py).
+if "TPU_TOOLS_RUNTIME_DIR" not in os.environ:
+    os.environ["TPU_TOOLS_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tpu-tools-tests-")
+    atexit.register(shutil.rmtree, os.environ["TPU_TOOLS_RUNTIME_DIR"], ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -49,6 +61,21 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "unset); skipped where an accelerator plugin is installed")
     config.addinivalue_line("markers", "accelerator: a smoke test on the real accelerator of this host; run "
                                        "only when asked: pytest -m accelerator")
+    config.addinivalue_line("markers", f"budget(seconds): this test may take up to SECONDS instead of "
+                                       f"{budget.DEFAULT_BUDGET_S:g} s (tests/budget.py)")
+
+
+# Hypothesis: the same examples on every run and machine, no deadline (a loaded machine is slow), no example
+# database shared between runs or parallel workers. HYPOTHESIS_PROFILE=explore searches anew each run.
+settings.register_profile("ci", deadline=None, derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # noqa: ANN201 (pytest's hook)
+    outcome = yield
+    budget.check(item, call, outcome.get_result())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -133,3 +160,13 @@ def crashing_plugin(tmp_path: Path) -> Path:
 
 from fakeamdsmi import fake_amdsmi_dir  # noqa: E402,F401  (the fake libamd_smi.so, a session fixture)
 from fakenvml import fake_nvml_dir  # noqa: E402,F401  (the fake NVML library, a session fixture for every module)
+
+
+@pytest.fixture
+def refused_address() -> Iterator[str]:
+    """"127.0.0.1:PORT" that refuses connections for the whole test (tests/isolation.py)."""
+    with isolation.refused_address() as address:
+        yield address
+
+
+import isolation  # noqa: E402  (tests/: ports, tmux servers and names a test owns)

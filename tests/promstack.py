@@ -9,6 +9,7 @@ Everything binds 127.0.0.1 and `stop()` ends all of it.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -33,6 +34,8 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not in
 
 
 def free_port() -> int:
+    """A port that was free a moment ago: only for a program that cannot bind port 0 itself, which must then
+    retry on a collision (see FixtureHost.start_exporter), or for an address that must refuse connections."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -47,7 +50,7 @@ class PrometheusServer:
     def __init__(self, workdir: Path, jobs: dict[str, list[str]], rule_files: list[Path] | None = None,
                  interval: str = "1s", extra_config: str = ""):
         self.workdir = workdir
-        self.port = free_port()
+        self.port = 0  # Prometheus binds port 0 itself; start() reads the port back from its log
         self.process: subprocess.Popen | None = None
         scrape = "".join(
             f"  - job_name: {job}\n    static_configs:\n      - targets: {json.dumps(targets)}\n"
@@ -63,23 +66,28 @@ class PrometheusServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> PrometheusServer:
-        log = open(self.workdir / "prometheus.log", "w")
+        log_path = self.workdir / "prometheus.log"
+        log = open(log_path, "w")
         self.process = subprocess.Popen(
             [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+             "--web.listen-address=127.0.0.1:0", "--log.level=info"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise AssertionError(f"prometheus exited: {(self.workdir / 'prometheus.log').read_text()}")
+                raise AssertionError(f"prometheus exited: {log_path.read_text()}")
+            if not self.port:
+                found = re.search(r'msg="Listening on" address=127\.0\.0\.1:(\d+)', log_path.read_text())
+                self.port = int(found.group(1)) if found else 0
             try:
-                if http_get(self.url + "/-/ready", timeout=1):
+                if self.port and http_get(self.url + "/-/ready", timeout=1):
                     return self
             except OSError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         self.stop()
-        raise AssertionError("prometheus did not become ready in time")
+        raise AssertionError(f"prometheus did not become ready in time: {log_path.read_text()[-2000:]}")
 
     def query(self, expr: str) -> list[dict]:
         body = http_get(f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
@@ -114,7 +122,7 @@ class FixtureHost:
     name: str
     duty_cycle: list[float]
     root: Path
-    port: int = field(default_factory=free_port)
+    port: int = 0  # chosen by start_exporter
     service: FakeMetricsService | None = None
     rundir: Path | None = None
     jobs: list[Job] = field(default_factory=list)
@@ -135,12 +143,37 @@ class FixtureHost:
                      for i in range(jobs)]
         for job in self.jobs:
             job.wait_ready()
-        self.exporter = subprocess.Popen(
-            [*tool_command("tpu-monitor"), "--period", "0.5", "--metrics-timeout", "0.5", "--metrics-addr",
-             self.service.address, "--prometheus", self.target, "--quiet"],
-            env=agent_env(self.rundir, TPU_TOOLS_SYSROOT=str(self.root)), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return self
+        return self.start_exporter()
+
+    @property
+    def exporter_log(self) -> Path:
+        return self.root / "exporter.log"
+
+    def start_exporter(self, timeout: float = 60.0) -> FixtureHost:
+        """Start the exporter and wait until it serves. tpu-monitor takes a port number, not port 0, so the
+        port is picked free and a collision with another program that bound it meanwhile is retried on a
+        fresh one; the exporter's stderr is kept for the failure message."""
+        for _ in range(5):
+            if not self.port:
+                self.port = free_port()
+            with open(self.exporter_log, "w") as log:
+                self.exporter = subprocess.Popen(
+                    [*tool_command("tpu-monitor"), "--period", "0.5", "--metrics-timeout", "0.5", "--metrics-addr",
+                     self.service.address, "--prometheus", self.target, "--quiet"],
+                    env=agent_env(self.rundir, TPU_TOOLS_SYSROOT=str(self.root)), stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=log)
+            deadline = time.monotonic() + timeout
+            while self.exporter.poll() is None and time.monotonic() < deadline:
+                try:
+                    http_get(f"http://{self.target}/metrics", timeout=2)
+                    return self
+                except OSError:
+                    time.sleep(0.1)
+            if self.exporter.poll() is None or "already in use" not in self.exporter_log.read_text():
+                break
+            self.port = 0  # taken by someone else meanwhile: pick another
+        self.stop()
+        raise AssertionError(f"exporter of host {self.name} did not serve: {self.exporter_log.read_text()[-2000:]}")
 
     def stop(self) -> None:
         if self.exporter is not None and self.exporter.poll() is None:
@@ -184,9 +217,9 @@ class SyntheticGpuExporter:
                 return families(records)
 
         self.registry = CollectorRegistry()
-        self.port = free_port()
         self.registry.register(Records())
-        self.server, self.thread = start_http_server(self.port, addr="127.0.0.1", registry=self.registry)
+        self.server, self.thread = start_http_server(0, addr="127.0.0.1", registry=self.registry)
+        self.port = self.server.server_address[1]
 
     @property
     def target(self) -> str:
@@ -217,14 +250,23 @@ class FleetStack:
             self.prometheus = PrometheusServer(self.workdir, {"tpu-tools": [h.target for h in self.hosts],
                                                               "tpu-tools-gpu": [self.gpu.target]},
                                                rule_files=self.rule_files).start()
-            # Every host scraped with its chips' duty cycle and its agents.
-            self.prometheus.wait_for('tpu_tools_device_utilization_percent{job="tpu-tools"}', count=24)
-            self.prometheus.wait_for('tpu_tools_process_steps_total{job="tpu-tools"}', count=3)
-            self.prometheus.wait_for("tpu_tools_gpu_power_draw_watts", count=2)
+            self.wait_whole()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def wait_whole(self) -> None:
+        """Every host scraped with its chips' duty cycle and its agents, and the GPU node."""
+        assert self.prometheus is not None
+        try:
+            self.prometheus.wait_for('tpu_tools_device_utilization_percent{job="tpu-tools"}', count=24)
+            self.prometheus.wait_for('tpu_tools_process_steps_total{job="tpu-tools"}', count=3)
+            self.prometheus.wait_for("tpu_tools_gpu_power_draw_watts", count=2)
+        except AssertionError as error:
+            logs = "; ".join(f"{h.name}: {h.exporter_log.read_text()[-1000:]}" for h in self.hosts
+                             if h.exporter is not None and h.exporter.poll() is not None)
+            raise AssertionError(f"{error}; exporters that exited: {logs or 'none'}") from error
 
     def stop(self) -> None:
         if self.prometheus is not None:

@@ -7,7 +7,6 @@ measured, reported, written and gated), not speed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, assert_one_line_error, clean_env, run_tool, tool_command
+from isolation import kill_tmux_server, tmux_command, unique_name
 
 FAST = ("--min-time", "0.02", "--warmup", "1")
 TOY_MODEL = ("--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--seq-len", "16", "--vocab", "64",
@@ -324,6 +324,7 @@ def _start(*args: str) -> subprocess.Popen:
                             text=True, env=clean_env())
 
 
+@pytest.mark.budget(40)  # the compile benchmark, then a case in flight
 def test_ctrl_c_mid_suite_writes_partial_results_and_exits_130(tmp_path):
     cache = tmp_path / "cache"
     process = _start("--cache-dir", str(cache), "--min-time", "30", "--json", str(tmp_path / "r.json"),
@@ -375,16 +376,17 @@ def test_ctrl_c_during_the_compile_child_leaves_no_process_or_cache_behind(tmp_p
 def test_terminal_shows_a_progress_bar_then_a_rich_table(tmp_path, width, height):
     if not shutil.which("tmux"):
         pytest.skip("tmux is not installed")
-    session = f"bench{os.getpid()}x{width}"
+    session = "bench"
+    server = unique_name("bench")
     script = tmp_path / "run.sh"
     script.write_text(f"{' '.join(tool_command('tpu-bench'))} dispatch --min-time 1.5 --warmup 1; "
                       "echo EXIT=$?; sleep 60\n")
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height), "bash",
-                    str(script)], check=True, env=clean_env())
+    subprocess.run([*tmux_command(server), "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height),
+                    "bash", str(script)], check=True, env=clean_env())
     try:
         def pane() -> str:
-            return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
-                                  text=True).stdout
+            return subprocess.run([*tmux_command(server), "capture-pane", "-p", "-t", session],
+                                  capture_output=True, text=True).stdout
 
         _wait_for(lambda: "dispatch compiled" in pane(), 60, "the progress bar")
         assert "/2" in pane()  # cases done of cases planned
@@ -394,7 +396,7 @@ def test_terminal_shows_a_progress_bar_then_a_rich_table(tmp_path, width, height
         assert "compiled" in screen and "eager" in screen and " us" in screen
         assert max(len(line) for line in screen.splitlines()) <= width
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        kill_tmux_server(server)
 
 
 def test_a_platform_that_is_not_installed_is_one_line_and_exit_1():

@@ -100,7 +100,7 @@ def _launch_and_kill(victim: int, timeout_s: float) -> tuple[subprocess.Complete
 def test_a_killed_process_makes_the_others_exit_within_the_timeout_naming_it():
     result, elapsed, pid = _launch_and_kill(victim=2, timeout_s=4)
     message = assert_one_line_error(result, 1)
-    assert elapsed < 4 + 3, elapsed  # the timeout, plus process start-up and teardown
+    assert elapsed < 4 + 20, elapsed  # the timeout, plus start-up and teardown on a loaded machine
     assert f"process 2 (pid {pid}) was killed by SIGKILL" in message
     # What the survivors found by themselves (what a multi-host run prints without the launcher).
     assert re.search(rf"no progress for \d+ s \(--timeout 4\) in all-reduce \(sum\) at \d+ B: process 2 "
@@ -134,15 +134,15 @@ def test_processes_started_by_hand_agree_on_the_verdict():
     assert "Traceback" not in err0 + err1
 
 
-def test_a_coordinator_that_does_not_answer_is_an_error_within_the_timeout():
-    port = free_port()  # nothing listens there
+def test_a_coordinator_that_does_not_answer_is_an_error_within_the_timeout(refused_address):
+    port = int(refused_address.rpartition(":")[2])  # bound by the test, never listening
     started = time.monotonic()
     result = collectives("--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "1",
                          "--timeout", "2", timeout=30)
     elapsed = time.monotonic() - started
     message = assert_one_line_error(result, 1)
     assert f"the coordinator 127.0.0.1:{port} did not answer within 2 s" in message
-    assert elapsed < 2 + 3, elapsed
+    assert elapsed < 2 + 20, elapsed  # generous: a hang lasts until the timeout below
 
 
 def test_process_0_alone_reports_that_the_others_never_joined():
@@ -153,7 +153,7 @@ def test_process_0_alone_reports_that_the_others_never_joined():
     elapsed = time.monotonic() - started
     message = assert_one_line_error(result, 1)
     assert "not every process joined within" in message and f"expected 2 at 127.0.0.1:{port}" in message
-    assert elapsed < 3 + 3, elapsed
+    assert elapsed < 3 + 20, elapsed  # generous: a hang lasts until the timeout below
 
 
 @pytest.mark.parametrize("launch", [False, True])

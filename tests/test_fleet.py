@@ -27,6 +27,9 @@ from tpu_tools.metrics.fleet.source import FleetSource
 from tpu_tools.top.frame import frame_text, render
 from tpu_tools.top.model import ViewState
 
+# One Prometheus and three exporters serve this module's tests: in a parallel run they stay on one worker.
+pytestmark = pytest.mark.xdist_group("fleet")
+
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[FleetStack]:
@@ -124,21 +127,31 @@ def test_every_dashboard_panel_query_returns_data(stack):
             for target in panel.get("targets") or []:
                 # What Grafana sends for "All" hosts and for the rate window.
                 expr = target["expr"].replace("$instance", ".*").replace("$__rate_interval", "30s")
-                assert stack.prometheus.query(expr), (path.name, panel["title"], expr)
+                # A rate() needs two samples in its window, so a young stack may answer nothing yet: wait for
+                # the data each query needs, with a deadline.
+                try:
+                    stack.prometheus.wait_for(expr, timeout=60)
+                except AssertionError as error:
+                    pytest.fail(f"{path.name}, panel {panel['title']!r}: {error}")
                 queried += 1
     assert queried >= 25
 
 
 def test_a_host_whose_exporter_goes_away_is_shown_down(stack):
-    # Last test on the stack: it stops one exporter.
     gone = stack.hosts[1]
     gone.exporter.terminate()
     gone.exporter.wait(timeout=20)
-    stack.prometheus.wait_for(f'up{{instance="{gone.target}"}} == 0', timeout=30)
-    report = FleetSource(stack.prometheus.url, 5.0).build()
-    assert report["fleet"]["hosts_down"] == [gone.target]
-    assert {h["host"]: h["up"] for h in report["fleet"]["hosts"]}[gone.target] is False
-    assert len([d for d in report["devices"]["devices"] if "@" not in d["key"]]) == 16
+    try:
+        stack.prometheus.wait_for(f'up{{instance="{gone.target}"}} == 0', timeout=30)
+        report = FleetSource(stack.prometheus.url, 5.0).build()
+        assert report["fleet"]["hosts_down"] == [gone.target]
+        assert {h["host"]: h["up"] for h in report["fleet"]["hosts"]}[gone.target] is False
+        assert len([d for d in report["devices"]["devices"] if "@" not in d["key"]]) == 16
+    finally:
+        # The stack is shared by the module's tests, in any order: bring the host back as it was.
+        gone.start_exporter()
+        stack.prometheus.wait_for(f'up{{instance="{gone.target}"}} == 1', timeout=30)
+        stack.wait_whole()
 
 
 # --- records and outliers without a server -----------------------------------------------------------------

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import psutil
 import pytest
+from agentjobs import wait_for
 
 from tpu_tools.errors import PlatformUnavailable, RuntimeCrash, RuntimeFailure, RuntimeHang
 from tpu_tools.pjrt import isolate, queries
@@ -48,7 +50,7 @@ def test_a_hanging_runtime_is_killed_at_the_timeout(monkeypatch, hanging_plugin)
     start = time.monotonic()
     with pytest.raises(RuntimeHang, match="the cpu runtime did not answer within 2 s"):
         call.result()
-    assert time.monotonic() - start < 6
+    assert time.monotonic() - start < 2 + 20  # generous: a hang lasts until the timeout below
     _assert_gone(call.process.pid)
 
 
@@ -86,7 +88,7 @@ def test_the_child_dies_with_its_parent(tmp_path, hanging_plugin):
     env = dict(os.environ, PYTHONPATH=str(hanging_plugin))
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     child_pid = int(parent.stdout.readline())
-    time.sleep(1.0)  # let the child reach the hanging plugin
+    wait_for(lambda: "jaxlib" in Path(f"/proc/{child_pid}/maps").read_text(), timeout=60)  # into the runtime start
     assert psutil.pid_exists(child_pid)
     parent.kill()
     parent.wait()

@@ -154,7 +154,8 @@ def test_hang_stop_and_restart_of_the_service_with_prometheus(rundir, tmp_path):
         started = time.monotonic()
         hung = [lines.report() for _ in range(3)]
         assert all("did not answer within 0.3 s" in r["libtpu"]["error"] for r in hung)
-        assert time.monotonic() - started < 3 * (0.3 + 0.3) + 2.0  # period + deadline each, on a loaded machine
+        # period + deadline each (3.6 s) where a hang would block for good; the margin is for a loaded machine
+        assert time.monotonic() - started < 3 * (0.3 + 0.3) + 15
         assert all(r["devices"]["error"] is None and len(r["devices"]["devices"]) == 8 for r in hung)
         # A service that dies: an error, and its series disappear.
         service.stop()

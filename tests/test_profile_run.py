@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, clean_env, run_tool, tool_command
+from isolation import kill_tmux_server, tmux_command, unique_name
 
 SUMMARY_KEYS = {"schema", "source", "created", "host", "versions", "program", "window", "trace", "devices",
                 "device_time_us", "top_ops", "modules", "host_dispatch", "compile_source", "compiles",
@@ -313,7 +314,7 @@ def test_ctrl_c_keeps_the_trace_so_far(tmp_path):
             return jnp.sin(x) * 2.0
 
 
-        x = step(jnp.ones((64,)))
+        x = step(step(jnp.ones((64,))))  # two calls in the trace before Ctrl-C can come
         x.block_until_ready()
         print("ready", flush=True)
         deadline = time.monotonic() + 60
@@ -327,7 +328,6 @@ def test_ctrl_c_keeps_the_trace_so_far(tmp_path):
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert process.stdout.readline() == "ready\n"
-        time.sleep(0.5)
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C does: SIGINT to the foreground process group
         _, stderr = process.communicate(timeout=60)
     finally:
@@ -430,9 +430,9 @@ def test_host_devices_option_applies_before_the_program_starts(tmp_path):
     assert result.stdout == "2\n"
 
 
-def _pane(session: str) -> str:
-    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session, "-S", "-200"], capture_output=True,
-                          text=True).stdout
+def _pane(server: str, session: str) -> str:
+    return subprocess.run([*tmux_command(server), "capture-pane", "-p", "-t", session, "-S", "-200"],
+                          capture_output=True, text=True).stdout
 
 
 @pytest.mark.parametrize("size", [(80, 24), (132, 40)])
@@ -446,32 +446,32 @@ def test_ctrl_c_in_a_real_terminal(tmp_path, size):
         import time
         import jax.numpy as jnp
 
-        x = jnp.ones(8)
+        x = (jnp.ones(8) * 1.0001).block_until_ready()  # a multiply in the trace before Ctrl-C can come
         print("spinning", flush=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             x = (x * 1.0001).block_until_ready()
             time.sleep(0.01)
     """)
-    session = f"tpuprof{os.getpid()}x{size[0]}"
+    session = "tpuprof"
+    server = unique_name("tpuprof")
     env = clean_env(JAX_PLATFORMS="cpu")
     command = " ".join([*tool_command("tpu-profile"), "run", "--out", "out", "--", "spin.py"])
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]), "-c",
-                    str(tmp_path), "-e", f"PATH={env['PATH']}", "-e", "JAX_PLATFORMS=cpu",
+    subprocess.run([*tmux_command(server), "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]),
+                    "-c", str(tmp_path), "-e", f"PATH={env['PATH']}", "-e", "JAX_PLATFORMS=cpu",
                     f"{command}; echo EXIT=$?; sleep 30"], check=True)
     try:
         deadline = time.monotonic() + 60
-        while "spinning" not in _pane(session) and time.monotonic() < deadline:
+        while "spinning" not in _pane(server, session) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert "spinning" in _pane(session)
-        time.sleep(0.5)
-        subprocess.run(["tmux", "send-keys", "-t", session, "C-c"], check=True)
+        assert "spinning" in _pane(server, session)
+        subprocess.run([*tmux_command(server), "send-keys", "-t", session, "C-c"], check=True)
         deadline = time.monotonic() + 60
-        while "EXIT=" not in _pane(session) and time.monotonic() < deadline:
+        while "EXIT=" not in _pane(server, session) and time.monotonic() < deadline:
             time.sleep(0.2)
-        screen = _pane(session)
+        screen = _pane(server, session)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        kill_tmux_server(server)
     assert "EXIT=130" in screen, screen
     assert "interrupted; the trace so far is kept" in screen
     assert "Eager ops" in screen and "multiply" in screen  # the report, drawn for a terminal

@@ -17,6 +17,9 @@ from conftest import assert_one_line_error, run_tool, tool_command
 from tpu_tools.top.frame import frame_text, render
 from tpu_tools.top.model import ViewState, handle_key, rows_from_report
 
+# Two real JAX jobs serve this module's tests: in a parallel run they stay on one worker.
+pytestmark = pytest.mark.xdist_group("top-jobs")
+
 
 def _agent(pid: int, tag: str, device_bytes: int, steps: float, recompiles: int = 0) -> dict:
     return {

@@ -123,7 +123,8 @@ def _key_latency(tmux: Tmux, key: str, changed) -> float:
 @pytest.mark.skipif(not shutil.which("tmux"), reason="tmux is not installed")
 def test_keys_answer_at_once_while_sources_are_slow(rundir, tmp_path):
     """A libtpu service that takes 2 s per call and an agent that never answers: every key still takes
-    effect within 150 ms, since reports are gathered in the background."""
+    effect well before a slow source answers (a second, on a loaded machine too), since reports are gathered in
+    the background."""
     root = tmp_path / "root"
     sysroot.v5e_host(root, holders={3001: list(range(8))})
     service = FakeMetricsService(v5e_host())
@@ -156,7 +157,7 @@ def test_keys_answer_at_once_while_sources_are_slow(rundir, tmp_path):
             time.sleep(0.3)  # the next key lands at another point of the slow collection
         slowest = max(latencies.values())
         print(f"key latencies (ms): {' '.join(f'{k}={v * 1e3:.0f}' for k, v in latencies.items())}")
-        assert slowest < 0.150, latencies
+        assert slowest < 1.0, latencies  # a key waiting on the collection would take the service's 2 s
         tmux.keys("q")
         _terminal_restored(tmux)
     finally:

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+from agentjobs import wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_top import _report
@@ -95,11 +96,11 @@ def test_collector_never_blocks_the_reader_of_the_last_report():
     try:
         first = collector.wait_first(5)
         assert first is not None and first.report == {"sequence": 1}
-        time.sleep(0.2)  # the second collect is now stuck
+        wait_for(lambda: len(calls) > 1, timeout=10)  # the second collect is now stuck
         started = time.monotonic()
         for _ in range(100):
             assert collector.latest().report == {"sequence": 1}
-        assert time.monotonic() - started < 0.1
+        assert time.monotonic() - started < 2.5  # a read that waited on the stuck collect would take 5 s
         release.set()
         deadline = time.monotonic() + 5
         while collector.latest().sequence < 2 and time.monotonic() < deadline:
