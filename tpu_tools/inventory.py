@@ -10,7 +10,6 @@ chips (or the runtime's devices) in order when the counts agree.
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -24,10 +23,10 @@ from tpu_tools.metrics.libtpu import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu import DeviceFigures, LibtpuSnapshot, RuntimeStatus, UsageFigures, read_once
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
 from tpu_tools.metrics.nvml import NvmlSnapshot, read_snapshot
-from tpu_tools.metrics.nvml.reader import PendingRead, nvidia_driver_present
-from tpu_tools.pjrt import isolate, queries
+from tpu_tools.metrics.nvml.reader import PendingRead
+from tpu_tools.pjrt import headstart, isolate, queries
 from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
-from tpu_tools.pjrt.discover import Chip, Discovery, Holder, discover, sysroot
+from tpu_tools.pjrt.discover import Chip, Discovery, Holder, discover
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS, local_order, match_chips
 from tpu_tools.pjrt.probe import ProbeResult
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -166,14 +165,6 @@ class Inventory:
         return figures.to_dict() if figures else None
 
 
-def _holds_tpu(policy: RuntimePolicy, discovery: Discovery) -> list[Holder]:
-    """Other processes holding TPU chips, when this command would open the TPU runtime."""
-    platforms = policy.requested_platforms()
-    if platforms and "tpu" not in platforms:
-        return []
-    return discovery.tpu_holders(exclude_pids={os.getpid()})
-
-
 def _figures(group: list[tuple[str, DeviceFigures]]) -> ServiceFigures:
     return ServiceFigures(address=",".join(dict.fromkeys(address for address, _ in group)),
                           device_ids=[device.device_id for _, device in group],
@@ -214,12 +205,6 @@ def _nvml_answers_for_runtime(policy: RuntimePolicy, *snapshots: NvmlSnapshot | 
     return not platforms or any(p in GPU_PLATFORMS for p in platforms)
 
 
-def _gpu_driver_present() -> bool:
-    """An NVIDIA or AMD kernel driver's device node: then NVML or amdsmi may list the GPUs and make the runtime
-    unneeded, so it is started only after they answered."""
-    return nvidia_driver_present() or (sysroot() / "dev/kfd").exists()
-
-
 def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT_TIMEOUT_S,
                     probe: bool = False, use_runtime: bool = True, force: bool = False,
                     metrics_addresses: Sequence[str] = (), metrics_timeout_s: float = METRICS_TIMEOUT_S,
@@ -233,12 +218,15 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
     """
     discovery = discover()
     has_gpu = any(c.platform in GPU_PLATFORMS for c in discovery.chips)
-    held = _holds_tpu(policy, discovery) if use_runtime and not force else []
+    held = headstart.tpu_holders(policy, discovery) if use_runtime and not force else []
     call = None
-    if use_runtime and not held and not _gpu_driver_present():
-        # Start the runtime first: it takes longest, and the rest (NVML, amdsmi, libtpu's service, the slice's
-        # metadata) runs while it starts. Only a GPU driver's own library could make it unneeded (below).
-        call = isolate.start_isolated(queries.LIST_DEVICES, {"probe": probe}, policy, timeout_s)
+    if use_runtime and not held and not headstart.gpu_driver_present():
+        # Start the runtime first (or take the child the entry point started): it takes longest, and the rest
+        # (NVML, amdsmi, libtpu's service, the slice's metadata) runs while it starts. Only a GPU driver's own
+        # library could make it unneeded (below).
+        call = headstart.take_or_start(queries.LIST_DEVICES, {"probe": probe}, policy, timeout_s)
+    else:
+        headstart.cancel()
     # NVML answers in a fraction of a second when it works and at once when the library is absent; a GPU
     # whose calls hang costs at most the deadline.
     nvml = None
