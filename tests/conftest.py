@@ -6,6 +6,7 @@ import atexit
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,11 @@ _SCRUBBED = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "XLA_FLAGS", "TPU_TOOLS_SYS
              "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "TPU_NAME", "TPU_TOPOLOGY",
              "TPU_SKIP_MDS_QUERY", "MEGASCALE_SLICE_ID", "MEGASCALE_NUM_SLICES", "KUBERNETES_SERVICE_HOST",
              "TPU_DEVICE_PLUGIN_METRICS_ADDR", "ORBAX_PROMETHEUS_PORT", "PYGRAIN_PROMETHEUS_PORT",
-             "TPU_TOOLS_GCE_METADATA_URL", "TPU_TOOLS_NVML", "TPU_TOOLS_AMDSMI", "ROCM_PATH", "ROCM_HOME")
+             "TPU_TOOLS_GCE_METADATA_URL", "TPU_TOOLS_NVML", "TPU_TOOLS_AMDSMI", "ROCM_PATH", "ROCM_HOME",
+             # the terminal's size: pytest-xdist's workers get COLUMNS=80 LINES=24, a shell may export others
+             "COLUMNS", "LINES")
+for _name in ("COLUMNS", "LINES"):  # in-process rendering too; a test that wants a width sets it
+    os.environ.pop(_name, None)
 
 # Tests run the same on a machine with an accelerator. Programs never read the host's NVML or amdsmi unless a
 # test asks (tests/fakenvml.py, tests/fakeamdsmi.py). Where a GPU or TPU plugin is installed (or
@@ -46,7 +51,14 @@ _SCRUBBED = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "XLA_FLAGS", "TPU_TOOLS_SYS
 # left to JAX) are skipped.
 _ACCELERATOR_PLUGINS = sorted(installed_plugin_platforms() - {"cpu", "gpu"})
 PIN_CPU = bool(_ACCELERATOR_PLUGINS) or os.environ.get("TPU_TOOLS_TEST_PIN_CPU") == "1"
-_PINNED = {"TPU_TOOLS_NVML": "0", "TPU_TOOLS_AMDSMI": "0", **({"JAX_PLATFORMS": "cpu"} if PIN_CPU else {})}
+# libtpu's default metrics address, localhost:8431, is where a TPU VM's job serves: no test may depend on what
+# listens there. Every program the tests start (and the code they run in-process) reads libtpu's default service
+# at an address this test process holds, bound and never listening: connections there are refused, always.
+_DEFAULT_METRICS_HOLDER = socket.socket()
+_DEFAULT_METRICS_HOLDER.bind(("127.0.0.1", 0))
+DEFAULT_METRICS_ADDR = f"127.0.0.1:{_DEFAULT_METRICS_HOLDER.getsockname()[1]}"
+_PINNED = {"TPU_TOOLS_NVML": "0", "TPU_TOOLS_AMDSMI": "0", "TPU_TOOLS_LIBTPU_DEFAULT_ADDR": DEFAULT_METRICS_ADDR,
+           **({"JAX_PLATFORMS": "cpu"} if PIN_CPU else {})}
 os.environ.update(_PINNED)
 # Agents register in a runtime directory; a program that is given none looks in the user's default one, which
 # parallel workers (and real jobs of the user) share. Each test process gets its own, private (0700) and

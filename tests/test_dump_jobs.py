@@ -8,7 +8,7 @@ import time
 
 import sysroot
 from agentjobs import agent_env, rundir, start_job  # noqa: F401 (rundir is a fixture)
-from conftest import assert_one_line_error, run_tool
+from conftest import DEFAULT_METRICS_ADDR, assert_one_line_error, run_tool
 from libtpu_server import FakeMetricsService, v5e_host
 from test_dump_cli import _manifest, _members
 
@@ -38,7 +38,7 @@ def test_dump_next_to_the_metrics_service(rundir, tmp_path):
     assert statuses["accelerators.libtpu"] == ("ok", None)
     assert statuses["accelerators.agents"][0] == "skipped"
     assert "no workload of this user runs the tpu-tools agent" in statuses["accelerators.agents"][1]
-    assert manifest["options"]["metrics_addresses"] == ["localhost:8431", service.address]
+    assert manifest["options"]["metrics_addresses"] == [DEFAULT_METRICS_ADDR, service.address]
     libtpu_entry = next(c for c in manifest["collectors"] if c["name"] == "accelerators.libtpu")
     assert any("'eight' is not a port number" in note for note in libtpu_entry["notes"])  # recorded, not fatal
     members = _members(output)

@@ -36,6 +36,7 @@ from libtpu_server import (
 
 from tpu_tools.errors import UsageError
 from tpu_tools.metrics.libtpu import LibtpuClient, metrics_addresses, read_once
+from tpu_tools.metrics.libtpu.addresses import default_address
 from tpu_tools.metrics.libtpu.proto import runtime_metric_service_pb2 as pb
 
 SNAPSHOT_KEYS = {"address", "error", "elapsed_ms", "served_metrics", "not_served_metrics", "unread_metrics",
@@ -262,6 +263,14 @@ def test_addresses_default_environment_and_explicit():
     assert metrics_addresses(["127.0.0.1:9000", "8434", "[::1]:8435", "localhost:8432"], env) == [
         "localhost:8431", "localhost:8432", "localhost:8433", "127.0.0.1:9000", "localhost:8434", "[::1]:8435"]
     assert metrics_addresses([], {}) == ["localhost:8431"]
+
+
+def test_the_default_address_can_be_moved():
+    assert default_address({}) == "localhost:8431"
+    moved = {"TPU_TOOLS_LIBTPU_DEFAULT_ADDR": "127.0.0.1:9431", "TPU_RUNTIME_METRICS_PORTS": "8432"}
+    assert metrics_addresses(["9000"], moved) == ["127.0.0.1:9431", "localhost:8432", "localhost:9000"]
+    with pytest.raises(UsageError, match="TPU_TOOLS_LIBTPU_DEFAULT_ADDR='nowhere': metrics address 'nowhere' is not"):
+        default_address({"TPU_TOOLS_LIBTPU_DEFAULT_ADDR": "nowhere"})
 
 
 @pytest.mark.parametrize(("explicit", "env", "message"), [

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 import sysroot
-from conftest import assert_one_line_error, clean_env, run_tool, tool_command
+from conftest import DEFAULT_METRICS_ADDR, assert_one_line_error, clean_env, run_tool, tool_command
 
 LS_KEYS = {"schema", "host", "time", "requested_platform", "runtime_status", "runtime", "versions", "devices",
            "chips", "notes", "libtpu_metrics", "libtpu_runtime_status", "tpu_slice", "nvml", "amdsmi"}
@@ -48,7 +48,7 @@ def test_json_schema_is_pinned():
         assert set(device) == DEVICE_KEYS
         assert device["platform"] == "cpu" and device["holders"] == [] and device["probe"] is None
         assert device["libtpu"] is None
-    assert [s["address"] for s in document["libtpu_metrics"]] == ["localhost:8431"]
+    assert [s["address"] for s in document["libtpu_metrics"]] == [DEFAULT_METRICS_ADDR]
     assert document["libtpu_runtime_status"] is None
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 import sysroot
-from conftest import assert_one_line_error, clean_env, run_tool
+from conftest import DEFAULT_METRICS_ADDR, assert_one_line_error, clean_env, run_tool
 from libtpu_server import FakeMetricsService, v4_host, v5e_host, v6e_host
 from test_libtpu_client import SNAPSHOT_KEYS
 
@@ -41,7 +41,7 @@ def test_held_tpu_shows_the_jobs_duty_cycle_and_hbm_per_chip(held_v5e):
     assert figures["address"] == service.address and figures["device_ids"] == [1]
     assert figures["duty_cycle_percent"] == 88.1 and figures["hbm_total_bytes"] == 16 << 30
     default, ours = document["libtpu_metrics"]
-    assert default["address"] == "localhost:8431" and "connection refused" in default["error"]
+    assert default["address"] == DEFAULT_METRICS_ADDR and "connection refused" in default["error"]
     assert set(ours) == SNAPSHOT_KEYS and ours["error"] is None and len(ours["devices"]) == 8
 
 
@@ -50,7 +50,7 @@ def test_ports_from_the_environment_and_a_per_chip_duty_cycle(tmp_path):
     with FakeMetricsService(v4_host()) as service:
         env = clean_env(TPU_TOOLS_SYSROOT=str(tmp_path), TPU_RUNTIME_METRICS_PORTS=str(service.port))
         document = json.loads(run_tool("tpu-ls", "--json", env=env).stdout)
-    assert [s["address"] for s in document["libtpu_metrics"]] == ["localhost:8431", f"localhost:{service.port}"]
+    assert [s["address"] for s in document["libtpu_metrics"]] == [DEFAULT_METRICS_ADDR, f"localhost:{service.port}"]
     assert document["libtpu_metrics"][1]["duty_cycle_scope"] == "chip"
     assert [c["libtpu"]["duty_cycle_percent"] for c in document["chips"]] == [45.0, 47.5, 44.2, 46.8]
 
@@ -78,7 +78,7 @@ def test_runtime_status_of_an_older_runtime_and_of_no_runtime(tmp_path):
     assert f"libtpu runtime status at {service.address}: not served by this runtime" in older.stdout
     nobody = run_tool("tpu-ls", "--runtime-status", "--metrics-addr", "127.0.0.1:1", env=env)
     assert nobody.returncode == 0
-    assert ("libtpu runtime status: no metrics service answered (tried localhost:8431, 127.0.0.1:1)"
+    assert (f"libtpu runtime status: no metrics service answered (tried {DEFAULT_METRICS_ADDR}, 127.0.0.1:1)"
             in nobody.stdout)
 
 
@@ -89,8 +89,8 @@ def test_no_service_changes_nothing_and_says_so_only_under_debug(held_v5e):
     assert quiet.stdout.count("TPU v5e") == 8
     debug = run_tool("tpu-ls", "--debug", "--metrics-addr", "127.0.0.1:1", env=held_v5e)
     assert debug.returncode == 0 and debug.stdout == quiet.stdout
-    assert debug.stderr.splitlines() == ["libtpu metrics: no metrics service at localhost:8431 (connection refused); "
-                                         "no metrics service at 127.0.0.1:1 (connection refused)"]
+    assert debug.stderr.splitlines() == [f"libtpu metrics: no metrics service at {DEFAULT_METRICS_ADDR} (connection "
+                                         "refused); no metrics service at 127.0.0.1:1 (connection refused)"]
 
 
 @pytest.mark.auto_platform  # a held TPU is detected only when the platform is left to JAX

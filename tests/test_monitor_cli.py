@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import sysroot
 from agentjobs import agent_env, rundir, running_job, start_job, wait_for  # noqa: F401 (rundir is a fixture)
-from conftest import TESTS, assert_one_line_error, run_tool, tool_command
+from conftest import DEFAULT_METRICS_ADDR, TESTS, assert_one_line_error, run_tool, tool_command
 
 TOP_KEYS = {"schema", "time", "time_unix_s", "hostname", "sequence", "tpu_tools_version", "tpu_slice", "host",
             "devices", "processes", "libtpu", "workload", "nvml", "amdsmi"}
@@ -62,8 +62,8 @@ def test_valid_report_with_no_accelerator_and_no_agent(rundir):
     assert set(report["devices"]) == DEVICES_KEYS and report["devices"]["devices"] == []
     assert set(report["processes"]) == PROCESSES_KEYS and report["processes"]["agents"] == []
     assert set(report["libtpu"]) == LIBTPU_KEYS and report["libtpu"]["notes"] == []
-    assert report["libtpu"]["error"] == "no metrics service at localhost:8431 (connection refused)"
-    assert [s["address"] for s in report["libtpu"]["services"]] == ["localhost:8431"]
+    assert report["libtpu"]["error"] == f"no metrics service at {DEFAULT_METRICS_ADDR} (connection refused)"
+    assert [s["address"] for s in report["libtpu"]["services"]] == [DEFAULT_METRICS_ADDR]
     assert all(report[g]["period_s"] == 0.2 for g in ("host", "devices", "processes", "libtpu"))
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 import sysroot
 from agentjobs import agent_env, rundir, wait_for  # noqa: F401 (rundir is a fixture)
-from conftest import tool_command
+from conftest import DEFAULT_METRICS_ADDR, tool_command
 from libtpu_server import FakeMetricsService, tpu7x_host, v4_host, v5e_host, v6e_host
 from prometheus_client.utils import floatToGoString
 from test_libtpu_client import SNAPSHOT_KEYS
@@ -189,6 +189,6 @@ def test_config_chooses_the_libtpu_group_its_period_and_addresses(rundir, tmp_pa
         reports = monitor("--config", str(config), "--count", "3", rundir=rundir, TPU_TOOLS_SYSROOT=str(root))
         assert service.servicer.calls["ListSupportedMetrics"] == 3  # the devices group reads every report
     assert all(set(r) >= {"devices", "libtpu"} and "host" not in r for r in reports)
-    assert [s["address"] for s in reports[0]["libtpu"]["services"]] == ["localhost:8431", service.address]
+    assert [s["address"] for s in reports[0]["libtpu"]["services"]] == [DEFAULT_METRICS_ADDR, service.address]
     assert reports[0]["libtpu"]["period_s"] == 30.0 and len({r["libtpu"]["sampled_at"] for r in reports}) == 1
     assert all(_devices(r)["tpu:0"]["utilization_percent"] == 87.5 for r in reports)

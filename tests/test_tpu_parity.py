@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import sysroot
 from agentjobs import agent_env, rundir, wait_for  # noqa: F401 (rundir is a fixture)
-from conftest import clean_env, run_tool, tool_command
+from conftest import DEFAULT_METRICS_ADDR, clean_env, run_tool, tool_command
 from libtpu_server import (
     D2H_LATENCY,
     TCP_DELIVERY_RATE,
@@ -304,7 +304,7 @@ def test_list_metrics_names_what_each_service_serves_and_what_it_does_not(rundir
         table = run_tool("tpu-ls", "--list-metrics", "--metrics-addr", service.address, env=env)
     assert document["schema"] == "tpu-tools/list-metrics/v1"
     default, ours = document["sources"]
-    assert default["source"] == "localhost:8431" and "connection refused" in default["error"]
+    assert default["source"] == DEFAULT_METRICS_ADDR and "connection refused" in default["error"]
     statuses = {m["name"]: m["status"] for m in ours["metrics"]}
     assert statuses["tpu.runtime.hbm.memory.usage.bytes"] == "read"
     assert statuses["tpu.runtime.sparsecore.future.metric"] == "served, not read"
@@ -462,7 +462,8 @@ def test_single_metric_queries_by_tpu_info_name_and_by_libtpu_name(v5p_worker):
     assert document["schema"] == "tpu-tools/metric/v1"
     hbm, rate, cores, duty = document["metrics"]
     assert [row["hbm_used_bytes"] for row in hbm["rows"]] == [(60 + d) << 30 for d in range(4)]
-    assert hbm["notes"] == ["localhost:8431: no metrics service at localhost:8431 (connection refused)"]
+    refused = f"no metrics service at {DEFAULT_METRICS_ADDR} (connection refused)"
+    assert hbm["notes"] == [f"{DEFAULT_METRICS_ADDR}: {refused}"]
     (rate_row,) = rate["rows"]
     assert rate_row["count"] == 70 and set(rate_row) == {"service", "label", "count", "mean", "p50", "p90", "p95",
                                                           "p999"}
@@ -521,4 +522,5 @@ def test_the_metric_query_example_in_the_docs_is_what_tpu_ls_prints():
     with FakeMetricsService(v5p_host()) as service:
         output = run_tool("tpu-ls", "--metric", "hbm_usage", "--metric", "host_compute_latency", "--metrics-addr",
                           service.address).stdout
-    assert output.replace(service.address, "127.0.0.1:18431") == block
+    # the docs show what a user sees: libtpu's own default address
+    assert output.replace(service.address, "127.0.0.1:18431").replace(DEFAULT_METRICS_ADDR, "localhost:8431") == block

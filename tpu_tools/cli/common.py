@@ -167,7 +167,12 @@ def metrics_options(function: Callable | None = None, *, validate: bool = True) 
     def decorate(function: Callable) -> Callable:
         @functools.wraps(function)
         def wrapper(*args: Any, metrics_addr: tuple[str, ...], **kwargs: Any) -> Any:
-            from tpu_tools.metrics.libtpu.addresses import DEFAULT_ADDRESS, metrics_addresses, normalize_address
+            from tpu_tools.metrics.libtpu.addresses import (
+                DEFAULT_ADDRESS,
+                default_address,
+                metrics_addresses,
+                normalize_address,
+            )
 
             given = [normalize_address(address) for address in metrics_addr]
             try:
@@ -175,7 +180,11 @@ def metrics_options(function: Callable | None = None, *, validate: bool = True) 
             except ToolError:
                 if validate:
                     raise
-                addresses = list(dict.fromkeys([DEFAULT_ADDRESS, *given]))
+                try:
+                    first = default_address()
+                except ToolError:
+                    first = DEFAULT_ADDRESS
+                addresses = list(dict.fromkeys([first, *given]))
             return function(*args, metrics_addresses=addresses, **kwargs)
 
         return _apply([

@@ -36,6 +36,8 @@ MAN_SECTIONS = {
         "/proc, /etc, /tmp/tpu_logs); default /.\n"
         "TPU_RUNTIME_METRICS_PORTS  comma-separated ports of libtpu metrics services on localhost, read besides "
         "localhost:8431.\n"
+        "TPU_TOOLS_LIBTPU_DEFAULT_ADDR  HOST:PORT of libtpu's default metrics service, read instead of "
+        "localhost:8431.\n"
         "TPU_TOOLS_DEBUG  when set to 1, errors show their Python traceback.\n"
         "TPU_TOOLS_RUNTIME_DIR  where agents register their sockets (default $XDG_RUNTIME_DIR/tpu-tools, "
         "else /tmp/tpu-tools-UID).\n"

@@ -24,8 +24,8 @@ from typing import Any
 
 from tpu_tools import jsonout
 from tpu_tools.dump.redact import Redactor
-from tpu_tools.metrics.libtpu.addresses import DEFAULT_ADDRESS as DEFAULT_METRICS_ADDRESS
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
+from tpu_tools.metrics.libtpu.addresses import default_address
 from tpu_tools.pjrt.runtime import RuntimePolicy
 
 STATUS_OK = "ok"
@@ -66,7 +66,7 @@ class DumpOptions:
     timeout_s: float
     add_paths: tuple[str, ...] = ()
     force_runtime: bool = False
-    metrics_addresses: tuple[str, ...] = (DEFAULT_METRICS_ADDRESS,)  # libtpu's metrics services
+    metrics_addresses: tuple[str, ...] = field(default_factory=lambda: (default_address(),))  # libtpu's services
     metrics_timeout_s: float = METRICS_TIMEOUT_S  # the longest deadline of a call to them
 
 

@@ -19,7 +19,6 @@ from tpu_tools.dump.bundle import (
     write_within,
 )
 from tpu_tools.dump.collector import (
-    DEFAULT_METRICS_ADDRESS,
     METRICS_TIMEOUT_S,
     STATUS_FAILED,
     CollectedFile,
@@ -31,6 +30,7 @@ from tpu_tools.dump.manifest import StoredFile, build_manifest, skipped_result
 from tpu_tools.dump.redact import make_redactor
 from tpu_tools.dump.runner import CollectorResult, Progress, run_collectors
 from tpu_tools.errors import UsageError
+from tpu_tools.metrics.libtpu.addresses import default_address
 from tpu_tools.pjrt.discover import sysroot
 from tpu_tools.pjrt.runtime import RuntimePolicy
 
@@ -50,7 +50,7 @@ class DumpRequest:
     policy: RuntimePolicy = field(default_factory=RuntimePolicy)
     force_runtime: bool = False
     command: list[str] = field(default_factory=list)
-    metrics_addresses: tuple[str, ...] = (DEFAULT_METRICS_ADDRESS,)
+    metrics_addresses: tuple[str, ...] = field(default_factory=lambda: (default_address(),))
     metrics_timeout_s: float = METRICS_TIMEOUT_S
 
 

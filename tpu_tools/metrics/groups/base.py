@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from tpu_tools.metrics.agent_client import DEFAULT_TIMEOUT_S, AgentScan, query_agents
-from tpu_tools.metrics.libtpu.addresses import DEFAULT_ADDRESS
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
+from tpu_tools.metrics.libtpu.addresses import default_address
 from tpu_tools.pjrt.discover import Discovery, discover
 
 _T = TypeVar("_T")
@@ -49,7 +49,7 @@ class CollectOptions:
 
     agent_timeout_s: float = DEFAULT_TIMEOUT_S
     tag_filter: re.Pattern[str] | None = None
-    metrics_addresses: list[str] = field(default_factory=lambda: [DEFAULT_ADDRESS])  # libtpu's metrics services
+    metrics_addresses: list[str] = field(default_factory=lambda: [default_address()])  # libtpu's metrics services
     metrics_timeout_s: float = METRICS_TIMEOUT_S  # deadline of every call to them
     group_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # extra keys from the config
 

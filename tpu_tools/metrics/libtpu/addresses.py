@@ -8,7 +8,10 @@ from collections.abc import Iterable, Mapping
 
 from tpu_tools.errors import UsageError
 
-DEFAULT_ADDRESS = "localhost:8431"
+DEFAULT_ADDRESS = "localhost:8431"  # where libtpu serves its runtime metrics unless told otherwise
+# Moves that default address: for a host whose runtime serves elsewhere, and for tests, which must not depend on
+# what listens on localhost:8431 (a TPU VM with a job running serves there).
+DEFAULT_ADDRESS_VARIABLE = "TPU_TOOLS_LIBTPU_DEFAULT_ADDR"
 PORTS_VARIABLE = "TPU_RUNTIME_METRICS_PORTS"
 DEFAULT_TIMEOUT_S = 2.0  # deadline of every call
 _CONNECT_PROBE_S = 0.5
@@ -35,6 +38,17 @@ def normalize_address(text: str) -> str:
     return f"{host}:{int(port)}"
 
 
+def default_address(environ: Mapping[str, str] | None = None) -> str:
+    """localhost:8431, or the address in TPU_TOOLS_LIBTPU_DEFAULT_ADDR. Raises UsageError for a bad one."""
+    raw = (environ if environ is not None else os.environ).get(DEFAULT_ADDRESS_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_ADDRESS
+    try:
+        return normalize_address(raw)
+    except UsageError as error:
+        raise UsageError(f"{DEFAULT_ADDRESS_VARIABLE}={raw!r}: {error}") from None
+
+
 def ports_from_environment(environ: Mapping[str, str] | None = None) -> list[str]:
     """localhost:PORT for every port in TPU_RUNTIME_METRICS_PORTS ("8431,8432"). Raises UsageError."""
     raw = (environ if environ is not None else os.environ).get(PORTS_VARIABLE, "")
@@ -52,7 +66,7 @@ def ports_from_environment(environ: Mapping[str, str] | None = None) -> list[str
 
 def metrics_addresses(explicit: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> list[str]:
     """The default address, then every port of TPU_RUNTIME_METRICS_PORTS, then explicit ones; no repeats."""
-    found = [DEFAULT_ADDRESS, *ports_from_environment(environ), *(normalize_address(a) for a in explicit)]
+    found = [default_address(environ), *ports_from_environment(environ), *(normalize_address(a) for a in explicit)]
     return list(dict.fromkeys(found))
 
 
