@@ -16,6 +16,7 @@ COMMANDS = {
     "profile": "tpu_tools.cli.profile:profile_group",
     "collectives-test": "tpu_tools.cli.collectives:collectives_command",
     "dump": "tpu_tools.cli.dump:dump_command",
+    "diag": "tpu_tools.cli.diag:diag_command",
 }
 
 MAN_SECTIONS = {

@@ -313,7 +313,8 @@ class DiagRunner:
             return
         for link in outcome.links:
             self.coverage.add_link(link)
-        local: list[dict[str, Any]] = [{"device": w.device, "link": w.link, "wrong": w.wrong, "checked": w.checked} for w in outcome.wrong]
+        local: list[dict[str, Any]] = [{"device": w.device, "link": w.link, "wrong": w.wrong, "checked": w.checked}
+                                       for w in outcome.wrong]
         gathered = self.exchange.gather(f"collective/{name}", {"wrong": local}) if self.exchange else [
             {"wrong": local}]
         if gathered is None:
