@@ -263,6 +263,8 @@ class DiagRunner:
         known = [free for free in frees.values() if free is not None]
         # One size on every device, so that their digests compare: the share of the least free memory.
         words = pattern_words(min(known) if known else None, self.settings.memory_fraction)
+        if self.settings.memory_bytes is not None:
+            words = max(1, self.settings.memory_bytes // 4)
         for device in self.local:
             self.sink.begin(test, device.id)
             start = time.perf_counter()

@@ -63,6 +63,7 @@ class DiagSettings:
     gemm_size: int = 512
     sustained_size: int = 512
     collective_elements: int = 1 << 16
+    memory_bytes: int | None = None  # one pattern buffer's size instead of the share of free memory
 
     def validate(self) -> None:
         if self.level not in LEVELS:
