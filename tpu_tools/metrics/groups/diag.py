@@ -37,7 +37,8 @@ class DiagGroup:
 
     def device_figures(self, context: CollectContext) -> list[DeviceFigures]:
         last = self._last(context)
-        if last is None or last.error or not last.platform:
+        # The CPU platform's devices are no hardware of the devices list: its verdict stays in the group.
+        if last is None or last.error or not last.platform or last.platform == "cpu":
             return []
         age = last.age_s()
         return [DeviceFigures(last.platform, device, SOURCE,
