@@ -179,3 +179,20 @@ def test_the_support_bundle_includes_the_last_result(tmp_path):
     assert any(n.endswith("accelerators/diag-last.json") for n in names)
     assert "gemm f32" in text and "verdict: FAIL" in text
     assert os.path.exists(rundir / "diag-last.json")
+
+
+def test_the_kubernetes_gate_runs_the_quick_level_where_the_exporter_reads_it():
+    import kubernetes_validate
+    import yaml
+    from conftest import REPO
+
+    documents = list(yaml.safe_load_all((REPO / "deploy/kubernetes/optional/diag-gate.yaml").read_text()))
+    assert [d["kind"] for d in documents] == ["Job", "Pod"]
+    for document in documents:
+        kubernetes_validate.validate(document, "1.31.0", strict=True)
+    job_pod = documents[0]["spec"]["template"]["spec"]
+    gates = [job_pod["containers"][0], documents[1]["spec"]["initContainers"][0]]
+    for gate in gates:
+        assert gate["command"][:3] == ["tpu-diag", "-r", "1"]
+        assert {e["name"]: e["value"] for e in gate["env"]}["TPU_TOOLS_RUNTIME_DIR"] == "/run/tpu-tools"
+        assert gate["volumeMounts"][0]["mountPath"] == "/run/tpu-tools"
