@@ -134,3 +134,18 @@ def test_tpu_tools_diag_is_the_same_command():
 
     module, _, name = COMMANDS["diag"].partition(":")
     assert getattr(__import__(module, fromlist=[name]), name) is diag_command
+
+
+def test_launched_processes_compare_every_device_of_every_process(tmp_path):
+    env = _env(tmp_path)
+    result = run_tool("tpu-diag", "--launch", "2", "--host-devices", "2", "-r", "2", "--memory-fraction", "0.0001",
+                      "--inject", "gemm:2049", "--json", env=env, timeout=300)
+    assert result.returncode == 1, result.stderr
+    document = json.loads(result.stdout)
+    assert document["process_count"] == 2 and document["device_ids"] == [0, 1, 2048, 2049]
+    failed = {(c["test"], c["device"]) for c in document["checks"] if c["status"] == "fail"}
+    assert failed == {(f"gemm {t}", 2049) for t in ("f32", "bf16", "f16", "int8")}
+    assert {c["process_id"] for c in document["checks"] if c["test"] == "compile"} == {0, 1}
+    assert "2048->2049" in document["coverage"]["links"]
+    bad = run_tool("tpu-diag", "--launch", "2", "--host-devices", "2", "-r", "2", "--inject", "gemm:3", env=env)
+    assert_one_line_error(bad, 2, "there is no device 3", "0-1,2048-2049")

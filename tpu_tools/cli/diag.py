@@ -166,7 +166,7 @@ def diag_command(level: int, duration: float | None, memory_fraction: float | No
     reporter = True
     try:
         if join.given:
-            reporter = _run_joined(settings, join, policy, timeout_s, report)
+            reporter = _run_joined(settings, join, policy, timeout_s, report, out)
         else:
             _run_isolated(settings, policy, timeout_s, report)
     except KeyboardInterrupt as error:  # Ctrl-C or SIGTERM: the results so far are kept, marked interrupted
@@ -216,13 +216,15 @@ def _run_isolated(settings: Any, policy: RuntimePolicy, timeout_s: float, report
         Supervisor(settings, policy, timeout_s, progress.event).run(report)
 
 
-def _run_joined(settings: Any, join: Any, policy: RuntimePolicy, timeout_s: float, report: Any) -> bool:
+def _run_joined(settings: Any, join: Any, policy: RuntimePolicy, timeout_s: float, report: Any, out: Output) -> bool:
     """This process's part of a multi-process run; True on process 0, which reports."""
     from tpu_tools.collectives.launch import adopt_launcher
     from tpu_tools.diag.joined import run_joined
     from tpu_tools.diag.supervise import apply_event
 
     adopt_launcher()
+    _reserve_stdout()
+    out.stream = sys.stdout
 
     class ReportSink:
         def plan(self, info: dict[str, Any]) -> None:
@@ -243,6 +245,19 @@ def _run_joined(settings: Any, join: Any, policy: RuntimePolicy, timeout_s: floa
     return run_joined(settings, join, policy, timeout_s, ReportSink(), report) == 0
 
 
+def _reserve_stdout() -> None:
+    """Keep stdout for the report: native code (gloo) prints on file descriptor 1, send that to stderr."""
+    import os
+
+    try:
+        sys.stdout.flush()
+        ours = os.dup(sys.stdout.fileno())
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptors (embedded): nothing to protect
+        return
+    sys.stdout = os.fdopen(ours, "w", buffering=1, encoding=sys.stdout.encoding, errors="replace")
+
+
 def _launch(ctx: click.Context, processes: int, join: Any, policy: RuntimePolicy, timeout_s: float) -> int:
     from tpu_tools.collectives.distributed import free_port
     from tpu_tools.collectives.launch import Launcher, strip_option
@@ -259,10 +274,14 @@ def _launch(ctx: click.Context, processes: int, join: Any, policy: RuntimePolicy
     args += ["--platform", "cpu", "--host-devices", str(host_devices), "--force"]
     outcome = Launcher(processes, args, f"127.0.0.1:{free_port()}", timeout_s, note, debug=is_debug(),
                        module="tpu_tools.cli.diag").run()
-    if outcome.exit_code in (0, 1, 3) and not (outcome.exit_code == 1 and outcome.message and
-                                                  not outcome.ranks[0].error):
-        return outcome.exit_code
-    raise RuntimeFailure(outcome.message or "a launched process failed")
+    first = outcome.ranks[0] if outcome.ranks else None
+    if first is not None and first.error is None and first.returncode in (0, 1, 3) and (
+            first.returncode or not outcome.exit_code):
+        return first.returncode  # process 0 printed the report: its verdict is the run's
+    from tpu_tools.errors import EXIT_USAGE
+
+    message = outcome.message or "a launched process failed"
+    raise UsageError(message) if outcome.exit_code == EXIT_USAGE else RuntimeFailure(message)
 
 
 def _finish(report: Any, out: Output, junit_path: str | None) -> None:

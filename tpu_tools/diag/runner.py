@@ -82,8 +82,10 @@ class DiagRunner:
         inject = self.settings.inject
         ids = [d.id for d in self.devices]
         if inject is not None and inject.device not in ids:
-            raise UsageError(f"--inject {inject.text()}: there is no device {inject.device} (this run has "
-                             f"devices {ids[0]} to {ids[-1]})")
+            from tpu_tools.collectives.mesh import id_ranges
+
+            raise UsageError(f"--inject {inject.text()}: there is no device {inject.device} (this run's devices: "
+                             f"{id_ranges(ids)})")
 
     def info(self) -> dict[str, Any]:
         first = self.devices[0]
