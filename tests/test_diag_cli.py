@@ -122,6 +122,7 @@ def test_a_signal_keeps_the_results_so_far_marked_interrupted(tmp_path, signum, 
     assert process.returncode == code, stderr
     document = json.loads(stdout)
     assert document["interrupted"] is True and isinstance(document["checks"], list)
+    assert document["exit_code"] == code
     kept = json.loads((tmp_path / "run" / "diag-last.json").read_text())
     assert kept["interrupted"] is True
     assert ("terminated" if signum == signal.SIGTERM else "interrupted") in stderr

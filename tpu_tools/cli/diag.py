@@ -174,6 +174,7 @@ def diag_command(level: int, duration: float | None, memory_fraction: float | No
 
         signals.note_interrupt(error)
         report.interrupted = True
+        report.interrupt_exit_code = signals.interrupted_exit_code()
         report.elapsed_s = time.monotonic() - started
         with signals.deferred():
             _finish(report, out, junit_path)
@@ -226,12 +227,14 @@ def _run_joined(settings: Any, join: Any, policy: RuntimePolicy, timeout_s: floa
     _reserve_stdout()
     out.stream = sys.stdout
 
+    current: list[tuple[str, int | None]] = []
+
     class ReportSink:
         def plan(self, info: dict[str, Any]) -> None:
             apply_event(report, {"event": "plan", **info})
 
         def begin(self, test: str, device: int | None) -> None:
-            pass
+            current[:] = [(test, device)]
 
         def check(self, check: Any) -> None:
             report.checks.append(check)
@@ -242,7 +245,18 @@ def _run_joined(settings: Any, join: Any, policy: RuntimePolicy, timeout_s: floa
         def note(self, text: str) -> None:
             report.notes.append(text)
 
-    return run_joined(settings, join, policy, timeout_s, ReportSink(), report) == 0
+    def on_expire(message: str) -> None:  # the watchdog's thread, just before the process ends
+        from tpu_tools.diag.records import FAIL, Check
+
+        report.error = message
+        for test, device in current:
+            report.checks.append(Check(test, FAIL, "hung: no progress within the time limit", device=device))
+        if join.process_id in (0, None):
+            _finish(report, out, None)
+        sys.stderr.write(f"tpu-diag: error: {message}\n")
+        sys.stderr.flush()
+
+    return run_joined(settings, join, policy, timeout_s, ReportSink(), report, on_expire) == 0
 
 
 def _reserve_stdout() -> None:

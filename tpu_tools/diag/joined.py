@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from tpu_tools.collectives import distributed
 from tpu_tools.collectives.distributed import JoinSpec
 from tpu_tools.collectives.exchange import KeyValueExchange
 from tpu_tools.collectives.report import ProcessInfo
+from tpu_tools.collectives.watchdog import Watchdog
 from tpu_tools.diag.records import Check, Coverage, DiagReport
 from tpu_tools.diag.runner import DiagRunner, Sink
 from tpu_tools.diag.settings import DiagSettings
@@ -32,20 +34,50 @@ def _precheck(join: JoinSpec, timeout_s: float) -> None:
         distributed.wait_for_coordinator(host, port, timeout_s)
 
 
+class WatchedSink:
+    """Every event is progress for the watchdog: a test that makes none for --timeout ends the run."""
+
+    def __init__(self, sink: Sink, watchdog: Watchdog):
+        self.sink, self.watchdog = sink, watchdog
+
+    def plan(self, info: dict[str, Any]) -> None:
+        self.watchdog.progress("planning")
+        self.sink.plan(info)
+
+    def begin(self, test: str, device: int | None) -> None:
+        self.watchdog.progress(test + (f" on device {device}" if device is not None else ""))
+        self.sink.begin(test, device)
+
+    def check(self, check: Check) -> None:
+        self.watchdog.progress()
+        self.sink.check(check)
+
+    def tick(self, text: str) -> None:
+        self.watchdog.progress()
+        self.sink.tick(text)
+
+    def note(self, text: str) -> None:
+        self.sink.note(text)
+
+
 def run_joined(settings: DiagSettings, join: JoinSpec, policy: RuntimePolicy, timeout_s: float, sink: Sink,
-               report: DiagReport) -> int:
+               report: DiagReport, on_expire: Callable[[str], None]) -> int:
     """Run this process's part; process 0 fills `report` with every process's checks. Returns the
-    process id."""
+    process id. A test without progress for `timeout_s` (a hung device or a lost peer) calls `on_expire`
+    with the diagnosis, and the process ends with status 1."""
     _precheck(join, timeout_s)
     jax = import_jax(policy, before_backend=lambda module: distributed.join(module, join, timeout_s))
     info = ProcessInfo(int(jax.process_index()), socket.gethostname(), os.getpid(),
                        [int(d.id) for d in jax.local_devices()])
     exchange = KeyValueExchange(distributed.client(), info, int(jax.process_count()), timeout_s,
                                 join.coordinator or "the coordinator")
+    watchdog = Watchdog(timeout_s, on_expire, diagnose=exchange.diagnose, presample=exchange.presample,
+                        before_exit=exchange.linger).start("exchanging process identities")
     try:
         exchange.share_identity()
-        runner = DiagRunner(jax, settings, sink, exchange)
+        runner = DiagRunner(jax, settings, WatchedSink(sink, watchdog), exchange)
         runner.run()
+        watchdog.progress("gathering the results")
         # process 0's checks include the judgements of every device; the others' are their own devices'
         payload: dict[str, Any] = {"checks": [c.to_dict() for c in runner.checks],
                                    "coverage": runner.coverage.to_dict()}
@@ -68,6 +100,7 @@ def run_joined(settings: DiagSettings, join: JoinSpec, policy: RuntimePolicy, ti
         exchange.settle(report.exit_code if exchange.process_id == 0 else 0)
         exchange.linger()
     finally:
+        watchdog.stop()
         exchange.close()
     distributed.leave(jax)
     return exchange.process_id

@@ -123,6 +123,7 @@ class DiagReport:
     error: str | None = None
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    interrupt_exit_code: int | None = None  # 130 or 143 when a signal ended the run
 
     @property
     def status(self) -> str:
@@ -132,6 +133,8 @@ class DiagReport:
 
     @property
     def exit_code(self) -> int:
+        if self.interrupt_exit_code is not None:
+            return self.interrupt_exit_code
         return exit_code_for(self.status)
 
     def failures(self) -> list[Check]:
@@ -160,4 +163,5 @@ class DiagReport:
             coverage=Coverage.from_dict(data.get("coverage") or {}), interrupted=bool(data.get("interrupted")),
             error=data.get("error"), elapsed_s=float(data.get("elapsed_s") or 0.0),
             notes=list(data.get("notes") or []),
+            interrupt_exit_code=data.get("exit_code") if data.get("interrupted") else None,
         )
