@@ -49,6 +49,7 @@ class DigestTable:
 
     runs: dict[int, list[str]] = field(default_factory=dict)
     kinds: dict[int, str] = field(default_factory=dict)
+    durations: dict[int, float] = field(default_factory=dict)
 
 
 class DiagRunner:
@@ -209,6 +210,7 @@ class DiagRunner:
         table = DigestTable()
         for device in self.local:
             self.sink.begin(test, device.id)
+            begun = time.perf_counter()
             try:
                 x, y = self._put(a, device), self._put(b, device)
                 digests = []
@@ -222,6 +224,7 @@ class DiagRunner:
                     samples.append(time.perf_counter() - start)
                 table.runs[device.id] = digests[:2]
                 table.kinds[device.id] = device.device_kind
+                table.durations[device.id] = round(time.perf_counter() - begun, 4)
                 if dtype == "f32":
                     times[device.id] = statistics.median(samples[1:])  # the first run pays for the compile
             except Exception as error:
@@ -232,19 +235,24 @@ class DiagRunner:
     def _judge(self, test: str, table: DigestTable, what: str) -> None:
         """Every process's digests of `test`, judged on process 0 against the majority of each device kind."""
         payload: dict[str, Any] = {"runs": {str(k): v for k, v in table.runs.items()},
-                   "kinds": {str(k): v for k, v in table.kinds.items()}}
+                   "kinds": {str(k): v for k, v in table.kinds.items()},
+                   "durations": {str(k): v for k, v in table.durations.items()}}
         gathered = self.exchange.gather(f"digest/{test}", payload) if self.exchange else [payload]
         if gathered is None:
             return
         runs: dict[int, list[str]] = {}
         kinds: dict[int, str] = {}
+        durations: dict[int, float] = {}
         for entry in gathered:
             runs.update({int(k): v for k, v in entry["runs"].items()})
             kinds.update({int(k): v for k, v in entry["kinds"].items()})
+            durations.update({int(k): v for k, v in entry["durations"].items()})
         for kind in sorted(set(kinds.values())):
             group = {d: r for d, r in runs.items() if kinds[d] == kind}
             for judgement in judge_digests(group, what):
-                self._emit(_judged(test, judgement, {"digest": group[judgement.device][0]}))
+                check = _judged(test, judgement, {"digest": group[judgement.device][0]})
+                check.duration_s = durations.get(judgement.device, 0.0)
+                self._emit(check)
 
     def _rate(self, times: dict[int, float]) -> None:
         gathered = (self.exchange.gather("rate", {str(k): v for k, v in times.items()}) if self.exchange
