@@ -196,3 +196,34 @@ def test_the_kubernetes_gate_runs_the_quick_level_where_the_exporter_reads_it():
         assert gate["command"][:3] == ["tpu-diag", "-r", "1"]
         assert {e["name"]: e["value"] for e in gate["env"]}["TPU_TOOLS_RUNTIME_DIR"] == "/run/tpu-tools"
         assert gate["volumeMounts"][0]["mountPath"] == "/run/tpu-tools"
+
+
+def test_tpu_sensors_during_sustained_load_warn_on_throttling_and_sick_links(monkeypatch):
+    import sys
+    import types
+
+    from tpu_tools.diag.telemetry import Telemetry, score_of
+
+    assert score_of("tray1.chip0.ici2: 3") == ("tray1.chip0.ici2", 3.0)
+    assert score_of(7) == (None, 7.0) and score_of("n/a") == (None, None) and score_of(True) == (None, None)
+
+    class Metric:
+        def __init__(self, values):
+            self.values = values
+
+        def data(self):
+            return self.values
+
+    served = {"tpu_throttle_score": ["0", "4"], "ici_link_health": ["chip0.ici0: 0", "chip1.ici3: 6"]}
+    monitoring = types.SimpleNamespace(get_metric=lambda name: Metric(served[name]))
+    libtpu = types.ModuleType("libtpu")
+    libtpu.sdk = types.SimpleNamespace(tpumonitoring=monitoring)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "libtpu", libtpu)
+    telemetry = Telemetry("tpu")
+    telemetry.sample()
+    assert telemetry.warnings() == ["throttled: tpu_throttle_score 4 of 10 on chip 1",
+                                    "ICI link chip1.ici3 unhealthy: ici_link_health 6 of 10"]
+    assert telemetry.figures()["telemetry_source"] == "libtpu.sdk"
+    quiet = Telemetry("cpu")
+    quiet.sample()
+    assert quiet.warnings() == [] and quiet.figures()["telemetry_error"] == "no sensor reading on this platform"
