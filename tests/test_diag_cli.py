@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -150,3 +151,38 @@ def test_launched_processes_compare_every_device_of_every_process(tmp_path):
     assert "2048->2049" in document["coverage"]["links"]
     bad = run_tool("tpu-diag", "--launch", "2", "--host-devices", "2", "-r", "2", "--inject", "gemm:3", env=env)
     assert_one_line_error(bad, 2, "there is no device 3", "0-1,2048-2049")
+
+
+def test_a_terminal_gets_a_progress_bar_on_stderr_and_a_pipe_does_not(tmp_path):
+    import pty
+    import select
+
+    env = _env(tmp_path, COLUMNS="100")
+    main, secondary = pty.openpty()
+    process = subprocess.Popen([*tool_command("tpu-diag"), "--platform", "cpu", "--host-devices", "2",
+                                "--format", "plain"], stdout=subprocess.PIPE, stderr=secondary, env=env)
+    os.close(secondary)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(main, 4096)
+                except OSError:  # the terminal's other end closed: the program ended
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            elif process.poll() is not None:
+                break
+        stdout, _ = process.communicate(timeout=60)
+    finally:
+        os.close(main)
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0
+    text = seen.decode("utf-8", "replace")
+    assert "known-answer on device" in text or "transfer on device" in text, text[-2000:]
+    assert b"\x1b" not in stdout and b"verdict: PASS" in stdout
