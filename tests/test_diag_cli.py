@@ -186,3 +186,16 @@ def test_a_terminal_gets_a_progress_bar_on_stderr_and_a_pipe_does_not(tmp_path):
     text = seen.decode("utf-8", "replace")
     assert "known-answer on device" in text or "transfer on device" in text, text[-2000:]
     assert b"\x1b" not in stdout and b"verdict: PASS" in stdout
+
+
+@pytest.mark.auto_platform
+def test_a_gpu_with_a_job_is_refused_by_what_nvml_lists(tmp_path, fake_nvml_dir):
+    from fakenvml import nvml_env
+
+    root = tmp_path / "root"
+    sysroot.nvidia_host(root, holders={4573: [1]})  # a reader of NVML holds a device node: not a job
+    env = nvml_env(fake_nvml_dir, root, FAKE_NVML_PROCS="0:425:1073741824",
+                   TPU_TOOLS_RUNTIME_DIR=str(tmp_path / "run"))
+    result = run_tool("tpu-diag", env=env)
+    message = assert_one_line_error(result, 1, "busy", "425", "--force")
+    assert "4573" not in message

@@ -191,22 +191,11 @@ def diag_command(level: int, duration: float | None, memory_fraction: float | No
 
 def _refuse_busy(policy: RuntimePolicy) -> None:
     """Never beside a job: a device held by another process is refused (as tpu-ls finds its holders)."""
-    import os
+    from tpu_tools.diag.busy import busy_holders
 
-    from tpu_tools.pjrt.discover import discover
-
-    platforms = policy.requested_platforms()
-    if platforms == ["cpu"]:
-        return
-    discovery = discover()
-    own = {os.getpid()}
-    holders = {h.pid: h for h in discovery.tpu_holders(exclude_pids=own)} if (
-        not platforms or "tpu" in platforms) else {}
-    for chip in discovery.chips:
-        if chip.platform != "tpu" and (not platforms or chip.platform in platforms or "gpu" in platforms):
-            holders.update({h.pid: h for h in chip.holders if h.pid not in own})
+    holders = busy_holders(policy)
     if holders:
-        owners = ", ".join(f"{h.pid} ({h.command.split(' ')[0] or '?'})" for h in holders.values())
+        owners = ", ".join(f"{h.pid} ({h.command.split(' ')[0] or '?'})" for h in holders)
         raise RuntimeFailure(f"the accelerator is busy: held by process {owners}; tpu-diag does not run beside a "
                              "job (--force runs it anyway, which may disturb that process)")
 
