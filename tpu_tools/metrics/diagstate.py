@@ -15,12 +15,23 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tpu_tools import jsonout
 from tpu_tools.atomic import write_file
 from tpu_tools.metrics.rundir import RunDirError, check_private_dir, ensure_private_dir, runtime_dir
+from tpu_tools.records import Bool, Int, List, Obj, RecordError, Str, parse
 
 FILE_NAME = "diag-last.json"
 MAX_BYTES = 8 << 20
 STATUS_VALUES = {"pass": 0, "fail": 1, "warn": 2, "skip": 3}
+SCHEMA = "tpu-tools/diag/v1"
+_STATUS = Str(one_of=tuple(STATUS_VALUES), nullable=False)
+
+# What the readers use of the document; the rest of it is kept in the file for tpu-dump.
+CHECK = Obj({"test": Str(80, nullable=False), "status": _STATUS, "device": Int(min=0), "link": Str(40),
+             "why": Str(300)}, required=("test", "status"))
+DOCUMENT = Obj({"schema": Str(one_of=(SCHEMA,), nullable=False), "time": Str(64, nullable=False),
+                "level": Int(min=1, max=3), "platform": Str(20), "status": _STATUS, "interrupted": Bool(),
+                "checks": List(CHECK, max_items=100_000)}, required=("schema", "time", "status"))
 
 
 @dataclass
@@ -79,7 +90,7 @@ def last_path(directory: Path | None = None) -> Path:
 def write_last(document: dict[str, Any], directory: Path | None = None) -> Path:
     """Keep `document` as the last result; raises RunDirError when the directory cannot be used."""
     folder = ensure_private_dir(directory or runtime_dir())
-    return write_file(folder / FILE_NAME, json.dumps(document, allow_nan=False) + "\n", True,
+    return write_file(folder / FILE_NAME, jsonout.dumps(document) + "\n", True,
                       what="the last diagnostic result", mode=0o600)
 
 
@@ -97,28 +108,19 @@ def read_last(directory: Path | None = None) -> LastDiag | None:
             raise ValueError(f"is larger than {MAX_BYTES >> 20} MiB")
         document = json.loads(path.read_text(encoding="utf-8"))
         _fill(last, document)
-    except (OSError, RunDirError, ValueError, TypeError, KeyError) as error:
+    except (OSError, RunDirError, ValueError) as error:  # RecordError is a ValueError
         last.error = f"{path}: {error}"
     return last
 
 
 def _fill(last: LastDiag, document: Any) -> None:
-    if not isinstance(document, dict) or document.get("schema") != "tpu-tools/diag/v1":
-        raise ValueError("is not a tpu-tools/diag/v1 document")
-    last.time = str(document["time"])
-    last.time_unix_s = datetime.fromisoformat(last.time).timestamp()
-    level = document.get("level")
-    last.level = level if isinstance(level, int) and not isinstance(level, bool) else None
-    platform = document.get("platform")
-    last.platform = str(platform)[:20] if platform is not None else None
-    status = document.get("status")
-    last.status = status if status in STATUS_VALUES else None
-    last.interrupted = document.get("interrupted") is True
-    for entry in document.get("checks") or []:
-        if not isinstance(entry, dict) or entry.get("status") not in STATUS_VALUES:
-            continue
-        device = entry.get("device")
-        link = entry.get("link")
-        last.checks.append(LastCheck(str(entry.get("test"))[:80], entry["status"],
-                                     device if isinstance(device, int) and not isinstance(device, bool) else None,
-                                     str(link)[:40] if link is not None else None, str(entry.get("why") or "")[:300]))
+    record = parse(DOCUMENT, document)
+    last.time = record["time"]
+    try:
+        last.time_unix_s = datetime.fromisoformat(record["time"]).timestamp()
+    except ValueError:
+        raise RecordError(f"time: {record['time']!r} is not an ISO 8601 time") from None
+    last.level, last.platform, last.status = record["level"], record["platform"], record["status"]
+    last.interrupted = record["interrupted"] is True
+    last.checks = [LastCheck(c["test"], c["status"], c["device"], c["link"], c["why"] or "")
+                   for c in record["checks"] or []]
