@@ -14,7 +14,7 @@ _tpu_tools_complete() {
     local opts="" subs="" choices="" pathopts="" valopts=""
     case "$key" in
         'tpu-tools|')
-            opts='--debug --version -h --help'; subs='ls monitor top bench profile collectives-test dump'
+            opts='--debug --version -h --help'; subs='ls monitor top bench profile collectives-test dump diag'
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
@@ -177,6 +177,14 @@ _tpu_tools_complete() {
             opts='--file --json --format --debug --version -h --help'; subs=''
             valopts='--file --format'; pathopts=''
             case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|diag')
+            opts='-r --level --duration --memory-fraction --inject --force --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            valopts='-r --level --duration --memory-fraction --inject --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --format'; pathopts=''
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
             esac
             ;;
@@ -343,6 +351,14 @@ _tpu_tools_complete() {
                 --format) choices='auto table plain json' ;;
             esac
             ;;
+        'tpu-diag|')
+            opts='-r --level --duration --memory-fraction --inject --force --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            valopts='-r --level --duration --memory-fraction --inject --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --format'; pathopts=''
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
     esac
     if [[ -n $choices ]]; then COMPREPLY=($(compgen -W "$choices" -- "$cur")); return; fi
     if [[ " $pathopts " == *" $prev "* ]]; then COMPREPLY=($(compgen -f -- "$cur")); return; fi
@@ -354,9 +370,9 @@ _tpu_tools_complete() {
 
 _tpu_tools_is_command() {
     case "$1|$2" in
-        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|bench'|'tpu-tools|bench compile'|'tpu-tools|bench dispatch'|'tpu-tools|bench matmul'|'tpu-tools|bench memory'|'tpu-tools|bench transfer'|'tpu-tools|bench train'|'tpu-tools|bench infer'|'tpu-tools|bench compare'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-tools|collectives-test'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-bench|compile'|'tpu-bench|dispatch'|'tpu-bench|matmul'|'tpu-bench|memory'|'tpu-bench|transfer'|'tpu-bench|train'|'tpu-bench|infer'|'tpu-bench|compare'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture'|'tpu-dump|show') return 0 ;;
+        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|bench'|'tpu-tools|bench compile'|'tpu-tools|bench dispatch'|'tpu-tools|bench matmul'|'tpu-tools|bench memory'|'tpu-tools|bench transfer'|'tpu-tools|bench train'|'tpu-tools|bench infer'|'tpu-tools|bench compare'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-tools|collectives-test'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-tools|diag'|'tpu-bench|compile'|'tpu-bench|dispatch'|'tpu-bench|matmul'|'tpu-bench|memory'|'tpu-bench|transfer'|'tpu-bench|train'|'tpu-bench|infer'|'tpu-bench|compare'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture'|'tpu-dump|show') return 0 ;;
     esac
     return 1
 }
 
-complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-monitor tpu-top tpu-bench tpu-profile tpu-collectives-test tpu-dump
+complete -o default -F _tpu_tools_complete tpu-tools tpu-ls tpu-monitor tpu-top tpu-bench tpu-profile tpu-collectives-test tpu-dump tpu-diag

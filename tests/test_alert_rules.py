@@ -38,7 +38,7 @@ def test_every_alert_has_a_case_where_it_fires():
     cases = yaml.safe_load(RULE_TESTS.read_text())["tests"]
     firing = {check["alertname"] for case in cases for check in case["alert_rule_test"] if check["exp_alerts"]}
     names = [rule["alert"] for rule in _alerts()]
-    assert len(names) == len(set(names)) == 11
+    assert len(names) == len(set(names)) == 13
     assert set(names) == firing
 
 
@@ -53,6 +53,12 @@ def _exported_names() -> set[str]:
              "steps": {"count": 3}}
     families = [*host_metrics({"cpu_percent": 1.0}), *device_metrics({"devices": [device]}),
                 *process_metrics({"agents": [agent]}), *gpu_metrics({"gpus": [GPU_RECORD]})]
+    from tpu_tools.metrics.groups.base import CollectOptions
+    from tpu_tools.metrics.groups.diag import DiagGroup
+
+    last = {"error": None, "status": "fail", "age_s": 1.0, "time_unix_s": 1.0, "level": 1,
+            "checks": [{"test": "compile", "device": 0, "link": None, "status": "fail"}]}
+    families += list(DiagGroup(CollectOptions()).prometheus({"last": last}))
     names = set()
     for family in families:
         names.add(family.name + ("_total" if family.type == "counter" else ""))

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     # and the model workloads shared by bench and profile.
     ("instrument", "workloads"),
     ("inventory", "agent", "bench", "collectives", "profile", "top"),  # features: they return data
+    ("diag",),  # diagnostics, built on the collectives' exact checks and the probes
     ("render",),  # rich/plain views of the features' data
     # The dump bundles what the other commands show, so it writes their text views (tpu-ls tables)
     # into the bundle: it sits above render.
@@ -286,4 +287,4 @@ def test_the_walk_sees_an_upward_import(tmp_path):
     finally:
         PACKAGE = saved
     assert problems == ["tpu_tools/metrics/sample.py:2: metrics (layer 2) imports tpu_tools.cli "
-                        "(layer 7): imports must point down"]
+                        "(layer 8): imports must point down"]

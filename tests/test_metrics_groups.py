@@ -57,8 +57,8 @@ def tpu_host(tmp_path, monkeypatch):
 def test_a_registered_source_feeds_its_group_the_devices_and_top(tpu_host):
     builder = ReportBuilder()
     report = builder.build()
-    assert report["schema"] == SCHEMA and list(report)[-8:] == ["host", "devices", "processes", "libtpu", "workload",
-                                                                      "nvml", "amdsmi", "fakeruntime"]
+    assert report["schema"] == SCHEMA and list(report)[-9:] == ["host", "devices", "processes", "libtpu", "workload",
+                                                                      "nvml", "amdsmi", "diag", "fakeruntime"]
     assert report["fakeruntime"]["error"] is None and len(report["fakeruntime"]["devices"]) == 2
     assert builder.collectors["fakeruntime"].calls == 1  # fetched once per round, shared by two groups
     devices = {d["key"]: d for d in report["devices"]["devices"]}

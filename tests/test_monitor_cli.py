@@ -19,7 +19,7 @@ from agentjobs import agent_env, rundir, running_job, start_job, wait_for  # noq
 from conftest import DEFAULT_METRICS_ADDR, TESTS, assert_one_line_error, run_tool, tool_command
 
 TOP_KEYS = {"schema", "time", "time_unix_s", "hostname", "sequence", "tpu_tools_version", "tpu_slice", "host",
-            "devices", "processes", "libtpu", "workload", "nvml", "amdsmi"}
+            "devices", "processes", "libtpu", "workload", "nvml", "amdsmi", "diag"}
 GROUP_HEADER = {"period_s", "sampled_at", "error"}
 HOST_KEYS = GROUP_HEADER | {"hostname", "cpu_count", "cpu_percent", "memory_total_bytes", "memory_used_bytes",
                             "memory_available_bytes", "swap_total_bytes", "swap_used_bytes", "load_average_1m",

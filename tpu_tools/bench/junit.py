@@ -16,11 +16,11 @@ from tpu_tools.bench.records import FAILED, OK, CaseResult, RunResult
 SUITE_NAME = "tpu-bench"
 
 
-def junit_xml(run: RunResult, comparison: Comparison | None = None) -> str:
+def junit_xml(run: RunResult, comparison: Comparison | None = None, suite_name: str = SUITE_NAME) -> str:
     regressions: dict[str, list[FigureChange]] = defaultdict(list)
     for change in comparison.regressions if comparison else []:
         regressions[change.case_id].append(change)
-    suite = ElementTree.Element("testsuite", name=SUITE_NAME, timestamp=run.time)
+    suite = ElementTree.Element("testsuite", name=suite_name, timestamp=run.time)
     properties = ElementTree.SubElement(suite, "properties")
     for name, value in (("device_kind", run.device.get("kind")), ("platform", run.device.get("platform")),
                         ("device_count", run.device.get("count")), ("suite", run.suite),
@@ -28,7 +28,7 @@ def junit_xml(run: RunResult, comparison: Comparison | None = None) -> str:
         ElementTree.SubElement(properties, "property", name=name, value=str(value))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for result in run.results:
-        element = _testcase(result, regressions.get(result.case.id, []))
+        element = _testcase(result, regressions.get(result.case.id, []), suite_name)
         suite.append(element)
         counts["tests"] += 1
         for tag, key in (("failure", "failures"), ("error", "errors"), ("skipped", "skipped")):
@@ -43,8 +43,8 @@ def junit_xml(run: RunResult, comparison: Comparison | None = None) -> str:
     return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _testcase(result: CaseResult, regressions: list[FigureChange]) -> ElementTree.Element:
-    element = ElementTree.Element("testcase", classname=f"{SUITE_NAME}.{result.case.benchmark}",
+def _testcase(result: CaseResult, regressions: list[FigureChange], suite_name: str) -> ElementTree.Element:
+    element = ElementTree.Element("testcase", classname=f"{suite_name}.{result.case.benchmark}",
                                   name=result.case.name, time=f"{result.duration_s:.3f}")
     if result.status == OK:
         properties = ElementTree.SubElement(element, "properties")

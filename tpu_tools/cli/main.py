@@ -16,6 +16,7 @@ COMMANDS = {
     "profile": "tpu_tools.cli.profile:profile_group",
     "collectives-test": "tpu_tools.cli.collectives:collectives_command",
     "dump": "tpu_tools.cli.dump:dump_command",
+    "diag": "tpu_tools.cli.diag:diag_command",
 }
 
 MAN_SECTIONS = {
@@ -24,7 +25,8 @@ MAN_SECTIONS = {
         "1  runtime failure: no device, the runtime failed, hung or crashed, a probe or test failed.\n"
         "2  usage error: a bad option value (also NaN, infinite or absurd numbers), an unknown platform, a bad "
         "JAX_PLATFORMS, an XLA flag XLA does not know, an output file that exists without --force.\n"
-        "3  a gate failed: a benchmark regression, a collective below its bandwidth floor, wrong values.\n"
+        "3  a gate failed: a benchmark regression, a collective below its bandwidth floor, wrong values; tpu-diag: "
+        "warnings only (nondeterminism, a slow device, throttled clocks).\n"
         "130  interrupted (Ctrl-C); 143  terminated (SIGTERM, as sent by timeout, CI runners and Kubernetes). "
         "Both keep the partial results of long commands (bench --json, profile run, collectives-test --json); "
         "tpu-monitor ends with 0 after either.\n"

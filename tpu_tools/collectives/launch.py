@@ -53,8 +53,9 @@ def strip_option(args: list[str], name: str) -> list[str]:
     return kept
 
 
-def rank_command(args: list[str], coordinator: str, processes: int, process_id: int) -> list[str]:
-    return [sys.executable, "-m", "tpu_tools.cli.collectives", *args, "--coordinator", coordinator,
+def rank_command(args: list[str], coordinator: str, processes: int, process_id: int,
+                 module: str = "tpu_tools.cli.collectives") -> list[str]:
+    return [sys.executable, "-m", module, *args, "--coordinator", coordinator,
             "--num-processes", str(processes), "--process-id", str(process_id)]
 
 
@@ -98,7 +99,7 @@ class LaunchOutcome:
 
 class Launcher:
     def __init__(self, processes: int, args: list[str], coordinator: str, timeout_s: float,
-                 on_stderr: Callable[[str], None], debug: bool = False):
+                 on_stderr: Callable[[str], None], debug: bool = False, module: str = "tpu_tools.cli.collectives"):
         if processes < 1:
             raise UsageError(f"--launch must be at least 1, got {processes}")
         if processes > MAX_PROCESSES:
@@ -109,6 +110,7 @@ class Launcher:
         self.timeout_s = timeout_s
         self.on_stderr = on_stderr
         self.debug = debug
+        self.module = module  # the command each process runs (python -m MODULE ARGS)
         self.children: list[subprocess.Popen] = []
         self.ranks: list[RankOutcome] = []
         self._readers: list[threading.Thread] = []
@@ -129,7 +131,7 @@ class Launcher:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"
         for process_id in range(self.processes):
-            command = rank_command(self.args, self.coordinator, self.processes, process_id)
+            command = rank_command(self.args, self.coordinator, self.processes, process_id, self.module)
             child = subprocess.Popen(command, stdin=subprocess.DEVNULL,
                                      stdout=None if process_id == 0 else subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, env=env, start_new_session=True)

@@ -207,10 +207,48 @@ def _device_columns(devices: list[dict[str, Any]], multi_host: bool, with_histor
         columns.append(Column("temp", "TEMP", 5, right=True, priority=8))
     if any(power_w(d) is not None for d in devices):
         columns.append(Column("power", "POWER", 6, right=True, priority=9))
+    if any((d.get("extra") or {}).get("diag_status") for d in devices):
+        columns.append(Column("diag", "DIAG", 9, priority=4))
     if with_history:
         columns.append(Column("history", "HISTORY", 6, priority=6, flex_max=40))
     columns.append(Column("processes", "PROCESSES", 12, priority=3, flex_max=200))
     return columns
+
+
+_DIAG_STYLE = {"fail": ERROR, "warn": WARN, "skip": DIM}
+
+
+def age_text(seconds: float | None) -> str:
+    """A compact age: 45s, 12m, 5h, 3d."""
+    if seconds is None:
+        return MISSING
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def diag_cell(extra: dict[str, Any]) -> tuple[str, str]:
+    """A device's last tpu-diag verdict and its age (the monitor's diag group)."""
+    status = extra.get("diag_status")
+    if not status:
+        return (MISSING, DIM)
+    return (f"{str(status).upper()} {age_text(extra.get('diag_age_s'))}", _DIAG_STYLE.get(str(status), NORMAL))
+
+
+def diag_status(report: dict[str, Any]) -> Segment | None:
+    """The host's last tpu-diag run in a phrase, e.g. "diag -r 2 FAIL 3h ago (gemm f32 device 3)"."""
+    last = (report.get("diag") or {}).get("last")
+    if not last or last.get("error") or not last.get("status"):
+        return None
+    text = f"diag -r {last.get('level')} {str(last['status']).upper()} {age_text(last.get('age_s'))} ago"
+    failed = [c for c in last.get("checks") or [] if c.get("status") == "fail"]
+    if failed:
+        first = failed[0]
+        where = f" link {first['link']}" if first.get("link") else (
+            f" device {first['device']}" if first.get("device") is not None else "")
+        text += f" ({first.get('test')}{where}" + (f", +{len(failed) - 1} more" if len(failed) > 1 else "") + ")"
+    return Segment(text, _DIAG_STYLE.get(str(last["status"]), DIM))
 
 
 def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state: ViewState | None = None,
@@ -224,6 +262,9 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
     status = _libtpu_status(report, not_served)
     if status is not None and len(title.text) + 2 + len(status.text) <= width:
         title.add("  ").add(status.text, status.style)
+    verdict = diag_status(report)
+    if verdict is not None and len(title.text) + 2 + len(verdict.text) <= width:
+        title.add("  ").add(verdict.text, verdict.style)
     lines = [title]
     if group.get("error"):
         return [*lines, Line().add(f"  {group['error']}", ERROR)]
@@ -269,6 +310,7 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
             "history": [Segment(graph, level_style(None if utilization is None else utilization / 100)
                                 if utilization is not None else DIM)],
             "processes": (_holders_text(device, gpu_processes), NORMAL),
+            "diag": diag_cell(device.get("extra") or {}),
         }
         lines.append(table_row(columns, cells))
     if len(shown) < len(devices):

@@ -8,7 +8,7 @@ runner stops it at --timeout) and adds files through its context.
 from __future__ import annotations
 
 from tpu_tools.dump.collector import Collector
-from tpu_tools.dump.collectors import accelerators, amd, jobs, logs, nvidia, software, system
+from tpu_tools.dump.collectors import accelerators, amd, diag, jobs, logs, nvidia, software, system
 
 COLLECTORS: list[Collector] = [
     Collector("system.os", "OS release, kernel (uname), machine vendor and model", system.collect_os),
@@ -38,6 +38,8 @@ COLLECTORS: list[Collector] = [
               "metrics services (localhost:8431, TPU_RUNTIME_METRICS_PORTS, --metrics-addr)", jobs.collect_libtpu),
     Collector("accelerators.agents", "a snapshot of every running workload of this user with the tpu-tools agent "
               "(devices, memory, compiles and recompiles, steps)", jobs.collect_agents),
+    Collector("accelerators.diag", "the last tpu-diag result of this host (verdict per test and device, coverage)",
+              diag.collect_diag),
     Collector("software.python", "Python version, executable and path", software.collect_python),
     Collector("software.packages", "installed distributions with versions", software.collect_packages),
     Collector("software.stack", "jax, jaxlib, libtpu and PJRT plugin versions, paths, and whether they agree",

@@ -19,4 +19,5 @@ GROUPS: dict[str, str] = {
     "workload": "tpu_tools.metrics.groups.workload:WorkloadGroup",
     "nvml": "tpu_tools.metrics.groups.nvml:NvmlGroup",
     "amdsmi": "tpu_tools.metrics.groups.amdsmi:AmdSmiGroup",
+    "diag": "tpu_tools.metrics.groups.diag:DiagGroup",
 }

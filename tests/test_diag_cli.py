@@ -1,0 +1,201 @@
+"""tpu-diag end to end: the real program on the CPU runtime; bad input; busy devices; signals; the last result."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import sysroot
+from conftest import assert_one_line_error, clean_env, run_tool, tool_command
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    rundir = tmp_path / "run"
+    rundir.mkdir(mode=0o700, exist_ok=True)
+    return clean_env(TPU_TOOLS_RUNTIME_DIR=str(rundir), **extra)
+
+
+def test_quick_level_passes_prints_json_and_keeps_the_last_result(tmp_path):
+    env = _env(tmp_path)
+    result = run_tool("tpu-diag", "--platform", "cpu", "--host-devices", "4", "--json", "--junit",
+                      str(tmp_path / "diag.xml"), env=env)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["schema"] == "tpu-tools/diag/v1" and document["status"] == "pass"
+    assert document["level"] == 1 and document["device_ids"] == [0, 1, 2, 3]
+    assert {(c["test"], c["device"]) for c in document["checks"]} == {
+        (t, d) for t in ("compile", "known-answer", "transfer") for d in range(4)}
+    assert document["interrupted"] is False and document["exit_code"] == 0
+    kept = json.loads((tmp_path / "run" / "diag-last.json").read_text())
+    assert kept["time"] == document["time"] and kept["status"] == "pass"
+    assert oct((tmp_path / "run" / "diag-last.json").stat().st_mode & 0o777) == "0o600"
+    xml = (tmp_path / "diag.xml").read_text()
+    assert 'testsuite name="tpu-diag"' in xml and 'tests="12"' in xml and 'errors="0"' in xml
+
+
+def test_an_injected_gemm_fault_fails_the_run_naming_the_device(tmp_path):
+    env = _env(tmp_path)
+    result = run_tool("tpu-diag", "-r", "2", "--platform", "cpu", "--host-devices", "4", "--inject", "gemm:2",
+                      "--memory-fraction", "0.0001", "--format", "plain", env=env, timeout=300)
+    assert result.returncode == 1, result.stderr
+    failing = [line for line in result.stdout.splitlines() if " FAIL " in line and not line.startswith("verdict")]
+    assert failing and all(line.startswith("gemm ") and "device 2" in line for line in failing), result.stdout
+    assert "verdict: FAIL" in result.stdout
+    assert "links exercised: 8" in result.stdout and "dtypes: f32, bf16, f16, int8" in result.stdout
+    assert "memory tested:" in result.stdout
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["-r", "4"], "the level must be 1, 2 or 3"),
+    (["-r", "0"], "the level must be 1, 2 or 3"),
+    (["--duration", "10s"], "--duration sets how long -r 3 runs"),
+    (["-r", "3", "--duration", "soon"], "--duration"),
+    (["-r", "3", "--duration", "0"], "--duration"),
+    (["--memory-fraction", "0"], "above 0 and at most 1"),
+    (["--memory-fraction", "1.5"], "above 0 and at most 1"),
+    (["--inject", "gemm"], "use KIND:DEVICE"),
+    (["-r", "2", "--inject", "gemm:x"], "DEVICE must be a device id"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
+    result = run_tool("tpu-diag", "--platform", "cpu", *args, env=_env(tmp_path))
+    assert_one_line_error(result, 2, fragment)
+
+
+def test_inject_naming_a_device_that_does_not_exist_is_a_usage_error(tmp_path):
+    result = run_tool("tpu-diag", "--platform", "cpu", "--host-devices", "2", "--inject", "kat:7",
+                      env=_env(tmp_path))
+    message = assert_one_line_error(result, 2, "there is no device 7")
+    assert message.startswith("tpu-diag: error:")
+
+
+@pytest.mark.auto_platform  # a held TPU is detected when the platform is left to JAX
+def test_a_busy_accelerator_is_refused_unless_forced(tmp_path):
+    sysroot.v4_host(tmp_path / "root", holders={2001: [0]})
+    env = _env(tmp_path, TPU_TOOLS_SYSROOT=str(tmp_path / "root"))
+    result = run_tool("tpu-diag", env=env)
+    assert_one_line_error(result, 1, "busy", "2001", "--force")
+
+
+def test_a_hung_runtime_gets_a_verdict(tmp_path, hanging_plugin):
+    env = _env(tmp_path, PYTHONPATH=str(hanging_plugin))
+    result = run_tool("tpu-diag", "--timeout", "3", "--json", env=env, timeout=120)
+    assert result.returncode == 1
+    document = json.loads(result.stdout)
+    assert document["status"] == "fail" and "did not answer within 3 s" in document["error"]
+    assert "tpu-diag: error:" in result.stderr and "Traceback" not in result.stderr
+
+
+def _worker_of(pid: int) -> int | None:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"\nPPid:\t{pid}\n" in status and b"tpu_tools.diag.worker" in cmdline:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_keeps_the_results_so_far_marked_interrupted(tmp_path, signum, code):
+    env = _env(tmp_path)
+    process = subprocess.Popen([*tool_command("tpu-diag"), "-r", "3", "--duration", "10m", "--platform", "cpu",
+                                "--host-devices", "2", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while _worker_of(process.pid) is None and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signum)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == code, stderr
+    document = json.loads(stdout)
+    assert document["interrupted"] is True and isinstance(document["checks"], list)
+    assert document["exit_code"] == code
+    kept = json.loads((tmp_path / "run" / "diag-last.json").read_text())
+    assert kept["interrupted"] is True
+    assert ("terminated" if signum == signal.SIGTERM else "interrupted") in stderr
+    assert _worker_of(process.pid) is None
+
+
+def test_tpu_tools_diag_is_the_same_command():
+    from tpu_tools.cli.diag import diag_command
+    from tpu_tools.cli.main import COMMANDS
+
+    module, _, name = COMMANDS["diag"].partition(":")
+    assert getattr(__import__(module, fromlist=[name]), name) is diag_command
+
+
+def test_launched_processes_compare_every_device_of_every_process(tmp_path):
+    env = _env(tmp_path)
+    result = run_tool("tpu-diag", "--launch", "2", "--host-devices", "2", "-r", "2", "--memory-fraction", "0.0001",
+                      "--inject", "gemm:2049", "--json", env=env, timeout=300)
+    assert result.returncode == 1, result.stderr
+    document = json.loads(result.stdout)
+    assert document["process_count"] == 2 and document["device_ids"] == [0, 1, 2048, 2049]
+    failed = {(c["test"], c["device"]) for c in document["checks"] if c["status"] == "fail"}
+    assert failed == {(f"gemm {t}", 2049) for t in ("f32", "bf16", "f16", "int8")}
+    assert {c["process_id"] for c in document["checks"] if c["test"] == "compile"} == {0, 1}
+    assert "2048->2049" in document["coverage"]["links"]
+    bad = run_tool("tpu-diag", "--launch", "2", "--host-devices", "2", "-r", "2", "--inject", "gemm:3", env=env)
+    assert_one_line_error(bad, 2, "there is no device 3", "0-1,2048-2049")
+
+
+def test_a_terminal_gets_a_progress_bar_on_stderr_and_a_pipe_does_not(tmp_path):
+    import pty
+    import select
+
+    env = _env(tmp_path, COLUMNS="100")
+    main, secondary = pty.openpty()
+    process = subprocess.Popen([*tool_command("tpu-diag"), "--platform", "cpu", "--host-devices", "2",
+                                "--format", "plain"], stdout=subprocess.PIPE, stderr=secondary, env=env)
+    os.close(secondary)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(main, 4096)
+                except OSError:  # the terminal's other end closed: the program ended
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            elif process.poll() is not None:
+                break
+        stdout, _ = process.communicate(timeout=60)
+    finally:
+        os.close(main)
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0
+    text = seen.decode("utf-8", "replace")
+    assert "known-answer on device" in text or "transfer on device" in text, text[-2000:]
+    assert b"\x1b" not in stdout and b"verdict: PASS" in stdout
+
+
+@pytest.mark.auto_platform
+def test_a_gpu_with_a_job_is_refused_by_what_nvml_lists(tmp_path, fake_nvml_dir):
+    from fakenvml import nvml_env
+
+    root = tmp_path / "root"
+    sysroot.nvidia_host(root, holders={4573: [1]})  # a reader of NVML holds a device node: not a job
+    env = nvml_env(fake_nvml_dir, root, FAKE_NVML_PROCS="0:425:1073741824",
+                   TPU_TOOLS_RUNTIME_DIR=str(tmp_path / "run"))
+    result = run_tool("tpu-diag", env=env)
+    message = assert_one_line_error(result, 1, "busy", "425", "--force")
+    assert "4573" not in message

@@ -1,0 +1,24 @@
+"""JUnit XML of a diagnostic run, written by tpu-bench's JUnit writer: one testcase per check."""
+
+from __future__ import annotations
+
+from tpu_tools.bench.junit import junit_xml as bench_junit_xml
+from tpu_tools.bench.records import FAILED, NOT_RUN, OK, Case, CaseResult, RunResult
+from tpu_tools.diag.records import FAIL, SKIP, DiagReport
+
+SUITE_NAME = "tpu-diag"
+
+
+def junit_xml(report: DiagReport) -> str:
+    results = []
+    for check in report.checks:
+        status = {FAIL: FAILED, SKIP: NOT_RUN}.get(check.status, OK)
+        result = CaseResult(Case(check.test.split(" ")[0], f"{check.test} {check.target}"), status=status,
+                            message=check.why or check.status, duration_s=check.duration_s)
+        result.warnings = [f"{check.status}: {check.why}"]
+        results.append(result)
+    run = RunResult(environment={}, device={"kind": report.device_kind, "platform": report.platform,
+                                            "count": len(report.device_ids)},
+                    settings=report.settings, results=results, suite=f"-r {report.level}", time=report.time,
+                    interrupted=report.interrupted)
+    return bench_junit_xml(run, suite_name=SUITE_NAME)

@@ -1,0 +1,416 @@
+"""The diagnostic levels, run where jax is imported: in the isolated child, or in each process of a
+multi-process run. Results go to a `Sink` as they come (progress, partial results on interruption).
+
+Per-device tests (compile, known answers, transfers, memory patterns) judge each device against exact
+answers. Cross-device tests (GEMM digests, memory digests, sustained load) judge each device against the
+majority of its peers of the same kind; with several processes the digests of every process are gathered
+to process 0, which judges them all.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from tpu_tools.diag import kernels
+from tpu_tools.diag.compare import Judgement, judge_digests, rate_outliers
+from tpu_tools.diag.digest import digest_text, host_digest
+from tpu_tools.diag.memory import free_bytes, is_out_of_memory, pattern_words
+from tpu_tools.diag.records import FAIL, PASS, SKIP, WARN, Check, Coverage
+from tpu_tools.diag.settings import DiagSettings
+from tpu_tools.errors import UsageError
+
+
+class Sink(Protocol):
+    def plan(self, info: dict[str, Any]) -> None: ...
+    def begin(self, test: str, device: int | None) -> None: ...
+    def check(self, check: Check) -> None: ...
+    def tick(self, text: str) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
+class Exchange(Protocol):
+    process_id: int
+    process_count: int
+
+    def gather(self, name: str, payload: dict[str, Any]) -> list[dict[str, Any]] | None: ...
+    def decide(self, step: int, decision: str) -> str: ...
+
+
+@dataclass
+class DigestTable:
+    """test -> device -> digests of its runs; device kinds to compare only like with like."""
+
+    runs: dict[int, list[str]] = field(default_factory=dict)
+    kinds: dict[int, str] = field(default_factory=dict)
+    durations: dict[int, float] = field(default_factory=dict)
+
+
+class DiagRunner:
+    def __init__(self, jax: Any, settings: DiagSettings, sink: Sink, exchange: Exchange | None = None):
+        self.jax = jax
+        self.settings = settings
+        self.sink = sink
+        self.exchange = exchange
+        self.process_id = exchange.process_id if exchange else 0
+        self.devices = list(jax.devices())
+        self.local = [d for d in self.devices if d.process_index == jax.process_index()]
+        self.coverage = Coverage()
+        self.checks: list[Check] = []
+        self.is_cpu = self.devices[0].platform == "cpu"
+
+    # --- plan -----------------------------------------------------------------------------------------
+    def steps(self) -> list[tuple[str, int | None]]:
+        level, ids = self.settings.level, [d.id for d in self.local]
+        tests = ["compile", "known-answer", "transfer"]
+        if level >= 2:
+            tests += [f"gemm {dtype}" for dtype in kernels.GEMM_DTYPES] + ["rate"]
+            tests += [f"memory {name}" for name in kernels.MEMORY_PATTERNS]
+        steps = [(test, d) for test in tests for d in ids]
+        if level >= 2 and len(self.devices) > 1:
+            steps += [(f"collective {name}", None) for name in COLLECTIVES]
+        if level >= 3:
+            steps.append(("sustained", None))
+        return steps
+
+    def validate(self) -> None:
+        inject = self.settings.inject
+        ids = [d.id for d in self.devices]
+        if inject is not None and inject.device not in ids:
+            from tpu_tools.collectives.mesh import id_ranges
+
+            raise UsageError(f"--inject {inject.text()}: there is no device {inject.device} (this run's devices: "
+                             f"{id_ranges(ids)})")
+
+    def info(self) -> dict[str, Any]:
+        first = self.devices[0]
+        return {"platform": first.platform, "device_kind": first.device_kind,
+                "device_ids": [d.id for d in self.devices], "process_count": self.jax.process_count(),
+                "total": len(self.steps()), "host": socket.gethostname()}
+
+    def run(self) -> None:
+        self.validate()
+        self.sink.plan(self.info())
+        level = self.settings.level
+        for device in self.local:
+            self._per_device("compile", device, self._compile)
+        for device in self.local:
+            self._per_device("known-answer", device, self._known_answer)
+        for device in self.local:
+            self._per_device("transfer", device, self._transfer)
+        if level >= 2:
+            times: dict[int, float] = {}
+            for dtype in kernels.GEMM_DTYPES:
+                self._gemm(dtype, times)
+            self._rate(times)
+            for name in kernels.MEMORY_PATTERNS:
+                self._memory(name)
+            if len(self.devices) > 1:
+                for name in COLLECTIVES:
+                    self._collective(name)
+            else:
+                self.sink.note("one device: no collectives or links to test")
+        if level >= 3:
+            self._sustained()
+
+    # --- helpers --------------------------------------------------------------------------------------
+    def _emit(self, check: Check) -> None:
+        check.process_id = self.process_id
+        self.checks.append(check)
+        self.sink.check(check)
+
+    def _injected(self, kind: str, device: Any) -> bool:
+        inject = self.settings.inject
+        return inject is not None and inject.kind == kind and inject.device == device.id
+
+    def _per_device(self, test: str, device: Any, body: Callable[[Any], Check]) -> Check:
+        self.sink.begin(test, device.id)
+        start = time.perf_counter()
+        try:
+            check = body(device)
+        except Exception as error:  # a device that errors fails its test; an allocation that fails skips it
+            status = SKIP if is_out_of_memory(error) else FAIL
+            prefix = "out of memory: " if status == SKIP else ""
+            check = Check(test, status, prefix + f"{type(error).__name__}: {_first_line(error)}")
+        check.test, check.device = test, device.id
+        check.duration_s = round(time.perf_counter() - start, 4)
+        self._emit(check)
+        return check
+
+    def _put(self, value: Any, device: Any) -> Any:
+        return self.jax.device_put(value, device)
+
+    # --- level 1 ----------------------------------------------------------------------------------------
+    def _compile(self, device: Any) -> Check:
+        from tpu_tools.pjrt.probe import probe_device
+
+        probe = probe_device(self.jax, device)
+        figures = {"compile_ms": probe.compile_ms, "execute_us": probe.execute_us}
+        if probe.ok:
+            return Check("compile", PASS, f"compiled in {probe.compile_ms:.1f} ms, ran in {probe.execute_us:.0f} us",
+                         figures=figures)
+        return Check("compile", FAIL, probe.error or "the probe failed", figures=figures)
+
+    def _known_answer(self, device: Any) -> Check:
+        size = self.settings.kat_size
+        a, b = kernels.small_ints(size, 7, 3), kernels.small_ints(size, 5, 1)
+        expected = kernels.known_answers(a, b)
+        x, y = self._put(a.astype(np.int32), device), self._put(b.astype(np.int32), device)
+        problems = []
+        for position, (name, program) in enumerate(kernels.known_answer_programs().items()):
+            result = program(x, y)
+            if position == 0 and self._injected("kat", device):
+                result = kernels.flip_bit(result)
+            got = np.asarray(result)
+            want = expected[name]
+            bits = np.dtype(f"u{want.dtype.itemsize}")
+            wrong = int(np.count_nonzero(got.reshape(-1).view(bits) != want.reshape(-1).view(bits)))
+            if wrong:
+                problems.append(f"{name}: {wrong} of {want.size} values wrong")
+        names = ", ".join(kernels.known_answer_programs())
+        if problems:
+            return Check("known-answer", FAIL, "; ".join(problems))
+        return Check("known-answer", PASS, f"exact: {names}")
+
+    def _transfer(self, device: Any) -> Check:
+        words = self.settings.transfer_bytes // 4
+        host = np.random.default_rng(self.settings.seed + device.id).integers(0, 1 << 32, words, dtype=np.uint32)
+        want = host_digest(host)
+        start = time.perf_counter()
+        buffer = self._put(host, device).block_until_ready()
+        h2d_s = time.perf_counter() - start
+        if self._injected("transfer", device):
+            buffer = kernels.flip_bit(buffer)
+        on_device = digest_text(kernels.digest_program()(buffer))
+        start = time.perf_counter()
+        back = np.asarray(buffer)
+        d2h_s = time.perf_counter() - start
+        figures = {"bytes": host.nbytes, "h2d_gbps": round(host.nbytes / h2d_s / 1e9, 3) if h2d_s else None,
+                   "d2h_gbps": round(host.nbytes / d2h_s / 1e9, 3) if d2h_s else None}
+        if on_device != want:
+            return Check("transfer", FAIL, f"host-to-device: the device's digest {on_device} is not the host's "
+                                           f"{want}", figures=figures)
+        wrong = int(np.count_nonzero(back != host))
+        if wrong:
+            return Check("transfer", FAIL, f"device-to-host: {wrong} of {host.size} words wrong", figures=figures)
+        return Check("transfer", PASS, f"{host.nbytes >> 20} MiB both ways, digests match", figures=figures)
+
+    # --- level 2 ----------------------------------------------------------------------------------------
+    def _gemm(self, dtype: str, times: dict[int, float]) -> None:
+        test = f"gemm {dtype}"
+        size = self.settings.gemm_size
+        a, b = kernels.gemm_inputs(dtype, size, self.settings.seed)
+        program = kernels.gemm_program()
+        table = DigestTable()
+        for device in self.local:
+            self.sink.begin(test, device.id)
+            begun = time.perf_counter()
+            try:
+                x, y = self._put(a, device), self._put(b, device)
+                digests = []
+                samples = []
+                for _ in range(2 if dtype != "f32" else 4):
+                    start = time.perf_counter()
+                    product, words = program(x, y)
+                    if self._injected("gemm", device):
+                        words = kernels.digest_program()(kernels.flip_bit(product))
+                    digests.append(digest_text(words))
+                    samples.append(time.perf_counter() - start)
+                table.runs[device.id] = digests[:2]
+                table.kinds[device.id] = device.device_kind
+                table.durations[device.id] = round(time.perf_counter() - begun, 4)
+                if dtype == "f32":
+                    times[device.id] = statistics.median(samples[1:])  # the first run pays for the compile
+            except Exception as error:
+                self._emit(_error_check(test, device.id, error))
+        self.coverage.add_dtype(dtype)
+        self._judge(test, table, f"{dtype} {size}x{size} product")
+
+    def _judge(self, test: str, table: DigestTable, what: str) -> None:
+        """Every process's digests of `test`, judged on process 0 against the majority of each device kind."""
+        payload: dict[str, Any] = {"runs": {str(k): v for k, v in table.runs.items()},
+                   "kinds": {str(k): v for k, v in table.kinds.items()},
+                   "durations": {str(k): v for k, v in table.durations.items()}}
+        gathered = self.exchange.gather(f"digest/{test}", payload) if self.exchange else [payload]
+        if gathered is None:
+            return
+        runs: dict[int, list[str]] = {}
+        kinds: dict[int, str] = {}
+        durations: dict[int, float] = {}
+        for entry in gathered:
+            runs.update({int(k): v for k, v in entry["runs"].items()})
+            kinds.update({int(k): v for k, v in entry["kinds"].items()})
+            durations.update({int(k): v for k, v in entry["durations"].items()})
+        for kind in sorted(set(kinds.values())):
+            group = {d: r for d, r in runs.items() if kinds[d] == kind}
+            for judgement in judge_digests(group, what):
+                check = _judged(test, judgement, {"digest": group[judgement.device][0]})
+                check.duration_s = durations.get(judgement.device, 0.0)
+                self._emit(check)
+
+    def _rate(self, times: dict[int, float]) -> None:
+        gathered = (self.exchange.gather("rate", {str(k): v for k, v in times.items()}) if self.exchange
+                    else [{str(k): v for k, v in times.items()}])
+        if gathered is None:
+            return
+        merged = {int(k): v for entry in gathered for k, v in entry.items()}
+        flops = 2 * self.settings.gemm_size ** 3
+        for judgement in rate_outliers(merged, self.settings.rate_threshold, judged=not self.is_cpu):
+            seconds = merged[judgement.device]
+            self._emit(_judged("rate", judgement, {"time_s": round(seconds, 6),
+                                                   "gflops": round(flops / seconds / 1e9, 3) if seconds else None}))
+
+    def _memory(self, name: str) -> None:
+        test = f"memory {name}"
+        write, check_buffer = None, None
+        frees = {device.id: free_bytes(device, len(self.local)) for device in self.local}
+        known = [free for free in frees.values() if free is not None]
+        # One size on every device, so that their digests compare: the share of the least free memory.
+        words = pattern_words(min(known) if known else None, self.settings.memory_fraction)
+        if self.settings.memory_bytes is not None:
+            words = max(1, self.settings.memory_bytes // 4)
+        for device in self.local:
+            self.sink.begin(test, device.id)
+            start = time.perf_counter()
+            free = frees[device.id]
+            figures: dict[str, Any] = {"bytes": words * 4, "free_bytes": free}
+            try:
+                write, check_buffer = kernels.memory_programs(name, words)
+                seed = self._put(np.uint32(self.settings.seed & 0xFFFFFFFF), device)
+                buffer = write(seed).block_until_ready()
+                if self._injected("memory", device):
+                    buffer = kernels.flip_bit(buffer)
+                wrong_words, words_digest = check_buffer(buffer, seed)
+                wrong = int(wrong_words)
+                digest = digest_text(words_digest)
+                del buffer
+            except Exception as error:
+                check = _error_check(test, device.id, error)
+                check.figures = figures
+                self._emit(check)
+                continue
+            covered = self.coverage.device(device.id)
+            covered.memory_tested_bytes = max(covered.memory_tested_bytes, words * 4)
+            if covered.memory_free_bytes is None:
+                covered.memory_free_bytes = free
+            figures["digest"] = digest
+            size = _mib(words * 4)
+            if wrong:
+                check = Check(test, FAIL, f"{wrong} of {words} words read back wrong ({size})", figures=figures)
+            else:
+                check = Check(test, PASS, f"{size} written and read back exactly", figures=figures)
+            check.device, check.duration_s = device.id, round(time.perf_counter() - start, 4)
+            self._emit(check)
+        del write, check_buffer
+
+    def _collective(self, name: str) -> None:
+        from tpu_tools.diag.links import run_collective
+
+        test = f"collective {name}"
+        self.sink.begin(test, None)
+        start = time.perf_counter()
+        inject = self.settings.inject
+        target = inject.device if inject is not None and inject.kind == "collective" else None
+        try:
+            outcome = run_collective(self.jax, name, self.settings.collective_elements,
+                                     target if name == "ring +1" else None)
+        except Exception as error:
+            self._emit(_error_check(test, None, error))
+            return
+        for link in outcome.links:
+            self.coverage.add_link(link)
+        local: list[dict[str, Any]] = [{"device": w.device, "link": w.link, "wrong": w.wrong, "checked": w.checked}
+                                       for w in outcome.wrong]
+        gathered = self.exchange.gather(f"collective/{name}", {"wrong": local}) if self.exchange else [
+            {"wrong": local}]
+        if gathered is None:
+            return
+        wrong: list[dict[str, Any]] = [w for entry in gathered for w in entry["wrong"]]
+        elapsed = round(time.perf_counter() - start, 4)
+        if not wrong:
+            self._emit(Check(test, PASS, f"exact on {len(self.devices)} devices, {len(outcome.links)} links",
+                             duration_s=elapsed, figures={"elements": self.settings.collective_elements}))
+        for item in wrong:
+            place = f"over link {item['link']}" if item["link"] else f"on device {item['device']}"
+            self._emit(Check(test, FAIL, f"{item['wrong']} of {item['checked']} values wrong {place}",
+                             device=item["device"], link=item["link"], duration_s=elapsed))
+
+    # --- level 3 ----------------------------------------------------------------------------------------
+    def _sustained(self) -> None:
+        from tpu_tools.diag.telemetry import Telemetry
+
+        test = "sustained"
+        self.sink.begin(test, None)
+        size, duration = self.settings.sustained_size, self.settings.duration_s
+        program = kernels.gemm_program()
+        telemetry = Telemetry(self.devices[0].platform)
+        start = time.monotonic()
+        iteration = 0
+        first_bad: tuple[int, list[int]] | None = None
+        while self._go_on(iteration, iteration < 2 or time.monotonic() - start < duration):
+            a, b = kernels.gemm_inputs("bf16", size, self.settings.seed + iteration)
+            runs: dict[str, list[str]] = {}
+            for device in self.local:
+                product, words = program(self._put(a, device), self._put(b, device))
+                if iteration >= 1 and self._injected("sustained", device):
+                    words = kernels.digest_program()(kernels.flip_bit(product))
+                runs[str(device.id)] = [digest_text(words)]
+            gathered = self.exchange.gather(f"sustained/{iteration}", runs) if self.exchange else [runs]
+            if gathered is not None and first_bad is None:
+                merged = {int(k): v for entry in gathered for k, v in entry.items()}
+                bad = [j.device for j in judge_digests(merged) if j.status == FAIL]
+                if bad:
+                    first_bad = (iteration, bad)
+            iteration += 1
+            telemetry.sample()
+            self.sink.tick(f"{time.monotonic() - start:.0f}/{duration:.0f} s")
+        elapsed = round(time.monotonic() - start, 3)
+        figures: dict[str, Any] = {"iterations": iteration, "duration_s": elapsed, **telemetry.figures()}
+        if self.process_id != 0:
+            return
+        if first_bad is not None:
+            at, devices = first_bad
+            for device_id in devices:
+                self._emit(Check(test, FAIL, f"digest differs from the majority first at iteration {at} of "
+                                             f"{iteration}", device=device_id, duration_s=elapsed, figures=figures))
+            return
+        warnings = telemetry.warnings()
+        status = WARN if warnings else PASS
+        why = "; ".join(warnings) or f"{iteration} iterations over {elapsed:.0f} s, every digest agreed"
+        self._emit(Check(test, status, why, duration_s=elapsed, figures=figures))
+
+
+    def _go_on(self, iteration: int, mine: bool) -> bool:
+        """Every process runs the same iterations: process 0's clock decides when to stop."""
+        if self.exchange is None:
+            return mine
+        return self.exchange.decide(SUSTAINED_STEP + iteration, "go" if mine else "stop") == "go"
+
+
+SUSTAINED_STEP = 1_000_000
+COLLECTIVES = ("all-reduce", "all-gather", "ring +1", "ring -1")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def _error_check(test: str, device: int | None, error: BaseException) -> Check:
+    if is_out_of_memory(error):
+        return Check(test, SKIP, f"out of memory: {_first_line(error)}", device=device)
+    return Check(test, FAIL, f"{type(error).__name__}: {_first_line(error)}", device=device)
+
+
+def _judged(test: str, judgement: Judgement, figures: dict[str, Any]) -> Check:
+    return Check(test, judgement.status, judgement.why, device=judgement.device, figures=figures)
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"

@@ -1,0 +1,114 @@
+"""What the device's own sensors say during sustained load.
+
+NVIDIA GPUs: NVML (clocks, heat, power, clock event reasons); a thermal or power slowdown is a warning.
+TPU: libtpu's in-process SDK, which only the process that owns the chips can read (tpu-diag does while
+it runs): `tpu_throttle_score` (per chip, 0 .. 10 = throttled by 0 .. 100 %) and `ici_link_health` (per
+ICI link, 0 healthy .. 10 unusable, with the link's name); any score above 0 is a warning. Other platforms
+have no reading; the figures say so. Telemetry never fails a run: a sensor that cannot be read is named.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from typing import Any
+
+THROTTLE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+TPU_METRICS = ("tpu_throttle_score", "ici_link_health")
+SAMPLE_EVERY = 8  # iterations between sensor reads
+_MAX_VALUES = 1024
+_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)\s*%?\s*$")
+
+
+def score_of(item: Any) -> tuple[str | None, float | None]:
+    """(the link or chip named in an SDK value, its score): "tray1.chip0.ici2: 3" -> ("tray1.chip0.ici2", 3.0)."""
+    if isinstance(item, bool):
+        return None, None
+    if isinstance(item, (int, float)):
+        return None, float(item) if math.isfinite(item) else None
+    text = str(item).strip()[:200]
+    match = _NUMBER.search(text)
+    if not match:
+        return None, None
+    name = text[: match.start()].rstrip(" :=,") or None
+    value = float(match.group(1))
+    return name, value if math.isfinite(value) else None
+
+
+class Telemetry:
+    def __init__(self, platform: str):
+        self.platform = platform
+        self.samples = 0
+        self.readings = 0
+        self.source: str | None = {"cuda": "nvml", "gpu": "nvml", "tpu": "libtpu.sdk"}.get(platform)
+        self.error: str | None = None if self.source else "no sensor reading on this platform"
+        self.reasons: set[str] = set()
+        self.tpu_worst: dict[str, tuple[str, float]] = {}  # metric -> (where, score)
+        self.last: dict[str, Any] | None = None
+
+    def sample(self) -> None:
+        self.samples += 1
+        if self.source is None or self.error or (self.samples - 1) % SAMPLE_EVERY:
+            return
+        try:
+            if self.source == "nvml":
+                self._nvml()
+            else:
+                self._tpu()
+        except Exception as error:  # telemetry is a bonus: its failure never fails the run
+            self.error = f"{type(error).__name__}: {error}"[:300]
+
+    def _nvml(self) -> None:
+        from tpu_tools.metrics.nvml.reader import read_snapshot
+
+        snapshot = read_snapshot(2.0)
+        if not snapshot.available:
+            self.error = snapshot.error or "NVML is not available"
+            return
+        reading: dict[str, Any] = {}
+        for gpu in snapshot.gpus:
+            reading[str(gpu.index)] = {"temperature_celsius": gpu.temperature_celsius,
+                                       "power_draw_watts": gpu.power_draw_watts, "clock_sm_hz": gpu.clock_sm_hz}
+            self.reasons.update(r for r in gpu.clock_event_reasons or [] if r in THROTTLE_REASONS)
+        self.last = reading
+        self.readings += 1
+
+    def _tpu(self) -> None:
+        if "libtpu" not in sys.modules:
+            self.error = "libtpu is not loaded in this process"
+            return
+        from libtpu import sdk  # type: ignore[import-not-found]
+
+        monitoring = getattr(sdk, "tpumonitoring", None) or getattr(sdk, "monitoring", None)
+        if monitoring is None:
+            self.error = "libtpu.sdk has no monitoring API"
+            return
+        reading: dict[str, Any] = {}
+        for metric in TPU_METRICS:
+            values = list(monitoring.get_metric(metric).data())[:_MAX_VALUES]
+            scores = [score_of(item) for item in values]
+            reading[metric] = [score for _, score in scores]
+            for position, (where, score) in enumerate(scores):
+                if score is None or score <= 0:
+                    continue
+                label = where or f"{'chip' if metric == 'tpu_throttle_score' else 'link'} {position}"
+                if score > self.tpu_worst.get(metric, ("", 0.0))[1]:
+                    self.tpu_worst[metric] = (label, score)
+        self.last = reading
+        self.readings += 1
+
+    def figures(self) -> dict[str, Any]:
+        return {"telemetry_source": self.source if not self.error else None, "telemetry_error": self.error,
+                "telemetry_samples": self.readings, "telemetry_last": self.last,
+                "throttle_reasons": sorted(self.reasons)}
+
+    def warnings(self) -> list[str]:
+        found = [f"clocks throttled: {', '.join(sorted(self.reasons))}"] if self.reasons else []
+        if "tpu_throttle_score" in self.tpu_worst:
+            where, score = self.tpu_worst["tpu_throttle_score"]
+            found.append(f"throttled: tpu_throttle_score {score:g} of 10 on {where}")
+        if "ici_link_health" in self.tpu_worst:
+            where, score = self.tpu_worst["ici_link_health"]
+            found.append(f"ICI link {where} unhealthy: ici_link_health {score:g} of 10")
+        return found

@@ -1,0 +1,75 @@
+"""The `diag` group: the last `tpu-diag` result of this host (its verdict per test and device, and its age).
+
+Read from the runtime directory each round (a small file); no file means no run yet, which is a note, not
+an error. Each device's worst status reaches the devices group (and tpu-top) as the extra figure
+`diag_status`. Prometheus: tpu_tools_diag_check_status{test, device, link} (0 pass, 1 fail, 2 warn,
+3 skip), tpu_tools_diag_failed (1 when the last run failed), tpu_tools_diag_age_seconds,
+tpu_tools_diag_last_run_timestamp_seconds and tpu_tools_diag_level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tpu_tools.metrics.diagstate import STATUS_VALUES, read_last
+from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
+
+SOURCE = "diag"
+
+
+class DiagGroup:
+    name = "diag"
+
+    def __init__(self, options: CollectOptions):
+        del options
+
+    def _last(self, context: CollectContext) -> Any:
+        return context.memo(self.name, read_last)
+
+    def collect(self, context: CollectContext) -> dict[str, Any]:
+        last = self._last(context)
+        if last is None:
+            return {"last": None, "notes": ["no tpu-diag result on this host yet"]}
+        if last.error:
+            raise ValueError(last.error)
+        return {"last": last.to_dict(), "notes": []}
+
+    def device_figures(self, context: CollectContext) -> list[DeviceFigures]:
+        last = self._last(context)
+        # The CPU platform's devices are no hardware of the devices list: its verdict stays in the group.
+        if last is None or last.error or not last.platform or last.platform == "cpu":
+            return []
+        age = last.age_s()
+        return [DeviceFigures(last.platform, device, SOURCE,
+                              extra={"diag_status": status, "diag_age_s": None if age is None else round(age)})
+                for device, status in sorted(last.device_status().items())]
+
+    def prometheus(self, data: dict[str, Any]) -> Iterable[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        last = data.get("last")
+        if not last or last.get("error"):
+            return []
+        checks = GaugeMetricFamily("tpu_tools_diag_check_status",
+                                   "The last tpu-diag run's verdict per test and device: 0 pass, 1 fail, 2 warn, "
+                                   "3 skip.", labels=["test", "device", "link"])
+        worst: dict[tuple[str, str, str], int] = {}
+        for check in last["checks"]:
+            key = (check["test"], "" if check["device"] is None else str(check["device"]), check["link"] or "")
+            value = STATUS_VALUES[check["status"]]
+            previous = worst.get(key)
+            if previous is None or value == 1 or (value == 2 and previous in (0, 3)):
+                worst[key] = value
+        for key, value in sorted(worst.items()):
+            checks.add_metric(list(key), value)
+        families = [checks]
+        for name, value, text in (
+                ("tpu_tools_diag_failed", 1 if last["status"] == "fail" else 0, "1 when the last tpu-diag run failed."),
+                ("tpu_tools_diag_age_seconds", last["age_s"], "Seconds since the last tpu-diag run started."),
+                ("tpu_tools_diag_last_run_timestamp_seconds", last["time_unix_s"],
+                 "When the last tpu-diag run started (Unix time)."),
+                ("tpu_tools_diag_level", last["level"], "Level (-r) of the last tpu-diag run.")):
+            if value is not None:
+                families.append(GaugeMetricFamily(name, text, value=value))
+        return families
