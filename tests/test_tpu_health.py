@@ -207,3 +207,55 @@ def test_a_job_with_the_real_libtpu_lives_beside_a_service_that_aborts_the_sdk(r
             "tensorcore_util", "hbm_util", "ici_link_health", "tpu_throttle_score"}
         (service,) = [s for s in document["libtpu"]["services"] if s["address"] == "localhost:8431"]
         assert service["error"] is None and service["devices"], service  # tpu-tools read the same service
+
+
+# --- tpu-dump show names what needs a look --------------------------------------------------------------------
+
+def test_tpu_dump_show_names_unusable_links_throttled_devices_and_unreadable_values(tmp_path):
+    from dump_fixtures import file_member, tar_gz
+
+    snapshot = {"schema": "tpu-tools/agent/v1", "pid": 41, "tag": "train", "tpu_sdk": {"status": "ok", "metrics": {
+        "ici_link_health": {"values": ["tray1.chip0.ici0.int: 0", "tray1.chip3.ici1.int: 10",
+                                       "tray1.chip2.ici0.int: 3", "warp.drive: 1"]},
+        "tpu_throttle_score": {"values": ["0-0", "1-7", "2-NaN"]}}}}
+    agents = {"agents": [{"pid": 41, "tag": "train", "socket": "/run/x", "snapshot": snapshot, "error": None}]}
+    path = tmp_path / "bundle.tar.gz"
+    path.write_bytes(tar_gz([file_member("b/manifest.json", json.dumps({"schema": "tpu-tools/dump/v1"}).encode()),
+                             file_member("b/accelerators/agents.json", json.dumps(agents).encode())]))
+    document = json.loads(run_tool("tpu-dump", "show", "--json", str(path)).stdout)
+    health = [w["message"] for w in document["warnings"] if w["kind"] == "tpu_health"]
+    assert health == [
+        "process 41 (train): ICI link tray1.chip3.ici1.int is at 10 of 10 (unusable)",
+        "process 41 (train): ICI link tray1.chip2.ici0.int is at 3 of 10 (transient problem)",
+        "process 41 (train): TPU device 1 is throttled by 70 %",
+        "process 41 (train): health value not read: ici_link_health: unknown link name 'warp.drive'",
+        "process 41 (train): health value not read: tpu_throttle_score device 2: score 'NaN' is not an integer 0..10"]
+    text = run_tool("tpu-dump", "show", str(path))
+    assert text.returncode == 0 and "tray1.chip3.ici1.int is at 10 of 10 (unusable)" in text.stdout
+
+
+# --- tpu-top: a health column where an agent read it, a link at 10 stands out ----------------------------------
+
+def test_tpu_top_shows_a_health_column_and_an_unusable_link_stands_out():
+    from tpu_tools.metrics.tpuhealth import health_from_sdk
+    from tpu_tools.top.frame import frame_text, render
+    from tpu_tools.top.model import ViewState
+
+    def agent(pid: int, tag: str, links: list[str], throttle: list[str]) -> dict:
+        health = health_from_sdk({"ici_link_health": {"values": links}, "tpu_throttle_score": {"values": throttle}})
+        return {"pid": pid, "tag": tag, "user": "ann", "command": "python train.py", "error": None,
+                "tpu_sdk": {"status": "ok", "health": health.to_dict() if health else None}}
+
+    report = {"processes": {"agents": [agent(11, "broken", ["tray1.chip0.ici0.int: 10"], ["0-0"]),
+                                       agent(12, "slow", ["tray1.chip0.ici0.int: 0"], ["0-6"]),
+                                       agent(13, "fine", ["tray1.chip0.ici0.int: 0"], ["0-0"])]}}
+    lines = render(report, ViewState(), 120, 40, interactive=False)  # no selected row painted over the styles
+    text = frame_text(lines)
+    assert "HEALTH" in text
+    row = {line.text.split()[0]: line for line in lines if "python train.py" in line.text}
+    (unusable,) = [s for s in row["11"].segments if s.text.strip() == "ICI 10"]
+    (throttled,) = [s for s in row["12"].segments if s.text.strip() == "thr60%"]
+    (fine,) = [s for s in row["13"].segments if s.text.strip() == "ok"]
+    assert unusable.style != fine.style and throttled.style not in (unusable.style, fine.style)
+    assert "HEALTH" not in frame_text(render({"processes": {"agents": [{**agent(14, "x", [], []), "tpu_sdk": {}}]}},
+                                             ViewState(), 120, 40))

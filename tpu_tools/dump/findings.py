@@ -18,6 +18,7 @@ from typing import Any
 
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
+from tpu_tools.metrics.tpuhealth import attention
 
 SHOW_SCHEMA = "tpu-tools/dump-show/v1"
 _KERNEL_ERROR = re.compile(r"(?i)\b(error|fail\w*|fault|timeout|timed out|xid|reset|oom[-_ ]kill\w*|"
@@ -146,7 +147,8 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
                        "device_memory_used_bytes": entry.get("device_memory_used_bytes"),
                        "steps_per_second": (entry.get("steps") or {}).get("steps_per_second"),
                        "last_recompile": ({"function": recent[-1].get("function"), "reason": recent[-1].get("reason")}
-                                          if recent else None)})
+                                          if recent else None),
+                       "tpu_health": (entry.get("tpu_sdk") or {}).get("health")})
     ignored = document.get("ignored_sockets")
     return {"agents": agents, "ignored_sockets": len(ignored) if isinstance(ignored, list) else 0}
 
@@ -171,7 +173,10 @@ def _job_warnings(summary: Summary, out: list[Finding]) -> None:
         who = f"process {agent['pid']}" + (f" ({agent['tag']})" if agent.get("tag") else "")
         if agent.get("error"):
             out.append(Finding("agent_error", f"the agent of {who} did not answer: {agent['error']}"))
-        elif agent.get("recompile_count"):
+            continue
+        for line in attention(agent.get("tpu_health")):
+            out.append(Finding("tpu_health", f"{who}: {line}"))
+        if agent.get("recompile_count"):
             last = agent.get("last_recompile") or {}
             reason = f"; last: {last.get('function')}" + (f": {last['reason']}" if last.get("reason") else "") \
                 if last else ""
