@@ -127,18 +127,26 @@ def test_the_agent_asks_the_sdk_only_for_in_job_metrics_and_a_failed_one_once(ru
     try:
         documents = [json.loads(run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir)).stdout)
                      for _ in range(2)]
+        listed = run_tool("tpu-ls", "--metric", "ici_link_health", "--metric", "tpu_throttle_score", "--json",
+                          env=agent_env(rundir))
+        table = run_tool("tpu-ls", "--metric", "ici_link_health", env=agent_env(rundir))
     finally:
         process.kill()
         process.wait(10)
     asked = calls.read_text().split()
     assert sorted(set(asked)) == ["hbm_util", "ici_link_health", "tensorcore_util", "tpu_throttle_score"]
-    assert asked.count("hbm_util") == 1 and asked.count("tensorcore_util") == 2  # the failed one: never again
+    assert asked.count("hbm_util") == 1 and asked.count("tensorcore_util") == 4  # four reads; the failed one: once
     (agent,) = documents[-1]["processes"]["agents"]
     health = agent["tpu_sdk"]["health"]
     assert [(link["location"], link["score"]) for link in health["ici_links"]] == [
         ("tray1.chip0.ici0.int", 0), ("tray1.chip0.ici1.int", 10), ("tray1.chip1.ici0.int", 7)]
     assert [(t["device"], t["throttled_percent"]) for t in health["throttle"]] == [(0, 0), (1, 10), (2, 0), (3, 60)]
     assert health["problems"] == []
+    links, throttle = json.loads(listed.stdout)["metrics"]  # tpu-ls: the job-held chips' links and devices
+    assert [(r["pid"], r["location"], r["score"], r["state"]) for r in links["rows"]][1] == (
+        process.pid, "tray1.chip0.ici1.int", 10, "unusable")
+    assert [(r["device"], r["throttled_percent"]) for r in throttle["rows"]] == [(0, 0), (1, 10), (2, 0), (3, 60)]
+    assert table.returncode == 0 and "tray1.chip0.ici1.int" in table.stdout and "unusable" in table.stdout
 
 
 def test_the_switch_turns_sdk_reads_off(rundir, tmp_path):
