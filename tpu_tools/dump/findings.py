@@ -10,12 +10,15 @@ whose agent does not answer, OOM kills, a cache that cannot be written.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpu_tools.dump.collectors.diagnostics import INDEX as DIAGNOSTICS_INDEX
+from tpu_tools.dump.collectors.diagnostics import stall_cores
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
 from tpu_tools.metrics.tpuhealth import attention
@@ -184,6 +187,31 @@ def _job_warnings(summary: Summary, out: list[Finding]) -> None:
                                              f"time{'s' if agent['recompile_count'] != 1 else ''}{reason}"))
 
 
+def _libtpu_file_warnings(bundle: Bundle, out: list[Finding]) -> None:
+    """libtpu's stall and crash files the bundle holds: stalled cores with program and HLO location."""
+    index = bundle.read_json(DIAGNOSTICS_INDEX)
+    for entry in (index or {}).get("files") or [] if isinstance(index, dict) else []:
+        if not isinstance(entry, dict):
+            continue
+        name = os.path.basename(str(entry.get("path")))[:200]
+        kind = str(entry.get("kind"))
+        decoded = bundle.read_json(str(entry["decoded"])) if isinstance(entry.get("decoded"), str) else None
+        document = decoded.get("decoded") if isinstance(decoded, dict) else None
+        if kind == "stall_summary" and document is not None:
+            cores = stall_cores(document)
+            out.append(Finding("libtpu_stall", f"libtpu stall summary {name}: " + ("; ".join(cores) or "no cores")))
+        elif kind == "core_dump":
+            out.append(Finding("libtpu_core_dump", f"libtpu core dump {name}" + (
+                " (decoded)" if document is not None else f": {entry.get('error') or 'not decoded'}")))
+        elif kind == "compiler_metadata" and isinstance(document, dict):
+            out.append(Finding("libtpu_program", f"libtpu compiler metadata {name}: module "
+                                                 f"{str(document.get('module_name') or '?')[:200]}, program id "
+                                                 f"{str(document.get('program_id'))[:24]}"))
+        elif document is None:
+            out.append(Finding("libtpu_file", f"libtpu {kind.replace('_', ' ')} {name}: "
+                                              f"{str(entry.get('error') or 'not decoded')[:300]}"))
+
+
 def _stack_warnings(bundle: Bundle, out: list[Finding]) -> None:
     stack = bundle.read_json("software/stack.json") or {}
     for check in stack.get("checks") or []:
@@ -337,7 +365,8 @@ def summarize(bundle: Bundle) -> Summary:
         warnings.append(Finding("unsafe_member", f"{unsafe['name']!r}: {unsafe['problem']}"))
     for problem in bundle.integrity_problems():
         warnings.append(Finding("integrity", problem))
-    for check in (_stack_warnings, _holder_warnings, _runtime_warnings, _gpu_warnings, _system_warnings):
+    for check in (_stack_warnings, _holder_warnings, _runtime_warnings, _gpu_warnings, _system_warnings,
+                  _libtpu_file_warnings):
         _tolerant(check, bundle, summary.notes, warnings)
     _tolerant(_job_warnings, summary, summary.notes, warnings)
     return summary
