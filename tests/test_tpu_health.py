@@ -267,3 +267,7 @@ def test_tpu_top_shows_a_health_column_and_an_unusable_link_stands_out():
     assert unusable.style != fine.style and throttled.style not in (unusable.style, fine.style)
     assert "HEALTH" not in frame_text(render({"processes": {"agents": [{**agent(14, "x", [], []), "tpu_sdk": {}}]}},
                                              ViewState(), 120, 40))
+    job = frame_text(render(report, ViewState(job_key="11"), 120, 40))  # Enter on the job: its links, worst first
+    assert "TPU health  1 ICI links, 1 devices" in job
+    assert "ICI link tray1.chip0.ici0.int is at 10 of 10 (unusable)" in job
+    assert "all healthy, none throttled" in frame_text(render(report, ViewState(job_key="13"), 120, 40))
