@@ -22,8 +22,10 @@ from hypothesis import strategies as st
 from libtpu_sdk import DISTRIBUTIONS, FIGURES, GAUGES, row
 from libtpu_server import (
     FIXTURES,
+    HBM_UTILIZATION,
     HLO_EXECUTION_TIMING,
     HOSTILE_FIXTURES,
+    TENSORCORE_IDLE,
     FakeMetricsService,
     HostFixture,
     exponential_layout,
@@ -110,10 +112,11 @@ def test_gauges_equal_the_sdks(name):
     for text in reading.metrics["hlo_queue_size"]:
         device, _, size = text.partition("-tensor_core:")
         assert devices[int(device)]["hlo_queue_size"] == int(size), text
-    for sdk_name, field in (("runtime_hbm_utilization", "hbm_bandwidth_utilization_percent"),
-                            ("idle_duration", "tensorcore_idle_duration_s")):
+    served = FIXTURES[name]().metrics
+    for sdk_name, field, metric in (("runtime_hbm_utilization", "hbm_bandwidth_utilization_percent", HBM_UTILIZATION),
+                                    ("idle_duration", "tensorcore_idle_duration_s", TENSORCORE_IDLE)):
         values = [float(v) for v in reading.metrics[sdk_name]]
-        assert len(values) == (len(devices) if snapshot["served_metrics"] and values else 0)
+        assert len(values) == (len(devices) if metric in served else 0), (sdk_name, values)
         assert all(close(devices[i][field], v) for i, v in enumerate(values)), (sdk_name, values)
     duty = [float(v) for v in reading.metrics["duty_cycle_pct"]]
     usable = [v for v in duty if math.isfinite(v) and 0 <= v <= 100]
