@@ -252,7 +252,10 @@ def _serve_and_read(request: dict[str, Any]) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1] == "loopback-exec":
+        import resource
+
         _loopback_up()
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a read that aborts leaves no core file behind
         os.execvp(sys.argv[2], sys.argv[2:])
     if sys.argv[1] == "table":  # python tests/libtpu_sdk.py table v5p
         print(side_by_side(sys.argv[2]))
