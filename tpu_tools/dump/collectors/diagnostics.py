@@ -50,7 +50,8 @@ INDEX = "libtpu/diagnostics/index.json"
 
 # Runs in the child: one file, one decoder, JSON on stdout. A crash (SIGABRT) or hang is the parent's to see.
 _DECODE = """
-import json, sys
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a decoder that aborts writes no core file
 from libtpu.sdk import diagnostics
 result = getattr(diagnostics, sys.argv[1])(sys.argv[2])
 sys.stdout.write(json.dumps(result, default=repr))
