@@ -169,22 +169,34 @@ def _label(point: pb.Metric) -> str:
 
 
 # Histograms in an exponential layout, samples only in the buckets libtpu's estimator walks (it leaves the last
-# finite bucket and the overflow out) and in at least one bucket above the underflow; no min/max (proto3's 0.0).
+# finite bucket and the overflow out) and in at least one bucket above the underflow. Without min/max (proto3's
+# 0.0) tpu-tools' figures are the SDK's; with a min and a max inside the first and last occupied buckets they
+# are the SDK's clamped into [min, max].
 @st.composite
-def histograms(draw: st.DrawFn) -> tuple[pb.Distribution.BucketOptions, list[int], float]:
+def histograms(draw: st.DrawFn) -> pb.Distribution:
     finite = draw(st.integers(2, 36))
-    layout = exponential_layout(finite, draw(st.sampled_from([1.1, 1.25, 1.5, 2.0, 3.0, 4.0])),
-                                draw(st.sampled_from([0.5, 1.0, 10.0, 250.0])))
+    growth, scale = draw(st.sampled_from([1.1, 1.25, 1.5, 2.0, 3.0, 4.0])), draw(st.sampled_from([0.5, 1.0, 10.0]))
     walked = draw(st.lists(st.integers(0, 400), min_size=finite, max_size=finite).filter(lambda c: sum(c[1:]) > 0))
-    return layout, walked + [0, 0], draw(st.floats(1.0, 1e5))
+    counts = walked + [0, 0]
+    data = pb.Distribution(count=sum(counts), mean=draw(st.floats(1.0, 1e5)),
+                           bucket_options=exponential_layout(finite, growth, scale), bucket_counts=counts)
+    if draw(st.booleans()):
+        occupied = [i for i, c in enumerate(counts) if c]
+
+        def inside(bucket: int, fraction: float) -> float:
+            lower = scale * growth ** (bucket - 1)  # bucket 0 starts at scale / growth, as libtpu takes it
+            return lower + (scale * growth ** bucket - lower) * fraction
+
+        first, last = draw(st.floats(0, 0.99)), draw(st.floats(0, 0.99))
+        low, high = sorted((inside(occupied[0], first), inside(occupied[-1], last)))
+        data.min, data.max = low, high
+    return data
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(st.lists(histograms(), min_size=12, max_size=12))
+@given(st.lists(histograms(), min_size=16, max_size=16))
 def test_generated_distributions_give_the_sdks_figures_within_half_a_percent(drawn):
-    points = [pb.Metric(attribute=ordinal(i), distribution=pb.Distribution(
-        count=sum(counts), mean=mean, bucket_options=layout, bucket_counts=counts))
-        for i, (layout, counts, mean) in enumerate(drawn)]
+    points = [pb.Metric(attribute=ordinal(i), distribution=data) for i, data in enumerate(drawn)]
     fixture = HostFixture("generated", {HLO_EXECUTION_TIMING: points}, devices=len(points))
     reading = libtpu_sdk.read_fixture(fixture, ["hlo_execution_timing"])
     assert reading.aborted == {}
@@ -195,7 +207,8 @@ def test_generated_distributions_give_the_sdks_figures_within_half_a_percent(dra
     for device in snapshot.devices:
         numbers = rows[f"{device.device_id}-tensor_core"]
         assert device.hlo_execution_time_us is not None
-        assert_figures(device.hlo_execution_time_us, dict(zip(FIGURES, numbers, strict=True)), str(device.device_id))
+        expected = expected_figures(numbers, points[device.device_id])
+        assert_figures(device.hlo_execution_time_us, expected, str(points[device.device_id]))
 
 
 # --- 6. tpu-ls --runtime-status against libtpu.sdk.tpuz.get_core_state_summary() ------------------------------
