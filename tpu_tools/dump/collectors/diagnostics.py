@@ -182,7 +182,7 @@ def collect_libtpu_diagnostics(ctx: CollectContext) -> None:
                 entry["copied"] = f"libtpu/diagnostics/{os.path.basename(host)}"
                 ctx.add_bytes(entry["copied"], data, source=host, redacted=Counter())
             if decoding:
-                result = decode(kind, real, min(DECODE_TIMEOUT_S, ctx.remaining_s() - 1.0))
+                result = decode(kind, real, min(DECODE_TIMEOUT_S, ctx.remaining_s() - 2.0))  # room to write the index
                 entry["error"] = entry["error"] or result.get("error")
                 if "decoded" in result:
                     entry["decoded"] = f"libtpu/diagnostics/decoded/{os.path.basename(host)}.json"
