@@ -8,10 +8,13 @@ fixture data shaped like real hosts:
 - v5e_host: 8 chips of 1 device, a libtpu of the HLO-metrics era: duty cycle per device, int device
   ordinals, no HBM bandwidth or idle-duration metric, runtime status with one core in error;
 - v6e_host: 4 chips, a newer libtpu of a multi-slice job: HBM bandwidth utilization, TensorCore idle
-  duration, device ordinals as digit strings, megascale transfer latencies by buffer size (exponential,
-  linear and explicit buckets), a metric name this client does not know;
+  duration, device ordinals as digit strings, megascale transfer latencies by buffer size, a metric name
+  this client does not know;
 - v4_host: 4 chips, an older libtpu: duty cycle per chip ("chip-id"), int ordinals, no runtime status rpc;
 - tpu7x_host: 4 chips of 2 devices with the duty cycle per chip, so one chip value covers two devices.
+Distributions carry a count for every bucket of an exponential layout, as the runtime sends them (libtpu's
+own SDK reads every fixture: tests/test_libtpu_oracle.py); odd_shapes_host keeps the shapes it cannot read
+(trimmed counts, linear and explicit layouts) as a hostile case.
 Fault switches: `hang()` (every call blocks until `release()` or stop), `stop()` / `start()` on the same
 port (a runtime that dies and comes back), and fixture fields for empty and malformed answers.
 
@@ -114,8 +117,9 @@ def layout_bounds(layout: pb.Distribution.BucketOptions) -> list[float]:
 
 
 def distribution(attribute: pb.Attribute, samples: list[float], layout: pb.Distribution.BucketOptions,
-                 *, trim: bool = True) -> pb.Metric:
-    """A distribution data point holding these samples (trailing empty buckets dropped, as runtimes do)."""
+                 *, trim: bool = False) -> pb.Metric:
+    """A distribution data point holding these samples: a count for every bucket of the layout, as the runtime
+    sends it (libtpu's own client aborts on fewer); `trim=True` drops trailing empty buckets, a hostile shape."""
     bounds = layout_bounds(layout)
     counts = [0] * (len(bounds) + 1)
     for sample in samples:
@@ -203,9 +207,9 @@ def v6e_host() -> HostFixture:
                                    exponential_layout(24, 1.5, 10.0))
                       for slice_ in range(2) for size, center in (("8MB", 950.0), ("1MB", 140.0), ("64MB", 7400.0))],
         H2D_LATENCY: [distribution(kvlist(string_attr("buffer-size", "16MB")), spread(410, 80, 90),
-                                   linear_layout(40, 25.0, 0.0))],
+                                   exponential_layout(24, 1.5, 10.0))],
         COLLECTIVE_LATENCY: [distribution(kvlist(string_attr("buffer-size", "8MB")), spread(1900, 400, 60),
-                                          explicit_layout([250, 500, 1000, 1500, 2000, 3000, 5000, 10000]))],
+                                          exponential_layout(24, 1.5, 10.0))],
         UNKNOWN_METRIC: [gauge(int_attr("device-id", d), 1.0) for d in range(4)],
     }
     status = pb.GetTpuRuntimeStatusResponse(host_name="t1v-n-6e4-w-3")
@@ -257,7 +261,7 @@ def v5p_host() -> HostFixture:
         HOST_COMPUTE_LATENCY: [distribution(kvlist(string_attr("buffer-size", "all")), spread(300, 50, 40),
                                             exponential)],
         TCP_MIN_RTT: [distribution(kvlist(), spread(85, 20, 70), exponential)],
-        TCP_DELIVERY_RATE: [distribution(kvlist(), spread(9200, 800, 70), linear_layout(40, 500.0, 0.0))],
+        TCP_DELIVERY_RATE: [distribution(kvlist(), spread(9200, 800, 70), exponential)],
         "megascale.grpc_tcp_something.furlongs.cumulative.distribution": [
             distribution(kvlist(), [1.0], exponential)],
     }
@@ -267,7 +271,26 @@ def v5p_host() -> HostFixture:
     return HostFixture("v5p", metrics, status=status, devices=4, chips=4)
 
 
+def odd_shapes_host() -> HostFixture:
+    """Shapes no runtime sends and libtpu's own client cannot read (it aborts on trimmed bucket counts and
+    returns nothing for linear or explicit layouts): the tpu-tools client reads what it can and says what not."""
+    metrics = {
+        HBM_USAGE: [gauge(int_attr("device-id", d), 10 * GIB) for d in range(2)],
+        HBM_TOTAL: [gauge(int_attr("device-id", d), 16 * GIB) for d in range(2)],
+        HLO_EXECUTION_TIMING: [distribution(ordinal(d), spread(2400, 600, 200), HLO_LAYOUT, trim=True)
+                               for d in range(2)],
+        H2D_LATENCY: [distribution(kvlist(string_attr("buffer-size", "16MB")), spread(410, 80, 90),
+                                   linear_layout(40, 25.0, 0.0))],
+        COLLECTIVE_LATENCY: [distribution(kvlist(string_attr("buffer-size", "8MB")), spread(1900, 400, 60),
+                                          explicit_layout([250, 500, 1000, 1500, 2000, 3000, 5000, 10000]))],
+        TCP_DELIVERY_RATE: [distribution(kvlist(), spread(9200, 800, 70), linear_layout(40, 500.0, 0.0))],
+    }
+    return HostFixture("odd-shapes", metrics, devices=2, chips=2)
+
+
+# What a runtime sends (hostile values in v5p included); odd_shapes_host is kept apart: no runtime sends it.
 FIXTURES = {"v5e": v5e_host, "v6e": v6e_host, "v4": v4_host, "tpu7x": tpu7x_host, "v5p": v5p_host}
+HOSTILE_FIXTURES = {"odd-shapes": odd_shapes_host}
 
 
 # --- the service ------------------------------------------------------------------------------------
@@ -361,11 +384,11 @@ class FakeMetricsService:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="Serve fixture libtpu runtime metrics on 127.0.0.1.")
-    parser.add_argument("host", choices=sorted(FIXTURES))
+    parser.add_argument("host", choices=sorted({**FIXTURES, **HOSTILE_FIXTURES}))
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=600.0, help="stop after this long")
     args = parser.parse_args()
-    with FakeMetricsService(FIXTURES[args.host](), args.port) as service:
+    with FakeMetricsService({**FIXTURES, **HOSTILE_FIXTURES}[args.host](), args.port) as service:
         print(service.address, flush=True)
         try:
             time.sleep(args.seconds)

@@ -270,12 +270,13 @@ def test_the_agent_serves_tensorcore_utilization_from_the_sdk(rundir, tmp_path, 
     assert sdk["status"] == status
     (source,) = [s for s in listing["sources"] if s["kind"] == "agent"]
     if library is FAKE_LIBTPU:
+        # only what the metrics service does not serve; a metric that failed is not asked again
         assert sdk["tensorcore_utilization_percent"] == [91.5, 88.0, 0.0, 47.25]
-        assert sdk["metrics"] == ["duty_cycle_pct", "hbm_capacity_usage", "tensorcore_util"]
-        assert sdk["unreadable"] == {"broken_metric": "RuntimeError: vbar control agent missing"}
+        assert sdk["metrics"] == ["ici_link_health", "tensorcore_util", "tpu_throttle_score"]
+        assert sdk["unreadable"] == {"hbm_util": "RuntimeError: vbar control agent missing"}
         assert {m["name"]: m["status"] for m in source["metrics"]} == {
-            "duty_cycle_pct": "read", "hbm_capacity_usage": "read", "tensorcore_util": "read",
-            "broken_metric": "unreadable: RuntimeError: vbar control agent missing"}
+            "ici_link_health": "read", "tensorcore_util": "read", "tpu_throttle_score": "read",
+            "hbm_util": "unreadable: not asked again: RuntimeError: vbar control agent missing"}
     else:
         assert sdk["tensorcore_utilization_percent"] is None and sdk["metrics"] == []
         assert source["error"] == status

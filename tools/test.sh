@@ -21,6 +21,15 @@ fi
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
+# libtpu's own SDK, the second client the tests hold every fixture metrics service to (tests/libtpu_sdk.py).
+# It goes into .libtpu/, not .venv: installed there, JAX would see a TPU plugin, the tests would pin JAX to the
+# CPU platform and skip those about JAX's own choice of platform. Only the SDK's child processes load it.
+LIBTPU_VERSION=0.0.51
+if [ ! -f ".libtpu/libtpu-$LIBTPU_VERSION.dist-info/METADATA" ]; then
+    rm -rf .libtpu
+    .venv/bin/python -m pip install -q --no-deps --target .libtpu "libtpu==$LIBTPU_VERSION"
+fi
+export TPU_TOOLS_TEST_REQUIRE_LIBTPU=1  # the SDK's tests fail here rather than skip when it cannot run
 # Lint and types first: they take seconds and fail CI like a test (configuration in pyproject.toml).
 .venv/bin/ruff check --quiet .
 .venv/bin/mypy

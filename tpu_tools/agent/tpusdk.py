@@ -1,28 +1,40 @@
 """TPU metrics only the process that owns the TPU can read: libtpu's SDK monitoring API, in the job.
 
-TensorCore utilization (and whatever else a libtpu release serves through `libtpu.sdk.tpumonitoring`, or
-`libtpu.sdk.monitoring` in some releases) is not on the runtime metrics service: it is read in-process.
-The agent reads it on request and serves it with its snapshot, so monitors show it without opening the
-TPU. Read only where the job has loaded libtpu already (a TPU job): the agent never imports libtpu into
-a job that does not use it. Values are bounded and checked; a metric that answers with something
-unreadable is named as such, and the other metrics are still served.
+The agent asks libtpu's SDK (`libtpu.sdk.tpumonitoring`, or `libtpu.sdk.monitoring` in some releases) only
+for what the runtime metrics service does not serve: TensorCore utilization, HBM bandwidth utilization, ICI
+link health and the throttle score (`IN_JOB_METRICS`). tpu-tools reads every served metric itself, over
+gRPC with deadlines; the SDK reads those from the same service and can abort the whole process (SIGABRT) on
+an answer it cannot decode, so the agent never asks it for them. A metric whose read failed once is not
+asked again in this process. `TPU_TOOLS_AGENT_SDK=0` turns SDK reads off.
+
+Read only where the job has loaded libtpu already (a TPU job): the agent never imports libtpu into a job
+that does not use it. Values are bounded; health values stay the SDK's text, parsed and checked by the
+readers (`tpu_tools.metrics.tpuhealth`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
+import threading
 from typing import Any
 
 NOT_SERVED = "not served by this runtime"
 TENSORCORE_UTILIZATION = "tensorcore_util"
-_MAX_METRICS = 64
-_MAX_VALUES = 1024  # per metric: one per core of the largest hosts, with room
+SWITCH = "TPU_TOOLS_AGENT_SDK"  # "0": the agent never calls libtpu's SDK
+IN_JOB_METRICS = (TENSORCORE_UTILIZATION, "hbm_util", "ici_link_health", "tpu_throttle_score")
+_MAX_VALUES = 1024  # per metric: one per core or link of the largest hosts, with room
 _MAX_TEXT = 200
+
+_failed: dict[str, str] = {}  # metric -> why its read failed: never asked again in this process
+_lock = threading.Lock()
 
 
 def _monitoring_module() -> tuple[Any | None, str | None]:
     """(the SDK's monitoring module, None) or (None, why there is none)."""
+    if os.environ.get(SWITCH, "").strip() == "0":
+        return None, f"SDK reads turned off ({SWITCH}=0)"
     if "libtpu" not in sys.modules:
         return None, "libtpu is not loaded in this process"
     try:
@@ -50,9 +62,24 @@ def _value(item: Any) -> float | str | None:
 
 
 def _metric_names(module: Any) -> list[str]:
+    """The in-job metrics this libtpu knows (all of them where it cannot list its catalogue)."""
     lister = getattr(module, "list_supported_metrics", None)
-    names = list(lister()) if callable(lister) else [TENSORCORE_UTILIZATION]
-    return [str(name)[:_MAX_TEXT] for name in names[:_MAX_METRICS]]
+    if not callable(lister):
+        return list(IN_JOB_METRICS)
+    known = {str(name) for name in list(lister())[:256]}
+    return [name for name in IN_JOB_METRICS if name in known]
+
+
+def _read(module: Any, name: str) -> dict[str, Any]:
+    metric = module.get_metric(name)
+    data = list(metric.data())
+    description = getattr(metric, "description", None)
+    description = description() if callable(description) else description
+    entry: dict[str, Any] = {"description": str(description)[:_MAX_TEXT] if description else None,
+                             "values": [_value(item) for item in data[:_MAX_VALUES]]}
+    if len(data) > _MAX_VALUES:
+        entry["dropped"] = len(data) - _MAX_VALUES
+    return entry
 
 
 def read_sdk_metrics() -> dict[str, Any]:
@@ -60,22 +87,24 @@ def read_sdk_metrics() -> dict[str, Any]:
     module, why = _monitoring_module()
     if module is None:
         return {"status": why, "metrics": {}, "tensorcore_utilization_percent": None}
-    try:
-        names = _metric_names(module)
-    except Exception as error:
-        return {"status": f"the SDK could not list its metrics: {type(error).__name__}: {error}"[:_MAX_TEXT],
-                "metrics": {}, "tensorcore_utilization_percent": None}
-    metrics: dict[str, dict[str, Any]] = {}
-    for name in names:
+    with _lock:  # one read at a time: the failed set is the process's memory of what not to ask
+        if "(list)" in _failed:
+            return {"status": _failed["(list)"], "metrics": {}, "tensorcore_utilization_percent": None}
         try:
-            metric = module.get_metric(name)
-            data = list(metric.data())[:_MAX_VALUES]
-            description = getattr(metric, "description", None)
-            description = description() if callable(description) else description
-            metrics[name] = {"description": str(description)[:_MAX_TEXT] if description else None,
-                             "values": [_value(item) for item in data]}
-        except Exception as error:  # one metric that fails costs only itself
-            metrics[name] = {"error": f"{type(error).__name__}: {error}"[:_MAX_TEXT]}
+            names = _metric_names(module)
+        except Exception as error:
+            _failed["(list)"] = f"the SDK could not list its metrics: {type(error).__name__}: {error}"[:_MAX_TEXT]
+            return {"status": _failed["(list)"], "metrics": {}, "tensorcore_utilization_percent": None}
+        metrics: dict[str, dict[str, Any]] = {}
+        for name in names:
+            if name in _failed:
+                metrics[name] = {"error": f"not asked again: {_failed[name]}"[:_MAX_TEXT]}
+                continue
+            try:
+                metrics[name] = _read(module, name)
+            except Exception as error:  # one metric that fails costs only itself, and only once
+                _failed[name] = f"{type(error).__name__}: {error}"[:_MAX_TEXT]
+                metrics[name] = {"error": _failed[name]}
     utilization = metrics.get(TENSORCORE_UTILIZATION, {}).get("values")
     cores = None
     if utilization is not None:

@@ -126,7 +126,8 @@ MAN_SECTIONS = {
 @click.option("--metric", "metric_names", multiple=True, metavar="NAME",
               help="Show one metric (repeatable) from whichever source serves it: tpu-info's names "
                    "(hbm_usage, duty_cycle_percent, tensorcore_utilization, buffer_transfer_latency, "
-                   "hlo_exec_timing, core_state, ...), libtpu's own, or an Orbax / Grain family; then exit.")
+                   "hlo_exec_timing, core_state, ...), libtpu's own, ici_link_health and tpu_throttle_score "
+                   "(read by the agents of the jobs that hold the chips), or an Orbax / Grain family; then exit.")
 @click.option("--list-metrics", is_flag=True,
               help="List the metrics every libtpu metrics service and agent serves, what tpu-tools reads of "
                    "them, and what it knows that the runtime does not serve; then exit.")

@@ -10,14 +10,18 @@ whose agent does not answer, OOM kills, a cache that cannot be written.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpu_tools.dump.collectors.diagnostics import INDEX as DIAGNOSTICS_INDEX
+from tpu_tools.dump.collectors.diagnostics import stall_cores
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
+from tpu_tools.metrics.tpuhealth import attention
 from tpu_tools.shorten import shorten
 
 SHOW_SCHEMA = "tpu-tools/dump-show/v1"
@@ -147,7 +151,8 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
                        "device_memory_used_bytes": entry.get("device_memory_used_bytes"),
                        "steps_per_second": (entry.get("steps") or {}).get("steps_per_second"),
                        "last_recompile": ({"function": recent[-1].get("function"), "reason": recent[-1].get("reason")}
-                                          if recent else None)})
+                                          if recent else None),
+                       "tpu_health": (entry.get("tpu_sdk") or {}).get("health")})
     ignored = document.get("ignored_sockets")
     return {"agents": agents, "ignored_sockets": len(ignored) if isinstance(ignored, list) else 0}
 
@@ -172,12 +177,40 @@ def _job_warnings(summary: Summary, out: list[Finding]) -> None:
         who = f"process {agent['pid']}" + (f" ({agent['tag']})" if agent.get("tag") else "")
         if agent.get("error"):
             out.append(Finding("agent_error", f"the agent of {who} did not answer: {agent['error']}"))
-        elif agent.get("recompile_count"):
+            continue
+        for line in attention(agent.get("tpu_health")):
+            out.append(Finding("tpu_health", f"{who}: {line}"))
+        if agent.get("recompile_count"):
             last = agent.get("last_recompile") or {}
             reason = f"; last: {last.get('function')}" + (f": {last['reason']}" if last.get("reason") else "") \
                 if last else ""
             out.append(Finding("recompiles", f"{who} compiled functions again {agent['recompile_count']} "
                                              f"time{'s' if agent['recompile_count'] != 1 else ''}{reason}"))
+
+
+def _libtpu_file_warnings(bundle: Bundle, out: list[Finding]) -> None:
+    """libtpu's stall and crash files the bundle holds: stalled cores with program and HLO location."""
+    index = bundle.read_json(DIAGNOSTICS_INDEX)
+    for entry in (index or {}).get("files") or [] if isinstance(index, dict) else []:
+        if not isinstance(entry, dict):
+            continue
+        name = os.path.basename(str(entry.get("path")))[:200]
+        kind = str(entry.get("kind"))
+        decoded = bundle.read_json(str(entry["decoded"])) if isinstance(entry.get("decoded"), str) else None
+        document = decoded.get("decoded") if isinstance(decoded, dict) else None
+        if kind == "stall_summary" and document is not None:
+            cores = stall_cores(document)
+            out.append(Finding("libtpu_stall", f"libtpu stall summary {name}: " + ("; ".join(cores) or "no cores")))
+        elif kind == "core_dump":
+            out.append(Finding("libtpu_core_dump", f"libtpu core dump {name}" + (
+                " (decoded)" if document is not None else f": {entry.get('error') or 'not decoded'}")))
+        elif kind == "compiler_metadata" and isinstance(document, dict):
+            out.append(Finding("libtpu_program", f"libtpu compiler metadata {name}: module "
+                                                 f"{str(document.get('module_name') or '?')[:200]}, program id "
+                                                 f"{str(document.get('program_id'))[:24]}"))
+        elif document is None:
+            out.append(Finding("libtpu_file", f"libtpu {kind.replace('_', ' ')} {name}: "
+                                              f"{str(entry.get('error') or 'not decoded')[:300]}"))
 
 
 def _stack_warnings(bundle: Bundle, out: list[Finding]) -> None:
@@ -334,7 +367,8 @@ def summarize(bundle: Bundle) -> Summary:
         warnings.append(Finding("unsafe_member", f"{unsafe['name']!r}: {unsafe['problem']}"))
     for problem in bundle.integrity_problems():
         warnings.append(Finding("integrity", problem))
-    for check in (_stack_warnings, _holder_warnings, _runtime_warnings, _gpu_warnings, _system_warnings):
+    for check in (_stack_warnings, _holder_warnings, _runtime_warnings, _gpu_warnings, _system_warnings,
+                  _libtpu_file_warnings):
         _tolerant(check, bundle, summary.notes, warnings)
     _tolerant(_job_warnings, summary, summary.notes, warnings)
     return summary

@@ -42,7 +42,7 @@ DISTRIBUTIONS = {
     "grpc_tcp_delivery_rate": "megascale.grpc_tcp_delivery_rate.Mbps.cumulative.distribution",
 }
 RUNTIME_STATUS = ("core_state", "sequencer_state", "sequencer_state_detailed", "queued_programs")
-AGENT = ("tensorcore_utilization",)
+AGENT = ("tensorcore_utilization", "ici_link_health", "tpu_throttle_score")  # read by the agents in their jobs
 JOB_PREFIXES = ("jax_orbax_", "jax_checkpoint_", "grain_python_")
 _LIBTPU_FIELDS = {field: short for short, fields in PER_DEVICE.items() for field in fields}
 
@@ -174,6 +174,37 @@ def tensorcore_utilization(agents: Sequence[dict[str, Any]]) -> MetricResult:
     return result
 
 
+def _health_rows(agents: Sequence[dict[str, Any]], name: str, key: str, result: MetricResult) -> None:
+    """Rows of one health list of every agent that read it; problems and agents without it become notes."""
+    for agent in agents:
+        sdk = agent.get("tpu_sdk") or {}
+        health = sdk.get("health")
+        who = f"pid {agent.get('pid')}"
+        if agent.get("error") or not isinstance(health, dict):
+            result.notes.append(f"{who}: {agent.get('error') or sdk.get('status') or 'no SDK'}"
+                                + ("" if agent.get("error") or not sdk else f"; {name} not read"))
+            continue
+        for item in health.get(key) or []:
+            result.rows.append([agent.get("pid"), agent.get("tag"), *(item[c] for c in result.columns[2:])])
+        result.notes += [f"{who}: {problem}" for problem in health.get("problems") or [] if problem.startswith(name)]
+    if not agents:
+        result.notes.append(f"no agent answered ({name} is read inside the job by its agent)")
+
+
+def link_health(agents: Sequence[dict[str, Any]]) -> MetricResult:
+    """libtpu's ICI link health per link (0 healthy .. 10 unusable) of every job whose agent read it."""
+    result = MetricResult("ici_link_health", ["pid", "tag", "location", "tray", "chip", "port", "score", "state"])
+    _health_rows(agents, "ici_link_health", "ici_links", result)
+    return result
+
+
+def throttle_scores(agents: Sequence[dict[str, Any]]) -> MetricResult:
+    """libtpu's throttle score per device (0 .. 10 = throttled by 0-100 %) of every job whose agent read it."""
+    result = MetricResult("tpu_throttle_score", ["pid", "tag", "device", "score", "throttled_percent"])
+    _health_rows(agents, "tpu_throttle_score", "throttle", result)
+    return result
+
+
 def job_family(query: str, endpoints: Sequence[JobEndpoint]) -> MetricResult:
     result = MetricResult(query, ["endpoint", "sample", "labels", "value"])
     for endpoint in endpoints:
@@ -192,6 +223,10 @@ def answer(query: str, *, snapshots: Sequence[LibtpuSnapshot] = (), statuses: Se
         return per_device(query, snapshots)
     if query in RUNTIME_STATUS:
         return runtime_status(query, statuses)
+    if query == "ici_link_health":
+        return link_health(agents)
+    if query == "tpu_throttle_score":
+        return throttle_scores(agents)
     if query in AGENT:
         return tensorcore_utilization(agents)
     if query.startswith(JOB_PREFIXES):

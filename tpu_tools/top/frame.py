@@ -14,6 +14,7 @@ from typing import Any
 
 from tpu_tools.metrics.libtpu.names import FIELD_METRICS
 from tpu_tools.metrics.libtpu.records import NOT_SERVED
+from tpu_tools.metrics.tpuhealth import short_health
 from tpu_tools.top.drawing import (
     BAR_LOW,
     DIM,
@@ -319,7 +320,7 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
     return lines
 
 
-def _process_columns(multi_host: bool, host_width: int = 12) -> list[Column]:
+def _process_columns(multi_host: bool, host_width: int = 12, health: bool = False) -> list[Column]:
     # Fits 80 columns with room for the command; narrower, the least useful go first.
     priorities = {"pid": 0, "user": 5, "tag": 1, "cpu": 6, "rss": 7, "devmem": 2, "compiles": 8, "recompiles": 4,
                   "steps": 3}
@@ -328,6 +329,8 @@ def _process_columns(multi_host: bool, host_width: int = 12) -> list[Column]:
     columns = [Column("host", "HOST", host_width, priority=1)] if multi_host else []
     columns += [Column(c.key, c.header, widths[c.key], right=c.key not in ("user", "tag"), priority=priorities[c.key])
                 for c in SORT_COLUMNS]
+    if health:  # only where an agent read libtpu's ICI link health or throttle score
+        columns.append(Column("health", "HEALTH", 7, priority=2))
     columns.append(Column("command", "COMMAND", 8, priority=4, flex_max=1000))
     return columns
 
@@ -348,8 +351,14 @@ def _process_cells(row: ProcessRow) -> dict[str, list[Segment] | tuple[str, str]
         "recompiles": (str(row.recompiles) if agent and row.recompiles is not None else MISSING,
                        WARN if agent and row.recompiles else NORMAL),
         "steps": (format_number(row.steps_per_second) if agent else MISSING, NORMAL),
+        "health": _health_cell(row),
         "command": (tail, ERROR if row.error else DIM if not row.has_agent else NORMAL),
     }
+
+
+def _health_cell(row: ProcessRow) -> tuple[str, str]:
+    text, level = short_health((row.detail.get("tpu_sdk") or {}).get("health") if row.has_agent else None)
+    return (MISSING if level == "none" else text), {"error": ERROR, "warn": WARN}.get(level, NORMAL)
 
 
 def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows: int | None,
@@ -366,7 +375,9 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
         return [*lines, Line().add(f"  {group['error']}", ERROR)], None
     hosts = _hosts(report)
     # HOST:PORT of a fleet's hosts in full where they fit (up to 22 characters), else cut with a mark
-    columns = layout(_process_columns(len(hosts) > 1, max(4, min(22, max(map(len, hosts), default=4)))), width)
+    health = any((a.get("tpu_sdk") or {}).get("health") for a in group.get("agents") or [])
+    columns = layout(_process_columns(len(hosts) > 1, max(4, min(22, max(map(len, hosts), default=4))), health),
+                     width)
     lines.append(column_header(columns, state.sort.key))
     rows = state.visible_rows(report)
     selected = state.resolve_selection(rows) if interactive else None

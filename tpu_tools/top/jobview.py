@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tpu_tools.metrics.tpuhealth import attention
 from tpu_tools.top.drawing import (
     BAR_LOW,
     DIM,
@@ -122,6 +123,7 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
     steps = _steps_section(row, history, state, width)
     lines += steps[:2]  # the percentiles and the steps/s graph near the top: always in view
     lines += _device_section(detail, width)
+    lines += _health_section(detail, width)
     lines += _compile_section(detail, width)
     room = None if height is None else height - len(lines) - 1
     if len(steps) > 2 and (room is None or room >= 4):
@@ -134,6 +136,19 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
         index = next(i for i, line in enumerate(lines) if line.text.startswith(" STEP/S "))
         lines[index:index + 1] = tall
     return lines
+
+
+def _health_section(detail: dict[str, Any], width: int) -> list[Line]:
+    """libtpu's ICI link health and throttling as the job's agent read them: what needs a look, worst first."""
+    health = (detail.get("tpu_sdk") or {}).get("health")
+    if not health:
+        return []
+    said = attention(health)
+    title = Line().add(" TPU health", TITLE).add(
+        f"  {len(health.get('ici_links') or [])} ICI links, {len(health.get('throttle') or [])} devices", DIM)
+    if not said:
+        return [title.add("  all healthy, none throttled", DIM)]
+    return [title, *(Line().add(f"  {text}"[:width], ERROR if " 10 of 10 " in text else WARN) for text in said[:6])]
 
 
 def _tall_graph(label: str, values: list[float | None], last: str, width: int, rows: int,

@@ -8,7 +8,7 @@ runner stops it at --timeout) and adds files through its context.
 from __future__ import annotations
 
 from tpu_tools.dump.collector import Collector
-from tpu_tools.dump.collectors import accelerators, amd, diag, jobs, logs, nvidia, software, system
+from tpu_tools.dump.collectors import accelerators, amd, diag, diagnostics, jobs, logs, nvidia, software, system
 
 COLLECTORS: list[Collector] = [
     Collector("system.os", "OS release, kernel (uname), machine vendor and model", system.collect_os),
@@ -50,6 +50,9 @@ COLLECTORS: list[Collector] = [
               software.collect_compile_cache),
     Collector("software.xla_dump", "the XLA dump folder (--xla_dump_to), size-capped", software.collect_xla_dump),
     Collector("logs.libtpu", "the end of libtpu's logs in /tmp/tpu_logs", logs.collect_libtpu_logs),
+    Collector("logs.libtpu_diagnostics", "libtpu's stall and crash files (tpu_stall_summary_*.pb, tpu_core_dump_*.bin, "
+              "tpu_compiler_metadata_*.pb), size-capped, decoded by libtpu's SDK in a child where it is installed",
+              diagnostics.collect_libtpu_diagnostics),
     Collector("logs.kernel", "kernel messages about accelerator drivers, IOMMU, PCIe, OOM and hangs",
               logs.collect_kernel_log),
     Collector("logs.added", "files and folders named with --add, size-capped", logs.collect_added),

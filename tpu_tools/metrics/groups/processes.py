@@ -12,6 +12,7 @@ from typing import Any
 from tpu_tools.metrics.agent_client import AgentResult
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions
 from tpu_tools.metrics.process import ProcessSampler
+from tpu_tools.metrics.tpuhealth import health_from_sdk
 from tpu_tools.shorten import shorten
 
 DEVICE_KEYS = ("id", "platform", "device_kind", "memory_used_bytes", "memory_peak_bytes", "memory_limit_bytes",
@@ -43,9 +44,10 @@ def sdk_figures(snapshot: dict[str, Any]) -> dict[str, Any] | None:
     metrics: dict[str, Any] = served if isinstance(served, dict) else {}
     unreadable = {str(name): shorten(str(entry.get("error")), 200) for name, entry in metrics.items()
                   if isinstance(entry, dict) and entry.get("error") is not None}
+    health = health_from_sdk(metrics)
     return {"status": shorten(str(sdk.get("status")), 200), "tensorcore_utilization_percent": utilization,
             "metrics": sorted(str(name) for name in metrics if str(name) not in unreadable),
-            "unreadable": unreadable}
+            "unreadable": unreadable, "health": health.to_dict() if health is not None else None}
 
 
 def agent_entry(result: AgentResult) -> dict[str, Any]:

@@ -2,9 +2,13 @@
 
 A layout is its finite bucket boundaries b0 < b1 < ... < bn: bucket 0 is the underflow bucket
 (-inf, b0), bucket i is [b(i-1), b(i)), the last is the overflow bucket [bn, inf). Exponential, linear
-and explicit layouts all reduce to that. A percentile is interpolated linearly inside the bucket that
-holds its rank. Where the distribution's min and max agree with the buckets, they close the open ends
-and narrow the buckets to [min, max]. An empty histogram has no percentiles (None), never a number.
+and explicit layouts all reduce to that. Percentiles use libtpu's own estimator (its SDK and tpu-info print
+the same figures for the same histogram): the target rank is int(samples * q), the bucket is the first whose
+cumulative count passes it, and the value is interpolated linearly inside that bucket; below the first
+exponential bound the bucket is taken to start at scale / growth_factor, as libtpu does. Where the
+distribution's min and max agree with the buckets, they close the open ends and every percentile is clamped
+into [min, max] (libtpu's clients can print a p999 above the recorded max). An empty histogram has no
+percentiles (None), never a number.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ class LayoutError(ValueError):
 @dataclass(frozen=True)
 class Buckets:
     bounds: tuple[float, ...]
+    underflow_lower: float | None = None  # where an exponential layout's underflow bucket is taken to start
 
     @property
     def size(self) -> int:
@@ -58,7 +63,8 @@ def exponential(num_finite_buckets: int, growth_factor: float, scale: float) -> 
                           f"(got {num_finite_buckets}, {growth_factor:g}, {scale:g})")
     _check_count(num_finite_buckets)
     try:
-        return _finite_bounds(tuple(scale * growth_factor**i for i in range(num_finite_buckets + 1)))
+        bounds = _finite_bounds(tuple(scale * growth_factor**i for i in range(num_finite_buckets + 1)))
+        return Buckets(bounds.bounds, underflow_lower=scale / growth_factor)
     except OverflowError as error:
         raise LayoutError("the bucket bounds overflow") from error
 
@@ -150,24 +156,25 @@ def _trusted_extremes(histogram: Histogram) -> tuple[float | None, float | None]
 
 
 def percentile(histogram: Histogram, quantile: float) -> float:
-    """The value below which `quantile` of the samples lie, interpolated within its bucket."""
+    """libtpu's estimate of the value below which `quantile` of the samples lie, clamped into a trusted [min, max]."""
     assert histogram.buckets is not None
     low, high = _trusted_extremes(histogram)
-    rank = quantile * histogram.samples()
+    target = int(histogram.samples() * quantile)  # libtpu's rank: whole samples below the percentile
     cumulative = 0
     for index, count in enumerate(histogram.counts):
-        if count == 0:
+        if cumulative + count <= target:
+            cumulative += count
             continue
-        if cumulative + count >= rank:
-            lower, upper = histogram.buckets.span(index)
-            if low is not None and high is not None:  # the samples lie within [min, max]: narrow the bucket
-                lower = low if lower is None else min(max(lower, low), high)
-                upper = high if upper is None else max(min(upper, high), lower)
-            lower = lower if lower is not None else upper  # open end and no trusted extreme: the bound itself
-            upper = upper if upper is not None else lower
-            assert lower is not None and upper is not None
-            return lower + (upper - lower) * ((rank - cumulative) / count)
-        cumulative += count
+        lower, upper = histogram.buckets.span(index)
+        if lower is None:
+            lower = histogram.buckets.underflow_lower if histogram.buckets.underflow_lower is not None else low
+        lower = lower if lower is not None else upper  # open end and no trusted extreme: the bound itself
+        upper = upper if upper is not None else (high if high is not None and lower is not None else lower)
+        assert lower is not None and upper is not None
+        value = lower + (upper - lower) * ((target - cumulative) / count)
+        if low is not None and high is not None:
+            value = min(max(value, low), high)
+        return value
     raise AssertionError("rank beyond the last sample")
 
 
