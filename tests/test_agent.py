@@ -234,7 +234,8 @@ def test_run_module_with_arguments_and_exit_status(rundir, tmp_path):
                             text=True, timeout=60)
     assert result.returncode == 3, result.stderr
     assert "argv ['a', '--b'] tag mod name __main__" in result.stdout
-    assert os.listdir(rundir) == []  # socket removed at exit
+    assert os.listdir(rundir) == ["jobs-ended"]  # socket removed at exit, the job's summary left
+    assert len(os.listdir(rundir / "jobs-ended")) == 1
 
 
 def test_script_exception_is_reported_like_python(rundir, tmp_path):

@@ -29,6 +29,13 @@ read and two deque appends)::
 
     tpu_tools.agent.on_step(lambda index, seconds: ...)   # called at every step boundary
 
+Goodput, MFU and cost (`docs/goodput.md`): label the time between steps, give a step's work::
+
+    with tpu_tools.agent.phase("data"):          # "data", "checkpoint", "eval" or a name of the job's
+        batch = next(batches)
+    tpu_tools.agent.step(samples=len(batch), flops=model_flops)   # both optional
+    tpu_tools.agent.step_flops(train_step.lower(state, batch).compile())  # FLOPs from XLA's cost analysis
+
 Importing this package does not import jax: the agent attaches to jax once the
 job imports it, so environment set by the script before `import jax` applies.
 """
@@ -40,19 +47,20 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tpu_tools.agent.goodput import JobFigures, process_ledger, program_flops, reset_after_fork
 from tpu_tools.instrument.steps import StepCallback, process_steps
 
 ENV_TAG = "TPU_TOOLS_TAG"
 
-__all__ = ["AgentError", "AgentInfo", "ENV_TAG", "current", "on_step", "start", "step", "step_context",
-           "step_count", "stop"]
+__all__ = ["AgentError", "AgentInfo", "ENV_TAG", "current", "goodput", "on_step", "phase", "start", "step",
+           "step_context", "step_count", "step_flops", "stop"]
 
 _steps = process_steps()
 _lock = threading.Lock()
@@ -75,22 +83,72 @@ class AgentInfo:
 
 # --- steps: usable with or without the server ---------------------------------------------------------
 
-def step() -> int:
+def step(*, flops: float | None = None, samples: float | None = None) -> int:
     """Mark the end of a training step; returns the index of the step that ended (0 for the first).
 
     The step's time is the time since the previous call (unknown for the first
     call). Cheap enough to call every iteration; works without `start()`.
+    flops / samples: the step's work, for MFU, samples/s and cost (a bad value is
+    counted and ignored, never raised).
     """
+    if flops is not None or samples is not None:
+        process_ledger().note_work(flops, samples)
     return _steps.step()
 
 
-def step_context() -> AbstractContextManager[None]:
+def step_context(*, flops: float | None = None,
+                 samples: float | None = None) -> AbstractContextManager[None]:
     """A context manager that times its block as one step and marks its end.
 
     `with tpu_tools.agent.step_context(): state = train_step(state, batch)`
-    The step time is the block's duration (time between blocks is not counted).
+    The step time is the block's duration (time between blocks is not counted:
+    the goodput ledger gives it to the phase that claims it, else to host work).
     """
-    return _steps.context()
+    return _step_block(flops, samples)
+
+
+@contextmanager
+def _step_block(flops: float | None, samples: float | None) -> Iterator[None]:
+    process_ledger().begin_step()
+    start = time.perf_counter()
+    yield
+    if flops is not None or samples is not None:
+        process_ledger().note_work(flops, samples)
+    _steps.step(time.perf_counter() - start)
+
+
+def phase(name: str) -> AbstractContextManager[None]:
+    """Give the block's time to the goodput cause `name` ("data", "checkpoint", "eval" or the job's own).
+
+    Compiles inside the block stay compile time. An unacceptable name is
+    counted as "other" and reported in the goodput figures, never raised.
+    """
+    return process_ledger().phase(name)
+
+
+def step_flops(program: Any) -> float | None:
+    """Set the FLOPs of each later step: a compiled program (`jitted.lower(...).compile()`, read from XLA's
+    cost analysis over all its devices) or a number. Returns the FLOPs taken, None when unknown."""
+    flops = program if isinstance(program, (int, float)) else program_flops(program)
+    source = "given" if isinstance(program, (int, float)) else "xla_cost_analysis"
+    if flops is None:
+        process_ledger().note_work(flops=float("nan"))  # counted as rejected: the figure stays unknown
+        return None
+    return float(flops) if process_ledger().set_step_flops(flops, source) else None
+
+
+def goodput() -> dict[str, Any]:
+    """This job's goodput figures now: seconds and % per cause since start and recently, MFU, cost."""
+    agent = _agent
+    figures = agent.figures if agent is not None else JobFigures()
+    return figures.snapshot()
+
+
+def _ledger_step(index: int, step_time_s: float | None) -> None:
+    try:
+        process_ledger().end_step()
+    except Exception:  # the ledger never raises into the training loop
+        pass
 
 
 def on_step(callback: StepCallback) -> Callable[[], None]:
@@ -135,7 +193,7 @@ def _user_name() -> str:
 
 
 class _Agent:
-    def __init__(self, tag: str, explain_recompiles: bool):
+    def __init__(self, tag: str, explain_recompiles: bool, figures: JobFigures):
         from tpu_tools.metrics.process import SelfSampler
 
         self.pid = os.getpid()
@@ -149,9 +207,14 @@ class _Agent:
         self._command = sys.executable
         self.jax: ModuleType | None = None
         self.server: Any = None
+        self.figures = figures
 
     def attach_jax(self, jax_module: ModuleType) -> None:
+        from tpu_tools.agent.goodput import LedgerCompileSink
+        from tpu_tools.instrument.compiles import listener
+
         self.compiles.install(jax_module, self.explain_recompiles)
+        listener().add_sink(_ledger_sink(LedgerCompileSink))
         self.jax = jax_module
 
     def answer(self, request: str) -> dict[str, Any]:
@@ -206,19 +269,46 @@ class _Agent:
             "compiles": self.compiles.snapshot(),
             "steps": _steps.stats().to_dict(),
             "tpu_sdk": read_sdk_metrics(),
+            "goodput": self.figures_now(),
         }
+
+    def figures_now(self) -> dict[str, Any]:
+        from tpu_tools.agent.memory import backends_ready
+
+        if self.jax is not None and self.figures.peak_source is None and backends_ready(self.jax):
+            self.figures.attach_jax(self.jax)
+        return self.figures.snapshot()
+
+    def summary(self) -> dict[str, Any]:
+        """The record left when the job ends (`tpu_tools.metrics.jobsummary`)."""
+        snapshot = self.snapshot()
+        peaks = [d.get("memory_peak_bytes") for d in snapshot["devices"] if d.get("memory_peak_bytes") is not None]
+        compiles = snapshot["compiles"]
+        return {"pid": self.pid, "tag": self.tag, "user": self.user, "command": snapshot["command"],
+                "host": os.uname().nodename, "started_unix_s": snapshot["goodput"]["started_unix_s"],
+                "ended_unix_s": time.time(), "jax_version": snapshot["jax_version"],
+                "runtime": snapshot["runtime"], "steps": snapshot["steps"], "goodput": snapshot["goodput"],
+                "compile_count": compiles["compile_count"], "recompile_count": compiles["recompile_count"],
+                "compile_time_s": compiles["trace_time_s"] + compiles["lowering_time_s"]
+                + compiles["backend_compile_time_s"],
+                "device_memory_peak_bytes": max(peaks) if peaks else None,
+                "devices": len(snapshot["devices"])}
 
     def info(self) -> AgentInfo:
         return AgentInfo(self.pid, self.tag, self.server.path, self.explain_recompiles)
 
 
-def start(tag: str | None = None, *, explain_recompiles: bool = False) -> AgentInfo:
+def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per_hour: float | None = None,
+          peak_flops_per_s: float | None = None) -> AgentInfo:
     """Start the agent in this process (once; later calls return the running agent's info).
 
     tag: a name for this job in monitors (default: $TPU_TOOLS_TAG, else the PID).
     explain_recompiles: turn on `jax_explain_cache_misses` so each recompilation
     carries JAX's reason (the explanations are kept off the job's log unless the
     job turned them on itself).
+    price_per_hour, peak_flops_per_s: for the cost per 1M samples and MFU (else
+    $TPU_TOOLS_PRICE_PER_HOUR, and $TPU_TOOLS_PEAK_FLOPS or the device table);
+    a value that is not a finite number > 0 leaves the figure unknown.
     Raises AgentError when the socket cannot be created.
     """
     global _agent
@@ -230,7 +320,7 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False) -> AgentI
         from tpu_tools.metrics.rundir import RunDirError, socket_path
 
         chosen = tag if tag is not None else (os.environ.get(ENV_TAG) or str(os.getpid()))
-        agent = _Agent(chosen, explain_recompiles)
+        agent = _Agent(chosen, explain_recompiles, JobFigures(price_per_hour, peak_flops_per_s))
         try:
             agent.server = AgentServer(socket_path(agent.pid), agent.answer)
             agent.server.start()
@@ -258,6 +348,7 @@ def current() -> AgentInfo | None:
 
 def _after_fork_in_child() -> None:
     global _agent
+    reset_after_fork()
     agent, _agent = _agent, None
     if agent is not None and agent.server is not None:
         agent.server.forget_after_fork()
@@ -266,8 +357,29 @@ def _after_fork_in_child() -> None:
 def _at_exit() -> None:
     agent = _agent
     if agent is not None and agent.pid == os.getpid():
+        _write_summary(agent)
         stop()
 
 
+def _write_summary(agent: _Agent) -> None:
+    try:
+        from tpu_tools.metrics.jobsummary import write_summary
+
+        write_summary(agent.summary())
+    except Exception as error:  # a job that ends must end: the summary is best effort, said once
+        sys.stderr.write(f"tpu-tools agent: no job summary written: {type(error).__name__}: {error}\n")
+
+
+_sink: Any = None
+
+
+def _ledger_sink(factory: Callable[[], Any]) -> Any:
+    global _sink
+    if _sink is None:
+        _sink = factory()
+    return _sink
+
+
+_steps.on_step(_ledger_step)
 os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_at_exit)
