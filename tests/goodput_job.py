@@ -1,6 +1,6 @@
 """A job that spends known amounts of time in each goodput cause, then prints the truth and the ledger.
 
-Run as `python -m tpu_tools.agent tests/goodput_job.py STEPS [STEP_S]`. Every injected amount is measured
+Run as `python -m tpu_tools.agent tests/goodput_job.py STEPS [STEP_S [STALL_S]]`. Every injected amount is measured
 around the sleep that makes it (a busy machine oversleeps), so the truth is what really happened.
 The last line of stdout is JSON: {"truth": {cause: seconds}, "ledger": tpu_tools.agent.goodput()}.
 """
@@ -20,6 +20,7 @@ def timed_sleep(seconds):
 
 steps = int(sys.argv[1])
 step_s = float(sys.argv[2]) if len(sys.argv) > 2 else 0.005
+stall_s = float(sys.argv[3]) if len(sys.argv) > 3 else 1.2
 truth = dict.fromkeys(("productive", "data", "checkpoint", "eval", "warmup", "idle"), 0.0)
 truth["startup_sleep"] = timed_sleep(0.2)
 first_block = None
@@ -40,7 +41,7 @@ for index in range(steps):
             with agent.phase("warmup"):  # a custom phase inside another: its time is its own
                 truth["warmup"] += timed_sleep(0.01)
     if index == steps // 2:
-        truth["idle"] += timed_sleep(1.2)  # a stall with no step and no phase
+        truth["idle"] += timed_sleep(stall_s)  # a stall with no step and no phase
 figures = agent.goodput()
 end = time.time()
 truth["startup"] = first_block - figures["started_unix_s"] - first_data  # the first data phase claims its own

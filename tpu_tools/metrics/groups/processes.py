@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpu_tools.metrics.agent_client import AgentResult
+from tpu_tools.metrics.goodput_view import goodput_entry
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions
 from tpu_tools.metrics.process import ProcessSampler
 
@@ -75,6 +76,7 @@ def agent_entry(result: AgentResult) -> dict[str, Any]:
                       "recent_recompiles": compiles.get("recent_recompiles") or []} if snapshot else None),
         "steps": {k: (snapshot.get("steps") or {}).get(k) for k in STEP_KEYS} if snapshot else None,
         "tpu_sdk": sdk_figures(snapshot),
+        "goodput": goodput_entry(snapshot),
         "query_time_s": result.elapsed_s,
     }
 
@@ -93,6 +95,9 @@ class ProcessesGroup:
     def collect(self, context: CollectContext) -> dict[str, Any]:
         scan = context.agents()
         agents = [agent_entry(r) for r in scan.results]
+        if context.options.price_per_hour is not None:
+            for agent in agents:
+                agent["goodput"] = goodput_entry({"goodput": agent["goodput"]}, context.options.price_per_hour)
         agent_pids = {r.pid for r in scan.results}
         holders: dict[int, dict[str, Any]] = {}
         discovery = context.discovery()
