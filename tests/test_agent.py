@@ -255,6 +255,9 @@ def test_script_exception_is_reported_like_python(rundir, tmp_path):
     (["/nonexistent/script.py"], "can't open file"),
     (["-m", "no_such_module_anywhere"], "no module named"),
     (["--tag", " ", "x.py"], "--tag must not be empty"),
+    (["--price-per-hour", "0", "x.py"], "--price-per-hour must be a finite number > 0, got '0'"),
+    (["--price-per-hour=inf", "x.py"], "--price-per-hour must be a finite number > 0, got 'inf'"),
+    (["--price-per-hour"], "--price-per-hour needs a value"),
 ])
 def test_launcher_usage_errors(rundir, args, fragment):
     result = subprocess.run([sys.executable, "-m", "tpu_tools.agent", *args],

@@ -67,8 +67,8 @@ def test_jobs_ended_listed_by_the_monitor_and_kept_by_tpu_dump(rundir, tmp_path)
     import subprocess
 
     env = agent_env(rundir)
-    ran = subprocess.run([sys.executable, "-m", "tpu_tools.agent", "--tag", "ended", str(JOB), "20", "0.005", "0"],
-                         env=env, capture_output=True, text=True, timeout=120)
+    ran = subprocess.run([sys.executable, "-m", "tpu_tools.agent", "--tag", "ended", "--price-per-hour", "3.6",
+                          str(JOB), "20", "0.005", "0"], env=env, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
     result = run_tool("tpu-monitor", "--jobs-ended", env=env)
     assert result.returncode == 0, result.stderr
@@ -77,6 +77,7 @@ def test_jobs_ended_listed_by_the_monitor_and_kept_by_tpu_dump(rundir, tmp_path)
     [job] = document["jobs"]
     assert job["tag"] == "ended" and job["steps"]["count"] == 20
     assert job["goodput"]["since_start"]["samples"] == 640
+    assert job["goodput"]["price_per_hour"] == 3.6 and job["goodput"]["since_start"]["cost_per_million_samples"] > 0
     assert job["goodput"]["since_start"]["causes_s"]["checkpoint"] > 0.05
     output = tmp_path / "bundle.tar.gz"
     dumped = run_tool("tpu-dump", "--only", "accelerators.agents", "-o", str(output), env=env)
