@@ -55,11 +55,12 @@ from types import ModuleType
 from typing import Any
 
 from tpu_tools.agent.goodput import JobFigures, process_ledger, program_flops, reset_after_fork
+from tpu_tools.agent.metrics import process_metrics
 from tpu_tools.instrument.steps import StepCallback, process_steps
 
 ENV_TAG = "TPU_TOOLS_TAG"
 
-__all__ = ["AgentError", "AgentInfo", "ENV_TAG", "current", "goodput", "on_step", "phase", "start", "step",
+__all__ = ["AgentError", "AgentInfo", "ENV_TAG", "current", "goodput", "metric", "on_step", "phase", "start", "step",
            "step_context", "step_count", "step_flops", "stop"]
 
 _steps = process_steps()
@@ -135,6 +136,18 @@ def step_flops(program: Any) -> float | None:
         process_ledger().note_work(flops=float("nan"))  # counted as rejected: the figure stays unknown
         return None
     return float(flops) if process_ledger().set_step_flops(flops, source) else None
+
+
+def metric(name: str, value: Any, *, scope: str | None = None) -> bool:
+    """Publish a scalar of the job (loss, accuracy) to the monitors, at the current step.
+
+    value: a jax.Array of one element, or a number. The agent records whether it
+    was replicated on every device of the job, lived on only some of them, or was
+    a host number. scope="global" claims it is the same on every worker: the
+    agent and the monitors flag it when it is not. Returns whether it was kept
+    (a bad name, value or scope is counted and reported, never raised).
+    """
+    return process_metrics().record(name, value, scope, _steps.count)
 
 
 def goodput() -> dict[str, Any]:
@@ -270,6 +283,7 @@ class _Agent:
             "steps": _steps.stats().to_dict(),
             "tpu_sdk": read_sdk_metrics(),
             "goodput": self.figures_now(),
+            "metrics": process_metrics().snapshot(),
         }
 
     def figures_now(self) -> dict[str, Any]:
@@ -292,7 +306,7 @@ class _Agent:
                 "compile_time_s": compiles["trace_time_s"] + compiles["lowering_time_s"]
                 + compiles["backend_compile_time_s"],
                 "device_memory_peak_bytes": max(peaks) if peaks else None,
-                "devices": len(snapshot["devices"])}
+                "devices": len(snapshot["devices"]), "metrics": snapshot["metrics"]}
 
     def info(self) -> AgentInfo:
         return AgentInfo(self.pid, self.tag, self.server.path, self.explain_recompiles)

@@ -62,6 +62,14 @@ GOODPUT = Obj({
     "problems": List(Str(512), max_items=16),
 })
 
+METRIC = Obj({
+    "name": Str(128), "value": Float(), "step": _COUNT, "scope": Str(16, one_of=("global", "local")),
+    "kind": Str(16, one_of=("replicated", "local", "host")), "devices": _COUNT, "job_devices": _COUNT,
+    "time_unix_s": Float(), "suspect": Str(256),
+}, required=("name", "kind"))
+
+METRICS = Obj({"values": List(METRIC, max_items=256), "rejected": _COUNT, "last_error": Str(512)})
+
 SNAPSHOT = Obj({
     "schema": Str(64), "pid": Int(min=1), "tag": Str(1024), "user": Str(256), "command": Str(),
     "agent_version": Str(256), "started_unix_s": Float(), "uptime_s": Float(), "jax_version": Str(256),
@@ -78,6 +86,7 @@ SNAPSHOT = Obj({
     "tpu_sdk": Obj({"status": Str(256), "metrics": Map(AnyJSON(), max_items=64),
                     "tensorcore_utilization_percent": List(AnyJSON(), max_items=1024)}),
     "goodput": GOODPUT,  # tpu_tools.agent.goodput
+    "metrics": METRICS,  # tpu_tools.agent.metrics
     "error": AnyJSON(),
 }, required=("schema", "pid"))
 

@@ -76,3 +76,28 @@ def goodput_families(agents: list[dict[str, Any]], labels: list[str],
     yield seconds
     yield from ratios.values()
     yield from gauges.values()
+    yield from metric_families(agents, labels, values_of)
+
+
+def metric_families(agents: list[dict[str, Any]], labels: list[str],
+                    values_of: Callable[[dict[str, Any]], list[str]]) -> Iterator[Metric]:
+    """The jobs' own scalars (`tpu_tools.agent.metric`) with their scope and kind, and the step of each."""
+    value = GaugeMetricFamily(f"{_PREFIX}process_metric", "A scalar the job published (loss, accuracy), labelled "
+                              "with its name, claimed scope and kind (replicated, local, host).",
+                              labels=[*labels, "name", "scope", "kind"])
+    step = GaugeMetricFamily(f"{_PREFIX}process_metric_step", "The step at which the job published the scalar.",
+                             labels=[*labels, "name", "scope"])
+    for agent in agents:
+        if agent.get("error"):
+            continue
+        values = values_of(agent)
+        for metric in agent.get("metrics") or []:
+            number = metric.get("value") if isinstance(metric, dict) else None
+            if not isinstance(number, (int, float)):
+                continue
+            scope = str(metric.get("scope") or "")
+            value.add_metric([*values, str(metric.get("name")), scope, str(metric.get("kind"))], float(number))
+            if isinstance(metric.get("step"), int):
+                step.add_metric([*values, str(metric.get("name")), scope], float(metric["step"]))
+    yield value
+    yield step
