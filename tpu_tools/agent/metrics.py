@@ -87,6 +87,7 @@ class MetricStore:
         self.last_error: str | None = None
 
     def record(self, name: Any, value: Any, scope: Any, step: int) -> bool:
+        problem: str | None
         try:
             if len(self._values) >= MAX_METRICS and name not in self._values:  # before any work: bounded cost
                 problem = f"more than {MAX_METRICS} metric names; {_short(name)} was not kept"
@@ -108,7 +109,7 @@ class MetricStore:
             problem = f"metric {_short(name)}: {type(error).__name__}: {error}"
         with self._lock:
             self.rejected += 1
-            self.last_error = problem[:300]
+            self.last_error = (problem or "")[:300]
         return False
 
     @staticmethod
