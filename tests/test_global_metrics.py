@@ -132,3 +132,29 @@ def test_many_metric_names_stay_bounded_in_the_agent_snapshot(tmp_path):
                             env=clean_env(TPU_TOOLS_RUNTIME_DIR=str(tmp_path / "run")), timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"kept": MAX_METRICS, "metrics": 10**6 - MAX_METRICS}
+
+
+def _series(instance: str, series: str, value: float, **labels: str):
+    from tpu_tools.metrics.fleet.client import Sample
+
+    return Sample({"__name__": f"tpu_tools_{series}", "instance": instance, "job": "tpu-tools", **labels}, value)
+
+
+def test_the_fleet_view_compares_a_global_metric_between_hosts_and_shows_goodput():
+    from tpu_tools.metrics.fleet.records import build_groups
+
+    series = []
+    for host, loss, kind in (("w0", 2.5, "replicated"), ("w1", 2.5, "replicated"), ("w2", 2.9, "local")):
+        labels = {"pid": "7", "tag": "train", "name": "loss", "scope": "global"}
+        series += [_series(host, "process_metric", loss, kind=kind, **labels),
+                   _series(host, "process_metric_step", 100, **labels),
+                   _series(host, "process_goodput_ratio", 0.8, pid="7", tag="train", window="recent"),
+                   _series(host, "process_goodput_seconds_total", 40.0, pid="7", tag="train", cause="productive")]
+    groups = build_groups(series, [])
+    [finding] = groups["processes"]["global_metric_findings"]
+    assert finding["name"] == "loss" and finding["reason"] == "differs between 3 workers at step 100 (2.5 to 2.9)"
+    assert {w["host"]: w["kind"] for w in finding["workers"]}["w2"] == "local"
+    assert groups["fleet"]["global_metric_findings"] == 1
+    assert [h["goodput_percent"] for h in groups["fleet"]["hosts"]] == [80.0, 80.0, 80.0]
+    agent = groups["processes"]["agents"][0]
+    assert agent["goodput"]["since_start"]["causes_s"] == {"productive": 40.0}
