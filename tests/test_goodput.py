@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from agentjobs import make_rundir, remove_rundir
 from conftest import clean_env
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tpu_tools.instrument.goodput import (
     MAX_CUSTOM_PHASES,
@@ -176,3 +178,32 @@ def test_a_real_job_every_cause_within_one_percent_or_20ms():
         assert [stat.S_IMODE(f.stat().st_mode) for f in files] == [0o600]
     finally:
         remove_rundir(rundir)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True),
+                                 st.text(max_size=20), st.binary(max_size=8)), max_size=6),
+       names=st.lists(st.one_of(st.text(max_size=70), st.integers(), st.none()), max_size=6))
+def test_whatever_the_job_passes_the_ledger_and_metrics_never_raise(values, names):
+    from tpu_tools.agent.metrics import MetricStore
+
+    clock = Clock()
+    book = ledger(clock)
+    store = MetricStore()
+    for value in values:
+        book.note_work(flops=value, samples=value)
+        book.set_step_flops(value, "given")
+        book.add_compile(value)
+        store.record("m", value, "global", 1)
+    for name in names:
+        with book.phase(name):
+            clock.advance(0.001)
+        store.record(name, 1.0, None, 1)
+    book.begin_step()
+    clock.advance(0.01)
+    book.end_step()
+    figures = book.snapshot()
+    json.dumps(figures, allow_nan=False)  # always JSON: unknown is None, never NaN
+    json.dumps(store.snapshot(), allow_nan=False)
+    assert math.isclose(sum(figures["since_start"]["causes_s"].values()), figures["since_start"]["wall_s"],
+                        rel_tol=1e-9, abs_tol=1e-9)

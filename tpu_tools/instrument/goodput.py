@@ -72,7 +72,9 @@ class LedgerSettings:
 
 
 def _finite_non_negative(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool):
+        return None
+    if not isinstance(value, (int, float)):
         try:
             value = float(value)  # numpy and jax scalars
         except (TypeError, ValueError, OverflowError):
@@ -184,8 +186,9 @@ class GoodputLedger:
         value = _finite_non_negative(seconds)
         if value is None:
             return
+        now = self._clock()
         with self._lock:
-            self._claim(COMPILE, value)
+            self._claim(COMPILE, value, now)
 
     @contextmanager
     def phase(self, name: Any) -> Iterator[None]:
@@ -199,7 +202,7 @@ class GoodputLedger:
                 now = self._clock()
                 with self._lock:
                     cause = self._phase_cause(name)
-                    self._claim(cause, max(0.0, (now - start) - (self._claimed_total - claimed_before)))
+                    self._claim(cause, max(0.0, (now - start) - (self._claimed_total - claimed_before)), now)
             except Exception:  # the job's own exception, if any, goes on; ours never does
                 pass
 
@@ -253,7 +256,10 @@ class GoodputLedger:
         self._cursor, self._claimed = now, 0.0
         return rest
 
-    def _claim(self, cause: str, seconds: float) -> None:
+    def _claim(self, cause: str, seconds: float, now: float) -> None:
+        # Only time after the cursor can be claimed: what lies before it (a compile or phase that began in an
+        # earlier interval) was given to that interval's cause when it closed. So the causes add up to the wall.
+        seconds = min(seconds, max(0.0, (now - self._cursor) - self._claimed))
         self._totals[cause] = self._totals.get(cause, 0.0) + seconds
         self._claimed += seconds
         self._claimed_total += seconds
