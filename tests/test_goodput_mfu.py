@@ -54,3 +54,41 @@ def test_xla_flops_of_the_reference_step_match_the_hand_count_and_make_mfu():
     assert since["flops"] == 3 * report["xla"] and since["samples"] == 24
     assert abs(since["mfu_percent"] - 100 * since["flops"] / since["wall_s"] / 2e12) < 1e-9
     assert since["causes_s"]["compile"] > 0  # the agent heard the compile through JAX's monitoring events
+
+
+CHECKPOINT_JOB = textwrap.dedent("""
+    import json, time
+    import jax, jax.numpy as jnp
+    import tpu_tools.agent as agent
+
+    for _ in range(3):
+        with agent.step_context():
+            jnp.ones(4).block_until_ready()
+    started = time.perf_counter()
+    time.sleep(0.3)  # a save that blocks the training thread, as Orbax reports it through jax.monitoring
+    blocked = time.perf_counter() - started
+    jax.monitoring.record_event_duration_secs("/jax/orbax/write/blocking_duration_secs", blocked)
+    phase_started = time.perf_counter()
+    with agent.phase("checkpoint"):  # a labelled save with Orbax's report inside it: counted once
+        started = time.perf_counter()
+        time.sleep(0.2)
+        jax.monitoring.record_event_duration_secs("/jax/checkpoint/write/async/blocking_duration_secs",
+                                                  time.perf_counter() - started)
+    truth = blocked + time.perf_counter() - phase_started
+    print(json.dumps({"truth": truth, "causes": agent.goodput()["since_start"]["causes_s"]}))
+""")
+
+
+def test_orbax_blocking_saves_are_checkpoint_time():
+    rundir = make_rundir()
+    try:
+        (rundir / "job.py").write_text(CHECKPOINT_JOB)
+        result = subprocess.run([sys.executable, "-m", "tpu_tools.agent", str(rundir / "job.py")],
+                                capture_output=True, text=True, timeout=120,
+                                env=clean_env(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir)))
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+    finally:
+        remove_rundir(rundir)
+    assert abs(report["causes"]["checkpoint"] - report["truth"]) <= 0.02, report
+    assert report["truth"] >= 0.5

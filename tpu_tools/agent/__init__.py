@@ -223,11 +223,12 @@ class _Agent:
         self.figures = figures
 
     def attach_jax(self, jax_module: ModuleType) -> None:
-        from tpu_tools.agent.goodput import LedgerCompileSink
+        from tpu_tools.agent.goodput import LedgerCompileSink, listen_to_checkpoints
         from tpu_tools.instrument.compiles import listener
 
         self.compiles.install(jax_module, self.explain_recompiles)
         listener().add_sink(_ledger_sink(LedgerCompileSink))
+        listen_to_checkpoints(jax_module)
         self.jax = jax_module
 
     def answer(self, request: str) -> dict[str, Any]:

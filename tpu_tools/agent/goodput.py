@@ -53,6 +53,29 @@ class LedgerCompileSink:
         pass
 
 
+# Orbax records how long a save blocked the training thread through jax.monitoring (synchronous and
+# asynchronous saves); that time is checkpoint time wherever the job did not label it itself.
+ORBAX_BLOCKING_EVENTS = ("/jax/orbax/write/blocking_duration_secs",
+                         "/jax/checkpoint/write/async/blocking_duration_secs")
+_orbax_listening = False
+
+
+def _on_duration(event: str, duration: float, **kwargs: Any) -> None:
+    if event in ORBAX_BLOCKING_EVENTS:
+        try:
+            _ledger.add_claimed("checkpoint", duration)
+        except Exception:  # a listener of JAX's never raises into the job
+            pass
+
+
+def listen_to_checkpoints(jax_module: Any) -> None:
+    """Take Orbax's blocking save durations from jax.monitoring (once: JAX keeps its listeners for good)."""
+    global _orbax_listening
+    if not _orbax_listening:
+        jax_module.monitoring.register_event_duration_secs_listener(_on_duration)
+        _orbax_listening = True
+
+
 def positive_number(value: Any) -> float | None:
     """A finite number > 0, else None (a price or a peak of 0, NaN or infinity is unknown)."""
     try:

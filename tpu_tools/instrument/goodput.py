@@ -183,12 +183,16 @@ class GoodputLedger:
 
     def add_compile(self, seconds: float) -> None:
         """Time JAX spent compiling (one stage of one compilation), taken from whatever it interrupted."""
+        self.add_claimed(COMPILE, seconds)
+
+    def add_claimed(self, cause: str, seconds: float) -> None:
+        """Seconds that just ended, measured by someone else (JAX's compiles, Orbax's blocking saves)."""
         value = _finite_non_negative(seconds)
         if value is None:
             return
         now = self._clock()
         with self._lock:
-            self._claim(COMPILE, value, now)
+            self._claim(cause, value, now)
 
     @contextmanager
     def phase(self, name: Any) -> Iterator[None]:
