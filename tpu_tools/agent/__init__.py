@@ -130,12 +130,11 @@ def phase(name: str) -> AbstractContextManager[None]:
 def step_flops(program: Any) -> float | None:
     """Set the FLOPs of each later step: a compiled program (`jitted.lower(...).compile()`, read from XLA's
     cost analysis over all its devices) or a number. Returns the FLOPs taken, None when unknown."""
-    flops = program if isinstance(program, (int, float)) else program_flops(program)
-    source = "given" if isinstance(program, (int, float)) else "xla_cost_analysis"
-    if flops is None:
-        process_ledger().note_work(flops=float("nan"))  # counted as rejected: the figure stays unknown
-        return None
-    return float(flops) if process_ledger().set_step_flops(flops, source) else None
+    given = isinstance(program, (int, float))
+    flops = program if given else program_flops(program)
+    if not process_ledger().set_step_flops(flops, "given" if given else "xla_cost_analysis") or flops is None:
+        return None  # counted and reported in the goodput figures; the FLOPs stay unknown
+    return float(flops)
 
 
 def metric(name: str, value: Any, *, scope: str | None = None) -> bool:
@@ -223,11 +222,11 @@ class _Agent:
         self.figures = figures
 
     def attach_jax(self, jax_module: ModuleType) -> None:
-        from tpu_tools.agent.goodput import LedgerCompileSink, listen_to_checkpoints
+        from tpu_tools.agent.goodput import LEDGER_SINK, listen_to_checkpoints
         from tpu_tools.instrument.compiles import listener
 
         self.compiles.install(jax_module, self.explain_recompiles)
-        listener().add_sink(_ledger_sink(LedgerCompileSink))
+        listener().add_sink(LEDGER_SINK)
         listen_to_checkpoints(jax_module)
         self.jax = jax_module
 
@@ -383,16 +382,6 @@ def _write_summary(agent: _Agent) -> None:
         write_summary(agent.summary())
     except Exception as error:  # a job that ends must end: the summary is best effort, said once
         sys.stderr.write(f"tpu-tools agent: no job summary written: {type(error).__name__}: {error}\n")
-
-
-_sink: Any = None
-
-
-def _ledger_sink(factory: Callable[[], Any]) -> Any:
-    global _sink
-    if _sink is None:
-        _sink = factory()
-    return _sink
 
 
 _steps.on_step(_ledger_step)

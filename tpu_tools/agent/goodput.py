@@ -53,6 +53,9 @@ class LedgerCompileSink:
         pass
 
 
+LEDGER_SINK = LedgerCompileSink()  # one per process: the listener keeps its sinks for good
+
+
 # Orbax records how long a save blocked the training thread through jax.monitoring (synchronous and
 # asynchronous saves); that time is checkpoint time wherever the job did not label it itself.
 ORBAX_BLOCKING_EVENTS = ("/jax/orbax/write/blocking_duration_secs",
