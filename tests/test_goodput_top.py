@@ -50,3 +50,15 @@ def test_unknown_figures_read_unknown_and_an_old_agent_shows_nothing():
     assert "MFU unknown  samples/s unknown  cost/1M samples unknown" in frame
     frame, _ = _job_screen({"goodput": None})
     assert "GOODPUT" not in frame
+
+
+def test_fleet_hosts_show_their_goodput_and_global_metric_findings():
+    from tpu_tools.top.fleet_panel import fleet_lines
+
+    fleet = {"source": "http://prometheus:9090", "global_metric_findings": 1,
+             "hosts": [{"host": "w0", "up": True, "chips": 4, "jobs": 1, "goodput_percent": 81.25},
+                       {"host": "w1", "up": True, "chips": 4, "jobs": 1, "goodput_percent": None}]}
+    text = "\n".join(line.text for line in fleet_lines({"fleet": fleet}, 140, None))
+    assert "GOODPUT" in text and "1 global metrics differ between workers" in text
+    rows = [line for line in text.splitlines() if line.startswith(" w")]
+    assert "81.2" in rows[0] and "81" not in rows[1]
