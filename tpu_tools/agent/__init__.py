@@ -346,10 +346,12 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per
 
 
 def stop() -> None:
-    """Stop serving and remove this process's socket (also done at exit)."""
+    """Leave the job's summary in the runtime directory, stop serving and remove the socket (also done at exit)."""
     global _agent
     with _lock:
         agent, _agent = _agent, None
+    if agent is not None and agent.pid == os.getpid():
+        _write_summary(agent)
     if agent is not None and agent.server is not None:
         agent.server.stop()
 
@@ -371,7 +373,6 @@ def _after_fork_in_child() -> None:
 def _at_exit() -> None:
     agent = _agent
     if agent is not None and agent.pid == os.getpid():
-        _write_summary(agent)
         stop()
 
 
