@@ -56,6 +56,7 @@ from typing import Any
 
 from tpu_tools.agent.goodput import JobFigures, process_ledger, program_flops, reset_after_fork
 from tpu_tools.agent.metrics import process_metrics
+from tpu_tools.agent.metrics import reset_after_fork as reset_metrics_after_fork
 from tpu_tools.instrument.steps import StepCallback, process_steps
 
 ENV_TAG = "TPU_TOOLS_TAG"
@@ -365,6 +366,7 @@ def current() -> AgentInfo | None:
 def _after_fork_in_child() -> None:
     global _agent
     reset_after_fork()
+    reset_metrics_after_fork()
     agent, _agent = _agent, None
     if agent is not None and agent.server is not None:
         agent.server.forget_after_fork()

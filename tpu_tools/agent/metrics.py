@@ -135,4 +135,10 @@ _store = MetricStore()
 
 
 def process_metrics() -> MetricStore:
+    """This process's metrics (a forked child starts with none: `reset_after_fork`)."""
     return _store
+
+
+def reset_after_fork() -> None:
+    global _store
+    _store = MetricStore()  # the parent's values are not the child's, and its lock may be held
