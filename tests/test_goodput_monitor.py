@@ -84,3 +84,25 @@ def test_jobs_ended_listed_by_the_monitor_and_kept_by_tpu_dump(rundir, tmp_path)
     assert dumped.returncode == 0, dumped.stderr
     kept = json.loads(_members(output)["accelerators/jobs_ended.json"])
     assert [j["tag"] for j in kept["jobs"]] == ["ended"]
+
+
+def test_a_hostile_agent_snapshot_of_goodput_and_metrics_is_refused_with_one_sentence():
+    import pytest
+
+    from tpu_tools.metrics.agent_snapshot import SCHEMA, parse_snapshot
+    from tpu_tools.records import RecordError
+
+    base = {"schema": SCHEMA, "pid": 7}
+    good = parse_snapshot({**base, "goodput": {"since_start": {"wall_s": 1.0, "causes_s": {"productive": 1.0}},
+                                               "recent": None},
+                           "metrics": {"values": [{"name": "loss", "value": 1.0, "kind": "host"}]}})
+    assert good["goodput"]["since_start"]["causes_s"] == {"productive": 1.0}
+    for bad, fragment in [
+        ({"goodput": {"since_start": {"wall_s": "long"}}}, "goodput.since_start.wall_s: expected a number"),
+        ({"goodput": {"since_start": {"causes_s": {f"c{i}": 1.0 for i in range(40)}}}}, "more than 32"),
+        ({"metrics": {"values": [{"name": "loss", "kind": "global-ish"}]}}, "is not one of"),
+        ({"metrics": {"values": [{"name": "x", "kind": "host"}] * 300}}, "more than 256"),
+    ]:
+        with pytest.raises(RecordError, match="malformed snapshot") as caught:
+            parse_snapshot({**base, **bad})
+        assert fragment in str(caught.value)
