@@ -54,7 +54,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tpu_tools.agent.goodput import JobFigures, process_ledger, program_flops, reset_after_fork
+from tpu_tools.agent.goodput import JobFigures, process_ledger, program_flops, reset_after_fork, write_job_summary
 from tpu_tools.agent.metrics import process_metrics
 from tpu_tools.agent.metrics import reset_after_fork as reset_metrics_after_fork
 from tpu_tools.instrument.steps import StepCallback, process_steps
@@ -288,26 +288,7 @@ class _Agent:
         }
 
     def figures_now(self) -> dict[str, Any]:
-        from tpu_tools.agent.memory import backends_ready
-
-        if self.jax is not None and self.figures.peak_source is None and backends_ready(self.jax):
-            self.figures.attach_jax(self.jax)
-        return self.figures.snapshot()
-
-    def summary(self) -> dict[str, Any]:
-        """The record left when the job ends (`tpu_tools.metrics.jobsummary`)."""
-        snapshot = self.snapshot()
-        peaks = [d.get("memory_peak_bytes") for d in snapshot["devices"] if d.get("memory_peak_bytes") is not None]
-        compiles = snapshot["compiles"]
-        return {"pid": self.pid, "tag": self.tag, "user": self.user, "command": snapshot["command"],
-                "host": os.uname().nodename, "started_unix_s": snapshot["goodput"]["started_unix_s"],
-                "ended_unix_s": time.time(), "jax_version": snapshot["jax_version"],
-                "runtime": snapshot["runtime"], "steps": snapshot["steps"], "goodput": snapshot["goodput"],
-                "compile_count": compiles["compile_count"], "recompile_count": compiles["recompile_count"],
-                "compile_time_s": compiles["trace_time_s"] + compiles["lowering_time_s"]
-                + compiles["backend_compile_time_s"],
-                "device_memory_peak_bytes": max(peaks) if peaks else None,
-                "devices": len(snapshot["devices"]), "metrics": snapshot["metrics"]}
+        return self.figures.snapshot(self.jax)
 
     def info(self) -> AgentInfo:
         return AgentInfo(self.pid, self.tag, self.server.path, self.explain_recompiles)
@@ -352,7 +333,7 @@ def stop() -> None:
     with _lock:
         agent, _agent = _agent, None
     if agent is not None and agent.pid == os.getpid():
-        _write_summary(agent)
+        write_job_summary(agent.snapshot)
     if agent is not None and agent.server is not None:
         agent.server.stop()
 
@@ -376,15 +357,6 @@ def _at_exit() -> None:
     agent = _agent
     if agent is not None and agent.pid == os.getpid():
         stop()
-
-
-def _write_summary(agent: _Agent) -> None:
-    try:
-        from tpu_tools.metrics.jobsummary import write_summary
-
-        write_summary(agent.summary())
-    except Exception as error:  # a job that ends must end: the summary is best effort, said once
-        sys.stderr.write(f"tpu-tools agent: no job summary written: {type(error).__name__}: {error}\n")
 
 
 _steps.on_step(_ledger_step)

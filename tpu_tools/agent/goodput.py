@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tpu_tools.instrument.compiles import CacheMiss, CompileEvent
@@ -123,8 +125,17 @@ class JobFigures:
         except Exception as error:  # a runtime that fails leaves the peak unknown, nothing else
             self.problems.append(f"peak unknown: {type(error).__name__}: {error}"[:200])
 
-    def snapshot(self) -> dict[str, Any]:
-        """The ledger's figures with MFU, samples/s and cost per 1M samples for both spans."""
+    def snapshot(self, jax_module: Any = None) -> dict[str, Any]:
+        """The ledger's figures with MFU, samples/s and cost per 1M samples for both spans.
+
+        The device table's peak is looked up once the job's runtime has started (asking for
+        devices before would start it).
+        """
+        if jax_module is not None and self.peak_source is None:
+            from tpu_tools.agent.memory import backends_ready
+
+            if backends_ready(jax_module):
+                self.attach_jax(jax_module)
         figures = _ledger.snapshot()
         for span in ("since_start", "recent"):
             if figures.get(span) is not None:
@@ -157,3 +168,28 @@ def program_flops(compiled: Any) -> float | None:
         return per_device * devices  # XLA counts one device's share of an SPMD program
     except Exception:
         return None
+
+
+def job_summary(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """The record a job leaves when it ends (`tpu_tools.metrics.jobsummary`), from the agent's last snapshot."""
+    devices = snapshot.get("devices") or []
+    peaks = [d["memory_peak_bytes"] for d in devices if d.get("memory_peak_bytes") is not None]
+    compiles = snapshot.get("compiles") or {}
+    goodput = snapshot.get("goodput") or {}
+    return {**{key: snapshot.get(key) for key in ("pid", "tag", "user", "command", "jax_version", "runtime",
+                                                  "steps", "goodput", "metrics")},
+            "host": os.uname().nodename, "started_unix_s": goodput.get("started_unix_s"), "ended_unix_s": time.time(),
+            "compile_count": compiles.get("compile_count"), "recompile_count": compiles.get("recompile_count"),
+            "compile_time_s": sum(compiles.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s",
+                                                                    "backend_compile_time_s")),
+            "device_memory_peak_bytes": max(peaks) if peaks else None, "devices": len(devices)}
+
+
+def write_job_summary(snapshot: Callable[[], dict[str, Any]]) -> None:
+    """Leave the job's summary in the runtime directory; best effort, one line on stderr when it fails."""
+    try:
+        from tpu_tools.metrics.jobsummary import write_summary
+
+        write_summary(job_summary(snapshot()))
+    except Exception as error:  # a job that ends must end
+        sys.stderr.write(f"tpu-tools agent: no job summary written: {type(error).__name__}: {error}\n")
