@@ -234,7 +234,8 @@ def test_run_module_with_arguments_and_exit_status(rundir, tmp_path):
                             text=True, timeout=60)
     assert result.returncode == 3, result.stderr
     assert "argv ['a', '--b'] tag mod name __main__" in result.stdout
-    assert os.listdir(rundir) == []  # socket removed at exit
+    assert os.listdir(rundir) == ["jobs-ended"]  # socket removed at exit, the job's summary left
+    assert len(os.listdir(rundir / "jobs-ended")) == 1
 
 
 def test_script_exception_is_reported_like_python(rundir, tmp_path):
@@ -254,6 +255,9 @@ def test_script_exception_is_reported_like_python(rundir, tmp_path):
     (["/nonexistent/script.py"], "can't open file"),
     (["-m", "no_such_module_anywhere"], "no module named"),
     (["--tag", " ", "x.py"], "--tag must not be empty"),
+    (["--price-per-hour", "0", "x.py"], "--price-per-hour must be a finite number > 0, got '0'"),
+    (["--price-per-hour=inf", "x.py"], "--price-per-hour must be a finite number > 0, got 'inf'"),
+    (["--price-per-hour"], "--price-per-hour needs a value"),
 ])
 def test_launcher_usage_errors(rundir, args, fragment):
     result = subprocess.run([sys.executable, "-m", "tpu_tools.agent", *args],

@@ -9,7 +9,7 @@ import pytest
 from conftest import assert_one_line_error, clean_env, run_tool
 
 HLO_KEYS = {"schema", "target", "args", "platform", "device_kind", "files", "lowering_time_s", "compile_time_s",
-            "cost", "memory", "roofline", "model_flops", "xla_to_model_flops_ratio"}
+            "cost", "memory", "roofline", "model_flops", "xla_to_model_flops_ratio", "outputs"}
 COST_KEYS = {"flops", "transcendentals", "bytes_accessed", "output_bytes_accessed"}
 MEMORY_KEYS = {"argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_bytes"}
 ROOFLINE_KEYS = {"chip", "peak_dtype", "peak_flops_per_s", "memory_bandwidth_bytes_per_s",
@@ -61,6 +61,8 @@ def test_hlo_json_has_files_cost_memory_and_roofline(project):
     assert document["memory"]["argument_bytes"] == (128 * 512 + 512 * 256) * 4
     assert document["memory"]["output_bytes"] == 128 * 256 * 4
     assert document["compile_time_s"] > 0
+    assert document["outputs"] == [{"index": 0, "reach": "replicated_input", "axes": [], "devices": 1,
+                                    "text": "replicated input, no reduction needed"}]  # one device: nothing to reduce
     stablehlo = (project / document["files"]["stablehlo"]).read_text()
     optimized = (project / document["files"]["optimized_hlo"]).read_text()
     assert "stablehlo.dot_general" in stablehlo and "tensor<128x512xf32>" in stablehlo

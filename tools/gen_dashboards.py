@@ -119,7 +119,14 @@ def jobs() -> dashboard.Dashboard:
                                        f"(rate(tpu_tools_process_compile_seconds_total{HOSTS}[$__rate_interval]))",
                                        "{{instance}} {{tag}} {{phase}}")))
             .with_panel(_series("Agents answering", "none",
-                                _query(f"tpu_tools_agent_up{HOSTS}", "{{instance}} {{tag}} {{pid}}"))))
+                                _query(f"tpu_tools_agent_up{HOSTS}", "{{instance}} {{tag}} {{pid}}")))
+            .with_panel(_series("Goodput over the last minute", "percentunit",
+                                _query('tpu_tools_process_goodput_ratio{instance=~"$instance",window="recent"}',
+                                       "{{instance}} {{tag}} {{pid}}")))
+            .with_panel(_series("Where the time goes (seconds per second, by cause)", "s",
+                                _query(f"sum by (tag, cause) "
+                                       f"(rate(tpu_tools_process_goodput_seconds_total{HOSTS}[$__rate_interval]))",
+                                       "{{tag}} {{cause}}"))))
 
 
 def host() -> dashboard.Dashboard:

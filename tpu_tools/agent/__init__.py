@@ -29,6 +29,13 @@ read and two deque appends)::
 
     tpu_tools.agent.on_step(lambda index, seconds: ...)   # called at every step boundary
 
+Goodput, MFU and cost (`docs/goodput.md`): label the time between steps, give a step's work::
+
+    with tpu_tools.agent.phase("data"):          # "data", "checkpoint", "eval" or a name of the job's
+        batch = next(batches)
+    tpu_tools.agent.step(samples=len(batch), flops=model_flops)   # both optional
+    tpu_tools.agent.step_flops(train_step.lower(state, batch).compile())  # FLOPs from XLA's cost analysis
+
 Importing this package does not import jax: the agent attaches to jax once the
 job imports it, so environment set by the script before `import jax` applies.
 """
@@ -40,19 +47,22 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tpu_tools.agent.goodput import JobFigures, process_ledger, program_flops, reset_after_fork, write_job_summary
+from tpu_tools.agent.metrics import process_metrics
+from tpu_tools.agent.metrics import reset_after_fork as reset_metrics_after_fork
 from tpu_tools.instrument.steps import StepCallback, process_steps
 
 ENV_TAG = "TPU_TOOLS_TAG"
 
-__all__ = ["AgentError", "AgentInfo", "ENV_TAG", "current", "on_step", "start", "step", "step_context",
-           "step_count", "stop"]
+__all__ = ["AgentError", "AgentInfo", "ENV_TAG", "current", "goodput", "metric", "on_step", "phase", "start", "step",
+           "step_context", "step_count", "step_flops", "stop"]
 
 _steps = process_steps()
 _lock = threading.Lock()
@@ -75,22 +85,83 @@ class AgentInfo:
 
 # --- steps: usable with or without the server ---------------------------------------------------------
 
-def step() -> int:
+def step(*, flops: float | None = None, samples: float | None = None) -> int:
     """Mark the end of a training step; returns the index of the step that ended (0 for the first).
 
     The step's time is the time since the previous call (unknown for the first
     call). Cheap enough to call every iteration; works without `start()`.
+    flops / samples: the step's work, for MFU, samples/s and cost (a bad value is
+    counted and ignored, never raised).
     """
+    if flops is not None or samples is not None:
+        process_ledger().note_work(flops, samples)
     return _steps.step()
 
 
-def step_context() -> AbstractContextManager[None]:
+def step_context(*, flops: float | None = None,
+                 samples: float | None = None) -> AbstractContextManager[None]:
     """A context manager that times its block as one step and marks its end.
 
     `with tpu_tools.agent.step_context(): state = train_step(state, batch)`
-    The step time is the block's duration (time between blocks is not counted).
+    The step time is the block's duration (time between blocks is not counted:
+    the goodput ledger gives it to the phase that claims it, else to host work).
     """
-    return _steps.context()
+    return _step_block(flops, samples)
+
+
+@contextmanager
+def _step_block(flops: float | None, samples: float | None) -> Iterator[None]:
+    process_ledger().begin_step()
+    start = time.perf_counter()
+    yield
+    if flops is not None or samples is not None:
+        process_ledger().note_work(flops, samples)
+    _steps.step(time.perf_counter() - start)
+
+
+def phase(name: str) -> AbstractContextManager[None]:
+    """Give the block's time to the goodput cause `name` ("data", "checkpoint", "eval" or the job's own).
+
+    Compiles inside the block stay compile time. An unacceptable name is
+    counted as "other" and reported in the goodput figures, never raised.
+    """
+    return process_ledger().phase(name)
+
+
+def step_flops(program: Any) -> float | None:
+    """Set the FLOPs of each later step: a compiled program (`jitted.lower(...).compile()`, read from XLA's
+    cost analysis over all its devices) or a number. Returns the FLOPs taken, None when unknown."""
+    given = isinstance(program, (int, float))
+    flops = program if given else program_flops(program)
+    if not process_ledger().set_step_flops(flops, "given" if given else "xla_cost_analysis") or flops is None:
+        return None  # counted and reported in the goodput figures; the FLOPs stay unknown
+    return float(flops)
+
+
+def metric(name: str, value: Any, *, scope: str | None = None) -> bool:
+    """Publish a scalar of the job (loss, accuracy) to the monitors, at the current step.
+
+    value: a jax.Array of one element, or a number. The agent records whether it
+    was replicated on every device of the job, lived on only some of them, or was
+    a host number. scope="global" claims it is the same on every worker: the
+    agent and the monitors flag it when it is not. Returns whether it was kept
+    (a bad name, value or scope is counted and reported, never raised).
+    """
+    return process_metrics().record(name, value, scope, _steps.count)
+
+
+def goodput() -> dict[str, Any]:
+    """This job's goodput figures now: seconds and % per cause since start and recently, MFU, cost."""
+    agent = _agent
+    figures = agent.figures if agent is not None else JobFigures()
+    return figures.snapshot()
+
+
+def _ledger_step(index: int, step_time_s: float | None) -> None:
+    try:
+        process_ledger().end_step()
+    except Exception:  # the ledger never raises into the training loop
+        pass
 
 
 def on_step(callback: StepCallback) -> Callable[[], None]:
@@ -135,7 +206,7 @@ def _user_name() -> str:
 
 
 class _Agent:
-    def __init__(self, tag: str, explain_recompiles: bool):
+    def __init__(self, tag: str, explain_recompiles: bool, figures: JobFigures):
         from tpu_tools.metrics.process import SelfSampler
 
         self.pid = os.getpid()
@@ -149,9 +220,15 @@ class _Agent:
         self._command = sys.executable
         self.jax: ModuleType | None = None
         self.server: Any = None
+        self.figures = figures
 
     def attach_jax(self, jax_module: ModuleType) -> None:
+        from tpu_tools.agent.goodput import LEDGER_SINK, listen_to_checkpoints
+        from tpu_tools.instrument.compiles import listener
+
         self.compiles.install(jax_module, self.explain_recompiles)
+        listener().add_sink(LEDGER_SINK)
+        listen_to_checkpoints(jax_module)
         self.jax = jax_module
 
     def answer(self, request: str) -> dict[str, Any]:
@@ -206,19 +283,28 @@ class _Agent:
             "compiles": self.compiles.snapshot(),
             "steps": _steps.stats().to_dict(),
             "tpu_sdk": read_sdk_metrics(),
+            "goodput": self.figures_now(),
+            "metrics": process_metrics().snapshot(),
         }
+
+    def figures_now(self) -> dict[str, Any]:
+        return self.figures.snapshot(self.jax)
 
     def info(self) -> AgentInfo:
         return AgentInfo(self.pid, self.tag, self.server.path, self.explain_recompiles)
 
 
-def start(tag: str | None = None, *, explain_recompiles: bool = False) -> AgentInfo:
+def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per_hour: float | None = None,
+          peak_flops_per_s: float | None = None) -> AgentInfo:
     """Start the agent in this process (once; later calls return the running agent's info).
 
     tag: a name for this job in monitors (default: $TPU_TOOLS_TAG, else the PID).
     explain_recompiles: turn on `jax_explain_cache_misses` so each recompilation
     carries JAX's reason (the explanations are kept off the job's log unless the
     job turned them on itself).
+    price_per_hour, peak_flops_per_s: for the cost per 1M samples and MFU (else
+    $TPU_TOOLS_PRICE_PER_HOUR, and $TPU_TOOLS_PEAK_FLOPS or the device table);
+    a value that is not a finite number > 0 leaves the figure unknown.
     Raises AgentError when the socket cannot be created.
     """
     global _agent
@@ -230,7 +316,7 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False) -> AgentI
         from tpu_tools.metrics.rundir import RunDirError, socket_path
 
         chosen = tag if tag is not None else (os.environ.get(ENV_TAG) or str(os.getpid()))
-        agent = _Agent(chosen, explain_recompiles)
+        agent = _Agent(chosen, explain_recompiles, JobFigures(price_per_hour, peak_flops_per_s))
         try:
             agent.server = AgentServer(socket_path(agent.pid), agent.answer)
             agent.server.start()
@@ -242,10 +328,12 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False) -> AgentI
 
 
 def stop() -> None:
-    """Stop serving and remove this process's socket (also done at exit)."""
+    """Leave the job's summary in the runtime directory, stop serving and remove the socket (also done at exit)."""
     global _agent
     with _lock:
         agent, _agent = _agent, None
+    if agent is not None and agent.pid == os.getpid():
+        write_job_summary(agent.snapshot)
     if agent is not None and agent.server is not None:
         agent.server.stop()
 
@@ -258,6 +346,8 @@ def current() -> AgentInfo | None:
 
 def _after_fork_in_child() -> None:
     global _agent
+    reset_after_fork()
+    reset_metrics_after_fork()
     agent, _agent = _agent, None
     if agent is not None and agent.server is not None:
         agent.server.forget_after_fork()
@@ -269,5 +359,6 @@ def _at_exit() -> None:
         stop()
 
 
+_steps.on_step(_ledger_step)
 os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_at_exit)

@@ -1,4 +1,4 @@
-"""`python -m tpu_tools.agent [--tag T] [--explain-recompiles] script.py args...` (or `-m module args...`).
+"""`python -m tpu_tools.agent [--tag T] [--explain-recompiles] [--price-per-hour P] script.py args...` (or `-m module`).
 
 Runs the script (or module) as `__main__` with the agent started, exactly as
 `python script.py args...` would: same `sys.argv`, `sys.path[0]`, exit status
@@ -14,13 +14,17 @@ import runpy
 import sys
 from dataclasses import dataclass
 
+from tpu_tools.agent.goodput import positive_number
 from tpu_tools.pjrt.runtime import module_exists
 
 PROG = "python -m tpu_tools.agent"
-USAGE = (f"usage: {PROG} [--tag TAG] [--explain-recompiles] (script.py | -m module) [args...]\n"
+USAGE = (f"usage: {PROG} [--tag TAG] [--explain-recompiles] [--price-per-hour PRICE] (script.py | -m module) "
+         "[args...]\n"
          "  --tag TAG              name of this job in tpu-monitor and tpu-top "
          "(default: $TPU_TOOLS_TAG, else the PID)\n"
-         "  --explain-recompiles   record JAX's reason for each recompilation (jax_explain_cache_misses)\n")
+         "  --explain-recompiles   record JAX's reason for each recompilation (jax_explain_cache_misses)\n"
+         "  --price-per-hour PRICE price of the machine per hour, for the cost per 1M samples "
+         "(default: $TPU_TOOLS_PRICE_PER_HOUR)\n")
 
 
 class LaunchUsageError(Exception):
@@ -34,11 +38,12 @@ class Launch:
     module: str | None
     script: str | None
     args: list[str]
+    price_per_hour: float | None = None
 
 
 def parse(argv: list[str]) -> Launch | None:
     """The launch request, or None for --help; raises LaunchUsageError."""
-    tag, explain, index = None, False, 0
+    tag, explain, index, price = None, False, 0, None
     while index < len(argv):
         arg = argv[index]
         if arg in ("-h", "--help"):
@@ -55,10 +60,21 @@ def parse(argv: list[str]) -> Launch | None:
                 tag = arg.split("=", 1)[1]
             if not tag.strip():
                 raise LaunchUsageError("--tag must not be empty")
+        elif arg == "--price-per-hour" or arg.startswith("--price-per-hour="):
+            if arg == "--price-per-hour":
+                index += 1
+                if index >= len(argv):
+                    raise LaunchUsageError("--price-per-hour needs a value")
+                text = argv[index]
+            else:
+                text = arg.split("=", 1)[1]
+            price = positive_number(text)
+            if price is None:
+                raise LaunchUsageError(f"--price-per-hour must be a finite number > 0, got {text[:40]!r}")
         elif arg == "-m":
             if index + 1 >= len(argv):
                 raise LaunchUsageError("-m needs a module name")
-            return Launch(tag, explain, argv[index + 1], None, argv[index + 2:])
+            return Launch(tag, explain, argv[index + 1], None, argv[index + 2:], price)
         elif arg == "--":
             index += 1
             break
@@ -69,7 +85,7 @@ def parse(argv: list[str]) -> Launch | None:
         index += 1
     if index >= len(argv):
         raise LaunchUsageError("no script or -m module given")
-    return Launch(tag, explain, None, argv[index], argv[index + 1:])
+    return Launch(tag, explain, None, argv[index], argv[index + 1:], price)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -91,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     import tpu_tools.agent as agent
 
     try:
-        agent.start(launch.tag, explain_recompiles=launch.explain_recompiles)
+        agent.start(launch.tag, explain_recompiles=launch.explain_recompiles, price_per_hour=launch.price_per_hour)
     except agent.AgentError as error:
         sys.stderr.write(f"{PROG}: warning: {error}; running the script without it\n")
     if launch.module is not None:

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
-from tpu_tools.cli.params import Count, Duration
+from tpu_tools.cli.params import Count, Duration, Number
 from tpu_tools.errors import EXIT_OK, UsageError
 from tpu_tools.parsing import MIN_PERIOD_S
 
@@ -82,7 +82,17 @@ MAN_SECTIONS = {
         "backend_compile_time_s, cache_hits, cache_misses, last_recompile_reason}, recent_recompiles[] "
         "{function, time_unix_s, compile_count, backend_compile_time_s, reason}}, steps {count, "
         "steps_per_second, last_step_time_s, p50_step_time_s, p99_step_time_s, last_step_age_s}, "
-        "query_time_s, kubernetes}; holders[] {pid, user, command, chips[], cpu_percent, cpu_time_s, rss_bytes, "
+        "goodput {started_unix_s, steps, median_step_time_s, idle_threshold_s, step_flops, step_flops_source, "
+        "since_start and recent {wall_s, goodput_percent, causes_s {cause: seconds}, causes_percent, flops, "
+        "samples, flops_per_s, mfu_percent, samples_per_s, cost_per_million_samples}, window_s, rejected "
+        "{what: count}, last_error, peak_flops_per_s, peak_source, price_per_hour, price_source (job or "
+        "monitor: --price-per-hour), problems[]} (docs/goodput.md; unknown figures are null), "
+        "process_index, process_count, metrics[] {name, value, step, scope, kind (replicated, local, host), "
+        "devices, job_devices, time_unix_s, suspect} (what the job published with tpu_tools.agent.metric), "
+        "metrics_rejected, metrics_error, query_time_s, kubernetes}; global_metric_findings[] {tag, name, step, "
+        "reason, workers[] {host, pid, process_index, value, kind, step}} (a metric published as global that "
+        "lives on only some of the job's devices, or differs between the workers of a job at the same step); "
+        "holders[] {pid, user, command, chips[], cpu_percent, cpu_time_s, rss_bytes, "
         "threads, kubernetes} (device holders without an agent); ignored_sockets[] {socket, reason}; "
         "pod_labels_error. kubernetes is null or {namespace, pod, container}: the container that holds the "
         "process's chips according to the kubelet's pod-resources API "
@@ -134,6 +144,14 @@ MAN_SECTIONS = {
         "tpu_tools_process_steps_total, tpu_tools_process_steps_per_second, "
         "tpu_tools_process_step_time_seconds (label stat: last, p50, p99), "
         "tpu_tools_process_device_memory_used_bytes_per_device (label device).\n"
+        "goodput of each process (docs/goodput.md): the wall time by cause in "
+        "tpu_tools_process_goodput_seconds_total (label cause); the goodput share, MFU, samples per second, "
+        "model FLOPs per second and cost of one million samples in tpu_tools_process_goodput_ratio, "
+        "tpu_tools_process_mfu_ratio, tpu_tools_process_samples_per_second, "
+        "tpu_tools_process_model_flops_per_second and tpu_tools_process_cost_per_million_samples, each with "
+        "the label window (since_start or recent); a figure that is unknown has no series. The job's own "
+        "scalars: tpu_tools_process_metric (labels name, scope, kind) and tpu_tools_process_metric_step (labels "
+        "name, scope).\n"
         "libtpu (label address; series of a service that stops answering disappear): tpu_tools_libtpu_up, and "
         "with label device: tpu_tools_libtpu_hbm_used_bytes, tpu_tools_libtpu_hbm_total_bytes, "
         "tpu_tools_libtpu_duty_cycle_percent, tpu_tools_libtpu_hbm_bandwidth_utilization_percent, "
@@ -171,7 +189,9 @@ MAN_SECTIONS = {
         "--prometheus) instead of this host: the same report, built from the server's HTTP API every period. "
         "Hosts are told apart by the instance label; device keys become INSTANCE/tpu:0 and every device and "
         "agent carries a host field. A fleet group adds hosts[] {host, up, chips, utilization_percent, "
-        "memory_used_bytes, memory_total_bytes, jobs, steps_per_second, step_time_s, recompiles, outlier}, "
+        "memory_used_bytes, memory_total_bytes, jobs, steps_per_second, step_time_s, recompiles, goodput_percent "
+        "(the median of its jobs' recent goodput), outlier}, global_metric_findings (how many; the findings are "
+        "in processes.global_metric_findings, the workers of a job compared across hosts), "
         "hosts_down[], median_utilization_percent, median_step_time_s and outliers[] (the host furthest from "
         "the median duty cycle or step time when at least three hosts report it: the slow worker of a slice). "
         "user:password@ in the URL is sent as basic auth. When the server is down, slow (beyond "
@@ -187,7 +207,9 @@ MAN_SECTIONS = {
         "tpu-monitor --prometheus 0.0.0.0:9400 --web-config /etc/tpu-tools/web.yml --quiet\n"
         "tpu-monitor --count 1 --metrics-addr localhost:8432 | jq '.libtpu.services[].devices'\n"
         "python -m tpu_tools.agent --tag train train.py & tpu-monitor --tag-filter '^train$' --count 1\n"
-        "tpu-monitor --from-prometheus http://prometheus:9090 --count 1 | jq '.fleet.outliers'"
+        "tpu-monitor --from-prometheus http://prometheus:9090 --count 1 | jq '.fleet.outliers'\n"
+        "tpu-monitor --count 1 --price-per-hour 4.2 | jq '.processes.agents[].goodput.recent'\n"
+        "tpu-monitor --jobs-ended | jq '.jobs[] | {tag, goodput: .goodput.since_start.goodput_percent}'"
     ),
 }
 
@@ -231,15 +253,25 @@ def explicit(ctx: click.Context, name: str) -> bool:
 @click.option("--list-metrics", is_flag=True,
               help="Print one JSON document listing the metrics every libtpu metrics service and agent serves "
                    "and what tpu-tools reads of them (schema tpu-tools/list-metrics/v1); then exit.")
+@click.option("--price-per-hour", type=Number(above=0.0, maximum=1e9), default=None, metavar="PRICE",
+              help="Price of this machine per hour: the jobs' cost per 1M samples where the job does not set one.")
+@click.option("--jobs-ended", is_flag=True,
+              help="Print the summaries that jobs with the agent left when they ended (schema "
+                   "tpu-tools/jobs-ended/v1), newest first; then exit.")
 @metrics_options
 @common_options
 @click.pass_context
 def monitor_command(ctx: click.Context, period: float, count: int | None, config_path: Path | None,
                     tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
                     quiet: bool, web_config_path: Path | None, from_prometheus: str | None,
-                    from_prometheus_timeout: float, list_metrics: bool, metrics_addresses: list[str],
-                    metrics_timeout_s: float) -> int:
+                    from_prometheus_timeout: float, list_metrics: bool, price_per_hour: float | None,
+                    jobs_ended: bool, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
+    if jobs_ended:
+        from tpu_tools.cli.jobs_ended import print_jobs_ended
+        from tpu_tools.cli.output import Output
+
+        return print_jobs_ended(Output("json", sys.stdout))
     if from_prometheus is not None:
         return _fleet(ctx, from_prometheus, from_prometheus_timeout, period, count)
     from tpu_tools.metrics.groups import GROUPS
@@ -280,7 +312,8 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
 
         return print_metrics(metrics_addresses, metrics_timeout_s, agent_timeout, Output("json", sys.stdout))
     options = CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
-                             metrics_addresses=metrics_addresses, metrics_timeout_s=metrics_timeout_s)
+                             metrics_addresses=metrics_addresses, metrics_timeout_s=metrics_timeout_s,
+                             price_per_hour=price_per_hour)
     exporter = None
     builder = ReportBuilder(plan, options, report_period_s=period)
     try:

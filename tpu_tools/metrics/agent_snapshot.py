@@ -47,6 +47,29 @@ STEPS = Obj({
     "p99_step_time_s": _SECONDS, "last_step_age_s": _SECONDS,
 })
 
+_FIGURE = Float(min=0.0)
+GOODPUT_SPAN = Obj({
+    "wall_s": _SECONDS, "goodput_percent": _FIGURE, "causes_s": Map(_SECONDS, max_items=32),
+    "causes_percent": Map(_FIGURE, max_items=32), "flops": _FIGURE, "samples": _FIGURE, "flops_per_s": _FIGURE,
+    "mfu_percent": _FIGURE, "samples_per_s": _FIGURE, "cost_per_million_samples": _FIGURE,
+})
+
+GOODPUT = Obj({
+    "started_unix_s": Float(), "steps": _COUNT, "median_step_time_s": _SECONDS, "idle_threshold_s": _SECONDS,
+    "step_flops": _FIGURE, "step_flops_source": Str(64), "since_start": GOODPUT_SPAN, "recent": GOODPUT_SPAN,
+    "window_s": _SECONDS, "rejected": Map(_COUNT, max_items=16), "last_error": Str(512),
+    "peak_flops_per_s": _FIGURE, "peak_source": Str(256), "price_per_hour": _FIGURE,
+    "problems": List(Str(512), max_items=16),
+})
+
+METRIC = Obj({
+    "name": Str(128), "value": Float(), "step": _COUNT, "scope": Str(16, one_of=("global", "local")),
+    "kind": Str(16, one_of=("replicated", "local", "host")), "devices": _COUNT, "job_devices": _COUNT,
+    "time_unix_s": Float(), "suspect": Str(256),
+}, required=("name", "kind"))
+
+METRICS = Obj({"values": List(METRIC, max_items=256), "rejected": _COUNT, "last_error": Str(512)})
+
 SNAPSHOT = Obj({
     "schema": Str(64), "pid": Int(min=1), "tag": Str(1024), "user": Str(256), "command": Str(),
     "agent_version": Str(256), "started_unix_s": Float(), "uptime_s": Float(), "jax_version": Str(256),
@@ -62,6 +85,8 @@ SNAPSHOT = Obj({
     # libtpu's SDK metrics read in the job (tpu_tools.agent.tpusdk); checked again where they are used
     "tpu_sdk": Obj({"status": Str(256), "metrics": Map(AnyJSON(), max_items=64),
                     "tensorcore_utilization_percent": List(AnyJSON(), max_items=1024)}),
+    "goodput": GOODPUT,  # tpu_tools.agent.goodput
+    "metrics": METRICS,  # tpu_tools.agent.metrics
     "error": AnyJSON(),
 }, required=("schema", "pid"))
 

@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.metrics.goodput_view import goodput_families
 from tpu_tools.metrics.prom_health import health_families
 
 PREFIX = "tpu_tools_"
@@ -149,6 +150,9 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
         for core, value in enumerate((agent.get("tpu_sdk") or {}).get("tensorcore_utilization_percent") or []):
             _add(tensorcore, [*values, str(core)], value)
     yield up
+    yield from goodput_families(data.get("agents") or [], labels, lambda agent: [
+        str(agent.get("pid")), str(agent.get("tag") or ""),
+        *([str((agent.get("kubernetes") or {}).get(label) or "") for label in POD_LABELS] if in_pods else [])])
     yield from gauges.values()
     yield from counters.values()
     yield compile_time

@@ -125,6 +125,7 @@ class HloAnalysis:
     optimized_hlo_text: str
     files: dict[str, str] = field(default_factory=dict)  # set by write_hlo_files
     model_flops: int | None = None  # analytic count, for built-in workloads
+    outputs: list[dict[str, Any]] = field(default_factory=list)  # the reach of each output (profile.reach)
 
     @property
     def model_flops_ratio(self) -> float | None:
@@ -137,7 +138,7 @@ class HloAnalysis:
                 "device_kind": self.device_kind, "files": self.files, "lowering_time_s": self.lowering_time_s,
                 "compile_time_s": self.compile_time_s, "cost": self.cost, "memory": self.memory,
                 "roofline": self.roofline.to_dict(), "model_flops": self.model_flops,
-                "xla_to_model_flops_ratio": self.model_flops_ratio}
+                "xla_to_model_flops_ratio": self.model_flops_ratio, "outputs": self.outputs}
 
 
 def write_hlo_files(analysis: HloAnalysis, out_dir: Path) -> dict[str, str]:
@@ -195,9 +196,19 @@ def analyse(target: str, function: Any, arguments: list[Any], chip: str | None =
         elsewhere = (f"the cost analysis comes from the {device.platform} compile; XLA for {chip_spec.name} fuses "
                      "differently, so its bytes accessed may differ")
         verdict.note = f"{verdict.note}; {elsewhere}" if verdict.note else elsewhere
+    optimized = compiled.as_text() or ""
     return HloAnalysis(target, texts, device.platform, device.device_kind, round(lowering_s, 6),
                        round(compile_s, 6), cost, _memory(compiled), verdict, lowered.as_text(),
-                       compiled.as_text() or "")
+                       optimized, outputs=_reach(optimized, compiled))
+
+
+def _reach(optimized: str, compiled: Any) -> list[dict[str, Any]]:
+    from tpu_tools.profile.reach import mesh_of, output_reach
+
+    try:
+        return [r.to_dict() for r in output_reach(optimized, mesh_of(compiled))]
+    except Exception:  # HLO text this reader does not follow: the rest of the report stands
+        return []
 
 
 _SHORT = {numpy_name: short for short, numpy_name in DTYPES.items()

@@ -34,6 +34,11 @@ def hlo_text(doc: dict) -> str:
         f"  generated code   {format_bytes(memory['generated_code_bytes'])}",
         "",
     ]
+    outputs = doc.get("outputs") or []
+    if any((output.get("devices") or 1) > 1 for output in outputs):
+        lines += [f"Outputs across {outputs[0]['devices']} devices (the collectives on each output's path)"]
+        lines += [f"  output {output['index']}  {output['text']}" for output in outputs]
+        lines.append("")
     intensity = roof["arithmetic_intensity_flops_per_byte"]
     intensity_text = MISSING if intensity is None else f"{intensity:.2f} FLOP/byte"
     if roof["chip"] is None:

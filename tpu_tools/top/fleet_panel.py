@@ -13,7 +13,8 @@ from tpu_tools.units import MISSING, format_bytes_short, format_number
 
 OUTLIER_MARK = "<<"
 _COLUMNS = (("HOST", 22, False), ("UP", 4, False), ("CHIPS", 5, True), ("UTIL%", 6, True), ("HBM USED", 8, True),
-            ("HBM TOTAL", 9, True), ("JOBS", 4, True), ("STEP/S", 6, True), ("STEP p50", 9, True))
+            ("HBM TOTAL", 9, True), ("JOBS", 4, True), ("STEP/S", 6, True), ("STEP p50", 9, True),
+            ("GOODPUT", 7, True))
 
 
 def fleet_lines(report: dict[str, Any], width: int, max_rows: int | None) -> list[Line]:
@@ -27,6 +28,8 @@ def fleet_lines(report: dict[str, Any], width: int, max_rows: int | None) -> lis
         title.add(f"  median util {median:.1f}%", DIM)
     if fleet.get("median_step_time_s") is not None:
         title.add(f"  median step {seconds_text(fleet['median_step_time_s'])}", DIM)
+    if fleet.get("global_metric_findings"):
+        title.add(f"  {fleet['global_metric_findings']} global metrics differ between workers", ERROR)
     if fleet.get("stale"):
         since = str(fleet.get("stale_since") or "")[11:19]  # HH:MM:SS of the ISO time (UTC)
         title.add(f"  STALE since {since} UTC: {fleet.get('error')}", ERROR)
@@ -43,7 +46,8 @@ def fleet_lines(report: dict[str, Any], width: int, max_rows: int | None) -> lis
         cells = [str(host.get("host")), "yes" if host.get("up") else "DOWN", str(host.get("chips", 0)),
                  percent_text(host.get("utilization_percent")), format_bytes_short(host.get("memory_used_bytes")),
                  format_bytes_short(host.get("memory_total_bytes")), str(host.get("jobs", 0)),
-                 format_number(host.get("steps_per_second")), seconds_text(host.get("step_time_s"))]
+                 format_number(host.get("steps_per_second")), seconds_text(host.get("step_time_s")),
+                 percent_text(host.get("goodput_percent"))]
         text = " " + " ".join(fit(cell, size, right) for cell, (_, size, right) in zip(cells, _COLUMNS, strict=True))
         line = Line().add(text + " ", ERROR if not host.get("up") else "normal")
         if host.get("outlier"):

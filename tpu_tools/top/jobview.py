@@ -29,6 +29,7 @@ from tpu_tools.top.drawing import (
     sparkline,
     table_row,
 )
+from tpu_tools.top.goodput_panel import goodput_lines
 from tpu_tools.top.history import History
 from tpu_tools.top.model import ProcessRow, ViewState, rows_from_report
 from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_number
@@ -122,6 +123,7 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
         return [*lines, Line().add(f" agent: {row.error}", ERROR)]
     steps = _steps_section(row, history, state, width)
     lines += steps[:2]  # the percentiles and the steps/s graph near the top: always in view
+    lines += goodput_lines(detail, width)
     lines += _device_section(detail, width)
     lines += _health_section(detail, width)
     lines += _compile_section(detail, width)

@@ -37,7 +37,8 @@ COLLECTORS: list[Collector] = [
     Collector("accelerators.libtpu", "the running job's runtime metrics and per-core runtime status from libtpu's "
               "metrics services (localhost:8431, TPU_RUNTIME_METRICS_PORTS, --metrics-addr)", jobs.collect_libtpu),
     Collector("accelerators.agents", "a snapshot of every running workload of this user with the tpu-tools agent "
-              "(devices, memory, compiles and recompiles, steps)", jobs.collect_agents),
+              "(devices, memory, compiles and recompiles, steps, goodput), and the summaries of jobs that ended",
+              jobs.collect_agents),
     Collector("accelerators.diag", "the last tpu-diag result of this host (verdict per test and device, coverage)",
               diag.collect_diag),
     Collector("software.python", "Python version, executable and path", software.collect_python),

@@ -87,6 +87,7 @@ def collect_agents(ctx: CollectContext) -> None:
     from tpu_tools.metrics.rundir import RunDirError, runtime_dir
 
     directory = runtime_dir()
+    _add_jobs_ended(ctx)
     try:
         scan = query_agents(max(0.1, min(_AGENT_TIMEOUT_S, ctx.remaining_s() - _MARGIN_S)))
     except RunDirError as error:
@@ -105,3 +106,13 @@ def collect_agents(ctx: CollectContext) -> None:
                       "(see accelerators/agents.json)")
     ctx.add_text("accelerators/agents.txt", plain_table(_agents_table([agent_entry(r) for r in scan.results]))
                  + "\n")
+
+
+def _add_jobs_ended(ctx: CollectContext) -> None:
+    """The summaries jobs with the agent left when they ended (`tpu-monitor --jobs-ended`), when there are any."""
+    from tpu_tools.metrics.jobsummary import read_summaries, summaries_dir
+
+    records, errors = read_summaries()
+    if records or errors:
+        ctx.add_json("accelerators/jobs_ended.json", {"directory": str(summaries_dir()), "jobs": records,
+                                                      "errors": errors})

@@ -13,6 +13,7 @@ from typing import Any
 
 from tpu_tools.metrics.fleet.client import Sample
 from tpu_tools.metrics.fleet.outliers import furthest, median_of
+from tpu_tools.metrics.global_check import global_metric_findings
 
 PREFIX = "tpu_tools_"
 HOST_LABEL = "instance"  # Kubernetes deployments relabel it to the node name (deploy/kubernetes)
@@ -40,6 +41,7 @@ class HostSummary:
     steps_per_second: float | None = None  # all the host's jobs together
     step_time_s: float | None = None  # median of its jobs' p50 step times
     recompiles: int | None = None
+    goodput_percent: float | None = None  # median of its jobs' recent goodput (since start where no recent)
     outlier: str | None = None  # why this host is the slice's outlier
 
 
@@ -131,10 +133,41 @@ def _take_process(agent: dict[str, Any], figure: str, labels: dict[str, str], va
         agent["steps"]["steps_per_second"] = value
     elif figure == "step_time_seconds":
         agent["steps"][f"{labels.get('stat')}_step_time_s"] = value
+    elif figure in _GOODPUT_FIGURES or figure.startswith("metric"):
+        _take_goodput(agent, figure, labels, value)
     elif figure == "device_memory_used_bytes_per_device":
         platform, _, device_id = labels.get("device", ":").partition(":")
         agent["devices"].append({"id": int(device_id) if device_id.isdigit() else None, "platform": platform,
                                  "memory_used_bytes": _number(value)})
+
+
+_GOODPUT_FIGURES = {"goodput_ratio": ("goodput_percent", 100.0), "mfu_ratio": ("mfu_percent", 100.0),
+                    "samples_per_second": ("samples_per_s", 1.0), "model_flops_per_second": ("flops_per_s", 1.0),
+                    "cost_per_million_samples": ("cost_per_million_samples", 1.0), "goodput_seconds_total": ("", 1.0)}
+
+
+def _take_goodput(agent: dict[str, Any], figure: str, labels: dict[str, str], value: float) -> None:
+    """The goodput series and the job's published metrics (tpu_tools.metrics.goodput_view) of one agent."""
+    if figure in ("metric", "metric_step"):
+        name, scope = labels.get("name", "?"), labels.get("scope") or None
+        metrics = agent.setdefault("metrics", [])
+        entry = next((m for m in metrics if m["name"] == name), None)
+        if entry is None:
+            entry = {"name": name, "value": None, "step": None, "scope": scope, "kind": labels.get("kind")}
+            metrics.append(entry)
+        if figure == "metric":
+            entry["value"], entry["kind"] = value, labels.get("kind")
+        else:
+            entry["step"] = int(value)
+        return
+    goodput = agent.setdefault("goodput", {"since_start": {"causes_s": {}}, "recent": {"causes_s": {}}})
+    if figure == "goodput_seconds_total":
+        goodput["since_start"]["causes_s"][labels.get("cause", "?")] = value
+        return
+    window = labels.get("window")
+    if window in ("since_start", "recent"):
+        key, scale = _GOODPUT_FIGURES[figure]
+        goodput[window][key] = value * scale
 
 
 def _summary(host: _Host, up: bool) -> HostSummary:
@@ -146,13 +179,21 @@ def _summary(host: _Host, up: bool) -> HostSummary:
     rates = [a["steps"]["steps_per_second"] for a in agents if a["steps"].get("steps_per_second") is not None]
     step_times = [a["steps"]["p50_step_time_s"] for a in agents if a["steps"].get("p50_step_time_s") is not None]
     recompiles = [a["compiles"]["recompile_count"] for a in agents if "recompile_count" in a["compiles"]]
+    goodputs = [figure for a in agents if (figure := _recent_goodput(a)) is not None]
     return HostSummary(
         host=host.name, up=up, chips=sum(1 for d in devices if "@" not in d["key"]),
         utilization_percent=statistics.fmean(utilizations) if utilizations else None,
         memory_used_bytes=int(sum(used)) if used else None, memory_total_bytes=int(sum(total)) if total else None,
         jobs=len(host.agents), steps_per_second=sum(rates) if rates else None,
         step_time_s=statistics.median(step_times) if step_times else None,
-        recompiles=sum(recompiles) if recompiles else None)
+        recompiles=sum(recompiles) if recompiles else None,
+        goodput_percent=statistics.median(goodputs) if goodputs else None)
+
+
+def _recent_goodput(agent: dict[str, Any]) -> float | None:
+    goodput = agent.get("goodput") or {}
+    recent = (goodput.get("recent") or {}).get("goodput_percent")
+    return recent if recent is not None else (goodput.get("since_start") or {}).get("goodput_percent")
 
 
 def _host_group(hosts: list[_Host]) -> dict[str, Any]:
@@ -194,16 +235,18 @@ def build_groups(series: list[Sample], up: list[Sample]) -> dict[str, dict[str, 
     for outlier in outliers:
         found = by_host[outlier.host]
         found.outlier = outlier.sentence if found.outlier is None else f"{found.outlier}; {outlier.sentence}"
+    agents = [a for h in ordered for a in h.agents.values()]
+    findings = global_metric_findings(agents)
     return {
         "host": _host_group(ordered),
         "devices": {"devices": [d for h in ordered for d in h.devices.values()], "chips": [], "notes": []},
-        "processes": {"agents": [a for h in ordered for a in h.agents.values()], "holders": [],
-                      "ignored_sockets": []},
+        "processes": {"agents": agents, "holders": [], "ignored_sockets": [],
+                      "global_metric_findings": findings},
         "libtpu": {"error": None, "notes": [],
                    "services": [{"address": f"{h.name}/{address}", "error": None if ok else "not answering"}
                                 for h in ordered for address, ok in sorted(h.libtpu.items())]},
         "fleet": {"hosts": [asdict(s) for s in summaries], "hosts_down": sorted(n for n, ok in target_up.items()
                                                                                if not ok),
                   "median_utilization_percent": median_of(utilization), "median_step_time_s": median_of(step_time),
-                  "outliers": [asdict(o) for o in outliers]},
+                  "outliers": [asdict(o) for o in outliers], "global_metric_findings": len(findings)},
     }

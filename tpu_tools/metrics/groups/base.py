@@ -52,6 +52,7 @@ class CollectOptions:
     metrics_addresses: list[str] = field(default_factory=lambda: [default_address()])  # libtpu's metrics services
     metrics_timeout_s: float = METRICS_TIMEOUT_S  # deadline of every call to them
     group_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # extra keys from the config
+    price_per_hour: float | None = None  # of this machine, for the jobs' cost per 1M samples
 
 
 class CollectContext:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from tpu_tools.metrics.agent_client import AgentResult
+from tpu_tools.metrics.global_check import global_metric_findings
+from tpu_tools.metrics.goodput_view import goodput_entry
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions
 from tpu_tools.metrics.process import ProcessSampler
 from tpu_tools.metrics.tpuhealth import health_from_sdk
@@ -78,6 +80,12 @@ def agent_entry(result: AgentResult) -> dict[str, Any]:
                       "recent_recompiles": compiles.get("recent_recompiles") or []} if snapshot else None),
         "steps": {k: (snapshot.get("steps") or {}).get(k) for k in STEP_KEYS} if snapshot else None,
         "tpu_sdk": sdk_figures(snapshot),
+        "goodput": goodput_entry(snapshot),
+        "process_index": runtime.get("process_index"),
+        "process_count": runtime.get("process_count"),
+        "metrics": (snapshot.get("metrics") or {}).get("values") or [],
+        "metrics_rejected": (snapshot.get("metrics") or {}).get("rejected"),
+        "metrics_error": (snapshot.get("metrics") or {}).get("last_error"),
         "query_time_s": result.elapsed_s,
     }
 
@@ -96,6 +104,9 @@ class ProcessesGroup:
     def collect(self, context: CollectContext) -> dict[str, Any]:
         scan = context.agents()
         agents = [agent_entry(r) for r in scan.results]
+        if context.options.price_per_hour is not None:
+            for agent in agents:
+                agent["goodput"] = goodput_entry({"goodput": agent["goodput"]}, context.options.price_per_hour)
         agent_pids = {r.pid for r in scan.results}
         holders: dict[int, dict[str, Any]] = {}
         discovery = context.discovery()
@@ -116,6 +127,7 @@ class ProcessesGroup:
             "holders": sorted(holders.values(), key=lambda h: h["pid"]),
             "ignored_sockets": [i.to_dict() for i in scan.ignored],
             "pod_labels_error": pods_error,
+            "global_metric_findings": global_metric_findings(agents),
         }
 
     def _label_pods(self, agents: list[dict[str, Any]], holders: list[dict[str, Any]], discovery: Any) -> str | None:

@@ -1,0 +1,94 @@
+"""MFU of the reference transformer: FLOPs per step from XLA's cost analysis of the compiled step, checked
+against the FLOPs counted by hand (within 2 %), on the CPU platform's real runtime with two devices."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from agentjobs import make_rundir, remove_rundir
+from conftest import clean_env
+
+SCRIPT = textwrap.dedent("""
+    import json
+    import jax
+    import tpu_tools.agent as agent
+    from tpu_tools.workloads import transformer as T
+
+    config = T.config_for("tiny", d_model=384, n_heads=6, d_ff=1536, n_layers=1, seq_len=128, vocab_size=1024,
+                          batch_per_device=4)
+    devices = jax.local_devices()
+    batch_size = config.batch_per_device * len(devices)
+    step, state_sharding, batch_sharding = T.data_parallel_train_step(config, devices)
+    state = jax.device_put(T.init_train_state(config, jax.random.key(0)), state_sharding)
+    batch = jax.device_put(T.random_tokens(config, batch_size, jax.random.key(1)), batch_sharding)
+    with agent.phase("warmup"):
+        compiled = step.lower(state, batch).compile()
+    xla = agent.step_flops(compiled)
+    for _ in range(3):
+        with agent.step_context(samples=batch_size):
+            state, loss = compiled(state, batch)
+            loss.block_until_ready()
+    print(json.dumps({"xla": xla, "hand": T.train_step_flops(config, batch_size), "figures": agent.goodput()}))
+""")
+
+
+def test_xla_flops_of_the_reference_step_match_the_hand_count_and_make_mfu():
+    rundir = make_rundir()
+    try:
+        env = clean_env(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
+                        TPU_TOOLS_RUNTIME_DIR=str(rundir), TPU_TOOLS_PEAK_FLOPS="2e12")
+        (rundir / "mfu_job.py").write_text(SCRIPT)
+        result = subprocess.run([sys.executable, "-m", "tpu_tools.agent", str(rundir / "mfu_job.py")],
+                                capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+    finally:
+        remove_rundir(rundir)
+    assert abs(report["xla"] / report["hand"] - 1) < 0.02, report
+    figures = report["figures"]
+    since = figures["since_start"]
+    assert figures["step_flops_source"] == "xla_cost_analysis" and figures["peak_flops_per_s"] == 2e12
+    assert since["flops"] == 3 * report["xla"] and since["samples"] == 24
+    assert abs(since["mfu_percent"] - 100 * since["flops"] / since["wall_s"] / 2e12) < 1e-9
+    assert since["causes_s"]["compile"] > 0  # the agent heard the compile through JAX's monitoring events
+
+
+CHECKPOINT_JOB = textwrap.dedent("""
+    import json, time
+    import jax, jax.numpy as jnp
+    import tpu_tools.agent as agent
+
+    for _ in range(3):
+        with agent.step_context():
+            jnp.ones(4).block_until_ready()
+    started = time.perf_counter()
+    time.sleep(0.3)  # a save that blocks the training thread, as Orbax reports it through jax.monitoring
+    blocked = time.perf_counter() - started
+    jax.monitoring.record_event_duration_secs("/jax/orbax/write/blocking_duration_secs", blocked)
+    phase_started = time.perf_counter()
+    with agent.phase("checkpoint"):  # a labelled save with Orbax's report inside it: counted once
+        started = time.perf_counter()
+        time.sleep(0.2)
+        jax.monitoring.record_event_duration_secs("/jax/checkpoint/write/async/blocking_duration_secs",
+                                                  time.perf_counter() - started)
+    truth = blocked + time.perf_counter() - phase_started
+    print(json.dumps({"truth": truth, "causes": agent.goodput()["since_start"]["causes_s"]}))
+""")
+
+
+def test_orbax_blocking_saves_are_checkpoint_time():
+    rundir = make_rundir()
+    try:
+        (rundir / "job.py").write_text(CHECKPOINT_JOB)
+        result = subprocess.run([sys.executable, "-m", "tpu_tools.agent", str(rundir / "job.py")],
+                                capture_output=True, text=True, timeout=120,
+                                env=clean_env(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir)))
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+    finally:
+        remove_rundir(rundir)
+    assert abs(report["causes"]["checkpoint"] - report["truth"]) <= 0.02, report
+    assert report["truth"] >= 0.5

@@ -1,0 +1,103 @@
+"""A job's goodput figures as the monitors show them: the processes group entry and Prometheus families.
+
+The agent serves `goodput` (`tpu_tools.agent.goodput`, checked by `agent_snapshot`); a monitor
+may know the price per hour of the machine when the job does not (`tpu-monitor --price-per-hour`),
+and then fills in the cost per 1M samples. Unknown stays None: a series is left out, never 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+SPANS = ("since_start", "recent")
+_PREFIX = "tpu_tools_"
+
+
+def goodput_entry(snapshot: dict[str, Any], price_per_hour: float | None = None) -> dict[str, Any] | None:
+    """The agent's goodput figures for the processes group, with the monitor's price where the job has none."""
+    figures = snapshot.get("goodput")
+    if not isinstance(figures, dict):
+        return None
+    entry = {**figures}
+    if entry.get("price_per_hour") is None and price_per_hour is not None:
+        entry["price_per_hour"] = price_per_hour
+        entry["price_source"] = "monitor"
+        for span in SPANS:
+            figures_of_span = entry.get(span)
+            if isinstance(figures_of_span, dict):
+                rate = figures_of_span.get("samples_per_s")
+                figures_of_span = entry[span] = {**figures_of_span}
+                figures_of_span["cost_per_million_samples"] = (price_per_hour / 3600.0 / rate * 1e6
+                                                               if isinstance(rate, (int, float)) and rate > 0
+                                                               else None)
+    elif entry.get("price_per_hour") is not None:
+        entry["price_source"] = "job"
+    return entry
+
+
+def goodput_families(agents: list[dict[str, Any]], labels: list[str],
+                     values_of: Callable[[dict[str, Any]], list[str]]) -> Iterator[Metric]:
+    """Prometheus families of the agents' goodput: seconds per cause, and per span goodput, MFU, rates, cost."""
+    seconds = CounterMetricFamily(f"{_PREFIX}process_goodput_seconds",
+                                  "Wall time of the job since it started, by cause (productive is goodput).",
+                                  labels=[*labels, "cause"])
+    span_labels = [*labels, "window"]
+    ratios = {key: GaugeMetricFamily(f"{_PREFIX}process_{name}", doc, labels=span_labels) for key, name, doc in [
+        ("goodput_percent", "goodput_ratio", "Productive share of wall time (window: since_start or recent)."),
+        ("mfu_percent", "mfu_ratio", "Model FLOPs per second over the peak of the job's devices."),
+    ]}
+    gauges = {key: GaugeMetricFamily(f"{_PREFIX}process_{name}", doc, labels=span_labels) for key, name, doc in [
+        ("samples_per_s", "samples_per_second", "Samples per second of wall time."),
+        ("flops_per_s", "model_flops_per_second", "Model FLOPs per second of wall time."),
+        ("cost_per_million_samples", "cost_per_million_samples", "Price of one million samples at the price per hour."),
+    ]}
+    for agent in agents:
+        figures = agent.get("goodput")
+        if agent.get("error") or not isinstance(figures, dict):
+            continue
+        values = values_of(agent)
+        since = figures.get("since_start") or {}
+        for cause, value in sorted((since.get("causes_s") or {}).items()):
+            if isinstance(value, (int, float)):
+                seconds.add_metric([*values, str(cause)], float(value))
+        for span in SPANS:
+            span_figures = figures.get(span) or {}
+            for key, family in ratios.items():
+                value = span_figures.get(key)
+                if isinstance(value, (int, float)):
+                    family.add_metric([*values, span], float(value) / 100.0)
+            for key, family in gauges.items():
+                value = span_figures.get(key)
+                if isinstance(value, (int, float)):
+                    family.add_metric([*values, span], float(value))
+    yield seconds
+    yield from ratios.values()
+    yield from gauges.values()
+    yield from metric_families(agents, labels, values_of)
+
+
+def metric_families(agents: list[dict[str, Any]], labels: list[str],
+                    values_of: Callable[[dict[str, Any]], list[str]]) -> Iterator[Metric]:
+    """The jobs' own scalars (`tpu_tools.agent.metric`) with their scope and kind, and the step of each."""
+    value = GaugeMetricFamily(f"{_PREFIX}process_metric", "A scalar the job published (loss, accuracy), labelled "
+                              "with its name, claimed scope and kind (replicated, local, host).",
+                              labels=[*labels, "name", "scope", "kind"])
+    step = GaugeMetricFamily(f"{_PREFIX}process_metric_step", "The step at which the job published the scalar.",
+                             labels=[*labels, "name", "scope"])
+    for agent in agents:
+        if agent.get("error"):
+            continue
+        values = values_of(agent)
+        for metric in agent.get("metrics") or []:
+            number = metric.get("value") if isinstance(metric, dict) else None
+            if not isinstance(number, (int, float)):
+                continue
+            scope = str(metric.get("scope") or "")
+            value.add_metric([*values, str(metric.get("name")), scope, str(metric.get("kind"))], float(number))
+            if isinstance(metric.get("step"), int):
+                step.add_metric([*values, str(metric.get("name")), scope], float(metric["step"]))
+    yield value
+    yield step
