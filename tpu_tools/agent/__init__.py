@@ -151,7 +151,10 @@ class _Agent:
         self.server: Any = None
 
     def attach_jax(self, jax_module: ModuleType) -> None:
+        from tpu_tools.instrument.cachewatch import watch
+
         self.compiles.install(jax_module, self.explain_recompiles)
+        watch().install(jax_module)
         self.jax = jax_module
 
     def answer(self, request: str) -> dict[str, Any]:
@@ -204,12 +207,19 @@ class _Agent:
                 "threads": figures.threads,
             },
             "compiles": self.compiles.snapshot(),
+            "compilation_cache": _cache_figures(),
             "steps": _steps.stats().to_dict(),
             "tpu_sdk": read_sdk_metrics(),
         }
 
     def info(self) -> AgentInfo:
         return AgentInfo(self.pid, self.tag, self.server.path, self.explain_recompiles)
+
+
+def _cache_figures() -> dict[str, Any]:
+    from tpu_tools.instrument.cachewatch import watch
+
+    return watch().snapshot()
 
 
 def start(tag: str | None = None, *, explain_recompiles: bool = False) -> AgentInfo:

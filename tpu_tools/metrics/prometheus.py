@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.metrics.cacheshare import cache_metrics
 
 PREFIX = "tpu_tools_"
 
@@ -156,6 +157,7 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
     yield tensorcore
     yield step_time
     yield device_memory
+    yield from cache_metrics(data)
 
 
 def sample_families(samples: Iterable[Any]) -> Iterator[Metric]:

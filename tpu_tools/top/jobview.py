@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tpu_tools.top.cacheview import cache_section
 from tpu_tools.top.frame import (
     BAR_LOW,
     DIM,
@@ -123,6 +124,7 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
     lines += steps[:2]  # the percentiles and the steps/s graph near the top: always in view
     lines += _device_section(detail, width)
     lines += _compile_section(detail, width)
+    lines += cache_section(detail, width)
     room = None if height is None else height - len(lines) - 1
     if len(steps) > 2 and (room is None or room >= 4):
         histogram_lines = steps[2:] if room is None else steps[2:2 + room - 1]
