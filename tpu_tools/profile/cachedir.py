@@ -249,8 +249,11 @@ def _subcache(path: Path, name: str, what: str) -> SubCache:
                     os.access(path, os.W_OK))
 
 
-def scan(path: Path, limit: int = DEFAULT_LIMIT) -> CacheScan:
-    """Read a cache directory (bounded: `limit` entries described, the rest counted). Raises CacheDirError."""
+def scan(path: Path, limit: int = DEFAULT_LIMIT, heads: bool = True) -> CacheScan:
+    """Read a cache directory (bounded: `limit` entries described, the rest counted). Raises CacheDirError.
+
+    `heads=False` leaves the entries' first bytes unread (no compile times, no problems found): for gc.
+    """
     info = open_directory(path)
     result = CacheScan(str(path), user_name(info.st_uid), info.st_uid, f"{stat.S_IMODE(info.st_mode):04o}",
                        filesystem_of(path), os.access(path, os.W_OK | os.X_OK), installed_jaxlib=installed_jaxlib())
@@ -302,15 +305,17 @@ def scan(path: Path, limit: int = DEFAULT_LIMIT) -> CacheScan:
         if len(result.entries) >= limit:
             result.truncated = True
             continue
-        result.entries.append(_entry(path, name, parts[0], item_info, records.get(f"{parts[0]}-{parts[1]}")))
+        result.entries.append(_entry(path, name, parts[0], item_info, records.get(f"{parts[0]}-{parts[1]}"),
+                                     heads))
     return result
 
 
-def _entry(folder: Path, name: str, module: str, info: os.stat_result, record: cachekeys.KeyRecord | None) -> Entry:
+def _entry(folder: Path, name: str, module: str, info: os.stat_result, record: cachekeys.KeyRecord | None,
+           heads: bool) -> Entry:
     compile_time, compression, problem = None, None, None
     if not stat.S_ISREG(info.st_mode):
         problem = "not a regular file"
-    else:
+    elif heads:
         try:
             compile_time, compression, problem = compile_time_of(read_head(folder / name))
         except OSError as error:
