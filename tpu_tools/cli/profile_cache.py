@@ -62,7 +62,7 @@ class Size(click.ParamType):  # type: ignore[type-arg]
 
 
 def _dir_argument(function: Any) -> Any:
-    return click.argument("directory", type=click.Path(path_type=Path), metavar="DIR")(function)
+    return click.argument("directory", type=click.Path(path_type=Path, readable=False), metavar="DIR")(function)
 
 
 def _limit_option(function: Any) -> Any:
@@ -101,7 +101,7 @@ def inspect_command(directory: Path, limit: int, out: Output) -> int:
 
 
 @cache_group.command(name="doctor", cls=ToolCommand)
-@click.argument("directory", type=click.Path(path_type=Path), metavar="[DIR]", required=False)
+@click.argument("directory", type=click.Path(path_type=Path, readable=False), metavar="[DIR]", required=False)
 @output_options
 @common_options
 def doctor_command(directory: Path | None, out: Output) -> int:
