@@ -83,6 +83,10 @@ def test_two_jobs_writing_one_directory_are_flagged_with_their_figures(tmp_path:
         result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir), timeout=120)
         assert result.returncode == 0, result.stderr
         processes = json.loads(result.stdout.splitlines()[0])["processes"]
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        doctor = run_tool("tpu-profile", "cache", "doctor", str(elsewhere), "--json", env=agent_env(rundir))
+        differing = [f for f in json.loads(doctor.stdout)["findings"] if f["code"] == "job_differs"]
     finally:
         (tmp_path / "stop").write_text("")
         for process, _ in jobs:
@@ -103,6 +107,8 @@ def test_two_jobs_writing_one_directory_are_flagged_with_their_figures(tmp_path:
     assert len(shared) == 1 and shared[0]["dir"] == str(cache)
     assert sorted(w["pid"] for w in shared[0]["writers"]) == pids
     assert all(str(pid) in shared[0]["message"] for pid in pids)
+    # doctor names the running jobs that use another directory than the one checked
+    assert len(differing) == 2 and all(str(cache) in f["message"] for f in differing)
     # Prometheus: the figures per job, labelled by directory, and the shared directory's writer count
     families = {f.name: f for f in cache_metrics(processes)}
     written = families["tpu_tools_process_compilation_cache_entries_written"].samples

@@ -107,9 +107,9 @@ def inspect_command(directory: Path, limit: int, out: Output) -> int:
 def doctor_command(directory: Path | None, out: Output) -> int:
     """One finding per known trap, each with its fix; exit status 1 when a finding is an error.
 
-    DIR defaults to $JAX_COMPILATION_CACHE_DIR.
+    DIR defaults to $JAX_COMPILATION_CACHE_DIR. Running jobs with the agent that use another directory are named.
     """
-    from tpu_tools.profile.cachedoctor import ENV_DIR, diagnose
+    from tpu_tools.profile.cachedoctor import ENV_DIR, diagnose, running_job_dirs
     from tpu_tools.render.cache_view import doctor_text
 
     if directory is None:
@@ -117,7 +117,7 @@ def doctor_command(directory: Path | None, out: Output) -> int:
         if not configured:
             raise UsageError(f"no cache directory: give DIR or set {ENV_DIR}")
         directory = Path(configured)
-    report = diagnose(directory)
+    report = diagnose(directory, job_dirs=running_job_dirs())
     document = report.to_dict()
     if out.is_json:
         out.json(document)

@@ -64,6 +64,23 @@ def _number(env: dict[str, str], name: str) -> float | None:
         return None
 
 
+def running_job_dirs(timeout_s: float = 2.0) -> dict[str, str]:
+    """The cache directory each of this user's running agent jobs uses ("pid (tag)" -> directory); never raises."""
+    from tpu_tools.metrics.agent_client import query_agents
+
+    try:
+        scan = query_agents(timeout_s)
+    except Exception:  # an unsafe or missing runtime directory: no jobs to compare with
+        return {}
+    found: dict[str, str] = {}
+    for result in scan.results:
+        cache = (result.snapshot or {}).get("compilation_cache")
+        used = cache.get("dir_in_use") if isinstance(cache, dict) else None
+        if isinstance(used, str) and used:
+            found[f"{result.pid}" + (f" ({result.tag})" if result.tag else "")] = used
+    return found
+
+
 def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, str] | None = None) -> DoctorReport:
     """Every finding for `path`; `job_dirs` maps running jobs ("pid (tag)") to the directory each uses."""
     env = dict(os.environ) if env is None else env
