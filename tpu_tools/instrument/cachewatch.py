@@ -233,14 +233,15 @@ class CacheWatch:
 
     def _on_lookup(self) -> None:
         self._start_contract()
+        # jax computes keys and "looks up" even with no directory set (it finds nothing): not a lookup
+        if self.dir_in_use is None and not self._configured_dir():
+            return
         pending = self._pending()
         pending.looked_up = True
         with self._lock:
             self.lookups += 1
             if self.dir_in_use is None:
-                configured = self._configured_dir()
-                if configured:
-                    self.dir_in_use = configured
+                self.dir_in_use = self._configured_dir()
 
     def _start_contract(self) -> None:
         if self._contract_env is None:
