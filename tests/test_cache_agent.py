@@ -13,7 +13,9 @@ from cachejobs import AGENT_CACHE_JOB, run_cache_job
 from conftest import clean_env, run_tool
 
 from tpu_tools.metrics.cacheshare import cache_metrics, shared_cache_dirs, take_fleet_sample
-from tpu_tools.top.cacheview import cache_section
+from tpu_tools.metrics.fleet.client import Sample
+from tpu_tools.metrics.fleet.records import build_groups
+from tpu_tools.top.cacheview import cache_section, shared_cache_lines
 
 
 def _step_misses(snapshot: dict) -> list[dict]:
@@ -87,6 +89,7 @@ def test_two_jobs_writing_one_directory_are_flagged_with_their_figures(tmp_path:
         elsewhere.mkdir()
         doctor = run_tool("tpu-profile", "cache", "doctor", str(elsewhere), "--json", env=agent_env(rundir))
         differing = [f for f in json.loads(doctor.stdout)["findings"] if f["code"] == "job_differs"]
+        top = run_tool("tpu-top", "--once", env=agent_env(rundir, COLUMNS="250", LINES="60"), timeout=120)
     finally:
         (tmp_path / "stop").write_text("")
         for process, _ in jobs:
@@ -107,6 +110,9 @@ def test_two_jobs_writing_one_directory_are_flagged_with_their_figures(tmp_path:
     assert len(shared) == 1 and shared[0]["dir"] == str(cache)
     assert sorted(w["pid"] for w in shared[0]["writers"]) == pids
     assert all(str(pid) in shared[0]["message"] for pid in pids)
+    # tpu-top flags the directory above its panels
+    assert top.returncode == 0, top.stderr
+    assert f"compilation cache {cache} is written by 2 processes" in top.stdout
     # doctor names the running jobs that use another directory than the one checked
     assert len(differing) == 2 and all(str(cache) in f["message"] for f in differing)
     # Prometheus: the figures per job, labelled by directory, and the shared directory's writer count
@@ -125,6 +131,17 @@ def test_two_jobs_writing_one_directory_are_flagged_with_their_figures(tmp_path:
 
 
 def test_the_fleet_view_flags_one_directory_written_from_two_hosts() -> None:
+    series = []
+    for host, pid in (("node-1:9100", "10"), ("node-2:9100", "20")):
+        labels = {"instance": host, "job": "tpu-tools", "pid": pid, "tag": "train", "cache_dir": "/mnt/shared/jax"}
+        series += [Sample({"__name__": "tpu_tools_agent_up", **labels}, 1.0),
+                   Sample({"__name__": "tpu_tools_process_compilation_cache_entries_written_total", **labels}, 4.0),
+                   Sample({"__name__": "tpu_tools_process_compilation_cache_hits_total", **labels}, 2.0)]
+    report = build_groups(series, [])
+    (found,) = report["processes"]["shared_cache_dirs"]
+    assert found["hosts"] == ["node-1:9100", "node-2:9100"] and "on 2 hosts" in found["message"]
+    (line,) = shared_cache_lines(report, 300)
+    assert "node-1:9100:10 (train)" in line.text and "node-2:9100:20 (train)" in line.text
     agents = []
     for host, pid in (("node-1", 10), ("node-2", 20)):
         agent = {"pid": pid, "tag": "train", "host": host}

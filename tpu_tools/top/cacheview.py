@@ -36,3 +36,20 @@ def cache_section(detail: dict[str, Any], width: int) -> list[Line]:
         lines += _wrapped(f"{when} miss {miss.get('explanation')}", width, "  ", WARN if miss.get("differing")
                           else DIM)
     return lines
+
+
+MAX_SHARED = 2
+
+
+def shared_cache_lines(report: dict[str, Any], width: int) -> list[Line]:
+    """One warning line per compilation cache written by more than one process (or host), naming the writers."""
+    group = report.get("processes")
+    shared = group.get("shared_cache_dirs") if isinstance(group, dict) else None
+    if not isinstance(shared, list):
+        return []
+    lines = [Line().add(" ! ", ERROR).add(str(found.get("message")), WARN)
+             for found in shared[:MAX_SHARED] if isinstance(found, dict)]
+    if len(shared) > MAX_SHARED:
+        lines.append(Line().add(f"   ... {len(shared) - MAX_SHARED} more shared cache directories (tpu-monitor)",
+                                DIM))
+    return [line.cut(width) for line in lines]

@@ -695,9 +695,11 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
         if height is not None and state.show_help:
             _overlay_help(lines, width, height)
         return [line.cut(width) for line in lines]
+    from tpu_tools.top.cacheview import shared_cache_lines
     from tpu_tools.top.fleet_panel import fleet_lines  # here: the panel draws with this module's helpers
 
-    top = [header_line(report, state, width, interactive), *host_lines(report, width), Line()]
+    top = [header_line(report, state, width, interactive), *host_lines(report, width),
+           *shared_cache_lines(report, width), Line()]
     hosts = fleet_lines(report, width, None if height is None else max(3, height // 4))
     if hosts:  # a fleet view (--from-prometheus): the hosts, the slice's outliers first
         top += [*hosts, Line()]
