@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -282,3 +283,31 @@ def test_warm_a_function_and_a_program_then_prove_the_fresh_start_hits(tmp_path:
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "proven: the fresh start hit every lookup" in result.stdout
+
+
+def test_verify_judges_a_garbage_executable_by_its_platform_and_enforces_its_deadline(cache: Path) -> None:
+    garbage = zlib.compress((3).to_bytes(4, "big") + b"\x08\x01 not an executable" * 40)
+    claimed = cache / f"jit_claimed-{'e' * 64}-cache"  # a key record says it was written on this platform
+    claimed.write_bytes(garbage)
+    record = json.loads(next(cachekeys.keys_dir(cache).iterdir()).read_text())
+    record["key"] = claimed.name.removesuffix("-cache")
+    cachekeys.record_path(cache, record["key"]).write_text(json.dumps(record))
+    unknown = cache / f"jit_unknown-{'f' * 64}-cache"  # no record: it may belong to another accelerator
+    unknown.write_bytes(garbage)
+    document = _json("verify", str(cache), "--prune", code=0)
+    status = {e["name"]: e for e in document["entries"]}
+    assert status[claimed.name]["status"] == "broken" and "does not load on cpu" in status[claimed.name]["problem"]
+    assert status[claimed.name]["pruned"] and not claimed.exists()
+    assert status[unknown.name]["status"] == "skipped" and unknown.exists()
+    for entry in _entries(cache):
+        entry.unlink()
+    bomb = cache / f"jit_bomb-{'9' * 64}-cache"  # 64 MiB of zeros: inflating it takes far more than 1 ms
+    packer = zlib.compressobj(1)
+    with open(bomb, "wb") as handle:
+        for _ in range(64):
+            handle.write(packer.compress(bytes(1 << 20)))
+        handle.write(packer.flush())
+    slow = _json("verify", str(cache), "--deadline", "0.001", code=1)
+    (verdict,) = slow["entries"]
+    assert verdict["name"] == bomb.name and "did not finish within 0.001 s" in verdict["problem"], verdict
+    assert bomb.exists()
