@@ -259,17 +259,12 @@ def test_another_users_directory(template: Path, other_user: str) -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_warm_a_function_and_a_program_then_prove_the_fresh_start_hits(tmp_path: Path) -> None:
+def test_warm_a_function_then_prove_the_fresh_start_hits(tmp_path: Path) -> None:
     (tmp_path / "model.py").write_text(textwrap.dedent("""
         import jax.numpy as jnp
 
         def mlp(x, w):
             return jnp.tanh(x @ w).sum()
-    """))
-    (tmp_path / "prog.py").write_text(textwrap.dedent("""
-        import sys
-        import jax, jax.numpy as jnp
-        print(jax.jit(lambda x: x * 3)(jnp.ones(int(sys.argv[1]))).sum())
     """))
     env = clean_env(JAX_PLATFORMS="cpu")
     command = [*tool_command("tpu-profile"), "cache", "warm", str(tmp_path / "c1"), "model:mlp", "--arg", "f32[4,8]",
@@ -279,6 +274,15 @@ def test_warm_a_function_and_a_program_then_prove_the_fresh_start_hits(tmp_path:
     document = json.loads(result.stdout)
     assert document["proven"] and document["fresh_start"]["misses"] == 0 and document["fresh_start"]["hits"] >= 1
     assert document["warming"]["entries_written"] >= 1
+
+
+def test_warm_a_whole_program(tmp_path: Path) -> None:
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+        import sys
+        import jax, jax.numpy as jnp
+        print(jax.jit(lambda x: x * 3)(jnp.ones(int(sys.argv[1]))).sum())
+    """))
+    env = clean_env(JAX_PLATFORMS="cpu")
     command = [*tool_command("tpu-profile"), "cache", "warm", str(tmp_path / "c2"), "--", "prog.py", "5"]
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
