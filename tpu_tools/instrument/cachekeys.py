@@ -160,13 +160,17 @@ def write_key_record(cache_dir: str | os.PathLike[str], record: KeyRecord) -> No
         raise
 
 
-def records_for_module(cache_dir: str | os.PathLike[str], module: str, limit: int = 256) -> list[KeyRecord]:
-    """The key records of one module's entries (at most `limit` read: bounded work in a job)."""
+def records_for_module(cache_dir: str | os.PathLike[str], module: str, limit: int = 256,
+                       names_limit: int = 50_000) -> list[KeyRecord]:
+    """The key records of one module's entries (at most `limit` read among `names_limit` names: bounded work
+    in a job)."""
     folder = keys_dir(cache_dir)
     found: list[KeyRecord] = []
     try:
         with os.scandir(folder) as names:
-            for item in names:
+            for index, item in enumerate(names):
+                if index >= names_limit:
+                    break
                 match = _RECORD_NAME.match(item.name)
                 if not match or match["module"] != module:
                     continue

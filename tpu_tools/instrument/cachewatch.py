@@ -369,7 +369,7 @@ class CacheWatch:
         return figures
 
 
-def _has_entries_of(directory: str, module: str, key: str, limit: int = 100_000) -> bool:
+def _has_entries_of(directory: str, module: str, key: str, limit: int = 20_000) -> bool:
     try:
         with os.scandir(directory) as names:
             for index, item in enumerate(names):
