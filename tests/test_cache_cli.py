@@ -106,6 +106,9 @@ def test_verify_finds_corrupt_truncated_and_hostile_entries_and_prune_removes_on
     data[len(data) // 2:] = b"\xff" * (len(data) - len(data) // 2)
     corrupt.write_bytes(bytes(data))
     truncated.write_bytes(truncated.read_bytes()[:40])
+    fresh = cache / f"jit_fresh-{'1' * 64}-cache"  # as truncated, but written just now: jax may be writing it
+    fresh.write_bytes(truncated.read_bytes())
+    os.utime(truncated, (1_000_000, 1_000_000))
     outside = tmp_path / "precious"
     outside.write_text("not a cache entry")
     link = cache / f"jit_evil-{'a' * 64}-cache"
@@ -120,8 +123,12 @@ def test_verify_finds_corrupt_truncated_and_hostile_entries_and_prune_removes_on
         assert status[bad.name]["status"] == "broken", status[bad.name]
     assert "truncated" in status[truncated.name]["problem"]
     assert document["ok"] == len(good) - 2
-    pruned = _json("verify", str(cache), "--prune")
-    assert pruned["pruned"] == 4 and all(e["pruned"] for e in pruned["entries"] if e["status"] != "ok")
+    pruned = _json("verify", str(cache), "--prune", code=1)  # the fresh one stays, so broken entries remain
+    assert pruned["pruned"] == 4 and all(e["pruned"] for e in pruned["entries"]
+                                         if e["status"] != "ok" and e["name"] != fresh.name)
+    (kept,) = [e for e in pruned["entries"] if e["name"] == fresh.name]
+    assert not kept["pruned"] and "may still be writing it" in kept["prune_error"] and fresh.exists()
+    fresh.unlink()
     assert outside.read_text() == "not a cache entry"  # the link was removed, never followed
     assert not any(p.exists() or p.is_symlink() for p in (corrupt, truncated, sparse, link))
     assert not cachekeys.record_path(cache, corrupt.name.removesuffix("-cache")).exists()

@@ -37,6 +37,7 @@ DEFAULT_DEADLINE_S = 60.0
 MAX_ENTRY_BYTES = 4 << 30  # beyond any executable: a larger "entry" is not read
 STARTUP_S = 120.0  # importing jax and starting the backend, on a busy machine
 CHUNK = 1 << 20
+WRITING_S = 60.0  # a truncated entry younger than this may be one jax is writing now
 
 
 @dataclass
@@ -166,6 +167,10 @@ def verify(scan: CacheScan, deadline_s: float = DEFAULT_DEADLINE_S, prune: bool 
         dir_fd = cachegc.open_dir(folder)
         try:
             for verdict in result.broken:
+                if _maybe_being_written(dir_fd, verdict):
+                    verdict.prune_error = (f"modified in the last {WRITING_S:g} s: jax may still be writing it "
+                                           "(it writes entries in place); run verify again later")
+                    continue
                 verdict.prune_error = cachegc.remove_file(dir_fd, verdict.name, allow_link=verdict.status == "link")
                 verdict.pruned = verdict.prune_error is None
                 if verdict.pruned and verdict.status != "link":
@@ -175,6 +180,17 @@ def verify(scan: CacheScan, deadline_s: float = DEFAULT_DEADLINE_S, prune: bool 
         finally:
             os.close(dir_fd)
     return result
+
+
+def _maybe_being_written(dir_fd: int, verdict: Verdict) -> bool:
+    """A truncated entry modified moments ago may be one jax is still writing: never pruned."""
+    if verdict.status != "broken" or not (verdict.problem or "").startswith(("truncated", "too short")):
+        return False
+    try:
+        modified = os.stat(verdict.name, dir_fd=dir_fd, follow_symlinks=False).st_mtime
+    except OSError:
+        return False
+    return time.time() - modified < WRITING_S
 
 
 # --- the child -------------------------------------------------------------------------------------
