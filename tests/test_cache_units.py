@@ -7,6 +7,7 @@ import json
 import zlib
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -116,3 +117,15 @@ def test_filesystem_of_a_path(tmp_path: Path) -> None:
     assert filesystem_of(Path("/mnt/sharedother"), mounts=str(mounts)) == "ext4"
     assert is_network_filesystem("nfs4") and is_network_filesystem("fuse.gcsfuse")
     assert not is_network_filesystem("ext4") and not is_network_filesystem(None)
+
+
+def test_a_key_record_is_never_written_through_a_planted_link(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cachekeys.keys_dir(cache).symlink_to(elsewhere)
+    record = cachekeys.KeyRecord(f"jit_f-{HEX}", {"computation": "a"})
+    with pytest.raises(OSError):
+        cachekeys.write_key_record(cache, record)
+    assert list(elsewhere.iterdir()) == []

@@ -144,6 +144,8 @@ def write_key_record(cache_dir: str | os.PathLike[str], record: KeyRecord) -> No
     """Write a record complete or not at all (temporary name, then rename); raises OSError."""
     folder = keys_dir(cache_dir)
     folder.mkdir(exist_ok=True)
+    if not stat.S_ISDIR(os.lstat(folder).st_mode):  # a link planted there is never written through
+        raise OSError(f"{folder} is not a directory")
     final = record_path(cache_dir, record.key)
     temp = folder / f".{record.key}.{os.getpid()}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
