@@ -207,7 +207,7 @@ class _Agent:
                 "threads": figures.threads,
             },
             "compiles": self.compiles.snapshot(),
-            "compilation_cache": _cache_figures(),
+            "compilation_cache": _cache_figures() if self.jax is not None else None,
             "steps": _steps.stats().to_dict(),
             "tpu_sdk": read_sdk_metrics(),
         }
