@@ -86,15 +86,17 @@ def test_bad_directories_are_one_line_errors(tmp_path: Path) -> None:
 def test_a_hundred_thousand_entries_are_bounded_work(tmp_path: Path) -> None:
     cache = tmp_path / "huge"
     cache.mkdir()
-    for index in range(100_000):
-        fd = os.open(cache / f"jit_f-{index:064x}-cache", os.O_CREAT | os.O_WRONLY, 0o644)
-        os.write(fd, b"\0")
-        os.close(fd)
-    document = _json("inspect", str(cache), "--limit", "50")
-    assert document["entry_count"] == 100_000 and document["entries_listed"] == 50 and document["truncated"]
-    assert all(e["problem"] for e in document["entries"])  # one byte: no entry
-    planned = _json("gc", str(cache), "--max-bytes", "0", "--dry-run", "--limit", "50")
-    assert planned["would_remove"] == 50 and planned["truncated"] and len(os.listdir(cache)) == 100_000
+    try:
+        for index in range(100_000):  # empty files: 10^5 names without 400 MB of data blocks
+            os.close(os.open(cache / f"jit_f-{index:064x}-cache", os.O_CREAT | os.O_WRONLY, 0o644))
+        document = _json("inspect", str(cache), "--limit", "50")
+        assert document["entry_count"] == 100_000 and document["entries_listed"] == 50 and document["truncated"]
+        assert all(e["problem"] == "empty file" for e in document["entries"])
+        planned = _json("gc", str(cache), "--max-age", "1s", "--dry-run", "--limit", "50")
+        assert planned["truncated"] and planned["would_remove"] + planned["kept_entries"] == 50
+        assert len(os.listdir(cache)) == 100_000
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def test_verify_finds_corrupt_truncated_and_hostile_entries_and_prune_removes_only_them(cache: Path,
