@@ -122,7 +122,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|profile')
-            opts='--debug --version -h --help'; subs='run summary hlo capture'
+            opts='--debug --version -h --help'; subs='run summary hlo capture cache'
             valopts=''; pathopts=''
             ;;
         'tpu-tools|profile run')
@@ -151,6 +151,47 @@ _tpu_tools_complete() {
             opts='--addr --duration --no-python-trace --out --force --top --json --format --debug --version -h --help'; subs=''
             valopts='--addr --duration --out --top --format'; pathopts='--out'
             case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|profile cache')
+            opts='--debug --version -h --help'; subs='doctor gc inspect verify warm'
+            valopts=''; pathopts=''
+            ;;
+        'tpu-tools|profile cache doctor')
+            opts='--json --format --debug --version -h --help'; subs=''
+            valopts='--format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|profile cache gc')
+            opts='--max-bytes --max-age --stale --dry-run --limit --json --format --debug --version -h --help'; subs=''
+            valopts='--max-bytes --max-age --limit --format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|profile cache inspect')
+            opts='--limit --json --format --debug --version -h --help'; subs=''
+            valopts='--limit --format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|profile cache verify')
+            opts='--prune --deadline --limit --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs=''
+            valopts='--deadline --limit --platform --host-devices --xla-flag --format'; pathopts=''
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|profile cache warm')
+            opts='-m --module --arg --preset --batch --timeout --min-compile-time --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs=''
+            valopts='-m --module --arg --preset --batch --timeout --min-compile-time --platform --host-devices --xla-flag --format'; pathopts=''
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
             esac
             ;;
@@ -293,7 +334,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-profile|')
-            opts='--debug --version -h --help'; subs='run summary hlo capture'
+            opts='--debug --version -h --help'; subs='run summary hlo capture cache'
             valopts=''; pathopts=''
             ;;
         'tpu-profile|run')
@@ -322,6 +363,47 @@ _tpu_tools_complete() {
             opts='--addr --duration --no-python-trace --out --force --top --json --format --debug --version -h --help'; subs=''
             valopts='--addr --duration --out --top --format'; pathopts='--out'
             case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-profile|cache')
+            opts='--debug --version -h --help'; subs='doctor gc inspect verify warm'
+            valopts=''; pathopts=''
+            ;;
+        'tpu-profile|cache doctor')
+            opts='--json --format --debug --version -h --help'; subs=''
+            valopts='--format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-profile|cache gc')
+            opts='--max-bytes --max-age --stale --dry-run --limit --json --format --debug --version -h --help'; subs=''
+            valopts='--max-bytes --max-age --limit --format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-profile|cache inspect')
+            opts='--limit --json --format --debug --version -h --help'; subs=''
+            valopts='--limit --format'; pathopts=''
+            case "$prev" in
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-profile|cache verify')
+            opts='--prune --deadline --limit --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs=''
+            valopts='--deadline --limit --platform --host-devices --xla-flag --format'; pathopts=''
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+                --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-profile|cache warm')
+            opts='-m --module --arg --preset --batch --timeout --min-compile-time --platform --host-devices --xla-flag --json --format --debug --version -h --help'; subs=''
+            valopts='-m --module --arg --preset --batch --timeout --min-compile-time --platform --host-devices --xla-flag --format'; pathopts=''
+            case "$prev" in
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
             esac
             ;;
@@ -370,7 +452,7 @@ _tpu_tools_complete() {
 
 _tpu_tools_is_command() {
     case "$1|$2" in
-        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|bench'|'tpu-tools|bench compile'|'tpu-tools|bench dispatch'|'tpu-tools|bench matmul'|'tpu-tools|bench memory'|'tpu-tools|bench transfer'|'tpu-tools|bench train'|'tpu-tools|bench infer'|'tpu-tools|bench compare'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-tools|collectives-test'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-tools|diag'|'tpu-bench|compile'|'tpu-bench|dispatch'|'tpu-bench|matmul'|'tpu-bench|memory'|'tpu-bench|transfer'|'tpu-bench|train'|'tpu-bench|infer'|'tpu-bench|compare'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture'|'tpu-dump|show') return 0 ;;
+        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|bench'|'tpu-tools|bench compile'|'tpu-tools|bench dispatch'|'tpu-tools|bench matmul'|'tpu-tools|bench memory'|'tpu-tools|bench transfer'|'tpu-tools|bench train'|'tpu-tools|bench infer'|'tpu-tools|bench compare'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-tools|profile cache'|'tpu-tools|profile cache doctor'|'tpu-tools|profile cache gc'|'tpu-tools|profile cache inspect'|'tpu-tools|profile cache verify'|'tpu-tools|profile cache warm'|'tpu-tools|collectives-test'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-tools|diag'|'tpu-bench|compile'|'tpu-bench|dispatch'|'tpu-bench|matmul'|'tpu-bench|memory'|'tpu-bench|transfer'|'tpu-bench|train'|'tpu-bench|infer'|'tpu-bench|compare'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture'|'tpu-profile|cache'|'tpu-profile|cache doctor'|'tpu-profile|cache gc'|'tpu-profile|cache inspect'|'tpu-profile|cache verify'|'tpu-profile|cache warm'|'tpu-dump|show') return 0 ;;
     esac
     return 1
 }

@@ -139,8 +139,11 @@ class FixtureHost:
         self.service = FakeMetricsService(fixture).start()
         self.rundir = make_rundir()
         # The first host runs a real JAX job (live arrays, compiles, a recompilation); the others light ones.
-        self.jobs = [start_job(self.rundir, light=self.name != "a", tag=f"{self.name}-job{i}", lifetime_s=600)
-                     for i in range(jobs)]
+        # The JAX job compiles through a persistent compilation cache, for the cache series and panels.
+        cache = {"JAX_COMPILATION_CACHE_DIR": str(self.rundir / "jax-cache"),
+                 "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+        self.jobs = [start_job(self.rundir, light=self.name != "a", tag=f"{self.name}-job{i}", lifetime_s=600,
+                               extra_env=cache) for i in range(jobs)]
         for job in self.jobs:
             job.wait_ready()
         return self.start_exporter()

@@ -118,6 +118,13 @@ def jobs() -> dashboard.Dashboard:
                                 _query(f"60 * sum by (instance, tag, phase) "
                                        f"(rate(tpu_tools_process_compile_seconds_total{HOSTS}[$__rate_interval]))",
                                        "{{instance}} {{tag}} {{phase}}")))
+            .with_panel(_series("Compilation cache per minute: hits, misses, entries written", "none",
+                                _query(f"60 * rate(tpu_tools_process_compilation_cache_hits_total{HOSTS}"
+                                       "[$__rate_interval])", "hits {{instance}} {{tag}} {{cache_dir}}"),
+                                _query(f"60 * rate(tpu_tools_process_compilation_cache_misses_total{HOSTS}"
+                                       "[$__rate_interval])", "misses {{instance}} {{tag}} {{cache_dir}}"),
+                                _query(f"60 * rate(tpu_tools_process_compilation_cache_entries_written_total{HOSTS}"
+                                       "[$__rate_interval])", "written {{instance}} {{tag}} {{cache_dir}}")))
             .with_panel(_series("Agents answering", "none",
                                 _query(f"tpu_tools_agent_up{HOSTS}", "{{instance}} {{tag}} {{pid}}")))
             .with_panel(_series("Goodput over the last minute", "percentunit",

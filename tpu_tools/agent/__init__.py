@@ -224,11 +224,13 @@ class _Agent:
 
     def attach_jax(self, jax_module: ModuleType) -> None:
         from tpu_tools.agent.goodput import LEDGER_SINK, listen_to_checkpoints
+        from tpu_tools.instrument.cachewatch import watch
         from tpu_tools.instrument.compiles import listener
 
         self.compiles.install(jax_module, self.explain_recompiles)
         listener().add_sink(LEDGER_SINK)
         listen_to_checkpoints(jax_module)
+        watch().install(jax_module)
         self.jax = jax_module
 
     def answer(self, request: str) -> dict[str, Any]:
@@ -281,6 +283,7 @@ class _Agent:
                 "threads": figures.threads,
             },
             "compiles": self.compiles.snapshot(),
+            "compilation_cache": _cache_figures() if self.jax is not None else None,
             "steps": _steps.stats().to_dict(),
             "tpu_sdk": read_sdk_metrics(),
             "goodput": self.figures_now(),
@@ -292,6 +295,12 @@ class _Agent:
 
     def info(self) -> AgentInfo:
         return AgentInfo(self.pid, self.tag, self.server.path, self.explain_recompiles)
+
+
+def _cache_figures() -> dict[str, Any]:
+    from tpu_tools.instrument.cachewatch import watch
+
+    return watch().snapshot()
 
 
 def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per_hour: float | None = None,

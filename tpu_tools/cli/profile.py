@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "summary": "tpu_tools.cli.profile:summary_command",
     "hlo": "tpu_tools.cli.profile:hlo_command",
     "capture": "tpu_tools.cli.profile:capture_command",
+    "cache": "tpu_tools.cli.profile_cache:cache_group",
 }
 
 SUMMARY_SCHEMA = (

@@ -42,6 +42,16 @@ COMPILES = Obj({
     "functions": List(FUNCTION), "recent_recompiles": List(RECOMPILE),
 })
 
+COMPILATION_CACHE = Obj({
+    "listening": Bool(), "dir_configured": Str(4096), "dir_in_use": Str(4096), "lookups": _COUNT, "hits": _COUNT,
+    "misses": _COUNT, "entries_written": _COUNT, "seconds_saved_s": _SECONDS, "key_records_written": _COUNT,
+    "key_record_error": Str(512), "host": Str(256),
+    "recent_misses": List(Obj({"module": Str(1024), "key": Str(1200), "time_unix_s": Float(),
+                               "differing": List(Str(64), max_items=32), "explanation": Str(2000)}), max_items=64),
+    "set_too_late": List(Obj({"setting": Str(64), "in_effect": Str(4096), "now": Str(4096), "message": Str(512)}),
+                         max_items=8),
+})
+
 STEPS = Obj({
     "count": _COUNT, "steps_per_second": _SECONDS, "last_step_time_s": _SECONDS, "p50_step_time_s": _SECONDS,
     "p99_step_time_s": _SECONDS, "last_step_age_s": _SECONDS,
@@ -81,6 +91,7 @@ SNAPSHOT = Obj({
     "process": Obj({"cpu_percent": Float(min=0.0), "cpu_time_s": _SECONDS, "rss_bytes": _BYTES,
                     "threads": _COUNT}),
     "compiles": COMPILES,
+    "compilation_cache": COMPILATION_CACHE,
     "steps": STEPS,
     # libtpu's SDK metrics read in the job (tpu_tools.agent.tpusdk); checked again where they are used
     "tpu_sdk": Obj({"status": Str(256), "metrics": Map(AnyJSON(), max_items=64),

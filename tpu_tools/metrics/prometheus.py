@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.metrics.cacheshare import cache_metrics
 from tpu_tools.metrics.goodput_view import goodput_families
 from tpu_tools.metrics.prom_health import health_families
 
@@ -162,6 +163,7 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
     yield step_time
     yield device_memory
     yield from health_families(data, labels)
+    yield from cache_metrics(data)
 
 
 def sample_families(samples: Iterable[Any]) -> Iterator[Metric]:

@@ -15,6 +15,7 @@ from typing import Any
 from tpu_tools.metrics.libtpu.names import FIELD_METRICS
 from tpu_tools.metrics.libtpu.records import NOT_SERVED
 from tpu_tools.metrics.tpuhealth import short_health
+from tpu_tools.top.cacheview import shared_cache_lines
 from tpu_tools.top.drawing import (
     BAR_LOW,
     DIM,
@@ -560,7 +561,8 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
         if height is not None and state.show_help:
             _overlay_help(lines, width, height)
         return [line.cut(width) for line in lines]
-    top = [header_line(report, state, width, interactive), *host_lines(report, width), Line()]
+    top = [header_line(report, state, width, interactive), *host_lines(report, width),
+           *shared_cache_lines(report, width), Line()]
     hosts = fleet_lines(report, width, None if height is None else max(3, height // 4))
     if hosts:  # a fleet view (--from-prometheus): the hosts, the slice's outliers first
         top += [*hosts, Line()]

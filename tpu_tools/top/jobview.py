@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from tpu_tools.metrics.tpuhealth import attention
+from tpu_tools.top.cacheview import cache_section
 from tpu_tools.top.drawing import (
     BAR_LOW,
     DIM,
@@ -127,6 +128,7 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
     lines += _device_section(detail, width)
     lines += _health_section(detail, width)
     lines += _compile_section(detail, width)
+    lines += cache_section(detail, width)
     room = None if height is None else height - len(lines) - 1
     if len(steps) > 2 and (room is None or room >= 4):
         histogram_lines = steps[2:] if room is None else steps[2:2 + room - 1]

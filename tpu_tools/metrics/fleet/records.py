@@ -11,6 +11,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tpu_tools.metrics.cacheshare import shared_cache_dirs, take_fleet_sample
 from tpu_tools.metrics.fleet.client import Sample
 from tpu_tools.metrics.fleet.outliers import furthest, median_of
 from tpu_tools.metrics.global_check import global_metric_findings
@@ -135,6 +136,8 @@ def _take_process(agent: dict[str, Any], figure: str, labels: dict[str, str], va
         agent["steps"][f"{labels.get('stat')}_step_time_s"] = value
     elif figure in _GOODPUT_FIGURES or figure.startswith("metric"):
         _take_goodput(agent, figure, labels, value)
+    elif take_fleet_sample(agent, figure, labels, value):
+        pass
     elif figure == "device_memory_used_bytes_per_device":
         platform, _, device_id = labels.get("device", ":").partition(":")
         agent["devices"].append({"id": int(device_id) if device_id.isdigit() else None, "platform": platform,
@@ -241,7 +244,8 @@ def build_groups(series: list[Sample], up: list[Sample]) -> dict[str, dict[str, 
         "host": _host_group(ordered),
         "devices": {"devices": [d for h in ordered for d in h.devices.values()], "chips": [], "notes": []},
         "processes": {"agents": agents, "holders": [], "ignored_sockets": [],
-                      "global_metric_findings": findings},
+                      "global_metric_findings": findings,
+                      "shared_cache_dirs": [s.to_dict() for s in shared_cache_dirs(agents)]},
         "libtpu": {"error": None, "notes": [],
                    "services": [{"address": f"{h.name}/{address}", "error": None if ok else "not answering"}
                                 for h in ordered for address, ok in sorted(h.libtpu.items())]},

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpu_tools.metrics.agent_client import AgentResult
+from tpu_tools.metrics.cacheshare import shared_cache_dirs
 from tpu_tools.metrics.global_check import global_metric_findings
 from tpu_tools.metrics.goodput_view import goodput_entry
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions
@@ -79,6 +80,7 @@ def agent_entry(result: AgentResult) -> dict[str, Any]:
                       "functions": compiles.get("functions") or [],
                       "recent_recompiles": compiles.get("recent_recompiles") or []} if snapshot else None),
         "steps": {k: (snapshot.get("steps") or {}).get(k) for k in STEP_KEYS} if snapshot else None,
+        "compilation_cache": snapshot.get("compilation_cache"),
         "tpu_sdk": sdk_figures(snapshot),
         "goodput": goodput_entry(snapshot),
         "process_index": runtime.get("process_index"),
@@ -124,6 +126,7 @@ class ProcessesGroup:
         pods_error = self._label_pods(agents, list(holders.values()), discovery)
         return {
             "agents": agents,
+            "shared_cache_dirs": [s.to_dict() for s in shared_cache_dirs(agents)],
             "holders": sorted(holders.values(), key=lambda h: h["pid"]),
             "ignored_sockets": [i.to_dict() for i in scan.ignored],
             "pod_labels_error": pods_error,

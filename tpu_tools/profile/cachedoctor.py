@@ -1,0 +1,183 @@
+"""`tpu-profile cache doctor`: one finding per known trap of a compilation cache, each with its fix.
+
+The settings a job would use come from the environment JAX reads them from
+(JAX_COMPILATION_CACHE_DIR, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS,
+JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES, JAX_COMPILATION_CACHE_MAX_SIZE);
+the directory's state from `cachedir.scan`; who writes it from the key records.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tpu_tools.profile.cachedir import CacheDirError, CacheScan, is_network_filesystem, scan, user_name
+
+SCHEMA = "tpu-tools/cache-doctor/v1"
+ENV_DIR = "JAX_COMPILATION_CACHE_DIR"
+ENV_MIN_TIME = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+ENV_MIN_SIZE = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
+ENV_MAX_SIZE = "JAX_COMPILATION_CACHE_MAX_SIZE"
+JAX_DEFAULT_MIN_TIME_S = 1.0
+HIGH_MIN_TIME_S = 60.0  # few programs take longer than this to compile: nearly nothing would be cached
+HIGH_MIN_SIZE = 1 << 30
+FULL_FRACTION = 0.9
+
+
+@dataclass
+class Finding:
+    code: str
+    severity: str  # "error", "warning" or "info"
+    message: str
+    fix: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class DoctorReport:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    scan: CacheScan | None = None
+
+    @property
+    def has_error(self) -> bool:
+        return any(f.severity == "error" for f in self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "path": self.path, "errors": sum(f.severity == "error" for f in self.findings),
+                "warnings": sum(f.severity == "warning" for f in self.findings),
+                "findings": [f.to_dict() for f in self.findings]}
+
+
+def _number(env: dict[str, str], name: str) -> float | None:
+    text = env.get(name)
+    if text is None or not text.strip():
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def running_job_dirs(timeout_s: float = 2.0) -> dict[str, str]:
+    """The cache directory each of this user's running agent jobs uses ("pid (tag)" -> directory); never raises."""
+    from tpu_tools.metrics.agent_client import query_agents
+
+    try:
+        scan = query_agents(timeout_s)
+    except Exception:  # an unsafe or missing runtime directory: no jobs to compare with
+        return {}
+    found: dict[str, str] = {}
+    for result in scan.results:
+        cache = (result.snapshot or {}).get("compilation_cache")
+        used = cache.get("dir_in_use") if isinstance(cache, dict) else None
+        if isinstance(used, str) and used:
+            found[f"{result.pid}" + (f" ({result.tag})" if result.tag else "")] = used
+    return found
+
+
+def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, str] | None = None) -> DoctorReport:
+    """Every finding for `path`; `job_dirs` maps running jobs ("pid (tag)") to the directory each uses."""
+    env = dict(os.environ) if env is None else env
+    report = DoctorReport(str(path))
+    add = report.findings.append
+    env_dir = env.get(ENV_DIR)
+    if env_dir and os.path.abspath(env_dir) != os.path.abspath(path):
+        add(Finding("env_differs", "warning", f"{ENV_DIR} is {env_dir}, not {path}: jobs started from this "
+                    "environment use the other directory", f"set {ENV_DIR}={path} where the jobs start, or check "
+                    "the directory the jobs really use"))
+    for job, used in sorted((job_dirs or {}).items()):
+        if os.path.abspath(used) != os.path.abspath(path):
+            add(Finding("job_differs", "warning", f"job {job} uses {used}, not {path}",
+                        "start every job of this workload with the same cache directory"))
+    try:
+        result = scan(path)
+    except CacheDirError as error:
+        if not os.path.lexists(path):
+            parent = path.parent
+            writable = os.access(parent, os.W_OK | os.X_OK)
+            add(Finding("missing", "warning" if writable else "error", f"{error}; jax creates it at the first "
+                        "compile" + ("" if writable else f", but {parent} is not writable by "
+                                     f"{user_name(os.geteuid())}"),
+                        f"create it first: mkdir -m 0700 -p {path}"))
+        else:
+            add(Finding("unreadable", "error", str(error), f"fix its permissions or choose another "
+                        f"directory ({ENV_DIR})"))
+        return report
+    report.scan = result
+    me = os.geteuid()
+    info = os.stat(path)
+    if not result.writable_by_me:
+        add(Finding("not_writable", "error", f"{path} is not writable by {user_name(me)} (owner {result.owner}, "
+                    f"mode {result.mode}): no entry will be written and jax warns at each compile",
+                    "give each user their own cache directory, or let the owner warm it (tpu-profile cache warm) "
+                    "and read it only"))
+    if info.st_uid != me:
+        add(Finding("other_owner", "error", f"{path} belongs to {result.owner}: whoever can write a compilation "
+                    "cache can run code in your job", "use a cache directory you own, or one that only trusted "
+                    "users can write"))
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = "everyone" if info.st_mode & stat.S_IWOTH else "its group"
+        add(Finding("shared_writable", "error", f"{path} is writable by {who} (mode {result.mode}): a cache is "
+                    "trusted code, and anyone who can write it can run code in every job that reads it",
+                    f"chmod go-w {path}"))
+    for sub in result.subcaches:
+        if not sub.writable_by_me:
+            add(Finding("subcache_not_writable", "warning", f"{sub.what} {sub.name} is owned by {sub.owner} with "
+                        f"mode {sub.mode}: XLA cannot add to it as {user_name(me)}",
+                        f"give each user their own cache, or chmod/chown {path}/{sub.name}"))
+    hosts = result.writer_hosts
+    if is_network_filesystem(result.filesystem) and (len(hosts) > 1 or len(result.writers) > 1):
+        add(Finding("shared_network_writers", "error", f"{path} is on {result.filesystem} and written by "
+                    f"{len(result.writers)} processes on {len(hosts)} hosts ({', '.join(result.writers[:8])}): "
+                    "writers on a shared mount contend for it, which looks like a slow runtime start",
+                    "give each host its own writable cache, or let one writer warm the shared one and mount it "
+                    "read-only for the others"))
+    elif len(hosts) > 1:
+        add(Finding("several_hosts", "warning", f"{path} was written by {len(hosts)} hosts: "
+                    f"{', '.join(hosts[:8])}", "let one writer warm a shared cache; the others read it"))
+    elif len(result.writers) > 1:
+        add(Finding("several_writers", "info", f"{path} was written by {len(result.writers)} processes: "
+                    f"{', '.join(result.writers[:8])}", "fine on a local disk; on a shared mount prefer one writer"))
+    min_time = _number(env, ENV_MIN_TIME)
+    largest_time = max((e.compile_time_s for e in result.entries if e.compile_time_s is not None), default=None)
+    if min_time is not None and (min_time >= HIGH_MIN_TIME_S
+                                 or (largest_time is not None and min_time > max(largest_time, 1) * 10)):
+        add(Finding("min_compile_time_high", "warning", f"{ENV_MIN_TIME}={min_time:g}: only compiles longer than "
+                    f"that are cached (the longest entry here took {largest_time} s)",
+                    f"leave it at jax's default ({JAX_DEFAULT_MIN_TIME_S:g} s) or lower"))
+    min_size = _number(env, ENV_MIN_SIZE)
+    largest = max((e.size_bytes for e in result.entries), default=None)
+    if min_size is not None and (min_size >= HIGH_MIN_SIZE or (largest is not None and min_size > largest * 10)):
+        add(Finding("min_entry_size_high", "warning", f"{ENV_MIN_SIZE}={min_size:.0f}: entries smaller than that "
+                    f"are never written (the largest here is {largest} bytes)", f"unset {ENV_MIN_SIZE}"))
+    max_size = _number(env, ENV_MAX_SIZE)
+    if max_size is not None and max_size == 0:
+        add(Finding("disabled_by_size", "error", f"{ENV_MAX_SIZE}=0 turns the cache off",
+                    f"unset {ENV_MAX_SIZE} or give it a size in bytes (-1: no limit)"))
+    elif max_size is not None and max_size > 0 and result.total_bytes >= FULL_FRACTION * max_size:
+        add(Finding("size_limit_reached", "warning", f"{result.total_bytes} bytes of the {max_size:.0f} allowed by "
+                    f"{ENV_MAX_SIZE}: jax evicts an entry for every new one", f"raise {ENV_MAX_SIZE}, or remove "
+                    f"old entries: tpu-profile cache gc {path} --max-age 7d"))
+    if len(result.jaxlib_versions) > 1 or result.stale:
+        add(Finding("mixed_versions", "warning", f"entries of jaxlib {', '.join(result.jaxlib_versions)} "
+                    f"(installed: {result.installed_jaxlib}); {len(result.stale)} can never be read by this "
+                    "installation", f"remove them: tpu-profile cache gc {path} --stale"))
+    if result.broken:
+        add(Finding("broken_entries", "warning", f"{len(result.broken)} entries jax cannot use (first: "
+                    f"{result.broken[0].name[:80]}: {result.broken[0].problem})",
+                    f"tpu-profile cache verify {path} --prune"))
+    links = [o for o in result.other_files if o.kind.startswith("link")]
+    if links:
+        add(Finding("links", "warning", f"{len(links)} links in the cache (first: {links[0].name[:80]}): a cache "
+                    "holds plain files only", f"tpu-profile cache verify {path} --prune"))
+    temporary = [o for o in result.other_files if o.kind == "temporary"]
+    if temporary:
+        add(Finding("temporary_files", "info", f"{len(temporary)} temporary or partial files (first: "
+                    f"{temporary[0].name[:80]})", f"tpu-profile cache gc {path} removes those an hour old"))
+    return report

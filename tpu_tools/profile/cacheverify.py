@@ -1,0 +1,287 @@
+"""`tpu-profile cache verify`: load every entry as JAX would, in a child process with a deadline per entry.
+
+An entry is trusted code for XLA's deserialiser: a corrupt or hostile one may
+crash or hang whatever loads it. The child (`python -m
+tpu_tools.profile.cacheverify`) reads entry names on stdin and answers one JSON
+line as it starts each entry and one with the verdict. When it dies or
+misses the deadline, the entry it had started is the bad one; a fresh child
+goes on with the rest. Links are never handed to the child (they are not
+entries). Checks, in order: a regular file of sane size, a complete
+compressed stream, the 4-byte compile-time header, and deserialisation on the
+local platform. A failure to deserialise counts as broken only when the
+entry's key record says it was written for this platform; otherwise it may
+belong to another accelerator and is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import stat
+import subprocess
+import sys
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tpu_tools.errors import first_line
+from tpu_tools.profile import cachegc
+from tpu_tools.profile.cachedir import ZSTD_MAGIC, CacheScan
+
+SCHEMA = "tpu-tools/cache-verify/v1"
+DEFAULT_DEADLINE_S = 60.0
+MAX_ENTRY_BYTES = 4 << 30  # beyond any executable: a larger "entry" is not read
+STARTUP_S = 120.0  # importing jax and starting the backend, on a busy machine
+CHUNK = 1 << 20
+WRITING_S = 60.0  # a truncated entry younger than this may be one jax is writing now
+
+
+@dataclass
+class Verdict:
+    name: str
+    status: str  # "ok", "broken", "skipped" (cannot be judged here), "link"
+    problem: str | None = None
+    compile_time_s: int | None = None
+    pruned: bool = False
+    prune_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class VerifyResult:
+    path: str
+    platform: str | None = None
+    verdicts: list[Verdict] = field(default_factory=list)
+    pruning: bool = False
+    truncated: bool = False
+
+    @property
+    def broken(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.status in ("broken", "link")]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "path": self.path, "platform": self.platform, "checked": len(self.verdicts),
+                "ok": sum(v.status == "ok" for v in self.verdicts), "broken": len(self.broken),
+                "skipped": sum(v.status == "skipped" for v in self.verdicts), "prune": self.pruning,
+                "pruned": sum(v.pruned for v in self.verdicts), "truncated": self.truncated,
+                "entries": [v.to_dict() for v in self.verdicts]}
+
+
+# --- the parent ------------------------------------------------------------------------------------
+
+class _Child:
+    def __init__(self, folder: Path, names: list[str], platforms: dict[str, str | None], max_bytes: int):
+        request = {"dir": str(folder), "names": names, "platforms": platforms, "max_bytes": max_bytes}
+        self.process = subprocess.Popen([sys.executable, "-m", "tpu_tools.profile.cacheverify"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(request).encode())
+        self.process.stdin.close()
+        self.out = self.process.stdout
+        self.buffer = b""
+
+    def line(self, deadline: float) -> dict[str, Any] | None:
+        """The next answer, or None when the child ended or the deadline passed."""
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([self.out], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(self.out.fileno(), 65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        raw, _, self.buffer = self.buffer.partition(b"\n")
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            return {}
+        return answer if isinstance(answer, dict) else {}
+
+    def stop(self) -> str:
+        """Kill the child's whole group; how it ended, in words."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        code = self.process.wait()
+        self.out.close()
+        return f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+
+
+def verify(scan: CacheScan, deadline_s: float = DEFAULT_DEADLINE_S, prune: bool = False,
+           max_bytes: int = MAX_ENTRY_BYTES) -> VerifyResult:
+    """Judge every listed entry (and every link) of a scanned cache; with `prune`, remove the broken ones."""
+    folder = Path(scan.path)
+    result = VerifyResult(scan.path, pruning=prune, truncated=scan.truncated)
+    for other in scan.other_files:
+        if other.kind.startswith("link"):
+            result.verdicts.append(Verdict(other.name, "link", "a link in the cache (never followed)"))
+    pending = [e.name for e in scan.entries]
+    platforms = {e.name: e.platform for e in scan.entries}
+    while pending:
+        child = _Child(folder, pending, platforms, max_bytes)
+        started: str | None = None
+        first = True
+        while True:
+            answer = child.line(time.monotonic() + (STARTUP_S if first else 0) + deadline_s)
+            if answer is None:
+                how = child.stop()
+                if started is None:  # it never started an entry: jax itself could not start
+                    raise_startup = "the verifying process " + how + " before reading any entry"
+                    result.verdicts += [Verdict(n, "skipped", raise_startup) for n in pending]
+                    pending = []
+                    break
+                timed_out = how.startswith("killed by signal 9")
+                problem = (f"loading it did not finish within {deadline_s:g} s" if timed_out
+                           else f"loading it crashed the process ({how})")
+                result.verdicts.append(Verdict(started, "broken", problem))
+                pending = pending[pending.index(started) + 1:]
+                break
+            if "platform" in answer:
+                result.platform = str(answer["platform"])
+                first = False
+                continue
+            if "start" in answer:
+                started = str(answer["start"])
+                continue
+            if answer.get("done"):
+                child.stop()
+                pending = []
+                break
+            name = str(answer.get("name"))
+            result.verdicts.append(Verdict(name, str(answer.get("status")), answer.get("problem"),
+                                           answer.get("compile_time_s")))
+            started = None
+    if prune:
+        dir_fd = cachegc.open_dir(folder)
+        try:
+            for verdict in result.broken:
+                if _maybe_being_written(dir_fd, verdict):
+                    verdict.prune_error = (f"modified in the last {WRITING_S:g} s: jax may still be writing it "
+                                           "(it writes entries in place); run verify again later")
+                    continue
+                verdict.prune_error = cachegc.remove_file(dir_fd, verdict.name, allow_link=verdict.status == "link")
+                verdict.pruned = verdict.prune_error is None
+                if verdict.pruned and verdict.status != "link":
+                    for extra in cachegc.companions(verdict.name):
+                        cachegc.remove_file(dir_fd, extra)
+                    cachegc.remove_record(folder, verdict.name)
+        finally:
+            os.close(dir_fd)
+    return result
+
+
+def _maybe_being_written(dir_fd: int, verdict: Verdict) -> bool:
+    """A truncated entry modified moments ago may be one jax is still writing: never pruned."""
+    if verdict.status != "broken" or not (verdict.problem or "").startswith(("truncated", "too short")):
+        return False
+    try:
+        modified = os.stat(verdict.name, dir_fd=dir_fd, follow_symlinks=False).st_mtime
+    except OSError:
+        return False
+    return time.time() - modified < WRITING_S
+
+
+# --- the child -------------------------------------------------------------------------------------
+
+def _read_entry(folder: Path, name: str, max_bytes: int) -> tuple[bytes | None, str | None]:
+    """The decompressed entry, or the problem with it."""
+    try:
+        fd = os.open(folder / name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        return None, f"unreadable: {error.strerror or error}"
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return None, "not a regular file"
+        if info.st_size > max_bytes:
+            return None, f"{info.st_size} bytes, more than any executable ({max_bytes} allowed)"
+        head = handle.read(4)
+        if head.startswith(ZSTD_MAGIC[:4]):
+            try:
+                import zstandard  # type: ignore[import-not-found,unused-ignore]
+            except ImportError:
+                return None, "skipped: compressed with zstd and zstandard is not installed"
+            stream = zstandard.ZstdDecompressor().decompressobj()
+        else:
+            stream = zlib.decompressobj()
+        parts, total = [], 0
+        data = head
+        try:
+            while data:
+                piece = stream.decompress(data)
+                total += len(piece)
+                if total > max_bytes:
+                    return None, f"decompresses to more than {max_bytes} bytes"
+                parts.append(piece)
+                data = handle.read(CHUNK)
+        except Exception as error:
+            return None, f"not a valid compressed entry ({first_line(error, limit=120)})"
+        if isinstance(stream, type(zlib.decompressobj())) and not stream.eof:
+            return None, "truncated: the compressed stream ends early"
+    raw = b"".join(parts)
+    if len(raw) < 5:
+        return None, "too short to hold a compile time and an executable"
+    return raw, None
+
+
+def _child_main() -> int:
+    request = json.loads(sys.stdin.read())
+    folder, names, platforms = Path(request["dir"]), request["names"], request["platforms"]
+    max_bytes = int(request["max_bytes"])
+    import jax
+
+    backend = __import__("jax.extend.backend", fromlist=["get_backend"]).get_backend()
+    devices = jax.local_devices()
+    platform = str(backend.platform)
+
+    def say(document: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(document) + "\n")
+        sys.stdout.flush()
+
+    say({"platform": platform})
+    for name in names:
+        say({"start": name})
+        raw, problem = _read_entry(folder, name, max_bytes)
+        if raw is None:
+            status = "skipped" if problem and problem.startswith("skipped") else "broken"
+            say({"name": name, "status": status, "problem": problem})
+            continue
+        compile_time = int.from_bytes(raw[:4], "big")
+        written_for = platforms.get(name)
+        if written_for and written_for != platform:
+            say({"name": name, "status": "skipped", "problem": f"written for {written_for}, this is {platform}",
+                 "compile_time_s": compile_time})
+            continue
+        error = None
+        for chosen in (devices[:1], devices):
+            try:
+                backend.deserialize_executable(raw[4:], chosen, None)
+                error = None
+                break
+            except Exception as failure:
+                error = f"does not load on {platform}: {first_line(failure, limit=160)}"
+        if error is None:
+            say({"name": name, "status": "ok", "compile_time_s": compile_time})
+        elif written_for:
+            say({"name": name, "status": "broken", "problem": error, "compile_time_s": compile_time})
+        else:
+            say({"name": name, "status": "skipped", "problem": error + " (platform it was written for unknown: kept)",
+                 "compile_time_s": compile_time})
+    say({"done": True})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())

@@ -1,0 +1,129 @@
+"""Text and tables of `tpu-profile cache`: inspect, doctor, verify, gc and warm."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tpu_tools.render.table import Column, TableData
+from tpu_tools.units import format_bytes
+
+MAX_ROWS = 40
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{max(seconds, 0):.0f}s"
+
+
+def inspect_blocks(document: dict[str, Any]) -> list[str | TableData]:
+    """The summary lines, the entries (most compile time first), other files and XLA's sub-caches."""
+    now = time.time()
+    lines = [
+        f"cache {document['path']}  owner {document['owner']}  mode {document['mode']}  "
+        f"filesystem {document.get('filesystem') or '?'}  {'writable' if document['writable_by_me'] else 'READ-ONLY'}"
+        " for this user",
+        f"{document['entry_count']} entries, {format_bytes(document['total_bytes'])}, oldest "
+        f"{_age(document['oldest_age_s'])}, newest {_age(document['newest_age_s'])}; a hit on each saves "
+        f"{document['compile_seconds_saved_per_use_s']} s of compiling in all (whole seconds, as jax stores them)",
+        f"jaxlib installed {document.get('installed_jaxlib') or '?'}; in key records: "
+        f"{', '.join(document['jaxlib_versions']) or 'none'}; {document['stale_entries']} stale entries (another "
+        f"jaxlib: never read again), {document['broken_entries']} broken",
+        f"writers (key records): {', '.join(document['writers'][:8]) or 'unknown'}",
+    ]
+    if document["truncated"]:
+        lines.append(f"only the first {document['entries_listed']} entries are listed one by one (--limit)")
+    blocks: list[str | TableData] = ["\n".join(lines)]
+    entries = sorted(document["entries"], key=lambda e: (-(e["compile_time_s"] or 0), e["name"]))
+    if entries:
+        table = TableData([Column("MODULE", max_width=40), Column("SIZE", "right"), Column("COMPILE S", "right"),
+                           Column("AGE", "right"), Column("LAST USE", "right"), Column("JAXLIB"),
+                           Column("WRITER"), Column("PROBLEM")], title="Entries")
+        for entry in entries[:MAX_ROWS]:
+            table.add_row(entry["module"], format_bytes(entry["size_bytes"]),
+                          "-" if entry["compile_time_s"] is None else entry["compile_time_s"],
+                          _age(now - entry["modified_unix_s"]), _age(now - entry["last_used_unix_s"]),
+                          entry["jaxlib_version"] or "-", entry["writer"] or "-", entry["problem"] or "")
+        if len(entries) > MAX_ROWS:
+            table.add_row(f"... {len(entries) - MAX_ROWS} more (--json)", "", "", "", "", "", "", "")
+        blocks.append(table)
+    if document["other_files"]:
+        table = TableData([Column("OTHER FILE", max_width=60), Column("KIND"), Column("SIZE", "right")],
+                          title="Temporary, partial and other files")
+        for other in document["other_files"][:MAX_ROWS]:
+            table.add_row(other["name"], other["kind"], format_bytes(other["size_bytes"]))
+        blocks.append(table)
+    if document["subcaches"]:
+        table = TableData([Column("SUB-CACHE"), Column("WHAT"), Column("OWNER"), Column("MODE"),
+                           Column("FILES", "right"), Column("SIZE", "right"), Column("WRITABLE")],
+                          title="XLA's sub-caches")
+        for sub in document["subcaches"]:
+            table.add_row(sub["name"], sub["what"], sub["owner"], sub["mode"], sub["files"],
+                          format_bytes(sub["bytes"]), "yes" if sub["writable_by_me"] else "no")
+        blocks.append(table)
+    return blocks
+
+
+def doctor_text(document: dict[str, Any]) -> str:
+    if not document["findings"]:
+        return f"cache {document['path']}: no known trap found"
+    lines = [f"cache {document['path']}: {document['errors']} errors, {document['warnings']} warnings"]
+    for finding in document["findings"]:
+        lines.append(f"{finding['severity'].upper():7} {finding['code']}: {finding['message']}")
+        lines.append(f"        fix: {finding['fix']}")
+    return "\n".join(lines)
+
+
+def verify_text(document: dict[str, Any]) -> str:
+    lines = [f"cache {document['path']}: {document['checked']} checked on {document.get('platform') or '?'}, "
+             f"{document['ok']} load, {document['broken']} broken, {document['skipped']} not judged here"
+             + (f", {document['pruned']} removed" if document["prune"] else "")]
+    for entry in document["entries"]:
+        if entry["status"] == "ok":
+            continue
+        action = ""
+        if entry["pruned"]:
+            action = " [removed]"
+        elif entry["prune_error"]:
+            action = f" [not removed: {entry['prune_error']}]"
+        lines.append(f"  {entry['status']:7} {entry['name']}: {entry['problem']}{action}")
+    if document["broken"] and not document["prune"]:
+        lines.append(f"remove them with: tpu-profile cache verify {document['path']} --prune")
+    return "\n".join(lines)
+
+
+def gc_text(document: dict[str, Any]) -> str:
+    if document["dry_run"]:
+        head = (f"cache {document['path']}: would remove {document['would_remove']} files "
+                f"({format_bytes(document['would_remove_bytes'])}); nothing removed (--dry-run)")
+    else:
+        head = (f"cache {document['path']}: removed {document['removed']} files "
+                f"({format_bytes(document['removed_bytes'])})")
+    lines = [head + f"; {document['kept_entries']} entries kept ({format_bytes(document['kept_bytes'])})"]
+    for removal in document["removals"]:
+        state = "would remove" if document["dry_run"] else ("removed" if removal["removed"] else "NOT removed")
+        error = f" ({removal['error']})" if removal["error"] else ""
+        lines.append(f"  {state} {removal['name']}: {removal['reason']}{error}")
+    return "\n".join(lines)
+
+
+def warm_text(document: dict[str, Any]) -> str:
+    cold, fresh = document["warming"], document["fresh_start"]
+    ratio = document["warm_to_cold_ratio"]
+    lines = [
+        f"warmed {document['path']} with {document['target']}",
+        f"  warming run: {cold['compiles']} compiles, {cold['compile_time_s']:.3f} s compiling, "
+        f"{cold['hits']} hits, {cold['misses']} misses, {cold['entries_written']} entries written",
+        f"  fresh start: {fresh['compiles']} compiles, {fresh['compile_time_s']:.3f} s compiling, "
+        f"{fresh['hits']} hits, {fresh['misses']} misses",
+        f"  compile seconds saved per start: {document['compile_seconds_saved_s']:.3f} s"
+        + (f" (warm/cold {ratio:.1%})" if ratio is not None else ""),
+        "  proven: the fresh start hit every lookup" if document["proven"] else
+        "  NOT proven: the fresh start missed the cache",
+    ]
+    lines += [f"    miss: {text}" for text in fresh.get("miss_explanations") or []]
+    return "\n".join(lines)
