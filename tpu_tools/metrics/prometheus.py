@@ -11,14 +11,16 @@ giving its collector a `prometheus(data)` method.
 from __future__ import annotations
 
 import errno
+import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
 PREFIX = "tpu_tools_"
 
@@ -66,26 +68,39 @@ def host_metrics(data: dict[str, Any]) -> Iterator[Metric]:
 
 
 def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
-    """Prometheus families of the `devices` group, labelled by device, platform and name."""
+    """Prometheus families of the `devices` group, labelled by device, platform and name.
+
+    Utilization is a ratio (0..1) on every platform. A source's extra figures are exported here only for
+    TPUs, a percent as a ratio: the GPU groups export their own figures under `tpu_tools_gpu_*` (one name
+    per figure).
+    """
     labels = ["device", "platform", "name"]
     families = {key: _gauge(f"device_{key}", doc, labels) for key, doc in [
-        ("memory_used_bytes", "Device memory in use (the platform's figure, or a source such as libtpu)."),
+        ("memory_used_bytes", "Device memory in use (the platform's figure, or a source such as libtpu or NVML)."),
         ("memory_total_bytes", "Device memory capacity."),
         ("live_array_bytes", "Bytes of live arrays on the device, from the agents."),
-        ("utilization_percent", "Device utilization (e.g. TensorCore duty cycle), where a source reports it."),
     ]}
+    utilization = _gauge("device_utilization_ratio", "Device utilization from 0 to 1 (TensorCore duty cycle, "
+                         "or the share of time a GPU kernel ran), where a source reports it.", labels)
     holders = _gauge("device_holder_processes", "Processes holding the device's node open.", labels)
     extra: dict[str, GaugeMetricFamily] = {}
     for device in data.get("devices") or []:
         values = [str(device.get("key")), str(device.get("platform")), str(device.get("name"))]
         for key, family in families.items():
             _add(family, values, device.get(key))
+        percent = device.get("utilization_percent")
+        _add(utilization, values, percent / 100 if isinstance(percent, (int, float)) else None)
         _add(holders, values, len(device.get("holders") or []))
+        if device.get("platform") in GPU_PLATFORMS:
+            continue
         for name, value in (device.get("extra") or {}).items():
+            if name.endswith("_percent") and isinstance(value, (int, float)):
+                name, value = name.removesuffix("_percent") + "_ratio", value / 100
             if name not in extra:
                 extra[name] = _gauge(f"device_{name}", f"Device figure {name} from an extra source.", labels)
             _add(extra[name], values, value)
     yield from families.values()
+    yield utilization
     yield holders
     yield from extra.values()
 
@@ -120,8 +135,9 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
     steps = _counter("process_steps", "Steps marked by the job.", labels)
     device_memory = _gauge("process_device_memory_used_bytes_per_device",
                            "Device memory held by the process on one device.", [*labels, "device"])
-    tensorcore = _gauge("process_tensorcore_utilization_percent",
-                        "TensorCore utilization per core, read in the job through libtpu's SDK.", [*labels, "core"])
+    tensorcore = _gauge("process_tensorcore_utilization_ratio",
+                        "TensorCore utilization per core from 0 to 1, read in the job through libtpu's SDK.",
+                        [*labels, "core"])
     for agent in data.get("agents") or []:
         values = [str(agent.get("pid")), str(agent.get("tag") or "")]
         if in_pods:
@@ -146,7 +162,7 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
             used = used if used is not None else device.get("live_array_bytes")
             _add(device_memory, [*values, f"{device.get('platform')}:{device.get('id')}"], used)
         for core, value in enumerate((agent.get("tpu_sdk") or {}).get("tensorcore_utilization_percent") or []):
-            _add(tensorcore, [*values, str(core)], value)
+            _add(tensorcore, [*values, str(core)], value / 100 if isinstance(value, (int, float)) else None)
     yield up
     yield from gauges.values()
     yield from counters.values()
@@ -167,6 +183,21 @@ def sample_families(samples: Iterable[Any]) -> Iterator[Metric]:
             families[sample.name] = (GaugeMetricFamily(sample.name, sample.documentation, labels=labels), labels)
         family, labels = families[sample.name]
         family.add_metric([str(sample.labels.get(label, "")) for label in labels], float(sample.value))
+    for family, _ in families.values():
+        yield family
+
+
+def histogram_families(samples: Iterable[Any]) -> Iterator[Metric]:
+    """Histogram families from library-neutral samples (name, documentation, labels, cumulative buckets, sum)."""
+    families: dict[str, tuple[HistogramMetricFamily, list[str]]] = {}
+    for sample in samples:
+        if sample.name not in families:
+            labels = list(sample.labels)
+            families[sample.name] = (HistogramMetricFamily(sample.name, sample.documentation, labels=labels), labels)
+        family, labels = families[sample.name]
+        buckets = [("+Inf" if upper == math.inf else repr(float(upper)), float(count))
+                   for upper, count in sample.buckets]
+        family.add_metric([str(sample.labels.get(label, "")) for label in labels], buckets, sample.sum)
     for family, _ in families.values():
         yield family
 
@@ -226,7 +257,8 @@ class ReportCollector(Collector):
                     if first is not family:
                         first.samples.extend(family.samples)
         for family in merged.values():
-            yield with_labels(family, host_labels)
+            if family.samples:  # a family without samples is not served (naming.py)
+                yield with_labels(family, host_labels)
         yield with_labels(errors, host_labels)
 
 

@@ -17,9 +17,13 @@ from tpu_tools.metrics.jobexport import read_job_metrics
 from tpu_tools.metrics.libtpu.export import GaugeSample
 
 PREFIX = "tpu_tools_"
-_PLUGIN_FIGURES = {"duty_cycle_percent": "TPU duty cycle, as GKE's TPU device plugin reports it.",
-                   "memory_used_bytes": "TPU HBM in use, as GKE's TPU device plugin reports it.",
-                   "memory_total_bytes": "TPU HBM, as GKE's TPU device plugin reports it."}
+# the plugin's figure -> (series name, scale to base units, help)
+_PLUGIN_FIGURES = {
+    "duty_cycle_percent": ("duty_cycle_ratio", 0.01, "TPU duty cycle from 0 to 1, as GKE's TPU device plugin "
+                                                     "reports it."),
+    "memory_used_bytes": ("memory_used_bytes", 1.0, "TPU HBM in use, as GKE's TPU device plugin reports it."),
+    "memory_total_bytes": ("memory_total_bytes", 1.0, "TPU HBM, as GKE's TPU device plugin reports it."),
+}
 
 
 class WorkloadGroup:
@@ -48,8 +52,8 @@ class WorkloadGroup:
         for accelerator in plugin.get("accelerators") or []:
             labels = {key: str(accelerator.get(key) or "") for key in ("accelerator_id", "model", "namespace", "pod",
                                                                        "container")}
-            for figure, documentation in _PLUGIN_FIGURES.items():
+            for figure, (name, scale, documentation) in _PLUGIN_FIGURES.items():
                 if accelerator.get(figure) is not None:
-                    samples.append(GaugeSample(f"{PREFIX}device_plugin_{figure}", documentation, labels,
-                                               accelerator[figure]))
+                    samples.append(GaugeSample(f"{PREFIX}device_plugin_{name}", documentation, labels,
+                                               accelerator[figure] * scale))
         return sample_families(samples)

@@ -1,8 +1,12 @@
 """Prometheus metric families of an NVML snapshot (the monitor's `nvml` group), named by Prometheus conventions.
 
-Every GPU series carries the labels gpu (NVML's index), uuid and pci_bus_id; per-process series add pid
-and tag (the agent's tag, empty for a process without an agent). Ratios are 0..1, counters end in _total.
-The amdsmi group exports AMD GPUs under the same names with one more label, vendor="amd".
+Every GPU series carries the labels gpu (NVML's index), uuid, pci_bus_id and device (the devices group's
+key, e.g. gpu:0, empty for a GPU it could not place), so that they join the `tpu_tools_device_*` series;
+per-process series add pid and tag (the agent's tag, empty for a process without an agent). Ratios are 0..1,
+counters end in _total. The memory in use, its total and the utilization are the devices group's figures
+(`tpu_tools_device_memory_used_bytes`, `..._memory_total_bytes`, `..._utilization_ratio`), one name per figure
+for every platform, and are not repeated here. The amdsmi group exports AMD GPUs under the same names with one
+more label, vendor="amd".
 """
 
 from __future__ import annotations
@@ -13,15 +17,12 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 PREFIX = "tpu_tools_gpu_"
-GPU_LABELS = ["gpu", "uuid", "pci_bus_id"]
+GPU_LABELS = ["gpu", "uuid", "pci_bus_id", "device"]
 
 # (metric name, record key, scale, documentation)
 _GAUGES: list[tuple[str, str, float, str]] = [
-    ("memory_used_bytes", "memory_used_bytes", 1, "GPU memory in use (NVML; the v2 figure excludes reserved)."),
-    ("memory_total_bytes", "memory_total_bytes", 1, "GPU memory on the card."),
     ("memory_reserved_bytes", "memory_reserved_bytes", 1, "GPU memory the driver reserves for itself."),
     ("memory_free_bytes", "memory_free_bytes", 1, "GPU memory free."),
-    ("utilization_ratio", "utilization_gpu_percent", 0.01, "Share of the last sample period a kernel ran."),
     ("memory_utilization_ratio", "utilization_memory_percent", 0.01,
      "Share of the last sample period device memory was read or written."),
     ("temperature_celsius", "temperature_celsius", 1, "GPU core temperature."),
@@ -79,7 +80,8 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
     process_sm = GaugeMetricFamily(PREFIX + "process_sm_utilization_ratio", "A process's share of SM time (NVML's "
                                    "recent sample).", labels=[*gpu_labels, "pid", "tag"])
     for gpu in data.get("gpus") or []:
-        labels = [str(gpu.get("index")), str(gpu.get("uuid") or ""), str(gpu.get("pci_bus_id") or "")]
+        labels = [str(gpu.get("index")), str(gpu.get("uuid") or ""), str(gpu.get("pci_bus_id") or ""),
+                  str(gpu.get("device_key") or "")]
         labels += [vendor] if vendor else []
         up.add_metric([*labels, str(gpu.get("status"))], 1.0 if gpu.get("status") == "ok" else 0.0)
         for name, key, scale, _ in _GAUGES:
