@@ -6,6 +6,7 @@ libraries, a real agent job), exported by the real collector in a child process 
 
 from __future__ import annotations
 
+import http.client
 import math
 import subprocess
 import sys
@@ -25,7 +26,9 @@ from promstack import PROMTOOL, needs_promtool
 from tpu_tools.metrics import naming
 from tpu_tools.metrics.libtpu.distribution import DistributionSummary
 from tpu_tools.metrics.libtpu.export import MEGABIT_PER_SECOND, MICROSECOND, histogram
-from tpu_tools.metrics.prometheus import histogram_families
+from tpu_tools.metrics.prometheus import ReportCollector, histogram_families, host_metrics, serve
+from tpu_tools.metrics.webconfig import WebConfig
+from tpu_tools.metrics.webserver import serve_secure
 
 SYSROOT_HOSTS = {"v4": sysroot.v4_host, "v5e": sysroot.v5e_host, "v5p": sysroot.v5p_host, "v6e": sysroot.v6e_host,
                  "tpu7x": sysroot.tpu7x_host}
@@ -161,3 +164,24 @@ def test_a_distribution_becomes_cumulative_buckets_in_base_units():
     empty = histogram("hlo_execution_time_seconds", "h", {}, DistributionSummary(count=0), MICROSECOND)
     assert empty.buckets == ((math.inf, 0),) and empty.sum is None
     assert Path(TESTS / "exposition_once.py").is_file()
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["plain", "web-config"])
+def test_head_answers_like_get_without_the_body(secure):
+    collector = ReportCollector({"host": host_metrics})
+    collector.update({"host": {"error": None, "cpu_percent": 12.5, "memory_total_bytes": 1 << 30}})
+    server = serve_secure(collector, "127.0.0.1", 0, WebConfig()) if secure else serve(collector, "127.0.0.1", 0)
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+        connection.request("GET", "/metrics")
+        got = connection.getresponse()
+        body = got.read()
+        connection.request("HEAD", "/metrics")
+        head = connection.getresponse()
+        assert head.read() == b"" and head.status == got.status == 200
+        assert head.getheader("Content-Type") == got.getheader("Content-Type")
+        assert int(head.getheader("Content-Length")) == len(body) and b"tpu_tools_host_cpu_percent 12.5" in body
+        connection.close()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -272,6 +272,20 @@ def exporters_for(collectors: dict[str, Any]) -> dict[str, Callable[[dict[str, A
     return found
 
 
+def answer_head(app: Callable[..., Any]) -> Callable[..., Any]:
+    """The WSGI app with HEAD answered as GET without the body (prometheus-client answers it 405)."""
+    def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ.get("REQUEST_METHOD") != "HEAD":
+            return app(environ, start_response)
+        answer: list[Any] = []
+        body = b"".join(app({**environ, "REQUEST_METHOD": "GET"}, lambda *args: answer.extend(args)))
+        status, headers = answer[0], [(k, v) for k, v in answer[1] if k.lower() != "content-length"]
+        start_response(status, [*headers, ("Content-Length", str(len(body)))])
+        return []
+
+    return wrapped
+
+
 def serve(collector: ReportCollector, host: str, port: int) -> Any:
     """Start the /metrics HTTP server in a daemon thread; RuntimeFailure when the port is taken."""
     from prometheus_client import start_http_server
@@ -284,4 +298,7 @@ def serve(collector: ReportCollector, host: str, port: int) -> Any:
         in_use = error.errno == errno.EADDRINUSE
         reason = "is already in use" if in_use else f"cannot be used ({error.strerror or error})"
         raise RuntimeFailure(f"cannot serve Prometheus metrics: port {port} on {host} {reason}") from error
+    app = server.get_app()
+    if app is not None:
+        server.set_app(answer_head(app))
     return server
