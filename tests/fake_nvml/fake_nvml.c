@@ -6,7 +6,7 @@
  * Faults are switched by environment variables, read on every call:
  *   FAKE_NVML_INIT=<code>       nvmlInitWithFlags returns this NVML error (9: driver not loaded); "hang": it
  *                               blocks forever
- *   FAKE_NVML_COUNT=<n>         number of GPUs (default 2, at most 4)
+ *   FAKE_NVML_COUNT=<n>         number of GPUs (default 2, at most 8: an HGX board)
  *   FAKE_NVML_FAIL=fn=code,...  the named entry points return that error (3: not supported, 13: function
  *                               not found, as an older driver answers)
  *   FAKE_NVML_LOST=<index>      every query of that GPU answers GPU_IS_LOST (15)
@@ -61,12 +61,17 @@ typedef struct {
 } gpu_t;
 
 static const unsigned long long TOTAL = 85520809984ULL, RESERVED = 503316480ULL;
-static gpu_t GPUS[4] = {
+static gpu_t GPUS[8] = {
     {0, 64419069952ULL, 64922386432ULL, 20598423552ULL, 83, 32, 57, 471191, 1965, 9423690ULL, 4, 9378, 20446, 0},
     {1, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 41, 70951, 345, 2474004ULL, 1, 1482, 583, 18},
     {2, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 40, 70000, 345, 2000000ULL, 1, 1000, 500, 0},
     {3, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 40, 70000, 345, 2000000ULL, 1, 1000, 500, 0},
+    {4, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 40, 70000, 345, 2000000ULL, 1, 1000, 500, 0},
+    {5, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 40, 70000, 345, 2000000ULL, 1, 1000, 500, 0},
+    {6, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 40, 70000, 345, 2000000ULL, 1, 1000, 500, 0},
+    {7, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 40, 70000, 345, 2000000ULL, 1, 1000, 500, 0},
 };
+#define MAX_GPUS ((int)(sizeof GPUS / sizeof GPUS[0]))
 
 static int env_int(const char *name, int fallback) {
     const char *value = getenv(name);
@@ -75,7 +80,7 @@ static int env_int(const char *name, int fallback) {
 
 static int count(void) {
     int n = env_int("FAKE_NVML_COUNT", 2);
-    return n < 0 ? 0 : (n > 4 ? 4 : n);
+    return n < 0 ? 0 : (n > MAX_GPUS ? MAX_GPUS : n);
 }
 
 /* The error FAKE_NVML_FAIL assigns to this entry point, else 0. */
