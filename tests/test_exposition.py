@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from promstack import PROMTOOL, needs_promtool
 
 from tpu_tools.metrics import naming
+from tpu_tools.metrics.families import exported_families
 from tpu_tools.metrics.libtpu.distribution import DistributionSummary
 from tpu_tools.metrics.libtpu.export import MEGABIT_PER_SECOND, MICROSECOND, histogram
 from tpu_tools.metrics.prometheus import ReportCollector, histogram_families, host_metrics, serve
@@ -47,6 +48,9 @@ def check(text: str) -> set[str]:
     assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stdout + checked.stderr
     families = list(text_string_to_metric_families(text))
     assert naming.problems(families) == []
+    # every family served is in --list-metrics' list (drawn from the exporters' code)
+    listed = {info.name for info in exported_families()}
+    assert {f.name + ("_total" if f.type == "counter" else "") for f in families} <= listed
     return {family.name for family in families}
 
 

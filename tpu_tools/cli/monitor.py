@@ -109,6 +109,9 @@ MAN_SECTIONS = {
         "groups not "
         "listed are left out; a group's period (not shorter than the report period) says how often its figures "
         "are taken again. groups = [\"host\", \"processes\"] is accepted too.\n"
+        "[prometheus] allow = [\"tpu_tools_device_*\"], deny = [\"tpu_tools_gpu_process_*\"]  the families "
+        "--prometheus serves: names or globs (* ? [ ]), a counter by its name with or without _total; no allow "
+        "list serves every family, deny wins; --allow-metric and --deny-metric replace the file's lists.\n"
         "Unknown keys or groups, bad periods and bad regular expressions are errors (exit 2)."
     ),
     "PROMETHEUS": (
@@ -225,17 +228,23 @@ def explicit(ctx: click.Context, name: str) -> bool:
               help="Report every host that this Prometheus server scrapes instead of this host.")
 @click.option("--from-prometheus-timeout", type=Duration(), default="2s", show_default=True, metavar="SECONDS",
               help="Deadline of each query to the --from-prometheus server.")
+@click.option("--allow-metric", "allow_metrics", multiple=True, metavar="GLOB",
+              help="With --prometheus: serve only the families matching these names or globs (repeatable, or "
+                   "comma-separated).")
+@click.option("--deny-metric", "deny_metrics", multiple=True, metavar="GLOB",
+              help="With --prometheus: never serve the families matching these names or globs (repeatable).")
 @click.option("--list-metrics", is_flag=True,
-              help="Print one JSON document listing the metrics every libtpu metrics service and agent serves "
-                   "and what tpu-tools reads of them (schema tpu-tools/list-metrics/v1); then exit.")
+              help="Print one JSON document listing every family the exporter can serve (type, unit, help, "
+                   "whether the allow and deny lists serve it), and the metrics every libtpu metrics service and "
+                   "agent serves and what tpu-tools reads of them (schema tpu-tools/list-metrics/v1); then exit.")
 @metrics_options
 @common_options
 @click.pass_context
 def monitor_command(ctx: click.Context, period: float, count: int | None, config_path: Path | None,
                     tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
                     quiet: bool, web_config_path: Path | None, from_prometheus: str | None,
-                    from_prometheus_timeout: float, list_metrics: bool, metrics_addresses: list[str],
-                    metrics_timeout_s: float) -> int:
+                    from_prometheus_timeout: float, allow_metrics: tuple[str, ...], deny_metrics: tuple[str, ...],
+                    list_metrics: bool, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
     if from_prometheus is not None:
         return _fleet(ctx, from_prometheus, from_prometheus_timeout, period, count)
@@ -247,6 +256,11 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
         raise UsageError("--quiet only makes sense with --prometheus (otherwise nothing would be reported)")
     if web_config_path is not None and prometheus_address is None:
         raise UsageError("--web-config only makes sense with --prometheus (it secures the /metrics server)")
+    if (allow_metrics or deny_metrics) and prometheus_address is None and not list_metrics:
+        raise UsageError("--allow-metric and --deny-metric only make sense with --prometheus or --list-metrics")
+    from tpu_tools.metrics.selection import MetricSelection, parse_globs
+
+    allow, deny = parse_globs(allow_metrics, "--allow-metric"), parse_globs(deny_metrics, "--deny-metric")
     web_config = None
     if web_config_path is not None:
         from tpu_tools.metrics.webconfig import load_web_config
@@ -271,11 +285,16 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
             metrics_timeout_s = config.metrics_timeout_s
         if config.groups is not None:
             plan = [GroupPlan(name, group.period_s) for name, group in config.groups.items()]
+        # each list of the command line replaces the file's
+        allow = allow if allow_metrics else config.metrics_allow or ()
+        deny = deny if deny_metrics else config.metrics_deny or ()
+    selection = MetricSelection(allow, deny)
     if list_metrics:
         from tpu_tools.cli.list_metrics import list_metrics as print_metrics
         from tpu_tools.cli.output import Output
 
-        return print_metrics(metrics_addresses, metrics_timeout_s, agent_timeout, Output("json", sys.stdout))
+        return print_metrics(metrics_addresses, metrics_timeout_s, agent_timeout, Output("json", sys.stdout),
+                             selection)
     options = CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
                              metrics_addresses=metrics_addresses, metrics_timeout_s=metrics_timeout_s)
     exporter = None
@@ -285,7 +304,7 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
             from tpu_tools.metrics.prometheus import ReportCollector, exporters_for, parse_listen_address, serve
 
             host, port = parse_listen_address(prometheus_address)
-            exporter = ReportCollector(exporters_for(builder.collectors))
+            exporter = ReportCollector(exporters_for(builder.collectors), selection)
             if web_config is not None:
                 from tpu_tools.metrics.webserver import serve_secure
 

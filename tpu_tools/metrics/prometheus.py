@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.metrics.selection import MetricSelection
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
 PREFIX = "tpu_tools_"
@@ -228,8 +229,10 @@ def with_labels(family: Metric, labels: dict[str, str]) -> Metric:
 class ReportCollector(Collector):
     """Serves the latest report; `update()` is called by the monitor loop after each round."""
 
-    def __init__(self, exporters: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]):
+    def __init__(self, exporters: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]],
+                 selection: MetricSelection | None = None):
         self._exporters = exporters
+        self._selection = selection or MetricSelection()
         self._report: dict[str, Any] | None = None
         self._lock = threading.Lock()
 
@@ -256,10 +259,10 @@ class ReportCollector(Collector):
                     first = merged.setdefault(family.name, family)
                     if first is not family:
                         first.samples.extend(family.samples)
-        for family in merged.values():
-            if family.samples:  # a family without samples is not served (naming.py)
+        for family in [*merged.values(), errors]:
+            # a family without samples is not served (naming.py), nor one the allow and deny lists leave out
+            if family.samples and self._selection.selects(family.name):
                 yield with_labels(family, host_labels)
-        yield with_labels(errors, host_labels)
 
 
 def exporters_for(collectors: dict[str, Any]) -> dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]:

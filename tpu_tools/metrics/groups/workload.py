@@ -37,23 +37,28 @@ class WorkloadGroup:
                 "device_plugin": read_plugin(self._timeout_s).to_dict()}
 
     def prometheus(self, data: dict[str, Any]) -> Iterable[Any]:
-        from tpu_tools.metrics.prometheus import sample_families
+        return prometheus_families(data)
 
-        samples = []
-        for endpoint in data.get("endpoints") or []:
-            for family in endpoint.get("families") or []:
-                for sample in family.get("samples") or []:
-                    if sample.get("value") is not None:
-                        labels = {**sample.get("labels", {}), "endpoint": endpoint.get("address", "")}
-                        samples.append(GaugeSample(PREFIX + sample["name"], family.get("documentation") or
-                                                   f"{family.get('source')} metric {family.get('name')}",
-                                                   labels, sample["value"]))
-        plugin = data.get("device_plugin") or {}
-        for accelerator in plugin.get("accelerators") or []:
-            labels = {key: str(accelerator.get(key) or "") for key in ("accelerator_id", "model", "namespace", "pod",
-                                                                       "container")}
-            for figure, (name, scale, documentation) in _PLUGIN_FIGURES.items():
-                if accelerator.get(figure) is not None:
-                    samples.append(GaugeSample(f"{PREFIX}device_plugin_{name}", documentation, labels,
-                                               accelerator[figure] * scale))
-        return sample_families(samples)
+
+def prometheus_families(data: dict[str, Any]) -> Iterable[Any]:
+    """The group's families: the job's own samples under tpu_tools_ names, the device plugin's figures."""
+    from tpu_tools.metrics.prometheus import sample_families
+
+    samples = []
+    for endpoint in data.get("endpoints") or []:
+        for family in endpoint.get("families") or []:
+            for sample in family.get("samples") or []:
+                if sample.get("value") is not None:
+                    labels = {**sample.get("labels", {}), "endpoint": endpoint.get("address", "")}
+                    samples.append(GaugeSample(PREFIX + sample["name"], family.get("documentation") or
+                                               f"{family.get('source')} metric {family.get('name')}",
+                                               labels, sample["value"]))
+    plugin = data.get("device_plugin") or {}
+    for accelerator in plugin.get("accelerators") or []:
+        labels = {key: str(accelerator.get(key) or "") for key in ("accelerator_id", "model", "namespace", "pod",
+                                                                   "container")}
+        for figure, (name, scale, documentation) in _PLUGIN_FIGURES.items():
+            if accelerator.get(figure) is not None:
+                samples.append(GaugeSample(f"{PREFIX}device_plugin_{name}", documentation, labels,
+                                           accelerator[figure] * scale))
+    return sample_families(samples)
