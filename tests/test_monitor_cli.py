@@ -32,7 +32,8 @@ PROCESSES_KEYS = GROUP_HEADER | {"agents", "holders", "ignored_sockets", "pod_la
 LIBTPU_KEYS = GROUP_HEADER | {"services", "notes"}
 AGENT_KEYS = {"pid", "tag", "user", "command", "error", "socket", "uptime_s", "jax_version", "platform",
               "cpu_percent", "cpu_time_s", "rss_bytes", "threads", "device_memory_used_bytes", "live_array_bytes",
-              "live_array_count", "devices", "compiles", "steps", "tpu_sdk", "query_time_s", "kubernetes"}
+              "live_array_count", "devices", "compiles", "steps", "tpu_sdk", "query_time_s", "kubernetes",
+              "slurm_job_id"}
 COMPILE_KEYS = {"compile_count", "recompile_count", "trace_count", "trace_time_s", "lowering_time_s",
                 "backend_compile_time_s", "cache_hits", "cache_misses", "functions", "recent_recompiles"}
 STEP_KEYS = {"count", "steps_per_second", "last_step_time_s", "p50_step_time_s", "p99_step_time_s",

@@ -109,12 +109,13 @@ def test_prometheus_names_follow_conventions_and_tag_the_agent_jobs_gpu_memory(f
         assert device["tpu_tools_device_utilization_ratio"] == 0.83
         assert not any(name in ("tpu_tools_gpu_memory_used_bytes", "tpu_tools_gpu_utilization_ratio")
                        for name, _ in samples)
-        assert samples[("tpu_tools_gpu_temperature_celsius", gpu0)] == 57
-        assert samples[("tpu_tools_gpu_power_draw_watts", gpu0)] == 471.191
-        assert samples[("tpu_tools_gpu_energy_joules_total", gpu0)] == 9423.69
-        assert samples[("tpu_tools_gpu_sm_clock_hertz", gpu0)] == 1.965e9
-        assert samples[("tpu_tools_gpu_clock_event_reason", tuple(sorted((*gpu0, ("reason", "sw_power_cap")))))] == 1
-        assert samples[("tpu_tools_gpu_up", tuple(sorted((*gpu0, ("status", "ok")))))] == 1
+        held = tuple(sorted((*gpu0, ("tag", "trainer"))))  # the GPU's series name the job that holds it
+        assert samples[("tpu_tools_gpu_temperature_celsius", held)] == 57
+        assert samples[("tpu_tools_gpu_power_draw_watts", held)] == 471.191
+        assert samples[("tpu_tools_gpu_energy_joules_total", held)] == 9423.69
+        assert samples[("tpu_tools_gpu_sm_clock_hertz", held)] == 1.965e9
+        assert samples[("tpu_tools_gpu_clock_event_reason", tuple(sorted((*held, ("reason", "sw_power_cap")))))] == 1
+        assert samples[("tpu_tools_gpu_up", tuple(sorted((*held, ("status", "ok")))))] == 1
         process = tuple(sorted((*gpu0, ("pid", str(job.pid)), ("tag", "trainer"))))
         assert samples[("tpu_tools_gpu_process_memory_used_bytes", process)] == 61408000000
         assert samples[("tpu_tools_gpu_process_sm_utilization_ratio", process)] == 0.81

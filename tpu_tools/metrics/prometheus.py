@@ -2,9 +2,10 @@
 
 Metrics are built from the latest report on every scrape, so the series of a
 process that exited disappear with it. Names start with `tpu_tools_` and carry
-their unit; labels: `device` (e.g. tpu:0, or cpu:0@1234 for a process's own
+their unit (metrics/naming.py); labels: `device` (e.g. tpu:0, or cpu:0@1234 for a process's own
 CPU device), `pid`, `tag`, and `namespace`, `pod`, `container` where processes run in
-Kubernetes pods. A group added later exports its own figures by
+Kubernetes pods. Device and GPU series carry their holder's `tag`, `namespace`, `pod`,
+`container` and `slurm_job_id` (metrics/holders.py). A group added later exports its own figures by
 giving its collector a `prometheus(data)` method.
 """
 
@@ -20,6 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.metrics.holders import device_holders
+from tpu_tools.metrics.naming import label_value
 from tpu_tools.metrics.selection import MetricSelection
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
@@ -140,9 +143,9 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
                         "TensorCore utilization per core from 0 to 1, read in the job through libtpu's SDK.",
                         [*labels, "core"])
     for agent in data.get("agents") or []:
-        values = [str(agent.get("pid")), str(agent.get("tag") or "")]
+        values = [str(agent.get("pid")), label_value(str(agent.get("tag") or ""))]
         if in_pods:
-            values += [str((agent.get("kubernetes") or {}).get(label) or "") for label in POD_LABELS]
+            values += [label_value(str((agent.get("kubernetes") or {}).get(label) or "")) for label in POD_LABELS]
         up.add_metric(values, 0.0 if agent.get("error") else 1.0)
         if agent.get("error"):
             continue
@@ -226,6 +229,16 @@ def with_labels(family: Metric, labels: dict[str, str]) -> Metric:
     return family
 
 
+def with_holders(family: Metric, holders: dict[str, dict[str, str]]) -> Metric:
+    """A device or GPU family with its holder's labels (metrics/holders.py) on each sample of a held device;
+    a per-process sample (with a pid) keeps its own."""
+    if holders and family.name.startswith((PREFIX + "device_", PREFIX + "gpu_")):
+        family.samples = [sample._replace(labels={**holders[sample.labels["device"]], **sample.labels})
+                          if sample.labels.get("device") in holders and "pid" not in sample.labels else sample
+                          for sample in family.samples]
+    return family
+
+
 class ReportCollector(Collector):
     """Serves the latest report; `update()` is called by the monitor loop after each round."""
 
@@ -246,6 +259,7 @@ class ReportCollector(Collector):
         if report is None:
             return
         host_labels = slice_labels(report)
+        holders = device_holders(report)
         errors = _gauge("group_error", "1 when the group failed in the latest report.", ["group"])
         # Groups may export the same family (nvml and amdsmi: tpu_tools_gpu_*): one family each, samples joined.
         merged: dict[str, Metric] = {}
@@ -262,7 +276,7 @@ class ReportCollector(Collector):
         for family in [*merged.values(), errors]:
             # a family without samples is not served (naming.py), nor one the allow and deny lists leave out
             if family.samples and self._selection.selects(family.name):
-                yield with_labels(family, host_labels)
+                yield with_labels(with_holders(family, holders), host_labels)
 
 
 def exporters_for(collectors: dict[str, Any]) -> dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]:

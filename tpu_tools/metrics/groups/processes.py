@@ -108,6 +108,10 @@ class ProcessesGroup:
             entry.update({k: getattr(figures, k) if figures else None for k in PROCESS_KEYS})
         self._sampler.forget_except(set(holders))
         pods_error = self._label_pods(agents, list(holders.values()), discovery)
+        from tpu_tools.metrics.slurm import job_id
+
+        for entry in [*agents, *holders.values()]:
+            entry["slurm_job_id"] = job_id(entry["pid"], self._pods.root)
         return {
             "agents": agents,
             "holders": sorted(holders.values(), key=lambda h: h["pid"]),

@@ -16,6 +16,8 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from tpu_tools.metrics.naming import label_value
+
 PREFIX = "tpu_tools_gpu_"
 GPU_LABELS = ["gpu", "uuid", "pci_bus_id", "device"]
 
@@ -99,7 +101,7 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
             if value is not None:
                 remapped.add_metric([*labels, kind], value)
         for process in gpu.get("processes") or []:
-            process_labels = [*labels, str(process.get("pid")), str(process.get("tag") or "")]
+            process_labels = [*labels, str(process.get("pid")), label_value(str(process.get("tag") or ""))]
             memory = _number(process.get("gpu_memory_bytes"))
             if memory is not None:
                 process_memory.add_metric(process_labels, memory)
