@@ -26,7 +26,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|monitor')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --allow-metric --deny-metric --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --pod-labels --allow-metric --deny-metric --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --allow-metric --deny-metric --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-tools|top')
@@ -189,7 +189,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-monitor|')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --allow-metric --deny-metric --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --pod-labels --allow-metric --deny-metric --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --allow-metric --deny-metric --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-top|')

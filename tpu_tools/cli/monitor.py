@@ -88,7 +88,10 @@ MAN_SECTIONS = {
         "process's chips according to the kubelet's pod-resources API "
         "(/var/lib/kubelet/pod-resources/kubelet.sock, or TPU_TOOLS_POD_RESOURCES_SOCKET), or that shares the "
         "process's cgroup container with such a process; pod_labels_error says why no process could be placed "
-        "(no socket, no answer within --agent-timeout), and --debug writes it on stderr.\n"
+        "(no socket, no answer within --agent-timeout, or with --pod-labels the Kubernetes API's refusal), and "
+        "--debug writes it on stderr. With --pod-labels, kubernetes also has labels {label_KEY: value}: the "
+        "pod's own Kubernetes labels (at most 32, values cut at 128 characters), read from the API server "
+        "with the service account's token once a minute per pod.\n"
         "libtpu: error (null when any address answered, else each address's sentence), services[] (one per "
         "address, as libtpu_metrics[] of tpu-ls --json: {address, error, elapsed_ms, served_metrics[], "
         "not_served_metrics[], unread_metrics[], duty_cycle_scope, devices[] {device_id, hbm_used_bytes, "
@@ -235,6 +238,9 @@ def explicit(ctx: click.Context, name: str) -> bool:
               help="Report every host that this Prometheus server scrapes instead of this host.")
 @click.option("--from-prometheus-timeout", type=Duration(), default="2s", show_default=True, metavar="SECONDS",
               help="Deadline of each query to the --from-prometheus server.")
+@click.option("--pod-labels", is_flag=True,
+              help="Add the Kubernetes labels of the pod that holds a device to its series (label_KEY), read "
+                   "with the service account (RBAC: deploy/kubernetes/optional/pod-labels-rbac.yaml).")
 @click.option("--allow-metric", "allow_metrics", multiple=True, metavar="GLOB",
               help="With --prometheus: serve only the families matching these names or globs (repeatable, or "
                    "comma-separated).")
@@ -250,7 +256,8 @@ def explicit(ctx: click.Context, name: str) -> bool:
 def monitor_command(ctx: click.Context, period: float, count: int | None, config_path: Path | None,
                     tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
                     quiet: bool, web_config_path: Path | None, from_prometheus: str | None,
-                    from_prometheus_timeout: float, allow_metrics: tuple[str, ...], deny_metrics: tuple[str, ...],
+                    from_prometheus_timeout: float, pod_labels: bool, allow_metrics: tuple[str, ...],
+                    deny_metrics: tuple[str, ...],
                     list_metrics: bool, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
     if from_prometheus is not None:
@@ -303,7 +310,8 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
         return print_metrics(metrics_addresses, metrics_timeout_s, agent_timeout, Output("json", sys.stdout),
                              selection)
     options = CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
-                             metrics_addresses=metrics_addresses, metrics_timeout_s=metrics_timeout_s)
+                             metrics_addresses=metrics_addresses, metrics_timeout_s=metrics_timeout_s,
+                             pod_labels=pod_labels)
     exporter = None
     builder = ReportBuilder(plan, options, report_period_s=period)
     try:

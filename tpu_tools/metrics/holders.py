@@ -22,7 +22,9 @@ def _identity(entry: dict[str, Any]) -> dict[str, str]:
     pod = entry.get("kubernetes") or {}
     found = {"tag": entry.get("tag"), "slurm_job_id": entry.get("slurm_job_id"),
              **{key: pod.get(key) for key in ("namespace", "pod", "container")}}
-    return {key: label_value(str(value)) for key, value in found.items() if value}
+    labels = {key: label_value(str(value)) for key, value in found.items() if value}
+    # --pod-labels: the pod's own labels, already named and bounded (kube/api.py)
+    return {**{key: value for key, value in (pod.get("labels") or {}).items() if key not in labels}, **labels}
 
 
 def _group(report: dict[str, Any], name: str) -> dict[str, Any]:
@@ -54,7 +56,8 @@ def device_holders(report: dict[str, Any]) -> dict[str, dict[str, str]]:
     labels: dict[str, dict[str, str]] = {}
     for key, pids in candidates.items():
         known = [identity[pid] for pid in pids if pid in identity]
-        found = {label: next((i[label] for i in known if i.get(label)), "") for label in HOLDER_LABELS}
+        names = [*HOLDER_LABELS, *sorted({name for i in known for name in i} - set(HOLDER_LABELS))]
+        found = {label: next((i[label] for i in known if i.get(label)), "") for label in names}
         if any(found.values()):
             labels[key] = {label: value for label, value in found.items() if value}
     return labels

@@ -52,6 +52,7 @@ class CollectOptions:
     metrics_addresses: list[str] = field(default_factory=lambda: [DEFAULT_ADDRESS])  # libtpu's metrics services
     metrics_timeout_s: float = METRICS_TIMEOUT_S  # deadline of every call to them
     group_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # extra keys from the config
+    pod_labels: bool = False  # read the Kubernetes labels of the pods that hold devices (--pod-labels)
 
 
 class CollectContext:

@@ -89,6 +89,11 @@ class ProcessesGroup:
 
         self._sampler = ProcessSampler()
         self._pods = PodLabeler(PodResourcesClient(socket_path(), options.agent_timeout_s), sysroot())
+        self._pod_labels: Any = None
+        if options.pod_labels:
+            from tpu_tools.metrics.kube.api import PodLabelReader
+
+            self._pod_labels = PodLabelReader(options.agent_timeout_s)
 
     def collect(self, context: CollectContext) -> dict[str, Any]:
         scan = context.agents()
@@ -112,6 +117,8 @@ class ProcessesGroup:
 
         for entry in [*agents, *holders.values()]:
             entry["slurm_job_id"] = job_id(entry["pid"], self._pods.root)
+        if self._pod_labels is not None:
+            pods_error = self._read_pod_labels([*agents, *holders.values()]) or pods_error
         return {
             "agents": agents,
             "holders": sorted(holders.values(), key=lambda h: h["pid"]),
@@ -137,6 +144,21 @@ class ProcessesGroup:
             owner = found.get(entry["pid"])
             entry["kubernetes"] = ({"namespace": owner.namespace, "pod": owner.pod, "container": owner.container}
                                    if owner else None)
+        return error
+
+    def _read_pod_labels(self, entries: list[dict[str, Any]]) -> str | None:
+        """Add `labels` (the pod's Kubernetes labels, as label names) to each entry's `kubernetes`; the first
+        failure, if any."""
+        from tpu_tools.errors import RuntimeFailure
+
+        error = None
+        for entry in entries:
+            pod = entry.get("kubernetes")
+            if pod:
+                try:
+                    pod["labels"] = self._pod_labels.labels(pod["namespace"], pod["pod"])
+                except RuntimeFailure as failure:
+                    error = error or str(failure)
         return error
 
     def close(self) -> None:
