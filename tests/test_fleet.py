@@ -103,7 +103,7 @@ def test_alert_rules_load_and_evaluate_on_the_scraped_data(stack):
         if rules and all(rule.get("lastEvaluation", "").startswith("20") for rule in rules.values()):
             break
         time.sleep(0.2)
-    assert len(rules) == 11 and {r["health"] for r in rules.values()} == {"ok"}, rules
+    assert len(rules) == 14 and {r["health"] for r in rules.values()} == {"ok"}, rules
     matched = {name: stack.prometheus.query(rule["query"]) for name, rule in rules.items()}
     slow = stack.hosts[2].target
     assert sorted((s["metric"]["instance"], s["metric"]["device"]) for s in matched["TpuToolsDeviceIdleWhileHeld"]) \
@@ -111,7 +111,8 @@ def test_alert_rules_load_and_evaluate_on_the_scraped_data(stack):
     assert [s["metric"]["reason"] for s in matched["TpuToolsGpuThrottling"]] == ["hw_thermal_slowdown"]
     # The GPU node's exporter serves its GPU series only (its memory would be the devices group's series).
     quiet = {"TpuToolsRecompilationStorm", "TpuToolsExporterDown", "TpuToolsAgentDown", "TpuToolsGpuLost",
-             "TpuToolsLibtpuMetricsUnreachable", "TpuToolsDeviceMemoryAlmostFull", "TpuToolsGpuMemoryAlmostFull"}
+             "TpuToolsLibtpuMetricsUnreachable", "TpuToolsDeviceMemoryAlmostFull", "TpuToolsGpuMemoryAlmostFull",
+             "TpuToolsGpuXidError", "TpuToolsGpuPcieLinkDegraded", "TpuToolsGpuNvlinkDown"}
     assert all(matched[name] == [] for name in quiet), {name: matched[name] for name in quiet}
 
 

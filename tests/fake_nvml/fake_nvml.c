@@ -15,11 +15,17 @@
  *                               hot (92 C) with the hardware thermal slowdown active
  *   FAKE_NVML_PROCS=i:pid:bytes;...  compute processes (default "0:425:64409829376", GPU 0's busy job)
  *   FAKE_NVML_BUSIDS=a,b,...    PCI bus ids (default 00000000:18:00.0,00000000:38:00.0, as tests/sysroot.py)
+ *   FAKE_NVML_PCIE_WIDTH=i:n    GPU i's PCIe link runs at n lanes (of 16): a degraded link
+ *   FAKE_NVML_REPLAYS=i:n       GPU i's PCIe replay counter (default 0)
+ *   FAKE_NVML_NVLINK_DOWN=i:l   link l of GPU i is down
+ *   FAKE_NVML_XID=i:code,...    XID events, each delivered once to the event set, in order
+ *   FAKE_NVML_XID_STORM=rate    XID 13 events on GPU 0 without end, `rate` a second
  */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int nvmlReturn_t;
@@ -29,6 +35,7 @@ typedef int nvmlReturn_t;
 #define ERR_NOT_FOUND 6
 #define ERR_INSUFFICIENT_SIZE 7
 #define ERR_GPU_IS_LOST 15
+#define ERR_TIMEOUT 10
 
 typedef struct {
     char busIdLegacy[16];
@@ -77,6 +84,8 @@ static int env_int(const char *name, int fallback) {
     const char *value = getenv(name);
     return value && *value ? atoi(value) : fallback;
 }
+
+static int pair_value(const char *name, int index, int fallback);
 
 static int count(void) {
     int n = env_int("FAKE_NVML_COUNT", 2);
@@ -306,7 +315,11 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(gpu_t *gpu, unsigned int *corr, unsigned 
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(gpu_t *gpu, unsigned int *v) { CHECK(gpu); *v = 5; return OK; }
-nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(gpu_t *gpu, unsigned int *v) { CHECK(gpu); *v = 16; return OK; }
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(gpu_t *gpu, unsigned int *v) {
+    CHECK(gpu);
+    *v = (unsigned int)pair_value("FAKE_NVML_PCIE_WIDTH", gpu->index, 16);
+    return OK;
+}
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(gpu_t *gpu, unsigned int *v) { CHECK(gpu); *v = 5; return OK; }
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(gpu_t *gpu, unsigned int *v) { CHECK(gpu); *v = 16; return OK; }
 nvmlReturn_t nvmlDeviceGetPcieThroughput(gpu_t *gpu, int counter, unsigned int *kbps) {
@@ -384,7 +397,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(gpu_t *gpu, nvmlProcessUtilizationS
 nvmlReturn_t nvmlDeviceGetNvLinkState(gpu_t *gpu, unsigned int link, int *active) {
     CHECK(gpu);
     if ((int)link >= gpu->nvlinks) return gpu->nvlinks ? ERR_INVALID_ARGUMENT : ERR_NOT_SUPPORTED;
-    *active = 1;
+    *active = pair_value("FAKE_NVML_NVLINK_DOWN", gpu->index, -1) == (int)link ? 0 : 1;
     return OK;
 }
 
@@ -402,4 +415,91 @@ nvmlReturn_t nvmlDeviceGetFieldValues(gpu_t *gpu, int n, nvmlFieldValue_t *value
         }
     }
     return OK;
+}
+
+/* "i:n" switches: the value for GPU `index`, else the fallback. */
+static int pair_value(const char *name, int index, int fallback) {
+    const char *spec = getenv(name);
+    int i, n;
+    if (spec && sscanf(spec, "%d:%d", &i, &n) == 2 && i == index) return n;
+    return fallback;
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(gpu_t *gpu, unsigned int *v) {
+    CHECK(gpu);
+    *v = (unsigned int)pair_value("FAKE_NVML_REPLAYS", gpu->index, 0);
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetFanSpeed(gpu_t *gpu, unsigned int *percent) { CHECK(gpu); *percent = 45; return OK; }
+nvmlReturn_t nvmlDeviceGetFanSpeed_v2(gpu_t *gpu, unsigned int fan, unsigned int *percent) {
+    (void)fan;
+    return nvmlDeviceGetFanSpeed(gpu, percent);
+}
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(gpu_t *gpu, unsigned int link, int counter, unsigned long long *n) {
+    CHECK(gpu);
+    if ((int)link >= gpu->nvlinks) return gpu->nvlinks ? ERR_INVALID_ARGUMENT : ERR_NOT_SUPPORTED;
+    *n = counter == 1 ? 2ULL : 0ULL; /* CRC data errors: 2 on every link */
+    return OK;
+}
+
+/* The event set: one per process is all the readers make. */
+typedef struct {
+    gpu_t *device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+static int event_set, delivered;
+static double storm_next;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+nvmlReturn_t nvmlEventSetCreate(void **set) { *set = &event_set; return OK; }
+nvmlReturn_t nvmlEventSetFree(void *set) { (void)set; return OK; }
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(gpu_t *gpu, unsigned long long *types) {
+    CHECK(gpu);
+    *types = 0x8ULL | 0x4ULL | 0x2ULL; /* XID critical error, double-bit ECC, single-bit ECC */
+    return OK;
+}
+nvmlReturn_t nvmlDeviceRegisterEvents(gpu_t *gpu, unsigned long long types, void *set) {
+    (void)types; (void)set;
+    CHECK(gpu);
+    return OK;
+}
+nvmlReturn_t nvmlEventSetWait_v2(void *set, nvmlEventData_t *data, unsigned int timeoutms) {
+    (void)set;
+    const char *spec = getenv("FAKE_NVML_XID");
+    int skip = delivered, index, code, used;
+    while (spec && *spec && sscanf(spec, "%d:%d%n", &index, &code, &used) == 2) {
+        if (skip-- == 0 && index >= 0 && index < count()) {
+            delivered++;
+            memset(data, 0, sizeof *data);
+            data->device = &GPUS[index];
+            data->eventType = 0x8ULL;
+            data->eventData = (unsigned long long)code;
+            return OK;
+        }
+        spec += used;
+        if (*spec == ',') spec++;
+    }
+    int rate = env_int("FAKE_NVML_XID_STORM", 0);
+    double deadline = now_s() + timeoutms / 1000.0;
+    if (rate > 0) {
+        double t = now_s();
+        if (storm_next < t - 1.0) storm_next = t; /* no backlog of more than a second */
+        if (storm_next <= deadline) {
+            if (storm_next > t) usleep((useconds_t)((storm_next - t) * 1e6));
+            storm_next += 1.0 / rate;
+            memset(data, 0, sizeof *data);
+            data->device = &GPUS[0];
+            data->eventType = 0x8ULL;
+            data->eventData = 13ULL;
+            return OK;
+        }
+    }
+    usleep((useconds_t)timeoutms * 1000);
+    return ERR_TIMEOUT;
 }

@@ -35,7 +35,7 @@ class NvmlGroup:
         self._reader: Any = None
 
     def _new_reader(self) -> Any:
-        return NvmlReader()
+        return NvmlReader(watch_events=True)
 
     def snapshot(self, context: CollectContext) -> NvmlSnapshot:
         """This round's read (once per round, whichever group asks first)."""

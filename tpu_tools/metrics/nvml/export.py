@@ -46,6 +46,8 @@ _GAUGES: list[tuple[str, str, float, str]] = [
     ("pcie_tx_bytes_per_second", "pcie_tx_bytes_per_second", 1, "PCIe bytes sent per second (20 ms window)."),
     ("pcie_rx_bytes_per_second", "pcie_rx_bytes_per_second", 1, "PCIe bytes received per second (20 ms window)."),
     ("nvlink_links_active", "nvlink_links_active", 1, "NVLink links up."),
+    ("nvlink_links", "nvlink_links", 1, "NVLink links of the board (up or not)."),
+    ("fan_speed_ratio", "fan_speed_percent", 0.01, "Fan speed, from 0 to 1 of its maximum."),
     ("mig_enabled", "mig_enabled", 1, "1 when MIG mode is on."),
     ("persistence_mode", "persistence_mode", 1, "1 when persistence mode is on."),
 ]
@@ -54,6 +56,11 @@ _COUNTERS: list[tuple[str, str, str]] = [
     ("ecc_aggregate_uncorrected_errors", "ecc_aggregate_uncorrected_errors", "Uncorrected ECC errors, lifetime."),
     ("nvlink_tx_bytes", "nvlink_tx_bytes_total", "NVLink bytes sent, all links."),
     ("nvlink_rx_bytes", "nvlink_rx_bytes_total", "NVLink bytes received, all links."),
+    ("pcie_replay_errors", "pcie_replay_errors", "PCIe replays (link-level retransmissions) since the driver "
+                                                 "was loaded."),
+    ("nvlink_replay_errors", "nvlink_replay_errors", "NVLink replay errors, all links."),
+    ("nvlink_recovery_errors", "nvlink_recovery_errors", "NVLink recovery errors, all links."),
+    ("nvlink_crc_errors", "nvlink_crc_errors", "NVLink CRC (flit) errors, all links."),
 ]
 
 
@@ -77,6 +84,12 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
                                 labels=[*gpu_labels, "reason"])
     remapped = GaugeMetricFamily(PREFIX + "remapped_rows", "Rows remapped after memory errors.",
                                  labels=[*gpu_labels, "kind"])
+    xid = CounterMetricFamily(PREFIX + "xid_errors", "XID error events, by code, since the exporter started.",
+                              labels=[*gpu_labels, "code"])
+    xid_last = GaugeMetricFamily(PREFIX + "xid_last_event_timestamp_seconds", "Time of the last XID event, with "
+                                 "its code and what it means.", labels=[*gpu_labels, "code", "description"])
+    link_down = GaugeMetricFamily(PREFIX + "nvlink_link_down", "1 for each NVLink link of the board that is down.",
+                                  labels=[*gpu_labels, "link"])
     process_memory = GaugeMetricFamily(PREFIX + "process_memory_used_bytes", "GPU memory a process holds.",
                                        labels=[*gpu_labels, "pid", "tag"])
     process_sm = GaugeMetricFamily(PREFIX + "process_sm_utilization_ratio", "A process's share of SM time (NVML's "
@@ -94,6 +107,14 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
             value = _number(gpu.get(key))
             if value is not None:
                 counters[name].add_metric(labels, value)
+        for code, count in (gpu.get("xid_errors") or {}).items():
+            xid.add_metric([*labels, str(code)], float(count))
+        last = gpu.get("xid_last")
+        if isinstance(last, dict):
+            xid_last.add_metric([*labels, str(last.get("code")), str(last.get("description") or "")],
+                                float(last.get("time_unix_s") or 0))
+        for link in gpu.get("nvlink_links_down") or []:
+            link_down.add_metric([*labels, str(link)], 1.0)
         for reason in gpu.get("clock_event_reasons") or []:
             reasons.add_metric([*labels, reason], 1.0)
         for kind in ("correctable", "uncorrectable"):
@@ -113,5 +134,8 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
     yield from counters.values()
     yield reasons
     yield remapped
+    yield xid
+    yield xid_last
+    yield link_down
     yield process_memory
     yield process_sm
