@@ -18,7 +18,7 @@ _tpu_tools_complete() {
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
-            opts='--probe --topology --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            opts='--probe --topology --verbose -v --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
             valopts='--metric --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
@@ -181,7 +181,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-ls|')
-            opts='--probe --topology --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            opts='--probe --topology --verbose -v --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
             valopts='--metric --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;

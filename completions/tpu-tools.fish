@@ -7,6 +7,7 @@ complete -c tpu-tools -n '__fish_use_subcommand' -s h -l help -d 'Show the help 
 complete -c tpu-tools -n '__fish_use_subcommand' -a ls -d 'List accelerator devices, their memory, PCI placement and...'
 complete -c tpu-tools -n '__fish_seen_subcommand_from ls' -l probe -d 'Compile and run a small program on every device, verify it, time it; exit 1 on a failure'
 complete -c tpu-tools -n '__fish_seen_subcommand_from ls' -l topology -d 'Draw the device mesh from TPU coordinates'
+complete -c tpu-tools -n '__fish_seen_subcommand_from ls' -l verbose -s v -d 'Also a GPU health table: PCIe link (generation and width, current and maximum, replays), NVLink links up and errors, fan, MIG mode, ECC and remapped rows'
 complete -c tpu-tools -n '__fish_seen_subcommand_from ls' -l no-runtime -d 'Passive discovery only: never start a runtime (fast)'
 complete -c tpu-tools -n '__fish_seen_subcommand_from ls' -l force -d 'Open the runtime even when another process holds a TPU, or when NVML already lists the GPUs'
 complete -c tpu-tools -n '__fish_seen_subcommand_from ls' -l runtime-status -d 'Also show libtpu\'s per-core runtime state and error messages (from its metrics service)'
@@ -383,6 +384,7 @@ complete -c tpu-tools -n '__fish_seen_subcommand_from show' -s h -l help -d 'Sho
 complete -c tpu-ls -f
 complete -c tpu-ls -l probe -d 'Compile and run a small program on every device, verify it, time it; exit 1 on a failure'
 complete -c tpu-ls -l topology -d 'Draw the device mesh from TPU coordinates'
+complete -c tpu-ls -l verbose -s v -d 'Also a GPU health table: PCIe link (generation and width, current and maximum, replays), NVLink links up and errors, fan, MIG mode, ECC and remapped rows'
 complete -c tpu-ls -l no-runtime -d 'Passive discovery only: never start a runtime (fast)'
 complete -c tpu-ls -l force -d 'Open the runtime even when another process holds a TPU, or when NVML already lists the GPUs'
 complete -c tpu-ls -l runtime-status -d 'Also show libtpu\'s per-core runtime state and error messages (from its metrics service)'

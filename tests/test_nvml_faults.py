@@ -83,3 +83,14 @@ def test_an_xid_storm_is_counted_and_every_scrape_answers(fake_nvml_dir, tmp_pat
     finally:
         monitor.kill()
         monitor.wait(timeout=10)
+
+
+def test_tpu_ls_verbose_shows_a_gpu_health_table(fake_nvml_dir, tmp_path):
+    root = tmp_path / "root"
+    sysroot.nvidia_host(root)
+    result = run_tool("tpu-ls", "-v", "--no-runtime", env=nvml_env(fake_nvml_dir, root, **FAULTS), timeout=60)
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[-2:]}
+    assert "x8/16 (!)" in rows["0"] and " 7 " in rows["0"] and "45%" in rows["0"]
+    assert "17/18 down: 3" in rows["1"]
+    assert "PCIE WIDTH" not in run_tool("tpu-ls", "--no-runtime", env=nvml_env(fake_nvml_dir, root), timeout=60).stdout
