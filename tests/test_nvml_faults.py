@@ -94,3 +94,34 @@ def test_tpu_ls_verbose_shows_a_gpu_health_table(fake_nvml_dir, tmp_path):
     assert "x8/16 (!)" in rows["0"] and " 7 " in rows["0"] and "45%" in rows["0"]
     assert "17/18 down: 3" in rows["1"]
     assert "PCIE WIDTH" not in run_tool("tpu-ls", "--no-runtime", env=nvml_env(fake_nvml_dir, root), timeout=60).stdout
+
+
+def test_mig_instances_reach_the_report_and_prometheus(fake_nvml_dir, tmp_path, rundir):  # noqa: F811
+    root = tmp_path / "root"
+    sysroot.nvidia_host(root)
+    env = nvml_env(fake_nvml_dir, root, TPU_TOOLS_RUNTIME_DIR=str(rundir), FAKE_NVML_MIG="1:3")
+    result = subprocess.run([sys.executable, str(TESTS / "exposition_once.py")], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    check(result.stdout)
+    used = {s.labels["gpu_instance"]: s.value for f in text_string_to_metric_families(result.stdout)
+            for s in f.samples if s.name == "tpu_tools_gpu_mig_instance_memory_used_bytes"}
+    assert used == {"1": 1 << 30, "2": 2 << 30, "3": 3 << 30}
+    listing = run_tool("tpu-ls", "-v", "--no-runtime", env=env, timeout=60)
+    assert "on, 3 instances" in listing.stdout.splitlines()[-1]
+
+
+def test_mig_instances_that_come_and_go_between_reads_never_fail_a_report(fake_nvml_dir, tmp_path, rundir):  # noqa: F811
+    root = tmp_path / "root"
+    sysroot.nvidia_host(root)
+    env = nvml_env(fake_nvml_dir, root, TPU_TOOLS_RUNTIME_DIR=str(rundir), FAKE_NVML_MIG="0:7",
+                   FAKE_NVML_MIG_FLAP="1")
+    result = run_tool("tpu-monitor", "--count", "4", "--period", "0.2", env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    for line in result.stdout.splitlines():
+        group = json.loads(line)["nvml"]
+        assert group["error"] is None
+        gpu = group["gpus"][0]
+        assert gpu["status"] == "ok" and gpu["mig_enabled"] is True
+        assert len(gpu["mig_instances"]) < 7  # some were gone when asked
+        assert all(i["memory_total_bytes"] == 10 << 30 for i in gpu["mig_instances"])

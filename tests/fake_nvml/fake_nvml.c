@@ -20,6 +20,9 @@
  *   FAKE_NVML_NVLINK_DOWN=i:l   link l of GPU i is down
  *   FAKE_NVML_XID=i:code,...    XID events, each delivered once to the event set, in order
  *   FAKE_NVML_XID_STORM=rate    XID 13 events on GPU 0 without end, `rate` a second
+ *   FAKE_NVML_MIG=i:n           GPU i is in MIG mode with n instances (at most 7), 10 GiB each
+ *   FAKE_NVML_MIG_FLAP=1        with FAKE_NVML_MIG: every other look at the instances finds none (they are
+ *                               being destroyed and made again between two reads)
  */
 #include <limits.h>
 #include <stdio.h>
@@ -232,7 +235,50 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(gpu_t *gpu, nvmlPciInfo_t *pci) {
     pci->pciSubSystemId = 0x16c110de;
     return OK;
 }
+/* MIG devices: their own handles, outside GPUS. */
+typedef struct { int gpu, slot; } mig_t;
+static mig_t MIGS[8][7];
+static int mig_looks;
+
+static int mig_count(int index) {
+    int n = pair_value("FAKE_NVML_MIG", index, 0);
+    return n < 0 ? 0 : (n > 7 ? 7 : n);
+}
+static const mig_t *as_mig(const void *handle) {
+    const mig_t *mig = (const mig_t *)handle;
+    if (mig < &MIGS[0][0] || mig >= &MIGS[0][0] + 8 * 7) return NULL;
+    return mig;
+}
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(gpu_t *gpu, unsigned int *n) { CHECK(gpu); *n = 7; return OK; }
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(gpu_t *gpu, unsigned int index, mig_t **handle) {
+    CHECK(gpu);
+    int flapping = env_int("FAKE_NVML_MIG_FLAP", 0) && (mig_looks++ % 2);
+    if (flapping || (int)index >= mig_count(gpu->index)) return ERR_NOT_FOUND;
+    MIGS[gpu->index][index].gpu = gpu->index;
+    MIGS[gpu->index][index].slot = (int)index;
+    *handle = &MIGS[gpu->index][index];
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(const void *handle, unsigned int *id) {
+    const mig_t *mig = as_mig(handle);
+    if (!mig) return ERR_INVALID_ARGUMENT;
+    *id = 1 + (unsigned int)mig->slot;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(const void *handle, unsigned int *id) {
+    if (!as_mig(handle)) return ERR_INVALID_ARGUMENT;
+    *id = 0;
+    return OK;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(gpu_t *gpu, nvmlMemory_t *memory) {
+    const mig_t *mig = as_mig(gpu);
+    if (mig) {
+        memory->total = 10737418240ULL;
+        memory->used = (unsigned long long)(mig->slot + 1) << 30;
+        memory->free = memory->total - memory->used;
+        return OK;
+    }
     CHECK(gpu);
     memory->total = TOTAL;
     memory->used = gpu->mem_used_v1;
@@ -329,7 +375,7 @@ nvmlReturn_t nvmlDeviceGetPcieThroughput(gpu_t *gpu, int counter, unsigned int *
 }
 nvmlReturn_t nvmlDeviceGetMigMode(gpu_t *gpu, unsigned int *current, unsigned int *pending) {
     CHECK(gpu);
-    *current = *pending = 0;
+    *current = *pending = mig_count(gpu->index) > 0;
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetPersistenceMode(gpu_t *gpu, int *mode) { CHECK(gpu); *mode = 1; return OK; }

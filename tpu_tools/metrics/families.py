@@ -95,6 +95,8 @@ def _example_families() -> Iterable[tuple[str, Metric]]:
     yield from (("libtpu", f) for f in histogram_families(histogram_samples([snapshot])))
     process = _filled(GpuProcess, pid=1, kind="compute")
     gpu = {**_filled(GpuRecord, index=0, clock_event_reasons=["r"], xid_errors={"79": 1}, nvlink_links_down=[0],
+                     mig_instances=[{"gpu_instance_id": 1, "compute_instance_id": 0, "memory_used_bytes": 1,
+                                     "memory_total_bytes": 1}],
                      xid_last={"code": 79, "time_unix_s": 1.0, "description": "d"}),
            "processes": [process], "device_key": "gpu:0"}
     yield from (("nvml, amdsmi", f) for f in gpu_families({"gpus": [gpu]}))

@@ -93,6 +93,8 @@ def gpu_health_table(gpus: list[GpuRecord]) -> TableData:
         errors = [gpu.nvlink_replay_errors, gpu.nvlink_recovery_errors, gpu.nvlink_crc_errors]
         nvlink_errors = MISSING if all(e is None for e in errors) else str(sum(e or 0 for e in errors))
         mig = MISSING if gpu.mig_enabled is None else ("on" if gpu.mig_enabled else "off")
+        if gpu.mig_instances is not None:
+            mig += f", {len(gpu.mig_instances)} instances"
         table.add_row(gpu.index, _link_text(gpu.pcie_link_generation, gpu.pcie_link_generation_max, "Gen"),
                       _link_text(gpu.pcie_link_width, gpu.pcie_link_width_max, "x"), _count(gpu.pcie_replay_errors),
                       links, nvlink_errors, util_text(gpu.fan_speed_percent), mig,

@@ -88,6 +88,11 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
                               labels=[*gpu_labels, "code"])
     xid_last = GaugeMetricFamily(PREFIX + "xid_last_event_timestamp_seconds", "Time of the last XID event, with "
                                  "its code and what it means.", labels=[*gpu_labels, "code", "description"])
+    mig_labels = [*gpu_labels, "gpu_instance", "compute_instance"]
+    mig_used = GaugeMetricFamily(PREFIX + "mig_instance_memory_used_bytes", "Memory in use in a MIG instance.",
+                                 labels=mig_labels)
+    mig_total = GaugeMetricFamily(PREFIX + "mig_instance_memory_total_bytes", "Memory of a MIG instance.",
+                                  labels=mig_labels)
     link_down = GaugeMetricFamily(PREFIX + "nvlink_link_down", "1 for each NVLink link of the board that is down.",
                                   labels=[*gpu_labels, "link"])
     process_memory = GaugeMetricFamily(PREFIX + "process_memory_used_bytes", "GPU memory a process holds.",
@@ -113,6 +118,12 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
         if isinstance(last, dict):
             xid_last.add_metric([*labels, str(last.get("code")), str(last.get("description") or "")],
                                 float(last.get("time_unix_s") or 0))
+        for instance in gpu.get("mig_instances") or []:
+            ids = [str(instance.get("gpu_instance_id")), str(instance.get("compute_instance_id"))]
+            for family, key in ((mig_used, "memory_used_bytes"), (mig_total, "memory_total_bytes")):
+                value = _number(instance.get(key))
+                if value is not None:
+                    family.add_metric([*labels, *ids], value)
         for link in gpu.get("nvlink_links_down") or []:
             link_down.add_metric([*labels, str(link)], 1.0)
         for reason in gpu.get("clock_event_reasons") or []:
@@ -137,5 +148,7 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
     yield xid
     yield xid_last
     yield link_down
+    yield mig_used
+    yield mig_total
     yield process_memory
     yield process_sm

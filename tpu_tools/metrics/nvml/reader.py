@@ -37,6 +37,7 @@ _NVML_ERROR_NOT_FOUND = 6
 _MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS on current drivers
 _NVLINK_TX_KIB, _NVLINK_RX_KIB = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, KiB since load
 _ALL_LINKS = 0xFFFFFFFF
+_MAX_MIG_DEVICES = 64  # a driver's claim of more is not believed
 
 T = TypeVar("T")
 
@@ -164,10 +165,32 @@ class _Gpu:
             r.remapped_rows_pending, r.remapped_rows_failed = bool(rows[2]), bool(rows[3])
         mig = self.get("mig_mode", lambda: nvml.nvmlDeviceGetMigMode(handle))
         r.mig_enabled = bool(mig[0]) if mig is not None else None
+        if r.mig_enabled:
+            self._mig(handle)
         persistence = self.get("persistence_mode", lambda: nvml.nvmlDeviceGetPersistenceMode(handle))
         r.persistence_mode = bool(persistence) if persistence is not None else None
         mode = self.get("compute_mode", lambda: nvml.nvmlDeviceGetComputeMode(handle))
         r.compute_mode = decode.compute_mode(int(mode)) if mode is not None else None
+
+    def _mig(self, handle: Any) -> None:
+        """The MIG instances there are now. Instances are made and destroyed at any time: one that is gone
+        between two calls is left out, never an error."""
+        nvml, r = self.nvml, self.record
+        most = self.get("mig_devices", lambda: int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)))
+        instances: list[dict[str, Any]] = []
+        for index in range(min(most or 0, _MAX_MIG_DEVICES)):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+                gpu_instance = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
+                compute_instance = int(nvml.nvmlDeviceGetComputeInstanceId(mig))
+                memory = nvml.nvmlDeviceGetMemoryInfo(mig)
+            except nvml.NVMLError as error:
+                if getattr(error, "value", None) == _NVML_ERROR_GPU_IS_LOST:
+                    raise _Lost from error
+                continue  # an empty slot, or an instance destroyed since
+            instances.append({"index": index, "gpu_instance_id": gpu_instance, "compute_instance_id": compute_instance,
+                              "memory_used_bytes": int(memory.used), "memory_total_bytes": int(memory.total)})
+        r.mig_instances = instances
 
     def _links(self, handle: Any) -> None:
         nvml, r = self.nvml, self.record
