@@ -310,4 +310,4 @@ def test_report_group_gauge_and_histogram_samples():
     # Not served (bandwidth) and no samples (device 7): no made-up values.
     assert not any(name == "tpu_tools_libtpu_hbm_bandwidth_utilization_ratio" for name, _ in samples)
     empty = histograms[("tpu_tools_libtpu_hlo_execution_time_seconds", (here, ("device", "7")))]
-    assert empty.buckets[-1] == (math.inf, 0) and empty.sum is None
+    assert empty.buckets[-1] == (math.inf, 0) and empty.sum == 0.0

@@ -144,7 +144,7 @@ def test_hang_stop_and_restart_of_the_service_with_prometheus(rundir, tmp_path):
         assert f'tpu_tools_libtpu_hbm_total_bytes{{{address},device="7"}} {floatToGoString(16 * GIB)}' in text
         assert f'tpu_tools_libtpu_hlo_execution_time_seconds_bucket{{{address},device="0",le="1e-06"}}' in text
         assert f'tpu_tools_libtpu_hlo_execution_time_seconds_count{{{address},device="5"}} 0.0' in text
-        assert f'tpu_tools_libtpu_hlo_execution_time_seconds_sum{{{address},device="5"' not in text  # no samples
+        assert f'tpu_tools_libtpu_hlo_execution_time_seconds_sum{{{address},device="5"}} 0.0' in text  # no samples
         assert 'tpu_tools_device_utilization_ratio{device="tpu:0",name="TPU v5e",platform="tpu"} 0.875' in text
         assert 'tpu_tools_group_error{group="libtpu"} 0.0' in text
         assert len(service.servicer.peers) == 1

@@ -75,7 +75,8 @@ def histogram(name: str, documentation: str, labels: dict[str, str], summary: Di
         if math.isfinite(upper):
             buckets.append((upper * scale, cumulative))
     buckets.append((math.inf, max(summary.count, cumulative)))
-    total = summary.mean * summary.count * scale if summary.mean is not None else None
+    # no samples: a sum of 0 (and so a _count of 0), not a missing one; samples without a readable mean: none
+    total = summary.mean * summary.count * scale if summary.mean is not None else 0.0 if not summary.count else None
     return HistogramSample(PREFIX + name, documentation, labels, tuple(buckets), total)
 
 
