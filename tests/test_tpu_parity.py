@@ -221,7 +221,7 @@ def test_every_metric_in_tpu_monitor_json_and_prometheus_with_slice_labels(v5p_w
     assert report["tpu_slice"]["labels"] == {"slice": slice_label, "worker": "3"}
     series = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert series and all(f'slice="{slice_label}"' in line and 'worker="3"' in line for line in series)
-    assert any(line.startswith("tpu_tools_libtpu_tcp_delivery_rate_mbps{") for line in series)
+    assert any(line.startswith("tpu_tools_libtpu_tcp_delivery_rate_bytes_per_second_bucket{") for line in series)
     assert any('metric="dcn_inbound_transfer_latencies"' in line for line in series)
 
 
