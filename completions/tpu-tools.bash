@@ -30,7 +30,7 @@ _tpu_tools_complete() {
             valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --allow-metric --deny-metric --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-tools|top')
-            opts='--interval --once --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            opts='--interval --once --readonly --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--interval --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout'; pathopts=''
             case "$prev" in
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
@@ -193,7 +193,7 @@ _tpu_tools_complete() {
             valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --allow-metric --deny-metric --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-top|')
-            opts='--interval --once --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            opts='--interval --once --readonly --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--interval --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout'; pathopts=''
             case "$prev" in
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
