@@ -26,8 +26,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|monitor')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --pod-labels --allow-metric --deny-metric --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
-            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --allow-metric --deny-metric --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --allow-metric --deny-metric --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --arrays --allow-metric --deny-metric --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-tools|top')
             opts='--interval --once --readonly --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
@@ -189,8 +189,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-monitor|')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --pod-labels --allow-metric --deny-metric --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
-            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --allow-metric --deny-metric --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --allow-metric --deny-metric --list-metrics --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --arrays --allow-metric --deny-metric --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-top|')
             opts='--interval --once --readonly --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''

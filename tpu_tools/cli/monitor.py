@@ -244,6 +244,9 @@ def explicit(ctx: click.Context, name: str) -> bool:
               help="Report every host that this Prometheus server scrapes instead of this host.")
 @click.option("--from-prometheus-timeout", type=Duration(), default="2s", show_default=True, metavar="SECONDS",
               help="Deadline of each query to the --from-prometheus server.")
+@click.option("--arrays", "arrays_pid", type=click.IntRange(min=1), default=None, metavar="PID",
+              help="Print the largest live arrays of the JAX job PID (by shape, dtype and sharding) and the source "
+                   "lines that allocated its device memory, as one JSON document (tpu-tools/arrays/v1); then exit.")
 @click.option("--pod-labels", is_flag=True,
               help="Add the Kubernetes labels of the pod that holds a device to its series (label_KEY), read "
                    "with the service account (RBAC: deploy/kubernetes/optional/pod-labels-rbac.yaml).")
@@ -262,12 +265,15 @@ def explicit(ctx: click.Context, name: str) -> bool:
 def monitor_command(ctx: click.Context, period: float, count: int | None, config_path: Path | None,
                     tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
                     quiet: bool, web_config_path: Path | None, from_prometheus: str | None,
-                    from_prometheus_timeout: float, pod_labels: bool, allow_metrics: tuple[str, ...],
+                    from_prometheus_timeout: float, arrays_pid: int | None, pod_labels: bool,
+                    allow_metrics: tuple[str, ...],
                     deny_metrics: tuple[str, ...],
                     list_metrics: bool, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
     if from_prometheus is not None:
         return _fleet(ctx, from_prometheus, from_prometheus_timeout, period, count)
+    if arrays_pid is not None:
+        return _arrays(arrays_pid, agent_timeout)
     from tpu_tools.metrics.groups import GROUPS
     from tpu_tools.metrics.groups.base import CollectOptions
     from tpu_tools.metrics.report import GroupPlan, ReportBuilder
@@ -335,6 +341,25 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
         _loop(builder, period, count, exporter, quiet)
     finally:
         builder.close()
+    return EXIT_OK
+
+
+def _arrays(pid: int, agent_timeout: float) -> int:
+    """--arrays PID: ask that job's agent once (the agent reads its arrays on this request only)."""
+    import json
+
+    from tpu_tools.errors import RuntimeFailure
+    from tpu_tools.metrics import wire
+    from tpu_tools.metrics.agent_client import AgentQueryError, query_agent
+
+    try:
+        answer = query_agent(pid, max(agent_timeout, 10.0), request=wire.REQUEST_ARRAYS)
+    except AgentQueryError as error:
+        raise RuntimeFailure(f"--arrays {pid}: {error}") from None
+    if answer.get("arrays_report") is None:
+        raise RuntimeFailure(f"--arrays {pid}: {answer.get('arrays_error') or 'the agent read no arrays'}")
+    document = {"schema": "tpu-tools/arrays/v1", "pid": pid, "tag": answer.get("tag"), **answer["arrays_report"]}
+    sys.stdout.write(json.dumps(document) + "\n")
     return EXIT_OK
 
 

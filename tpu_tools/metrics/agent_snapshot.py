@@ -47,6 +47,15 @@ STEPS = Obj({
     "p99_step_time_s": _SECONDS, "last_step_age_s": _SECONDS,
 })
 
+# The answer to the "arrays" request (tpu_tools.agent.arrays): device memory by allocation, on request only
+ARRAYS = Obj({
+    "arrays": List(Obj({"shape": Str(1024), "dtype": Str(64), "sharding": Str(4096), "bytes": _BYTES,
+                        "count": _COUNT}), max_items=1000),
+    "arrays_looked_at": _COUNT, "truncated": Bool(),
+    "sites": List(Obj({"source": Str(4096), "bytes": _BYTES, "count": _COUNT}), max_items=1000),
+    "sites_error": Str(), "elapsed_s": _SECONDS,
+})
+
 SNAPSHOT = Obj({
     "schema": Str(64), "pid": Int(min=1), "tag": Str(1024), "user": Str(256), "command": Str(),
     "agent_version": Str(256), "started_unix_s": Float(), "uptime_s": Float(), "jax_version": Str(256),
@@ -63,6 +72,8 @@ SNAPSHOT = Obj({
     "tpu_sdk": Obj({"status": Str(256), "metrics": Map(AnyJSON(), max_items=64),
                     "tensorcore_utilization_percent": List(AnyJSON(), max_items=1024)}),
     "error": AnyJSON(),
+    "arrays_report": ARRAYS,
+    "arrays_error": Str(),
 }, required=("schema", "pid"))
 
 
