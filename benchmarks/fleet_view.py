@@ -72,7 +72,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="fleetbench"))
     prometheus = PrometheusServer(workdir, {"tpu-tools": targets}, interval="1s").start()
     try:
-        prometheus.wait_for("tpu_tools_device_utilization_percent", count=args.hosts * args.chips, timeout=120)
+        prometheus.wait_for("tpu_tools_device_utilization_ratio", count=args.hosts * args.chips, timeout=120)
         source = FleetSource(prometheus.url, 5.0)
         state = ViewState()
         times = []

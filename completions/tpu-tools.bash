@@ -18,7 +18,7 @@ _tpu_tools_complete() {
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
-            opts='--probe --topology --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            opts='--probe --topology --verbose -v --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
             valopts='--metric --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
@@ -26,11 +26,11 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|monitor')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
-            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --price-per-hour --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --arrays --allow-metric --deny-metric --price-per-hour --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-tools|top')
-            opts='--interval --once --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            opts='--interval --once --readonly --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--interval --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout'; pathopts=''
             case "$prev" in
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
@@ -230,7 +230,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-ls|')
-            opts='--probe --topology --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            opts='--probe --topology --verbose -v --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
             valopts='--metric --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
@@ -238,11 +238,11 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-monitor|')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
-            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --price-per-hour --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --arrays --allow-metric --deny-metric --price-per-hour --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-top|')
-            opts='--interval --once --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            opts='--interval --once --readonly --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--interval --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout'; pathopts=''
             case "$prev" in
                 --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;

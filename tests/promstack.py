@@ -263,7 +263,7 @@ class FleetStack:
         """Every host scraped with its chips' duty cycle and its agents, and the GPU node."""
         assert self.prometheus is not None
         try:
-            self.prometheus.wait_for('tpu_tools_device_utilization_percent{job="tpu-tools"}', count=24)
+            self.prometheus.wait_for('tpu_tools_device_utilization_ratio{job="tpu-tools"}', count=24)
             self.prometheus.wait_for('tpu_tools_process_steps_total{job="tpu-tools"}', count=3)
             self.prometheus.wait_for("tpu_tools_gpu_power_draw_watts", count=2)
         except AssertionError as error:

@@ -20,6 +20,7 @@ class FakeProcess:
     uid: int
     cmdline: list[str]
     holds: list[str] = field(default_factory=list)  # device node paths
+    environ: dict[str, str] = field(default_factory=dict)  # /proc/PID/environ
 
 
 @dataclass
@@ -77,6 +78,7 @@ class HostBuilder:
                                           f"{proc.uid}\n")
         (directory / "cmdline").write_bytes(b"\0".join(a.encode() for a in proc.cmdline) + b"\0")
         (directory / "comm").write_text(proc.cmdline[0][:15] + "\n")
+        (directory / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in proc.environ.items()))
         os.symlink("/dev/null", directory / "fd" / "0")
         for i, path in enumerate(proc.holds, start=3):
             os.symlink(path, directory / "fd" / str(i))

@@ -16,7 +16,8 @@ RULE_TESTS = REPO / "deploy" / "prometheus" / "alerts_test.yml"
 GPU_RECORD = {"index": 0, "uuid": "GPU-0", "pci_bus_id": "0000:00:06.0", "status": "ok", "memory_used_bytes": 1,
               "memory_total_bytes": 2, "utilization_gpu_percent": 50.0, "temperature_celsius": 40.0,
               "power_draw_watts": 300.0, "ecc_aggregate_uncorrected_errors": 0, "clock_event_reasons": ["gpu_idle"],
-              "processes": [{"pid": 7, "gpu_memory_bytes": 1, "tag": "t"}]}
+              "processes": [{"pid": 7, "gpu_memory_bytes": 1, "tag": "t"}], "xid_errors": {"79": 1},
+              "pcie_link_width": 8, "pcie_link_width_max": 16, "nvlink_links": 18, "nvlink_links_active": 17}
 
 
 def _alerts() -> list[dict]:
@@ -38,7 +39,7 @@ def test_every_alert_has_a_case_where_it_fires():
     cases = yaml.safe_load(RULE_TESTS.read_text())["tests"]
     firing = {check["alertname"] for case in cases for check in case["alert_rule_test"] if check["exp_alerts"]}
     names = [rule["alert"] for rule in _alerts()]
-    assert len(names) == len(set(names)) == 14
+    assert len(names) == len(set(names)) == 17
     assert set(names) == firing
 
 

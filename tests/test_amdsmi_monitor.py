@@ -74,10 +74,12 @@ def test_prometheus_exports_the_gpu_series_with_a_vendor_label(fake_amdsmi_dir, 
         text = wait_for(lambda: (lambda t: t if "tpu_tools_gpu_process_memory_used_bytes{" in t else None)(
             _scrape(port)), timeout=30)
         samples = _samples(text)
-        gpu0 = (("gpu", "0"), ("pci_bus_id", "0000:0c:00.0"), ("uuid", "e2ff74a1-0000-1000-8000-cd1234567801"),
-                ("vendor", "amd"))
-        assert samples[("tpu_tools_gpu_memory_used_bytes", gpu0)] == BUSY_USED
-        assert samples[("tpu_tools_gpu_utilization_ratio", gpu0)] == 0.91
+        gpu0 = (("device", "gpu:0"), ("gpu", "0"), ("pci_bus_id", "0000:0c:00.0"),
+                ("uuid", "e2ff74a1-0000-1000-8000-cd1234567801"), ("vendor", "amd"))
+        device = {name: value for (name, labels), value in samples.items()
+                  if name.startswith("tpu_tools_device_") and ("device", "gpu:0") in labels}
+        assert device["tpu_tools_device_memory_used_bytes"] == BUSY_USED
+        assert device["tpu_tools_device_utilization_ratio"] == 0.91
         assert samples[("tpu_tools_gpu_memory_utilization_ratio", gpu0)] == 0.44
         assert samples[("tpu_tools_gpu_temperature_celsius", gpu0)] == 61
         assert samples[("tpu_tools_gpu_power_draw_watts", gpu0)] == 612
@@ -150,12 +152,13 @@ def test_a_host_with_both_vendors_lists_both_and_exports_one_family_per_name(fak
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         text = wait_for(lambda: (lambda t: t if 'vendor="amd"' in t else None)(_scrape(port)), timeout=30)
-        assert text.count("# TYPE tpu_tools_gpu_memory_used_bytes gauge") == 1
-        used = {labels: value for (name, labels), value in _samples(text).items()
-                if name == "tpu_tools_gpu_memory_used_bytes"}
-        by_bus = {dict(labels)["pci_bus_id"]: (dict(labels).get("vendor"), value) for labels, value in used.items()}
-        assert by_bus["0000:18:00.0"] == (None, 64419069952)  # NVML's series keep their labels
-        assert by_bus["0000:0c:00.0"] == ("amd", BUSY_USED)
+        assert text.count("# TYPE tpu_tools_gpu_memory_free_bytes gauge") == 1
+        free = {labels: value for (name, labels), value in _samples(text).items()
+                if name == "tpu_tools_gpu_memory_free_bytes"}
+        by_bus = {dict(labels)["pci_bus_id"]: (dict(labels).get("vendor"), dict(labels)["device"])
+                  for labels in free}
+        assert by_bus["0000:18:00.0"] == (None, "gpu:1")  # NVML's series keep their labels
+        assert by_bus["0000:0c:00.0"] == ("amd", "gpu:0")
         report_devices = json.loads(run_tool("tpu-monitor", "--count", "1", env=env, timeout=60).stdout)["devices"]
         sources = {d["key"]: d["sources"] for d in report_devices["devices"]}
         assert sources == {"gpu:0": ["discovery", "amdsmi"], "gpu:1": ["discovery", "nvml"],

@@ -106,15 +106,17 @@ def test_alert_rules_load_and_evaluate_on_the_scraped_data(stack):
         if rules and all(rule.get("lastEvaluation", "").startswith("20") for rule in rules.values()):
             break
         time.sleep(0.2)
-    assert len(rules) == 12 and {r["health"] for r in rules.values()} == {"ok"}, rules
+    assert len(rules) == 17 and {r["health"] for r in rules.values()} == {"ok"}, rules
     matched = {name: stack.prometheus.query(rule["query"]) for name, rule in rules.items()}
     slow = stack.hosts[2].target
     assert sorted((s["metric"]["instance"], s["metric"]["device"]) for s in matched["TpuToolsDeviceIdleWhileHeld"]) \
         == [(slow, f"tpu:{i}") for i in range(4, 8)]
-    assert [s["metric"]["gpu"] for s in matched["TpuToolsGpuMemoryAlmostFull"]] == ["0"]
     assert [s["metric"]["reason"] for s in matched["TpuToolsGpuThrottling"]] == ["hw_thermal_slowdown"]
+    # The GPU node's exporter serves its GPU series only (its memory would be the devices group's series).
     quiet = {"TpuToolsRecompilationStorm", "TpuToolsExporterDown", "TpuToolsAgentDown", "TpuToolsGpuLost",
-             "TpuToolsLibtpuMetricsUnreachable", "TpuToolsDeviceMemoryAlmostFull", "TpuToolsGlobalMetricDiffers"}
+             "TpuToolsLibtpuMetricsUnreachable", "TpuToolsDeviceMemoryAlmostFull", "TpuToolsGpuMemoryAlmostFull",
+             "TpuToolsGpuXidError", "TpuToolsGpuPcieLinkDegraded", "TpuToolsGpuNvlinkDown",
+             "TpuToolsGlobalMetricDiffers"}
     assert all(matched[name] == [] for name in quiet), {name: matched[name] for name in quiet}
 
 
@@ -134,7 +136,7 @@ def test_every_dashboard_panel_query_returns_data(stack):
                 except AssertionError as error:
                     pytest.fail(f"{path.name}, panel {panel['title']!r}: {error}")
                 queried += 1
-    assert queried >= 25
+    assert queried >= 23
 
 
 def test_a_host_whose_exporter_goes_away_is_shown_down(stack):
@@ -218,8 +220,8 @@ def _handler(status: int, body: bytes, delay_s: float = 0.0) -> type[http.server
 
 
 GOOD = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
-    {"metric": {"__name__": "tpu_tools_device_utilization_percent", "instance": "h1", "job": "j",
-                "device": "tpu:0", "platform": "tpu", "name": "TPU v5e"}, "value": [0, "55.5"]}]}}).encode()
+    {"metric": {"__name__": "tpu_tools_device_utilization_ratio", "instance": "h1", "job": "j",
+                "device": "tpu:0", "platform": "tpu", "name": "TPU v5e"}, "value": [0, "0.555"]}]}}).encode()
 
 
 @pytest.mark.parametrize(("handler", "fragment"), [

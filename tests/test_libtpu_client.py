@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import time
@@ -298,8 +299,8 @@ def test_read_once_pays_for_grpc_only_when_something_listens():
 
 # --- what monitor and Prometheus consume ------------------------------------------------------------
 
-def test_report_group_and_gauge_samples():
-    from tpu_tools.metrics.libtpu.export import gauge_samples, report_group
+def test_report_group_gauge_and_histogram_samples():
+    from tpu_tools.metrics.libtpu.export import gauge_samples, histogram_samples, report_group
 
     with FakeMetricsService(v5e_host()) as service, LibtpuClient(["127.0.0.1:1", service.address]) as client:
         snapshots = client.snapshot()
@@ -310,11 +311,12 @@ def test_report_group_and_gauge_samples():
     here = ("address", service.address)
     assert samples[("tpu_tools_libtpu_up", (("address", "127.0.0.1:1"),))] == 0.0
     assert samples[("tpu_tools_libtpu_up", (here,))] == 1.0
-    assert samples[("tpu_tools_libtpu_duty_cycle_percent", (here, ("device", "1")))] == 88.1
-    assert samples[("tpu_tools_libtpu_hlo_execution_time_samples", (here, ("device", "0")))] == 200
-    assert ("tpu_tools_libtpu_hlo_execution_time_us", (here, ("device", "0"), ("quantile", "0.99"))) in samples
+    assert samples[("tpu_tools_libtpu_duty_cycle_ratio", (here, ("device", "1")))] == 0.881
+    histograms = {(s.name, tuple(sorted(s.labels.items()))): s for s in histogram_samples(snapshots)}
+    hlo = histograms[("tpu_tools_libtpu_hlo_execution_time_seconds", (here, ("device", "0")))]
+    assert hlo.buckets[-1] == (math.inf, 200) and hlo.buckets[0][0] == 1e-6 and hlo.sum > 0
+    assert [count for _, count in hlo.buckets] == sorted(count for _, count in hlo.buckets)  # cumulative
     # Not served (bandwidth) and no samples (device 7): no made-up values.
-    assert not any(name == "tpu_tools_libtpu_hbm_bandwidth_utilization_percent" for name, _ in samples)
-    assert samples[("tpu_tools_libtpu_hlo_execution_time_samples", (here, ("device", "7")))] == 0
-    assert not any(name == "tpu_tools_libtpu_hlo_execution_time_us" and ("device", "7") in labels
-                   for name, labels in samples)
+    assert not any(name == "tpu_tools_libtpu_hbm_bandwidth_utilization_ratio" for name, _ in samples)
+    empty = histograms[("tpu_tools_libtpu_hlo_execution_time_seconds", (here, ("device", "7")))]
+    assert empty.buckets[-1] == (math.inf, 0) and empty.sum == 0.0

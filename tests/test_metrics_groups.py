@@ -74,8 +74,8 @@ def test_a_registered_source_feeds_its_group_the_devices_and_top(tpu_host):
     registry.register(collector)
     collector.update(report)
     text = generate_latest(registry).decode()
-    assert 'tpu_tools_device_utilization_percent{device="tpu:0",name="TPU v5e",platform="tpu"} 87.5' in text
-    assert 'tpu_tools_device_hbm_bandwidth_utilization_percent{device="tpu:1"' in text
+    assert 'tpu_tools_device_utilization_ratio{device="tpu:0",name="TPU v5e",platform="tpu"} 0.875' in text
+    assert 'tpu_tools_device_hbm_bandwidth_utilization_ratio{device="tpu:1",name="TPU v5e",platform="tpu"} 0.4' in text
 
 
 def test_a_failing_source_is_its_group_error_only(tpu_host):

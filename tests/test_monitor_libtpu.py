@@ -137,15 +137,15 @@ def test_hang_stop_and_restart_of_the_service_with_prometheus(rundir, tmp_path):
     address = f'address="{service.address}"'
     try:
         lines.until(lambda r: r["libtpu"]["error"] is None and r["sequence"] >= 2)
-        text = wait_for(lambda: (lambda t: t if "tpu_tools_libtpu_duty_cycle_percent" in t else None)(
+        text = wait_for(lambda: (lambda t: t if "tpu_tools_libtpu_duty_cycle_ratio" in t else None)(
             _safe_scrape(port)), timeout=20)
         assert f'tpu_tools_libtpu_up{{{address}}} 1.0' in text
-        assert f'tpu_tools_libtpu_duty_cycle_percent{{{address},device="0"}} 87.5' in text
+        assert f'tpu_tools_libtpu_duty_cycle_ratio{{{address},device="0"}} 0.875' in text
         assert f'tpu_tools_libtpu_hbm_total_bytes{{{address},device="7"}} {floatToGoString(16 * GIB)}' in text
-        assert f'tpu_tools_libtpu_hlo_execution_time_us{{{address},device="0",quantile="0.99"}}' in text
-        assert f'tpu_tools_libtpu_hlo_execution_time_samples{{{address},device="5"}} 0.0' in text
-        assert f'tpu_tools_libtpu_hlo_execution_time_us{{{address},device="5"' not in text  # no samples: no number
-        assert 'tpu_tools_device_utilization_percent{device="tpu:0",name="TPU v5e",platform="tpu"} 87.5' in text
+        assert f'tpu_tools_libtpu_hlo_execution_time_seconds_bucket{{{address},device="0",le="1e-06"}}' in text
+        assert f'tpu_tools_libtpu_hlo_execution_time_seconds_count{{{address},device="5"}} 0.0' in text
+        assert f'tpu_tools_libtpu_hlo_execution_time_seconds_sum{{{address},device="5"}} 0.0' in text  # no samples
+        assert 'tpu_tools_device_utilization_ratio{device="tpu:0",name="TPU v5e",platform="tpu"} 0.875' in text
         assert 'tpu_tools_group_error{group="libtpu"} 0.0' in text
         assert len(service.servicer.peers) == 1
         # A service that hangs costs each report its deadline, no more.
@@ -163,7 +163,7 @@ def test_hang_stop_and_restart_of_the_service_with_prometheus(rundir, tmp_path):
         text = wait_for(lambda: (lambda t: t if 'tpu_tools_group_error{group="libtpu"} 1.0' in t else None)(
             _safe_scrape(port)), timeout=20)
         assert "tpu_tools_libtpu_" not in text
-        assert 'tpu_tools_device_utilization_percent{device="tpu:0"' not in text
+        assert 'tpu_tools_device_utilization_ratio{device="tpu:0"' not in text
         # It comes back on the same port: picked up again.
         service.start()
         report = lines.until(lambda r: r["libtpu"]["error"] is None, timeout=20)

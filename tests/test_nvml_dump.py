@@ -58,7 +58,8 @@ def test_the_bundle_holds_an_nvml_snapshot_and_nvidia_smi_output(tmp_path, fake_
 
 
 def test_show_flags_ecc_errors_remapped_rows_thermal_slowdown_and_a_lost_gpu(tmp_path, fake_nvml_dir, gpu_host):
-    env = nvml_env(fake_nvml_dir, gpu_host, FAKE_NVML_SICK="0", FAKE_NVML_LOST="1")
+    env = nvml_env(fake_nvml_dir, gpu_host, FAKE_NVML_SICK="0", FAKE_NVML_LOST="1", FAKE_NVML_PCIE_WIDTH="0:4",
+                   FAKE_NVML_REPLAYS="0:12")
     members, manifest = _dump(tmp_path, env)
     statuses = {c["name"]: c["status"] for c in manifest["collectors"]}
     assert statuses["accelerators.nvml"] == "ok"
@@ -70,6 +71,8 @@ def test_show_flags_ecc_errors_remapped_rows_thermal_slowdown_and_a_lost_gpu(tmp
         "gpu_remapped_rows"]
     assert "hw_thermal_slowdown" in warnings["gpu_thermal_slowdown"] and "92.0 C" in warnings["gpu_thermal_slowdown"]
     assert "GPU 1" in warnings["gpu_lost"] and "0000:38:00.0" in warnings["gpu_lost"]
+    assert "PCIe link at x4 of x16" in warnings["gpu_pcie_degraded"] and "12 PCIe replays" in warnings[
+        "gpu_pcie_replays"]
     text = run_tool("tpu-dump", "show", str(tmp_path / "b.tar.gz"), env=env).stdout
     assert "gpu_lost" in text or "is lost" in text
 

@@ -100,15 +100,22 @@ def test_prometheus_names_follow_conventions_and_tag_the_agent_jobs_gpu_memory(f
         text = wait_for(lambda: (lambda t: t if "tpu_tools_gpu_process_memory_used_bytes" in t else None)(
             _scrape(port)), timeout=30)
         samples = _samples(text)
-        gpu0 = (("gpu", "0"), ("pci_bus_id", "0000:18:00.0"), ("uuid", "GPU-00000000-0000-0000-0000-000000000000"))
-        assert samples[("tpu_tools_gpu_memory_used_bytes", gpu0)] == BUSY_USED
-        assert samples[("tpu_tools_gpu_utilization_ratio", gpu0)] == 0.83
-        assert samples[("tpu_tools_gpu_temperature_celsius", gpu0)] == 57
-        assert samples[("tpu_tools_gpu_power_draw_watts", gpu0)] == 471.191
-        assert samples[("tpu_tools_gpu_energy_joules_total", gpu0)] == 9423.69
-        assert samples[("tpu_tools_gpu_sm_clock_hertz", gpu0)] == 1.965e9
-        assert samples[("tpu_tools_gpu_clock_event_reason", tuple(sorted((*gpu0, ("reason", "sw_power_cap")))))] == 1
-        assert samples[("tpu_tools_gpu_up", tuple(sorted((*gpu0, ("status", "ok")))))] == 1
+        gpu0 = (("device", "gpu:0"), ("gpu", "0"), ("pci_bus_id", "0000:18:00.0"),
+                ("uuid", "GPU-00000000-0000-0000-0000-000000000000"))
+        # memory and utilization once, as the devices group's figures of every platform
+        device = {name: value for (name, labels), value in samples.items()
+                  if name.startswith("tpu_tools_device_") and ("device", "gpu:0") in labels}
+        assert device["tpu_tools_device_memory_used_bytes"] == BUSY_USED
+        assert device["tpu_tools_device_utilization_ratio"] == 0.83
+        assert not any(name in ("tpu_tools_gpu_memory_used_bytes", "tpu_tools_gpu_utilization_ratio")
+                       for name, _ in samples)
+        held = tuple(sorted((*gpu0, ("tag", "trainer"))))  # the GPU's series name the job that holds it
+        assert samples[("tpu_tools_gpu_temperature_celsius", held)] == 57
+        assert samples[("tpu_tools_gpu_power_draw_watts", held)] == 471.191
+        assert samples[("tpu_tools_gpu_energy_joules_total", held)] == 9423.69
+        assert samples[("tpu_tools_gpu_sm_clock_hertz", held)] == 1.965e9
+        assert samples[("tpu_tools_gpu_clock_event_reason", tuple(sorted((*held, ("reason", "sw_power_cap")))))] == 1
+        assert samples[("tpu_tools_gpu_up", tuple(sorted((*held, ("status", "ok")))))] == 1
         process = tuple(sorted((*gpu0, ("pid", str(job.pid)), ("tag", "trainer"))))
         assert samples[("tpu_tools_gpu_process_memory_used_bytes", process)] == 61408000000
         assert samples[("tpu_tools_gpu_process_sm_utilization_ratio", process)] == 0.81

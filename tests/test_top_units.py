@@ -260,6 +260,21 @@ def test_signal_keys_ask_then_send_and_refuse_what_the_kernel_would():
         child.wait()
 
 
+def test_readonly_sends_no_signal_and_says_so():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        row = ProcessRow(pid=child.pid, user="me", tag="victim", command="sleep")
+        state = ViewState(readonly=True)
+        for key in ("T", "y", "K", "y", "I", "y"):
+            handle_key(state, key, [row], signals.send, signals.refusal)
+            assert state.pending is None
+        assert child.poll() is None
+        assert state.current_message() == ("read-only (--readonly): tpu-top sends no signals", True)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_refusal_follows_the_kernel_permission_rule():
     row = ProcessRow(pid=1, user="root", tag=None, command="init")
     if os.geteuid() == 0:

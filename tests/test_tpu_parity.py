@@ -221,7 +221,7 @@ def test_every_metric_in_tpu_monitor_json_and_prometheus_with_slice_labels(v5p_w
     assert report["tpu_slice"]["labels"] == {"slice": slice_label, "worker": "3"}
     series = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert series and all(f'slice="{slice_label}"' in line and 'worker="3"' in line for line in series)
-    assert any(line.startswith("tpu_tools_libtpu_tcp_delivery_rate_mbps{") for line in series)
+    assert any(line.startswith("tpu_tools_libtpu_tcp_delivery_rate_bytes_per_second_bucket{") for line in series)
     assert any('metric="dcn_inbound_transfer_latencies"' in line for line in series)
 
 
@@ -426,8 +426,8 @@ def test_the_gke_tpu_device_plugin_is_one_more_source(rundir):
     assert first["duty_cycle_percent"] == 93.0 and first["memory_used_bytes"] == 1.2e10
     assert second["duty_cycle_percent"] is None  # 250 %: unreadable
     assert plugin["notes"] == ["skipped 1 samples with no accelerator id or an unreadable value"]
-    assert 'tpu_tools_device_plugin_duty_cycle_percent{accelerator_id="4804-0",container="trainer",' \
-           'model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 93.0' in text
+    assert 'tpu_tools_device_plugin_duty_cycle_ratio{accelerator_id="4804-0",container="trainer",' \
+           'model="tpu-v5-lite-podslice",namespace="ml",pod="train-0"} 0.93' in text
 
 
 def test_the_device_plugin_is_not_asked_off_kubernetes(rundir):

@@ -66,7 +66,7 @@ def _base(uid: str, title: str, multi_host: bool) -> dashboard.Dashboard:
 
 
 def fleet() -> dashboard.Dashboard:
-    util = f"tpu_tools_device_utilization_percent{HOSTS}"
+    util = f"tpu_tools_device_utilization_ratio{HOSTS}"
     per_host = f"avg by (instance) ({util})"
     return (_base("tpu-tools-fleet", "tpu-tools / Fleet", True)
             .with_row(dashboard.Row("Fleet"))
@@ -74,28 +74,25 @@ def fleet() -> dashboard.Dashboard:
             .with_panel(_stat("Accelerators", "none",
                               _query('count(tpu_tools_device_memory_total_bytes{instance=~"$instance",'
                                      'platform!="cpu"})')))
-            .with_panel(_stat("Mean duty cycle / utilization", "percent", _query(f"avg({util})")))
+            .with_panel(_stat("Mean duty cycle / utilization", "percentunit", _query(f"avg({util})")))
             .with_panel(_stat("Device memory in use", "percentunit",
                               _query(f"sum(tpu_tools_device_memory_used_bytes{HOSTS}) / "
                                      f"sum(tpu_tools_device_memory_total_bytes{HOSTS})")))
             .with_row(dashboard.Row("Chips"))
-            .with_panel(_series("Duty cycle / utilization per chip", "percent",
+            .with_panel(_series("Duty cycle / utilization per chip", "percentunit",
                                 _query(util, "{{instance}} {{device}}"),
-                                _query(f"100 * tpu_tools_gpu_utilization_ratio{HOSTS}", "{{instance}} gpu {{gpu}}"),
-                                description="TPU TensorCore duty cycle (libtpu) or the device's utilization."))
+                                description="TPU TensorCore duty cycle (libtpu) or the device's utilization "
+                                            "(a GPU's share of time a kernel ran)."))
             .with_panel(_series("Device memory used / total", "percentunit",
                                 _query(f"tpu_tools_device_memory_used_bytes{HOSTS} / "
                                        f"tpu_tools_device_memory_total_bytes{HOSTS}",
-                                       "{{instance}} {{device}}"),
-                                _query(f"tpu_tools_gpu_memory_used_bytes{HOSTS} / "
-                                       f"tpu_tools_gpu_memory_total_bytes{HOSTS}",
-                                       "{{instance}} gpu {{gpu}}")))
+                                       "{{instance}} {{device}}")))
             .with_panel(_series("Power", "watt",
                                 _query(f"tpu_tools_gpu_power_draw_watts{HOSTS}", "{{instance}} gpu {{gpu}}")))
             .with_panel(bargauge.Panel().title("Distance from the slice's median duty cycle (the slow worker)")
                         .description("Each host's mean duty cycle minus the median over hosts: the host furthest "
                                      "below zero is the slice's slow worker.")
-                        .unit("percent").datasource(DATASOURCE).span(12).height(8)
+                        .unit("percentunit").datasource(DATASOURCE).span(12).height(8)
                         .with_target(_query(f"{per_host} - scalar(quantile(0.5, {per_host}))", "{{instance}}")
                                      .ref_id("A"))))
 

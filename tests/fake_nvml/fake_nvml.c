@@ -6,7 +6,7 @@
  * Faults are switched by environment variables, read on every call:
  *   FAKE_NVML_INIT=<code>       nvmlInitWithFlags returns this NVML error (9: driver not loaded); "hang": it
  *                               blocks forever
- *   FAKE_NVML_COUNT=<n>         number of GPUs (default 2, at most 4)
+ *   FAKE_NVML_COUNT=<n>         number of GPUs (default 2, at most 8: an HGX board)
  *   FAKE_NVML_FAIL=fn=code,...  the named entry points return that error (3: not supported, 13: function
  *                               not found, as an older driver answers)
  *   FAKE_NVML_LOST=<index>      every query of that GPU answers GPU_IS_LOST (15)
@@ -15,11 +15,20 @@
  *                               hot (92 C) with the hardware thermal slowdown active
  *   FAKE_NVML_PROCS=i:pid:bytes;...  compute processes (default "0:425:64409829376", GPU 0's busy job)
  *   FAKE_NVML_BUSIDS=a,b,...    PCI bus ids (default 00000000:18:00.0,00000000:38:00.0, as tests/sysroot.py)
+ *   FAKE_NVML_PCIE_WIDTH=i:n    GPU i's PCIe link runs at n lanes (of 16): a degraded link
+ *   FAKE_NVML_REPLAYS=i:n       GPU i's PCIe replay counter (default 0)
+ *   FAKE_NVML_NVLINK_DOWN=i:l   link l of GPU i is down
+ *   FAKE_NVML_XID=i:code,...    XID events, each delivered once to the event set, in order
+ *   FAKE_NVML_XID_STORM=rate    XID 13 events on GPU 0 without end, `rate` a second
+ *   FAKE_NVML_MIG=i:n           GPU i is in MIG mode with n instances (at most 7), 10 GiB each
+ *   FAKE_NVML_MIG_FLAP=1        with FAKE_NVML_MIG: every other look at the instances finds none (they are
+ *                               being destroyed and made again between two reads)
  */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int nvmlReturn_t;
@@ -29,6 +38,7 @@ typedef int nvmlReturn_t;
 #define ERR_NOT_FOUND 6
 #define ERR_INSUFFICIENT_SIZE 7
 #define ERR_GPU_IS_LOST 15
+#define ERR_TIMEOUT 10
 
 typedef struct {
     char busIdLegacy[16];
@@ -61,21 +71,28 @@ typedef struct {
 } gpu_t;
 
 static const unsigned long long TOTAL = 85520809984ULL, RESERVED = 503316480ULL;
-static gpu_t GPUS[4] = {
+static gpu_t GPUS[8] = {
     {0, 64419069952ULL, 64922386432ULL, 20598423552ULL, 83, 32, 57, 471191, 1965, 9423690ULL, 4, 9378, 20446, 0},
     {1, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 41, 70951, 345, 2474004ULL, 1, 1482, 583, 18},
     {2, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 40, 70000, 345, 2000000ULL, 1, 1000, 500, 0},
     {3, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 40, 70000, 345, 2000000ULL, 1, 1000, 500, 0},
+    {4, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 40, 70000, 345, 2000000ULL, 1, 1000, 500, 0},
+    {5, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 40, 70000, 345, 2000000ULL, 1, 1000, 500, 0},
+    {6, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 40, 70000, 345, 2000000ULL, 1, 1000, 500, 0},
+    {7, 0ULL, 503316480ULL, 85017493504ULL, 0, 0, 40, 70000, 345, 2000000ULL, 1, 1000, 500, 0},
 };
+#define MAX_GPUS ((int)(sizeof GPUS / sizeof GPUS[0]))
 
 static int env_int(const char *name, int fallback) {
     const char *value = getenv(name);
     return value && *value ? atoi(value) : fallback;
 }
 
+static int pair_value(const char *name, int index, int fallback);
+
 static int count(void) {
     int n = env_int("FAKE_NVML_COUNT", 2);
-    return n < 0 ? 0 : (n > 4 ? 4 : n);
+    return n < 0 ? 0 : (n > MAX_GPUS ? MAX_GPUS : n);
 }
 
 /* The error FAKE_NVML_FAIL assigns to this entry point, else 0. */
@@ -218,7 +235,50 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(gpu_t *gpu, nvmlPciInfo_t *pci) {
     pci->pciSubSystemId = 0x16c110de;
     return OK;
 }
+/* MIG devices: their own handles, outside GPUS. */
+typedef struct { int gpu, slot; } mig_t;
+static mig_t MIGS[8][7];
+static int mig_looks;
+
+static int mig_count(int index) {
+    int n = pair_value("FAKE_NVML_MIG", index, 0);
+    return n < 0 ? 0 : (n > 7 ? 7 : n);
+}
+static const mig_t *as_mig(const void *handle) {
+    const mig_t *mig = (const mig_t *)handle;
+    if (mig < &MIGS[0][0] || mig >= &MIGS[0][0] + 8 * 7) return NULL;
+    return mig;
+}
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(gpu_t *gpu, unsigned int *n) { CHECK(gpu); *n = 7; return OK; }
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(gpu_t *gpu, unsigned int index, mig_t **handle) {
+    CHECK(gpu);
+    int flapping = env_int("FAKE_NVML_MIG_FLAP", 0) && (mig_looks++ % 2);
+    if (flapping || (int)index >= mig_count(gpu->index)) return ERR_NOT_FOUND;
+    MIGS[gpu->index][index].gpu = gpu->index;
+    MIGS[gpu->index][index].slot = (int)index;
+    *handle = &MIGS[gpu->index][index];
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(const void *handle, unsigned int *id) {
+    const mig_t *mig = as_mig(handle);
+    if (!mig) return ERR_INVALID_ARGUMENT;
+    *id = 1 + (unsigned int)mig->slot;
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(const void *handle, unsigned int *id) {
+    if (!as_mig(handle)) return ERR_INVALID_ARGUMENT;
+    *id = 0;
+    return OK;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(gpu_t *gpu, nvmlMemory_t *memory) {
+    const mig_t *mig = as_mig(gpu);
+    if (mig) {
+        memory->total = 10737418240ULL;
+        memory->used = (unsigned long long)(mig->slot + 1) << 30;
+        memory->free = memory->total - memory->used;
+        return OK;
+    }
     CHECK(gpu);
     memory->total = TOTAL;
     memory->used = gpu->mem_used_v1;
@@ -301,7 +361,11 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(gpu_t *gpu, unsigned int *corr, unsigned 
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(gpu_t *gpu, unsigned int *v) { CHECK(gpu); *v = 5; return OK; }
-nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(gpu_t *gpu, unsigned int *v) { CHECK(gpu); *v = 16; return OK; }
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(gpu_t *gpu, unsigned int *v) {
+    CHECK(gpu);
+    *v = (unsigned int)pair_value("FAKE_NVML_PCIE_WIDTH", gpu->index, 16);
+    return OK;
+}
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(gpu_t *gpu, unsigned int *v) { CHECK(gpu); *v = 5; return OK; }
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(gpu_t *gpu, unsigned int *v) { CHECK(gpu); *v = 16; return OK; }
 nvmlReturn_t nvmlDeviceGetPcieThroughput(gpu_t *gpu, int counter, unsigned int *kbps) {
@@ -311,7 +375,7 @@ nvmlReturn_t nvmlDeviceGetPcieThroughput(gpu_t *gpu, int counter, unsigned int *
 }
 nvmlReturn_t nvmlDeviceGetMigMode(gpu_t *gpu, unsigned int *current, unsigned int *pending) {
     CHECK(gpu);
-    *current = *pending = 0;
+    *current = *pending = mig_count(gpu->index) > 0;
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetPersistenceMode(gpu_t *gpu, int *mode) { CHECK(gpu); *mode = 1; return OK; }
@@ -379,7 +443,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(gpu_t *gpu, nvmlProcessUtilizationS
 nvmlReturn_t nvmlDeviceGetNvLinkState(gpu_t *gpu, unsigned int link, int *active) {
     CHECK(gpu);
     if ((int)link >= gpu->nvlinks) return gpu->nvlinks ? ERR_INVALID_ARGUMENT : ERR_NOT_SUPPORTED;
-    *active = 1;
+    *active = pair_value("FAKE_NVML_NVLINK_DOWN", gpu->index, -1) == (int)link ? 0 : 1;
     return OK;
 }
 
@@ -397,4 +461,91 @@ nvmlReturn_t nvmlDeviceGetFieldValues(gpu_t *gpu, int n, nvmlFieldValue_t *value
         }
     }
     return OK;
+}
+
+/* "i:n" switches: the value for GPU `index`, else the fallback. */
+static int pair_value(const char *name, int index, int fallback) {
+    const char *spec = getenv(name);
+    int i, n;
+    if (spec && sscanf(spec, "%d:%d", &i, &n) == 2 && i == index) return n;
+    return fallback;
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(gpu_t *gpu, unsigned int *v) {
+    CHECK(gpu);
+    *v = (unsigned int)pair_value("FAKE_NVML_REPLAYS", gpu->index, 0);
+    return OK;
+}
+nvmlReturn_t nvmlDeviceGetFanSpeed(gpu_t *gpu, unsigned int *percent) { CHECK(gpu); *percent = 45; return OK; }
+nvmlReturn_t nvmlDeviceGetFanSpeed_v2(gpu_t *gpu, unsigned int fan, unsigned int *percent) {
+    (void)fan;
+    return nvmlDeviceGetFanSpeed(gpu, percent);
+}
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(gpu_t *gpu, unsigned int link, int counter, unsigned long long *n) {
+    CHECK(gpu);
+    if ((int)link >= gpu->nvlinks) return gpu->nvlinks ? ERR_INVALID_ARGUMENT : ERR_NOT_SUPPORTED;
+    *n = counter == 1 ? 2ULL : 0ULL; /* CRC data errors: 2 on every link */
+    return OK;
+}
+
+/* The event set: one per process is all the readers make. */
+typedef struct {
+    gpu_t *device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+static int event_set, delivered;
+static double storm_next;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+nvmlReturn_t nvmlEventSetCreate(void **set) { *set = &event_set; return OK; }
+nvmlReturn_t nvmlEventSetFree(void *set) { (void)set; return OK; }
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(gpu_t *gpu, unsigned long long *types) {
+    CHECK(gpu);
+    *types = 0x8ULL | 0x4ULL | 0x2ULL; /* XID critical error, double-bit ECC, single-bit ECC */
+    return OK;
+}
+nvmlReturn_t nvmlDeviceRegisterEvents(gpu_t *gpu, unsigned long long types, void *set) {
+    (void)types; (void)set;
+    CHECK(gpu);
+    return OK;
+}
+nvmlReturn_t nvmlEventSetWait_v2(void *set, nvmlEventData_t *data, unsigned int timeoutms) {
+    (void)set;
+    const char *spec = getenv("FAKE_NVML_XID");
+    int skip = delivered, index, code, used;
+    while (spec && *spec && sscanf(spec, "%d:%d%n", &index, &code, &used) == 2) {
+        if (skip-- == 0 && index >= 0 && index < count()) {
+            delivered++;
+            memset(data, 0, sizeof *data);
+            data->device = &GPUS[index];
+            data->eventType = 0x8ULL;
+            data->eventData = (unsigned long long)code;
+            return OK;
+        }
+        spec += used;
+        if (*spec == ',') spec++;
+    }
+    int rate = env_int("FAKE_NVML_XID_STORM", 0);
+    double deadline = now_s() + timeoutms / 1000.0;
+    if (rate > 0) {
+        double t = now_s();
+        if (storm_next < t - 1.0) storm_next = t; /* no backlog of more than a second */
+        if (storm_next <= deadline) {
+            if (storm_next > t) usleep((useconds_t)((storm_next - t) * 1e6));
+            storm_next += 1.0 / rate;
+            memset(data, 0, sizeof *data);
+            data->device = &GPUS[0];
+            data->eventType = 0x8ULL;
+            data->eventData = 13ULL;
+            return OK;
+        }
+    }
+    usleep((useconds_t)timeoutms * 1000);
+    return ERR_TIMEOUT;
 }

@@ -238,7 +238,21 @@ class _Agent:
 
         if request == wire.REQUEST_PING:
             return {"schema": wire.SNAPSHOT_SCHEMA, "pid": self.pid, "tag": self.tag}
+        if request == wire.REQUEST_ARRAYS:
+            return {"schema": wire.SNAPSHOT_SCHEMA, "pid": self.pid, "tag": self.tag, **self.arrays()}
         return self.snapshot()
+
+    def arrays(self) -> dict[str, Any]:
+        """{"arrays_report": the largest live arrays and allocation sites, or None, "arrays_error"}."""
+        from tpu_tools.agent.arrays import largest_arrays
+        from tpu_tools.agent.memory import backends_ready
+
+        if self.jax is None or not backends_ready(self.jax):
+            return {"arrays_report": None, "arrays_error": "the job has not started a JAX backend yet"}
+        try:
+            return {"arrays_report": largest_arrays(self.jax), "arrays_error": None}
+        except Exception as error:  # never into the job: the answer says why
+            return {"arrays_report": None, "arrays_error": f"{type(error).__name__}: {error}"}
 
     def command(self) -> str:
         """The job's command line; `python -m tpu_tools.agent` replaces sys.argv after the agent starts."""

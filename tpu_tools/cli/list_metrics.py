@@ -7,10 +7,12 @@ from typing import Any
 
 from tpu_tools.cli.output import Output
 from tpu_tools.errors import EXIT_OK
+from tpu_tools.metrics.selection import MetricSelection
 
 
 def list_metrics(metrics_addresses: Sequence[str], metrics_timeout_s: float, agent_timeout_s: float,
-                 out: Output) -> int:
+                 out: Output, selection: MetricSelection | None = None) -> int:
+    """The sources' metrics; with `selection` (tpu-monitor), every family the exporter can serve before them."""
     from tpu_tools.metrics.agent_client import query_agents
     from tpu_tools.metrics.catalog import build_catalog
     from tpu_tools.metrics.groups.processes import agent_entry
@@ -21,7 +23,14 @@ def list_metrics(metrics_addresses: Sequence[str], metrics_timeout_s: float, age
     agents = [agent_entry(result) for result in query_agents(agent_timeout_s).results]
     catalog = build_catalog(snapshots, agents)
     if out.is_json:
-        out.json(catalog.to_dict())
+        document = catalog.to_dict()
+        if selection is not None:
+            from tpu_tools.metrics.families import exported_families
+
+            document = {"schema": document["schema"],
+                        "families": [{**info.to_dict(), "served": selection.selects(info.name)}
+                                     for info in exported_families()], **document}
+        out.json(document)
     else:
         out.table(catalog_table(catalog))
     return EXIT_OK

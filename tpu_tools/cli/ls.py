@@ -118,6 +118,9 @@ MAN_SECTIONS = {
 @click.option("--probe", is_flag=True,
               help="Compile and run a small program on every device, verify it, time it; exit 1 on a failure.")
 @click.option("--topology", is_flag=True, help="Draw the device mesh from TPU coordinates.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Also a GPU health table: PCIe link (generation and width, current and maximum, replays), "
+                   "NVLink links up and errors, fan, MIG mode, ECC and remapped rows.")
 @click.option("--no-runtime", is_flag=True, help="Passive discovery only: never start a runtime (fast).")
 @click.option("--force", is_flag=True,
               help="Open the runtime even when another process holds a TPU, or when NVML already lists the GPUs.")
@@ -135,7 +138,7 @@ MAN_SECTIONS = {
 @runtime_options
 @output_options
 @common_options
-def ls_command(probe: bool, topology: bool, no_runtime: bool, force: bool, runtime_status: bool,
+def ls_command(probe: bool, topology: bool, verbose: bool, no_runtime: bool, force: bool, runtime_status: bool,
                metric_names: tuple[str, ...], list_metrics: bool, metrics_addresses: list[str],
                metrics_timeout_s: float, policy: RuntimePolicy, timeout_s: float, out: Output) -> int:
     """List accelerator devices, their memory, PCI placement and the processes using them."""
@@ -168,7 +171,7 @@ def ls_command(probe: bool, topology: bool, no_runtime: bool, force: bool, runti
     if out.is_json:
         out.json(inventory.to_dict())
     else:
-        _render(inventory, topology, out)
+        _render(inventory, topology, out, verbose)
     if probe and inventory.runtime_status != RUNTIME_OK:
         note("probe not run: " + "; ".join(inventory.notes))
     return EXIT_FAILURE if inventory.probe_failed else EXIT_OK
@@ -184,10 +187,10 @@ def _debug_libtpu(inventory) -> None:
             note(f"libtpu metrics at {snapshot.address}: {line}")
 
 
-def _render(inventory, topology: bool, out: Output) -> None:
+def _render(inventory, topology: bool, out: Output, verbose: bool = False) -> None:
     from tpu_tools.render.inventory_view import chip_table, device_table, header_line
     from tpu_tools.render.libtpu_view import runtime_status_views, service_device_table
-    from tpu_tools.render.nvml_view import driver_line, inventory_gpu_table
+    from tpu_tools.render.nvml_view import driver_line, gpu_health_table, inventory_gpu_table
 
     out.text(header_line(inventory))
     snapshots = inventory.gpu_snapshots  # NVML's and amdsmi's reads that list GPUs
@@ -197,6 +200,9 @@ def _render(inventory, topology: bool, out: Output) -> None:
             out.text("")
         out.text(driver_line(inventory, snapshot) or "")
         out.table(inventory_gpu_table(inventory, snapshot))
+        if verbose:
+            out.text("")
+            out.table(gpu_health_table(snapshot.gpus))
     if inventory.devices:
         if nvml_gpus:
             out.text("")

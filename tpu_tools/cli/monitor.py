@@ -91,19 +91,23 @@ MAN_SECTIONS = {
         "devices, job_devices, time_unix_s, suspect} (what the job published with tpu_tools.agent.metric), "
         "metrics_rejected, metrics_error, compilation_cache {dir_configured, dir_in_use, lookups, hits, misses, "
         "entries_written, seconds_saved_s, recent_misses[] {module, key, differing[], explanation}, set_too_late[] "
-        "{setting, in_effect, now, message}} (docs/cache.md), query_time_s, kubernetes}; "
+        "{setting, in_effect, now, message}} (docs/cache.md), query_time_s, kubernetes, slurm_job_id}; "
         "global_metric_findings[] {tag, name, step, reason, workers[] {host, pid, process_index, value, kind, step}} "
         "(a metric published as global that "
         "lives on only some of the job's devices, or differs between the workers of a job at the same step); "
         "shared_cache_dirs[] {dir, writers[] {pid, tag, host, entries_written}, hosts[], message}: a compilation "
         "cache written by more than one process; "
-        "holders[] {pid, user, command, chips[], cpu_percent, cpu_time_s, rss_bytes, "
-        "threads, kubernetes} (device holders without an agent); ignored_sockets[] {socket, reason}; "
+        "holders[] {pid, user, command, chips[], cpu_percent, cpu_time_s, rss_bytes, threads, kubernetes, "
+        "slurm_job_id} (device holders without an agent); slurm_job_id is SLURM_JOB_ID from the process's "
+        "environment where it can be read, else null; ignored_sockets[] {socket, reason}; "
         "pod_labels_error. kubernetes is null or {namespace, pod, container}: the container that holds the "
         "process's chips according to the kubelet's pod-resources API "
         "(/var/lib/kubelet/pod-resources/kubelet.sock, or TPU_TOOLS_POD_RESOURCES_SOCKET), or that shares the "
         "process's cgroup container with such a process; pod_labels_error says why no process could be placed "
-        "(no socket, no answer within --agent-timeout), and --debug writes it on stderr.\n"
+        "(no socket, no answer within --agent-timeout, or with --pod-labels the Kubernetes API's refusal), and "
+        "--debug writes it on stderr. With --pod-labels, kubernetes also has labels {label_KEY: value}: the "
+        "pod's own Kubernetes labels (at most 32, values cut at 128 characters), read from the API server "
+        "with the service account's token once a minute per pod.\n"
         "libtpu: error (null when any address answered, else each address's sentence), services[] (one per "
         "address, as libtpu_metrics[] of tpu-ls --json: {address, error, elapsed_ms, served_metrics[], "
         "not_served_metrics[], unread_metrics[], duty_cycle_scope, devices[] {device_id, hbm_used_bytes, "
@@ -126,20 +130,25 @@ MAN_SECTIONS = {
         "groups not "
         "listed are left out; a group's period (not shorter than the report period) says how often its figures "
         "are taken again. groups = [\"host\", \"processes\"] is accepted too.\n"
+        "[prometheus] allow = [\"tpu_tools_device_*\"], deny = [\"tpu_tools_gpu_process_*\"]  the families "
+        "--prometheus serves: names or globs (* ? [ ]), a counter by its name with or without _total; no allow "
+        "list serves every family, deny wins; --allow-metric and --deny-metric replace the file's lists.\n"
         "Unknown keys or groups, bad periods and bad regular expressions are errors (exit 2)."
     ),
     "PROMETHEUS": (
         "--prometheus [HOST:]PORT serves the figures of the latest report at http://HOST:PORT/metrics in the "
-        "Prometheus text format (HOST defaults to 127.0.0.1). Metric names start with tpu_tools_ and carry "
-        "their unit; series of processes that exit disappear. A port in use is an error (exit 1). JSON lines "
-        "are still written unless --quiet. The metrics:\n"
+        "Prometheus text format (HOST defaults to 127.0.0.1; HEAD answers like GET without the body). Metric "
+        "names start with tpu_tools_ and end in their base unit (seconds, bytes, ratios from 0 to 1); "
+        "distributions are histograms; a family without samples is not served; series of processes that exit "
+        "disappear. A port in use is an error (exit 1). JSON lines are still written unless --quiet. "
+        "The metrics:\n"
         "host: tpu_tools_host_cpu_percent, tpu_tools_host_memory_total_bytes, tpu_tools_host_memory_used_bytes, "
         "tpu_tools_host_memory_available_bytes, tpu_tools_host_swap_used_bytes, tpu_tools_host_load_average "
         "(label window).\n"
         "devices (labels device, platform, name): tpu_tools_device_memory_used_bytes, "
         "tpu_tools_device_memory_total_bytes, tpu_tools_device_live_array_bytes, "
-        "tpu_tools_device_utilization_percent, tpu_tools_device_holder_processes, and tpu_tools_device_NAME "
-        "for each extra figure a source reports.\n"
+        "tpu_tools_device_utilization_ratio (TPU duty cycle, GPU utilization), tpu_tools_device_holder_processes, "
+        "and, on TPUs, tpu_tools_device_NAME for each extra figure a source reports (a percent as NAME_ratio).\n"
         "processes (labels pid, tag, and namespace, pod, container where a process runs in a Kubernetes pod): "
         "tpu_tools_agent_up, tpu_tools_process_cpu_percent, "
         "tpu_tools_process_rss_bytes, tpu_tools_process_threads, tpu_tools_process_device_memory_used_bytes, "
@@ -159,27 +168,38 @@ MAN_SECTIONS = {
         "name, scope).\n"
         "libtpu (label address; series of a service that stops answering disappear): tpu_tools_libtpu_up, and "
         "with label device: tpu_tools_libtpu_hbm_used_bytes, tpu_tools_libtpu_hbm_total_bytes, "
-        "tpu_tools_libtpu_duty_cycle_percent, tpu_tools_libtpu_hbm_bandwidth_utilization_percent, "
-        "tpu_tools_libtpu_tensorcore_idle_duration_seconds, tpu_tools_libtpu_hlo_queue_size, "
-        "tpu_tools_libtpu_hlo_execution_time_samples and tpu_tools_libtpu_hlo_execution_time_us (label quantile); "
-        "with labels metric and buffer_size: tpu_tools_libtpu_transfer_latency_samples and "
-        "tpu_tools_libtpu_transfer_latency_us (label quantile). A figure the runtime does not serve, or a "
-        "distribution without samples, has no series.\n"
-        "nvml (names begin with tpu_tools_gpu_; labels gpu, uuid, pci_bus_id): up (label status), "
-        "memory_used_bytes, memory_total_bytes, memory_reserved_bytes, memory_free_bytes, utilization_ratio, "
+        "tpu_tools_libtpu_duty_cycle_ratio, tpu_tools_libtpu_hbm_bandwidth_utilization_ratio, "
+        "tpu_tools_libtpu_tensorcore_idle_duration_seconds, tpu_tools_libtpu_hlo_queue_size, and the histogram "
+        "tpu_tools_libtpu_hlo_execution_time_seconds; with labels metric and buffer_size: the histogram "
+        "tpu_tools_libtpu_transfer_latency_seconds; with labels metric and label: the histogram "
+        "tpu_tools_libtpu_tcp_delivery_rate_bytes_per_second. Histograms have libtpu's own buckets. A figure "
+        "the runtime does not serve has no series.\n"
+        "nvml (names begin with tpu_tools_gpu_; labels gpu, uuid, pci_bus_id, device; the card's memory and "
+        "utilization are the devices series): up (label status), memory_reserved_bytes, memory_free_bytes, "
         "memory_utilization_ratio, temperature_celsius, power_draw_watts, power_limit_watts, energy_joules_total, "
         "sm_clock_hertz, sm_clock_max_hertz, memory_clock_hertz, memory_clock_max_hertz, performance_state, "
         "clock_event_reason (label reason), ecc_volatile_uncorrected_errors, "
         "ecc_aggregate_uncorrected_errors_total, remapped_rows (label kind), remapped_rows_pending, "
         "remapped_rows_failed, pcie_link_generation, pcie_link_generation_max, pcie_link_width, "
         "pcie_link_width_max, pcie_tx_bytes_per_second, pcie_rx_bytes_per_second, nvlink_links_active, "
-        "nvlink_tx_bytes_total, nvlink_rx_bytes_total, mig_enabled, persistence_mode; with labels pid and tag "
+        "nvlink_tx_bytes_total, nvlink_rx_bytes_total, nvlink_links, nvlink_link_down (label link), "
+        "nvlink_replay_errors_total, nvlink_recovery_errors_total, nvlink_crc_errors_total, "
+        "pcie_replay_errors_total, fan_speed_ratio, xid_errors_total (label code: XID events counted as they "
+        "arrive), xid_last_event_timestamp_seconds (labels code, description), mig_enabled, "
+        "mig_instance_memory_used_bytes and mig_instance_memory_total_bytes (labels gpu_instance, "
+        "compute_instance), persistence_mode; "
+        "with labels pid and tag "
         "as well: process_memory_used_bytes, process_sm_utilization_ratio.\n"
         "amdsmi: the nvml series that amdsmi has figures for, under the same names with one more label, "
         "vendor=\"amd\".\n"
         "diag: tpu_tools_diag_check_status (labels test, device, link; 0 pass, 1 fail, 2 warn, 3 skip), "
         "tpu_tools_diag_failed, tpu_tools_diag_age_seconds, tpu_tools_diag_last_run_timestamp_seconds, "
         "tpu_tools_diag_level.\n"
+        "Every tpu_tools_device_* and tpu_tools_gpu_* series of a held device (but the per-process ones) also "
+        "carries its holder's labels: tag (the agent's), namespace, pod and container (the kubelet's "
+        "pod-resources API, as for process series) and slurm_job_id (SLURM_JOB_ID in the holder's "
+        "environment), empty where unknown. Label values from outside are made printable (control characters "
+        "become ?) and cut at 128 characters.\n"
         "tpu_tools_group_error (label group): 1 when that group failed in the latest report.\n"
         "--web-config FILE secures the server with TLS and basic auth, in the file format of Prometheus's "
         "exporter-toolkit: tls_server_config {cert_file, key_file, client_auth_type (NoClientCert, "
@@ -255,9 +275,21 @@ def explicit(ctx: click.Context, name: str) -> bool:
               help="Report every host that this Prometheus server scrapes instead of this host.")
 @click.option("--from-prometheus-timeout", type=Duration(), default="2s", show_default=True, metavar="SECONDS",
               help="Deadline of each query to the --from-prometheus server.")
+@click.option("--arrays", "arrays_pid", type=click.IntRange(min=1), default=None, metavar="PID",
+              help="Print the largest live arrays of the JAX job PID (by shape, dtype and sharding) and the source "
+                   "lines that allocated its device memory, as one JSON document (tpu-tools/arrays/v1); then exit.")
+@click.option("--pod-labels", is_flag=True,
+              help="Add the Kubernetes labels of the pod that holds a device to its series (label_KEY), read "
+                   "with the service account (RBAC: deploy/kubernetes/optional/pod-labels-rbac.yaml).")
+@click.option("--allow-metric", "allow_metrics", multiple=True, metavar="GLOB",
+              help="With --prometheus: serve only the families matching these names or globs (repeatable, or "
+                   "comma-separated).")
+@click.option("--deny-metric", "deny_metrics", multiple=True, metavar="GLOB",
+              help="With --prometheus: never serve the families matching these names or globs (repeatable).")
 @click.option("--list-metrics", is_flag=True,
-              help="Print one JSON document listing the metrics every libtpu metrics service and agent serves "
-                   "and what tpu-tools reads of them (schema tpu-tools/list-metrics/v1); then exit.")
+              help="Print one JSON document listing every family the exporter can serve (type, unit, help, "
+                   "whether the allow and deny lists serve it), and the metrics every libtpu metrics service and "
+                   "agent serves and what tpu-tools reads of them (schema tpu-tools/list-metrics/v1); then exit.")
 @click.option("--price-per-hour", type=Number(above=0.0, maximum=1e9), default=None, metavar="PRICE",
               help="Price of this machine per hour: the jobs' cost per 1M samples where the job does not set one.")
 @click.option("--jobs-ended", is_flag=True,
@@ -269,8 +301,10 @@ def explicit(ctx: click.Context, name: str) -> bool:
 def monitor_command(ctx: click.Context, period: float, count: int | None, config_path: Path | None,
                     tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
                     quiet: bool, web_config_path: Path | None, from_prometheus: str | None,
-                    from_prometheus_timeout: float, list_metrics: bool, price_per_hour: float | None,
-                    jobs_ended: bool, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
+                    from_prometheus_timeout: float, arrays_pid: int | None, pod_labels: bool,
+                    allow_metrics: tuple[str, ...], deny_metrics: tuple[str, ...], list_metrics: bool,
+                    price_per_hour: float | None, jobs_ended: bool, metrics_addresses: list[str],
+                    metrics_timeout_s: float) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
     if jobs_ended:
         from tpu_tools.cli.jobs_ended import print_jobs_ended
@@ -279,6 +313,8 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
         return print_jobs_ended(Output("json", sys.stdout))
     if from_prometheus is not None:
         return _fleet(ctx, from_prometheus, from_prometheus_timeout, period, count)
+    if arrays_pid is not None:
+        return _arrays(arrays_pid, agent_timeout)
     from tpu_tools.metrics.groups import GROUPS
     from tpu_tools.metrics.groups.base import CollectOptions
     from tpu_tools.metrics.report import GroupPlan, ReportBuilder
@@ -287,6 +323,11 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
         raise UsageError("--quiet only makes sense with --prometheus (otherwise nothing would be reported)")
     if web_config_path is not None and prometheus_address is None:
         raise UsageError("--web-config only makes sense with --prometheus (it secures the /metrics server)")
+    if (allow_metrics or deny_metrics) and prometheus_address is None and not list_metrics:
+        raise UsageError("--allow-metric and --deny-metric only make sense with --prometheus or --list-metrics")
+    from tpu_tools.metrics.selection import MetricSelection, parse_globs
+
+    allow, deny = parse_globs(allow_metrics, "--allow-metric"), parse_globs(deny_metrics, "--deny-metric")
     web_config = None
     if web_config_path is not None:
         from tpu_tools.metrics.webconfig import load_web_config
@@ -311,14 +352,19 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
             metrics_timeout_s = config.metrics_timeout_s
         if config.groups is not None:
             plan = [GroupPlan(name, group.period_s) for name, group in config.groups.items()]
+        # each list of the command line replaces the file's
+        allow = allow if allow_metrics else config.metrics_allow or ()
+        deny = deny if deny_metrics else config.metrics_deny or ()
+    selection = MetricSelection(allow, deny)
     if list_metrics:
         from tpu_tools.cli.list_metrics import list_metrics as print_metrics
         from tpu_tools.cli.output import Output
 
-        return print_metrics(metrics_addresses, metrics_timeout_s, agent_timeout, Output("json", sys.stdout))
+        return print_metrics(metrics_addresses, metrics_timeout_s, agent_timeout, Output("json", sys.stdout),
+                             selection)
     options = CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
                              metrics_addresses=metrics_addresses, metrics_timeout_s=metrics_timeout_s,
-                             price_per_hour=price_per_hour)
+                             price_per_hour=price_per_hour, pod_labels=pod_labels)
     exporter = None
     builder = ReportBuilder(plan, options, report_period_s=period)
     try:
@@ -326,7 +372,7 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
             from tpu_tools.metrics.prometheus import ReportCollector, exporters_for, parse_listen_address, serve
 
             host, port = parse_listen_address(prometheus_address)
-            exporter = ReportCollector(exporters_for(builder.collectors))
+            exporter = ReportCollector(exporters_for(builder.collectors), selection)
             if web_config is not None:
                 from tpu_tools.metrics.webserver import serve_secure
 
@@ -336,6 +382,25 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
         _loop(builder, period, count, exporter, quiet)
     finally:
         builder.close()
+    return EXIT_OK
+
+
+def _arrays(pid: int, agent_timeout: float) -> int:
+    """--arrays PID: ask that job's agent once (the agent reads its arrays on this request only)."""
+    import json
+
+    from tpu_tools.errors import RuntimeFailure
+    from tpu_tools.metrics import wire
+    from tpu_tools.metrics.agent_client import AgentQueryError, query_agent
+
+    try:
+        answer = query_agent(pid, max(agent_timeout, 10.0), request=wire.REQUEST_ARRAYS)
+    except AgentQueryError as error:
+        raise RuntimeFailure(f"--arrays {pid}: {error}") from None
+    if answer.get("arrays_report") is None:
+        raise RuntimeFailure(f"--arrays {pid}: {answer.get('arrays_error') or 'the agent read no arrays'}")
+    document = {"schema": "tpu-tools/arrays/v1", "pid": pid, "tag": answer.get("tag"), **answer["arrays_report"]}
+    sys.stdout.write(json.dumps(document) + "\n")
     return EXIT_OK
 
 

@@ -95,6 +95,7 @@ MAN_SECTIONS = {
 @click.option("--interval", type=Duration(minimum=MIN_PERIOD_S), default="1s", show_default=True, metavar="SECONDS",
               help="Time between refreshes (seconds, or with ms, s, m).")
 @click.option("--once", is_flag=True, help="Print one frame to stdout and exit (works in a pipe).")
+@click.option("--readonly", is_flag=True, help="Send no signals: I, T and K only say so (a shared screen).")
 @click.option("--sort", type=click.Choice(SORT_KEYS), default=DEFAULT_SORT, show_default=True,
               help="Initial sort column of the process panel.")
 @click.option("--tag-filter", type=Regex(), default=None, metavar="REGEX",
@@ -113,7 +114,8 @@ MAN_SECTIONS = {
               help="Deadline of each query to the --from-prometheus server.")
 @metrics_options
 @common_options
-def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[str] | None, users: tuple[str, ...],
+def top_command(interval: float, once: bool, readonly: bool, sort: str, tag_filter: re.Pattern[str] | None,
+                users: tuple[str, ...],
                 pids: tuple[int, ...], devices: tuple[str, ...], agent_timeout: float, from_prometheus: str | None,
                 from_prometheus_timeout: float, metrics_addresses: list[str], metrics_timeout_s: float) -> int:
     """Live view of accelerator devices, the jobs using them, and the host."""
@@ -125,7 +127,8 @@ def top_command(interval: float, once: bool, sort: str, tag_filter: re.Pattern[s
     from tpu_tools.top.model import Filters, ViewState
 
     state = ViewState(sort_index=SORT_KEYS.index(sort), interval_s=interval,
-                      filters=Filters(users=users, pids=pids, devices=devices), unicode=_unicode_output())
+                      filters=Filters(users=users, pids=pids, devices=devices), unicode=_unicode_output(),
+                      readonly=readonly)
     builder: Any  # one source or the other, each with build() -> report and close()
     if from_prometheus is not None:
         from tpu_tools.metrics.fleet.source import FleetSource

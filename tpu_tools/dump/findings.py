@@ -304,6 +304,7 @@ def _snapshot_warnings(gpus: list[Any], source: str, kind: str, out: list[Findin
                 ("; a remapping waits for a GPU reset" if gpu.get("remapped_rows_pending") else "")
             out.append(Finding("gpu_remapped_rows", f"{who} remapped {gpu.get('remapped_rows_uncorrectable') or 0} "
                                                     f"rows after uncorrectable memory errors{state}"))
+        _link_warnings(gpu, who, out)
         reasons = set(gpu.get("clock_event_reasons") or [])
         for kind, names in (("thermal", THERMAL_REASONS), ("power", POWER_REASONS)):
             active = sorted(reasons & names)
@@ -311,6 +312,27 @@ def _snapshot_warnings(gpus: list[Any], source: str, kind: str, out: list[Findin
                 out.append(Finding(f"gpu_{kind}_slowdown", f"{who} is slowed down ({', '.join(active)}) at "
                                                            f"{gpu.get('temperature_celsius')} C, "
                                                            f"{gpu.get('power_draw_watts')} W"))
+
+
+def _link_warnings(gpu: dict[str, Any], who: str, out: list[Finding]) -> None:
+    """A PCIe link narrower than its maximum, PCIe replays, NVLink links down, XID errors a monitor counted."""
+    width, widest = gpu.get("pcie_link_width"), gpu.get("pcie_link_width_max")
+    if isinstance(width, int) and isinstance(widest, int) and width < widest:
+        out.append(Finding("gpu_pcie_degraded", f"{who} runs its PCIe link at x{width} of x{widest} (generation "
+                                                f"{gpu.get('pcie_link_generation')} of "
+                                                f"{gpu.get('pcie_link_generation_max')}): a bad riser or slot"))
+    replays = gpu.get("pcie_replay_errors")
+    if isinstance(replays, int) and replays > 0:
+        out.append(Finding("gpu_pcie_replays", f"{who} counted {replays} PCIe replays since the driver loaded "
+                                               "(link-level retransmissions: a marginal link)"))
+    down = gpu.get("nvlink_links_down")
+    if isinstance(down, list) and down:
+        out.append(Finding("gpu_nvlink_down", f"{who} has NVLink links down: {', '.join(str(d) for d in down)} of "
+                                              f"{gpu.get('nvlink_links')}"))
+    xids = gpu.get("xid_errors")
+    if isinstance(xids, dict) and xids:
+        counts = ", ".join(f"XID {code} x{count}" for code, count in sorted(xids.items()))
+        out.append(Finding("gpu_xid_errors", f"{who} reported {counts}"))
 
 
 def _system_warnings(bundle: Bundle, out: list[Finding]) -> None:

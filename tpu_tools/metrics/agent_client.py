@@ -229,8 +229,10 @@ def list_agents(timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None 
     return sorted((AgentRecord(r.pid, r.tag, r.socket_path) for r in scan.results), key=lambda r: r.pid)
 
 
-def query_agent(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None = None) -> dict[str, Any]:
-    """The snapshot of the agent in process `pid`; raises AgentQueryError (AgentGone if it exited)."""
+def query_agent(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None = None,
+                request: str = wire.REQUEST_SNAPSHOT) -> dict[str, Any]:
+    """The answer of the agent in process `pid` to `request` (its snapshot by default); raises AgentQueryError
+    (AgentGone if it exited)."""
     from tpu_tools.metrics.rundir import check_socket_file, socket_path
 
     path = socket_path(pid, directory)
@@ -241,7 +243,7 @@ def query_agent(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Pa
         raise AgentQueryError(f"{path} {problem}; not using it")
     entry = SocketEntry(pid, path)
     try:
-        return _exchange(entry, wire.REQUEST_SNAPSHOT, timeout_s, DEFAULT_MAX_BYTES)
+        return _exchange(entry, request, timeout_s, DEFAULT_MAX_BYTES)
     except AgentGone:
         remove_stale(entry)
         raise

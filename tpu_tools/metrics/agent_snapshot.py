@@ -80,6 +80,15 @@ METRIC = Obj({
 
 METRICS = Obj({"values": List(METRIC, max_items=256), "rejected": _COUNT, "last_error": Str(512)})
 
+# The answer to the "arrays" request (tpu_tools.agent.arrays): device memory by allocation, on request only
+ARRAYS = Obj({
+    "arrays": List(Obj({"shape": Str(1024), "dtype": Str(64), "sharding": Str(4096), "bytes": _BYTES,
+                        "count": _COUNT}), max_items=1000),
+    "arrays_looked_at": _COUNT, "truncated": Bool(),
+    "sites": List(Obj({"source": Str(4096), "bytes": _BYTES, "count": _COUNT}), max_items=1000),
+    "sites_error": Str(), "elapsed_s": _SECONDS,
+})
+
 SNAPSHOT = Obj({
     "schema": Str(64), "pid": Int(min=1), "tag": Str(1024), "user": Str(256), "command": Str(),
     "agent_version": Str(256), "started_unix_s": Float(), "uptime_s": Float(), "jax_version": Str(256),
@@ -99,6 +108,8 @@ SNAPSHOT = Obj({
     "goodput": GOODPUT,  # tpu_tools.agent.goodput
     "metrics": METRICS,  # tpu_tools.agent.metrics
     "error": AnyJSON(),
+    "arrays_report": ARRAYS,
+    "arrays_error": Str(),
 }, required=("schema", "pid"))
 
 

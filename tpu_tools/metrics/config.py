@@ -8,6 +8,10 @@ TOML or JSON (by extension; otherwise TOML, then JSON). Example (TOML)::
     metrics_addr = ["localhost:8432"]  # libtpu metrics services besides the default ones
     metrics_timeout = "500ms"  # deadline of every call to them
 
+    [prometheus]              # which families --prometheus serves (names or globs; deny wins)
+    allow = ["tpu_tools_device_*", "tpu_tools_gpu_*"]
+    deny = ["tpu_tools_gpu_process_*"]
+
     [groups.host]
     period = "5s"
     [groups.devices]
@@ -30,7 +34,8 @@ from typing import Any
 from tpu_tools.errors import UsageError
 from tpu_tools.parsing import MIN_PERIOD_S, parse_duration
 
-TOP_KEYS = ("period", "tag_filter", "agent_timeout", "metrics_addr", "metrics_timeout", "groups")
+TOP_KEYS = ("period", "tag_filter", "agent_timeout", "metrics_addr", "metrics_timeout", "groups", "prometheus")
+PROMETHEUS_KEYS = ("allow", "deny")
 GROUP_KEYS = ("period",)
 MAX_CONFIG_BYTES = 1 << 20  # a monitor config is a few lines; a bigger file is a mistake
 MAX_METRICS_TIMEOUT_S = 600.0  # as --metrics-timeout
@@ -50,6 +55,8 @@ class MonitorConfig:
     metrics_addr: list[str] | None = None  # libtpu metrics services, as given (normalized)
     metrics_timeout_s: float | None = None
     groups: dict[str, GroupConfig] | None = None  # None: every group
+    metrics_allow: tuple[str, ...] | None = None  # [prometheus] allow: family names or globs
+    metrics_deny: tuple[str, ...] | None = None
 
 
 def _load_document(path: Path) -> dict[str, Any]:
@@ -113,6 +120,21 @@ def _addresses(value: Any, path: Path) -> list[str]:
         raise UsageError(f"config file {path}: {error}") from error
 
 
+def _selection(config: MonitorConfig, table: Any, path: Path) -> None:
+    from tpu_tools.metrics.selection import parse_globs
+
+    if not isinstance(table, dict):
+        raise UsageError(f"config file {path}: prometheus must be a table (allow, deny)")
+    _unknown(table, PROMETHEUS_KEYS, "in prometheus", path)
+    for key in PROMETHEUS_KEYS:
+        if key in table:
+            value = table[key]
+            items = [value] if isinstance(value, str) else value
+            if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+                raise UsageError(f"config file {path}: prometheus.{key} must be a name or a list of names (globs)")
+            setattr(config, f"metrics_{key}", parse_globs(items, f"config file {path}: prometheus.{key}"))
+
+
 def load_config(path: Path, known_groups: list[str]) -> MonitorConfig:
     """Read a tpu-monitor config file (TOML or JSON) into a `MonitorConfig`.
 
@@ -143,6 +165,8 @@ def load_config(path: Path, known_groups: list[str]) -> MonitorConfig:
         except re.error as error:
             raise UsageError(f"config file {path}: tag_filter {pattern!r} is not a valid regular expression: "
                              f"{error}") from error
+    if "prometheus" in document:
+        _selection(config, document["prometheus"], path)
     if "groups" in document:
         groups = document["groups"]
         if isinstance(groups, list):  # a plain list of names is accepted too

@@ -2,26 +2,32 @@
 
 Metrics are built from the latest report on every scrape, so the series of a
 process that exited disappear with it. Names start with `tpu_tools_` and carry
-their unit; labels: `device` (e.g. tpu:0, or cpu:0@1234 for a process's own
+their unit (metrics/naming.py); labels: `device` (e.g. tpu:0, or cpu:0@1234 for a process's own
 CPU device), `pid`, `tag`, and `namespace`, `pod`, `container` where processes run in
-Kubernetes pods. A group added later exports its own figures by
+Kubernetes pods. Device and GPU series carry their holder's `tag`, `namespace`, `pod`,
+`container` and `slurm_job_id` (metrics/holders.py). A group added later exports its own figures by
 giving its collector a `prometheus(data)` method.
 """
 
 from __future__ import annotations
 
 import errno
+import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tpu_tools.errors import RuntimeFailure, UsageError
 from tpu_tools.metrics.cacheshare import cache_metrics
 from tpu_tools.metrics.goodput_view import goodput_families
+from tpu_tools.metrics.holders import device_holders
+from tpu_tools.metrics.naming import label_value
 from tpu_tools.metrics.prom_health import health_families
+from tpu_tools.metrics.selection import MetricSelection
+from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
 PREFIX = "tpu_tools_"
 
@@ -69,26 +75,39 @@ def host_metrics(data: dict[str, Any]) -> Iterator[Metric]:
 
 
 def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
-    """Prometheus families of the `devices` group, labelled by device, platform and name."""
+    """Prometheus families of the `devices` group, labelled by device, platform and name.
+
+    Utilization is a ratio (0..1) on every platform. A source's extra figures are exported here only for
+    TPUs, a percent as a ratio: the GPU groups export their own figures under `tpu_tools_gpu_*` (one name
+    per figure).
+    """
     labels = ["device", "platform", "name"]
     families = {key: _gauge(f"device_{key}", doc, labels) for key, doc in [
-        ("memory_used_bytes", "Device memory in use (the platform's figure, or a source such as libtpu)."),
+        ("memory_used_bytes", "Device memory in use (the platform's figure, or a source such as libtpu or NVML)."),
         ("memory_total_bytes", "Device memory capacity."),
         ("live_array_bytes", "Bytes of live arrays on the device, from the agents."),
-        ("utilization_percent", "Device utilization (e.g. TensorCore duty cycle), where a source reports it."),
     ]}
+    utilization = _gauge("device_utilization_ratio", "Device utilization from 0 to 1 (TensorCore duty cycle, "
+                         "or the share of time a GPU kernel ran), where a source reports it.", labels)
     holders = _gauge("device_holder_processes", "Processes holding the device's node open.", labels)
     extra: dict[str, GaugeMetricFamily] = {}
     for device in data.get("devices") or []:
         values = [str(device.get("key")), str(device.get("platform")), str(device.get("name"))]
         for key, family in families.items():
             _add(family, values, device.get(key))
+        percent = device.get("utilization_percent")
+        _add(utilization, values, percent / 100 if isinstance(percent, (int, float)) else None)
         _add(holders, values, len(device.get("holders") or []))
+        if device.get("platform") in GPU_PLATFORMS:
+            continue
         for name, value in (device.get("extra") or {}).items():
+            if name.endswith("_percent") and isinstance(value, (int, float)):
+                name, value = name.removesuffix("_percent") + "_ratio", value / 100
             if name not in extra:
                 extra[name] = _gauge(f"device_{name}", f"Device figure {name} from an extra source.", labels)
             _add(extra[name], values, value)
     yield from families.values()
+    yield utilization
     yield holders
     yield from extra.values()
 
@@ -123,12 +142,13 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
     steps = _counter("process_steps", "Steps marked by the job.", labels)
     device_memory = _gauge("process_device_memory_used_bytes_per_device",
                            "Device memory held by the process on one device.", [*labels, "device"])
-    tensorcore = _gauge("process_tensorcore_utilization_percent",
-                        "TensorCore utilization per core, read in the job through libtpu's SDK.", [*labels, "core"])
+    tensorcore = _gauge("process_tensorcore_utilization_ratio",
+                        "TensorCore utilization per core from 0 to 1, read in the job through libtpu's SDK.",
+                        [*labels, "core"])
     for agent in data.get("agents") or []:
-        values = [str(agent.get("pid")), str(agent.get("tag") or "")]
+        values = [str(agent.get("pid")), label_value(str(agent.get("tag") or ""))]
         if in_pods:
-            values += [str((agent.get("kubernetes") or {}).get(label) or "") for label in POD_LABELS]
+            values += [label_value(str((agent.get("kubernetes") or {}).get(label) or "")) for label in POD_LABELS]
         up.add_metric(values, 0.0 if agent.get("error") else 1.0)
         if agent.get("error"):
             continue
@@ -149,7 +169,7 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
             used = used if used is not None else device.get("live_array_bytes")
             _add(device_memory, [*values, f"{device.get('platform')}:{device.get('id')}"], used)
         for core, value in enumerate((agent.get("tpu_sdk") or {}).get("tensorcore_utilization_percent") or []):
-            _add(tensorcore, [*values, str(core)], value)
+            _add(tensorcore, [*values, str(core)], value / 100 if isinstance(value, (int, float)) else None)
     yield up
     yield from goodput_families(data.get("agents") or [], labels, lambda agent: [
         str(agent.get("pid")), str(agent.get("tag") or ""),
@@ -179,6 +199,21 @@ def sample_families(samples: Iterable[Any]) -> Iterator[Metric]:
         yield family
 
 
+def histogram_families(samples: Iterable[Any]) -> Iterator[Metric]:
+    """Histogram families from library-neutral samples (name, documentation, labels, cumulative buckets, sum)."""
+    families: dict[str, tuple[HistogramMetricFamily, list[str]]] = {}
+    for sample in samples:
+        if sample.name not in families:
+            labels = list(sample.labels)
+            families[sample.name] = (HistogramMetricFamily(sample.name, sample.documentation, labels=labels), labels)
+        family, labels = families[sample.name]
+        buckets = [("+Inf" if upper == math.inf else repr(float(upper)), float(count))
+                   for upper, count in sample.buckets]
+        family.add_metric([str(sample.labels.get(label, "")) for label in labels], buckets, sample.sum)
+    for family, _ in families.values():
+        yield family
+
+
 BUILTIN: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {
     "host": host_metrics,
     "devices": device_metrics,
@@ -202,11 +237,23 @@ def with_labels(family: Metric, labels: dict[str, str]) -> Metric:
     return family
 
 
+def with_holders(family: Metric, holders: dict[str, dict[str, str]]) -> Metric:
+    """A device or GPU family with its holder's labels (metrics/holders.py) on each sample of a held device;
+    a per-process sample (with a pid) keeps its own."""
+    if holders and family.name.startswith((PREFIX + "device_", PREFIX + "gpu_")):
+        family.samples = [sample._replace(labels={**holders[sample.labels["device"]], **sample.labels})
+                          if sample.labels.get("device") in holders and "pid" not in sample.labels else sample
+                          for sample in family.samples]
+    return family
+
+
 class ReportCollector(Collector):
     """Serves the latest report; `update()` is called by the monitor loop after each round."""
 
-    def __init__(self, exporters: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]):
+    def __init__(self, exporters: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]],
+                 selection: MetricSelection | None = None):
         self._exporters = exporters
+        self._selection = selection or MetricSelection()
         self._report: dict[str, Any] | None = None
         self._lock = threading.Lock()
 
@@ -220,6 +267,7 @@ class ReportCollector(Collector):
         if report is None:
             return
         host_labels = slice_labels(report)
+        holders = device_holders(report)
         errors = _gauge("group_error", "1 when the group failed in the latest report.", ["group"])
         # Groups may export the same family (nvml and amdsmi: tpu_tools_gpu_*): one family each, samples joined.
         merged: dict[str, Metric] = {}
@@ -233,9 +281,10 @@ class ReportCollector(Collector):
                     first = merged.setdefault(family.name, family)
                     if first is not family:
                         first.samples.extend(family.samples)
-        for family in merged.values():
-            yield with_labels(family, host_labels)
-        yield with_labels(errors, host_labels)
+        for family in [*merged.values(), errors]:
+            # a family without samples is not served (naming.py), nor one the allow and deny lists leave out
+            if family.samples and self._selection.selects(family.name):
+                yield with_labels(with_holders(family, holders), host_labels)
 
 
 def exporters_for(collectors: dict[str, Any]) -> dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]:
@@ -246,6 +295,20 @@ def exporters_for(collectors: dict[str, Any]) -> dict[str, Callable[[dict[str, A
         if export is not None:
             found[name] = export
     return found
+
+
+def answer_head(app: Callable[..., Any]) -> Callable[..., Any]:
+    """The WSGI app with HEAD answered as GET without the body (prometheus-client answers it 405)."""
+    def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ.get("REQUEST_METHOD") != "HEAD":
+            return app(environ, start_response)
+        answer: list[Any] = []
+        body = b"".join(app({**environ, "REQUEST_METHOD": "GET"}, lambda *args: answer.extend(args)))
+        status, headers = answer[0], [(k, v) for k, v in answer[1] if k.lower() != "content-length"]
+        start_response(status, [*headers, ("Content-Length", str(len(body)))])
+        return []
+
+    return wrapped
 
 
 def serve(collector: ReportCollector, host: str, port: int) -> Any:
@@ -260,4 +323,7 @@ def serve(collector: ReportCollector, host: str, port: int) -> Any:
         in_use = error.errno == errno.EADDRINUSE
         reason = "is already in use" if in_use else f"cannot be used ({error.strerror or error})"
         raise RuntimeFailure(f"cannot serve Prometheus metrics: port {port} on {host} {reason}") from error
+    app = server.get_app()
+    if app is not None:
+        server.set_app(answer_head(app))
     return server

@@ -51,6 +51,11 @@ class _Server(http.server.ThreadingHTTPServer):
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: _Server
     timeout = 30
+    head = False  # a HEAD request: the headers of GET's answer only
+
+    def do_HEAD(self) -> None:  # noqa: N802 (http.server's name): GET's answer without the body
+        self.head = True
+        self.do_GET()
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         if not self.server.authenticator.check(self.headers.get("Authorization")):
@@ -72,7 +77,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+        if not self.head:
+            self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

@@ -23,7 +23,8 @@ SNAPSHOT_SCHEMA = "tpu-tools/agent/v1"
 
 REQUEST_SNAPSHOT = "snapshot"
 REQUEST_PING = "ping"
-REQUESTS = (REQUEST_SNAPSHOT, REQUEST_PING)
+REQUEST_ARRAYS = "arrays"  # device memory by allocation, read on this request only (agent/arrays.py)
+REQUESTS = (REQUEST_SNAPSHOT, REQUEST_PING, REQUEST_ARRAYS)
 
 
 class MalformedRequest(ValueError):

@@ -65,6 +65,43 @@ def gpu_table(gpus: list[GpuRecord], numa: Callable[[str | None], int | None] | 
     return table
 
 
+def _link_text(current: int | None, maximum: int | None, prefix: str = "") -> str:
+    if current is None:
+        return MISSING
+    degraded = " (!)" if maximum is not None and current < maximum else ""
+    return f"{prefix}{current}" + (f"/{maximum}" if maximum is not None else "") + degraded
+
+
+def _count(value: int | None) -> str:
+    return MISSING if value is None else str(value)
+
+
+def gpu_health_table(gpus: list[GpuRecord]) -> TableData:
+    """tpu-ls -v: one row per GPU of what fails first on a node: links, fan, MIG, memory errors.
+
+    A PCIe width below the link's maximum is marked (!): a bad riser or slot (a lower generation at idle
+    is the driver saving power)."""
+    table = TableData([Column("GPU", "right"), Column("PCIE GEN"), Column("PCIE WIDTH"), Column("REPLAYS", "right"),
+                       Column("NVLINK UP"), Column("NVLINK ERR", "right"), Column("FAN", "right"), Column("MIG"),
+                       Column("ECC UNCORR", "right"), Column("REMAPPED", "right")])
+    for gpu in gpus:
+        if not gpu.ok:
+            table.add_row(gpu.index, *[MISSING] * 9)
+            continue
+        links = MISSING if gpu.nvlink_links is None else f"{gpu.nvlink_links_active}/{gpu.nvlink_links}" + (
+            f" down: {','.join(str(d) for d in gpu.nvlink_links_down)}" if gpu.nvlink_links_down else "")
+        errors = [gpu.nvlink_replay_errors, gpu.nvlink_recovery_errors, gpu.nvlink_crc_errors]
+        nvlink_errors = MISSING if all(e is None for e in errors) else str(sum(e or 0 for e in errors))
+        mig = MISSING if gpu.mig_enabled is None else ("on" if gpu.mig_enabled else "off")
+        if gpu.mig_instances is not None:
+            mig += f", {len(gpu.mig_instances)} instances"
+        table.add_row(gpu.index, _link_text(gpu.pcie_link_generation, gpu.pcie_link_generation_max, "Gen"),
+                      _link_text(gpu.pcie_link_width, gpu.pcie_link_width_max, "x"), _count(gpu.pcie_replay_errors),
+                      links, nvlink_errors, util_text(gpu.fan_speed_percent), mig,
+                      _count(gpu.ecc_volatile_uncorrected_errors), _count(gpu.remapped_rows_uncorrectable))
+    return table
+
+
 def inventory_gpu_table(inventory: Inventory, snapshot: NvmlSnapshot | None = None) -> TableData:
     """The GPU table of one read (NVML's unless another is given)."""
     def numa(pci_bus_id: str | None) -> int | None:

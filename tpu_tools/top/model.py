@@ -188,6 +188,7 @@ class ViewState:
     pending: Pending | None = None
     message: tuple[str, bool, float] | None = None  # (text, is_error, shown until, monotonic)
     unicode: bool = True  # block characters for graphs; ASCII otherwise
+    readonly: bool = False  # --readonly: no signal can be sent from this screen
 
     @property
     def sort(self) -> SortColumn:
@@ -300,6 +301,9 @@ def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Si
         return QUIT
     if state.job_key is not None and key in ("escape", "backspace", "\x7f", "left"):
         state.job_key = None
+        return REDRAW
+    if key in SIGNAL_KEYS and state.readonly:
+        state.say("read-only (--readonly): tpu-top sends no signals", error=True)
         return REDRAW
     if key in SIGNAL_KEYS:
         row = next((r for r in ordered if r.key == state.job_key), None) if state.job_key is not None \

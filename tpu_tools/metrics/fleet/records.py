@@ -106,6 +106,8 @@ def _take(hosts: dict[str, _Host], sample: Sample) -> None:
     elif name.startswith("device_"):
         figure = name[len("device_"):]
         target = _device(host, labels)
+        if figure.endswith("_ratio"):  # the exporter's ratios are the report's percents
+            figure, value = figure.removesuffix("_ratio") + "_percent", round(value * 100, 9)
         if figure in _DEVICE_FIGURES:
             target[figure] = _number(value)
         else:

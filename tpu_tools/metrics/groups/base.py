@@ -53,6 +53,7 @@ class CollectOptions:
     metrics_timeout_s: float = METRICS_TIMEOUT_S  # deadline of every call to them
     group_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # extra keys from the config
     price_per_hour: float | None = None  # of this machine, for the jobs' cost per 1M samples
+    pod_labels: bool = False  # read the Kubernetes labels of the pods that hold devices (--pod-labels)
 
 
 class CollectContext:

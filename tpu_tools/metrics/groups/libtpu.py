@@ -17,7 +17,7 @@ from typing import Any
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
 from tpu_tools.metrics.libtpu import DeviceFigures as ServiceDevice
 from tpu_tools.metrics.libtpu import LibtpuSnapshot
-from tpu_tools.metrics.libtpu.export import gauge_samples, report_group
+from tpu_tools.metrics.libtpu.export import gauge_samples, histogram_samples, report_group
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
 from tpu_tools.pjrt.discover import Chip
 
@@ -92,9 +92,9 @@ class LibtpuGroup:
                 for position, device in placed]
 
     def prometheus(self, data: dict[str, Any]) -> Iterable[Any]:
-        from tpu_tools.metrics.prometheus import sample_families
+        from tpu_tools.metrics.prometheus import histogram_families, sample_families
 
-        return sample_families(gauge_samples(self._latest))
+        return [*sample_families(gauge_samples(self._latest)), *histogram_families(histogram_samples(self._latest))]
 
     def close(self) -> None:
         if self._client is not None:

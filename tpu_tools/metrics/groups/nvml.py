@@ -15,6 +15,8 @@ from typing import Any
 
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
 from tpu_tools.metrics.nvml import GpuRecord, NvmlReader, NvmlSnapshot
+from tpu_tools.metrics.slurm import job_id
+from tpu_tools.pjrt.discover import sysroot
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
 SOURCE = "nvml"
@@ -33,7 +35,7 @@ class NvmlGroup:
         self._reader: Any = None
 
     def _new_reader(self) -> Any:
-        return NvmlReader()
+        return NvmlReader(watch_events=True)
 
     def snapshot(self, context: CollectContext) -> NvmlSnapshot:
         """This round's read (once per round, whichever group asks first)."""
@@ -49,10 +51,12 @@ class NvmlGroup:
         snapshot = self.snapshot(context)
         data = snapshot.to_dict()
         tags = {r.pid: r.tag for r in context.agents().results}
+        root = sysroot()
         for gpu in data["gpus"]:
             gpu["device_key"] = None
             for process in gpu["processes"]:
                 process["tag"] = tags.get(process["pid"])
+                process["slurm_job_id"] = job_id(process["pid"], root)
         for position, gpu in self._placed(context, snapshot):
             data["gpus"][snapshot.gpus.index(gpu)]["device_key"] = f"gpu:{position}"
         data["notes"] = []

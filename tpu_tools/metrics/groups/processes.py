@@ -102,6 +102,11 @@ class ProcessesGroup:
 
         self._sampler = ProcessSampler()
         self._pods = PodLabeler(PodResourcesClient(socket_path(), options.agent_timeout_s), sysroot())
+        self._pod_labels: Any = None
+        if options.pod_labels:
+            from tpu_tools.metrics.kube.api import PodLabelReader
+
+            self._pod_labels = PodLabelReader(options.agent_timeout_s)
 
     def collect(self, context: CollectContext) -> dict[str, Any]:
         scan = context.agents()
@@ -124,6 +129,12 @@ class ProcessesGroup:
             entry.update({k: getattr(figures, k) if figures else None for k in PROCESS_KEYS})
         self._sampler.forget_except(set(holders))
         pods_error = self._label_pods(agents, list(holders.values()), discovery)
+        from tpu_tools.metrics.slurm import job_id
+
+        for entry in [*agents, *holders.values()]:
+            entry["slurm_job_id"] = job_id(entry["pid"], self._pods.root)
+        if self._pod_labels is not None:
+            pods_error = self._read_pod_labels([*agents, *holders.values()]) or pods_error
         return {
             "agents": agents,
             "shared_cache_dirs": [s.to_dict() for s in shared_cache_dirs(agents)],
@@ -151,6 +162,21 @@ class ProcessesGroup:
             owner = found.get(entry["pid"])
             entry["kubernetes"] = ({"namespace": owner.namespace, "pod": owner.pod, "container": owner.container}
                                    if owner else None)
+        return error
+
+    def _read_pod_labels(self, entries: list[dict[str, Any]]) -> str | None:
+        """Add `labels` (the pod's Kubernetes labels, as label names) to each entry's `kubernetes`; the first
+        failure, if any."""
+        from tpu_tools.errors import RuntimeFailure
+
+        error = None
+        for entry in entries:
+            pod = entry.get("kubernetes")
+            if pod:
+                try:
+                    pod["labels"] = self._pod_labels.labels(pod["namespace"], pod["pod"])
+                except RuntimeFailure as failure:
+                    error = error or str(failure)
         return error
 
     def close(self) -> None:

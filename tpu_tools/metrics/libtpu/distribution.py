@@ -116,6 +116,9 @@ class DistributionSummary:
     p95: float | None = None
     p99: float | None = None
     p999: float | None = None
+    # (upper bound, samples in the bucket) of every bucket of the layout, math.inf for the overflow bucket; empty
+    # when the layout cannot be read. Not in to_dict: the report keeps its percentiles, Prometheus the buckets.
+    buckets: tuple[tuple[float, int], ...] = ()
 
     @property
     def has_samples(self) -> bool:
@@ -192,13 +195,23 @@ def summarize(histogram: Histogram) -> DistributionSummary:
     figures: dict[str, float | None] = {name: None for name, _ in PERCENTILES}
     low: float | None = histogram.min
     high: float | None = histogram.max
+    buckets: tuple[tuple[float, int], ...] = ()
     if histogram.buckets is not None and samples > 0:
         figures = {name: percentile(histogram, q) for name, q in PERCENTILES}
         low, high = _trusted_extremes(histogram)
+        layout = histogram.buckets
+        # every bucket of the layout (a service leaves trailing empty ones out): the same bounds on every host
+        counts = [*histogram.counts, *[0] * (layout.size - len(histogram.counts))]
+        buckets = tuple((_upper(layout, index), count) for index, count in enumerate(counts))
     # a service may send any double: what is not finite (or overflows in between) is not a figure
     finite = {name: value if value is not None and math.isfinite(value) else None for name, value in figures.items()}
     return DistributionSummary(count=count, mean=_finite(histogram.mean), min=_finite(low), max=_finite(high),
-                               **finite)
+                               buckets=buckets, **finite)
+
+
+def _upper(layout: Buckets, index: int) -> float:
+    upper = layout.span(index)[1]
+    return math.inf if upper is None else upper
 
 
 def _finite(value: float | None) -> float | None:

@@ -1,8 +1,12 @@
 """Prometheus metric families of an NVML snapshot (the monitor's `nvml` group), named by Prometheus conventions.
 
-Every GPU series carries the labels gpu (NVML's index), uuid and pci_bus_id; per-process series add pid
-and tag (the agent's tag, empty for a process without an agent). Ratios are 0..1, counters end in _total.
-The amdsmi group exports AMD GPUs under the same names with one more label, vendor="amd".
+Every GPU series carries the labels gpu (NVML's index), uuid, pci_bus_id and device (the devices group's
+key, e.g. gpu:0, empty for a GPU it could not place), so that they join the `tpu_tools_device_*` series;
+per-process series add pid and tag (the agent's tag, empty for a process without an agent). Ratios are 0..1,
+counters end in _total. The memory in use, its total and the utilization are the devices group's figures
+(`tpu_tools_device_memory_used_bytes`, `..._memory_total_bytes`, `..._utilization_ratio`), one name per figure
+for every platform, and are not repeated here. The amdsmi group exports AMD GPUs under the same names with one
+more label, vendor="amd".
 """
 
 from __future__ import annotations
@@ -12,16 +16,15 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from tpu_tools.metrics.naming import label_value
+
 PREFIX = "tpu_tools_gpu_"
-GPU_LABELS = ["gpu", "uuid", "pci_bus_id"]
+GPU_LABELS = ["gpu", "uuid", "pci_bus_id", "device"]
 
 # (metric name, record key, scale, documentation)
 _GAUGES: list[tuple[str, str, float, str]] = [
-    ("memory_used_bytes", "memory_used_bytes", 1, "GPU memory in use (NVML; the v2 figure excludes reserved)."),
-    ("memory_total_bytes", "memory_total_bytes", 1, "GPU memory on the card."),
     ("memory_reserved_bytes", "memory_reserved_bytes", 1, "GPU memory the driver reserves for itself."),
     ("memory_free_bytes", "memory_free_bytes", 1, "GPU memory free."),
-    ("utilization_ratio", "utilization_gpu_percent", 0.01, "Share of the last sample period a kernel ran."),
     ("memory_utilization_ratio", "utilization_memory_percent", 0.01,
      "Share of the last sample period device memory was read or written."),
     ("temperature_celsius", "temperature_celsius", 1, "GPU core temperature."),
@@ -43,6 +46,8 @@ _GAUGES: list[tuple[str, str, float, str]] = [
     ("pcie_tx_bytes_per_second", "pcie_tx_bytes_per_second", 1, "PCIe bytes sent per second (20 ms window)."),
     ("pcie_rx_bytes_per_second", "pcie_rx_bytes_per_second", 1, "PCIe bytes received per second (20 ms window)."),
     ("nvlink_links_active", "nvlink_links_active", 1, "NVLink links up."),
+    ("nvlink_links", "nvlink_links", 1, "NVLink links of the board (up or not)."),
+    ("fan_speed_ratio", "fan_speed_percent", 0.01, "Fan speed, from 0 to 1 of its maximum."),
     ("mig_enabled", "mig_enabled", 1, "1 when MIG mode is on."),
     ("persistence_mode", "persistence_mode", 1, "1 when persistence mode is on."),
 ]
@@ -51,6 +56,11 @@ _COUNTERS: list[tuple[str, str, str]] = [
     ("ecc_aggregate_uncorrected_errors", "ecc_aggregate_uncorrected_errors", "Uncorrected ECC errors, lifetime."),
     ("nvlink_tx_bytes", "nvlink_tx_bytes_total", "NVLink bytes sent, all links."),
     ("nvlink_rx_bytes", "nvlink_rx_bytes_total", "NVLink bytes received, all links."),
+    ("pcie_replay_errors", "pcie_replay_errors", "PCIe replays (link-level retransmissions) since the driver "
+                                                 "was loaded."),
+    ("nvlink_replay_errors", "nvlink_replay_errors", "NVLink replay errors, all links."),
+    ("nvlink_recovery_errors", "nvlink_recovery_errors", "NVLink recovery errors, all links."),
+    ("nvlink_crc_errors", "nvlink_crc_errors", "NVLink CRC (flit) errors, all links."),
 ]
 
 
@@ -74,12 +84,24 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
                                 labels=[*gpu_labels, "reason"])
     remapped = GaugeMetricFamily(PREFIX + "remapped_rows", "Rows remapped after memory errors.",
                                  labels=[*gpu_labels, "kind"])
+    xid = CounterMetricFamily(PREFIX + "xid_errors", "XID error events, by code, since the exporter started.",
+                              labels=[*gpu_labels, "code"])
+    xid_last = GaugeMetricFamily(PREFIX + "xid_last_event_timestamp_seconds", "Time of the last XID event, with "
+                                 "its code and what it means.", labels=[*gpu_labels, "code", "description"])
+    mig_labels = [*gpu_labels, "gpu_instance", "compute_instance"]
+    mig_used = GaugeMetricFamily(PREFIX + "mig_instance_memory_used_bytes", "Memory in use in a MIG instance.",
+                                 labels=mig_labels)
+    mig_total = GaugeMetricFamily(PREFIX + "mig_instance_memory_total_bytes", "Memory of a MIG instance.",
+                                  labels=mig_labels)
+    link_down = GaugeMetricFamily(PREFIX + "nvlink_link_down", "1 for each NVLink link of the board that is down.",
+                                  labels=[*gpu_labels, "link"])
     process_memory = GaugeMetricFamily(PREFIX + "process_memory_used_bytes", "GPU memory a process holds.",
                                        labels=[*gpu_labels, "pid", "tag"])
     process_sm = GaugeMetricFamily(PREFIX + "process_sm_utilization_ratio", "A process's share of SM time (NVML's "
                                    "recent sample).", labels=[*gpu_labels, "pid", "tag"])
     for gpu in data.get("gpus") or []:
-        labels = [str(gpu.get("index")), str(gpu.get("uuid") or ""), str(gpu.get("pci_bus_id") or "")]
+        labels = [str(gpu.get("index")), str(gpu.get("uuid") or ""), str(gpu.get("pci_bus_id") or ""),
+                  str(gpu.get("device_key") or "")]
         labels += [vendor] if vendor else []
         up.add_metric([*labels, str(gpu.get("status"))], 1.0 if gpu.get("status") == "ok" else 0.0)
         for name, key, scale, _ in _GAUGES:
@@ -90,6 +112,20 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
             value = _number(gpu.get(key))
             if value is not None:
                 counters[name].add_metric(labels, value)
+        for code, count in (gpu.get("xid_errors") or {}).items():
+            xid.add_metric([*labels, str(code)], float(count))
+        last = gpu.get("xid_last")
+        if isinstance(last, dict):
+            xid_last.add_metric([*labels, str(last.get("code")), str(last.get("description") or "")],
+                                float(last.get("time_unix_s") or 0))
+        for instance in gpu.get("mig_instances") or []:
+            ids = [str(instance.get("gpu_instance_id")), str(instance.get("compute_instance_id"))]
+            for family, key in ((mig_used, "memory_used_bytes"), (mig_total, "memory_total_bytes")):
+                value = _number(instance.get(key))
+                if value is not None:
+                    family.add_metric([*labels, *ids], value)
+        for link in gpu.get("nvlink_links_down") or []:
+            link_down.add_metric([*labels, str(link)], 1.0)
         for reason in gpu.get("clock_event_reasons") or []:
             reasons.add_metric([*labels, reason], 1.0)
         for kind in ("correctable", "uncorrectable"):
@@ -97,7 +133,7 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
             if value is not None:
                 remapped.add_metric([*labels, kind], value)
         for process in gpu.get("processes") or []:
-            process_labels = [*labels, str(process.get("pid")), str(process.get("tag") or "")]
+            process_labels = [*labels, str(process.get("pid")), label_value(str(process.get("tag") or ""))]
             memory = _number(process.get("gpu_memory_bytes"))
             if memory is not None:
                 process_memory.add_metric(process_labels, memory)
@@ -109,5 +145,10 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
     yield from counters.values()
     yield reasons
     yield remapped
+    yield xid
+    yield xid_last
+    yield link_down
+    yield mig_used
+    yield mig_total
     yield process_memory
     yield process_sm

@@ -38,6 +38,7 @@ _NVML_ERROR_NOT_FOUND = 6
 _MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS on current drivers
 _NVLINK_TX_KIB, _NVLINK_RX_KIB = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, KiB since load
 _ALL_LINKS = 0xFFFFFFFF
+_MAX_MIG_DEVICES = 64  # a driver's claim of more is not believed
 
 T = TypeVar("T")
 
@@ -136,6 +137,7 @@ class _Gpu:
         r.clock_memory_max_hz = _scaled(self.get("clock_memory_max",
                                                  lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, mem)), 1e6)
         r.performance_state = self.get("performance_state", lambda: int(nvml.nvmlDeviceGetPerformanceState(handle)))
+        r.fan_speed_percent = _scaled(self.get("fan_speed", lambda: nvml.nvmlDeviceGetFanSpeed(handle)), 1)
         mask = self.get("clock_event_reasons", lambda: int(self._event_reasons(handle)))
         if mask is not None:
             r.clock_event_reasons_mask, r.clock_event_reasons = mask, decode.clock_event_reasons(mask)
@@ -164,10 +166,32 @@ class _Gpu:
             r.remapped_rows_pending, r.remapped_rows_failed = bool(rows[2]), bool(rows[3])
         mig = self.get("mig_mode", lambda: nvml.nvmlDeviceGetMigMode(handle))
         r.mig_enabled = bool(mig[0]) if mig is not None else None
+        if r.mig_enabled:
+            self._mig(handle)
         persistence = self.get("persistence_mode", lambda: nvml.nvmlDeviceGetPersistenceMode(handle))
         r.persistence_mode = bool(persistence) if persistence is not None else None
         mode = self.get("compute_mode", lambda: nvml.nvmlDeviceGetComputeMode(handle))
         r.compute_mode = decode.compute_mode(int(mode)) if mode is not None else None
+
+    def _mig(self, handle: Any) -> None:
+        """The MIG instances there are now. Instances are made and destroyed at any time: one that is gone
+        between two calls is left out, never an error."""
+        nvml, r = self.nvml, self.record
+        most = self.get("mig_devices", lambda: int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)))
+        instances: list[dict[str, Any]] = []
+        for index in range(min(most or 0, _MAX_MIG_DEVICES)):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+                gpu_instance = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
+                compute_instance = int(nvml.nvmlDeviceGetComputeInstanceId(mig))
+                memory = nvml.nvmlDeviceGetMemoryInfo(mig)
+            except nvml.NVMLError as error:
+                if getattr(error, "value", None) == _NVML_ERROR_GPU_IS_LOST:
+                    raise _Lost from error
+                continue  # an empty slot, or an instance destroyed since
+            instances.append({"index": index, "gpu_instance_id": gpu_instance, "compute_instance_id": compute_instance,
+                              "memory_used_bytes": int(memory.used), "memory_total_bytes": int(memory.total)})
+        r.mig_instances = instances
 
     def _links(self, handle: Any) -> None:
         nvml, r = self.nvml, self.record
@@ -178,6 +202,8 @@ class _Gpu:
         r.pcie_link_width = self.get("pcie_link_width", lambda: int(nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)))
         r.pcie_link_width_max = self.get("pcie_link_width_max",
                                          lambda: int(nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)))
+        r.pcie_replay_errors = self.get("pcie_replay_counter",
+                                        lambda: int(nvml.nvmlDeviceGetPcieReplayCounter(handle)))
         # NVML counts PCIe throughput in KB/s (1024 bytes) over a 20 ms window.
         r.pcie_tx_bytes_per_second = _scaled(self.get("pcie_tx", lambda: nvml.nvmlDeviceGetPcieThroughput(
             handle, nvml.NVML_PCIE_UTIL_TX_BYTES)), 1024)
@@ -188,6 +214,7 @@ class _Gpu:
     def _nvlink(self, handle: Any) -> None:
         nvml, r = self.nvml, self.record
         active = links = 0
+        down: list[int] = []
         for link in range(_MAX_NVLINKS):
             try:
                 state = nvml.nvmlDeviceGetNvLinkState(handle, link)
@@ -200,7 +227,16 @@ class _Gpu:
                 break  # past the board's last link
             links += 1
             active += 1 if state else 0
-        r.nvlink_links, r.nvlink_links_active = links, active
+            if not state:
+                down.append(link)
+        r.nvlink_links, r.nvlink_links_active, r.nvlink_links_down = links, active, down
+        # NVML_NVLINK_ERROR_DL_REPLAY, _DL_RECOVERY, _DL_CRC_FLIT, summed over the links
+        for field_name, counter in (("nvlink_replay_errors", 0), ("nvlink_recovery_errors", 1),
+                                    ("nvlink_crc_errors", 2)):
+            counts = [self.get(field_name, functools.partial(nvml.nvmlDeviceGetNvLinkErrorCounter, handle, link,
+                                                             counter)) for link in range(links)]
+            if counts and all(c is not None for c in counts):
+                setattr(r, field_name, sum(int(c) for c in counts if c is not None))
         values = self.get("nvlink_throughput", lambda: nvml.nvmlDeviceGetFieldValues(
             handle, [(_NVLINK_TX_KIB, _ALL_LINKS), (_NVLINK_RX_KIB, _ALL_LINKS)]))
         if values is not None:
@@ -258,7 +294,10 @@ def _scaled(value: Any, factor: float) -> float | None:
 class NvmlReader:
     """Reads NVML snapshots; keeps the library open between reads (a monitor reads every period)."""
 
-    def __init__(self) -> None:
+    def __init__(self, watch_events: bool = False) -> None:
+        """watch_events: count XID events as they arrive between reads (a monitor; tpu-ls reads once)."""
+        self._watch_events = watch_events
+        self._watcher: Any = None
         self._nvml: Any = None
         self._started: threading.Thread | None = None
         self._start_result: list[Any] = []
@@ -302,9 +341,19 @@ class NvmlReader:
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 self._stuck[index] = thread
+        if self._watch_events and self._watcher is None:
+            from tpu_tools.metrics.nvml.events import XidWatcher
+
+            self._watcher = XidWatcher(self._nvml, count)
         for index in range(count):
             if index in threads and not threads[index].is_alive():
-                snapshot.gpus.append(readers[index].record)
+                record = readers[index].record
+                if self._watcher is not None and self._watcher.error is None:
+                    record.xid_errors, last = self._watcher.of(index)
+                    record.xid_last = last.to_dict() if last is not None else None
+                elif self._watcher is not None:
+                    record.unsupported["xid_events"] = self._watcher.error
+                snapshot.gpus.append(record)
                 continue
             # What was read before the call that hangs (its name, its bus id) still places it.
             partial = readers[index].record if index in readers else GpuRecord(index=index)
@@ -361,7 +410,9 @@ class NvmlReader:
 
     def close(self) -> None:
         """Shut NVML down, unless a call is still stuck in it (shutting down would block too)."""
-        if self._nvml is not None and not any(t.is_alive() for t in self._stuck.values()):
+        watcher_stuck = self._watcher is not None and not self._watcher.stop()
+        self._watcher = None
+        if not watcher_stuck and self._nvml is not None and not any(t.is_alive() for t in self._stuck.values()):
             try:
                 self._nvml.nvmlShutdown()
             except self._nvml.NVMLError:

@@ -82,6 +82,17 @@ class GpuRecord:
     nvlink_links: int | None = None
     nvlink_tx_bytes_total: int | None = None
     nvlink_rx_bytes_total: int | None = None
+    pcie_replay_errors: int | None = None  # PCIe replays since the driver was loaded
+    fan_speed_percent: float | None = None
+    nvlink_replay_errors: int | None = None  # all links, since the driver was loaded
+    nvlink_recovery_errors: int | None = None
+    nvlink_crc_errors: int | None = None
+    nvlink_links_down: list[int] | None = None  # the board's links that are not active
+    # MIG mode's instances, as found at the read: [{index, gpu_instance_id, compute_instance_id,
+    # memory_used_bytes, memory_total_bytes}] (None: MIG off or not read)
+    mig_instances: list[dict[str, Any]] | None = None
+    xid_errors: dict[str, int] | None = None  # XID code -> events since the monitor started (None: not watched)
+    xid_last: dict[str, Any] | None = None  # {code, time_unix_s, description} of the last XID event
     processes: list[GpuProcess] = field(default_factory=list)
     unsupported: dict[str, str] = field(default_factory=dict)  # field -> NVML's reason
 

@@ -1,0 +1,63 @@
+"""Who holds each device, as labels for its series: the holder's `tag` (its agent's), Kubernetes `namespace`,
+`pod` and `container`, and `slurm_job_id`.
+
+Drawn from one report: the devices group's holders and agent processes of each device, the GPU groups'
+processes of each GPU, and the processes group's entries for those pids (tag, pod, Slurm job). Where several
+processes hold a device, each label takes the first value found, agents first, then by pid. Values come
+from outside (a job chooses its tag, a pod its names): every one is made printable and bounded
+(naming.label_value).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpu_tools.metrics.naming import label_value
+
+HOLDER_LABELS = ("tag", "namespace", "pod", "container", "slurm_job_id")
+GPU_GROUPS = ("nvml", "amdsmi")
+
+
+def _identity(entry: dict[str, Any]) -> dict[str, str]:
+    pod = entry.get("kubernetes") or {}
+    found = {"tag": entry.get("tag"), "slurm_job_id": entry.get("slurm_job_id"),
+             **{key: pod.get(key) for key in ("namespace", "pod", "container")}}
+    labels = {key: label_value(str(value)) for key, value in found.items() if value}
+    # --pod-labels: the pod's own labels, already named and bounded (kube/api.py)
+    return {**{key: value for key, value in (pod.get("labels") or {}).items() if key not in labels}, **labels}
+
+
+def _group(report: dict[str, Any], name: str) -> dict[str, Any]:
+    data = report.get(name)
+    return data if isinstance(data, dict) else {}
+
+
+def device_holders(report: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """{device key: {label: value}} for every device whose holders tell something (only the labels known)."""
+    processes = _group(report, "processes")
+    identity: dict[int, dict[str, str]] = {}
+    for entry in [*(processes.get("agents") or []), *(processes.get("holders") or [])]:
+        if isinstance(entry, dict) and isinstance(entry.get("pid"), int) and entry["pid"] not in identity:
+            identity[entry["pid"]] = _identity(entry)
+    candidates: dict[str, list[int]] = {}
+    devices = _group(report, "devices")
+    for device in devices.get("devices") or []:
+        agents = [p.get("pid") for p in device.get("processes") or []]
+        holders = sorted(h.get("pid") for h in device.get("holders") or [] if isinstance(h.get("pid"), int))
+        candidates[str(device.get("key"))] = [*agents, *holders]
+    for group in GPU_GROUPS:
+        data = _group(report, group)
+        for gpu in data.get("gpus") or []:
+            if gpu.get("device_key"):
+                processes_of = [p for p in gpu.get("processes") or [] if isinstance(p.get("pid"), int)]
+                for process in processes_of:  # a process without an agent: its own tag and Slurm job
+                    identity.setdefault(process["pid"], _identity(process))
+                candidates.setdefault(gpu["device_key"], []).extend(sorted(p["pid"] for p in processes_of))
+    labels: dict[str, dict[str, str]] = {}
+    for key, pids in candidates.items():
+        known = [identity[pid] for pid in pids if pid in identity]
+        names = [*HOLDER_LABELS, *sorted({name for i in known for name in i} - set(HOLDER_LABELS))]
+        found = {label: next((i[label] for i in known if i.get(label)), "") for label in names}
+        if any(found.values()):
+            labels[key] = {label: value for label, value in found.items() if value}
+    return labels
