@@ -10,15 +10,14 @@ giving its collector a `prometheus(data)` method.
 
 from __future__ import annotations
 
-import errno
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
-from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.errors import UsageError
 
 PREFIX = "tpu_tools_"
 
@@ -241,15 +240,8 @@ def exporters_for(collectors: dict[str, Any]) -> dict[str, Callable[[dict[str, A
 
 
 def serve(collector: ReportCollector, host: str, port: int) -> Any:
-    """Start the /metrics HTTP server in a daemon thread; RuntimeFailure when the port is taken."""
-    from prometheus_client import start_http_server
+    """Start the /metrics HTTP server (`webserver`: bounded threads and sockets) in daemon threads;
+    RuntimeFailure when the port is taken."""
+    from tpu_tools.metrics.webserver import serve_metrics
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
-    except OSError as error:
-        in_use = error.errno == errno.EADDRINUSE
-        reason = "is already in use" if in_use else f"cannot be used ({error.strerror or error})"
-        raise RuntimeFailure(f"cannot serve Prometheus metrics: port {port} on {host} {reason}") from error
-    return server
+    return serve_metrics(collector, host, port)
