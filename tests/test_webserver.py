@@ -272,3 +272,20 @@ def test_any_head_parses_or_is_refused(head):
     request = parse_head(head)
     if request is not None:
         assert request.version.startswith("HTTP/1.") and request.method.isalpha()
+
+
+def test_a_report_is_rendered_once_however_many_scrapes():
+    from prometheus_client.registry import CollectorRegistry
+
+    from tpu_tools.metrics.prometheus import BUILTIN, ReportCollector
+    from tpu_tools.metrics.webserver import Renderer
+
+    collector = ReportCollector(dict(BUILTIN))
+    collector.update({"host": {"error": None, "cpu_percent": 12.0}})
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    renderer = Renderer(registry, collector.generation)
+    first, _ = renderer.body("", False, time.monotonic())
+    assert renderer.body("", False, time.monotonic() + 1)[0] is first  # same report: same body
+    collector.update({"host": {"error": None, "cpu_percent": 34.0}})
+    assert b"tpu_tools_host_cpu_percent 34.0" in renderer.body("", False, time.monotonic())[0]

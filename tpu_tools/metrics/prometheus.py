@@ -200,10 +200,16 @@ class ReportCollector(Collector):
         self._exporters = exporters
         self._report: dict[str, Any] | None = None
         self._lock = threading.Lock()
+        self._generation = 0
 
     def update(self, report: dict[str, Any]) -> None:
         with self._lock:
             self._report = report
+            self._generation += 1
+
+    def generation(self) -> int:
+        """Changes with every update: the server renders once per report, not once per scrape."""
+        return self._generation
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:

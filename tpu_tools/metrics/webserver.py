@@ -101,26 +101,29 @@ def encode(answer: Answer, head_only: bool) -> bytes:
 
 
 class Renderer:
-    """Renders the registry, sharing one rendering among the scrapes waiting for it: a scrape reuses a body
-    whose rendering started after the scrape arrived, so it is never older than the scrape."""
+    """Renders the registry, reusing a body while it is current: while `generation()` (the collector's data
+    version, where it has one) is unchanged, and otherwise when its rendering started after the scrape
+    arrived (so concurrent scrapes share one rendering, never older than any of them)."""
 
-    def __init__(self, registry: CollectorRegistry):
+    def __init__(self, registry: CollectorRegistry, generation: Callable[[], int] | None = None):
         self.registry = registry
+        self.generation = generation
         self._lock = threading.Lock()
-        self._cache: dict[tuple[str, bool], tuple[float, bytes]] = {}
+        self._cache: dict[tuple[str, bool], tuple[float, int | None, bytes]] = {}
 
     def body(self, accept: str, compress: bool, arrived: float) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept)
         key = (content_type, compress)
         with self._lock:
+            generation = self.generation() if self.generation is not None else None
             cached = self._cache.get(key)
-            if cached is not None and cached[0] >= arrived:
-                return cached[1], content_type
+            if cached is not None and (cached[0] >= arrived or (generation is not None and cached[1] == generation)):
+                return cached[2], content_type
             started = time.monotonic()
             output = encoder(self.registry)
             if compress:
                 output = gzip.compress(output, compresslevel=1)
-            self._cache[key] = (started, output)
+            self._cache[key] = (started, generation, output)
             return output, content_type
 
 
@@ -414,8 +417,9 @@ class MetricsHandler:
     """The exporter's pages: /metrics (with content negotiation and gzip), a link at /, 401 without the
     right credentials."""
 
-    def __init__(self, registry: CollectorRegistry, authenticator: Authenticator):
-        self.renderer = Renderer(registry)
+    def __init__(self, registry: CollectorRegistry, authenticator: Authenticator,
+                 generation: Callable[[], int] | None = None):
+        self.renderer = Renderer(registry, generation)
         self.authenticator = authenticator
 
     def __call__(self, request: Request, arrived: float) -> Answer:
@@ -445,7 +449,11 @@ def serve_metrics(collector: Collector, host: str, port: int, config: WebConfig 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     context = ssl_context(config.tls) if config is not None and config.tls is not None else None
-    handler = MetricsHandler(registry, Authenticator(config.users if config is not None else {}))
+    # A collector whose data changes only at known times (ReportCollector: once a round) says so with a
+    # `generation()` method; its body is then rendered once per change, not once per scrape.
+    generation = getattr(collector, "generation", None)
+    handler = MetricsHandler(registry, Authenticator(config.users if config is not None else {}),
+                             generation if callable(generation) else None)
     try:
         server = MetricsServer((host, port), handler, context, limits)
     except OSError as error:
