@@ -4,8 +4,9 @@
 Each server runs in its own process serving the same synthetic report (8 TPU chips, 20 agent jobs: the
 exporter's real ReportCollector). An asyncio client in this process runs C scrapers for D seconds each,
 every scrape a new connection (`Connection: close`, so the listen backlog is exercised), 10 s timeout;
-optionally with 1,000 idle connections held open (reopened whenever the server closes one). Servers
-alternate cell by cell. Targets for tpu-tools: 32 scrapers 0 errors and p99 < 50 ms; 128 scrapers 0 errors.
+optionally with 1,000 idle connections held open by another process (each reopened a second after the
+server closes it). Servers alternate cell by cell. Targets for tpu-tools: 32 scrapers 0 errors and
+p99 < 50 ms; 128 scrapers 0 errors.
 
     python benchmarks/exporter_load.py [--seconds 10] [--scrapers 1,8,32,128] [--idle 1000]
 """
@@ -96,23 +97,29 @@ async def scraper(port: int, until: float, latencies: list[float], errors: list[
             errors.append(type(error).__name__)
 
 
-async def idler(port: int, stop: asyncio.Event) -> None:
-    """Holds a connection open, sending nothing; reopens it when the server closes it."""
-    while not stop.is_set():
+async def idler(port: int) -> None:
+    """Holds a connection open, sending nothing; reopens it a second after the server closes it."""
+    while True:
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
         except OSError:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(1)
             continue
         try:
-            reading = asyncio.ensure_future(reader.read())
-            stopping = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            reading.cancel()
-            stopping.cancel()
+            await reader.read()
+        except OSError:
+            pass
         finally:
             writer.close()
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(1)
+
+
+def hold(port: int, count: int) -> None:
+    """The idle-connections process: runs until killed."""
+    async def run() -> None:
+        await asyncio.gather(*(idler(port) for _ in range(count)))
+
+    asyncio.run(run())
 
 
 def server_figures(pid: int) -> tuple[int, int]:
@@ -129,10 +136,11 @@ def server_figures(pid: int) -> tuple[int, int]:
 
 
 async def cell(port: int, pid: int, scrapers: int, idle: int, seconds: float) -> dict:
-    stop = asyncio.Event()
-    idlers = [asyncio.ensure_future(idler(port, stop)) for _ in range(idle)]
+    holder = None
     if idle:
-        await asyncio.sleep(2)  # let them connect
+        holder = subprocess.Popen([sys.executable, __file__, "--hold", str(idle), "--port", str(port)],
+                                  stdin=subprocess.DEVNULL)
+        await asyncio.sleep(3)  # let them connect
     latencies: list[float] = []
     errors: list[str] = []
     until = time.perf_counter() + seconds
@@ -144,8 +152,9 @@ async def cell(port: int, pid: int, scrapers: int, idle: int, seconds: float) ->
             figures.append(server_figures(pid))
 
     await asyncio.gather(watch(), *(scraper(port, until, latencies, errors) for _ in range(scrapers)))
-    stop.set()
-    await asyncio.gather(*idlers)
+    if holder is not None:
+        holder.kill()
+        holder.wait()
     latencies.sort()
 
     def at(q: float) -> float:
@@ -164,7 +173,12 @@ def main() -> int:
     parser.add_argument("--idle", type=int, default=1000)
     parser.add_argument("--serve", choices=SERVERS, help=argparse.SUPPRESS)
     parser.add_argument("--port-file", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--hold", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.hold:
+        hold(args.port, args.hold)
+        return 0
     if args.serve:
         serve(args.serve, args.port_file)
         return 0

@@ -26,6 +26,7 @@ import socket
 import ssl
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,10 +45,10 @@ _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"
 class Limits:
     workers: int = 4
     backlog: int = 1024  # the kernel caps it at net.core.somaxconn
-    max_connections: int = 512  # also kept under half the process's open-file limit
+    max_connections: int = 4096  # also kept under half the process's open-file limit
     header_timeout_s: float = 10.0  # TLS handshake + request head, from connect or from the last answer
     write_timeout_s: float = 10.0  # for the whole answer to leave
-    max_request_bytes: int = 16 * 1024  # a scrape's head is a few hundred bytes
+    max_request_bytes: int = 8 * 1024  # a scrape's head is a few hundred bytes
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,9 @@ class MetricsServer:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._conns: dict[int, _Conn] = {}
+        # Connections waiting for a request head, the one idle longest first: evicted first at the limit,
+        # and their deadlines come in this order (header_timeout_s after `active`).
+        self._idle: OrderedDict[_Conn, None] = OrderedDict()
         self._work: queue.SimpleQueue[tuple[_Conn, Request, bool, float] | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[tuple[_Conn, bytes, bool]] = queue.SimpleQueue()
         self._stop = threading.Event()
@@ -250,21 +254,26 @@ class MetricsServer:
                     continue
             conn = _Conn(sock, self.context is not None, now + self.limits.header_timeout_s, now)
             self._conns[sock.fileno()] = conn
+            self._idle[conn] = None
             self._watch(conn, selectors.EVENT_READ)
 
     def _evict_idle(self) -> bool:
-        idle = [c for c in self._conns.values() if not c.busy and c.out is None]
-        if not idle:
+        if not self._idle:
             return False
-        self._close(min(idle, key=lambda c: c.active))
+        self._close(next(iter(self._idle)))
         return True
 
     def _expire(self, now: float) -> None:
         if self._accept_paused_until and now >= self._accept_paused_until:
             self._accept_paused_until = 0.0
             self._selector.register(self._listener, selectors.EVENT_READ)
-        for conn in [c for c in self._conns.values() if not c.busy and now > c.deadline]:
-            self._close(conn)
+        while self._idle:
+            oldest = next(iter(self._idle))
+            if now <= oldest.deadline:
+                break
+            self._close(oldest)
+        for conn in [c for c in self._conns.values() if c.out is not None and now > c.deadline]:
+            self._close(conn)  # an answer the client does not read
 
     def _watch(self, conn: _Conn, events: int) -> None:
         if events == conn.events:
@@ -280,6 +289,7 @@ class MetricsServer:
     def _close(self, conn: _Conn) -> None:
         if self._conns.pop(conn.sock.fileno(), None) is None:
             return
+        self._idle.pop(conn, None)
         self._watch(conn, 0)
         try:
             conn.sock.close()
@@ -338,6 +348,7 @@ class MetricsServer:
             self._answer(conn, encode(Answer(400, b"Bad Request\n", close=True), False), True)
             return
         conn.busy = True
+        self._idle.pop(conn, None)
         self._watch(conn, 0)
         # A request with a body is answered and closed: the body is never read, so never taken for a request.
         self._work.put((conn, request, request.has_body or not keep_alive(request), time.monotonic()))
@@ -359,6 +370,7 @@ class MetricsServer:
 
     def _answer(self, conn: _Conn, data: bytes, close: bool) -> None:
         conn.out, conn.close_after = memoryview(data), close
+        self._idle.pop(conn, None)
         conn.deadline = time.monotonic() + self.limits.write_timeout_s
         try:
             self._send(conn)
@@ -384,6 +396,7 @@ class MetricsServer:
             return
         now = time.monotonic()
         conn.active, conn.deadline = now, now + self.limits.header_timeout_s
+        self._idle[conn] = None
         self._watch(conn, selectors.EVENT_READ)
         if b"\r\n\r\n" in conn.inbuf:  # a pipelined request already read
             self._dispatch(conn)
