@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "tools"))
 import generated  # noqa: E402
 
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
-HOSTS = '{instance=~"$instance"}'  # every query's host filter
+HOSTS = '{cluster=~"$cluster",instance=~"$instance"}'  # every query's host filter (no cluster label: matches)
 Panel = Callable[[], object]
 
 
@@ -54,25 +54,28 @@ def _stat(title: str, unit: str, query: prometheus.Dataquery, width: int = 6) ->
 
 
 def _base(uid: str, title: str, multi_host: bool) -> dashboard.Dashboard:
+    # Many clusters writing to one store label each series with its cluster (docs/fleet.md); one cluster has none.
+    clusters = (dashboard.QueryVariable("cluster").label("Cluster").datasource(DATASOURCE)
+                .query("label_values(tpu_tools_host_cpu_percent, cluster)")
+                .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).multi(True).include_all(True).all_value(".*"))
     hosts = (dashboard.QueryVariable("instance").label("Host").datasource(DATASOURCE)
-             .query("label_values(tpu_tools_host_cpu_percent, instance)").refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
-             .multi(multi_host).include_all(multi_host))
+             .query('label_values(tpu_tools_host_cpu_percent{cluster=~"$cluster"}, instance)')
+             .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).multi(multi_host).include_all(multi_host))
     if multi_host:
         hosts = hosts.all_value(".*")
     return (dashboard.Dashboard(title).uid(uid).tags(["tpu-tools"]).refresh("30s").time("now-1h", "now")
             .timezone("browser").editable()
             .with_variable(dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
-            .with_variable(hosts))
+            .with_variable(clusters).with_variable(hosts))
 
 
 def fleet() -> dashboard.Dashboard:
     util = f"tpu_tools_device_utilization_percent{HOSTS}"
-    per_host = f"avg by (instance) ({util})"
     return (_base("tpu-tools-fleet", "tpu-tools / Fleet", True)
             .with_row(dashboard.Row("Fleet"))
             .with_panel(_stat("Exporters up", "none", _query('count(up{job=~".*tpu-tools.*"} == 1)')))
             .with_panel(_stat("Accelerators", "none",
-                              _query('count(tpu_tools_device_memory_total_bytes{instance=~"$instance",'
+                              _query('count(tpu_tools_device_memory_total_bytes{cluster=~"$cluster",instance=~"$instance",'
                                      'platform!="cpu"})')))
             .with_panel(_stat("Mean duty cycle / utilization", "percent", _query(f"avg({util})")))
             .with_panel(_stat("Device memory in use", "percentunit",
@@ -93,17 +96,19 @@ def fleet() -> dashboard.Dashboard:
             .with_panel(_series("Power", "watt",
                                 _query(f"tpu_tools_gpu_power_draw_watts{HOSTS}", "{{instance}} gpu {{gpu}}")))
             .with_panel(bargauge.Panel().title("Distance from the slice's median duty cycle (the slow worker)")
-                        .description("Each host's mean duty cycle minus the median over hosts: the host furthest "
-                                     "below zero is the slice's slow worker.")
+                        .description("Each host's mean duty cycle minus the median over its cluster's hosts "
+                                     "(deploy/prometheus/records.yml): the host furthest below zero is the "
+                                     "slice's slow worker.")
                         .unit("percent").datasource(DATASOURCE).span(12).height(8)
-                        .with_target(_query(f"{per_host} - scalar(quantile(0.5, {per_host}))", "{{instance}}")
+                        .with_target(_query("instance:tpu_tools_device_utilization_percent:"
+                                            f"distance_from_cluster_median{HOSTS}", "{{cluster}} {{instance}}")
                                      .ref_id("A"))))
 
 
 def jobs() -> dashboard.Dashboard:
     return (_base("tpu-tools-jobs", "tpu-tools / Jobs", True)
             .with_panel(_series("Step time (p50)", "s",
-                                _query('tpu_tools_process_step_time_seconds{instance=~"$instance",stat="p50"}',
+                                _query('tpu_tools_process_step_time_seconds{cluster=~"$cluster",instance=~"$instance",stat="p50"}',
                                        "{{instance}} {{tag}} {{pid}}")))
             .with_panel(_series("Steps per second", "none",
                                 _query(f"tpu_tools_process_steps_per_second{HOSTS}", "{{instance}} {{tag}} {{pid}}")))
