@@ -7,7 +7,8 @@ the clients do (`Limits`):
   so an idle client, a client sending a byte a second or a stalled handshake holds only its socket and
   never a thread; it is closed when its head is not complete `header_timeout_s` after it connected or
   after its last answer (as Go's ReadHeaderTimeout / IdleTimeout);
-- `workers` threads build the answers (auth check, rendering): the only work a request waits for;
+- a scrape of an unchanged report with known credentials is answered by the loop from the last rendering;
+  anything else goes to one of `workers` threads (bcrypt check, rendering), the only work it waits for;
 - at most `max_connections` open connections: past that, the one idle the longest is closed, so a flood of
   idle connections cannot lock scrapers out;
 - a request head longer than `max_request_bytes` (a 1 MiB request line, 10^4 headers) is answered 431 and
@@ -127,6 +128,19 @@ class Renderer:
             self._cache[key] = (started, generation, output)
             return output, content_type
 
+    def current(self, accept: str, compress: bool) -> tuple[bytes, str] | None:
+        """The body if one rendered from the collector's current data is at hand now (without waiting)."""
+        if self.generation is None or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            _, content_type = choose_encoder(accept)
+            cached = self._cache.get((content_type, compress))
+            if cached is None or cached[1] != self.generation():
+                return None
+            return cached[2], content_type
+        finally:
+            self._lock.release()
+
 
 class _Conn:
     __slots__ = ("sock", "handshaking", "inbuf", "out", "close_after", "deadline", "active", "busy", "events")
@@ -144,6 +158,8 @@ class _Conn:
 
 
 Handler = Callable[[Request, float], Answer]
+# An answer the loop thread may give at once when it is at hand without blocking, else None (to a worker).
+QuickHandler = Callable[[Request], Answer | None]
 
 
 class MetricsServer:
@@ -152,6 +168,8 @@ class MetricsServer:
     def __init__(self, address: tuple[str, int], handler: Handler, context: ssl.SSLContext | None = None,
                  limits: Limits = Limits()):
         self.handler = handler
+        quick = getattr(handler, "quick", None)
+        self.quick: QuickHandler | None = quick if callable(quick) else None
         self.context = context
         self.limits = limits
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -347,11 +365,18 @@ class MetricsServer:
         if request is None:
             self._answer(conn, encode(Answer(400, b"Bad Request\n", close=True), False), True)
             return
+        # A request with a body is answered and closed: the body is never read, so never taken for a request.
+        close = request.has_body or not keep_alive(request)
+        answer = self.quick(request) if self.quick is not None else None
+        if answer is not None:  # a scrape of an unchanged report: no thread switch, no rendering
+            close = close or answer.close
+            self._answer(conn, encode(Answer(answer.status, answer.body, answer.headers, close),
+                                      request.method == "HEAD"), close)
+            return
         conn.busy = True
         self._idle.pop(conn, None)
         self._watch(conn, 0)
-        # A request with a body is answered and closed: the body is never read, so never taken for a request.
-        self._work.put((conn, request, request.has_body or not keep_alive(request), time.monotonic()))
+        self._work.put((conn, request, close, time.monotonic()))
 
     def _take_answers(self) -> None:
         try:
@@ -435,6 +460,24 @@ class MetricsHandler:
         self.renderer = Renderer(registry, generation)
         self.authenticator = authenticator
 
+    def quick(self, request: Request) -> Answer | None:
+        """/metrics from the rendering of the current report, for credentials already checked; else None."""
+        if request.method not in ("GET", "HEAD") or request.target.split("?", 1)[0] != "/metrics":
+            return None
+        if not self.authenticator.remembered(request.headers.get("authorization")):
+            return None
+        compress = gzip_accepted(request.headers.get("accept-encoding", ""))
+        found = self.renderer.current(request.headers.get("accept", ""), compress)
+        if found is None:
+            return None
+        return self._metrics(*found, compress)
+
+    def _metrics(self, body: bytes, content_type: str, compress: bool) -> Answer:
+        headers: tuple[tuple[str, str], ...] = (("Content-Type", content_type),)
+        if compress:
+            headers += (("Content-Encoding", "gzip"),)
+        return Answer(200, body, headers)
+
     def __call__(self, request: Request, arrived: float) -> Answer:
         if request.method not in ("GET", "HEAD"):
             return Answer(405, b"Method Not Allowed\n", (("Allow", "GET, HEAD"),), close=True)
@@ -444,11 +487,7 @@ class MetricsHandler:
         path = request.target.split("?", 1)[0]
         if path == "/metrics":
             compress = gzip_accepted(request.headers.get("accept-encoding", ""))
-            body, content_type = self.renderer.body(request.headers.get("accept", ""), compress, arrived)
-            headers: tuple[tuple[str, str], ...] = (("Content-Type", content_type),)
-            if compress:
-                headers += (("Content-Encoding", "gzip"),)
-            return Answer(200, body, headers)
+            return self._metrics(*self.renderer.body(request.headers.get("accept", ""), compress, arrived), compress)
         if path == "/":
             return Answer(200, b'<html><body><a href="/metrics">metrics</a></body></html>\n',
                           (("Content-Type", "text/html"),))
