@@ -79,17 +79,15 @@ def fleet() -> dashboard.Dashboard:
                                      'platform!="cpu"})')))
             .with_panel(_stat("Mean duty cycle / utilization", "percent", _query(f"avg({util})")))
             .with_panel(_stat("Device memory in use", "percentunit",
-                              _query(f"sum(tpu_tools_device_memory_used_bytes{HOSTS}) / "
-                                     f"sum(tpu_tools_device_memory_total_bytes{HOSTS})")))
+                              _query(f"sum(instance:tpu_tools_device_memory_used_bytes:sum{HOSTS}) / "
+                                     f"sum(instance:tpu_tools_device_memory_total_bytes:sum{HOSTS})")))
             .with_row(dashboard.Row("Chips"))
             .with_panel(_series("Duty cycle / utilization per chip", "percent",
                                 _query(util, "{{instance}} {{device}}"),
                                 _query(f"100 * tpu_tools_gpu_utilization_ratio{HOSTS}", "{{instance}} gpu {{gpu}}"),
                                 description="TPU TensorCore duty cycle (libtpu) or the device's utilization."))
             .with_panel(_series("Device memory used / total", "percentunit",
-                                _query(f"tpu_tools_device_memory_used_bytes{HOSTS} / "
-                                       f"tpu_tools_device_memory_total_bytes{HOSTS}",
-                                       "{{instance}} {{device}}"),
+                                _query(f"device:tpu_tools_device_memory:used_ratio{HOSTS}", "{{instance}} {{device}}"),
                                 _query(f"tpu_tools_gpu_memory_used_bytes{HOSTS} / "
                                        f"tpu_tools_gpu_memory_total_bytes{HOSTS}",
                                        "{{instance}} gpu {{gpu}}")))
