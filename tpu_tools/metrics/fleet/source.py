@@ -21,11 +21,18 @@ from typing import Any
 import tpu_tools
 from tpu_tools.errors import RuntimeFailure
 from tpu_tools.metrics.fleet.client import PrometheusAPI, Sample, parse_url
-from tpu_tools.metrics.fleet.records import CLUSTER_LABEL, HOST_LABEL, PREFIX, build_groups, host_key
+from tpu_tools.metrics.fleet.records import (
+    CLUSTER_LABEL,
+    HOST_LABEL,
+    PREFIX,
+    SUMMARY_RECORDS,
+    build_groups,
+    host_key,
+)
 from tpu_tools.metrics.report import SCHEMA, iso_time
 
 SERIES_QUERY = '{__name__=~"' + PREFIX + '.+"}'
-SUMMARY_QUERY = '{__name__=~"instance:' + PREFIX + '.+"}'
+SUMMARY_QUERY = '{__name__=~"' + "|".join(SUMMARY_RECORDS) + '"}'
 # Seconds since each cluster's newest sample (`up` is written with every scrape, whatever the targets).
 CLUSTER_AGE_QUERY = f'time() - max by ({CLUSTER_LABEL}) (timestamp(up{{{CLUSTER_LABEL}!=""}}))'
 DETAIL_ALL_HOSTS = 64
