@@ -289,3 +289,32 @@ def test_a_report_is_rendered_once_however_many_scrapes():
     assert renderer.body("", False, time.monotonic() + 1)[0] is first  # same report: same body
     collector.update({"host": {"error": None, "cpu_percent": 34.0}})
     assert b"tpu_tools_host_cpu_percent 34.0" in renderer.body("", False, time.monotonic())[0]
+
+
+def test_scrapes_with_credentials_are_answered_from_the_rendering_of_the_report():
+    import base64
+
+    import bcrypt
+
+    from tpu_tools.metrics.prometheus import BUILTIN, ReportCollector
+
+    collector = ReportCollector(dict(BUILTIN))
+    collector.update({"host": {"error": None, "cpu_percent": 12.0}})
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))
+    server = serve_metrics(collector, "127.0.0.1", 0, WebConfig(users={"prom": hashed}))
+    port = server.server_address[1]
+    good = {"Authorization": "Basic " + base64.b64encode(b"prom:pw").decode()}
+    bad = {"Authorization": "Basic " + base64.b64encode(b"prom:nope").decode()}
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for _ in range(20):  # the first checks the password and renders; the others come from the loop
+            status, _, body = scrape(port, headers=good, connection=connection)
+            assert status == 200 and b"tpu_tools_host_cpu_percent 12.0" in body
+            assert scrape(port, "HEAD", headers=bad, connection=connection)[0] == 401
+        collector.update({"host": {"error": None, "cpu_percent": 34.0}})
+        assert b"tpu_tools_host_cpu_percent 34.0" in scrape(port, headers=good, connection=connection)[2]
+        assert scrape(port, headers={}, connection=connection)[0] == 401
+        connection.close()
+    finally:
+        server.shutdown()
+        server.server_close()
