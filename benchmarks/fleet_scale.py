@@ -10,7 +10,8 @@ Once Prometheus holds every chip and --settle seconds of samples, it times:
 - one refresh of `tpu-top --from-prometheus` (the queries, the records, the frame) and of the fleet report
   (`tpu-monitor --from-prometheus`: the queries, the records, the JSON line), and the Python memory one
   refresh allocates at its peak (tracemalloc);
-- every dashboard panel's query as Grafana sends it with Cluster and Host = All, as a query_range of 240
+- every dashboard panel's query as Grafana sends it with Cluster and Host = All (one host on the Host
+  dashboard, which shows one), as a query_range of 240
   steps: Grafana's 1 h panel at 15 s resolution evaluates each query at 240 points, each on the newest
   sample; here the 240 points span the last --settle seconds, where every point has samples (the
   simulation has no hour of history), so the evaluation work per point is that of a full hour.
@@ -91,7 +92,9 @@ def dashboard_queries() -> list[tuple[str, str]]:
 def time_panels(url: str, range_s: float) -> list[tuple[float, str, int]]:
     timed = []
     for title, expr in dashboard_queries():
-        expr = expr.replace("$instance", ".*").replace("$__rate_interval", "1m").replace("$cluster", ".*")
+        # The Host dashboard shows one host; the others all of them.
+        host = "host-00017" if title.startswith("host:") else ".*"
+        expr = expr.replace("$instance", host).replace("$__rate_interval", "1m").replace("$cluster", ".*")
         end = time.time()
         params = {"query": expr, "start": f"{end - range_s:.3f}", "end": f"{end:.3f}", "step": f"{range_s / 240:.3f}"}
         started = time.perf_counter()

@@ -165,7 +165,7 @@ def test_a_silent_cluster_is_named_then_a_lost_store_is_one_line(clusters):
     # West alone (east, writing every second, may lag past 3 s for a moment on a loaded machine).
     report = until(source.build, lambda r: [s["cluster"] for s in r["fleet"]["silent_clusters"]] == ["west"],
                    timeout=60)
-    assert report["fleet"]["silent_clusters"][0]["last_sample_age_s"] > 3
+    assert report["fleet"]["silent_clusters"][0]["last_sample_age_s"] >= 3  # rounded to 0.1 s
     frame = "\n".join(line.text for line in render(report, ViewState(), 200, None, interactive=False))
     assert "cluster west silent for" in frame  # tpu-top's Hosts title
     clusters.central.stop()  # the store goes away: the last figures stay, marked stale, with one line why
