@@ -8,7 +8,7 @@ import subprocess
 import yaml
 from conftest import REPO
 from promstack import PROMTOOL, needs_promtool
-from test_alert_rules import _exported_names
+from test_alert_rules import exported_names
 
 from tpu_tools.metrics.fleet.records import SUMMARY_RECORDS
 
@@ -39,4 +39,4 @@ def test_every_record_is_tested_read_and_built_from_real_series():
     dashboards = " ".join(path.read_text() for path in (REPO / "deploy" / "grafana").glob("*.json"))
     assert "instance:tpu_tools_device_utilization_percent:distance_from_cluster_median" in dashboards
     used = {name for rule in _rules() for name in re.findall(r"(?<![:\w])(tpu_tools_[a-z_]+)", rule["expr"])}
-    assert used and used - _exported_names() == set()
+    assert used and used - exported_names() == set()

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.core import GaugeMetricFamily
-from test_webconfig import _certificate
+from test_webconfig import certificate
 
 from tpu_tools.errors import RuntimeFailure
 from tpu_tools.metrics.webconfig import TLSConfig, WebConfig
@@ -223,7 +223,7 @@ def test_pipelined_requests_are_answered_in_order(served):
 
 
 def test_a_stalled_tls_handshake_holds_no_thread(tmp_path: Path):
-    cert, key = _certificate(tmp_path)
+    cert, key = certificate(tmp_path)
     config = WebConfig(tls=TLSConfig(cert_file=cert, key_file=key))
     server = serve_metrics(Chips(), "127.0.0.1", 0, config, Limits(header_timeout_s=0.5, workers=1))
     port = server.server_address[1]
