@@ -318,3 +318,29 @@ def test_scrapes_with_credentials_are_answered_from_the_rendering_of_the_report(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_flood_of_pipelined_scrapes_is_answered_in_turn_with_bounded_buffers():
+    from tpu_tools.metrics.prometheus import BUILTIN, ReportCollector
+
+    collector = ReportCollector(dict(BUILTIN))
+    collector.update({"host": {"error": None, "cpu_percent": 12.0}})
+    server = serve_metrics(collector, "127.0.0.1", 0)
+    try:
+        flood = socket.create_connection(("127.0.0.1", server.server_address[1]))
+        count = 3000  # far more than the stack would take one answer inside another
+        request = b"GET /metrics HTTP/1.1\r\n\r\n"
+        sender = threading.Thread(target=flood.sendall, args=(request * (count - 1) + request.replace(
+            b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"),))
+        sender.start()
+        received = bytearray()
+        flood.settimeout(30)
+        while chunk := flood.recv(1 << 20):
+            received += chunk
+        sender.join()
+        flood.close()
+        assert received.count(b"HTTP/1.1 200 OK") == count
+        assert scrape(server.server_address[1])[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -198,6 +198,7 @@ class MetricsServer:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._accept_paused_until = 0.0
+        self._pipelined: list[_Conn] = []
 
     @property
     def connections(self) -> int:
@@ -231,13 +232,19 @@ class MetricsServer:
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         next_check = time.monotonic() + _CHECK_EVERY_S
         while not self._stop.is_set():
-            for key, mask in self._selector.select(_CHECK_EVERY_S):
+            for key, mask in self._selector.select(0 if self._pipelined else _CHECK_EVERY_S):
                 if key.fileobj is self._listener:
                     self._accept()
                 elif key.fileobj is self._wake_r:
                     self._take_answers()
                 else:
                     self._service(key.data, mask)
+            # Requests a client sent ahead, one per connection per turn: a loop, not a recursion, so a
+            # connection that pipelines thousands of requests neither exhausts the stack nor starves others.
+            pipelined, self._pipelined = self._pipelined, []
+            for conn in pipelined:
+                if self._conns.get(conn.sock.fileno()) is conn:
+                    self._guarded(self._dispatch, conn)
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + _CHECK_EVERY_S
@@ -314,6 +321,13 @@ class MetricsServer:
         except OSError:
             pass
 
+    def _guarded(self, step: Callable[[_Conn], None], conn: _Conn) -> None:
+        """Run `step` on `conn`; whatever goes wrong closes that connection, never the loop."""
+        try:
+            step(conn)
+        except Exception:
+            self._close(conn)
+
     def _service(self, conn: _Conn, mask: int) -> None:
         try:
             if conn.handshaking:
@@ -326,7 +340,7 @@ class MetricsServer:
             self._watch(conn, selectors.EVENT_READ)
         except ssl.SSLWantWriteError:
             self._watch(conn, selectors.EVENT_WRITE)
-        except OSError:  # reset, broken pipe, a bad TLS record: the client is gone or not worth keeping
+        except Exception:  # reset, broken pipe, a bad TLS record, or a fault here: that connection goes
             self._close(conn)
 
     def _handshake(self, conn: _Conn) -> None:
@@ -338,8 +352,8 @@ class MetricsServer:
 
     def _receive(self, conn: _Conn) -> None:
         while True:
-            try:
-                data = conn.sock.recv(65536)
+            try:  # never more than the limit held: the rest waits in the kernel (TCP pushes back)
+                data = conn.sock.recv(self.limits.max_request_bytes + 1 - len(conn.inbuf))
             except BlockingIOError:
                 return  # wait for the rest
             if not data:
@@ -422,9 +436,11 @@ class MetricsServer:
         now = time.monotonic()
         conn.active, conn.deadline = now, now + self.limits.header_timeout_s
         self._idle[conn] = None
-        self._watch(conn, selectors.EVENT_READ)
-        if b"\r\n\r\n" in conn.inbuf:  # a pipelined request already read
-            self._dispatch(conn)
+        if b"\r\n\r\n" in conn.inbuf:  # a pipelined request already read: the loop takes it next turn
+            self._watch(conn, 0)
+            self._pipelined.append(conn)
+        else:
+            self._watch(conn, selectors.EVENT_READ)
 
     def _wake(self) -> None:
         try:
