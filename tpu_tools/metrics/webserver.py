@@ -205,8 +205,9 @@ class MetricsServer:
         return len(self._conns)
 
     def start(self) -> MetricsServer:
-        self._threads = [threading.Thread(target=self._loop, name="tpu-tools-metrics", daemon=True)]
-        self._threads += [threading.Thread(target=self._worker, name=f"tpu-tools-metrics-{i}", daemon=True)
+        name = f"tpu-tools-metrics:{self.server_address[1]}"
+        self._threads = [threading.Thread(target=self._loop, name=name, daemon=True)]
+        self._threads += [threading.Thread(target=self._worker, name=f"{name}-{i}", daemon=True)
                           for i in range(self.limits.workers)]
         for thread in self._threads:
             thread.start()
