@@ -94,13 +94,24 @@ class Clusters:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def clusters() -> Iterator[Clusters]:
+def _clusters() -> Iterator[Clusters]:
     if shutil.which("prometheus") is None:
         pytest.skip("prometheus is not installed (tools/test.sh)")
     started = Clusters().start()
     yield started
     started.stop()
+
+
+@pytest.fixture(scope="module")
+def clusters() -> Iterator[Clusters]:
+    """Shared by the tests that only read."""
+    yield from _clusters()
+
+
+@pytest.fixture()
+def own_clusters() -> Iterator[Clusters]:
+    """For a test that stops a cluster and the store."""
+    yield from _clusters()
 
 
 def until(build, predicate, timeout: float = 60.0) -> dict:
@@ -155,7 +166,8 @@ def test_dashboard_queries_filter_by_cluster(clusters):
 
 
 @needs_prometheus
-def test_a_silent_cluster_is_named_then_a_lost_store_is_one_line(clusters):
+def test_a_silent_cluster_is_named_then_a_lost_store_is_one_line(own_clusters):
+    clusters = own_clusters
     source = FleetSource(clusters.central.url, timeout_s=3, silent_after_s=3)
     until(source.build, lambda r: len(r["fleet"]["hosts"]) == 6)
     west = clusters.agents["west"]
