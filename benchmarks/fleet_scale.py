@@ -56,14 +56,12 @@ RECORDS = REPO / "deploy" / "prometheus" / "records.yml"
 class ManyHosts:
     """The series of `hosts` exporters as one target: each host's families with its `instance` label."""
 
-    def __init__(self, hosts: int, chips: int, clusters: int = 1):
+    def __init__(self, hosts: int, chips: int):
         merged: dict[str, Metric] = {}
         for index in range(hosts):
             collector = ReportCollector(dict(BUILTIN))
             collector.update(host_report(index, chips))
             labels = {"instance": f"host-{index:05d}"}
-            if clusters > 1:
-                labels["cluster"] = f"cluster-{index % clusters}"
             for family in collector.collect():
                 family = with_labels(family, labels)
                 first = merged.setdefault(family.name, family)
