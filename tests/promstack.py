@@ -28,6 +28,7 @@ from libtpu_server import DUTY_CYCLE, FakeMetricsService, gauge, int_attr, v5e_h
 
 PROMETHEUS = shutil.which("prometheus")
 ALERT_RULES = REPO / "deploy" / "prometheus" / "alerts.yml"
+RECORD_RULES = REPO / "deploy" / "prometheus" / "records.yml"
 PROMTOOL = shutil.which("promtool")
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (tools/test.sh)")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (tools/test.sh)")
@@ -48,8 +49,10 @@ def http_get(url: str, timeout: float = 5.0) -> bytes:
 
 class PrometheusServer:
     def __init__(self, workdir: Path, jobs: dict[str, list[str]], rule_files: list[Path] | None = None,
-                 interval: str = "1s", extra_config: str = ""):
+                 interval: str = "1s", extra_config: str = "", agent: bool = False, flags: tuple[str, ...] = ()):
         self.workdir = workdir
+        self.agent = agent  # agent mode: scrapes and remote-writes, keeps no TSDB and answers no queries
+        self.flags = flags
         self.port = 0  # Prometheus binds port 0 itself; start() reads the port back from its log
         self.process: subprocess.Popen | None = None
         scrape = "".join(
@@ -69,8 +72,10 @@ class PrometheusServer:
         log_path = self.workdir / "prometheus.log"
         log = open(log_path, "w")
         self.process = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'data'}",
-             "--web.listen-address=127.0.0.1:0", "--log.level=info"],
+            [PROMETHEUS, f"--config.file={self.config}",
+             *(["--enable-feature=agent", f"--storage.agent.path={self.workdir / 'wal'}"] if self.agent
+               else [f"--storage.tsdb.path={self.workdir / 'data'}"]),
+             "--web.listen-address=127.0.0.1:0", "--log.level=info", *self.flags],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         deadline = time.monotonic() + timeout
@@ -243,7 +248,7 @@ class FleetStack:
         self.hosts = [FixtureHost(name, duty, self.workdir / name) for name, duty in DUTY_CYCLES.items()]
         self.gpu: SyntheticGpuExporter | None = None
         self.prometheus: PrometheusServer | None = None
-        self.rule_files = [ALERT_RULES] if rule_files is None else rule_files
+        self.rule_files = [ALERT_RULES, RECORD_RULES] if rule_files is None else rule_files
 
     def start(self) -> FleetStack:
         try:
@@ -266,6 +271,9 @@ class FleetStack:
             self.prometheus.wait_for('tpu_tools_device_utilization_ratio{job="tpu-tools"}', count=24)
             self.prometheus.wait_for('tpu_tools_process_steps_total{job="tpu-tools"}', count=3)
             self.prometheus.wait_for("tpu_tools_gpu_power_draw_watts", count=2)
+            if RECORD_RULES in self.rule_files:  # the second rule group reads the first's records
+                self.prometheus.wait_for(
+                    "instance:tpu_tools_device_utilization_percent:distance_from_cluster_median", count=3)
         except AssertionError as error:
             logs = "; ".join(f"{h.name}: {h.exporter_log.read_text()[-1000:]}" for h in self.hosts
                              if h.exporter is not None and h.exporter.poll() is not None)

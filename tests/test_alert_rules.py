@@ -43,7 +43,7 @@ def test_every_alert_has_a_case_where_it_fires():
     assert set(names) == firing
 
 
-def _exported_names() -> set[str]:
+def exported_names() -> set[str]:
     """The names the exporter serves, from its own code fed one device and one agent."""
     from tpu_tools.metrics.nvml.export import families as gpu_metrics
     from tpu_tools.metrics.prometheus import device_metrics, host_metrics, process_metrics
@@ -67,7 +67,7 @@ def _exported_names() -> set[str]:
 
 
 def test_rules_use_only_series_that_exist():
-    exported = _exported_names()
+    exported = exported_names()
     used = {name for rule in _alerts() for name in re.findall(r"\b(tpu_tools_[a-z_]+)", rule["expr"])}
     assert used - exported == set()
     assert {"tpu_tools_process_recompiles_total", "tpu_tools_device_holder_processes", "tpu_tools_gpu_up",

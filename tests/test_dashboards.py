@@ -31,7 +31,9 @@ def test_every_panel_queries_prometheus_through_the_variables():
         uids.append(board["uid"])
         variables = {v["name"]: v for v in board["templating"]["list"]}
         assert variables["datasource"]["query"] == "prometheus"
-        assert "label_values(tpu_tools_host_cpu_percent, instance)" in json.dumps(variables["instance"]["query"])
+        assert 'label_values(tpu_tools_host_cpu_percent{cluster=~\\"$cluster\\"}, instance)' in json.dumps(
+            variables["instance"]["query"])
+        assert "label_values(tpu_tools_host_cpu_percent, cluster)" in json.dumps(variables["cluster"]["query"])
         panels = [p for p in board["panels"] if p["type"] != "row"]
         assert len(panels) >= 6, path.name
         for panel in panels:
@@ -42,4 +44,5 @@ def test_every_panel_queries_prometheus_through_the_variables():
                 assert target["datasource"]["uid"] == "${datasource}"
                 if not target["expr"].startswith("count(up"):  # the exporters' own scrape status
                     assert "tpu_tools_" in target["expr"] and "$instance" in target["expr"], target["expr"]
+                    assert target["expr"].count("$instance") == target["expr"].count("$cluster"), target["expr"]
     assert sorted(uids) == ["tpu-tools-fleet", "tpu-tools-host", "tpu-tools-jobs"]

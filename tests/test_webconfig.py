@@ -25,7 +25,7 @@ from tpu_tools.metrics.webconfig import Authenticator, load_web_config
 PASSWORD = "s3cret scrape"
 
 
-def _certificate(directory: Path, name: str = "tls") -> tuple[Path, Path]:
+def certificate(directory: Path, name: str = "tls") -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and localhost, and its key."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -57,7 +57,7 @@ def _hash(password: str) -> str:
 
 @pytest.fixture()
 def secured(tmp_path, rundir):  # noqa: F811 (the rundir fixture)
-    cert, _ = _certificate(tmp_path)
+    cert, _ = certificate(tmp_path)
     config = tmp_path / "web.yml"
     config.write_text(f"tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"
                       f"basic_auth_users:\n  prometheus: '{_hash(PASSWORD)}'\n")
@@ -112,8 +112,8 @@ def test_tls_and_basic_auth_with_a_real_client(secured):
 
 
 def test_client_certificates_are_required_when_asked(tmp_path, rundir):  # noqa: F811
-    server_cert, _ = _certificate(tmp_path, "tls")
-    client_cert, client_key = _certificate(tmp_path, "client")
+    server_cert, _ = certificate(tmp_path, "tls")
+    client_cert, client_key = certificate(tmp_path, "client")
     config = tmp_path / "web.yml"
     config.write_text("tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"
                       "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: client.crt\n")
@@ -152,7 +152,7 @@ def _try(url: str, context: ssl.SSLContext):
     ("tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.crt\n", "cannot use cert_file"),
 ], ids=["yaml", "missing-file", "plain-password", "unknown-key", "no-key", "not-a-mapping", "bad-key"])
 def test_bad_web_config_is_one_line_at_start_exit_2(tmp_path, text, fragment):
-    _certificate(tmp_path)
+    certificate(tmp_path)
     config = tmp_path / "web.yml"
     config.write_text(text)
     result = run_tool("tpu-monitor", "--prometheus", str(free_port()), "--quiet", "--count", "1",

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "tools"))
 import generated  # noqa: E402
 
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
-HOSTS = '{instance=~"$instance"}'  # every query's host filter
+HOSTS = '{cluster=~"$cluster",instance=~"$instance"}'  # every query's host filter (no cluster label: matches)
 Panel = Callable[[], object]
 
 
@@ -54,53 +54,69 @@ def _stat(title: str, unit: str, query: prometheus.Dataquery, width: int = 6) ->
 
 
 def _base(uid: str, title: str, multi_host: bool) -> dashboard.Dashboard:
+    # Many clusters writing to one store label each series with its cluster (docs/fleet.md); one cluster has none.
+    clusters = (dashboard.QueryVariable("cluster").label("Cluster").datasource(DATASOURCE)
+                .query("label_values(tpu_tools_host_cpu_percent, cluster)")
+                .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).multi(True).include_all(True).all_value(".*"))
     hosts = (dashboard.QueryVariable("instance").label("Host").datasource(DATASOURCE)
-             .query("label_values(tpu_tools_host_cpu_percent, instance)").refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
-             .multi(multi_host).include_all(multi_host))
+             .query('label_values(tpu_tools_host_cpu_percent{cluster=~"$cluster"}, instance)')
+             .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).multi(multi_host).include_all(multi_host))
     if multi_host:
         hosts = hosts.all_value(".*")
     return (dashboard.Dashboard(title).uid(uid).tags(["tpu-tools"]).refresh("30s").time("now-1h", "now")
             .timezone("browser").editable()
             .with_variable(dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
-            .with_variable(hosts))
+            .with_variable(clusters).with_variable(hosts))
 
 
 def fleet() -> dashboard.Dashboard:
-    util = f"tpu_tools_device_utilization_ratio{HOSTS}"
-    per_host = f"avg by (instance) ({util})"
+    util = f"tpu_tools_device_utilization_percent{HOSTS}"
+    host_util = f"instance:tpu_tools_device_utilization_percent:avg{HOSTS}"  # records.yml: one series per host
     return (_base("tpu-tools-fleet", "tpu-tools / Fleet", True)
             .with_row(dashboard.Row("Fleet"))
             .with_panel(_stat("Exporters up", "none", _query('count(up{job=~".*tpu-tools.*"} == 1)')))
             .with_panel(_stat("Accelerators", "none",
-                              _query('count(tpu_tools_device_memory_total_bytes{instance=~"$instance",'
-                                     'platform!="cpu"})')))
-            .with_panel(_stat("Mean duty cycle / utilization", "percentunit", _query(f"avg({util})")))
+                              _query(f"sum(instance:tpu_tools_device_chips:count{HOSTS})")))
+            .with_panel(_stat("Mean duty cycle / utilization", "percent",
+                              _query(f"avg(instance:tpu_tools_device_utilization_percent:avg{HOSTS})")))
             .with_panel(_stat("Device memory in use", "percentunit",
-                              _query(f"sum(tpu_tools_device_memory_used_bytes{HOSTS}) / "
-                                     f"sum(tpu_tools_device_memory_total_bytes{HOSTS})")))
+                              _query(f"sum(instance:tpu_tools_device_memory_used_bytes:sum{HOSTS}) / "
+                                     f"sum(instance:tpu_tools_device_memory_total_bytes:sum{HOSTS})")))
+            # A fleet has thousands of chips: the chip panels show their spread and the chips that stand out
+            # (a line per chip is unreadable there, and its query the heaviest of all).
             .with_row(dashboard.Row("Chips"))
-            .with_panel(_series("Duty cycle / utilization per chip", "percentunit",
-                                _query(util, "{{instance}} {{device}}"),
-                                description="TPU TensorCore duty cycle (libtpu) or the device's utilization "
-                                            "(a GPU's share of time a kernel ran)."))
-            .with_panel(_series("Device memory used / total", "percentunit",
-                                _query(f"tpu_tools_device_memory_used_bytes{HOSTS} / "
-                                       f"tpu_tools_device_memory_total_bytes{HOSTS}",
-                                       "{{instance}} {{device}}")))
+            .with_panel(_series("Duty cycle / utilization across hosts", "percent",
+                                _query(f"quantile(0.5, {host_util})", "median host"),
+                                _query(f"quantile(0.1, {host_util})", "10th percentile host"),
+                                _query(f"min({util})", "least busy chip"),
+                                _query(f"100 * quantile(0.5, tpu_tools_gpu_utilization_ratio{HOSTS})", "GPU median"),
+                                description="TPU TensorCore duty cycle (libtpu) or the device's utilization."))
+            .with_panel(_series("Least busy chips", "percent",
+                                _query(f"bottomk(16, {util})", "{{instance}} {{device}}"),
+                                _query(f"bottomk(16, 100 * tpu_tools_gpu_utilization_ratio{HOSTS})",
+                                       "{{instance}} gpu {{gpu}}")))
+            .with_panel(_series("Fullest chips (memory used / total)", "percentunit",
+                                _query(f"topk(16, device:tpu_tools_device_memory:used_ratio{HOSTS})",
+                                       "{{instance}} {{device}}"),
+                                _query(f"topk(16, tpu_tools_gpu_memory_used_bytes{HOSTS} / "
+                                       f"tpu_tools_gpu_memory_total_bytes{HOSTS})",
+                                       "{{instance}} gpu {{gpu}}")))
             .with_panel(_series("Power", "watt",
                                 _query(f"tpu_tools_gpu_power_draw_watts{HOSTS}", "{{instance}} gpu {{gpu}}")))
             .with_panel(bargauge.Panel().title("Distance from the slice's median duty cycle (the slow worker)")
-                        .description("Each host's mean duty cycle minus the median over hosts: the host furthest "
-                                     "below zero is the slice's slow worker.")
-                        .unit("percentunit").datasource(DATASOURCE).span(12).height(8)
-                        .with_target(_query(f"{per_host} - scalar(quantile(0.5, {per_host}))", "{{instance}}")
+                        .description("Each host's mean duty cycle minus the median over its cluster's hosts "
+                                     "(deploy/prometheus/records.yml), the 20 furthest below: the first is the "
+                                     "slice's slow worker.")
+                        .unit("percent").datasource(DATASOURCE).span(12).height(8)
+                        .with_target(_query("bottomk(20, instance:tpu_tools_device_utilization_percent:"
+                                            f"distance_from_cluster_median{HOSTS})", "{{cluster}} {{instance}}")
                                      .ref_id("A"))))
 
 
 def jobs() -> dashboard.Dashboard:
     return (_base("tpu-tools-jobs", "tpu-tools / Jobs", True)
             .with_panel(_series("Step time (p50)", "s",
-                                _query('tpu_tools_process_step_time_seconds{instance=~"$instance",stat="p50"}',
+                                _query('tpu_tools_process_step_time_seconds{cluster=~"$cluster",instance=~"$instance",stat="p50"}',
                                        "{{instance}} {{tag}} {{pid}}")))
             .with_panel(_series("Steps per second", "none",
                                 _query(f"tpu_tools_process_steps_per_second{HOSTS}", "{{instance}} {{tag}} {{pid}}")))
@@ -112,9 +128,9 @@ def jobs() -> dashboard.Dashboard:
             .with_panel(_series("Live arrays on the devices", "bytes",
                                 _query(f"tpu_tools_process_live_array_bytes{HOSTS}", "{{instance}} {{tag}} {{pid}}")))
             .with_panel(_series("Compile time per minute, by phase", "s",
-                                _query(f"60 * sum by (instance, tag, phase) "
-                                       f"(rate(tpu_tools_process_compile_seconds_total{HOSTS}[$__rate_interval]))",
-                                       "{{instance}} {{tag}} {{phase}}")))
+                                _query("60 * topk(16, instance_tag_phase:tpu_tools_process_compile_seconds:rate1m"
+                                       f"{HOSTS})", "{{instance}} {{tag}} {{phase}}"),
+                                description="The 16 largest (deploy/prometheus/records.yml)."))
             .with_panel(_series("Compilation cache per minute: hits, misses, entries written", "none",
                                 _query(f"60 * rate(tpu_tools_process_compilation_cache_hits_total{HOSTS}"
                                        "[$__rate_interval])", "hits {{instance}} {{tag}} {{cache_dir}}"),

@@ -11,16 +11,15 @@ giving its collector a `prometheus(data)` method.
 
 from __future__ import annotations
 
-import errno
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
-from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.errors import UsageError
 from tpu_tools.metrics.cacheshare import cache_metrics
 from tpu_tools.metrics.goodput_view import goodput_families
 from tpu_tools.metrics.holders import device_holders
@@ -256,10 +255,16 @@ class ReportCollector(Collector):
         self._selection = selection or MetricSelection()
         self._report: dict[str, Any] | None = None
         self._lock = threading.Lock()
+        self._generation = 0
 
     def update(self, report: dict[str, Any]) -> None:
         with self._lock:
             self._report = report
+            self._generation += 1
+
+    def generation(self) -> int:
+        """Changes with every update: the server renders once per report, not once per scrape."""
+        return self._generation
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -297,33 +302,9 @@ def exporters_for(collectors: dict[str, Any]) -> dict[str, Callable[[dict[str, A
     return found
 
 
-def answer_head(app: Callable[..., Any]) -> Callable[..., Any]:
-    """The WSGI app with HEAD answered as GET without the body (prometheus-client answers it 405)."""
-    def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        if environ.get("REQUEST_METHOD") != "HEAD":
-            return app(environ, start_response)
-        answer: list[Any] = []
-        body = b"".join(app({**environ, "REQUEST_METHOD": "GET"}, lambda *args: answer.extend(args)))
-        status, headers = answer[0], [(k, v) for k, v in answer[1] if k.lower() != "content-length"]
-        start_response(status, [*headers, ("Content-Length", str(len(body)))])
-        return []
-
-    return wrapped
-
-
 def serve(collector: ReportCollector, host: str, port: int) -> Any:
-    """Start the /metrics HTTP server in a daemon thread; RuntimeFailure when the port is taken."""
-    from prometheus_client import start_http_server
+    """Start the /metrics HTTP server (`webserver`: bounded threads and sockets) in daemon threads;
+    RuntimeFailure when the port is taken."""
+    from tpu_tools.metrics.webserver import serve_metrics
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
-    except OSError as error:
-        in_use = error.errno == errno.EADDRINUSE
-        reason = "is already in use" if in_use else f"cannot be used ({error.strerror or error})"
-        raise RuntimeFailure(f"cannot serve Prometheus metrics: port {port} on {host} {reason}") from error
-    app = server.get_app()
-    if app is not None:
-        server.set_app(answer_head(app))
-    return server
+    return serve_metrics(collector, host, port)

@@ -178,25 +178,39 @@ class Authenticator:
     def enabled(self) -> bool:
         return bool(self.users)
 
-    def check(self, header: str | None) -> bool:
-        if not self.users:
-            return True
+    def _credentials(self, header: str | None) -> tuple[bytes, str, bytes] | None:
+        """(bcrypt hash, password, key of the pair) of a Basic header naming a known user."""
         if not header or not header.startswith("Basic "):
-            return False
+            return None
         import base64
         import binascii
 
         try:
             user, _, password = base64.b64decode(header[6:].strip(), validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
-            return False
+            return None
         hashed = self.users.get(user)
         if hashed is None:
+            return None
+        return hashed, password, hashlib.sha256(hashed + b"\0" + password.encode()).digest()
+
+    def remembered(self, header: str | None) -> bool:
+        """True when no user is configured or these credentials matched before (no bcrypt: cheap)."""
+        if not self.users:
+            return True
+        found = self._credentials(header)
+        if found is None:
             return False
-        key = hashlib.sha256(hashed + b"\0" + password.encode()).digest()
         with self._lock:
-            if any(hmac.compare_digest(key, good) for good in self._good):
-                return True
+            return any(hmac.compare_digest(found[2], good) for good in self._good)
+
+    def check(self, header: str | None) -> bool:
+        if self.remembered(header):
+            return True
+        found = self._credentials(header)
+        if found is None:
+            return False
+        hashed, password, key = found
         import bcrypt
 
         try:

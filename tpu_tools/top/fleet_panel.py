@@ -30,6 +30,8 @@ def fleet_lines(report: dict[str, Any], width: int, max_rows: int | None) -> lis
         title.add(f"  median step {seconds_text(fleet['median_step_time_s'])}", DIM)
     if fleet.get("global_metric_findings"):
         title.add(f"  {fleet['global_metric_findings']} global metrics differ between workers", ERROR)
+    for silent in fleet.get("silent_clusters") or []:  # many clusters writing to one store: one stopped
+        title.add(f"  cluster {silent.get('cluster')} silent for {silent.get('last_sample_age_s'):.0f} s", ERROR)
     if fleet.get("stale"):
         since = str(fleet.get("stale_since") or "")[11:19]  # HH:MM:SS of the ISO time (UTC)
         title.add(f"  STALE since {since} UTC: {fleet.get('error')}", ERROR)

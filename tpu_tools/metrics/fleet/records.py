@@ -18,6 +18,20 @@ from tpu_tools.metrics.global_check import global_metric_findings
 
 PREFIX = "tpu_tools_"
 HOST_LABEL = "instance"  # Kubernetes deployments relabel it to the node name (deploy/kubernetes)
+CLUSTER_LABEL = "cluster"  # set by each cluster's Prometheus (external_labels) when many write to one store
+# The recording rules of deploy/prometheus/records.yml: one series per host, for fleets too large to read
+# every chip's series each refresh.
+SUMMARY_RECORDS = {
+    "instance:tpu_tools_device_chips:count": "chips",
+    "instance:tpu_tools_device_utilization_percent:avg": "utilization_percent",
+    "instance:tpu_tools_device_memory_used_bytes:sum": "memory_used_bytes",
+    "instance:tpu_tools_device_memory_total_bytes:sum": "memory_total_bytes",
+    "instance:tpu_tools_agents:count": "jobs",
+    "instance:tpu_tools_process_steps_per_second:sum": "steps_per_second",
+    "instance:tpu_tools_process_step_time_seconds:median": "step_time_s",
+    "instance:tpu_tools_process_recompiles:sum": "recompiles",
+}
+_INTEGER_SUMMARIES = {"chips", "memory_used_bytes", "memory_total_bytes", "jobs", "recompiles"}
 
 _DEVICE_FIGURES = {"memory_used_bytes", "memory_total_bytes", "live_array_bytes", "utilization_percent"}
 _PROCESS_GAUGES = {"cpu_percent": "cpu_percent", "rss_bytes": "rss_bytes", "threads": "threads",
@@ -30,10 +44,18 @@ _HOST_GAUGES = {"host_cpu_percent": "cpu_percent", "host_memory_total_bytes": "m
                 "host_swap_used_bytes": "swap_used_bytes"}
 
 
+def host_key(labels: dict[str, str]) -> str:
+    """A host's name in the fleet view: its instance, qualified by its cluster where there is one."""
+    instance = labels.get(HOST_LABEL, "?")
+    cluster = labels.get(CLUSTER_LABEL)
+    return f"{cluster}/{instance}" if cluster else instance
+
+
 @dataclass
 class HostSummary:
     host: str
     up: bool
+    cluster: str | None = None
     chips: int = 0
     utilization_percent: float | None = None  # mean over the host's devices that report it
     memory_used_bytes: int | None = None
@@ -49,6 +71,8 @@ class HostSummary:
 @dataclass
 class _Host:
     name: str
+    cluster: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)  # figures from the recording rules, when read
     host: dict[str, Any] = field(default_factory=dict)
     devices: dict[str, dict[str, Any]] = field(default_factory=dict)
     agents: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -95,7 +119,7 @@ def known(sample: Sample) -> bool:
 
 def _take(hosts: dict[str, _Host], sample: Sample) -> None:
     name = sample.name[len(PREFIX):]
-    host = hosts.setdefault(sample.labels.get(HOST_LABEL, "?"), _Host(sample.labels.get(HOST_LABEL, "?")))
+    host = _host_of(hosts, sample.labels)
     labels, value = sample.labels, sample.value
     if name in _HOST_GAUGES:
         host.host[_HOST_GAUGES[name]] = _number(value)
@@ -121,6 +145,20 @@ def _take(hosts: dict[str, _Host], sample: Sample) -> None:
         _take_process(_agent(host, labels), name[len("process_"):], labels, value)
     elif name == "libtpu_up":
         host.libtpu[labels.get("address", "?")] = value == 1
+
+
+def _host_of(hosts: dict[str, _Host], labels: dict[str, str]) -> _Host:
+    key = host_key(labels)
+    if key not in hosts:
+        hosts[key] = _Host(key, labels.get(CLUSTER_LABEL) or None)
+    return hosts[key]
+
+
+def _take_summary(hosts: dict[str, _Host], sample: Sample) -> None:
+    figure = SUMMARY_RECORDS.get(sample.name)
+    if figure is not None:
+        value = sample.value
+        _host_of(hosts, sample.labels).summary[figure] = int(value) if figure in _INTEGER_SUMMARIES else value
 
 
 def _take_process(agent: dict[str, Any], figure: str, labels: dict[str, str], value: float) -> None:
@@ -176,6 +214,9 @@ def _take_goodput(agent: dict[str, Any], figure: str, labels: dict[str, str], va
 
 
 def _summary(host: _Host, up: bool) -> HostSummary:
+    if host.summary or not (host.devices or host.agents):  # read from the recording rules (or nothing known)
+        figures = {"chips": 0, "jobs": 0, **host.summary}
+        return HostSummary(host=host.name, up=up, cluster=host.cluster, **figures)
     devices = list(host.devices.values())
     utilizations = [d["utilization_percent"] for d in devices if d["utilization_percent"] is not None]
     used = [d["memory_used_bytes"] for d in devices if d["memory_used_bytes"] is not None]
@@ -186,7 +227,7 @@ def _summary(host: _Host, up: bool) -> HostSummary:
     recompiles = [a["compiles"]["recompile_count"] for a in agents if "recompile_count" in a["compiles"]]
     goodputs = [figure for a in agents if (figure := _recent_goodput(a)) is not None]
     return HostSummary(
-        host=host.name, up=up, chips=sum(1 for d in devices if "@" not in d["key"]),
+        host=host.name, up=up, cluster=host.cluster, chips=sum(1 for d in devices if "@" not in d["key"]),
         utilization_percent=statistics.fmean(utilizations) if utilizations else None,
         memory_used_bytes=int(sum(used)) if used else None, memory_total_bytes=int(sum(total)) if total else None,
         jobs=len(host.agents), steps_per_second=sum(rates) if rates else None,
@@ -215,16 +256,23 @@ def _host_group(hosts: list[_Host]) -> dict[str, Any]:
     return group
 
 
-def build_groups(series: list[Sample], up: list[Sample]) -> dict[str, dict[str, Any]]:
-    """The host, devices, processes, libtpu and fleet groups from `tpu_tools_*` series and `up` of their jobs."""
+def build_groups(series: list[Sample], up: list[Sample], summaries: list[Sample] | None = None
+                 ) -> dict[str, dict[str, Any]]:
+    """The host, devices, processes, libtpu and fleet groups from `tpu_tools_*` series and `up` of their jobs.
+
+    With `summaries` (the recording rules' series of every host), the Hosts figures come from them and
+    `series` may hold the chips and jobs of only some hosts."""
     hosts: dict[str, _Host] = {}
     series = [sample for sample in series if known(sample)]
     for sample in series:
         _take(hosts, sample)
-    jobs = {s.labels.get("job") for s in series}
-    target_up = {s.labels.get(HOST_LABEL, "?"): s.value == 1 for s in up if s.labels.get("job") in jobs}
-    for name in target_up:
-        hosts.setdefault(name, _Host(name))
+    for sample in summaries or []:
+        _take_summary(hosts, sample)
+    jobs = {s.labels.get("job") for s in [*series, *(summaries or [])]}
+    target_up = {host_key(s.labels): s.value == 1 for s in up if s.labels.get("job") in jobs}
+    for sample in up:
+        if host_key(sample.labels) in target_up:
+            _host_of(hosts, sample.labels)
     ordered = [hosts[name] for name in sorted(hosts)]
     for host in ordered:  # the agents holding each device, for the PROCESSES column
         for agent in host.agents.values():
@@ -232,11 +280,16 @@ def build_groups(series: list[Sample], up: list[Sample]) -> dict[str, dict[str, 
                 key = f"{device['platform']}:{device['id']}"
                 if key in host.devices:
                     host.devices[key]["processes"].append({"pid": agent["pid"], "tag": agent["tag"]})
-    summaries = [_summary(h, target_up.get(h.name, True)) for h in ordered]
-    utilization = {s.host: s.utilization_percent for s in summaries if s.utilization_percent is not None}
-    step_time = {s.host: s.step_time_s for s in summaries if s.step_time_s is not None}
-    outliers = [o for o in (furthest(utilization, "utilization_percent"), furthest(step_time, "step_time_s")) if o]
-    by_host = {s.host: s for s in summaries}
+    listed = [_summary(h, target_up.get(h.name, True)) for h in ordered]
+    utilization = {s.host: s.utilization_percent for s in listed if s.utilization_percent is not None}
+    step_time = {s.host: s.step_time_s for s in listed if s.step_time_s is not None}
+    outliers = []
+    for cluster in sorted({s.cluster or "" for s in listed}):  # a slice's outliers are within its cluster
+        members = {s.host for s in listed if (s.cluster or "") == cluster}
+        outliers += [o for o in (furthest({h: v for h, v in utilization.items() if h in members},
+                                          "utilization_percent"),
+                                 furthest({h: v for h, v in step_time.items() if h in members}, "step_time_s")) if o]
+    by_host = {s.host: s for s in listed}
     for outlier in outliers:
         found = by_host[outlier.host]
         found.outlier = outlier.sentence if found.outlier is None else f"{found.outlier}; {outlier.sentence}"
@@ -251,8 +304,20 @@ def build_groups(series: list[Sample], up: list[Sample]) -> dict[str, dict[str, 
         "libtpu": {"error": None, "notes": [],
                    "services": [{"address": f"{h.name}/{address}", "error": None if ok else "not answering"}
                                 for h in ordered for address, ok in sorted(h.libtpu.items())]},
-        "fleet": {"hosts": [asdict(s) for s in summaries], "hosts_down": sorted(n for n, ok in target_up.items()
+        "fleet": {"hosts": [asdict(s) for s in listed], "hosts_down": sorted(n for n, ok in target_up.items()
                                                                                if not ok),
                   "median_utilization_percent": median_of(utilization), "median_step_time_s": median_of(step_time),
-                  "outliers": [asdict(o) for o in outliers], "global_metric_findings": len(findings)},
+                  "outliers": [asdict(o) for o in outliers], "global_metric_findings": len(findings),
+                  "clusters": _clusters(listed)},
     }
+
+
+def _clusters(listed: list[HostSummary]) -> list[dict[str, Any]]:
+    """Per cluster (where hosts carry one): its hosts, those down and its median duty cycle."""
+    found = []
+    for cluster in sorted({s.cluster for s in listed if s.cluster}):
+        members = [s for s in listed if s.cluster == cluster]
+        utilization = {s.host: s.utilization_percent for s in members if s.utilization_percent is not None}
+        found.append({"cluster": cluster, "hosts": len(members), "hosts_down": sum(1 for s in members if not s.up),
+                      "median_utilization_percent": median_of(utilization)})
+    return found

@@ -2,26 +2,65 @@
 
 When Prometheus cannot be read, the last good report comes back again with `fleet.stale` true and
 `fleet.error` saying why, so a live view keeps its figures and says they are old.
+
+Up to DETAIL_ALL_HOSTS hosts, every `tpu_tools_*` series is read each refresh. A larger fleet whose
+Prometheus evaluates deploy/prometheus/records.yml is read through those rules: one summary per host for
+the Hosts panel and the outliers, and the chips and jobs of only DETAIL_HOSTS hosts (the outliers, then
+the least busy), so a refresh costs the same at ten thousand hosts as at a hundred, bar the summaries.
+Where series carry a `cluster` label (many clusters writing to one store), a cluster whose newest sample
+is older than `silent_after_s` is named in `fleet.silent_clusters`.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 import time
 from typing import Any
 
 import tpu_tools
 from tpu_tools.errors import RuntimeFailure
-from tpu_tools.metrics.fleet.client import PrometheusAPI, parse_url
-from tpu_tools.metrics.fleet.records import PREFIX, build_groups
+from tpu_tools.metrics.fleet.client import PrometheusAPI, Sample, parse_url
+from tpu_tools.metrics.fleet.records import (
+    CLUSTER_LABEL,
+    HOST_LABEL,
+    PREFIX,
+    SUMMARY_RECORDS,
+    build_groups,
+    host_key,
+)
 from tpu_tools.metrics.report import SCHEMA, iso_time
 
 SERIES_QUERY = '{__name__=~"' + PREFIX + '.+"}'
+SUMMARY_QUERY = '{__name__=~"' + "|".join(SUMMARY_RECORDS) + '"}'
+# Seconds since each cluster's newest sample (`up` is written with every scrape, whatever the targets).
+CLUSTER_AGE_QUERY = f'time() - max by ({CLUSTER_LABEL}) (timestamp(up{{{CLUSTER_LABEL}!=""}}))'
+DETAIL_ALL_HOSTS = 64
+DETAIL_HOSTS = 16
+SILENT_AFTER_S = 120.0  # a few remote-write batches and scrapes of any usual interval
+
+
+def detail_hosts(fleet: dict[str, Any], limit: int = DETAIL_HOSTS) -> list[str]:
+    """The hosts whose chips and jobs a large fleet's view reads: the outliers, then the least busy."""
+    chosen = [o["host"] for o in fleet["outliers"]]
+    busy = sorted((h for h in fleet["hosts"] if h["host"] not in chosen),
+                  key=lambda h: (h["up"], h["utilization_percent"] if h["utilization_percent"] is not None
+                                 else -1.0, h["host"]))
+    chosen += [h["host"] for h in busy]
+    return list(dict.fromkeys(chosen))[:limit]
+
+
+def detail_query(hosts: list[str]) -> str:
+    instances = sorted({host.rpartition("/")[2] for host in hosts})
+    pattern = "|".join(re.escape(name) for name in instances).replace("\\", "\\\\").replace('"', '\\"')
+    return '{__name__=~"' + PREFIX + '.+",' + HOST_LABEL + '=~"' + pattern + '"}'
 
 
 class FleetSource:
-    def __init__(self, url: str, timeout_s: float = 2.0):
+    def __init__(self, url: str, timeout_s: float = 2.0, silent_after_s: float = SILENT_AFTER_S):
         self.endpoint = parse_url(url)
+        self.silent_after_s = silent_after_s
+        self._cluster_newest: dict[str, float] = {}  # cluster -> time of its newest sample seen (Unix s)
         self.api = PrometheusAPI(self.endpoint, timeout_s)
         self.sequence = 0
         self._last: dict[str, Any] | None = None
@@ -37,11 +76,20 @@ class FleetSource:
         }
         self.sequence += 1
         try:
-            series = self.api.query(SERIES_QUERY)
             up = self.api.query("up")
+            summaries: list[Sample] | None = self.api.query(SUMMARY_QUERY)
+            detail: list[str] | None = None
+            if summaries and len({host_key(s.labels) for s in summaries}) > DETAIL_ALL_HOSTS:
+                detail = detail_hosts(build_groups([], up, summaries)["fleet"])
+                wanted = set(detail)
+                series = [s for s in self.api.query(detail_query(detail)) if host_key(s.labels) in wanted]
+            else:
+                series, summaries = self.api.query(SERIES_QUERY), None
+            ages = self.api.query(CLUSTER_AGE_QUERY)
         except RuntimeFailure as error:
             return self._stale(report, str(error), now)
-        groups = build_groups(series, up)
+        groups = build_groups(series, up, summaries)
+        groups["fleet"].update({"detail_hosts": detail, "silent_clusters": self._silent(ages, now)})
         sampled = iso_time(now)
         for group in groups.values():
             group.update({"period_s": None, "sampled_at": sampled})
@@ -52,6 +100,14 @@ class FleetSource:
         report.update(groups)
         self._last, self._stale_since = report, None
         return report
+
+    def _silent(self, ages: list[Sample], now: float) -> list[dict[str, Any]]:
+        """Clusters whose newest sample is older than `silent_after_s`, or that were seen and are gone (a
+        cluster's series all marked stale vanish from the store's answers)."""
+        for sample in ages:
+            self._cluster_newest[sample.labels.get(CLUSTER_LABEL, "?")] = now - sample.value
+        return [{"cluster": cluster, "last_sample_age_s": round(now - newest, 1)}
+                for cluster, newest in sorted(self._cluster_newest.items()) if now - newest > self.silent_after_s]
 
     def _stale(self, report: dict[str, Any], error: str, now: float) -> dict[str, Any]:
         if self._stale_since is None:

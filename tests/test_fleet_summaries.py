@@ -1,0 +1,44 @@
+"""The fleet view of a large fleet: hosts from the recording rules' summaries, chips of a few hosts only."""
+
+from __future__ import annotations
+
+from tpu_tools.metrics.fleet.client import Sample
+from tpu_tools.metrics.fleet.records import SUMMARY_RECORDS, build_groups, host_key
+from tpu_tools.metrics.fleet.source import DETAIL_HOSTS, detail_hosts, detail_query
+
+
+def _summary(cluster: str, instance: str, record: str, value: float) -> Sample:
+    return Sample({"__name__": record, "cluster": cluster, "instance": instance, "job": "tpu-tools"}, value)
+
+
+def _host(cluster: str, instance: str, utilization: float) -> list[Sample]:
+    figures = {"chips": 8, "utilization_percent": utilization, "memory_used_bytes": 80e9, "jobs": 1,
+               "memory_total_bytes": 128e9, "steps_per_second": 2.0, "step_time_s": 0.5, "recompiles": 0}
+    return [_summary(cluster, instance, record, figures[field]) for record, field in SUMMARY_RECORDS.items()]
+
+
+def test_hosts_come_from_summaries_and_outliers_are_per_cluster():
+    summaries = [s for c, base in (("a", 90.0), ("b", 40.0)) for i in range(100)
+                 for s in _host(c, f"n{i}", base if i != 7 else base - 30)]
+    up = [Sample({"__name__": "up", "cluster": c, "instance": f"n{i}", "job": "tpu-tools"}, 0.0 if i == 3 else 1.0)
+          for c in "ab" for i in range(100)]
+    chip = Sample({"__name__": "tpu_tools_device_utilization_percent", "cluster": "a", "instance": "n7",
+                   "job": "tpu-tools", "device": "tpu:0", "platform": "tpu", "name": "v5e"}, 60.0)
+    groups = build_groups([chip], up, summaries)
+    fleet = groups["fleet"]
+    assert len(fleet["hosts"]) == 200 and fleet["hosts_down"] == ["a/n3", "b/n3"]
+    by_host = {h["host"]: h for h in fleet["hosts"]}
+    assert by_host["b/n5"] == {"host": "b/n5", "up": True, "cluster": "b", "chips": 8, "utilization_percent": 40.0,
+                               "memory_used_bytes": 80_000_000_000, "memory_total_bytes": 128_000_000_000,
+                               "jobs": 1, "steps_per_second": 2.0, "step_time_s": 0.5, "recompiles": 0,
+                               "outlier": None}
+    assert sorted(o["host"] for o in fleet["outliers"]) == ["a/n7", "b/n7"]
+    assert [d["key"] for d in groups["devices"]["devices"]] == ["a/n7/tpu:0"]
+    chosen = detail_hosts(fleet)
+    assert len(chosen) == DETAIL_HOSTS and chosen[:2] == ["a/n7", "b/n7"] and {"a/n3", "b/n3"} <= set(chosen)
+
+
+def test_detail_query_quotes_instances_for_promql():
+    query = detail_query(["a/10.0.0.1:9400", 'b/odd"name', "plain"])
+    assert query == ('{__name__=~"tpu_tools_.+",instance=~"10\\\\.0\\\\.0\\\\.1:9400|odd\\"name|plain"}')
+    assert host_key({"instance": "n1"}) == "n1" and host_key({"instance": "n1", "cluster": "c"}) == "c/n1"
