@@ -114,6 +114,8 @@ MAN_SECTIONS = {
         "metrics_addr = [\"localhost:8432\"]  libtpu metrics services to read besides localhost:8431 and "
         "TPU_RUNTIME_METRICS_PORTS (an address or a list); --metrics-addr overrides it.\n"
         "metrics_timeout = \"500ms\"  deadline of every call to them; --metrics-timeout overrides it.\n"
+        "price_per_hour = 4.2  price of this machine per hour, for the cost per 1M samples of jobs that set no "
+        "price (a number > 0, not text); --price-per-hour overrides it.\n"
         "[groups.host] period = \"5s\"  one table per group to report (host, devices, processes, libtpu, nvml, "
         "amdsmi); "
         "groups not "
@@ -249,7 +251,8 @@ def explicit(ctx: click.Context, name: str) -> bool:
               help="Print one JSON document listing the metrics every libtpu metrics service and agent serves "
                    "and what tpu-tools reads of them (schema tpu-tools/list-metrics/v1); then exit.")
 @click.option("--price-per-hour", type=Number(above=0.0, maximum=1e9), default=None, metavar="PRICE",
-              help="Price of this machine per hour: the jobs' cost per 1M samples where the job does not set one.")
+              help="Price of this machine per hour: the jobs' cost per 1M samples where the job does not set "
+                   "one (overrides price_per_hour of --config).")
 @click.option("--jobs-ended", is_flag=True,
               help="Print the summaries that jobs with the agent left when they ended (schema "
                    "tpu-tools/jobs-ended/v1), newest first; then exit.")
@@ -299,6 +302,8 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
             metrics_addresses = resolve_addresses(config.metrics_addr)
         if config.metrics_timeout_s is not None and not explicit(ctx, "metrics_timeout_s"):
             metrics_timeout_s = config.metrics_timeout_s
+        if config.price_per_hour is not None and not explicit(ctx, "price_per_hour"):
+            price_per_hour = config.price_per_hour
         if config.groups is not None:
             plan = [GroupPlan(name, group.period_s) for name, group in config.groups.items()]
     if list_metrics:
