@@ -223,12 +223,13 @@ class _Agent:
         self.figures = figures
 
     def attach_jax(self, jax_module: ModuleType) -> None:
-        from tpu_tools.agent.goodput import LEDGER_SINK, listen_to_checkpoints
+        from tpu_tools.agent.goodput import LEDGER_SINK, listen_to_checkpoints, listen_to_programs
         from tpu_tools.instrument.compiles import listener
 
         self.compiles.install(jax_module, self.explain_recompiles)
         listener().add_sink(LEDGER_SINK)
         listen_to_checkpoints(jax_module)
+        listen_to_programs()
         self.jax = jax_module
 
     def answer(self, request: str) -> dict[str, Any]:
