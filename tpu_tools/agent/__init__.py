@@ -34,7 +34,9 @@ Goodput, MFU and cost (`docs/goodput.md`): label the time between steps, give a 
     with tpu_tools.agent.phase("data"):          # "data", "checkpoint", "eval" or a name of the job's
         batch = next(batches)
     tpu_tools.agent.step(samples=len(batch), flops=model_flops)   # both optional
-    tpu_tools.agent.step_flops(train_step.lower(state, batch).compile())  # FLOPs from XLA's cost analysis
+    tpu_tools.agent.step_flops(train_step.lower(state, batch).compile())  # optional: FLOPs from XLA's cost analysis
+
+Without either, a step's FLOPs are XLA's cost analysis of the programs compiled during a step.
 
 Importing this package does not import jax: the agent attaches to jax once the
 job imports it, so environment set by the script before `import jax` applies.
