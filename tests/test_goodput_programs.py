@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+from agentjobs import make_rundir, remove_rundir
 from conftest import clean_env
 from test_goodput import Clock, ledger
 
@@ -125,3 +126,44 @@ def test_jax_gets_its_executable_whatever_a_sink_does():
     assert report["out"] == 16.0
     assert ["jit__lambda", 2 * 16 ** 3, 1] in report["seen"]
     assert all(name.startswith("jit_") for name, _, _ in report["seen"])
+
+
+CACHED_JOB = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp
+    import tpu_tools.agent as agent
+
+    hits = []
+    jax.monitoring.register_event_listener(
+        lambda event, **kw: hits.append(1) if event == "/jax/compilation_cache/cache_hits" else None)
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    step = jax.jit(lambda w, x: jnp.tanh(x @ w) @ w.T)
+    w, x = jnp.ones((128, 64)), jnp.ones((32, 128))
+    for _ in range(2):
+        with agent.step_context():
+            step(w, x).block_until_ready()
+    print(json.dumps({"goodput": agent.goodput(), "hits": len(hits)}))
+""")
+
+
+def test_a_program_read_from_the_persistent_compilation_cache_is_counted_too(tmp_path):
+    rundir = make_rundir()
+    try:
+        (rundir / "job.py").write_text(CACHED_JOB)
+        reports = []
+        for _ in range(2):  # the second run loads the step from the cache instead of compiling it
+            result = subprocess.run([sys.executable, "-m", "tpu_tools.agent", str(rundir / "job.py"),
+                                     str(tmp_path / "cache")], capture_output=True, text=True, timeout=120,
+                                    env=clean_env(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir)))
+            assert result.returncode == 0, result.stderr
+            reports.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    finally:
+        remove_rundir(rundir)
+    assert reports[0]["hits"] == 0 and reports[1]["hits"] > 0
+    expected = 2 * 32 * 128 * 64 * 2  # two matrix products; XLA adds the tanh's elementwise work
+    for goodput in (report["goodput"] for report in reports):
+        assert goodput["step_flops_source"] == "xla_step_programs"
+        assert expected <= goodput["step_flops"] <= expected * 1.02
+        assert goodput["since_start"]["flops"] == 2 * goodput["step_flops"]
