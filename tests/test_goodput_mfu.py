@@ -7,9 +7,10 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
-from agentjobs import make_rundir, remove_rundir
-from conftest import clean_env
+from agentjobs import Job, agent_env, make_rundir, remove_rundir
+from conftest import clean_env, run_tool
 
 SCRIPT = textwrap.dedent("""
     import json
@@ -54,6 +55,67 @@ def test_xla_flops_of_the_reference_step_match_the_hand_count_and_make_mfu():
     assert since["flops"] == 3 * report["xla"] and since["samples"] == 24
     assert abs(since["mfu_percent"] - 100 * since["flops"] / since["wall_s"] / 2e12) < 1e-9
     assert since["causes_s"]["compile"] > 0  # the agent heard the compile through JAX's monitoring events
+
+
+AUTOMATIC_JOB = textwrap.dedent("""
+    import json, sys, time
+    import jax, jax.numpy as jnp
+    import tpu_tools.agent as agent
+    from tpu_tools.workloads import transformer as T
+
+    config = T.config_for("tiny", d_model=384, n_heads=6, d_ff=1536, n_layers=1, seq_len=128, vocab_size=1024,
+                          batch_per_device=4)
+    devices = jax.local_devices()
+    batch_size = config.batch_per_device * len(devices)
+    step, state_sharding, batch_sharding = T.data_parallel_train_step(config, devices)
+    state = jax.device_put(T.init_train_state(config, jax.random.key(0)), state_sharding)
+    batch = jax.device_put(T.random_tokens(config, batch_size, jax.random.key(1)), batch_sharding)
+    square = jax.jit(lambda m: m @ m)
+    m = jnp.ones((512, 512))
+    square(m).block_until_ready()  # set-up before the loop (0.27 GFLOP): not the step's
+    for index in range(3):
+        with agent.step_context(samples=batch_size):
+            state, loss = step(state, batch)  # compiled in the first step: no step_flops() anywhere
+            loss.block_until_ready()
+            if index == 0:
+                with agent.phase("eval"):  # compiled inside a phase: not the step's
+                    jax.jit(lambda m: m @ m @ m)(m).block_until_ready()
+    with open(sys.argv[1] + ".tmp", "w") as out:
+        json.dump({"hand": T.train_step_flops(config, batch_size)}, out)
+    import os
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    time.sleep(120)  # until the test has read the figures through tpu-monitor and stops the job
+""")
+
+
+def test_flops_of_the_steps_programs_are_read_automatically_and_shown_by_tpu_monitor():
+    rundir = make_rundir()
+    workdir = rundir / "job"
+    workdir.mkdir()
+    (workdir / "job.py").write_text(AUTOMATIC_JOB)
+    ready = workdir / "ready"
+    env = agent_env(rundir, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
+                    TPU_TOOLS_PEAK_FLOPS="2e12")
+    process = subprocess.Popen([sys.executable, "-m", "tpu_tools.agent", "--tag", "auto", str(workdir / "job.py"),
+                                str(ready)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               stdin=subprocess.DEVNULL)
+    job = Job(process, ready, workdir)
+    try:
+        job.wait_ready(timeout=240)
+        hand = json.loads(Path(ready).read_text())["hand"]
+        result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
+    finally:
+        job.stop()
+        remove_rundir(rundir)
+    assert result.returncode == 0, result.stderr
+    [entry] = json.loads(result.stdout)["processes"]["agents"]
+    goodput = entry["goodput"]
+    assert goodput["step_flops_source"] == "xla_step_programs", goodput
+    assert [p["name"] for p in goodput["step_programs"]] == ["jit_train_step"]
+    assert abs(goodput["step_flops"] / hand - 1) < 0.02, (goodput["step_flops"], hand)
+    since = goodput["since_start"]
+    assert since["flops"] == 3 * goodput["step_flops"] and since["samples"] == 24
+    assert since["mfu_percent"] > 0
 
 
 CHECKPOINT_JOB = textwrap.dedent("""

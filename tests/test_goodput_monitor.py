@@ -6,12 +6,15 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from agentjobs import agent_env, rundir, start_job  # noqa: F401 (rundir is a fixture)
-from conftest import run_tool
+from conftest import assert_one_line_error, run_tool
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 from test_dump_cli import _members
 
+from tpu_tools.errors import UsageError
+from tpu_tools.metrics.config import load_config
 from tpu_tools.metrics.prometheus import process_metrics
 
 JOB = Path(__file__).with_name("goodput_job.py")
@@ -32,12 +35,19 @@ def exposition(agents: list[dict]) -> str:
 
 
 def test_live_goodput_in_the_monitor_with_its_price_and_in_prometheus(rundir):  # noqa: F811
+    config = rundir / "monitor.toml"
+    config.write_text("price_per_hour = 7.2\n")
     job = start_job(rundir, light=True, tag="live").wait_ready()
     try:
-        result = run_tool("tpu-monitor", "--count", "1", "--price-per-hour", "3.6", env=agent_env(rundir))
+        from_config = run_tool("tpu-monitor", "--count", "1", "--config", str(config), env=agent_env(rundir))
+        result = run_tool("tpu-monitor", "--count", "1", "--config", str(config), "--price-per-hour", "3.6",
+                          env=agent_env(rundir))
     finally:
         job.stop()
-    assert result.returncode == 0, result.stderr
+    assert from_config.returncode == 0, from_config.stderr
+    [agent] = json.loads(from_config.stdout)["processes"]["agents"]
+    assert agent["goodput"]["price_per_hour"] == 7.2 and agent["goodput"]["price_source"] == "monitor"
+    assert result.returncode == 0, result.stderr  # the flag overrides the config file
     [agent] = json.loads(result.stdout)["processes"]["agents"]
     goodput = agent["goodput"]
     since = goodput["since_start"]
@@ -52,6 +62,34 @@ def test_live_goodput_in_the_monitor_with_its_price_and_in_prometheus(rundir):  
     assert 'tpu_tools_process_goodput_ratio{pid=' in text and 'window="since_start"' in text
     assert "tpu_tools_process_mfu_ratio{" not in text  # unknown: no series
     assert "tpu_tools_process_cost_per_million_samples{" not in text
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("price_per_hour = 0\n", "price_per_hour must be greater than 0"),
+    ("price_per_hour = -1.5\n", "price_per_hour must be greater than 0"),
+    ("price_per_hour = inf\n", "price_per_hour must be a finite number"),
+    ("price_per_hour = nan\n", "price_per_hour must be a finite number"),
+    ('price_per_hour = "4.2"\n', "price_per_hour must be a number, not text ('4.2')"),
+    ('price_per_hour = "cheap"\n', "price_per_hour must be a number, not text ('cheap')"),
+    ("price_per_hour = true\n", "price_per_hour must be a number"),
+    ("price_per_hour = 1e12\n", "price_per_hour"),
+])
+def test_a_bad_price_in_the_config_file_is_one_line(tmp_path, text, fragment):
+    path = tmp_path / "monitor.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError) as caught:
+        load_config(path, ["processes"])
+    assert fragment in str(caught.value) and str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_config_price_is_taken_and_a_bad_one_stops_tpu_monitor(tmp_path):
+    path = tmp_path / "monitor.json"
+    path.write_text('{"price_per_hour": 4.2}')
+    assert load_config(path, ["processes"]).price_per_hour == 4.2
+    path.write_text('{"price_per_hour": 0}')
+    result = run_tool("tpu-monitor", "--count", "1", "--config", str(path), env=agent_env(tmp_path))
+    assert_one_line_error(result, 2, "price_per_hour must be greater than 0", str(path))
+    assert result.stdout == ""
 
 
 def test_prometheus_families_of_known_work():

@@ -125,7 +125,8 @@ JSON_VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=12)
 CONFIG_DOCUMENTS = st.dictionaries(
-    st.sampled_from(["period", "tag_filter", "agent_timeout", "metrics_addr", "metrics_timeout", "groups", "x"]),
+    st.sampled_from(["period", "tag_filter", "agent_timeout", "metrics_addr", "metrics_timeout", "price_per_hour",
+                     "groups", "x"]),
     JSON_VALUES | st.dictionaries(st.sampled_from(GROUPS + ["nope"]),
                                   st.none() | st.dictionaries(st.sampled_from(["period", "y"]), JSON_VALUES)),
     max_size=4)
@@ -144,6 +145,7 @@ def test_any_monitor_config_is_a_config_or_one_usage_error(tmp_path_factory, doc
     for seconds in (config.period_s, config.agent_timeout_s, config.metrics_timeout_s):
         assert seconds is None or (math.isfinite(seconds) and seconds > 0)
     assert config.period_s is None or config.period_s >= MIN_PERIOD_S
+    assert config.price_per_hour is None or (math.isfinite(config.price_per_hour) and config.price_per_hour > 0)
 
 
 # --- the other parsers of user text ---------------------------------------------------------------------

@@ -34,7 +34,9 @@ Goodput, MFU and cost (`docs/goodput.md`): label the time between steps, give a 
     with tpu_tools.agent.phase("data"):          # "data", "checkpoint", "eval" or a name of the job's
         batch = next(batches)
     tpu_tools.agent.step(samples=len(batch), flops=model_flops)   # both optional
-    tpu_tools.agent.step_flops(train_step.lower(state, batch).compile())  # FLOPs from XLA's cost analysis
+    tpu_tools.agent.step_flops(train_step.lower(state, batch).compile())  # optional: FLOPs from XLA's cost analysis
+
+Without either, a step's FLOPs are XLA's cost analysis of the programs compiled during a step.
 
 Importing this package does not import jax: the agent attaches to jax once the
 job imports it, so environment set by the script before `import jax` applies.
@@ -223,13 +225,14 @@ class _Agent:
         self.figures = figures
 
     def attach_jax(self, jax_module: ModuleType) -> None:
-        from tpu_tools.agent.goodput import LEDGER_SINK, listen_to_checkpoints
+        from tpu_tools.agent.goodput import LEDGER_SINK, listen_to_checkpoints, listen_to_programs
         from tpu_tools.instrument.cachewatch import watch
         from tpu_tools.instrument.compiles import listener
 
         self.compiles.install(jax_module, self.explain_recompiles)
         listener().add_sink(LEDGER_SINK)
         listen_to_checkpoints(jax_module)
+        listen_to_programs()
         watch().install(jax_module)
         self.jax = jax_module
 

@@ -2,7 +2,9 @@
 
 One `GoodputLedger` per process, started at the process's own start time (so imports and
 backend start are counted as start-up). The agent hands it compile durations from the compile
-listener; `tpu_tools.agent.step()`, `step_context()` and `phase()` mark it. Peak FLOP/s comes
+listener, and XLA's cost analysis of each program JAX builds from the program watcher (the FLOPs
+of the step's programs, `instrument/programs.py`); `tpu_tools.agent.step()`, `step_context()` and
+`phase()` mark it. Peak FLOP/s comes
 from the device table (`tpu_tools.accelerators`) times the local devices, unless the job or
 $TPU_TOOLS_PEAK_FLOPS gives it; the price per hour from `start(price_per_hour=...)`,
 `python -m tpu_tools.agent --price-per-hour` or $TPU_TOOLS_PRICE_PER_HOUR.
@@ -19,6 +21,7 @@ from typing import Any
 
 from tpu_tools.instrument.compiles import CacheMiss, CompileEvent
 from tpu_tools.instrument.goodput import GoodputLedger, LedgerSettings, process_start_unix_s, work_rates
+from tpu_tools.instrument.programs import CompiledProgram, watcher
 
 ENV_PRICE = "TPU_TOOLS_PRICE_PER_HOUR"
 ENV_PEAK = "TPU_TOOLS_PEAK_FLOPS"
@@ -56,6 +59,28 @@ class LedgerCompileSink:
 
 
 LEDGER_SINK = LedgerCompileSink()  # one per process: the listener keeps its sinks for good
+
+
+class LedgerProgramSink:
+    """Hands XLA's FLOPs of each program JAX builds to the process ledger (the step's programs)."""
+
+    def add_program(self, program: CompiledProgram) -> None:
+        _ledger.add_program(program.name, program.flops)
+
+
+PROGRAM_SINK = LedgerProgramSink()
+
+
+def listen_to_programs() -> bool:
+    """Read XLA's cost analysis of each program JAX builds from now on; False where this JAX cannot be
+    watched (the FLOPs then stay unknown unless the job gives them)."""
+    try:
+        if not watcher().install():
+            return False
+        watcher().add_sink(PROGRAM_SINK)
+        return True
+    except Exception:  # never into the job
+        return False
 
 
 # Orbax records how long a save blocked the training thread through jax.monitoring (synchronous and

@@ -82,7 +82,8 @@ MAN_SECTIONS = {
         "backend_compile_time_s, cache_hits, cache_misses, last_recompile_reason}, recent_recompiles[] "
         "{function, time_unix_s, compile_count, backend_compile_time_s, reason}}, steps {count, "
         "steps_per_second, last_step_time_s, p50_step_time_s, p99_step_time_s, last_step_age_s}, "
-        "goodput {started_unix_s, steps, median_step_time_s, idle_threshold_s, step_flops, step_flops_source, "
+        "goodput {started_unix_s, steps, median_step_time_s, idle_threshold_s, step_flops, step_flops_source "
+        "(given, xla_cost_analysis or xla_step_programs), step_programs[] {name, flops}, "
         "since_start and recent {wall_s, goodput_percent, causes_s {cause: seconds}, causes_percent, flops, "
         "samples, flops_per_s, mfu_percent, samples_per_s, cost_per_million_samples}, window_s, rejected "
         "{what: count}, last_error, peak_flops_per_s, peak_source, price_per_hour, price_source (job or "
@@ -125,6 +126,8 @@ MAN_SECTIONS = {
         "metrics_addr = [\"localhost:8432\"]  libtpu metrics services to read besides localhost:8431 and "
         "TPU_RUNTIME_METRICS_PORTS (an address or a list); --metrics-addr overrides it.\n"
         "metrics_timeout = \"500ms\"  deadline of every call to them; --metrics-timeout overrides it.\n"
+        "price_per_hour = 4.2  price of this machine per hour, for the cost per 1M samples of jobs that set no "
+        "price (a number > 0, not text); --price-per-hour overrides it.\n"
         "[groups.host] period = \"5s\"  one table per group to report (host, devices, processes, libtpu, nvml, "
         "amdsmi, diag); "
         "groups not "
@@ -294,7 +297,8 @@ def explicit(ctx: click.Context, name: str) -> bool:
                    "whether the allow and deny lists serve it), and the metrics every libtpu metrics service and "
                    "agent serves and what tpu-tools reads of them (schema tpu-tools/list-metrics/v1); then exit.")
 @click.option("--price-per-hour", type=Number(above=0.0, maximum=1e9), default=None, metavar="PRICE",
-              help="Price of this machine per hour: the jobs' cost per 1M samples where the job does not set one.")
+              help="Price of this machine per hour: the jobs' cost per 1M samples where the job does not set "
+                   "one (overrides price_per_hour of --config).")
 @click.option("--jobs-ended", is_flag=True,
               help="Print the summaries that jobs with the agent left when they ended (schema "
                    "tpu-tools/jobs-ended/v1), newest first; then exit.")
@@ -353,6 +357,8 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
             metrics_addresses = resolve_addresses(config.metrics_addr)
         if config.metrics_timeout_s is not None and not explicit(ctx, "metrics_timeout_s"):
             metrics_timeout_s = config.metrics_timeout_s
+        if config.price_per_hour is not None and not explicit(ctx, "price_per_hour"):
+            price_per_hour = config.price_per_hour
         if config.groups is not None:
             plan = [GroupPlan(name, group.period_s) for name, group in config.groups.items()]
         # each list of the command line replaces the file's

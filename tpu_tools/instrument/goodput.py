@@ -16,7 +16,12 @@ interval goes to the interval's own cause when it closes (a step boundary). A st
 clock reads and a few additions under a lock; statistics are made when someone asks.
 
 FLOPs and samples per step feed MFU, samples/s and the cost per 1M samples; a figure that
-was never given is unknown (None), never 0. Bad figures are counted in `rejected` and
+was never given is unknown (None), never 0. Without a figure from the job, a step's FLOPs are
+those of its programs (`add_program`, from XLA's cost analysis as JAX builds them): the
+programs compiled while a step was under way (a `step_context()` block, or with bare `step()`
+the interval that ends at a step boundary, the first one included), not inside a phase, the
+latest of each name. A compiled program is assumed to run once per step: executions that
+reuse it are not seen, so a step that runs one program twice is counted once. Bad figures are counted in `rejected` and
 never raise: this code runs inside the job's training loop.
 """
 
@@ -49,6 +54,9 @@ WINDOW_S = 60.0  # the "recent" figures cover the last this many seconds
 _HISTORY_PERIOD_S = 1.0  # one point of history per second at most
 _MEDIAN_EVERY = 32  # steps between recomputations of the median step time
 _RECENT_STEPS = 255
+PROGRAMS_SOURCE = "xla_step_programs"  # step_flops_source of the FLOPs of the step's programs
+MAX_PROGRAMS_SHOWN = 16
+MAX_STEP_PROGRAMS = 64  # distinct program names kept as a step's programs; later ones are not counted
 
 
 def process_start_unix_s() -> float | None:
@@ -111,6 +119,10 @@ class GoodputLedger:
         self._pending_samples: float | None = None
         self._default_flops: float | None = None
         self._default_flops_source: str | None = None
+        self._interval_programs: dict[str, float | None] = {}  # compiled in the interval under way
+        self._step_programs: dict[str, float | None] = {}  # the programs each step runs, by name
+        self._program_flops: float | None = None  # their sum: the steps' FLOPs when the job gives none
+        self._local = threading.local()  # phases open on each thread: their compiles are not the step's
         self._rejected: dict[str, int] = {}
         self._last_error: str | None = None
         self._history: deque[tuple[float, dict[str, float], float, float]] = deque()
@@ -125,6 +137,8 @@ class GoodputLedger:
             self._uses_blocks = True
             self._close(now, STARTUP if self._steps == 0 else HOST)
             self._in_block = True
+            if self._interval_programs:  # compiled between steps (set-up, host work): not the step's
+                self._interval_programs = {}
 
     def end_step(self, now: float | None = None) -> None:
         """A step ended: its block (or with bare step(), the time since the last boundary) is productive."""
@@ -140,7 +154,11 @@ class GoodputLedger:
                 self._recent.append(rest)
             self._in_block = False
             self._steps += 1
+            if self._interval_programs:
+                self._take_programs()
             flops = self._pending_flops if self._pending_flops is not None else self._default_flops
+            if flops is None:
+                flops = self._program_flops
             if flops is not None:
                 self._flops_total += flops
                 self._flops_steps += 1
@@ -181,6 +199,19 @@ class GoodputLedger:
             self._default_flops, self._default_flops_source = value, source
             return True
 
+    def add_program(self, name: str, flops: float | None) -> None:
+        """A program JAX just built (compiled or loaded), with XLA's FLOPs of one run (None: unknown).
+
+        Called on the thread that compiles, i.e. the thread that will run it: kept for the step under
+        way unless a phase is open on that thread.
+        """
+        if getattr(self._local, "phases", 0):
+            return
+        value = _finite_non_negative(flops) if flops is not None else None
+        with self._lock:
+            if name in self._interval_programs or len(self._interval_programs) < MAX_STEP_PROGRAMS:
+                self._interval_programs[name] = value
+
     def add_compile(self, seconds: float) -> None:
         """Time JAX spent compiling (one stage of one compilation), taken from whatever it interrupted."""
         self.add_claimed(COMPILE, seconds)
@@ -199,9 +230,12 @@ class GoodputLedger:
         """Give the block's time (less compiles and inner phases) to the phase `name`."""
         start = self._clock()
         claimed_before = self._claimed_total
+        local = self._local
+        local.phases = getattr(local, "phases", 0) + 1
         try:
             yield
         finally:
+            local.phases -= 1
             try:
                 now = self._clock()
                 with self._lock:
@@ -225,6 +259,9 @@ class GoodputLedger:
             last_error = self._last_error
             median = self._median
             default_flops, source = self._default_flops, self._default_flops_source
+            if default_flops is None and self._program_flops is not None:
+                default_flops, source = self._program_flops, PROGRAMS_SOURCE
+            programs = [{"name": name, "flops": flops} for name, flops in self._step_programs.items()]
         wall = max(now - self._start, 0.0)
         since_start = _breakdown(totals, wall)
         since_start.update(flops=flops if flops_known else None, samples=samples if samples_known else None)
@@ -243,6 +280,7 @@ class GoodputLedger:
             "idle_threshold_s": self._idle_threshold if math.isfinite(self._idle_threshold) else None,
             "step_flops": default_flops,
             "step_flops_source": source,
+            "step_programs": programs[:MAX_PROGRAMS_SHOWN],
             "since_start": since_start,
             "recent": recent,
             "window_s": self.settings.window_s,
@@ -267,6 +305,15 @@ class GoodputLedger:
         self._totals[cause] = self._totals.get(cause, 0.0) + seconds
         self._claimed += seconds
         self._claimed_total += seconds
+
+    def _take_programs(self) -> None:
+        """The programs compiled during the step that just ended become (or replace, by name) the step's."""
+        for name, flops in self._interval_programs.items():
+            if name in self._step_programs or len(self._step_programs) < MAX_STEP_PROGRAMS:
+                self._step_programs[name] = flops
+        self._interval_programs = {}
+        known = [flops for flops in self._step_programs.values() if flops is not None]
+        self._program_flops = sum(known) if known else None
 
     def _open_cause(self) -> str:
         if self._steps == 0:

@@ -66,7 +66,9 @@ GOODPUT_SPAN = Obj({
 
 GOODPUT = Obj({
     "started_unix_s": Float(), "steps": _COUNT, "median_step_time_s": _SECONDS, "idle_threshold_s": _SECONDS,
-    "step_flops": _FIGURE, "step_flops_source": Str(64), "since_start": GOODPUT_SPAN, "recent": GOODPUT_SPAN,
+    "step_flops": _FIGURE, "step_flops_source": Str(64),
+    "step_programs": List(Obj({"name": Str(256), "flops": _FIGURE}), max_items=16),
+    "since_start": GOODPUT_SPAN, "recent": GOODPUT_SPAN,
     "window_s": _SECONDS, "rejected": Map(_COUNT, max_items=16), "last_error": Str(512),
     "peak_flops_per_s": _FIGURE, "peak_source": Str(256), "price_per_hour": _FIGURE,
     "problems": List(Str(512), max_items=16),

@@ -7,6 +7,7 @@ TOML or JSON (by extension; otherwise TOML, then JSON). Example (TOML)::
     agent_timeout = 1.0       # seconds to wait for each agent's answer
     metrics_addr = ["localhost:8432"]  # libtpu metrics services besides the default ones
     metrics_timeout = "500ms"  # deadline of every call to them
+    price_per_hour = 4.2      # price of this machine per hour: the jobs' cost per 1M samples
 
     [prometheus]              # which families --prometheus serves (names or globs; deny wins)
     allow = ["tpu_tools_device_*", "tpu_tools_gpu_*"]
@@ -32,13 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from tpu_tools.errors import UsageError
-from tpu_tools.parsing import MIN_PERIOD_S, parse_duration
+from tpu_tools.parsing import MIN_PERIOD_S, parse_duration, parse_number
 
-TOP_KEYS = ("period", "tag_filter", "agent_timeout", "metrics_addr", "metrics_timeout", "groups", "prometheus")
+TOP_KEYS = ("period", "tag_filter", "agent_timeout", "metrics_addr", "metrics_timeout", "price_per_hour", "groups",
+            "prometheus")
 PROMETHEUS_KEYS = ("allow", "deny")
 GROUP_KEYS = ("period",)
 MAX_CONFIG_BYTES = 1 << 20  # a monitor config is a few lines; a bigger file is a mistake
 MAX_METRICS_TIMEOUT_S = 600.0  # as --metrics-timeout
+MAX_PRICE_PER_HOUR = 1e9  # as --price-per-hour
 
 
 @dataclass
@@ -54,6 +57,7 @@ class MonitorConfig:
     agent_timeout_s: float | None = None
     metrics_addr: list[str] | None = None  # libtpu metrics services, as given (normalized)
     metrics_timeout_s: float | None = None
+    price_per_hour: float | None = None  # for jobs that do not set their own
     groups: dict[str, GroupConfig] | None = None  # None: every group
     metrics_allow: tuple[str, ...] | None = None  # [prometheus] allow: family names or globs
     metrics_deny: tuple[str, ...] | None = None
@@ -135,6 +139,16 @@ def _selection(config: MonitorConfig, table: Any, path: Path) -> None:
             setattr(config, f"metrics_{key}", parse_globs(items, f"config file {path}: prometheus.{key}"))
 
 
+def _price(value: Any, path: Path) -> float:
+    # A number of the file's own syntax: text ("4.2", "cheap") is refused rather than guessed at.
+    if isinstance(value, str):
+        raise UsageError(f"config file {path}: price_per_hour must be a number, not text ({value[:40]!r})")
+    try:
+        return float(parse_number(value, "price_per_hour", above=0.0, maximum=MAX_PRICE_PER_HOUR))
+    except ValueError as error:
+        raise UsageError(f"config file {path}: {error}") from error
+
+
 def load_config(path: Path, known_groups: list[str]) -> MonitorConfig:
     """Read a tpu-monitor config file (TOML or JSON) into a `MonitorConfig`.
 
@@ -154,6 +168,8 @@ def load_config(path: Path, known_groups: list[str]) -> MonitorConfig:
                                                       maximum=MAX_METRICS_TIMEOUT_S)
     except ValueError as error:
         raise UsageError(f"config file {path}: {error}") from error
+    if "price_per_hour" in document:
+        config.price_per_hour = _price(document["price_per_hour"], path)
     if "metrics_addr" in document:
         config.metrics_addr = _addresses(document["metrics_addr"], path)
     if "tag_filter" in document:
