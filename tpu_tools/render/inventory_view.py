@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tpu_tools.accelerators import spec_for_device_kind
 from tpu_tools.inventory import DeviceEntry, Inventory, ServiceFigures
+from tpu_tools.metrics.chiphealth import HostHealth, link_text, throttle_text
 from tpu_tools.pjrt.discover import Chip, Holder
 from tpu_tools.pjrt.tpuvm import SliceInfo
 from tpu_tools.render.libtpu_view import DUTY_HEADER, HBM_HEADER, duty_text, hbm_text
@@ -108,12 +109,24 @@ def _service_cells(figures: ServiceFigures | None) -> list[str]:
     return [duty_text(usage.duty_cycle_percent), hbm_text(usage.hbm_used_bytes, usage.hbm_total_bytes)]
 
 
+_HEALTH_COLUMNS = [Column("THROTTLE", "right"), Column("ICI LINKS", no_wrap=True)]
+
+
+def _health_cells(health: HostHealth | None, chip: Chip | None) -> list[str]:
+    """A job-held chip's throttle score and worst ICI link, as the job's agent read them."""
+    figures = health.chips.get(chip.index) if health is not None and chip is not None else None
+    return [throttle_text(figures), link_text(figures)]
+
+
 def device_table(inventory: Inventory) -> TableData:
     columns = [Column("ID", "right"), Column("KIND"), Column("PLATFORM"), Column("CHIP"),
                Column("MEMORY USED / TOTAL", "right"), Column("PCI"), Column("NUMA", "right")]
     service = any(entry.libtpu for entry in inventory.devices)
     if service:
         columns.extend(_SERVICE_COLUMNS)
+    health = inventory.tpu_health if inventory.tpu_health and inventory.tpu_health.chips else None
+    if health:
+        columns.extend(_HEALTH_COLUMNS)
     if inventory.probed:
         columns.append(Column("HEALTH (compile / execute)"))
     columns.append(Column("PROCESSES", max_width=_COMMAND_WIDTH + 8))
@@ -125,6 +138,8 @@ def device_table(inventory: Inventory) -> TableData:
                  chip.numa_node if chip and chip.numa_node is not None else MISSING]
         if service:
             cells.extend(_service_cells(entry.libtpu))
+        if health:
+            cells.extend(_health_cells(health, chip))
         if inventory.probed:
             cells.append(_probe(entry))
         cells.append(holders_text(entry.holders))
@@ -132,12 +147,15 @@ def device_table(inventory: Inventory) -> TableData:
     return table
 
 
-def chip_table(chips: list[Chip], libtpu: dict[int, ServiceFigures] | None = None) -> TableData:
-    """Passive view: one row per chip, for when the runtime is not opened (with the service's figures, if any)."""
+def chip_table(chips: list[Chip], libtpu: dict[int, ServiceFigures] | None = None,
+               health: HostHealth | None = None) -> TableData:
+    """Passive view: one row per chip, for when the runtime is not opened (with the service's figures, and the
+    throttle score and ICI links the holding job's agent read, if any)."""
     # With the service's figures, its HBM used / total replaces the chip's published total.
     memory = _SERVICE_COLUMNS if libtpu else [Column("MEMORY TOTAL", "right")]
+    health = health if health is not None and health.chips else None
     table = TableData([Column("CHIP", "right"), Column("KIND"), Column("PLATFORM"), Column("PER CHIP"), *memory,
-                       Column("PCI"), Column("NUMA", "right"), Column("NODES"),
+                       *(_HEALTH_COLUMNS if health else []), Column("PCI"), Column("NUMA", "right"), Column("NODES"),
                        Column("PROCESSES", max_width=_COMMAND_WIDTH + 8)])
     for chip in chips:
         per_chip = ", ".join(filter(None, [
@@ -147,7 +165,8 @@ def chip_table(chips: list[Chip], libtpu: dict[int, ServiceFigures] | None = Non
         nodes = " ".join(n.path + ("" if n.exists else " (missing)") for n in chip.device_nodes) or MISSING
         numa = MISSING if chip.numa_node is None else chip.numa_node
         figures = _service_cells(libtpu.get(chip.index)) if libtpu else [format_bytes(chip.hbm_bytes)]
-        table.add_row(chip.index, chip.name, chip.platform, per_chip, *figures, chip.pci_address, numa, nodes,
+        cells = _health_cells(health, chip) if health else []
+        table.add_row(chip.index, chip.name, chip.platform, per_chip, *figures, *cells, chip.pci_address, numa, nodes,
                       holders_text(chip.holders))
     return table
 

@@ -1,0 +1,146 @@
+"""tpu-ls lists the throttle score and ICI links of the TPU chips a job holds, as the job's agent read them through
+libtpu's SDK (the stand-in): fixture v4 / v5e hosts whose chips are held by a real agent job, the real tpu-ls."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import sysroot
+from agentjobs import agent_env, rundir, wait_for  # noqa: F401 (rundir is a fixture)
+from conftest import run_tool
+
+from tpu_tools.metrics.chiphealth import ChipHealth, link_text, throttle_text
+from tpu_tools.metrics.tpuhealth import parse_link_health, parse_throttle
+
+TESTS = Path(__file__).resolve().parent
+FAKE_LIBTPU = TESTS / "fake_libtpu"
+
+# A TPU job as far as the agent's SDK read goes (libtpu loaded), without jax: it starts in a fraction of a second.
+JOB = textwrap.dedent("""
+    import os, sys, time
+    ready = sys.argv[1]
+    import libtpu
+    import tpu_tools.agent as agent
+    agent.start(tag="train")
+    open(ready, "w").write(str(os.getpid()))
+    deadline = time.time() + 120
+    while time.time() < deadline and not os.path.exists(ready + ".stop"):
+        time.sleep(0.05)
+""")
+
+
+def _start(tmp_path: Path, rundir: Path, **env: str) -> subprocess.Popen:
+    script, ready = tmp_path / "job.py", tmp_path / "ready"
+    script.write_text(JOB)
+    process = subprocess.Popen([sys.executable, str(script), str(ready)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.STDOUT, env=agent_env(rundir, PYTHONPATH=str(FAKE_LIBTPU), **env))
+    wait_for(lambda: ready.exists() and ready.read_text() or process.poll() is not None, 60)
+    assert process.poll() is None, "the job did not start"
+    return process
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
+def _rows(text: str) -> dict[str, str]:
+    return {line.split()[0]: line for line in text.splitlines()[2:] if line[:1] == " " or line[:1].isdigit()}
+
+
+def test_tpu_ls_shows_the_throttle_score_and_ici_links_of_every_chip_a_job_holds(rundir, tmp_path):
+    process = _start(tmp_path, rundir)  # the stand-in's default read: devices 0-3, links of chips 0 and 1
+    try:
+        sysroot.v4_host(tmp_path / "host", holders={process.pid: [0, 1, 2, 3]})
+        env = agent_env(rundir, TPU_TOOLS_SYSROOT=str(tmp_path / "host"))
+        listed = run_tool("tpu-ls", "--json", env=env)
+        table = run_tool("tpu-ls", env=env)
+    finally:
+        _stop(process)
+    assert listed.returncode == 0, listed.stderr
+    document = json.loads(listed.stdout)
+    assert document["runtime_status"] == "held"  # the TPU was never opened
+    chips = [chip["tpu_health"] for chip in document["chips"]]
+    assert [(c["pid"], c["tag"], c["throttle_score"], c["throttled_percent"]) for c in chips] == [
+        (process.pid, "train", 0, 0), (process.pid, "train", 1, 10), (process.pid, "train", 0, 0),
+        (process.pid, "train", 6, 60)]
+    assert [[(link["location"], link["score"], link["state"]) for link in c["ici_links"]] for c in chips] == [
+        [("tray1.chip0.ici0.int", 0, "healthy"), ("tray1.chip0.ici1.int", 10, "unusable")],
+        [("tray1.chip1.ici0.int", 7, "persistent problem")], [], []]
+    assert [c["worst_link_score"] for c in chips] == [10, 7, None, None]
+    (job,) = document["tpu_health"]
+    assert (job["pid"], job["chip_indexes"], job["error"], job["problems"]) == (process.pid, [0, 1, 2, 3], None, [])
+    assert len(job["ici_links"]) == 3 and [t["device"] for t in job["throttle"]] == [0, 1, 2, 3]
+    assert table.returncode == 0, table.stderr
+    header = table.stdout.splitlines()[1]
+    assert "THROTTLE" in header and "ICI LINKS" in header
+    rows = _rows(table.stdout)
+    assert "ICI 10 tray1.chip0.ici1" in rows["0"] and "1 (10%)" in rows["1"] and "ICI 7 tray1.chip1.ici0" in rows["1"]
+    assert "6 (60%)" in rows["3"]
+
+
+def test_held_chips_of_a_v5e_host_unpaired_links_and_unreadable_values_are_notes(rundir, tmp_path):
+    process = _start(tmp_path, rundir, FAKE_TPU_THROTTLE_SCORE="0-0;1-10;2-0;3-nan",
+                     FAKE_TPU_ICI_LINK_HEALTH="tray1.chip2.ici0.int: 0;tray1.chip3.ici2.int: 10;"
+                                              "tray1.chip7.ici0.int: 4;tray1.chip4.ici1.int: ten;warp.drive: 1")
+    try:
+        # the job holds chips 2-5 of 8; process 777 holds chips 6 and 7 without an agent
+        sysroot.v5e_host(tmp_path / "host", holders={process.pid: [2, 3, 4, 5], 777: [6, 7]})
+        env = agent_env(rundir, TPU_TOOLS_SYSROOT=str(tmp_path / "host"))
+        document = json.loads(run_tool("tpu-ls", "--json", "--no-runtime", env=env).stdout)
+        text = run_tool("tpu-ls", "--no-runtime", env=env).stdout
+    finally:
+        _stop(process)
+    health = {chip["index"]: chip["tpu_health"] for chip in document["chips"]}
+    assert [index for index, chip in health.items() if chip] == [2, 3, 4, 5]
+    # 3 device scores read of 4 held chips: no throttle score is paired; link chip numbers name host chips
+    assert all(chip["throttle_score"] is None for chip in health.values() if chip)
+    assert [link["location"] for link in health[2]["ici_links"]] == ["tray1.chip2.ici0.int"]
+    assert [link["location"] for link in health[3]["ici_links"]] == ["tray1.chip3.ici2.int"]
+    (job,) = document["tpu_health"]  # process 777 has no agent: nothing asked, nothing said
+    assert len(job["problems"]) == 3 and [t["device"] for t in job["throttle"]] == [0, 1, 2]
+    notes = document["notes"]
+    assert any("read throttle scores of 3 devices, which do not pair with the 4 TPU chips" in n for n in notes)
+    assert any("read 1 ICI links that name no TPU chip it holds" in n for n in notes)
+    assert any("health value not read: tpu_throttle_score device 3: score 'nan'" in n for n in notes)
+    assert any("health value not read: ici_link_health: unknown link name 'warp.drive'" in n for n in notes)
+    rows = _rows(text)
+    assert "ICI 10 tray1.chip3.ici2" in rows["3"] and " ok " in rows["2"]
+    assert "ten" not in text.split("note:")[0] and "nan" not in text.split("note:")[0]
+
+
+def test_an_agent_that_does_not_answer_costs_its_timeout_and_a_note(rundir, tmp_path):
+    ready = tmp_path / "ready"
+    process = subprocess.Popen([sys.executable, str(TESTS / "fakeagent.py"), str(rundir), str(ready), "hang"])
+    try:
+        wait_for(lambda: ready.exists() and ready.read_text(), 30)
+        sysroot.v4_host(tmp_path / "host", holders={process.pid: [0, 1]})
+        env = agent_env(rundir, TPU_TOOLS_SYSROOT=str(tmp_path / "host"))
+        result = run_tool("tpu-ls", "--json", "--no-runtime", "--timeout", "1", env=env)
+    finally:
+        process.kill()
+        process.wait(10)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    (job,) = document["tpu_health"]
+    assert job["error"] == "no complete answer within 1 s" and job["ici_links"] == []
+    assert f"process {process.pid} holds TPU chips but its agent did not answer: no complete answer within 1 s" \
+        in document["notes"]
+    assert all(chip["tpu_health"] is None for chip in document["chips"])
+
+
+def test_cells_of_a_chip():
+    links = parse_link_health(["tray1.chip0.ici0.int: 0", "tray1.chip0.ici3.int: 3", "tray1.chip0.ici1.int: 10"],
+                              [])
+    chip = ChipHealth(1, "t", throttle=parse_throttle(["0-4"], []), links=links)
+    assert link_text(chip) == "ICI 10 tray1.chip0.ici1 +1" and throttle_text(chip) == "4 (40%)"
+    assert link_text(ChipHealth(1, None, links=links[:1])) == "ok" and throttle_text(ChipHealth(1, None)) == "-"
+    assert link_text(None) == "-" and throttle_text(ChipHealth(1, None, throttle=parse_throttle(["0-0"], []))) == "0"
