@@ -12,9 +12,12 @@ from pathlib import Path
 import sysroot
 from agentjobs import agent_env, rundir, wait_for  # noqa: F401 (rundir is a fixture)
 from conftest import run_tool
+from hypothesis import given
+from hypothesis import strategies as st
 
-from tpu_tools.metrics.chiphealth import ChipHealth, link_text, throttle_text
-from tpu_tools.metrics.tpuhealth import parse_link_health, parse_throttle
+from tpu_tools.metrics.chiphealth import ChipHealth, JobHealth, link_text, pair, throttle_text
+from tpu_tools.metrics.tpuhealth import TpuHealth, parse_link_health, parse_throttle
+from tpu_tools.pjrt.discover import Chip
 
 TESTS = Path(__file__).resolve().parent
 FAKE_LIBTPU = TESTS / "fake_libtpu"
@@ -117,24 +120,33 @@ def test_held_chips_of_a_v5e_host_unpaired_links_and_unreadable_values_are_notes
     assert "ten" not in text.split("note:")[0] and "nan" not in text.split("note:")[0]
 
 
-def test_an_agent_that_does_not_answer_costs_its_timeout_and_a_note(rundir, tmp_path):
-    ready = tmp_path / "ready"
-    process = subprocess.Popen([sys.executable, str(TESTS / "fakeagent.py"), str(rundir), str(ready), "hang"])
+def test_an_agent_that_does_not_answer_or_read_no_health_is_a_note(rundir, tmp_path):
+    ready = tmp_path / "hung"
+    hung = subprocess.Popen([sys.executable, str(TESTS / "fakeagent.py"), str(rundir), str(ready), "hang"])
+    quiet = None
     try:
         wait_for(lambda: ready.exists() and ready.read_text(), 30)
-        sysroot.v4_host(tmp_path / "host", holders={process.pid: [0, 1]})
+        quiet = _start(tmp_path, rundir, TPU_TOOLS_AGENT_SDK="0")  # an agent with its SDK reads turned off
+        sysroot.v4_host(tmp_path / "host", holders={hung.pid: [0, 1], quiet.pid: [2, 3]})
         env = agent_env(rundir, TPU_TOOLS_SYSROOT=str(tmp_path / "host"))
         result = run_tool("tpu-ls", "--json", "--no-runtime", "--timeout", "1", env=env)
+        text = run_tool("tpu-ls", "--no-runtime", "--timeout", "1", env=env).stdout
     finally:
-        process.kill()
-        process.wait(10)
+        hung.kill()
+        hung.wait(10)
+        if quiet is not None:
+            _stop(quiet)
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    (job,) = document["tpu_health"]
-    assert job["error"] == "no complete answer within 1 s" and job["ici_links"] == []
-    assert f"process {process.pid} holds TPU chips but its agent did not answer: no complete answer within 1 s" \
+    jobs = {job["pid"]: job for job in document["tpu_health"]}
+    assert jobs[hung.pid]["error"] == "no complete answer within 1 s" and jobs[hung.pid]["ici_links"] == []
+    assert (jobs[quiet.pid]["error"], jobs[quiet.pid]["read"]) == (None, False)
+    assert f"process {hung.pid} holds TPU chips but its agent did not answer: no complete answer within 1 s" \
+        in document["notes"]
+    assert f"process {quiet.pid} (train)'s agent read no TPU health (SDK reads turned off (TPU_TOOLS_AGENT_SDK=0))" \
         in document["notes"]
     assert all(chip["tpu_health"] is None for chip in document["chips"])
+    assert "THROTTLE" not in text and "did not answer" in text
 
 
 def test_cells_of_a_chip():
@@ -144,3 +156,26 @@ def test_cells_of_a_chip():
     assert link_text(chip) == "ICI 10 tray1.chip0.ici1 +1" and throttle_text(chip) == "4 (40%)"
     assert link_text(ChipHealth(1, None, links=links[:1])) == "ok" and throttle_text(ChipHealth(1, None)) == "-"
     assert link_text(None) == "-" and throttle_text(ChipHealth(1, None, throttle=parse_throttle(["0-0"], []))) == "0"
+
+
+def _chip(index: int) -> Chip:
+    return Chip(index=index, name="TPU v5e", vendor="google", platform="tpu", pci_address=f"0000:00:{4 + index:02x}.0",
+                pci_functions=[], numa_node=0, cpu_affinity=None, iommu_group=None, devices_per_chip=1,
+                cores_per_chip=1)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 12), st.integers(0, 7), st.integers(0, 10)), max_size=40),
+       st.lists(st.integers(0, 10), max_size=12), st.sets(st.integers(0, 7), min_size=1))
+def test_pairing_never_gives_a_chip_health_of_a_chip_its_job_does_not_hold(links, scores, held):
+    problems: list[str] = []
+    health = TpuHealth(links=parse_link_health([f"tray{t}.chip{c}.ici{p}.int: {s}" for t, c, p, s in links], problems),
+                       throttle=parse_throttle([f"{d}-{s}" for d, s in enumerate(scores)], problems))
+    host = [_chip(i) for i in range(8)]
+    chips = [host[i] for i in sorted(held)]
+    paired, notes = pair(JobHealth(9, "t", sorted(held), health=health), chips, host)
+    assert set(paired) == held  # (a repeated link is a problem, kept once)
+    for index, chip in paired.items():
+        assert all(link.chip == index for link in chip.links)
+        assert len(chip.throttle) == (1 if len(scores) == len(held) else 0)
+    shown = sum(len(chip.links) for chip in paired.values())
+    assert shown == len(health.links) or any("ICI links" in note for note in notes)

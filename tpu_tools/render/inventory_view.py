@@ -124,7 +124,9 @@ def device_table(inventory: Inventory) -> TableData:
     service = any(entry.libtpu for entry in inventory.devices)
     if service:
         columns.extend(_SERVICE_COLUMNS)
-    health = inventory.tpu_health if inventory.tpu_health and inventory.tpu_health.chips else None
+    health = inventory.tpu_health  # (--force: the runtime's devices on chips a job with the agent holds)
+    if health is None or not any(e.chip and e.chip.index in health.chips for e in inventory.devices):
+        health = None
     if health:
         columns.extend(_HEALTH_COLUMNS)
     if inventory.probed:
