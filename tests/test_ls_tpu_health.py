@@ -179,3 +179,25 @@ def test_pairing_never_gives_a_chip_health_of_a_chip_its_job_does_not_hold(links
         assert len(chip.throttle) == (1 if len(scores) == len(held) else 0)
     shown = sum(len(chip.links) for chip in paired.values())
     assert shown == len(health.links) or any("ICI links" in note for note in notes)
+
+
+def test_on_a_terminal_an_unusable_link_is_in_the_error_style():
+    import io
+
+    from rich.console import Console
+
+    from tpu_tools.metrics.chiphealth import HostHealth
+    from tpu_tools.render.inventory_view import chip_table
+    from tpu_tools.render.table import rich_table
+
+    links = parse_link_health(["tray1.chip0.ici1.int: 10", "tray1.chip1.ici0.int: 0", "tray1.chip2.ici0.int: 6"], [])
+    host = HostHealth(chips={0: ChipHealth(9, "t", parse_throttle(["0-0"], []), links[:1]),
+                             1: ChipHealth(9, "t", parse_throttle(["1-7"], []), links[1:2]),
+                             2: ChipHealth(9, "t", parse_throttle(["2-0"], []), links[2:])})
+    table = chip_table([_chip(0), _chip(1), _chip(2)], None, host)
+    throttle, ici = (table.columns.index(c) for c in table.columns if c.header in ("THROTTLE", "ICI LINKS"))
+    assert [row[ici] for row in table.rows] == ["ICI 10 tray1.chip0.ici1", "ok", "ICI 6 tray1.chip2.ici0"]
+    assert table.styles == {(0, ici): "bold red", (1, throttle): "yellow", (2, ici): "yellow"}
+    stream = io.StringIO()
+    Console(file=stream, force_terminal=True, color_system="standard", width=200).print(rich_table(table))
+    assert "\x1b[1;31mICI 10 tray1.chip0.ici1" in stream.getvalue()

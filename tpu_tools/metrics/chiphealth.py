@@ -176,6 +176,22 @@ def link_text(chip: ChipHealth | None) -> str:
     return text + (f" +{len(bad) - 1}" if len(bad) > 1 else "")
 
 
+def link_level(chip: ChipHealth | None) -> str:
+    """"error" (a link unusable), "warn" (a link with a problem), "ok", or "none" (no link read)."""
+    worst = chip.worst_link if chip is not None else None
+    if worst is None:
+        return "none"
+    return "error" if worst.score >= 10 else ("warn" if worst.score > 0 else "ok")
+
+
+def throttle_level(chip: ChipHealth | None) -> str:
+    """"warn" (throttled by 50 % or more: the alert rules' threshold), "ok", or "none"."""
+    score = chip.throttle_score if chip is not None else None
+    if score is None:
+        return "none"
+    return "warn" if score >= 5 else "ok"
+
+
 def throttle_text(chip: ChipHealth | None) -> str:
     """The throttle cell of a chip: "0", "6 (60%)", or "-" where nothing was read."""
     score = chip.throttle_score if chip is not None else None

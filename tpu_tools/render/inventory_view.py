@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tpu_tools.accelerators import spec_for_device_kind
 from tpu_tools.inventory import DeviceEntry, Inventory, ServiceFigures
-from tpu_tools.metrics.chiphealth import HostHealth, link_text, throttle_text
+from tpu_tools.metrics.chiphealth import ChipHealth, HostHealth, link_level, link_text, throttle_level, throttle_text
 from tpu_tools.pjrt.discover import Chip, Holder
 from tpu_tools.pjrt.tpuvm import SliceInfo
 from tpu_tools.render.libtpu_view import DUTY_HEADER, HBM_HEADER, duty_text, hbm_text
@@ -112,10 +112,24 @@ def _service_cells(figures: ServiceFigures | None) -> list[str]:
 _HEALTH_COLUMNS = [Column("THROTTLE", "right"), Column("ICI LINKS", no_wrap=True)]
 
 
-def _health_cells(health: HostHealth | None, chip: Chip | None) -> list[str]:
+_LEVEL_STYLES = {"error": "bold red", "warn": "yellow"}
+
+
+def _chip_health(health: HostHealth | None, chip: Chip | None) -> ChipHealth | None:
+    return health.chips.get(chip.index) if health is not None and chip is not None else None
+
+
+def _health_cells(figures: ChipHealth | None) -> list[str]:
     """A job-held chip's throttle score and worst ICI link, as the job's agent read them."""
-    figures = health.chips.get(chip.index) if health is not None and chip is not None else None
     return [throttle_text(figures), link_text(figures)]
+
+
+def _style_health(table: TableData, first: int, figures: ChipHealth | None) -> None:
+    """On a terminal, an unusable link in the error style, a link with a problem and heavy throttling in the
+    warning style."""
+    for column, level in ((first, throttle_level(figures)), (first + 1, link_level(figures))):
+        if level in _LEVEL_STYLES:
+            table.style_last(column, _LEVEL_STYLES[level])
 
 
 def device_table(inventory: Inventory) -> TableData:
@@ -140,12 +154,16 @@ def device_table(inventory: Inventory) -> TableData:
                  chip.numa_node if chip and chip.numa_node is not None else MISSING]
         if service:
             cells.extend(_service_cells(entry.libtpu))
+        figures = _chip_health(health, chip)
+        first = len(cells)
         if health:
-            cells.extend(_health_cells(health, chip))
+            cells.extend(_health_cells(figures))
         if inventory.probed:
             cells.append(_probe(entry))
         cells.append(holders_text(entry.holders))
         table.add_row(*cells)
+        if health:
+            _style_health(table, first, figures)
     return table
 
 
@@ -167,8 +185,11 @@ def chip_table(chips: list[Chip], libtpu: dict[int, ServiceFigures] | None = Non
         nodes = " ".join(n.path + ("" if n.exists else " (missing)") for n in chip.device_nodes) or MISSING
         numa = MISSING if chip.numa_node is None else chip.numa_node
         figures = _service_cells(libtpu.get(chip.index)) if libtpu else [format_bytes(chip.hbm_bytes)]
-        cells = _health_cells(health, chip) if health else []
+        health_figures = _chip_health(health, chip)
+        cells = _health_cells(health_figures) if health else []
         table.add_row(chip.index, chip.name, chip.platform, per_chip, *figures, *cells, chip.pci_address, numa, nodes,
                       holders_text(chip.holders))
+        if health:
+            _style_health(table, 4 + len(figures), health_figures)
     return table
 
