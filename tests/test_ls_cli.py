@@ -10,14 +10,15 @@ import sysroot
 from conftest import DEFAULT_METRICS_ADDR, assert_one_line_error, clean_env, run_tool, tool_command
 
 LS_KEYS = {"schema", "host", "time", "requested_platform", "runtime_status", "runtime", "versions", "devices",
-           "chips", "notes", "libtpu_metrics", "libtpu_runtime_status", "tpu_slice", "nvml", "amdsmi"}
+           "chips", "notes", "libtpu_metrics", "libtpu_runtime_status", "tpu_slice", "nvml", "amdsmi", "tpu_health"}
 DEVICE_KEYS = {"id", "local_hardware_id", "platform", "device_kind", "process_index", "host", "coords",
                "core_on_chip", "memory_limit_bytes", "memory_used_bytes", "memory_peak_bytes", "chip_index",
                "devices_per_chip", "cores_per_chip", "pci_address", "numa_node", "holders", "probe", "libtpu"}
 RUNTIME_KEYS = {"platform", "platform_version", "process_index", "process_count", "device_count",
                 "local_device_count", "jax_version", "jaxlib_version"}
 CHIP_KEYS = {"index", "name", "vendor", "platform", "pci_address", "pci_functions", "numa_node", "cpu_affinity",
-             "iommu_group", "devices_per_chip", "cores_per_chip", "hbm_bytes", "device_nodes", "holders", "libtpu"}
+             "iommu_group", "devices_per_chip", "cores_per_chip", "hbm_bytes", "device_nodes", "holders", "libtpu",
+             "tpu_health"}
 
 
 def ls_json(*args: str, env=None) -> dict:
@@ -50,6 +51,7 @@ def test_json_schema_is_pinned():
         assert device["libtpu"] is None
     assert [s["address"] for s in document["libtpu_metrics"]] == [DEFAULT_METRICS_ADDR]
     assert document["libtpu_runtime_status"] is None
+    assert document["tpu_health"] == []  # no process holds a TPU chip: no agent asked
 
 
 def test_host_devices_8_shows_8():

@@ -19,6 +19,7 @@ from typing import Any
 from tpu_tools.accelerators import spec_for_device_kind
 from tpu_tools.metrics import amdsmi
 from tpu_tools.metrics.amdsmi import AmdSmiSnapshot
+from tpu_tools.metrics.chiphealth import HostHealth, read_host_health
 from tpu_tools.metrics.libtpu import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu import DeviceFigures, LibtpuSnapshot, RuntimeStatus, UsageFigures, read_once
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
@@ -99,6 +100,7 @@ class Inventory:
     chip_libtpu: dict[int, ServiceFigures] = field(default_factory=dict)  # chip index -> service figures
     nvml: NvmlSnapshot | None = None  # NVIDIA GPUs as the driver's NVML reports them (None: not read)
     amdsmi: AmdSmiSnapshot | None = None  # AMD GPUs as amdsmi reports them (None: not read)
+    tpu_health: HostHealth | None = None  # what the agents of the jobs holding TPU chips read (None: not asked)
 
     @property
     def gpu_snapshots(self) -> list[NvmlSnapshot]:
@@ -111,7 +113,7 @@ class Inventory:
 
     def all_notes(self) -> list[str]:
         """Discovery's notes, then the inventory's, then one about service figures that could not be paired."""
-        notes = [*self.discovery.notes, *self.notes]
+        notes = [*self.discovery.notes, *self.notes, *(self.tpu_health.notes if self.tpu_health else [])]
         served = sum(len(s.devices) for s in self.libtpu if s.ok)
         if served and not self.libtpu_paired:
             chips = len(self.discovery.chips_for_platform("tpu"))
@@ -136,12 +138,15 @@ class Inventory:
             "runtime": runtime,
             "versions": self.versions.to_dict(),
             "devices": [entry.to_dict() for entry in self.devices],
-            "chips": [{**chip.to_dict(), "libtpu": self._chip_libtpu(chip)} for chip in self.discovery.chips],
+            "chips": [{**chip.to_dict(), "libtpu": self._chip_libtpu(chip), "tpu_health": self._chip_health(chip)}
+                      for chip in self.discovery.chips],
             "notes": self.all_notes(),
             "libtpu_metrics": [snapshot.to_dict() for snapshot in self.libtpu],
             "libtpu_runtime_status": (None if self.libtpu_status is None
                                       else [status.to_dict() for status in self.libtpu_status]),
             "tpu_slice": self.tpu_slice.to_dict(),
+            "tpu_health": (None if self.tpu_health is None
+                           else [job.to_dict() for job in self.tpu_health.jobs]),
             "nvml": self._gpu_dict(self.nvml),
             "amdsmi": self._gpu_dict(self.amdsmi),
         }
@@ -159,6 +164,10 @@ class Inventory:
             gpu["chip_index"] = chip.index if chip else None
             gpu["numa_node"] = chip.numa_node if chip else None
         return data
+
+    def _chip_health(self, chip: Chip) -> dict[str, Any] | None:
+        health = self.tpu_health.chips.get(chip.index) if self.tpu_health else None
+        return health.to_dict() if health else None
 
     def _chip_libtpu(self, chip: Chip) -> dict[str, Any] | None:
         figures = self.chip_libtpu.get(chip.index)
@@ -209,12 +218,13 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
                     probe: bool = False, use_runtime: bool = True, force: bool = False,
                     metrics_addresses: Sequence[str] = (), metrics_timeout_s: float = METRICS_TIMEOUT_S,
                     libtpu_status: bool = False, nvml_timeout_s: float | None = None,
-                    nvml_pending: PendingRead | None = None) -> Inventory:
+                    nvml_pending: PendingRead | None = None, agent_timeout_s: float | None = None) -> Inventory:
     """The listing. metrics_addresses: libtpu metrics services to read (none: do not read any).
 
     On a host whose GPUs NVML lists, the runtime is started only with `probe` or `force`: NVML has the
     card's own figures, and a PJRT client would create a CUDA context on every GPU. nvml_pending: a read
-    the caller started early (see `tpu_tools.metrics.nvml.reader.PendingRead`).
+    the caller started early (see `tpu_tools.metrics.nvml.reader.PendingRead`). agent_timeout_s: ask the agents
+    of the processes holding TPU chips for the chips' ICI link health and throttle scores (None: do not).
     """
     discovery = discover()
     has_gpu = any(c.platform in GPU_PLATFORMS for c in discovery.chips)
@@ -271,6 +281,8 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
     # The metadata server is asked only on a TPU host that is a GCE VM (and within the metrics deadline).
     inventory.tpu_slice = slice_info(metadata_timeout_s=min(metrics_timeout_s, 1.0),
                                      ask_metadata=bool(discovery.chips_for_platform("tpu")))
+    if agent_timeout_s is not None:  # over the agents' sockets, while the runtime child starts
+        inventory.tpu_health = read_host_health(discovery, agent_timeout_s, exclude_pids=frozenset({os.getpid()}))
     if call is not None:
         _add_runtime(inventory, call.result(), discovery)
     attach_libtpu(inventory, snapshots)

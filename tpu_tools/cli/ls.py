@@ -47,7 +47,15 @@ MAN_SECTIONS = {
         "Service devices are paired with chips (or runtime devices) in order when the counts agree; otherwise "
         "the service's devices are listed in a table of their own. When no service answers, tpu-ls carries on "
         "without those columns (--debug says why in one line on stderr). --runtime-status adds libtpu's per-core "
-        "state: program, run, program counter, queued programs, HLO location and error messages."
+        "state: program, run, program counter, queued programs, HLO location and error messages.\n"
+        "TPU health: a process that holds TPU chips and runs the tpu-tools agent has read, through libtpu's SDK "
+        "inside the job, each chip's throttle score (0 .. 10, 10 % of throttling a step) and the health of its ICI "
+        "links (0 healthy, 1-5 transient, 6-9 persistent problem, 10 unusable). tpu-ls asks the agents of the "
+        "holders over their sockets (never the TPU), each within --timeout and at most 2 s, and adds a THROTTLE "
+        "column (the chip's most throttled device) and an ICI LINKS column: 'ok', or the worst link that is not "
+        "healthy ('ICI 10 tray1.chip3.ici0', '+N' more). The job's devices pair with the chips it holds in order "
+        "when the counts agree; a link pairs with the host's TPU chip its location names (chipN, PCI order). What "
+        "does not pair, values in no documented format and an agent that does not answer are notes, never health."
     ),
     "JSON OUTPUT": (
         "--json prints one document, schema \"tpu-tools/ls/v1\". Keys are stable; numbers are bytes or the "
@@ -61,12 +69,22 @@ MAN_SECTIONS = {
         "cores_per_chip, pci_address, numa_node, holders[], probe}. probe is null or "
         "{device_id, ok, compile_ms, execute_us, error}.\n"
         "chips[]: {index, name, vendor, platform, pci_address, pci_functions[], numa_node, cpu_affinity, "
-        "iommu_group, devices_per_chip, cores_per_chip, hbm_bytes, device_nodes[], holders[]}; "
+        "iommu_group, devices_per_chip, cores_per_chip, hbm_bytes, device_nodes[], holders[], libtpu, tpu_health}; "
         "device_nodes[]: {path, exists, mode, uid, gid, holders[]}; holders[]: {pid, user, command}.\n"
         "notes[]: sentences about what could not be read or done.\n"
         "Added with the libtpu metrics service (same schema; null when no service figure pairs): "
         "devices[].libtpu and chips[].libtpu: null or {address, device_ids[], hbm_used_bytes, hbm_total_bytes, "
         "duty_cycle_percent} (bytes summed and duty cycle averaged over the chip's devices).\n"
+        "Added with the agents of the processes holding TPU chips: chips[].tpu_health: null (no agent of a holder "
+        "read it) or {pid, tag, throttle_score (0-10, the chip's most throttled device; null when its devices did "
+        "not pair), throttled_percent, devices[], worst_link_score, ici_links[]}; devices[]: {device, score, "
+        "throttled_percent}; ici_links[]: {location (as libtpu names it, e.g. tray1.chip3.ici0.int), tray, chip, "
+        "port, kind, score (0 healthy .. 10 unusable), state (healthy, transient problem, persistent problem, "
+        "unusable)}.\n"
+        "tpu_health: null (not asked) or one per holder whose agent was asked: {pid, tag, chip_indexes[], error "
+        "(null, or why the agent did not answer), sdk_status, read (whether it read TPU health), ici_links[], "
+        "throttle[] (devices[] as above, every one the job read, paired or not), problems[] (values in no "
+        "documented format: never shown as health)}.\n"
         "libtpu_metrics[]: one per address asked: {address, error, elapsed_ms, served_metrics[], "
         "not_served_metrics[], unread_metrics[], duty_cycle_scope (device, chip or null), devices[], "
         "transfer_latencies[], notes[]}; error is null or the sentence saying why the address did not answer. "
@@ -161,7 +179,7 @@ def ls_command(probe: bool, topology: bool, verbose: bool, no_runtime: bool, for
     inventory = build_inventory(policy, timeout_s=timeout_s, probe=probe, use_runtime=not no_runtime,
                                 force=force, metrics_addresses=metrics_addresses,
                                 metrics_timeout_s=metrics_timeout_s, libtpu_status=runtime_status,
-                                nvml_pending=nvml_pending)
+                                nvml_pending=nvml_pending, agent_timeout_s=min(timeout_s, 2.0))
     if is_debug():
         _debug_libtpu(inventory)
         if inventory.nvml is not None and inventory.nvml.error:
@@ -213,9 +231,9 @@ def _render(inventory, topology: bool, out: Output, verbose: bool = False) -> No
                   if not any(s.gpu_for_pci(c.pci_address) for s in snapshots)]
         if others:
             out.text("")
-            out.table(chip_table(others, inventory.chip_libtpu))
+            out.table(chip_table(others, inventory.chip_libtpu, inventory.tpu_health))
     elif inventory.discovery.chips:
-        out.table(chip_table(inventory.discovery.chips, inventory.chip_libtpu))
+        out.table(chip_table(inventory.discovery.chips, inventory.chip_libtpu, inventory.tpu_health))
     else:
         out.text("no accelerator found")
     if not inventory.libtpu_paired and any(s.ok and s.devices for s in inventory.libtpu):

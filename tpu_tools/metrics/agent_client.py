@@ -19,6 +19,7 @@ import os
 import re
 import socket
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,15 +207,20 @@ def _usable_entries(directory: Path | None, scan: AgentScan) -> list[SocketEntry
 
 
 def query_agents(timeout_s: float = DEFAULT_TIMEOUT_S, *, tag_filter: str | re.Pattern[str] | None = None,
-                 directory: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> AgentScan:
-    """Ask every live agent of this user for its snapshot, in parallel, each within `timeout_s` and `max_bytes`.
+                 directory: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+                 pids: Collection[int] | None = None) -> AgentScan:
+    """Ask every live agent of this user (of `pids` alone, when given) for its snapshot, in parallel, each within
+    `timeout_s` and `max_bytes`.
 
     `tag_filter` (a regex, searched in the tag) drops agents whose tag does not
     match, and agents that failed to answer (their tag is unknown). Raises
     rundir.RunDirError when the runtime directory itself is unsafe.
     """
     scan = AgentScan()
-    _ask_all(_usable_entries(directory, scan), wire.REQUEST_SNAPSHOT, timeout_s, scan, max_bytes)
+    entries = _usable_entries(directory, scan)
+    if pids is not None:
+        entries = [entry for entry in entries if entry.pid in pids]
+    _ask_all(entries, wire.REQUEST_SNAPSHOT, timeout_s, scan, max_bytes)
     if tag_filter is not None:
         pattern = re.compile(tag_filter) if isinstance(tag_filter, str) else tag_filter
         scan.results = [r for r in scan.results if r.tag is not None and pattern.search(r.tag)]

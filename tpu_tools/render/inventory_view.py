@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tpu_tools.accelerators import spec_for_device_kind
 from tpu_tools.inventory import DeviceEntry, Inventory, ServiceFigures
+from tpu_tools.metrics.chiphealth import ChipHealth, HostHealth, link_level, link_text, throttle_level, throttle_text
 from tpu_tools.pjrt.discover import Chip, Holder
 from tpu_tools.pjrt.tpuvm import SliceInfo
 from tpu_tools.render.libtpu_view import DUTY_HEADER, HBM_HEADER, duty_text, hbm_text
@@ -108,12 +109,40 @@ def _service_cells(figures: ServiceFigures | None) -> list[str]:
     return [duty_text(usage.duty_cycle_percent), hbm_text(usage.hbm_used_bytes, usage.hbm_total_bytes)]
 
 
+_HEALTH_COLUMNS = [Column("THROTTLE", "right"), Column("ICI LINKS", no_wrap=True)]
+
+
+_LEVEL_STYLES = {"error": "bold red", "warn": "yellow"}
+
+
+def _chip_health(health: HostHealth | None, chip: Chip | None) -> ChipHealth | None:
+    return health.chips.get(chip.index) if health is not None and chip is not None else None
+
+
+def _health_cells(figures: ChipHealth | None) -> list[str]:
+    """A job-held chip's throttle score and worst ICI link, as the job's agent read them."""
+    return [throttle_text(figures), link_text(figures)]
+
+
+def _style_health(table: TableData, first: int, figures: ChipHealth | None) -> None:
+    """On a terminal, an unusable link in the error style, a link with a problem and heavy throttling in the
+    warning style."""
+    for column, level in ((first, throttle_level(figures)), (first + 1, link_level(figures))):
+        if level in _LEVEL_STYLES:
+            table.style_last(column, _LEVEL_STYLES[level])
+
+
 def device_table(inventory: Inventory) -> TableData:
     columns = [Column("ID", "right"), Column("KIND"), Column("PLATFORM"), Column("CHIP"),
                Column("MEMORY USED / TOTAL", "right"), Column("PCI"), Column("NUMA", "right")]
     service = any(entry.libtpu for entry in inventory.devices)
     if service:
         columns.extend(_SERVICE_COLUMNS)
+    health = inventory.tpu_health  # (--force: the runtime's devices on chips a job with the agent holds)
+    if health is None or not any(e.chip and e.chip.index in health.chips for e in inventory.devices):
+        health = None
+    if health:
+        columns.extend(_HEALTH_COLUMNS)
     if inventory.probed:
         columns.append(Column("HEALTH (compile / execute)"))
     columns.append(Column("PROCESSES", max_width=_COMMAND_WIDTH + 8))
@@ -125,19 +154,28 @@ def device_table(inventory: Inventory) -> TableData:
                  chip.numa_node if chip and chip.numa_node is not None else MISSING]
         if service:
             cells.extend(_service_cells(entry.libtpu))
+        figures = _chip_health(health, chip)
+        first = len(cells)
+        if health:
+            cells.extend(_health_cells(figures))
         if inventory.probed:
             cells.append(_probe(entry))
         cells.append(holders_text(entry.holders))
         table.add_row(*cells)
+        if health:
+            _style_health(table, first, figures)
     return table
 
 
-def chip_table(chips: list[Chip], libtpu: dict[int, ServiceFigures] | None = None) -> TableData:
-    """Passive view: one row per chip, for when the runtime is not opened (with the service's figures, if any)."""
+def chip_table(chips: list[Chip], libtpu: dict[int, ServiceFigures] | None = None,
+               health: HostHealth | None = None) -> TableData:
+    """Passive view: one row per chip, for when the runtime is not opened (with the service's figures, and the
+    throttle score and ICI links the holding job's agent read, if any)."""
     # With the service's figures, its HBM used / total replaces the chip's published total.
     memory = _SERVICE_COLUMNS if libtpu else [Column("MEMORY TOTAL", "right")]
+    health = health if health is not None and health.chips else None
     table = TableData([Column("CHIP", "right"), Column("KIND"), Column("PLATFORM"), Column("PER CHIP"), *memory,
-                       Column("PCI"), Column("NUMA", "right"), Column("NODES"),
+                       *(_HEALTH_COLUMNS if health else []), Column("PCI"), Column("NUMA", "right"), Column("NODES"),
                        Column("PROCESSES", max_width=_COMMAND_WIDTH + 8)])
     for chip in chips:
         per_chip = ", ".join(filter(None, [
@@ -147,7 +185,11 @@ def chip_table(chips: list[Chip], libtpu: dict[int, ServiceFigures] | None = Non
         nodes = " ".join(n.path + ("" if n.exists else " (missing)") for n in chip.device_nodes) or MISSING
         numa = MISSING if chip.numa_node is None else chip.numa_node
         figures = _service_cells(libtpu.get(chip.index)) if libtpu else [format_bytes(chip.hbm_bytes)]
-        table.add_row(chip.index, chip.name, chip.platform, per_chip, *figures, chip.pci_address, numa, nodes,
+        health_figures = _chip_health(health, chip)
+        cells = _health_cells(health_figures) if health else []
+        table.add_row(chip.index, chip.name, chip.platform, per_chip, *figures, *cells, chip.pci_address, numa, nodes,
                       holders_text(chip.holders))
+        if health:
+            _style_health(table, 4 + len(figures), health_figures)
     return table
 

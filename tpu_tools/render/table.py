@@ -26,9 +26,14 @@ class TableData:
     columns: list[Column]
     rows: list[list[str]] = field(default_factory=list)
     title: str | None = None
+    styles: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, column) -> rich style on terminals
 
     def add_row(self, *cells: object) -> None:
         self.rows.append(["" if c is None else str(c) for c in cells])
+
+    def style_last(self, column: int, style: str) -> None:
+        """A rich style for one cell of the last row added (plain text has none: the cell's words carry it)."""
+        self.styles[(len(self.rows) - 1, column)] = style
 
 
 def _safe_rows(table: TableData) -> list[list[str]]:
@@ -112,6 +117,7 @@ def rich_table(table: TableData, width: int | None = None) -> RichTable:
         result.add_column(Text(safe_text(column.header)), justify=column.align, style=column.style,
                           max_width=column.max_width, min_width=minimum[i] if width else None, overflow="fold",
                           no_wrap=column.no_wrap)
-    for row in _safe_rows(table):
-        result.add_row(*(Text(row[i]) if i < len(row) else Text("") for i in kept))
+    for r, row in enumerate(_safe_rows(table)):
+        result.add_row(*(Text(row[i], style=table.styles.get((r, i), "")) if i < len(row) else Text("")
+                         for i in kept))
     return result
