@@ -10,6 +10,7 @@ chips (or the runtime's devices) in order when the counts agree.
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
