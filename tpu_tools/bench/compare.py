@@ -7,7 +7,9 @@ for a time `current.p25 > baseline.p75 * (1 + tol)`. Noise widens both ranges,
 so noise alone does not fail a build. Figures with fewer than 3 samples on
 either side have no spread to judge by: they are shown, not gated. A case that
 ran in the baseline and failed now (error, out of memory, unsupported) is a
-regression too.
+regression too. A gate that judged nothing passes nothing: a case measured in
+the baseline and absent now, or a comparison with no figure on both sides,
+fails it unless missing cases are allowed (`--allow-missing`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,24 @@ class Comparison:
     changes: list[FigureChange] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     baseline_only: list[str] = field(default_factory=list)  # case ids this run did not include
+    missing: list[str] = field(default_factory=list)  # of those, the ones the baseline measured (status ok)
+    judged: int = 0  # figures compared with a baseline figure
+    allow_missing: bool = False
+
+    @property
+    def incomplete(self) -> str | None:
+        """Why the gate cannot pass on this comparison (nothing judged, baseline cases not run), or None."""
+        if self.allow_missing:
+            return None
+        if self.missing:
+            shown = ", ".join(self.missing[:3]) + (f" and {len(self.missing) - 3} more" if len(self.missing) > 3
+                                                   else "")
+            count = len(self.missing)
+            return (f"{count} baseline case{'s' if count > 1 else ''} {'were' if count > 1 else 'was'} not "
+                    f"measured this time: {shown} (--allow-missing lets the gate pass without them)")
+        if not self.judged:
+            return "no figure was compared with the baseline (--allow-missing lets the gate pass on nothing)"
+        return None
 
     @property
     def regressions(self) -> list[FigureChange]:
@@ -68,6 +88,9 @@ class Comparison:
             "regression_count": len(self.regressions),
             "warnings": self.warnings,
             "baseline_only": self.baseline_only,
+            "missing": self.missing,
+            "judged_count": self.judged,
+            "allow_missing": self.allow_missing,
             "changes": [asdict(c) for c in self.changes],
         }
 
@@ -165,8 +188,9 @@ def check_environments(baseline: dict[str, Any], current: dict[str, Any], allow_
 
 
 def compare(baseline: dict[str, Any], current: dict[str, Any], tolerance: float,
-            allow_mismatch: bool = False) -> Comparison:
-    comparison = Comparison(tolerance, warnings=check_environments(baseline, current, allow_mismatch))
+            allow_mismatch: bool = False, allow_missing: bool = False) -> Comparison:
+    comparison = Comparison(tolerance, warnings=check_environments(baseline, current, allow_mismatch),
+                            allow_missing=allow_missing)
     base_cases = {r.case.id: r for r in RunResult.from_dict(baseline).results}
     cur_cases = {r.case.id: r for r in RunResult.from_dict(current).results}
     for case_id, cur in cur_cases.items():
@@ -195,7 +219,9 @@ def compare(baseline: dict[str, Any], current: dict[str, Any], tolerance: float,
                 if noisy and change.verdict != SAME:
                     change.note = f"the {' and '.join(noisy)} run flagged this case noisy"
                 comparison.changes.append(change)
+                comparison.judged += 1
     comparison.baseline_only = [case_id for case_id in base_cases if case_id not in cur_cases]
+    comparison.missing = [case_id for case_id in comparison.baseline_only if base_cases[case_id].status == OK]
     return comparison
 
 

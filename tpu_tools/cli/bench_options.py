@@ -120,6 +120,9 @@ def output_file(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 
 force_option = click.option("--force", is_flag=True, help="Replace --json and --junit files that exist.")
+allow_missing_option = click.option(
+    "--allow-missing", is_flag=True,
+    help="Let the gate pass when baseline cases were not measured (by default they fail it, exit 3).")
 
 
 # --- options every run takes ------------------------------------------------------------------------
@@ -139,6 +142,7 @@ class RunArgs:
     policy: RuntimePolicy
     timeout_s: float
     force: bool = False
+    allow_missing: bool = False
 
 
 def run_options(function: Callable) -> Callable:
@@ -147,9 +151,10 @@ def run_options(function: Callable) -> Callable:
     @functools.wraps(function)
     def wrapper(*pos: Any, suite: str, min_time_s: float | None, warmup: int, seed: int, json_path: str | None,
                 junit_path: str | None, baseline_path: str | None, tolerance: float, allow_mismatch: bool,
-                output_format: str, policy: RuntimePolicy, timeout_s: float, force: bool, **kwargs: Any) -> Any:
+                output_format: str, policy: RuntimePolicy, timeout_s: float, force: bool, allow_missing: bool,
+                **kwargs: Any) -> Any:
         args = RunArgs(suite, min_time_s, warmup, seed, json_path, junit_path, baseline_path, tolerance,
-                       allow_mismatch, output_format, policy, timeout_s, force)
+                       allow_mismatch, output_format, policy, timeout_s, force, allow_missing)
         return function(*pos, args=args, **kwargs)
 
     options = [
@@ -174,6 +179,7 @@ def run_options(function: Callable) -> Callable:
                      help="How much worse than the baseline a figure may be, beyond its spread."),
         click.option("--allow-mismatch", is_flag=True,
                      help="Compare with a baseline from another platform or device kind anyway."),
+        allow_missing_option,
         click.option("--format", "output_format", type=click.Choice(FORMAT_CHOICES), default="auto",
                      show_default=True, help="auto: a table on a terminal, plain text in a pipe; json: the "
                                              "document on stdout."),
