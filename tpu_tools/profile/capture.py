@@ -114,7 +114,8 @@ def write_perfetto_json(run_dir: Path) -> Path | None:
         return None
     trace = json.loads(data)
     trace.pop("metadata", None)  # Perfetto rejects the metadata block
+    from tpu_tools.atomic import write_file
+
     path = run_dir / "perfetto_trace.json.gz"
-    with gzip.open(path, "wt", encoding="utf-8") as handle:
-        json.dump(trace, handle)
+    write_file(path, gzip.compress(json.dumps(trace).encode("utf-8")), force=True, what="the Perfetto trace")
     return path
