@@ -24,6 +24,7 @@ from tpu_tools.bench.environment import differences
 from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, SCHEMA, STATUSES, RunResult
 from tpu_tools.bench.stats import Summary
 from tpu_tools.errors import UsageError
+from tpu_tools.infile import InputFileError, read_input_file
 from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, Spec, Str, parse
 
 MIN_GATED_SAMPLES = 3
@@ -118,17 +119,11 @@ def load_result(path: str | Path, role: str = "baseline") -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_RESULT_BYTES + 1)
-        text = data.decode("utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{role} file {path} does not exist") from None
-    except IsADirectoryError:
-        raise UsageError(f"{role} file {path} is a directory") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read {role} file {path}: {getattr(error, 'strerror', None) or error}") from None
-    if len(data) > MAX_RESULT_BYTES:
-        raise UsageError(f"{role} file {path} is larger than {MAX_RESULT_BYTES >> 20} MiB: not a tpu-bench result")
+        text = read_input_file(path, f"{role} file", MAX_RESULT_BYTES).decode("utf-8")
+    except InputFileError as error:
+        raise UsageError(str(error)) from None
+    except UnicodeDecodeError as error:
+        raise UsageError(f"cannot read {role} file {path}: {error}") from None
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
