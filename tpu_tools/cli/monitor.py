@@ -333,7 +333,9 @@ def _loop(builder: Any, period: float, count: int | None, exporter: Any, quiet: 
     pods_reason = None
     last_fleet_error = None
     while not stop.is_set():
-        report = builder.build()
+        report = build_unless_stopped(builder, stop)
+        if report is None:
+            break
         reason = (report.get("processes") or {}).get("pod_labels_error")
         if reason != pods_reason and reason and is_debug():  # why process metrics carry no pod labels
             sys.stderr.write(f"tpu-monitor: no pod labels: {reason}\n")
@@ -354,6 +356,30 @@ def _loop(builder: Any, period: float, count: int | None, exporter: Any, quiet: 
         if next_report < now:  # a slow round: keep the period, do not catch up in a burst
             next_report = now
         stop.wait(next_report - now)
+
+
+def build_unless_stopped(builder: Any, stop: threading.Event) -> Any:
+    """builder.build() in a daemon thread, or None as soon as `stop` is set: a hung libtpu service, agent or
+    Prometheus holds the round up to its timeout (up to minutes), and Ctrl-C or SIGTERM must not wait for it."""
+    done = threading.Event()
+    outcome: list[Any] = []
+
+    def work() -> None:
+        try:
+            outcome.append((builder.build(), None))
+        except BaseException as error:  # handed to the main thread, which raises it as before
+            outcome.append((None, error))
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="tpu-monitor-round", daemon=True).start()
+    while not done.wait(0.05):
+        if stop.is_set():
+            return None
+    report, error = outcome[0]
+    if error is not None:
+        raise error
+    return report
 
 
 def main() -> None:
