@@ -25,7 +25,8 @@ from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, SCHEMA, STATUSES, 
 from tpu_tools.bench.stats import Summary
 from tpu_tools.errors import UsageError
 from tpu_tools.infile import InputFileError, read_input_file
-from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, Spec, Str, parse
+from tpu_tools.parsing import parse_number
+from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, RecordError, Spec, Str, parse
 
 MIN_GATED_SAMPLES = 3
 
@@ -98,11 +99,11 @@ class Comparison:
 
 def parse_tolerance(text: str) -> float:
     """"5%", "5" or "2.5 %" as a fraction (0.05). Raises ValueError."""
-    cleaned = text.strip().rstrip("%").strip()
+    cleaned = text.strip().removesuffix("%").strip()
     try:
-        value = float(cleaned)
+        value = parse_number(cleaned, "tolerance")
     except ValueError:
-        raise ValueError(f"{text!r} is not a percentage (use e.g. 5%)") from None
+        raise ValueError(f"{text[:40]!r} is not a percentage (use e.g. 5%)") from None
     if not 0 <= value < 100:
         raise ValueError(f"tolerance {text!r} must be at least 0% and below 100%")
     return value / 100
@@ -131,6 +132,9 @@ def load_result(path: str | Path, role: str = "baseline") -> dict[str, Any]:
                          f"column {error.colno})") from None
     except RecursionError:
         raise UsageError(f"{role} file {path} is nested too deeply to be a tpu-bench result") from None
+    except ValueError as error:  # an integer of thousands of digits: Python refuses to convert it
+        raise UsageError(f"{role} file {path} is a damaged tpu-bench result (a number too long to read: "
+                         f"{str(error).split(':')[0][:60]})") from None
     schema = document.get("schema") if isinstance(document, dict) else None
     if schema != SCHEMA:
         shown = f"schema {schema!r}" if isinstance(schema, str) and schema else "no schema key"
@@ -163,14 +167,22 @@ RESULT_SPEC = Obj({
 }, others=AnyJSON())
 
 
+# Every figure is a time, a rate or a size: its location statistics are above 0. A zero or negative median
+# (a hand-edited file) would make every change a nonsense percentage ("better -213.7 %").
+_LOCATION_FIGURES = ("median", "p25", "p75", "mean")
+
+
 def check_result_document(document: dict[str, Any]) -> dict[str, Any]:
     """The clean copy of a result document, or RecordError naming the first field that does not fit."""
     clean: dict[str, Any] = parse(RESULT_SPEC, document)
-    for result in clean["results"] or []:
-        for summary in (result["stats"] or {}).values():
+    for index, result in enumerate(clean["results"] or []):
+        for figure, summary in (result["stats"] or {}).items():
             for name, value in summary.items():
                 if value is None and name in Summary.__dataclass_fields__:
                     summary[name] = math.nan
+                elif name in _LOCATION_FIGURES and isinstance(value, (int, float)) and value <= 0:
+                    raise RecordError(f"results[{index}].stats.{str(figure)[:40]}.{name}: {value:g} is not above 0; "
+                                      "no figure of a benchmark is")
     return clean
 
 

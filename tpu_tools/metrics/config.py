@@ -85,6 +85,8 @@ def _load_document(path: Path) -> dict[str, Any]:
                 raise UsageError(f"config file {path} is nested too deeply") from None
             except ValueError:
                 raise UsageError(f"config file {path} is neither valid TOML ({error}) nor JSON") from error
+        except ValueError:  # not a TOMLDecodeError: an integer beyond Python's conversion limit
+            raise UsageError(f"config file {path} holds a number too long to read") from None
     if not isinstance(document, dict):
         raise UsageError(f"config file {path} must hold a table (a JSON object)")
     return document

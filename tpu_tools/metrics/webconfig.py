@@ -33,6 +33,7 @@ CLIENT_AUTH_TYPES = ("NoClientCert", "RequestClientCert", "RequireAnyClientCert"
                      "RequireAndVerifyClientCert")
 TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
                 "TLS13": ssl.TLSVersion.TLSv1_3}
+MIN_BCRYPT_COST, MAX_BCRYPT_COST = 4, 16  # bcrypt's own floor; 16 is about 5 s of CPU a login
 MAX_WEB_CONFIG_BYTES = 1 << 20  # a few users and three file names
 MAX_TLS_FILE_BYTES = 1 << 20  # a certificate chain or a CA bundle: tens of KiB
 _BCRYPT = re.compile(r"^\$2[abxy]?\$\d{2}\$[./A-Za-z0-9]{53}$")
@@ -72,6 +73,8 @@ def load_web_config(path: Path) -> WebConfig:
         mark = getattr(error, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark is not None else ""
         raise UsageError(f"{where} is not valid YAML{at}") from error
+    except (ValueError, RecursionError) as error:  # an integer of thousands of digits, nesting beyond the stack
+        raise UsageError(f"{where} is not a usable web config ({type(error).__name__})") from None
     if document is None:
         document = {}
     if not isinstance(document, dict):
@@ -141,6 +144,10 @@ def _users(section: Any, where: str) -> dict[str, bytes]:
         if not isinstance(hashed, str) or not _BCRYPT.match(hashed):
             raise UsageError(f"{where}: the password of user {user!r} is not a bcrypt hash (store the hash, e.g. "
                              f"from `htpasswd -nbBC 10 '' PASSWORD`, never the password)")
+        cost = int(hashed.split("$")[2])
+        if not MIN_BCRYPT_COST <= cost <= MAX_BCRYPT_COST:
+            raise UsageError(f"{where}: the bcrypt cost of user {user!r} is {cost}; use {MIN_BCRYPT_COST} to "
+                             f"{MAX_BCRYPT_COST} (each step doubles the CPU time of every login: cost 31 takes days)")
         users[user] = hashed.encode()
     return users
 

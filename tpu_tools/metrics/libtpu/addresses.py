@@ -7,6 +7,7 @@ import socket
 from collections.abc import Iterable, Mapping
 
 from tpu_tools.errors import UsageError
+from tpu_tools.parsing import ascii_digits
 
 DEFAULT_ADDRESS = "localhost:8431"
 PORTS_VARIABLE = "TPU_RUNTIME_METRICS_PORTS"
@@ -15,7 +16,7 @@ _CONNECT_PROBE_S = 0.5
 
 
 def _port(text: str) -> int | None:
-    return int(text) if text.isdigit() and 0 < int(text) < 65536 else None
+    return int(text) if ascii_digits(text) and len(text) <= 5 and 0 < int(text) < 65536 else None
 
 
 def normalize_address(text: str) -> str:
