@@ -3,6 +3,7 @@ metrics service, a profiler server or coordinator that accepts and stays silent,
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
+from agentjobs import agent_env, make_rundir, remove_rundir
 from conftest import clean_env, tool_command
 from libtpu_server import FakeMetricsService, v5e_host
 
@@ -37,16 +39,20 @@ def _signalled(process: subprocess.Popen, number: int) -> subprocess.CompletedPr
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
-def _start(*args: str) -> subprocess.Popen:
+def _start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen([*tool_command(args[0]), *args[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV)
+                            text=True, env=env or ENV)
 
 
 @contextmanager
-def _silent_server() -> Iterator[tuple[str, Callable[[int], bool]]]:
-    """A TCP server that accepts connections and never answers; `connected(n)`: n connections so far."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
+def _silent_server(unix_path: str | None = None) -> Iterator[tuple[str, Callable[[int], bool]]]:
+    """A server that accepts connections and never answers; `connected(n)`: n connections so far."""
+    listener = socket.socket(socket.AF_UNIX) if unix_path else socket.socket()
+    if unix_path:
+        listener.bind(unix_path)
+        os.chmod(unix_path, 0o600)
+    else:
+        listener.bind(("127.0.0.1", 0))
     listener.listen(16)
     listener.setblocking(False)
     held: list[socket.socket] = []
@@ -59,7 +65,7 @@ def _silent_server() -> Iterator[tuple[str, Callable[[int], bool]]]:
         return len(held) >= count
 
     try:
-        yield f"127.0.0.1:{listener.getsockname()[1]}", connected
+        yield unix_path or f"127.0.0.1:{listener.getsockname()[1]}", connected
     finally:
         for connection in held:
             connection.close()
@@ -126,3 +132,21 @@ def test_a_silent_prometheus_does_not_hold_a_signal():
         finally:
             process.kill()
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("args", "number", "code"), [(("tpu-monitor", "--count", "1"), signal.SIGTERM, 0),
+                                                      (("tpu-top", "--once"), signal.SIGINT, 130)])
+def test_a_silent_agent_does_not_hold_a_signal(args, number, code):
+    rundir = make_rundir()
+    try:
+        # an agent socket named after this (live) test process, answering nothing
+        with _silent_server(str(rundir / f"agent-{os.getpid()}.sock")) as (_, connected):
+            process = _start(*args, "--agent-timeout", "60", env=agent_env(rundir, JAX_PLATFORMS="cpu"))
+            try:
+                _wait(lambda: connected(1), process)
+                result = _signalled(process, number)
+            finally:
+                process.kill()
+    finally:
+        remove_rundir(rundir)
+    assert result.returncode == code and "Traceback" not in result.stderr, result.stderr
