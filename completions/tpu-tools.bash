@@ -37,7 +37,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|bench')
-            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare'
+            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare'
             valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -46,7 +46,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|bench compile')
-            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
             case "$prev" in
                 --preset) choices='tiny small base' ;;
@@ -57,7 +57,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|bench dispatch')
-            opts='--mode --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--mode --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -66,7 +66,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|bench matmul')
-            opts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -75,7 +75,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|bench memory')
-            opts='--size --op --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--size --op --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -84,7 +84,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|bench transfer')
-            opts='--size --direction --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--size --direction --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -93,7 +93,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|bench train')
-            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --preset) choices='tiny small base' ;;
@@ -104,7 +104,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|bench infer')
-            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --preset) choices='tiny small base' ;;
@@ -115,7 +115,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|bench compare')
-            opts='--tolerance --allow-mismatch --json --junit --format --force --debug --version -h --help'; subs=''
+            opts='--tolerance --allow-mismatch --json --junit --format --allow-missing --force --debug --version -h --help'; subs=''
             valopts='--tolerance --json --junit --format'; pathopts=''
             case "$prev" in
                 --format) choices='auto table plain json' ;;
@@ -249,7 +249,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-bench|')
-            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare'
+            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare'
             valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -258,7 +258,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-bench|compile')
-            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
             case "$prev" in
                 --preset) choices='tiny small base' ;;
@@ -269,7 +269,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-bench|dispatch')
-            opts='--mode --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--mode --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -278,7 +278,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-bench|matmul')
-            opts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -287,7 +287,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-bench|memory')
-            opts='--size --op --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--size --op --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -296,7 +296,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-bench|transfer')
-            opts='--size --direction --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--size --direction --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -305,7 +305,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-bench|train')
-            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --preset) choices='tiny small base' ;;
@@ -316,7 +316,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-bench|infer')
-            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --preset) choices='tiny small base' ;;
@@ -327,7 +327,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-bench|compare')
-            opts='--tolerance --allow-mismatch --json --junit --format --force --debug --version -h --help'; subs=''
+            opts='--tolerance --allow-mismatch --json --junit --format --allow-missing --force --debug --version -h --help'; subs=''
             valopts='--tolerance --json --junit --format'; pathopts=''
             case "$prev" in
                 --format) choices='auto table plain json' ;;

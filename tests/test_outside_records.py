@@ -93,7 +93,7 @@ def test_deeply_nested_or_huge_result_files_are_one_line(tmp_path, content):
 
 def test_compare_refuses_dev_zero_in_one_line():
     result = run_tool("tpu-bench", "compare", "/dev/zero", "/dev/zero", env=clean_env(), timeout=60)
-    assert_one_line_error(result, 2, "larger than 64 MiB")
+    assert_one_line_error(result, 2, "is a character device, not a regular file")
 
 
 RESULT_PATHS = st.sampled_from([

@@ -8,7 +8,9 @@ from typing import Any
 
 from tpu_tools.shorten import quoted
 
-_SIZE_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+# ASCII digits only, everywhere: Python's int() and float() also take "١" (Arabic-Indic) and "1_0", which no
+# documented option accepts, and "\d" in a pattern matches every script's digits unless re.ASCII.
+_SIZE_PATTERN = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE | re.ASCII)
 MAX_SIZE_BYTES = float(1 << 60)
 _SIZE_FACTORS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -27,7 +29,7 @@ def parse_size(text: str) -> int:
 
 
 MAX_PERIOD_S = 86400.0
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|h)?\s*$", re.ASCII)
 _FACTORS = {None: 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -70,7 +72,14 @@ MIN_PERIOD_S = 0.1  # a report or refresh period below this is a busy loop, not 
 MAX_TIMEOUT_S = 7 * 86400.0  # a week: anything longer is a typo or an attempt to wait forever
 
 _MAX_INTEGER = 2**63 - 1
-_INTEGER = re.compile(r"^\s*[+-]?\d+\s*$")
+_INTEGER = re.compile(r"^[+-]?[0-9]+$", re.ASCII)
+_DECIMAL = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$", re.ASCII)
+_NOT_FINITE = re.compile(r"^[+-]?(?:nan|inf|infinity)$", re.IGNORECASE)
+
+
+def ascii_digits(text: str) -> bool:
+    """True for a non-empty run of ASCII digits ("0" to "9"); str.isdigit() also takes "١" and "²"."""
+    return text.isascii() and text.isdigit()
 
 
 def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum: float | None = None,
@@ -86,15 +95,18 @@ def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum
         text = value.strip()
         if len(text) > MAX_NUMBER_TEXT:
             raise ValueError(f"{what} {quoted(value)} is not a sensible number ({len(text)} characters)")
+        if not text:
+            raise ValueError(f"{what} must not be empty")
         if integer:
             if not _INTEGER.match(text):
                 raise ValueError(f"{what} {quoted(value)} is not a whole number")
             number: float | int = int(text)
+        elif _DECIMAL.match(text) or _NOT_FINITE.match(text):  # NaN and infinities refused below, by name
+            number = float(text)
+            if number == 0 and re.search(r"[1-9]", re.split(r"[eE]", text)[0]):
+                raise ValueError(f"{what} {quoted(value)} is too small to be told from 0")
         else:
-            try:
-                number = float(text)
-            except ValueError:
-                raise ValueError(f"{what} {quoted(value)} is not a number") from None
+            raise ValueError(f"{what} {quoted(value)} is not a number")
     elif integer and isinstance(value, float):
         if not (math.isfinite(value) and value == int(value)):
             raise ValueError(f"{what} {quoted(value)} is not a whole number")
@@ -111,7 +123,7 @@ def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum
         raise ValueError(f"{what} must be at least {_bound(minimum)}, got {quoted(value)}")
     if maximum is not None and number > maximum:
         raise ValueError(f"{what} {quoted(value)} is absurdly large (at most {_bound(maximum)})")
-    return int(number) if integer else float(number)
+    return int(number) if integer else float(number) + 0.0  # + 0.0: -0 is 0
 
 
 def _bound(limit: float) -> str:

@@ -36,6 +36,8 @@ class RecordError(ValueError):
 
 
 def _describe(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"  # repr() of 5000 digits raises
     return quoted(value, 40)
 
 
@@ -72,7 +74,7 @@ class Int(Spec):
         if isinstance(value, bool) or not isinstance(value, int):
             raise RecordError(f"{_where(path)}expected an integer, got {_describe(value)}")
         if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
-            raise RecordError(f"{_where(path)}{value} is out of range")
+            raise RecordError(f"{_where(path)}{_describe(value)} is out of range")
         return value
 
 
@@ -86,13 +88,15 @@ class Float(Spec):
     def check(self, value: Any, path: str, depth: int) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise RecordError(f"{_where(path)}expected a number, got {_describe(value)}")
-        number = float(value) if abs(value) < 1e308 else math.inf
+        if isinstance(value, int) and abs(value) >= 1e308:  # no figure; float() of it would raise later
+            raise RecordError(f"{_where(path)}{_describe(value)} is beyond any number this record holds")
+        number = float(value)
         if not self.finite and not math.isfinite(number):
             return value
         if not math.isfinite(number):
             raise RecordError(f"{_where(path)}expected a finite number, got {_describe(value)}")
         if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
-            raise RecordError(f"{_where(path)}{value:g} is out of range")
+            raise RecordError(f"{_where(path)}{number:g} is out of range")
         return value
 
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
+from typing import TypeVar
 
 from tpu_tools.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
 _received: int | None = None
+_T = TypeVar("_T")
 
 
 class Terminated(KeyboardInterrupt):
@@ -78,3 +81,33 @@ class deferred:  # noqa: N801 - used as a statement: `with deferred():`
     def __exit__(self, *exc: object) -> None:
         for number, handler in self._previous:
             signal.signal(number, handler)  # type: ignore[arg-type]
+
+
+def interruptible(function: Callable[[], _T], name: str = "tpu-tools-blocking-call") -> _T:
+    """`function()`, run so that SIGINT and SIGTERM are answered at once even while it blocks in native code.
+
+    A Python handler runs only when the main thread returns to the interpreter; a C++ call (gRPC's profiler
+    client, jax.distributed's join) can hold it for minutes. The call runs in a daemon thread and the main
+    thread waits for it, so a signal raises here and the call is abandoned (the process is ending). Its result
+    or exception is passed on. Outside the main thread it is a plain call.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return function()
+    done = threading.Event()
+    outcome: list[tuple[bool, object]] = []
+
+    def work() -> None:
+        try:
+            outcome.append((True, function()))
+        except BaseException as error:  # raised again in the caller's thread
+            outcome.append((False, error))
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name=name, daemon=True).start()
+    while not done.wait(0.1):
+        pass
+    succeeded, value = outcome[0]
+    if not succeeded:
+        raise value  # type: ignore[misc]
+    return value  # type: ignore[return-value]

@@ -174,7 +174,9 @@ def on_step(callback: StepCallback) -> Callable[[], None]:
     `step_time_s` is None when the step's start is unknown (the first `step()`).
     A profiler starts a trace of steps N..M when called with index N - 1 and
     stops it when called with index M. Returns a function that unregisters it.
-    Works without the agent server.
+    Works without the agent server. A `callback` that is not callable is refused
+    here with TypeError; one that raises is disabled and reported (a warning on
+    the `tpu_tools.agent` logger), so `step()` never raises into the job.
     """
     return _steps.on_step(callback)
 

@@ -7,7 +7,9 @@ for a time `current.p25 > baseline.p75 * (1 + tol)`. Noise widens both ranges,
 so noise alone does not fail a build. Figures with fewer than 3 samples on
 either side have no spread to judge by: they are shown, not gated. A case that
 ran in the baseline and failed now (error, out of memory, unsupported) is a
-regression too.
+regression too. A gate that judged nothing passes nothing: a case measured in
+the baseline and absent now, or a comparison with no figure on both sides,
+fails it unless missing cases are allowed (`--allow-missing`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from tpu_tools.bench.environment import differences
 from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, SCHEMA, STATUSES, RunResult
 from tpu_tools.bench.stats import Summary
 from tpu_tools.errors import UsageError
-from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, Spec, Str, parse
+from tpu_tools.infile import InputFileError, read_input_file
+from tpu_tools.parsing import parse_number
+from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, RecordError, Spec, Str, parse
 from tpu_tools.shorten import shorten
 
 MIN_GATED_SAMPLES = 3
@@ -58,6 +62,24 @@ class Comparison:
     changes: list[FigureChange] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     baseline_only: list[str] = field(default_factory=list)  # case ids this run did not include
+    missing: list[str] = field(default_factory=list)  # of those, the ones the baseline measured (status ok)
+    judged: int = 0  # figures compared with a baseline figure
+    allow_missing: bool = False
+
+    @property
+    def incomplete(self) -> str | None:
+        """Why the gate cannot pass on this comparison (nothing judged, baseline cases not run), or None."""
+        if self.allow_missing:
+            return None
+        if self.missing:
+            shown = ", ".join(self.missing[:3]) + (f" and {len(self.missing) - 3} more" if len(self.missing) > 3
+                                                   else "")
+            count = len(self.missing)
+            return (f"{count} baseline case{'s' if count > 1 else ''} {'were' if count > 1 else 'was'} not "
+                    f"measured this time: {shown} (--allow-missing lets the gate pass without them)")
+        if not self.judged:
+            return "no figure was compared with the baseline (--allow-missing lets the gate pass on nothing)"
+        return None
 
     @property
     def regressions(self) -> list[FigureChange]:
@@ -69,17 +91,20 @@ class Comparison:
             "regression_count": len(self.regressions),
             "warnings": self.warnings,
             "baseline_only": self.baseline_only,
+            "missing": self.missing,
+            "judged_count": self.judged,
+            "allow_missing": self.allow_missing,
             "changes": [asdict(c) for c in self.changes],
         }
 
 
 def parse_tolerance(text: str) -> float:
     """"5%", "5" or "2.5 %" as a fraction (0.05). Raises ValueError."""
-    cleaned = text.strip().rstrip("%").strip()
+    cleaned = text.strip().removesuffix("%").strip()
     try:
-        value = float(cleaned)
+        value = parse_number(cleaned, "tolerance")
     except ValueError:
-        raise ValueError(f"{text!r} is not a percentage (use e.g. 5%)") from None
+        raise ValueError(f"{text[:40]!r} is not a percentage (use e.g. 5%)") from None
     if not 0 <= value < 100:
         raise ValueError(f"tolerance {text!r} must be at least 0% and below 100%")
     return value / 100
@@ -96,17 +121,11 @@ def load_result(path: str | Path, role: str = "baseline") -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_RESULT_BYTES + 1)
-        text = data.decode("utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{role} file {path} does not exist") from None
-    except IsADirectoryError:
-        raise UsageError(f"{role} file {path} is a directory") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read {role} file {path}: {getattr(error, 'strerror', None) or error}") from None
-    if len(data) > MAX_RESULT_BYTES:
-        raise UsageError(f"{role} file {path} is larger than {MAX_RESULT_BYTES >> 20} MiB: not a tpu-bench result")
+        text = read_input_file(path, f"{role} file", MAX_RESULT_BYTES).decode("utf-8")
+    except InputFileError as error:
+        raise UsageError(str(error)) from None
+    except UnicodeDecodeError as error:
+        raise UsageError(f"cannot read {role} file {path}: {error}") from None
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
@@ -114,6 +133,9 @@ def load_result(path: str | Path, role: str = "baseline") -> dict[str, Any]:
                          f"column {error.colno})") from None
     except RecursionError:
         raise UsageError(f"{role} file {path} is nested too deeply to be a tpu-bench result") from None
+    except ValueError as error:  # an integer of thousands of digits: Python refuses to convert it
+        raise UsageError(f"{role} file {path} is a damaged tpu-bench result (a number too long to read: "
+                         f"{str(error).split(':')[0][:60]})") from None
     schema = document.get("schema") if isinstance(document, dict) else None
     if schema != SCHEMA:
         shown = f"schema {schema!r}" if isinstance(schema, str) and schema else "no schema key"
@@ -146,14 +168,22 @@ RESULT_SPEC = Obj({
 }, others=AnyJSON())
 
 
+# Every figure is a time, a rate or a size: its location statistics are above 0. A zero or negative median
+# (a hand-edited file) would make every change a nonsense percentage ("better -213.7 %").
+_LOCATION_FIGURES = ("median", "p25", "p75", "mean")
+
+
 def check_result_document(document: dict[str, Any]) -> dict[str, Any]:
     """The clean copy of a result document, or RecordError naming the first field that does not fit."""
     clean: dict[str, Any] = parse(RESULT_SPEC, document)
-    for result in clean["results"] or []:
-        for summary in (result["stats"] or {}).values():
+    for index, result in enumerate(clean["results"] or []):
+        for figure, summary in (result["stats"] or {}).items():
             for name, value in summary.items():
                 if value is None and name in Summary.__dataclass_fields__:
                     summary[name] = math.nan
+                elif name in _LOCATION_FIGURES and isinstance(value, (int, float)) and value <= 0:
+                    raise RecordError(f"results[{index}].stats.{str(figure)[:40]}.{name}: {value:g} is not above 0; "
+                                      "no figure of a benchmark is")
     return clean
 
 
@@ -166,8 +196,9 @@ def check_environments(baseline: dict[str, Any], current: dict[str, Any], allow_
 
 
 def compare(baseline: dict[str, Any], current: dict[str, Any], tolerance: float,
-            allow_mismatch: bool = False) -> Comparison:
-    comparison = Comparison(tolerance, warnings=check_environments(baseline, current, allow_mismatch))
+            allow_mismatch: bool = False, allow_missing: bool = False) -> Comparison:
+    comparison = Comparison(tolerance, warnings=check_environments(baseline, current, allow_mismatch),
+                            allow_missing=allow_missing)
     base_cases = {r.case.id: r for r in RunResult.from_dict(baseline).results}
     cur_cases = {r.case.id: r for r in RunResult.from_dict(current).results}
     for case_id, cur in cur_cases.items():
@@ -196,7 +227,9 @@ def compare(baseline: dict[str, Any], current: dict[str, Any], tolerance: float,
                 if noisy and change.verdict != SAME:
                     change.note = f"the {' and '.join(noisy)} run flagged this case noisy"
                 comparison.changes.append(change)
+                comparison.judged += 1
     comparison.baseline_only = [case_id for case_id in base_cases if case_id not in cur_cases]
+    comparison.missing = [case_id for case_id in comparison.baseline_only if base_cases[case_id].status == OK]
     return comparison
 
 

@@ -20,7 +20,7 @@ def junit_xml(run: RunResult, comparison: Comparison | None = None, suite_name: 
     regressions: dict[str, list[FigureChange]] = defaultdict(list)
     for change in comparison.regressions if comparison else []:
         regressions[change.case_id].append(change)
-    suite = ElementTree.Element("testsuite", name=suite_name, timestamp=run.time)
+    suite = ElementTree.Element("testsuite", name=suite_name, timestamp=run.time or "")  # absent in a hand-made file
     properties = ElementTree.SubElement(suite, "properties")
     for name, value in (("device_kind", run.device.get("kind")), ("platform", run.device.get("platform")),
                         ("device_count", run.device.get("count")), ("suite", run.suite),

@@ -16,6 +16,7 @@ from click.core import ParameterSource
 from tpu_tools.bench.runner import BENCHMARKS
 from tpu_tools.cli.bench_options import (
     RunArgs,
+    allow_missing_option,
     batch_size_list,
     byte_sizes,
     cache_option,
@@ -94,7 +95,9 @@ MAN_SECTIONS = {
         "change, and exit status 3 when any figure regressed beyond --tolerance (default 5%). The spread "
         "counts: a rate regresses when the current p75 is below the baseline p25 less the tolerance, a time "
         "when the current p25 is above the baseline p75 plus the tolerance. Figures with fewer than 3 samples "
-        "are shown but not gated. A case that ran in the baseline and fails now is a regression.\n"
+        "are shown but not gated. A case that ran in the baseline and fails now is a regression. A case the "
+        "baseline measured that was not run now, or a comparison that judged no figure at all (an empty "
+        "result), fails the gate too (exit 3) unless --allow-missing.\n"
         "A baseline from another platform or device kind is refused (exit 2) unless --allow-mismatch; a "
         "different device count, host, CPU, version, flag or --min-time is printed as a warning.\n"
         "tpu-bench compare BASELINE CURRENT does the same for two files.\n"
@@ -112,6 +115,7 @@ MAN_SECTIONS = {
         "peak_ops_per_s_per_device {f32 (at the default precision), bf16, f16, int8, fp8}, f32_matmul {default, "
         "high, highest: {arithmetic, peak_ops_per_s}}, peak_memory_bandwidth_bytes_per_s_per_device}, "
         "notes[], comparison (null, or {tolerance_percent, regression_count, warnings[], baseline_only[], "
+        "missing[], judged_count, allow_missing, "
         "changes[] {case_id, figure, baseline_median, current_median, change_percent, verdict, note}}).\n"
         "results[]: {id, benchmark, name, params, status (ok, unsupported, out_of_memory, failed, "
         "interrupted, not_run), message, primary, stats, values, warnings[], duration_s}. stats maps a "
@@ -292,10 +296,12 @@ def infer_command(preset: str | None, max_batch: int | None, batch_sizes: tuple[
               help="Write JUnit XML for CURRENT with failures for regressions.")
 @click.option("--format", "output_format", type=click.Choice(FORMAT_CHOICES), default="auto", show_default=True,
               help="auto: a table on a terminal, plain text in a pipe; json: the comparison on stdout.")
+@allow_missing_option
 @force_option
 @common_options
 def compare_command(baseline_file: str, current_file: str, tolerance: float, allow_mismatch: bool,
-                    json_path: str | None, junit_path: str | None, output_format: str, force: bool) -> int:
+                    json_path: str | None, junit_path: str | None, output_format: str, force: bool,
+                    allow_missing: bool) -> int:
     """Compare two --json results: every figure's change; exit 3 on a regression."""
     from tpu_tools.bench.compare import compare, load_result
     from tpu_tools.bench.records import RunResult
@@ -303,7 +309,7 @@ def compare_command(baseline_file: str, current_file: str, tolerance: float, all
     baseline = load_result(baseline_file, "baseline")
     current = load_result(current_file, "current")
     check_outputs(json_path, junit_path, force)
-    comparison = compare(baseline, current, tolerance, allow_mismatch)
+    comparison = compare(baseline, current, tolerance, allow_mismatch, allow_missing)
     document = {"schema": "tpu-tools/bench-compare/v1", "baseline": baseline_file, "current": current_file,
                 **comparison.to_dict()}
     out = Output(resolve_format(output_format, json_path == "-", sys.stdout))

@@ -12,8 +12,9 @@ import click
 
 from tpu_tools.cli.common import common_options, runtime_options
 from tpu_tools.cli.output import FORMAT_CHOICES
-from tpu_tools.cli.params import Count, Number, Seconds
+from tpu_tools.cli.params import Count, Number, Seconds, non_empty
 from tpu_tools.errors import UsageError
+from tpu_tools.parsing import parse_number
 from tpu_tools.pjrt.runtime import RuntimePolicy
 from tpu_tools.workloads.transformer import COMPUTE_DTYPES, PRESETS
 
@@ -27,8 +28,12 @@ MAX_PRICE_PER_HOUR = 1e6
 
 
 def split_list(values: tuple[str, ...]) -> list[str]:
-    """Repeated options and comma-separated lists, both: --dtype f32,bf16 --dtype int8."""
-    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+    """Repeated options and comma-separated lists, both: --dtype f32,bf16 --dtype int8. An empty value or item
+    ('', 'f32,,bf16') is refused: it would silently mean the defaults."""
+    parts = [part.strip() for value in values for part in value.split(",")]
+    if any(not part for part in parts):
+        raise click.BadParameter("an empty value; give one or more names, separated by commas")
+    return parts
 
 
 def matrix_sizes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple | None:
@@ -86,9 +91,9 @@ def batch_size_list(ctx: click.Context, param: click.Parameter, values: tuple[st
     sizes = []
     for text in split_list(values):
         try:
-            size = int(text)
+            size = parse_number(text, "batch size", integer=True)
         except ValueError:
-            raise click.BadParameter(f"{text!r} is not a batch size (a whole number)") from None
+            raise click.BadParameter(f"{text[:40]!r} is not a batch size (a whole number)") from None
         if size < 1:
             raise click.BadParameter(f"batch size {size} must be at least 1")
         if size > MAX_BATCH:
@@ -120,6 +125,9 @@ def output_file(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 
 force_option = click.option("--force", is_flag=True, help="Replace --json and --junit files that exist.")
+allow_missing_option = click.option(
+    "--allow-missing", is_flag=True,
+    help="Let the gate pass when baseline cases were not measured (by default they fail it, exit 3).")
 
 
 # --- options every run takes ------------------------------------------------------------------------
@@ -139,6 +147,7 @@ class RunArgs:
     policy: RuntimePolicy
     timeout_s: float
     force: bool = False
+    allow_missing: bool = False
 
 
 def run_options(function: Callable) -> Callable:
@@ -147,9 +156,10 @@ def run_options(function: Callable) -> Callable:
     @functools.wraps(function)
     def wrapper(*pos: Any, suite: str, min_time_s: float | None, warmup: int, seed: int, json_path: str | None,
                 junit_path: str | None, baseline_path: str | None, tolerance: float, allow_mismatch: bool,
-                output_format: str, policy: RuntimePolicy, timeout_s: float, force: bool, **kwargs: Any) -> Any:
+                output_format: str, policy: RuntimePolicy, timeout_s: float, force: bool, allow_missing: bool,
+                **kwargs: Any) -> Any:
         args = RunArgs(suite, min_time_s, warmup, seed, json_path, junit_path, baseline_path, tolerance,
-                       allow_mismatch, output_format, policy, timeout_s, force)
+                       allow_mismatch, output_format, policy, timeout_s, force, allow_missing)
         return function(*pos, args=args, **kwargs)
 
     options = [
@@ -168,12 +178,13 @@ def run_options(function: Callable) -> Callable:
         click.option("--junit", "junit_path", metavar="FILE", callback=output_file,
                      help="Write JUnit XML to FILE: a testcase per case, failures for regressions."),
         force_option,
-        click.option("--baseline", "baseline_path", metavar="FILE",
+        click.option("--baseline", "baseline_path", metavar="FILE", callback=non_empty,
                      help="Compare with an earlier --json result; exit 3 on a regression."),
         click.option("--tolerance", default="5%", show_default=True, metavar="PERCENT", callback=tolerance_value,
                      help="How much worse than the baseline a figure may be, beyond its spread."),
         click.option("--allow-mismatch", is_flag=True,
                      help="Compare with a baseline from another platform or device kind anyway."),
+        allow_missing_option,
         click.option("--format", "output_format", type=click.Choice(FORMAT_CHOICES), default="auto",
                      show_default=True, help="auto: a table on a terminal, plain text in a pipe; json: the "
                                              "document on stdout."),

@@ -45,7 +45,7 @@ def _report(run: Any, selections: list, baseline: dict[str, Any] | None, args: R
     run.settings["benchmarks"] = [s.benchmark for s in selections]
     comparison = None
     if baseline is not None and run.device:
-        comparison = compare(baseline, run.to_dict(), args.tolerance, args.allow_mismatch)
+        comparison = compare(baseline, run.to_dict(), args.tolerance, args.allow_mismatch, args.allow_missing)
         run.comparison = comparison.to_dict()
     document = run.to_dict()
 
@@ -93,6 +93,8 @@ def gate(comparison: Any) -> int:
         more = f" and {len(regressions) - 3} more" if len(regressions) > 3 else ""
         raise GateFailed(f"{len(regressions)} figure{'s' if len(regressions) > 1 else ''} regressed beyond "
                          f"{comparison.tolerance * 100:g}%: {shown}{more}")
+    if comparison.incomplete:
+        raise GateFailed(comparison.incomplete)
     return EXIT_OK
 
 

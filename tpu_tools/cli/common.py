@@ -20,10 +20,14 @@ import click
 
 from tpu_tools import signals
 from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
-from tpu_tools.cli.params import Count, Seconds
+from tpu_tools.cli.params import Count, Number, Seconds
 from tpu_tools.errors import EXIT_FAILURE, EXIT_TERMINATED, ToolError
+from tpu_tools.parsing import MAX_TIMEOUT_S
 from tpu_tools.pjrt.runtime import PLATFORM_CHOICES, RuntimePolicy
 from tpu_tools.sanitize import safe_text
+
+# a runtime cannot start, nor a case be given up on, in less: a shorter --timeout would be silently ignored
+MIN_RUNTIME_TIMEOUT_S = 1.0
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_HOST_DEVICES = 4096  # the CPU platform's device count: more is no test setup, just memory exhaustion
@@ -148,7 +152,8 @@ def runtime_options(function: Callable | None = None, *, timeout: bool = True,
         ]
         if timeout:
             options.append(click.option(
-                "--timeout", "timeout_s", type=Seconds(), default=default_timeout_s, show_default=True,
+                "--timeout", "timeout_s", type=Number(minimum=MIN_RUNTIME_TIMEOUT_S, maximum=MAX_TIMEOUT_S),
+                default=default_timeout_s, show_default=True,
                 metavar="SECONDS",
                 help="Give up on a runtime that does not answer within this many seconds."))
         return _apply(options, wrapper)

@@ -18,7 +18,7 @@ from tpu_tools.cli.common import (
     runtime_options,
 )
 from tpu_tools.cli.output import Output, note, wants_color
-from tpu_tools.cli.params import Seconds
+from tpu_tools.cli.params import Seconds, non_empty
 from tpu_tools.dump.collectors import COLLECTORS
 from tpu_tools.errors import EXIT_OK, UsageError
 from tpu_tools.parsing import MAX_PERIOD_S
@@ -129,8 +129,11 @@ SHOW_SECTIONS = {
 }
 
 
-def _split(values: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+def _split(values: tuple[str, ...], option: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for value in values for v in value.split(","))
+    if any(not name for name in names):  # "--only ''" or "a,,b": never "every collector" by accident
+        raise UsageError(f"{option}: an empty name; give collector names or categories, separated by commas")
+    return names
 
 
 def _parse_size(ctx: click.Context, param: click.Parameter, value: str) -> int:
@@ -179,7 +182,7 @@ class _ProgressLine:
 @click.option("-o", "--output", type=click.Path(path_type=Path), metavar="PATH",
               help="Where to write the bundle (default: tpu-dump-<host>-<utc time>.tar.gz here).")
 @click.option("--force", is_flag=True, help="Replace the output file if it exists.")
-@click.option("--only", multiple=True, metavar="NAMES",
+@click.option("--only", multiple=True, metavar="NAMES", callback=non_empty,
               help="Run only these collectors or categories (comma-separated, repeatable), e.g. system,logs.kernel.")
 @click.option("--skip", multiple=True, metavar="NAMES", help="Do not run these collectors or categories.")
 @click.option("--timeout", "timeout_s", type=Seconds(maximum=MAX_PERIOD_S), default=DEFAULT_TIMEOUT_S,
@@ -212,7 +215,8 @@ def dump_command(ctx: click.Context, output: Path | None, force: bool, only: tup
     if no_redact:
         note("warning: --no-redact: the bundle may contain passwords, tokens and keys; review it before you "
              "share it")
-    request = DumpRequest(output=output, force=force, only=_split(only), skip=_split(skip), timeout_s=timeout_s,
+    request = DumpRequest(output=output, force=force, only=_split(only, "--only"), skip=_split(skip, "--skip"),
+                          timeout_s=timeout_s,
                           max_size_bytes=max_size_bytes, add_paths=add_paths, redact=not no_redact, policy=policy,
                           force_runtime=force_runtime, command=[ctx.find_root().info_name or "tpu-dump",
                                                                 *sys.argv[1:]],

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
-from tpu_tools.cli.params import Count, Duration, Number
+from tpu_tools.cli.params import Count, Duration, InputPath, Number
 from tpu_tools.errors import EXIT_OK, UsageError
 from tpu_tools.parsing import MIN_PERIOD_S
 
@@ -266,7 +266,7 @@ def explicit(ctx: click.Context, name: str) -> bool:
               help="Time between reports (seconds, or with ms, s, m: 500ms, 2s).")
 @click.option("--count", type=Count(1, 1 << 62), default=None, metavar="N",
               help="Exit after N reports (default: run until stopped).")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--config", "config_path", type=InputPath(dir_okay=False, path_type=Path), default=None,
               metavar="FILE", help="TOML or JSON file choosing groups, their periods and a tag filter.")
 @click.option("--tag-filter", type=Regex(), default=None, metavar="REGEX",
               help="Only agents whose tag matches this regular expression.")
@@ -275,7 +275,7 @@ def explicit(ctx: click.Context, name: str) -> bool:
 @click.option("--prometheus", "prometheus_address", default=None, metavar="[HOST:]PORT",
               help="Also serve the figures at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).")
 @click.option("--quiet", "-q", is_flag=True, help="With --prometheus: do not write JSON lines on stdout.")
-@click.option("--web-config", "web_config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--web-config", "web_config_path", type=InputPath(dir_okay=False, path_type=Path), default=None,
               metavar="FILE", help="With --prometheus: TLS and basic auth from this file (exporter-toolkit format).")
 @click.option("--from-prometheus", "from_prometheus", default=None, metavar="URL",
               help="Report every host that this Prometheus server scrapes instead of this host.")
@@ -450,7 +450,9 @@ def _loop(builder: Any, period: float, count: int | None, exporter: Any, quiet: 
     pods_reason = None
     last_fleet_error = None
     while not stop.is_set():
-        report = builder.build()
+        report = build_unless_stopped(builder, stop)
+        if report is None:
+            break
         reason = (report.get("processes") or {}).get("pod_labels_error")
         if reason != pods_reason and reason and is_debug():  # why process metrics carry no pod labels
             sys.stderr.write(f"tpu-monitor: no pod labels: {reason}\n")
@@ -471,6 +473,30 @@ def _loop(builder: Any, period: float, count: int | None, exporter: Any, quiet: 
         if next_report < now:  # a slow round: keep the period, do not catch up in a burst
             next_report = now
         stop.wait(next_report - now)
+
+
+def build_unless_stopped(builder: Any, stop: threading.Event) -> Any:
+    """builder.build() in a daemon thread, or None as soon as `stop` is set: a hung libtpu service, agent or
+    Prometheus holds the round up to its timeout (up to minutes), and Ctrl-C or SIGTERM must not wait for it."""
+    done = threading.Event()
+    outcome: list[Any] = []
+
+    def work() -> None:
+        try:
+            outcome.append((builder.build(), None))
+        except BaseException as error:  # handed to the main thread, which raises it as before
+            outcome.append((None, error))
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="tpu-monitor-round", daemon=True).start()
+    while not done.wait(0.05):
+        if stop.is_set():
+            return None
+    report, error = outcome[0]
+    if error is not None:
+        raise error
+    return report
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ one line) before any command runs.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -55,6 +56,25 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
             return parse_duration(value, _name(param), minimum=self.minimum, maximum=self.maximum)
         except ValueError as error:
             self.fail(str(error), param, ctx)
+
+
+class InputPath(click.Path):
+    """click.Path that refuses '' (click turns it into '.', the current folder)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"{_name(param)} must not be empty", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def non_empty(ctx: click.Context | None, param: click.Parameter | None, value: Any) -> Any:
+    """Refuse '' (and, for a repeatable option, an empty item): an empty --baseline or --only is a mistake in a
+    script, not a request for no baseline or for everything."""
+    values = value if isinstance(value, tuple) else (value,)
+    for item in values:
+        if isinstance(item, (str, Path)) and not str(item).strip():
+            raise click.BadParameter(f"{_name(param)} must not be empty", ctx=ctx, param=param)
+    return value
 
 
 def _name(param: click.Parameter | None) -> str:

@@ -11,11 +11,25 @@ import click
 
 from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
 from tpu_tools.cli.monitor import Regex
-from tpu_tools.cli.params import Duration
+from tpu_tools.cli.params import Count, Duration
 from tpu_tools.errors import EXIT_OK, RuntimeFailure, UsageError
 from tpu_tools.parsing import MIN_PERIOD_S
 from tpu_tools.sanitize import safe_text
 from tpu_tools.top.model import DEFAULT_SORT, SORT_KEYS
+
+MAX_PID = 1 << 22  # Linux's largest pid_max
+DEVICE_PLATFORMS = ("tpu", "cuda", "gpu", "rocm", "cpu")
+_DEVICE = re.compile(r"^([a-z]+)(?::[0-9]{1,6}(?:@[0-9]{1,7})?)?$", re.ASCII)
+
+
+def device_names(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """--device: a platform or a device key (tpu:0, cuda:1@4242); anything else would match nothing, silently."""
+    for value in values:
+        match = _DEVICE.match(value)
+        if not match or match.group(1) not in DEVICE_PLATFORMS:
+            raise click.BadParameter(f"{safe_text(value[:40])!r} is not a device: give a platform "
+                                     f"({', '.join(DEVICE_PLATFORMS)}) or a device key such as tpu:0")
+    return values
 
 MAN_SECTIONS = {
     "DESCRIPTION": (
@@ -102,9 +116,9 @@ MAN_SECTIONS = {
               help="Only agents whose tag matches this regular expression.")
 @click.option("--user", "users", multiple=True, metavar="USER",
               help="Only processes of this user (repeat for several).")
-@click.option("--pid", "pids", type=click.IntRange(min=1), multiple=True, metavar="PID",
+@click.option("--pid", "pids", type=Count(1, MAX_PID), multiple=True, metavar="PID",
               help="Only this process (repeat for several).")
-@click.option("--device", "devices", multiple=True, metavar="DEVICE",
+@click.option("--device", "devices", multiple=True, metavar="DEVICE", callback=device_names,
               help="Only this device (a key such as tpu:0, or a platform) and the processes using it; repeatable.")
 @click.option("--agent-timeout", type=Duration(), default="0.5s", show_default=True, metavar="SECONDS",
               help="How long to wait for each agent's answer.")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpu_tools.errors import RuntimeFailure, RuntimeHang, UsageError
+from tpu_tools.signals import interruptible
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,8 @@ def join(jax: Any, spec: JoinSpec, timeout_s: float) -> None:
         if is_loopback(host):  # serve on loopback only, not on every interface
             arguments["coordinator_bind_address"] = f"{host}:{port}"
     try:
-        jax.distributed.initialize(**arguments)
+        # blocks in C++ until every process joined (up to the timeout): signals are answered meanwhile
+        interruptible(lambda: jax.distributed.initialize(**arguments), "tpu-collectives-join")
     except ValueError as error:
         raise UsageError(f"cannot join the processes: {error} (give --coordinator, --num-processes and "
                          "--process-id, or run under a scheduler that sets them)") from error

@@ -11,6 +11,8 @@ percentiles) are computed when someone asks (`StepTracker.stats`).
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 from collections import deque
@@ -22,6 +24,8 @@ StepCallback = Callable[[int, "float | None"], None]
 
 _RECENT_STEPS = 1024  # step times kept for percentiles
 _RATE_WINDOW_S = 10.0  # steps/s is measured over the last this many seconds
+
+_log = logging.getLogger("tpu_tools.agent")
 
 
 @dataclass
@@ -55,9 +59,15 @@ class StepTracker:
         self._ends: deque[float] = deque(maxlen=_RECENT_STEPS)
         self._callbacks: list[StepCallback] = []
         self._lock = threading.Lock()  # guards the counter against steps marked from several threads
+        self.callback_errors: list[str] = []  # one line per callback disabled because it raised
 
     def on_step(self, callback: StepCallback) -> Callable[[], None]:
-        """Call `callback(step_index, step_time_s)` at every step boundary; returns a function that removes it."""
+        """Call `callback(step_index, step_time_s)` at every step boundary; returns a function that removes it.
+
+        What is not callable is refused here (TypeError), not at the next step of the job.
+        """
+        if not callable(callback):
+            raise TypeError(f"on_step needs a callable (index, step_time_s), got {type(callback).__name__}")
         self._callbacks.append(callback)
 
         def remove() -> None:
@@ -85,8 +95,29 @@ class StepTracker:
             self._times.append(step_time_s)
         self._ends.append(now)
         for callback in list(self._callbacks):
-            callback(index, step_time_s)
+            try:
+                callback(index, step_time_s)
+            except Exception as error:  # never into the training loop: the callback is reported and disabled
+                self._disable(callback, index, error)
         return index
+
+    def _disable(self, callback: StepCallback, index: int, error: Exception) -> None:
+        try:
+            self._callbacks.remove(callback)
+        except ValueError:  # another thread disabled it first
+            return
+        try:
+            name = str(getattr(callback, "__qualname__", None) or type(callback).__name__)
+            reason = f"{type(error).__name__}: {error}"
+        except Exception:  # an exception whose str() raises too
+            name, reason = type(callback).__name__, type(error).__name__
+        line = f"step callback {name} raised at step {index} ({reason}); it is disabled"[:500]
+        self.callback_errors.append(line)
+        _log.warning("%s", line)
+
+    def after_fork(self) -> None:
+        """In a forked child: a lock another thread of the parent held would never be released."""
+        self._lock = threading.Lock()
 
     @contextmanager
     def context(self) -> Iterator[None]:
@@ -123,6 +154,7 @@ class StepTracker:
 
 
 _process = StepTracker()
+os.register_at_fork(after_in_child=_process.after_fork)
 
 
 def process_steps() -> StepTracker:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tpu_tools.errors import UsageError
+from tpu_tools.infile import InputFileError, read_input_file
 from tpu_tools.parsing import MIN_PERIOD_S, parse_duration, parse_number
 
 TOP_KEYS = ("period", "tag_filter", "agent_timeout", "metrics_addr", "metrics_timeout", "price_per_hour", "groups",
@@ -65,13 +66,9 @@ class MonitorConfig:
 
 def _load_document(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-        if len(data) > MAX_CONFIG_BYTES:
-            raise UsageError(f"config file {path} is larger than {MAX_CONFIG_BYTES // 1024} KiB")
-        text = data.decode("utf-8")
-    except OSError as error:
-        raise UsageError(f"cannot read config file {path}: {error.strerror}") from error
+        text = read_input_file(path, "config file", MAX_CONFIG_BYTES).decode("utf-8")
+    except InputFileError as error:
+        raise UsageError(str(error)) from None
     except UnicodeDecodeError as error:
         raise UsageError(f"config file {path} is not UTF-8 text") from error
     try:
@@ -99,6 +96,8 @@ def _load_document(path: Path) -> dict[str, Any]:
                 raise UsageError(f"config file {path} is nested too deeply") from None
             except ValueError:
                 raise UsageError(f"config file {path} is neither valid TOML ({error}) nor JSON") from error
+        except ValueError:  # not a TOMLDecodeError: an integer beyond Python's conversion limit
+            raise UsageError(f"config file {path} holds a number too long to read") from None
     if not isinstance(document, dict):
         raise UsageError(f"config file {path} must hold a table (a JSON object)")
     return document

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpu_tools.records import Int, RecordError, parse
+from tpu_tools.shorten import quoted
 
 LINK_HEALTH = "ici_link_health"
 THROTTLE_SCORE = "tpu_throttle_score"
@@ -92,15 +93,10 @@ class TpuHealth:
                 "throttle": [t.to_dict() for t in self.throttle], "problems": list(self.problems)}
 
 
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _score(text: str) -> int:
     """An integer score 0..10; RecordError for anything else (a NaN, 1.5, -1, 11, text)."""
     if not _INTEGER.fullmatch(text):
-        raise RecordError(f"score {_shown(text)} is not an integer 0..10")
+        raise RecordError(f"score {quoted(text, 60)} is not an integer 0..10")
     value: int = parse(_SCORE, int(text), "score")
     return value
 
@@ -132,12 +128,12 @@ def parse_link_health(values: Sequence[object], problems: list[str]) -> list[Lin
     for value in values:
         match = _LINK.fullmatch(value.strip()) if isinstance(value, str) else None
         if match is None:
-            report.add(f"{LINK_HEALTH}: {_shown(value)} is not 'LOCATION: SCORE'")
+            report.add(f"{LINK_HEALTH}: {quoted(value, 60)} is not 'LOCATION: SCORE'")
             continue
         location, score_text = match.groups()
         where = _LOCATION.fullmatch(location)
         if where is None:
-            report.add(f"{LINK_HEALTH}: unknown link name {_shown(location)}")
+            report.add(f"{LINK_HEALTH}: unknown link name {quoted(location, 60)}")
             continue
         try:
             score = _score(score_text)
@@ -164,7 +160,7 @@ def parse_throttle(values: Sequence[object], problems: list[str]) -> list[Thrott
     for value in values:
         match = _THROTTLE.fullmatch(value.strip()) if isinstance(value, str) else None
         if match is None:
-            report.add(f"{THROTTLE_SCORE}: {_shown(value)} is not 'DEVICE-SCORE'")
+            report.add(f"{THROTTLE_SCORE}: {quoted(value, 60)} is not 'DEVICE-SCORE'")
             continue
         device = int(match.group(1))
         try:

@@ -27,11 +27,15 @@ from typing import Any
 import yaml
 
 from tpu_tools.errors import UsageError
+from tpu_tools.infile import InputFileError, check_input_file, read_input_file
 
 CLIENT_AUTH_TYPES = ("NoClientCert", "RequestClientCert", "RequireAnyClientCert", "VerifyClientCertIfGiven",
                      "RequireAndVerifyClientCert")
 TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
                 "TLS13": ssl.TLSVersion.TLSv1_3}
+MIN_BCRYPT_COST, MAX_BCRYPT_COST = 4, 16  # bcrypt's own floor; 16 is about 5 s of CPU a login
+MAX_WEB_CONFIG_BYTES = 1 << 20  # a few users and three file names
+MAX_TLS_FILE_BYTES = 1 << 20  # a certificate chain or a CA bundle: tens of KiB
 _BCRYPT = re.compile(r"^\$2[abxy]?\$\d{2}\$[./A-Za-z0-9]{53}$")
 _TOP_KEYS = ("tls_server_config", "basic_auth_users", "http_server_config")
 _TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version",
@@ -58,16 +62,19 @@ def load_web_config(path: Path) -> WebConfig:
     """Read and check `path`; the TLS files are loaded once here so that a bad key fails now."""
     where = f"--web-config {path}"
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-        raise UsageError(f"{where}: cannot read it ({reason})") from error
+        text = read_input_file(path, "--web-config", MAX_WEB_CONFIG_BYTES).decode("utf-8")
+    except InputFileError as error:
+        raise UsageError(str(error)) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{where} is not UTF-8 text") from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark is not None else ""
         raise UsageError(f"{where} is not valid YAML{at}") from error
+    except (ValueError, RecursionError) as error:  # an integer of thousands of digits, nesting beyond the stack
+        raise UsageError(f"{where} is not a usable web config ({type(error).__name__})") from None
     if document is None:
         document = {}
     if not isinstance(document, dict):
@@ -103,8 +110,10 @@ def _tls(section: Any, path: Path, where: str) -> TLSConfig | None:
         if not isinstance(value, str):
             raise UsageError(f"{where}: tls_server_config.{key} must be a file name")
         found = Path(value) if Path(value).is_absolute() else path.parent / value  # relative to the file
-        if not found.is_file():
-            raise UsageError(f"{where}: tls_server_config.{key} names {value}, which does not exist")
+        try:  # ssl reads it itself: a FIFO would block, a directory is not "missing"
+            check_input_file(found, f"tls_server_config.{key}", MAX_TLS_FILE_BYTES)
+        except InputFileError as error:
+            raise UsageError(f"{where}: {error}") from None
         return found
 
     cert, key = file("cert_file", True), file("key_file", True)
@@ -135,6 +144,10 @@ def _users(section: Any, where: str) -> dict[str, bytes]:
         if not isinstance(hashed, str) or not _BCRYPT.match(hashed):
             raise UsageError(f"{where}: the password of user {user!r} is not a bcrypt hash (store the hash, e.g. "
                              f"from `htpasswd -nbBC 10 '' PASSWORD`, never the password)")
+        cost = int(hashed.split("$")[2])
+        if not MIN_BCRYPT_COST <= cost <= MAX_BCRYPT_COST:
+            raise UsageError(f"{where}: the bcrypt cost of user {user!r} is {cost}; use {MIN_BCRYPT_COST} to "
+                             f"{MAX_BCRYPT_COST} (each step doubles the CPU time of every login: cost 31 takes days)")
         users[user] = hashed.encode()
     return users
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.signals import interruptible
 
 CLIENT_PACKAGE = "xprof"
 INSTALL_HINT = "pip install xprof (or: pip install 'tpu-tools[capture]')"
@@ -79,8 +80,9 @@ def capture(address: Address, duration_s: float, log_dir: Path, python_trace: bo
     options = {"host_tracer_level": 2, "device_tracer_level": 1, "python_tracer_level": 1 if python_trace else 0}
     with _quiet_client():
         try:
-            client.trace(address.text, str(log_dir), "", True, max(int(duration_s * 1000), 1), TRACING_ATTEMPTS,
-                         options)
+            # gRPC blocks in C++ for the whole --duration (up to an hour): Ctrl-C and SIGTERM answered at once
+            interruptible(lambda: client.trace(address.text, str(log_dir), "", True, max(int(duration_s * 1000), 1),
+                                               TRACING_ATTEMPTS, options), "tpu-profile-capture")
             error = None
         except Exception as caught:  # the client raises RuntimeError("UNAVAILABLE: ...") and the like
             error = caught
@@ -114,7 +116,8 @@ def write_perfetto_json(run_dir: Path) -> Path | None:
         return None
     trace = json.loads(data)
     trace.pop("metadata", None)  # Perfetto rejects the metadata block
+    from tpu_tools.atomic import write_file
+
     path = run_dir / "perfetto_trace.json.gz"
-    with gzip.open(path, "wt", encoding="utf-8") as handle:
-        json.dump(trace, handle)
+    write_file(path, gzip.compress(json.dumps(trace).encode("utf-8")), force=True, what="the Perfetto trace")
     return path

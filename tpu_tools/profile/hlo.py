@@ -146,8 +146,11 @@ def write_hlo_files(analysis: HloAnalysis, out_dir: Path) -> dict[str, str]:
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", analysis.target.replace(":", ".")).strip("_")
     stablehlo = out_dir / f"{stem}.stablehlo.mlir"
     optimized = out_dir / f"{stem}.optimized.hlo.txt"
-    stablehlo.write_text(analysis.stablehlo_text)
-    optimized.write_text(analysis.optimized_hlo_text)
+    from tpu_tools.atomic import write_file
+
+    # regenerated on every run, so replaced; a FIFO or device at either name is never renamed over
+    write_file(stablehlo, analysis.stablehlo_text, force=True, what="the StableHLO file")
+    write_file(optimized, analysis.optimized_hlo_text, force=True, what="the optimised HLO file")
     analysis.files = {"stablehlo": str(stablehlo), "optimized_hlo": str(optimized)}
     return analysis.files
 

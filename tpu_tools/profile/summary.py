@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tpu_tools import jsonout
 from tpu_tools.errors import RuntimeFailure, first_line
+from tpu_tools.infile import InputFileError, read_input_file
 from tpu_tools.instrument.compiles import CompileLog
 from tpu_tools.profile.compiles import compile_rows, recompilations, user_functions
 from tpu_tools.profile.trace import Dispatch, TraceData
@@ -358,10 +359,10 @@ def load_summary(path: Path) -> dict | None:
         return None
     remove = "; remove it to summarise the trace alone"
     try:
-        with file.open("rb") as handle:
-            data = handle.read(MAX_SUMMARY_BYTES + 1)
-        if len(data) > MAX_SUMMARY_BYTES:
-            raise RuntimeFailure(f"{file} is larger than {MAX_SUMMARY_BYTES >> 20} MiB: not a summary{remove}")
+        data = read_input_file(file, "the summary", MAX_SUMMARY_BYTES)
+    except InputFileError as error:
+        raise RuntimeFailure(f"{error}{remove}") from None
+    try:
         document = json.loads(data.decode("utf-8"))
     except RecursionError:
         raise RuntimeFailure(f"{file} is not a readable summary (nested too deeply){remove}") from None

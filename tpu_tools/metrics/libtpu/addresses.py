@@ -7,6 +7,7 @@ import socket
 from collections.abc import Iterable, Mapping
 
 from tpu_tools.errors import UsageError
+from tpu_tools.parsing import ascii_digits
 
 DEFAULT_ADDRESS = "localhost:8431"  # where libtpu serves its runtime metrics unless told otherwise
 # Moves that default address: for a host whose runtime serves elsewhere, and for tests, which must not depend on
@@ -18,7 +19,7 @@ _CONNECT_PROBE_S = 0.5
 
 
 def _port(text: str) -> int | None:
-    return int(text) if text.isdigit() and 0 < int(text) < 65536 else None
+    return int(text) if ascii_digits(text) and len(text) <= 5 and 0 < int(text) < 65536 else None
 
 
 def normalize_address(text: str) -> str:

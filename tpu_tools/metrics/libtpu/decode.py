@@ -39,6 +39,7 @@ from tpu_tools.metrics.libtpu.records import (
     SequencerState,
     TransferLatency,
 )
+from tpu_tools.parsing import ascii_digits
 
 _ORDINAL_KEYS = ("device_ordinal", "device-ordinal", "device_id", "device-id")
 _BUFFER_SIZE_KEYS = ("buffer-size", "buffer_size")
@@ -51,7 +52,7 @@ def _ordinal(value: pb.AttrValue) -> int | None:
         return value.int_attr if value.int_attr >= 0 else None
     if kind == "string_attr":
         text = value.string_attr.strip()
-        return int(text) if text.isdigit() else None
+        return int(text) if ascii_digits(text) and len(text) <= 18 else None
     if kind == "kvlist_attr":
         entries = {a.key: a.value for a in value.kvlist_attr.attributes}
         for key in _ORDINAL_KEYS:
