@@ -116,7 +116,7 @@ def measure(hosts: int, chips: int, interval: float, settle: float, refreshes: i
                                   extra_config=job)
     prometheus.start()
     try:
-        prometheus.wait_for("tpu_tools_device_utilization_percent", count=hosts * chips, timeout=600)
+        prometheus.wait_for("tpu_tools_device_utilization_ratio", count=hosts * chips, timeout=600)
         time.sleep(settle)  # samples for the range queries and rates
         source = FleetSource(prometheus.url, 30.0)
         state = ViewState()

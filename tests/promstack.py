@@ -273,7 +273,7 @@ class FleetStack:
             self.prometheus.wait_for("tpu_tools_gpu_power_draw_watts", count=2)
             if RECORD_RULES in self.rule_files:  # the second rule group reads the first's records
                 self.prometheus.wait_for(
-                    "instance:tpu_tools_device_utilization_percent:distance_from_cluster_median", count=3)
+                    "instance:tpu_tools_device_utilization_ratio:distance_from_cluster_median", count=3)
         except AssertionError as error:
             logs = "; ".join(f"{h.name}: {h.exporter_log.read_text()[-1000:]}" for h in self.hosts
                              if h.exporter is not None and h.exporter.poll() is not None)

@@ -12,7 +12,8 @@ def _summary(cluster: str, instance: str, record: str, value: float) -> Sample:
 
 
 def _host(cluster: str, instance: str, utilization: float) -> list[Sample]:
-    figures = {"chips": 8, "utilization_percent": utilization, "memory_used_bytes": 80e9, "jobs": 1,
+    # The records carry ratios; the report shows utilization as a percent.
+    figures = {"chips": 8, "utilization_percent": utilization / 100, "memory_used_bytes": 80e9, "jobs": 1,
                "memory_total_bytes": 128e9, "steps_per_second": 2.0, "step_time_s": 0.5, "recompiles": 0}
     return [_summary(cluster, instance, record, figures[field]) for record, field in SUMMARY_RECORDS.items()]
 
@@ -22,8 +23,8 @@ def test_hosts_come_from_summaries_and_outliers_are_per_cluster():
                  for s in _host(c, f"n{i}", base if i != 7 else base - 30)]
     up = [Sample({"__name__": "up", "cluster": c, "instance": f"n{i}", "job": "tpu-tools"}, 0.0 if i == 3 else 1.0)
           for c in "ab" for i in range(100)]
-    chip = Sample({"__name__": "tpu_tools_device_utilization_percent", "cluster": "a", "instance": "n7",
-                   "job": "tpu-tools", "device": "tpu:0", "platform": "tpu", "name": "v5e"}, 60.0)
+    chip = Sample({"__name__": "tpu_tools_device_utilization_ratio", "cluster": "a", "instance": "n7",
+                   "job": "tpu-tools", "device": "tpu:0", "platform": "tpu", "name": "v5e"}, 0.6)
     groups = build_groups([chip], up, summaries)
     fleet = groups["fleet"]
     assert len(fleet["hosts"]) == 200 and fleet["hosts_down"] == ["a/n3", "b/n3"]
@@ -31,7 +32,7 @@ def test_hosts_come_from_summaries_and_outliers_are_per_cluster():
     assert by_host["b/n5"] == {"host": "b/n5", "up": True, "cluster": "b", "chips": 8, "utilization_percent": 40.0,
                                "memory_used_bytes": 80_000_000_000, "memory_total_bytes": 128_000_000_000,
                                "jobs": 1, "steps_per_second": 2.0, "step_time_s": 0.5, "recompiles": 0,
-                               "outlier": None}
+                               "goodput_percent": None, "outlier": None}
     assert sorted(o["host"] for o in fleet["outliers"]) == ["a/n7", "b/n7"]
     assert [d["key"] for d in groups["devices"]["devices"]] == ["a/n7/tpu:0"]
     chosen = detail_hosts(fleet)

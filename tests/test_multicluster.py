@@ -75,8 +75,8 @@ class Clusters:
                     "global:\n", f"global:\n  external_labels:\n    cluster: {cluster}\n", 1)
                 agent.config.write_text(config)
                 self.agents[cluster] = agent.start()
-            self.central.wait_for("tpu_tools_device_utilization_percent", count=24, timeout=60)
-            self.central.wait_for("instance:tpu_tools_device_utilization_percent:distance_from_cluster_median",
+            self.central.wait_for("tpu_tools_device_utilization_ratio", count=24, timeout=60)
+            self.central.wait_for("instance:tpu_tools_device_utilization_ratio:distance_from_cluster_median",
                                   count=6, timeout=60)
         except BaseException:
             self.stop()
@@ -161,8 +161,8 @@ def test_dashboard_queries_filter_by_cluster(clusters):
                 answered += bool(found)
     assert queried >= 20 and answered >= 12, (queried, answered)
     distance = clusters.central.query(
-        'instance:tpu_tools_device_utilization_percent:distance_from_cluster_median{cluster="east"}')
-    assert sorted(round(float(s["value"][1])) for s in distance) == [-48, 0, 2]
+        'instance:tpu_tools_device_utilization_ratio:distance_from_cluster_median{cluster="east"}')
+    assert sorted(round(100 * float(s["value"][1])) for s in distance) == [-48, 0, 2]  # ratios, in points
 
 
 @needs_prometheus

@@ -30,9 +30,9 @@ class Chips:
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         self.renderings += 1
-        family = GaugeMetricFamily("tpu_tools_device_utilization_percent", "Duty cycle.", labels=["device"])
+        family = GaugeMetricFamily("tpu_tools_device_utilization_ratio", "Duty cycle.", labels=["device"])
         for chip in range(8):
-            family.add_metric([f"tpu:{chip}"], 50.0 + chip)
+            family.add_metric([f"tpu:{chip}"], 0.5 + chip / 16)
         yield family
 
 
@@ -81,7 +81,7 @@ def test_get_head_keep_alive_gzip_and_errors(served):
     server, _ = served
     port = server.server_address[1]
     status, headers, body = scrape(port)
-    assert status == 200 and b'tpu_tools_device_utilization_percent{device="tpu:7"} 57.0' in body
+    assert status == 200 and b'tpu_tools_device_utilization_ratio{device="tpu:7"} 0.9375' in body
     assert headers["content-type"].startswith("text/plain") and int(headers["content-length"]) == len(body)
     status, head_headers, head_body = scrape(port, "HEAD")
     assert status == 200 and head_body == b"" and head_headers["content-length"] == headers["content-length"]

@@ -70,45 +70,40 @@ def _base(uid: str, title: str, multi_host: bool) -> dashboard.Dashboard:
 
 
 def fleet() -> dashboard.Dashboard:
-    util = f"tpu_tools_device_utilization_percent{HOSTS}"
-    host_util = f"instance:tpu_tools_device_utilization_percent:avg{HOSTS}"  # records.yml: one series per host
+    # Utilization is a ratio (0 to 1) on every platform, GPUs included: one series name for every chip.
+    util = f"tpu_tools_device_utilization_ratio{HOSTS}"
+    host_util = f"instance:tpu_tools_device_utilization_ratio:avg{HOSTS}"  # records.yml: one series per host
     return (_base("tpu-tools-fleet", "tpu-tools / Fleet", True)
             .with_row(dashboard.Row("Fleet"))
             .with_panel(_stat("Exporters up", "none", _query('count(up{job=~".*tpu-tools.*"} == 1)')))
             .with_panel(_stat("Accelerators", "none",
                               _query(f"sum(instance:tpu_tools_device_chips:count{HOSTS})")))
-            .with_panel(_stat("Mean duty cycle / utilization", "percent",
-                              _query(f"avg(instance:tpu_tools_device_utilization_percent:avg{HOSTS})")))
+            .with_panel(_stat("Mean duty cycle / utilization", "percentunit", _query(f"avg({host_util})")))
             .with_panel(_stat("Device memory in use", "percentunit",
                               _query(f"sum(instance:tpu_tools_device_memory_used_bytes:sum{HOSTS}) / "
                                      f"sum(instance:tpu_tools_device_memory_total_bytes:sum{HOSTS})")))
             # A fleet has thousands of chips: the chip panels show their spread and the chips that stand out
             # (a line per chip is unreadable there, and its query the heaviest of all).
             .with_row(dashboard.Row("Chips"))
-            .with_panel(_series("Duty cycle / utilization across hosts", "percent",
+            .with_panel(_series("Duty cycle / utilization across hosts", "percentunit",
                                 _query(f"quantile(0.5, {host_util})", "median host"),
                                 _query(f"quantile(0.1, {host_util})", "10th percentile host"),
                                 _query(f"min({util})", "least busy chip"),
-                                _query(f"100 * quantile(0.5, tpu_tools_gpu_utilization_ratio{HOSTS})", "GPU median"),
-                                description="TPU TensorCore duty cycle (libtpu) or the device's utilization."))
-            .with_panel(_series("Least busy chips", "percent",
-                                _query(f"bottomk(16, {util})", "{{instance}} {{device}}"),
-                                _query(f"bottomk(16, 100 * tpu_tools_gpu_utilization_ratio{HOSTS})",
-                                       "{{instance}} gpu {{gpu}}")))
+                                description="TPU TensorCore duty cycle (libtpu) or the device's utilization "
+                                            "(a GPU's share of time a kernel ran)."))
+            .with_panel(_series("Least busy chips", "percentunit",
+                                _query(f"bottomk(16, {util})", "{{instance}} {{device}}")))
             .with_panel(_series("Fullest chips (memory used / total)", "percentunit",
                                 _query(f"topk(16, device:tpu_tools_device_memory:used_ratio{HOSTS})",
-                                       "{{instance}} {{device}}"),
-                                _query(f"topk(16, tpu_tools_gpu_memory_used_bytes{HOSTS} / "
-                                       f"tpu_tools_gpu_memory_total_bytes{HOSTS})",
-                                       "{{instance}} gpu {{gpu}}")))
+                                       "{{instance}} {{device}}")))
             .with_panel(_series("Power", "watt",
                                 _query(f"tpu_tools_gpu_power_draw_watts{HOSTS}", "{{instance}} gpu {{gpu}}")))
             .with_panel(bargauge.Panel().title("Distance from the slice's median duty cycle (the slow worker)")
                         .description("Each host's mean duty cycle minus the median over its cluster's hosts "
                                      "(deploy/prometheus/records.yml), the 20 furthest below: the first is the "
                                      "slice's slow worker.")
-                        .unit("percent").datasource(DATASOURCE).span(12).height(8)
-                        .with_target(_query("bottomk(20, instance:tpu_tools_device_utilization_percent:"
+                        .unit("percentunit").datasource(DATASOURCE).span(12).height(8)
+                        .with_target(_query("bottomk(20, instance:tpu_tools_device_utilization_ratio:"
                                             f"distance_from_cluster_median{HOSTS})", "{{cluster}} {{instance}}")
                                      .ref_id("A"))))
 
@@ -141,7 +136,7 @@ def jobs() -> dashboard.Dashboard:
             .with_panel(_series("Agents answering", "none",
                                 _query(f"tpu_tools_agent_up{HOSTS}", "{{instance}} {{tag}} {{pid}}")))
             .with_panel(_series("Goodput over the last minute", "percentunit",
-                                _query('tpu_tools_process_goodput_ratio{instance=~"$instance",window="recent"}',
+                                _query('tpu_tools_process_goodput_ratio{cluster=~"$cluster",instance=~"$instance",window="recent"}',
                                        "{{instance}} {{tag}} {{pid}}")))
             .with_panel(_series("Where the time goes (seconds per second, by cause)", "s",
                                 _query(f"sum by (tag, cause) "

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 # Below these distances from the median a host is not called an outlier: hosts of a healthy slice differ a
 # little, and with fewer than three hosts the median cannot tell which one is off.
 MIN_HOSTS = 3
-UTILIZATION_POINTS = 10.0  # percentage points of duty cycle / utilization
+UTILIZATION_POINTS = 10.0  # percentage points of the report's utilization_percent (the series' ratio x 100)
 STEP_TIME_FRACTION = 0.10  # of the median step time
 
 

@@ -23,7 +23,7 @@ CLUSTER_LABEL = "cluster"  # set by each cluster's Prometheus (external_labels) 
 # every chip's series each refresh.
 SUMMARY_RECORDS = {
     "instance:tpu_tools_device_chips:count": "chips",
-    "instance:tpu_tools_device_utilization_percent:avg": "utilization_percent",
+    "instance:tpu_tools_device_utilization_ratio:avg": "utilization_percent",
     "instance:tpu_tools_device_memory_used_bytes:sum": "memory_used_bytes",
     "instance:tpu_tools_device_memory_total_bytes:sum": "memory_total_bytes",
     "instance:tpu_tools_agents:count": "jobs",
@@ -31,6 +31,8 @@ SUMMARY_RECORDS = {
     "instance:tpu_tools_process_step_time_seconds:median": "step_time_s",
     "instance:tpu_tools_process_recompiles:sum": "recompiles",
 }
+# The records' ratios are the report's percents.
+_SUMMARY_SCALES = {"utilization_percent": 100.0}
 _INTEGER_SUMMARIES = {"chips", "memory_used_bytes", "memory_total_bytes", "jobs", "recompiles"}
 
 _DEVICE_FIGURES = {"memory_used_bytes", "memory_total_bytes", "live_array_bytes", "utilization_percent"}
@@ -158,6 +160,8 @@ def _take_summary(hosts: dict[str, _Host], sample: Sample) -> None:
     figure = SUMMARY_RECORDS.get(sample.name)
     if figure is not None:
         value = sample.value
+        if figure in _SUMMARY_SCALES:
+            value = round(value * _SUMMARY_SCALES[figure], 9)
         _host_of(hosts, sample.labels).summary[figure] = int(value) if figure in _INTEGER_SUMMARIES else value
 
 
