@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tpu_tools.agent.goodput import positive_number
 from tpu_tools.pjrt.runtime import module_exists
+from tpu_tools.shorten import quoted
 
 PROG = "python -m tpu_tools.agent"
 USAGE = (f"usage: {PROG} [--tag TAG] [--explain-recompiles] [--price-per-hour PRICE] (script.py | -m module) "
@@ -70,7 +71,7 @@ def parse(argv: list[str]) -> Launch | None:
                 text = arg.split("=", 1)[1]
             price = positive_number(text)
             if price is None:
-                raise LaunchUsageError(f"--price-per-hour must be a finite number > 0, got {text[:40]!r}")
+                raise LaunchUsageError(f"--price-per-hour must be a finite number > 0, got {quoted(text, 40)}")
         elif arg == "-m":
             if index + 1 >= len(argv):
                 raise LaunchUsageError("-m needs a module name")

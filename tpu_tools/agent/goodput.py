@@ -22,6 +22,7 @@ from typing import Any
 from tpu_tools.instrument.compiles import CacheMiss, CompileEvent
 from tpu_tools.instrument.goodput import GoodputLedger, LedgerSettings, process_start_unix_s, work_rates
 from tpu_tools.instrument.programs import CompiledProgram, watcher
+from tpu_tools.shorten import quoted, shorten
 
 ENV_PRICE = "TPU_TOOLS_PRICE_PER_HOUR"
 ENV_PEAK = "TPU_TOOLS_PEAK_FLOPS"
@@ -131,7 +132,7 @@ class JobFigures:
         number = positive_number(value)
         if number is None:
             source = "given" if given is not None else f"${env}"
-            self.problems.append(f"{what} {str(value)[:40]!r} ({source}) is not a finite number > 0; unknown")
+            self.problems.append(f"{what} {quoted(str(value), 40)} ({source}) is not a finite number > 0; unknown")
         return number
 
     def attach_jax(self, jax_module: Any) -> None:
@@ -148,7 +149,7 @@ class JobFigures:
                 self.peak_flops_per_s = spec.peak_bf16_flops * chips
                 self.peak_source = f"{spec.name} bf16 peak x {chips:g} chips"
         except Exception as error:  # a runtime that fails leaves the peak unknown, nothing else
-            self.problems.append(f"peak unknown: {type(error).__name__}: {error}"[:200])
+            self.problems.append(shorten(f"peak unknown: {type(error).__name__}: {error}", 200))
 
     def snapshot(self, jax_module: Any = None) -> dict[str, Any]:
         """The ledger's figures with MFU, samples/s and cost per 1M samples for both spans.

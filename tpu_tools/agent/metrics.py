@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tpu_tools.shorten import shorten
+
 MAX_METRICS = 256
 MAX_NAME = 128
 SCOPES = ("global", "local")
@@ -53,7 +55,7 @@ def _short(value: Any) -> str:
     except Exception:
         text = f"<{type(value).__name__}>"
     text = "".join(c if c.isprintable() else "?" for c in text)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return shorten(text, 40)
 
 
 def read_value(value: Any) -> tuple[float, str, int | None, int | None]:
@@ -109,7 +111,7 @@ class MetricStore:
             problem = f"metric {_short(name)}: {type(error).__name__}: {error}"
         with self._lock:
             self.rejected += 1
-            self.last_error = (problem or "")[:300]
+            self.last_error = shorten(problem or "", 300)
         return False
 
     @staticmethod

@@ -20,6 +20,8 @@ import sys
 import threading
 from typing import Any
 
+from tpu_tools.shorten import shorten
+
 NOT_SERVED = "not served by this runtime"
 TENSORCORE_UTILIZATION = "tensorcore_util"
 SWITCH = "TPU_TOOLS_AGENT_SDK"  # "0": the agent never calls libtpu's SDK
@@ -57,7 +59,7 @@ def _value(item: Any) -> float | str | None:
     try:
         number = float(text.rstrip("%"))
     except ValueError:
-        return text[:_MAX_TEXT] or None
+        return shorten(text, _MAX_TEXT) or None
     return number if math.isfinite(number) else None
 
 
@@ -75,7 +77,7 @@ def _read(module: Any, name: str) -> dict[str, Any]:
     data = list(metric.data())
     description = getattr(metric, "description", None)
     description = description() if callable(description) else description
-    entry: dict[str, Any] = {"description": str(description)[:_MAX_TEXT] if description else None,
+    entry: dict[str, Any] = {"description": shorten(str(description), _MAX_TEXT) if description else None,
                              "values": [_value(item) for item in data[:_MAX_VALUES]]}
     if len(data) > _MAX_VALUES:
         entry["dropped"] = len(data) - _MAX_VALUES
@@ -93,17 +95,18 @@ def read_sdk_metrics() -> dict[str, Any]:
         try:
             names = _metric_names(module)
         except Exception as error:
-            _failed["(list)"] = f"the SDK could not list its metrics: {type(error).__name__}: {error}"[:_MAX_TEXT]
+            why = f"the SDK could not list its metrics: {type(error).__name__}: {error}"
+            _failed["(list)"] = shorten(why, _MAX_TEXT)
             return {"status": _failed["(list)"], "metrics": {}, "tensorcore_utilization_percent": None}
         metrics: dict[str, dict[str, Any]] = {}
         for name in names:
             if name in _failed:
-                metrics[name] = {"error": f"not asked again: {_failed[name]}"[:_MAX_TEXT]}
+                metrics[name] = {"error": shorten(f"not asked again: {_failed[name]}", _MAX_TEXT)}
                 continue
             try:
                 metrics[name] = _read(module, name)
             except Exception as error:  # one metric that fails costs only itself, and only once
-                _failed[name] = f"{type(error).__name__}: {error}"[:_MAX_TEXT]
+                _failed[name] = shorten(f"{type(error).__name__}: {error}", _MAX_TEXT)
                 metrics[name] = {"error": _failed[name]}
     utilization = metrics.get(TENSORCORE_UTILIZATION, {}).get("values")
     cores = None

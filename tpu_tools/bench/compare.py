@@ -27,7 +27,7 @@ from tpu_tools.errors import UsageError
 from tpu_tools.infile import InputFileError, read_input_file
 from tpu_tools.parsing import parse_number
 from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, RecordError, Spec, Str, parse
-from tpu_tools.shorten import shorten
+from tpu_tools.shorten import quoted, shorten
 
 MIN_GATED_SAMPLES = 3
 
@@ -104,7 +104,7 @@ def parse_tolerance(text: str) -> float:
     try:
         value = parse_number(cleaned, "tolerance")
     except ValueError:
-        raise ValueError(f"{text[:40]!r} is not a percentage (use e.g. 5%)") from None
+        raise ValueError(f"{quoted(text, 40)} is not a percentage (use e.g. 5%)") from None
     if not 0 <= value < 100:
         raise ValueError(f"tolerance {text!r} must be at least 0% and below 100%")
     return value / 100
@@ -182,8 +182,8 @@ def check_result_document(document: dict[str, Any]) -> dict[str, Any]:
                 if value is None and name in Summary.__dataclass_fields__:
                     summary[name] = math.nan
                 elif name in _LOCATION_FIGURES and isinstance(value, (int, float)) and value <= 0:
-                    raise RecordError(f"results[{index}].stats.{str(figure)[:40]}.{name}: {value:g} is not above 0; "
-                                      "no figure of a benchmark is")
+                    where = f"results[{index}].stats.{shorten(str(figure), 40)}.{name}"
+                    raise RecordError(f"{where}: {value:g} is not above 0; no figure of a benchmark is")
     return clean
 
 

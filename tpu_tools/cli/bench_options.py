@@ -16,6 +16,7 @@ from tpu_tools.cli.params import Count, Number, Seconds, non_empty
 from tpu_tools.errors import UsageError
 from tpu_tools.parsing import parse_number
 from tpu_tools.pjrt.runtime import RuntimePolicy
+from tpu_tools.shorten import quoted
 from tpu_tools.workloads.transformer import COMPUTE_DTYPES, PRESETS
 
 DEFAULT_BENCH_TIMEOUT_S = 600.0
@@ -93,7 +94,7 @@ def batch_size_list(ctx: click.Context, param: click.Parameter, values: tuple[st
         try:
             size = parse_number(text, "batch size", integer=True)
         except ValueError:
-            raise click.BadParameter(f"{text[:40]!r} is not a batch size (a whole number)") from None
+            raise click.BadParameter(f"{quoted(text, 40)} is not a batch size (a whole number)") from None
         if size < 1:
             raise click.BadParameter(f"batch size {size} must be at least 1")
         if size > MAX_BATCH:

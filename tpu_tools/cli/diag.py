@@ -15,6 +15,7 @@ from tpu_tools.cli.output import Output, note
 from tpu_tools.cli.params import Count, Duration, Number
 from tpu_tools.errors import RuntimeFailure, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
+from tpu_tools.shorten import quoted
 
 DEFAULT_TIMEOUT_S = 120.0
 
@@ -90,7 +91,7 @@ MAN_SECTIONS = {
 def _level(ctx: click.Context, param: click.Parameter, value: str) -> int:
     text = str(value).strip()
     if text not in ("1", "2", "3"):
-        raise click.BadParameter(f"-r {text[:20]!r}: the level must be 1, 2 or 3")
+        raise click.BadParameter(f"-r {quoted(text, 20)}: the level must be 1, 2 or 3")
     return int(text)
 
 
@@ -102,7 +103,7 @@ def _fraction(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     except click.BadParameter:
         share = -1.0
     if not 0.0 < share <= 1.0:
-        raise click.BadParameter(f"--memory-fraction {str(value)[:20]!r}: use a share above 0 and at most 1 "
+        raise click.BadParameter(f"--memory-fraction {quoted(str(value), 20)}: use a share above 0 and at most 1 "
                                  "(e.g. 0.1)")
     return float(share)
 

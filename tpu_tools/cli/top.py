@@ -15,6 +15,7 @@ from tpu_tools.cli.params import Count, Duration
 from tpu_tools.errors import EXIT_OK, RuntimeFailure, UsageError
 from tpu_tools.parsing import MIN_PERIOD_S
 from tpu_tools.sanitize import safe_text
+from tpu_tools.shorten import quoted
 from tpu_tools.top.model import DEFAULT_SORT, SORT_KEYS
 
 MAX_PID = 1 << 22  # Linux's largest pid_max
@@ -27,7 +28,7 @@ def device_names(ctx: click.Context, param: click.Parameter, values: tuple[str, 
     for value in values:
         match = _DEVICE.match(value)
         if not match or match.group(1) not in DEVICE_PLATFORMS:
-            raise click.BadParameter(f"{safe_text(value[:40])!r} is not a device: give a platform "
+            raise click.BadParameter(f"{quoted(safe_text(value), 40)} is not a device: give a platform "
                                      f"({', '.join(DEVICE_PLATFORMS)}) or a device key such as tpu:0")
     return values
 

@@ -14,6 +14,8 @@ import re
 import sys
 from typing import Any
 
+from tpu_tools.shorten import shorten
+
 THROTTLE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 TPU_METRICS = ("tpu_throttle_score", "ici_link_health")
 SAMPLE_EVERY = 8  # iterations between sensor reads
@@ -27,7 +29,7 @@ def score_of(item: Any) -> tuple[str | None, float | None]:
         return None, None
     if isinstance(item, (int, float)):
         return None, float(item) if math.isfinite(item) else None
-    text = str(item).strip()[:200]
+    text = shorten(str(item).strip(), 200)
     match = _NUMBER.search(text)
     if not match:
         return None, None
@@ -57,7 +59,7 @@ class Telemetry:
             else:
                 self._tpu()
         except Exception as error:  # telemetry is a bonus: its failure never fails the run
-            self.error = f"{type(error).__name__}: {error}"[:300]
+            self.error = shorten(f"{type(error).__name__}: {error}", 300)
 
     def _nvml(self) -> None:
         from tpu_tools.metrics.nvml.reader import read_snapshot

@@ -194,7 +194,7 @@ def _libtpu_file_warnings(bundle: Bundle, out: list[Finding]) -> None:
     for entry in (index or {}).get("files") or [] if isinstance(index, dict) else []:
         if not isinstance(entry, dict):
             continue
-        name = os.path.basename(str(entry.get("path")))[:200]
+        name = shorten(os.path.basename(str(entry.get("path"))), 200)
         kind = str(entry.get("kind"))
         decoded = bundle.read_json(str(entry["decoded"])) if isinstance(entry.get("decoded"), str) else None
         document = decoded.get("decoded") if isinstance(decoded, dict) else None
@@ -206,11 +206,11 @@ def _libtpu_file_warnings(bundle: Bundle, out: list[Finding]) -> None:
                 " (decoded)" if document is not None else f": {entry.get('error') or 'not decoded'}")))
         elif kind == "compiler_metadata" and isinstance(document, dict):
             out.append(Finding("libtpu_program", f"libtpu compiler metadata {name}: module "
-                                                 f"{str(document.get('module_name') or '?')[:200]}, program id "
-                                                 f"{str(document.get('program_id'))[:24]}"))
+                                                 f"{shorten(str(document.get('module_name') or '?'), 200)}, program id "
+                                                 f"{shorten(str(document.get('program_id')), 24)}"))
         elif document is None:
             out.append(Finding("libtpu_file", f"libtpu {kind.replace('_', ' ')} {name}: "
-                                              f"{str(entry.get('error') or 'not decoded')[:300]}"))
+                                              f"{shorten(str(entry.get('error') or 'not decoded'), 300)}"))
 
 
 def _stack_warnings(bundle: Bundle, out: list[Finding]) -> None:

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpu_tools.shorten import shorten
+
 ENTRY_SUFFIX = "-cache"
 ATIME_SUFFIX = "-atime"
 LOCK_FILE = ".lockfile"
@@ -99,7 +101,7 @@ class KeyRecord:
 
         def text(name: str) -> str | None:
             value = data.get(name)
-            return value[:1024] if isinstance(value, str) else None
+            return shorten(value, 1024) if isinstance(value, str) else None
 
         pid = data.get("pid")
         written = data.get("written_unix_s")

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpu_tools.instrument import cachekeys
+from tpu_tools.shorten import shorten
 
 LOOKUP_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
 HIT_EVENT = "/jax/compilation_cache/cache_hits"
@@ -168,7 +169,7 @@ class CacheWatch:
                 if logger.getEffectiveLevel() > logging.DEBUG:
                     logger.setLevel(logging.DEBUG)
         except Exception as error:  # a jax without these hooks: figures stay empty
-            self.key_record_error = f"could not listen to jax: {type(error).__name__}: {error}"[:300]
+            self.key_record_error = shorten(f"could not listen to jax: {type(error).__name__}: {error}", 300)
 
     # --- callbacks, on the compiling thread -------------------------------------------------------
 
@@ -284,7 +285,7 @@ class CacheWatch:
             with self._lock:
                 self.key_records_written += 1
         except OSError as error:  # a read-only shared cache: the entry is JAX's business, the record ours
-            self.key_record_error = f"{type(error).__name__}: {error}"[:300]
+            self.key_record_error = shorten(f"{type(error).__name__}: {error}", 300)
 
     def _explain(self, pending: _Pending) -> None:
         with self._lock:
@@ -322,7 +323,7 @@ class CacheWatch:
         else:
             text = f"{module}: differs from the nearest entry in " + "; ".join(
                 _describe(c, record, nearest) for c in differing)
-        self._add_miss(ExplainedMiss(module, record.key, time.time(), differing, text[:2000]))
+        self._add_miss(ExplainedMiss(module, record.key, time.time(), differing, shorten(text, 2000)))
 
     def _add_miss(self, miss: ExplainedMiss) -> None:
         with self._lock:
@@ -397,7 +398,7 @@ def _platform(jax_module: Any) -> tuple[str | None, str | None]:
 
     try:
         backend = importlib.import_module("jax.extend.backend").get_backend()
-        return str(backend.platform), str(backend.platform_version)[:1024]
+        return str(backend.platform), shorten(str(backend.platform_version), 1024)
     except Exception:
         return None, None
 

@@ -38,6 +38,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from tpu_tools.shorten import shorten
+
 PRODUCTIVE = "productive"
 STARTUP = "startup"
 COMPILE = "compile"
@@ -375,7 +377,7 @@ def _short(value: Any) -> str:
     except Exception:
         text = f"<{type(value).__name__}>"
     text = "".join(c if c.isprintable() else "?" for c in text)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return shorten(text, 40)
 
 
 def _breakdown(totals: dict[str, float], wall: float) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tpu_tools.shorten import shorten
+
 COMPILER_MODULE = "jax._src.compiler"
 COMPILE_FUNCTION = "compile_or_get_cached"
 _MARK = "__tpu_tools_programs__"  # set on our wrapper: never wrap twice (a second agent, a reload)
@@ -69,7 +71,7 @@ def module_name(computation: Any) -> str:
         name = str(computation.operation.attributes["sym_name"]).strip('"')
     except Exception:
         return "?"
-    return name[:256] if name else "?"
+    return shorten(name, 256) if name else "?"
 
 
 class ProgramWatcher:

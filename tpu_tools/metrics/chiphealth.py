@@ -21,6 +21,7 @@ from tpu_tools.metrics.agent_client import AgentResult, query_agents
 from tpu_tools.metrics.rundir import RunDirError
 from tpu_tools.metrics.tpuhealth import LinkHealth, ThrottleScore, TpuHealth, health_from_sdk
 from tpu_tools.pjrt.discover import Chip, Discovery
+from tpu_tools.shorten import shorten
 
 
 @dataclass
@@ -91,7 +92,7 @@ def _job_health(result: AgentResult) -> tuple[str | None, TpuHealth | None]:
     sdk = (result.snapshot or {}).get("tpu_sdk")
     if not isinstance(sdk, dict):
         return None, None
-    status = str(sdk.get("status"))[:200] if sdk.get("status") is not None else None
+    status = shorten(str(sdk.get("status")), 200) if sdk.get("status") is not None else None
     return status, health_from_sdk(sdk.get("metrics"))
 
 

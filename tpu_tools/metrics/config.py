@@ -35,6 +35,7 @@ from typing import Any
 from tpu_tools.errors import UsageError
 from tpu_tools.infile import InputFileError, read_input_file
 from tpu_tools.parsing import MIN_PERIOD_S, parse_duration, parse_number
+from tpu_tools.shorten import quoted
 
 TOP_KEYS = ("period", "tag_filter", "agent_timeout", "metrics_addr", "metrics_timeout", "price_per_hour", "groups",
             "prometheus")
@@ -141,7 +142,7 @@ def _selection(config: MonitorConfig, table: Any, path: Path) -> None:
 def _price(value: Any, path: Path) -> float:
     # A number of the file's own syntax: text ("4.2", "cheap") is refused rather than guessed at.
     if isinstance(value, str):
-        raise UsageError(f"config file {path}: price_per_hour must be a number, not text ({value[:40]!r})")
+        raise UsageError(f"config file {path}: price_per_hour must be a number, not text ({quoted(value, 40)})")
     try:
         return float(parse_number(value, "price_per_hour", above=0.0, maximum=MAX_PRICE_PER_HOUR))
     except ValueError as error:

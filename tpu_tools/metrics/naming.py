@@ -21,6 +21,8 @@ from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
+from tpu_tools.shorten import shorten
+
 PREFIX = "tpu_tools_"
 NAME = re.compile(r"^tpu_tools_[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 LABEL = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -41,7 +43,7 @@ def label_value(text: str) -> str:
     """A label value from outside, printable and bounded: control characters become "?", and a value longer
     than MAX_LABEL_VALUE is cut and ends in "..." (a 10 KiB tag must not make every series 10 KiB)."""
     text = _UNPRINTABLE.sub("?", text)
-    return text if len(text) <= MAX_LABEL_VALUE else text[:MAX_LABEL_VALUE - 3] + "..."
+    return shorten(text, MAX_LABEL_VALUE)
 
 
 def family_problems(family: Metric) -> list[str]:

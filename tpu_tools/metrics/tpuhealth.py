@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpu_tools.records import Int, RecordError, parse
-from tpu_tools.shorten import quoted
+from tpu_tools.shorten import quoted, shorten
 
 LINK_HEALTH = "ici_link_health"
 THROTTLE_SCORE = "tpu_throttle_score"
@@ -196,7 +196,7 @@ def _values(metrics: dict[Any, Any], name: str, problems: list[str]) -> list[obj
     if not isinstance(entry, dict):
         return None
     if entry.get("error") is not None:
-        problems.append(f"{name}: {str(entry['error'])[:200]}")
+        problems.append(f"{name}: {shorten(str(entry['error']), 200)}")
         return None
     values = entry.get("values")
     if not isinstance(values, list):

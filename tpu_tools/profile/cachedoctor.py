@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tpu_tools.profile.cachedir import CacheDirError, CacheScan, is_network_filesystem, scan, user_name
+from tpu_tools.shorten import shorten
 
 SCHEMA = "tpu-tools/cache-doctor/v1"
 ENV_DIR = "JAX_COMPILATION_CACHE_DIR"
@@ -170,14 +171,15 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
                     "installation", f"remove them: tpu-profile cache gc {path} --stale"))
     if result.broken:
         add(Finding("broken_entries", "warning", f"{len(result.broken)} entries jax cannot use (first: "
-                    f"{result.broken[0].name[:80]}: {result.broken[0].problem})",
+                    f"{shorten(result.broken[0].name, 80)}: {result.broken[0].problem})",
                     f"tpu-profile cache verify {path} --prune"))
     links = [o for o in result.other_files if o.kind.startswith("link")]
     if links:
-        add(Finding("links", "warning", f"{len(links)} links in the cache (first: {links[0].name[:80]}): a cache "
+        first = shorten(links[0].name, 80)
+        add(Finding("links", "warning", f"{len(links)} links in the cache (first: {first}): a cache "
                     "holds plain files only", f"tpu-profile cache verify {path} --prune"))
     temporary = [o for o in result.other_files if o.kind == "temporary"]
     if temporary:
         add(Finding("temporary_files", "info", f"{len(temporary)} temporary or partial files (first: "
-                    f"{temporary[0].name[:80]})", f"tpu-profile cache gc {path} removes those an hour old"))
+                    f"{shorten(temporary[0].name, 80)})", f"tpu-profile cache gc {path} removes those an hour old"))
     return report

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tpu_tools.errors import RuntimeFailure
+from tpu_tools.shorten import shorten
 
 SCHEMA = "tpu-tools/cache-warm/v1"
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -112,7 +113,7 @@ def run_child(directory: Path, target: WarmTarget, timeout_s: float, min_compile
             raise RuntimeFailure(f"compiling {target.display} failed (exit status {process.returncode}): "
                                  f"{tail[0][:300]}") from None
     if data.get("error"):
-        raise RuntimeFailure(f"compiling {target.display} failed: {str(data['error'])[:300]}")
+        raise RuntimeFailure(f"compiling {target.display} failed: {shorten(str(data['error']), 300)}")
     return WarmRun(float(data["compile_time_s"]), int(data["compiles"]), int(data["lookups"]), int(data["hits"]),
                    int(data["misses"]), int(data["entries_written"]), wall, list(data.get("explanations") or []))
 

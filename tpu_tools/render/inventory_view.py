@@ -9,6 +9,7 @@ from tpu_tools.pjrt.discover import Chip, Holder
 from tpu_tools.pjrt.tpuvm import SliceInfo
 from tpu_tools.render.libtpu_view import DUTY_HEADER, HBM_HEADER, duty_text, hbm_text
 from tpu_tools.render.table import Column, TableData
+from tpu_tools.shorten import shorten
 from tpu_tools.units import MISSING, format_bytes, format_memory_pair
 
 _COMMAND_WIDTH = 40
@@ -62,7 +63,7 @@ def _short_command(command: str) -> str:
         return "?"
     words[0] = words[0].rsplit("/", 1)[-1]
     text = " ".join(words)
-    return text if len(text) <= _COMMAND_WIDTH else text[: _COMMAND_WIDTH - 3] + "..."
+    return shorten(text, _COMMAND_WIDTH)
 
 
 def _per_chip(entry: DeviceEntry) -> str:

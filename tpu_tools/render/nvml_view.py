@@ -8,6 +8,7 @@ from tpu_tools.inventory import Inventory
 from tpu_tools.metrics.amdsmi import AmdSmiSnapshot
 from tpu_tools.metrics.nvml import STATUS_LOST, STATUS_NOT_ANSWERING, GpuProcess, GpuRecord, NvmlSnapshot
 from tpu_tools.render.table import Column, TableData
+from tpu_tools.shorten import shorten
 from tpu_tools.units import MISSING, format_bytes, format_memory_pair
 
 _COMMAND_WIDTH = 24
@@ -35,7 +36,7 @@ def process_text(process: GpuProcess) -> str:
         words = (process.command or "?").split()
         words[0] = words[0].rsplit("/", 1)[-1] if words else "?"
         who = " ".join(words)
-        who = who if len(who) <= _COMMAND_WIDTH else who[: _COMMAND_WIDTH - 3] + "..."
+        who = shorten(who, _COMMAND_WIDTH)
     return f"{process.pid} {who} {format_bytes(process.gpu_memory_bytes)}"
 
 
