@@ -35,11 +35,12 @@ export TPU_TOOLS_TEST_REQUIRE_LIBTPU=1  # the SDK's tests fail here rather than 
 .venv/bin/mypy
 # The tests run in parallel: most of a test's time is spent waiting on the programs it starts (a runtime
 # coming up, a deadline, a scrape), so two workers per core keep the machine busy. TPU_TOOLS_TEST_WORKERS
-# overrides (0: one process). Tests of a module that shares one expensive server are kept on one worker
-# (xdist_group markers); the order is random (pytest-randomly prints the seed; --randomly-seed=N replays it).
+# overrides (0: one process). Each test file runs on one worker: many share a real JAX job, a server or a
+# bundle in a module fixture, which is then started once. The order is random (pytest-randomly prints the
+# seed; --randomly-seed=N replays it).
 workers="${TPU_TOOLS_TEST_WORKERS:-$(( $(nproc) * 2 ))}"
 if [ "$#" -eq 0 ]; then
     # The whole suite, as CI runs it: with coverage of every process the tests start, and its floor.
-    exec .venv/bin/python -m pytest -n "$workers" --dist loadgroup --cov --cov-report=term
+    exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --cov --cov-report=term
 fi
 exec .venv/bin/python -m pytest "$@"
