@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from tests.agentjobs import clean_env
+from conftest import clean_env
 
 # Run in a fresh interpreter: the process's step tracker is shared by everything imported in it.
 JOB = r'''

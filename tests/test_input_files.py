@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, clean_env, run_tool
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tpu_tools.infile import InputFileError, check_input_file, read_input_file
@@ -77,7 +77,7 @@ def test_every_reader_refuses_fifos_directories_devices_and_huge_files(reader, t
         assert_one_line_error(result, code, expected)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.binary(max_size=300), limit=st.integers(min_value=0, max_value=400))
 def test_read_input_file_returns_the_file_or_refuses_it_by_size(tmp_path_factory, data, limit):
     path = tmp_path_factory.mktemp("in") / "f"

@@ -17,7 +17,7 @@ from conftest import clean_env, tool_command
 from libtpu_server import FakeMetricsService, v5e_host
 
 ENV = clean_env(JAX_PLATFORMS="cpu")
-ANSWER_S = 20  # far below every wait the commands are given (60 s and more): only a signal ends them sooner
+ANSWER_S = 30  # far below every wait the commands are given (60 s and more): only a signal ends them sooner
 
 
 def _wait(condition: Callable[[], bool], process: subprocess.Popen, timeout: float = 120) -> None:
