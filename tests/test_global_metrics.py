@@ -123,18 +123,20 @@ def test_workers_of_a_job_are_compared_at_the_same_step(values, flagged):
     assert bool(global_metric_findings(agents)) == flagged
 
 
-def test_many_metric_names_stay_bounded_in_the_agent_snapshot(tmp_path):
+def test_many_metric_names_stay_bounded_in_the_agent_snapshot(tmp_path, rundir):
     from tpu_tools.metrics.jobsummary import read_summaries
 
     script = Path(tmp_path / "many.py")
     script.write_text("import tpu_tools.agent as agent\n"
                       "print(sum(agent.metric(f'm{i}', i) for i in range(10**6)))\n")
-    rundir = tmp_path / "run"
+    # `rundir` is short: a socket path under a long test name would pass AF_UNIX's 108 bytes
     result = subprocess.run([sys.executable, "-m", "tpu_tools.agent", str(script)], capture_output=True, text=True,
                             env=clean_env(TPU_TOOLS_RUNTIME_DIR=str(rundir)), timeout=120)
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) == MAX_METRICS
-    [summary], _ = read_summaries(rundir)  # the job's end summary keeps what the agent served
+    found, problems = read_summaries(rundir)
+    assert len(found) == 1, (problems, result.stderr[-500:])
+    [summary] = found  # the job's end summary keeps what the agent served
     assert summary["metrics"]["rejected"] == 10**6 - MAX_METRICS
     assert len(summary["metrics"]["values"]) == MAX_METRICS
     assert "more than 256 metric names" in summary["metrics"]["last_error"]

@@ -4,6 +4,7 @@ and a degraded link, NVLink errors and a link down, the fan; in the report, tpu-
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -76,7 +77,9 @@ def test_an_xid_storm_is_counted_and_every_scrape_answers(fake_nvml_dir, tmp_pat
         assert later > first
         for _ in range(20):  # scrapes keep answering, whole, while events pour in
             text = _safe_scrape(port)
-            assert text.endswith('tpu_tools_group_error{group="amdsmi"} 0.0\n'), text[-200:]
+            # whole: every group's error line, the last family, to its final newline
+            assert 'tpu_tools_group_error{group="amdsmi"} 0.0\n' in text, text[-200:]
+            assert re.search(r'tpu_tools_group_error\{group="\w+"\} [01]\.0\n\Z', text), text[-200:]
         monitor.send_signal(signal.SIGTERM)
         _out, err = monitor.communicate(timeout=20)
         assert monitor.returncode == 0 and err == ""

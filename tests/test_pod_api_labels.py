@@ -11,7 +11,7 @@ import threading
 import pytest
 import yaml
 from conftest import REPO
-from test_webconfig import _certificate
+from test_webconfig import certificate
 
 from tpu_tools.errors import RuntimeFailure
 from tpu_tools.metrics.holders import device_holders
@@ -25,7 +25,7 @@ class FakeApiServer:
     """GET /api/v1/namespaces/NS/pods/NAME with the bearer token; pods: {(ns, name): labels}."""
 
     def __init__(self, directory, pods: dict, status: int = 200):
-        cert, key = _certificate(directory, "api")
+        cert, key = certificate(directory, "api")
         self.account = directory / "serviceaccount"
         self.account.mkdir()
         shutil.copy(cert, self.account / "ca.crt")

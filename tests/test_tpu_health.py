@@ -199,7 +199,9 @@ def test_a_job_with_the_real_libtpu_lives_beside_a_service_that_aborts_the_sdk(r
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER.format(sdk=str(TESTS / "libtpu_sdk.py")))
     monitor = str(Path(sys.executable).parent / "tpu-monitor")
-    env = {**agent_env(rundir), **libtpu_sdk.sdk_env(TPU_LOG_DIR=str(tmp_path))}
+    # In its own network namespace 8431 is the fixture's: tpu-tools reads it there, as libtpu's client does.
+    env = {**agent_env(rundir), **libtpu_sdk.sdk_env(TPU_LOG_DIR=str(tmp_path),
+                                                     TPU_TOOLS_LIBTPU_DEFAULT_ADDR="localhost:8431")}
     result = subprocess.run(libtpu_sdk.in_namespace([sys.executable, str(driver), str(fixture),
                                                      str(tmp_path / "job.py"), str(tmp_path / "ready"), monitor]),
                             capture_output=True, text=True, env=env, timeout=300)
