@@ -234,9 +234,14 @@ _AS_USER = textwrap.dedent("""
 """)
 
 
+_COVERAGE_VARIABLES = ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG", "COV_CORE_SOURCE", "COV_CORE_CONFIG",
+                       "COV_CORE_DATAFILE")
+
+
 def _as_user(user: str, *args: str) -> subprocess.CompletedProcess:
     """tpu-profile ARGS run as `user`: through runuser where that user can run this interpreter."""
-    env = clean_env(HOME="/tmp")
+    # Not measured by coverage: a process of another user cannot write the run's coverage data (root's files).
+    env = clean_env(HOME="/tmp", **{name: None for name in _COVERAGE_VARIABLES})
     probe = subprocess.run(["runuser", "-u", user, "--", sys.executable, "-c", "import tpu_tools"],
                            capture_output=True, env=env, timeout=60)
     if probe.returncode == 0:
