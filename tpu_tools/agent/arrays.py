@@ -1,7 +1,8 @@
 """Device memory by allocation, on request only (`tpu-monitor --arrays PID`): what holds a job's memory.
 
 Two views, both bounded in count and time, and nothing is kept or watched between requests:
-- the largest groups of live arrays by shape, dtype and sharding (bytes on this host's devices, count);
+- the largest groups of live arrays by shape, dtype, sharding and the source line that made them (jaxlib keeps
+  a traceback with every array; bytes on this host's devices, count);
 - the largest allocation sites: JAX's device memory profile (pprof) folded by the first frame of the
   job's own code, i.e. the source line that made the buffers, with bytes and count.
 The profile is decoded here (a few protobuf fields) rather than with pprof's own tooling.
@@ -107,7 +108,7 @@ def _source(stack: list[int], locations: dict[int, tuple[int, int]], functions: 
 def largest_arrays(jax_module: Any, limit: int = 20, budget_s: float = 0.5) -> dict[str, Any]:
     """The arrays document: groups by shape, dtype and sharding, and allocation sites; bounded."""
     started = time.monotonic()
-    groups: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     looked, truncated = 0, False
     backend = jax_module.local_devices()[0].client
     for array in backend.live_arrays():
@@ -122,15 +123,15 @@ def largest_arrays(jax_module: Any, limit: int = 20, budget_s: float = 0.5) -> d
             devices = sharding.addressable_devices
             shard = array.shape if len(devices) == 1 else sharding.shard_shape(array.shape)
             size = int(math.prod(shard) * array.dtype.itemsize) * len(devices)
-            key = (str(tuple(array.shape)), str(array.dtype), _sharding_text(sharding))
+            key = (str(tuple(array.shape)), str(array.dtype), _sharding_text(sharding), array_source(array))
         except Exception:  # deleted while we looked, or an exotic sharding
             continue
         groups[key][0] += size
         groups[key][1] += 1
     ranked = sorted(groups.items(), key=lambda item: -item[1][0])[:limit]
     document: dict[str, Any] = {
-        "arrays": [{"shape": shape, "dtype": dtype, "sharding": sharding, "bytes": size, "count": count}
-                   for (shape, dtype, sharding), (size, count) in ranked],
+        "arrays": [{"shape": shape, "dtype": dtype, "sharding": sharding, "source": source, "bytes": size,
+                    "count": count} for (shape, dtype, sharding, source), (size, count) in ranked],
         "arrays_looked_at": looked, "truncated": truncated, "sites": [], "sites_error": None}
     try:
         document["sites"] = allocation_sites(jax_module.profiler.device_memory_profile(), limit)
@@ -138,6 +139,18 @@ def largest_arrays(jax_module: Any, limit: int = 20, budget_s: float = 0.5) -> d
         document["sites_error"] = f"{type(error).__name__}: {error}"
     document["elapsed_s"] = round(time.monotonic() - started, 4)
     return document
+
+
+def array_source(array: Any) -> str:
+    """The line of the job's own code that made `array`, from the traceback jaxlib keeps with each array
+    (captured when the array was created, unless tracebacks are switched off); "" when there is none."""
+    traceback = getattr(array, "traceback", None)
+    if traceback is None:
+        return ""
+    for frame in traceback.frames:
+        if frame.file_name and not any(part in frame.file_name for part in _LIBRARY_PARTS):
+            return f"{frame.file_name}:{frame.line_num} ({frame.function_name})"
+    return "(inside libraries)"
 
 
 def _sharding_text(sharding: Any) -> str:
