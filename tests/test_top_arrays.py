@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import threading
+from pathlib import Path
 
-from agentjobs import running_job, wait_for
+import pytest
+from agentjobs import agent_env, running_job, wait_for
+from conftest import tool_command
+from test_top import Tmux
 
 from tpu_tools.top.arrays_view import ArraysBoard, ArraysRead, arrays_lines
 from tpu_tools.top.frame import frame_text, render
@@ -98,3 +103,27 @@ def test_rendering_fits_any_width_and_bounds_the_rows():
     assert "timed out after 10 s" in failed
     no_traceback = dict(report, arrays=[{**report["arrays"][0], "source": ""}], truncated=False)
     assert "(no traceback)" in frame_text(arrays_lines(ArraysRead(1, 1.0e9, 1.0e9, no_traceback), 200))
+
+
+def test_m_in_a_terminal_shows_the_arrays_and_the_keys_keep_working():
+    if not shutil.which("tmux"):
+        pytest.skip("tmux is not installed")
+    with running_job(tag="arrjob", host_devices=2) as (job, rundir):
+        env = agent_env(rundir, TERM="xterm-256color")
+        env["PATH"] = str(Path(tool_command("tpu-top")[0]).parent) + os.pathsep + env.get("PATH", "")
+        tmux = Tmux(200, 60, env)
+        try:
+            tmux.keys("tpu-top --interval 0.3", "Enter")
+            tmux.wait_for(lambda s: f"{job.pid}" in s and "arrjob" in s)
+            tmux.keys("Enter")
+            tmux.wait_for(lambda s: "m reads the largest arrays" in s)
+            tmux.keys("m")
+            screen = tmux.wait_for(lambda s: "Memory by allocation  read at " in s and "(512, 1024)" in s, 30)
+            big = next(line for line in screen.splitlines() if "(512, 1024)" in line)
+            assert "float32" in big and "job.py:" in big and "NamedSharding" in big
+            assert "Allocation sites" in screen and screen.splitlines()[-1].startswith(" Esc back  m arrays")
+            tmux.keys("Escape")
+            tmux.wait_for(lambda s: " Processes" in s and "Memory by allocation" not in s)
+            tmux.keys("q")
+        finally:
+            tmux.kill()
