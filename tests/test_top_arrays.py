@@ -61,6 +61,12 @@ def test_a_job_that_cannot_answer_or_has_no_agent_says_so_on_one_line(monkeypatc
     handle_key(state, "m", rows_from_report(holder))
     assert state.current_message() is not None and "has no tpu-tools agent" in state.current_message()[0]
     assert state.arrays.read(str(os.getpid())) is None  # nothing was asked
+    silent = {"schema": "tpu-tools/monitor/v1",
+              "processes": {"agents": [{"pid": 4242, "error": "no complete answer within 1 s"}]}}
+    state = ViewState(job_key="4242")
+    handle_key(state, "m", rows_from_report(silent))
+    assert state.current_message() == ("the agent of 4242 does not answer: no complete answer within 1 s", True)
+    assert state.arrays.read("4242") is None
 
 
 def test_no_agent_registered_is_an_error_line_not_a_raise(tmp_path, monkeypatch):

@@ -295,6 +295,8 @@ def _ask_arrays(state: ViewState, row: ProcessRow | None) -> str:
         state.say(f"{row.pid} has no tpu-tools agent: its arrays cannot be read", error=True)
     elif row.host is not None:
         state.say(f"{row.pid} runs on {row.host}: only this host's agents can be asked", error=True)
+    elif row.error:
+        state.say(f"the agent of {row.pid} does not answer: {row.error}", error=True)
     elif not state.arrays.ask(row.key, row.pid):
         state.say(f"still reading the arrays of {row.pid}")
     return REDRAW
