@@ -23,6 +23,7 @@ def test_the_largest_arrays_and_the_lines_that_made_them():
     # the job's 1024 x 1024 f32 array sharded over 4 devices on "d": the largest group
     assert (biggest["shape"], biggest["dtype"], biggest["bytes"]) == ("(1024, 1024)", "float32", 4 << 20)
     assert "NamedSharding" in biggest["sharding"] and "'d'" in biggest["sharding"]
+    assert "job.py:" in biggest["source"]  # the job's own line that made it, from the array's traceback
     assert document["arrays_looked_at"] >= 1 and document["truncated"] is False
     assert document["sites_error"] is None and document["sites"], document
     assert any("job.py:" in site["source"] for site in document["sites"])  # a line of the job's own code

@@ -1,7 +1,8 @@
 """Device memory by allocation, on request only (`tpu-monitor --arrays PID`): what holds a job's memory.
 
 Two views, both bounded in count and time, and nothing is kept or watched between requests:
-- the largest groups of live arrays by shape, dtype and sharding (bytes on this host's devices, count);
+- the largest groups of live arrays by shape, dtype, sharding and the source line that made them (jaxlib keeps
+  a traceback with every array; bytes on this host's devices, count);
 - the largest allocation sites: JAX's device memory profile (pprof) folded by the first frame of the
   job's own code, i.e. the source line that made the buffers, with bytes and count.
 The profile is decoded here (a few protobuf fields) rather than with pprof's own tooling.
@@ -107,9 +108,10 @@ def _source(stack: list[int], locations: dict[int, tuple[int, int]], functions: 
 def largest_arrays(jax_module: Any, limit: int = 20, budget_s: float = 0.5) -> dict[str, Any]:
     """The arrays document: groups by shape, dtype and sharding, and allocation sites; bounded."""
     started = time.monotonic()
-    groups: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     looked, truncated = 0, False
     backend = jax_module.local_devices()[0].client
+    seen: dict[Any, str] = {}
     for array in backend.live_arrays():
         if looked >= MAX_ARRAYS or time.monotonic() - started > budget_s:
             truncated = True
@@ -122,15 +124,15 @@ def largest_arrays(jax_module: Any, limit: int = 20, budget_s: float = 0.5) -> d
             devices = sharding.addressable_devices
             shard = array.shape if len(devices) == 1 else sharding.shard_shape(array.shape)
             size = int(math.prod(shard) * array.dtype.itemsize) * len(devices)
-            key = (str(tuple(array.shape)), str(array.dtype), _sharding_text(sharding))
+            key = (str(tuple(array.shape)), str(array.dtype), _sharding_text(sharding), array_source(array, seen))
         except Exception:  # deleted while we looked, or an exotic sharding
             continue
         groups[key][0] += size
         groups[key][1] += 1
     ranked = sorted(groups.items(), key=lambda item: -item[1][0])[:limit]
     document: dict[str, Any] = {
-        "arrays": [{"shape": shape, "dtype": dtype, "sharding": sharding, "bytes": size, "count": count}
-                   for (shape, dtype, sharding), (size, count) in ranked],
+        "arrays": [{"shape": shape, "dtype": dtype, "sharding": sharding, "source": source, "bytes": size,
+                    "count": count} for (shape, dtype, sharding, source), (size, count) in ranked],
         "arrays_looked_at": looked, "truncated": truncated, "sites": [], "sites_error": None}
     try:
         document["sites"] = allocation_sites(jax_module.profiler.device_memory_profile(), limit)
@@ -138,6 +140,38 @@ def largest_arrays(jax_module: Any, limit: int = 20, budget_s: float = 0.5) -> d
         document["sites_error"] = f"{type(error).__name__}: {error}"
     document["elapsed_s"] = round(time.monotonic() - started, 4)
     return document
+
+
+def array_source(array: Any, seen: dict[Any, str] | None = None) -> str:
+    """The line of the job's own code that made `array`, from the traceback jaxlib keeps with each array
+    (captured when the array was created, unless tracebacks are switched off); "" when there is none.
+
+    `seen` caches, for one read, what each code object and (code, instruction) came to: the traceback's raw
+    frames cost a few microseconds an array where its formatted frames cost several times that."""
+    traceback = getattr(array, "traceback", None)
+    if traceback is None:
+        return ""
+    seen = {} if seen is None else seen
+    try:
+        codes, lasts = traceback.raw_frames()
+    except AttributeError:  # an older jaxlib: the formatted frames
+        return next((f"{frame.file_name}:{frame.line_num} ({frame.function_name})" for frame in traceback.frames
+                     if frame.file_name and not _in_library(frame.file_name)), "(inside libraries)")
+    for code, last in zip(codes, lasts):
+        own = seen.get(code)
+        if own is None:
+            own = seen[code] = "" if _in_library(code.co_filename) else code.co_filename
+        if own:
+            where = seen.get((code, last))
+            if where is None:
+                name = getattr(code, "co_qualname", code.co_name)  # co_qualname: Python 3.11 on
+                where = seen[(code, last)] = f"{own}:{traceback.code_addr2line(code, last)} ({name})"
+            return where
+    return "(inside libraries)"
+
+
+def _in_library(filename: str) -> bool:
+    return not filename or any(part in filename for part in _LIBRARY_PARTS)
 
 
 def _sharding_text(sharding: Any) -> str:

@@ -84,7 +84,8 @@ METRICS = Obj({"values": List(METRIC, max_items=256), "rejected": _COUNT, "last_
 
 # The answer to the "arrays" request (tpu_tools.agent.arrays): device memory by allocation, on request only
 ARRAYS = Obj({
-    "arrays": List(Obj({"shape": Str(1024), "dtype": Str(64), "sharding": Str(4096), "bytes": _BYTES,
+    "arrays": List(Obj({"shape": Str(1024), "dtype": Str(64), "sharding": Str(4096), "source": Str(4096),
+                        "bytes": _BYTES,
                         "count": _COUNT}), max_items=1000),
     "arrays_looked_at": _COUNT, "truncated": Bool(),
     "sites": List(Obj({"source": Str(4096), "bytes": _BYTES, "count": _COUNT}), max_items=1000),

@@ -54,6 +54,7 @@ HELP_LINES = (
     "  up/down j/k  select a process",
     "  PgUp/PgDn    move the selection by 10",
     "  Enter        the selected job's own screen",
+    "  m            job screen: read its largest arrays once",
     "  Esc          back (job screen), clear the filter",
     "  /            filter processes by text",
     "  a            show / hide processes without agent",
@@ -524,7 +525,7 @@ def footer_line(state: ViewState, width: int) -> Line:
     if message is not None:
         return Line().add(" " + message[0], ERROR if message[1] else TITLE)
     if state.job_key is not None:
-        hints = ["Esc back", "I/T/K signal", "q quit", "h help"]
+        hints = ["Esc back", "m arrays", "I/T/K signal", "q quit", "h help"]
     else:
         hints = ["q quit", "j/k select", "Enter job", "/ filter", "a all", "I/T/K signal", "s/S sort",
                  "r reverse", "p pause", "h help"]

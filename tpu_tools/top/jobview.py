@@ -2,7 +2,8 @@
 
 Everything comes from the same report as the main screen (the agent's entry
 for the process) and from tpu-top's history of it; nothing is asked of the job
-beyond what every refresh asks.
+beyond what every refresh asks, except its arrays when `m` is pressed
+(tpu_tools.top.arrays_view, read once in the background).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from typing import Any
 
 from tpu_tools.metrics.tpuhealth import attention
+from tpu_tools.top.arrays_view import arrays_lines
 from tpu_tools.top.cacheview import cache_section
 from tpu_tools.top.drawing import (
     BAR_LOW,
@@ -126,6 +128,7 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
     lines += steps[:2]  # the percentiles and the steps/s graph near the top: always in view
     lines += goodput_lines(detail, width)
     lines += _device_section(detail, width)
+    lines += arrays_lines(state.arrays.read(row.key), width)
     lines += _health_section(detail, width)
     lines += _compile_section(detail, width)
     lines += cache_section(detail, width)

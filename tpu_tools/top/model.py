@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpu_tools.top.arrays_view import ArraysBoard
+
 
 @dataclass
 class ProcessRow:
@@ -189,6 +191,7 @@ class ViewState:
     message: tuple[str, bool, float] | None = None  # (text, is_error, shown until, monotonic)
     unicode: bool = True  # block characters for graphs; ASCII otherwise
     readonly: bool = False  # --readonly: no signal can be sent from this screen
+    arrays: ArraysBoard = field(default_factory=ArraysBoard)  # `m` on a job screen: its arrays, read on request
 
     @property
     def sort(self) -> SortColumn:
@@ -284,6 +287,21 @@ def _answer_pending(state: ViewState, key: str, signaller: Signaller | None) -> 
     return REDRAW
 
 
+def _ask_arrays(state: ViewState, row: ProcessRow | None) -> str:
+    """`m` on a job screen: read that job's arrays once, in the background (the keys never wait for it)."""
+    if row is None:
+        state.say("the process is gone: nothing to ask", error=True)
+    elif not row.has_agent:
+        state.say(f"{row.pid} has no tpu-tools agent: its arrays cannot be read", error=True)
+    elif row.host is not None:
+        state.say(f"{row.pid} runs on {row.host}: only this host's agents can be asked", error=True)
+    elif row.error:
+        state.say(f"the agent of {row.pid} does not answer: {row.error}", error=True)
+    elif not state.arrays.ask(row.key, row.pid):
+        state.say(f"still reading the arrays of {row.pid}")
+    return REDRAW
+
+
 def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Signaller | None = None,
                checker: Checker | None = None) -> str:
     """Apply one key (a character, or "up"/"down"/"home"/"end"/"pageup"/"pagedown"/"enter"/"escape"/
@@ -302,6 +320,8 @@ def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Si
     if state.job_key is not None and key in ("escape", "backspace", "\x7f", "left"):
         state.job_key = None
         return REDRAW
+    if key == "m" and state.job_key is not None:
+        return _ask_arrays(state, next((r for r in ordered if r.key == state.job_key), None))
     if key in SIGNAL_KEYS and state.readonly:
         state.say("read-only (--readonly): tpu-top sends no signals", error=True)
         return REDRAW

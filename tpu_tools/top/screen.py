@@ -205,6 +205,7 @@ def _loop(window: Any, collector: Collector, state: ViewState, history: History 
         history.record(report, rows_from_report(report))
     shown_message: tuple[str, bool] | None = None
     failed_sequence = 0
+    arrays_version = state.arrays.version  # a read of a job's arrays started or ended: redraw
 
     def draw() -> None:
         height, width = window.getmaxyx()
@@ -220,7 +221,8 @@ def _loop(window: Any, collector: Collector, state: ViewState, history: History 
             message = state.current_message()
             if (latest is not None and latest.error and latest.sequence != failed_sequence) \
                     or (not state.paused and latest is not None and latest.report is not report) \
-                    or message != shown_message:
+                    or message != shown_message or state.arrays.version != arrays_version:
+                arrays_version = state.arrays.version
                 if not state.paused and latest is not None and latest.report is not report:
                     report = latest.report
                     if history is not None:
