@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -188,3 +189,32 @@ def test_os_environ_is_untouched_by_the_flag_check():
     before = dict(os.environ)
     check_xla_flags(RuntimePolicy(platform="cpu", host_devices=2))  # only the toolkit's own flag: no child
     assert dict(os.environ) == before
+
+
+_SIGNAL_INSIDE_AN_IMPORT = """
+import os, signal, sys, time
+import click
+from tpu_tools.cli.common import run_cli
+
+@click.command()
+def command():
+    if os.environ.get("WITH_JAX"):
+        import jax
+        jax.jit(lambda x: x + 1)(1.0).block_until_ready()  # the runtime and its threads are up
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)
+    except KeyboardInterrupt as error:  # as an import machinery that reports any failure as its own
+        raise ImportError("the module could not be imported") from error
+
+run_cli(command, prog_name="prog")
+"""
+
+
+@pytest.mark.parametrize("jax_loaded", [False, True])
+def test_a_signal_turned_into_another_error_still_exits_as_the_signal(tmp_path, jax_loaded):
+    script = tmp_path / "prog.py"
+    script.write_text(_SIGNAL_INSIDE_AN_IMPORT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env=clean_env(JAX_PLATFORMS="cpu", WITH_JAX="1" if jax_loaded else None))
+    assert (done.returncode, done.stderr) == (143, "prog: terminated\n")

@@ -53,6 +53,11 @@ def note_interrupt(error: BaseException) -> None:
         _received = signal.SIGINT
 
 
+def received() -> int | None:
+    """The signal number of the last SIGINT or SIGTERM this program received, else None."""
+    return _received
+
+
 def interrupted_exit_code() -> int:
     """130 after Ctrl-C (or when nothing was received), 143 after SIGTERM."""
     return EXIT_TERMINATED if _received == signal.SIGTERM else EXIT_INTERRUPTED

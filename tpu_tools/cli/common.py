@@ -21,7 +21,7 @@ import click
 from tpu_tools import signals
 from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
 from tpu_tools.cli.params import Count, Number, Seconds
-from tpu_tools.errors import EXIT_FAILURE, EXIT_TERMINATED, ToolError
+from tpu_tools.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, ToolError
 from tpu_tools.parsing import MAX_TIMEOUT_S
 from tpu_tools.pjrt.runtime import PLATFORM_CHOICES, RuntimePolicy
 from tpu_tools.sanitize import safe_text
@@ -282,15 +282,32 @@ def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
         code = error.exit_code
     except (click.Abort, KeyboardInterrupt) as error:
         signals.note_interrupt(error)
-        code = signals.interrupted_exit_code()
-        sys.stderr.write(f"{prog}: {'terminated' if code == EXIT_TERMINATED else 'interrupted'}\n")
+        code = _interrupted(prog)
     except ToolError as error:
         _report(prog, str(error), error)
         code = error.exit_code
-    except Exception as error:  # a bug: say so in one line, traceback under --debug
-        _report(prog, f"internal error: {type(error).__name__}: {error}", error, hint=True)
-        code = EXIT_FAILURE
+    except Exception as error:
+        if signals.received() is not None:  # the signal's exception turned into another on its way (an import)
+            code = _interrupted(prog)
+        else:  # a bug: say so in one line, traceback under --debug
+            _report(prog, f"internal error: {type(error).__name__}: {error}", error, hint=True)
+            code = EXIT_FAILURE
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) and "jax" in sys.modules:
+        # The runtime's threads may still be compiling or running: tearing the interpreter down under them can
+        # crash it (SIGSEGV instead of 143). What was to be kept is written; leave without the teardown.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
     sys.exit(code)
+
+
+def _interrupted(prog: str) -> int:
+    code = signals.interrupted_exit_code()
+    sys.stderr.write(f"{prog}: {'terminated' if code == EXIT_TERMINATED else 'interrupted'}\n")
+    return code
 
 
 def _report(prog: str, message: str, error: BaseException, hint: bool = False) -> None:
