@@ -20,8 +20,15 @@ def shorten(text: str, limit: int) -> str:
 
 
 def quoted(value: object, limit: int = 24) -> str:
-    """`value` as an error message quotes it (its repr), cut short: a 400-digit number is not repeated whole."""
-    return shorten(repr(value), limit)
+    """`value` as an error message quotes it (its repr, printable), cut short: a 400-digit number is not repeated
+    whole, and an object whose repr raises or prints control characters cannot break the message."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else "?" for c in text)
+    return shorten(text, limit)
 
 
 def one_line(text: str, limit: int) -> str:

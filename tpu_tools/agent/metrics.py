@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tpu_tools.shorten import shorten
+from tpu_tools.shorten import quoted, shorten
 
 MAX_METRICS = 256
 MAX_NAME = 128
@@ -49,14 +49,6 @@ class MetricValue:
         return dict(vars(self))
 
 
-def _short(value: Any) -> str:
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{type(value).__name__}>"
-    text = "".join(c if c.isprintable() else "?" for c in text)
-    return shorten(text, 40)
-
 
 def read_value(value: Any) -> tuple[float, str, int | None, int | None]:
     """(number, kind, devices it lives on, devices of the job); raises ValueError for what is not a scalar."""
@@ -75,7 +67,7 @@ def read_value(value: Any) -> tuple[float, str, int | None, int | None]:
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError) as error:
-        raise ValueError(f"{_short(value)} is not a number") from error
+        raise ValueError(f"{quoted(value, 40)} is not a number") from error
     return number, "host", None, None
 
 
@@ -92,7 +84,7 @@ class MetricStore:
         problem: str | None
         try:
             if len(self._values) >= MAX_METRICS and name not in self._values:  # before any work: bounded cost
-                problem = f"more than {MAX_METRICS} metric names; {_short(name)} was not kept"
+                problem = f"more than {MAX_METRICS} metric names; {quoted(name, 40)} was not kept"
             else:
                 problem = self._check(name, scope)
             if problem is None:
@@ -106,9 +98,9 @@ class MetricStore:
                     if name in self._values or len(self._values) < MAX_METRICS:
                         self._values[name] = entry
                         return True
-                    problem = f"more than {MAX_METRICS} metric names; {_short(name)} was not kept"
+                    problem = f"more than {MAX_METRICS} metric names; {quoted(name, 40)} was not kept"
         except Exception as error:  # a value that fails to read (a deleted array, a runtime error)
-            problem = f"metric {_short(name)}: {type(error).__name__}: {error}"
+            problem = f"metric {quoted(name, 40)}: {type(error).__name__}: {error}"
         with self._lock:
             self.rejected += 1
             self.last_error = shorten(problem or "", 300)
@@ -117,10 +109,10 @@ class MetricStore:
     @staticmethod
     def _check(name: Any, scope: Any) -> str | None:
         if not isinstance(name, str) or not name or len(name) > MAX_NAME or not _NAME.match(name):
-            return (f"metric name {_short(name)} is not a name of letters, digits and _ . : / - (at most "
+            return (f"metric name {quoted(name, 40)} is not a name of letters, digits and _ . : / - (at most "
                     f"{MAX_NAME}, starting with a letter or _)")
         if scope is not None and scope not in SCOPES:
-            return f"metric {name}: scope {_short(scope)} is not one of {', '.join(SCOPES)}"
+            return f"metric {name}: scope {quoted(scope, 40)} is not one of {', '.join(SCOPES)}"
         return None
 
     def snapshot(self) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from datetime import datetime, timezone
 from typing import Any
@@ -18,7 +17,7 @@ from tpu_tools.cli.common import (
     run_cli,
     runtime_options,
 )
-from tpu_tools.cli.output import note
+from tpu_tools.cli.output import note, reserve_stdout
 from tpu_tools.cli.params import Count, Number
 from tpu_tools.collectives.ops import REDOPS
 from tpu_tools.errors import EXIT_GATE, EXIT_USAGE, GateFailed, RuntimeFailure, ToolError, UsageError
@@ -314,7 +313,7 @@ def _run(ctx: click.Context, settings, join, policy: RuntimePolicy, json_path: s
         sys.stderr.write(f"{prog}: error: {message}\n")
         sys.stderr.flush()
 
-    _reserve_stdout()
+    reserve_stdout()
     run = CollectivesRun(settings, policy, join, on_fatal, command)
     try:
         report = run.open()
@@ -350,16 +349,6 @@ def _run(ctx: click.Context, settings, join, policy: RuntimePolicy, json_path: s
         raise _error(code, report.error)  # process 0 says why; the others just share the exit status
     return code
 
-
-def _reserve_stdout() -> None:
-    """Keep stdout for the table: native code (gloo) prints on file descriptor 1, send that to stderr."""
-    try:
-        sys.stdout.flush()
-        ours = os.dup(sys.stdout.fileno())
-        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    except (OSError, ValueError):  # no real file descriptors (embedded): nothing to protect
-        return
-    sys.stdout = os.fdopen(ours, "w", buffering=1, encoding=sys.stdout.encoding, errors="replace")
 
 
 def _render_section(run, section, settings, show: bool) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from tpu_tools.cli.common import ToolCommand, common_options, is_debug, output_options, run_cli, runtime_options
-from tpu_tools.cli.output import Output, note
+from tpu_tools.cli.output import Output, note, reserve_stdout
 from tpu_tools.cli.params import Count, Duration, Number
 from tpu_tools.errors import RuntimeFailure, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -215,7 +215,7 @@ def _run_joined(settings: Any, join: Any, policy: RuntimePolicy, timeout_s: floa
     from tpu_tools.diag.supervise import apply_event
 
     adopt_launcher()
-    _reserve_stdout()
+    reserve_stdout()
     out.stream = sys.stdout
 
     current: list[tuple[str, int | None]] = []
@@ -249,18 +249,6 @@ def _run_joined(settings: Any, join: Any, policy: RuntimePolicy, timeout_s: floa
 
     return run_joined(settings, join, policy, timeout_s, ReportSink(), report, on_expire) == 0
 
-
-def _reserve_stdout() -> None:
-    """Keep stdout for the report: native code (gloo) prints on file descriptor 1, send that to stderr."""
-    import os
-
-    try:
-        sys.stdout.flush()
-        ours = os.dup(sys.stdout.fileno())
-        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    except (OSError, ValueError):  # no real file descriptors (embedded): nothing to protect
-        return
-    sys.stdout = os.fdopen(ours, "w", buffering=1, encoding=sys.stdout.encoding, errors="replace")
 
 
 def _launch(ctx: click.Context, processes: int, join: Any, policy: RuntimePolicy, timeout_s: float) -> int:

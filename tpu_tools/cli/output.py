@@ -74,3 +74,14 @@ def note(message: str) -> None:
     """A line for the user on stderr (never mixed into stdout's data)."""
     sys.stderr.write(safe_text(message, multiline=True) + "\n")
     sys.stderr.flush()
+
+
+def reserve_stdout() -> None:
+    """Keep stdout for our report: native code (gloo) prints on file descriptor 1, which goes to stderr from now."""
+    try:
+        sys.stdout.flush()
+        ours = os.dup(sys.stdout.fileno())
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptors (embedded): nothing to protect
+        return
+    sys.stdout = os.fdopen(ours, "w", buffering=1, encoding=sys.stdout.encoding, errors="replace")

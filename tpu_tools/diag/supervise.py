@@ -25,6 +25,7 @@ import tpu_tools
 from tpu_tools.diag.records import FAIL, Check, Coverage, DiagReport
 from tpu_tools.diag.settings import DiagSettings
 from tpu_tools.errors import PlatformUnavailable, RuntimeFailure, UsageError
+from tpu_tools.pjrt.isolate import kill_group
 from tpu_tools.pjrt.runtime import RuntimePolicy, check_platform_installed, explain_backend_error, unknown_xla_flag
 
 _BOOT = "from tpu_tools.diag.worker import main; main()"
@@ -177,16 +178,8 @@ class Supervisor:
         return "PJRT" if shown == "auto" else shown
 
     def kill(self) -> None:
-        if self.process is None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        if self.process is not None:
+            kill_group(self.process)
 
 
 def _signal_name(number: int) -> str:

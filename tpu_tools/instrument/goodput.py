@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from tpu_tools.shorten import shorten
+from tpu_tools.shorten import quoted
 
 PRODUCTIVE = "productive"
 STARTUP = "startup"
@@ -181,13 +181,13 @@ class GoodputLedger:
             if flops is not None:
                 value = _finite_non_negative(flops)
                 if value is None:
-                    self._reject("flops", f"flops={_short(flops)} is not a finite number >= 0; ignored")
+                    self._reject("flops", f"flops={quoted(flops, 40)} is not a finite number >= 0; ignored")
                 else:
                     self._pending_flops = value
             if samples is not None:
                 value = _finite_non_negative(samples)
                 if value is None:
-                    self._reject("samples", f"samples={_short(samples)} is not a finite number >= 0; ignored")
+                    self._reject("samples", f"samples={quoted(samples, 40)} is not a finite number >= 0; ignored")
                 else:
                     self._pending_samples = value
 
@@ -196,7 +196,7 @@ class GoodputLedger:
         value = _finite_non_negative(flops)
         with self._lock:
             if value is None:
-                self._reject("flops", f"step FLOPs {_short(flops)} from {source} are not a finite number >= 0")
+                self._reject("flops", f"step FLOPs {quoted(flops, 40)} from {source} are not a finite number >= 0")
                 return False
             self._default_flops, self._default_flops_source = value, source
             return True
@@ -354,13 +354,13 @@ class GoodputLedger:
     def _phase_cause(self, name: Any) -> str:
         if (not isinstance(name, str) or len(name) > MAX_PHASE_NAME or not _PHASE_NAME.match(name)
                 or name in (PRODUCTIVE, STARTUP, COMPILE, HOST, IDLE)):
-            self._reject("phase", f"phase name {_short(name)} is not a name of letters, digits, '_', '.', '-' "
+            self._reject("phase", f"phase name {quoted(name, 40)} is not a name of letters, digits, '_', '.', '-' "
                                   f"(at most {MAX_PHASE_NAME}, not a built-in cause); counted as {OTHER_PHASE!r}")
             return OTHER_PHASE
         if name in self._totals:
             return name
         if len(self._totals) - len(BUILTIN) - (OTHER_PHASE in self._totals) >= MAX_CUSTOM_PHASES:
-            self._reject("phase", f"more than {MAX_CUSTOM_PHASES} phase names; {_short(name)} counted as "
+            self._reject("phase", f"more than {MAX_CUSTOM_PHASES} phase names; {quoted(name, 40)} counted as "
                                   f"{OTHER_PHASE!r}")
             return OTHER_PHASE
         return name
@@ -369,15 +369,6 @@ class GoodputLedger:
         self._rejected[what] = self._rejected.get(what, 0) + 1
         self._last_error = message
 
-
-def _short(value: Any) -> str:
-    """A value in an error message: repr, printable, cut short."""
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{type(value).__name__}>"
-    text = "".join(c if c.isprintable() else "?" for c in text)
-    return shorten(text, 40)
 
 
 def _breakdown(totals: dict[str, float], wall: float) -> dict[str, Any]:

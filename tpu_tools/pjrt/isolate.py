@@ -120,14 +120,19 @@ class IsolatedCall:
 
     def kill(self) -> None:
         """Kill the child and everything it started; never leaves a process behind."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_group(self.process)
+
+
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    """Kill a child started in its own session, and everything it started, then reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def start_isolated(target: str, params: dict[str, Any] | None, policy: RuntimePolicy,
