@@ -144,6 +144,10 @@ def top_command(interval: float, once: bool, readonly: bool, sort: str, tag_filt
     state = ViewState(sort_index=SORT_KEYS.index(sort), interval_s=interval,
                       filters=Filters(users=users, pids=pids, devices=devices), unicode=_unicode_output(),
                       readonly=readonly)
+    if from_prometheus is None:  # this host's processes: their start times and parents, from /proc
+        from tpu_tools.top.procinfo import ProcessInfo
+
+        state.annotate = ProcessInfo().annotate
     builder: Any  # one source or the other, each with build() -> report and close()
     if from_prometheus is not None:
         from tpu_tools.metrics.fleet.source import FleetSource

@@ -57,9 +57,12 @@ HELP_LINES = (
     "  Esc          back (job screen), clear the filter",
     "  /            filter processes by text",
     "  a            show / hide processes without agent",
-    "  I / T / K    send SIGINT / SIGTERM / SIGKILL",
+    "  space        mark / unmark the process (Esc clears)",
+    "  I / T / K    send SIGINT / SIGTERM / SIGKILL to the",
+    "               marked processes, else the selected one",
     "  s / S        sort by the next / previous column",
     "  r            reverse the sort order",
+    "  t            tree: children under their parent",
     "  p            pause / resume refreshing",
     "  h or ?       this help (any key closes it)",
 )
@@ -321,27 +324,44 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
     return lines
 
 
-def _process_columns(multi_host: bool, host_width: int = 12, health: bool = False) -> list[Column]:
+def _process_columns(multi_host: bool, host_width: int = 12, health: bool = False, gpus: bool = False,
+                     times: bool = True) -> list[Column]:
     # Fits 80 columns with room for the command; narrower, the least useful go first.
     priorities = {"pid": 0, "user": 5, "tag": 1, "cpu": 6, "rss": 7, "devmem": 2, "compiles": 8, "recompiles": 4,
-                  "steps": 3}
+                  "steps": 3, "sm": 7, "time": 9}
     widths = {"pid": 7, "user": 8, "tag": 10, "cpu": 5, "rss": 7, "devmem": 7, "compiles": 5, "recompiles": 6,
-              "steps": 6}
+              "steps": 6, "sm": 4, "time": 10}
     columns = [Column("host", "HOST", host_width, priority=1)] if multi_host else []
     columns += [Column(c.key, c.header, widths[c.key], right=c.key not in ("user", "tag"), priority=priorities[c.key])
-                for c in SORT_COLUMNS]
+                for c in SORT_COLUMNS
+                if (gpus or c.key != "sm") and (times or c.key != "time")]  # SM% where a GPU is; TIME where known
     if health:  # only where an agent read libtpu's ICI link health or throttle score
         columns.append(Column("health", "HEALTH", 7, priority=2))
     columns.append(Column("command", "COMMAND", 8, priority=4, flex_max=1000))
     return columns
 
 
-def _process_cells(row: ProcessRow) -> dict[str, list[Segment] | tuple[str, str]]:
+def elapsed_text(seconds: float | None) -> str:
+    """A process's running time as ps and nvitop show it: 05:07, 3:05:07, 2-03:05:07."""
+    if seconds is None:
+        return MISSING
+    whole = max(0, int(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+def _process_cells(row: ProcessRow, now: float, marked: bool = False) -> dict[str, list[Segment] | tuple[str, str]]:
     agent = row.has_agent and row.error is None
     tail = f"error: {row.error}" if row.error else short_command(row.command)
+    if row.depth:  # the tree view: under its parent
+        tail = "  " * (row.depth - 1) + "`- " + tail
     return {
         "host": (row.host or MISSING, NORMAL),
-        "pid": (str(row.pid), NORMAL),
+        "pid": (("*" if marked else "") + str(row.pid), WARN if marked else NORMAL),
         "user": (row.user or MISSING, NORMAL),
         "tag": (row.tag or MISSING, NORMAL),
         "cpu": (percent_text(row.cpu_percent), NORMAL),
@@ -352,6 +372,8 @@ def _process_cells(row: ProcessRow) -> dict[str, list[Segment] | tuple[str, str]
         "recompiles": (str(row.recompiles) if agent and row.recompiles is not None else MISSING,
                        WARN if agent and row.recompiles else NORMAL),
         "steps": (format_number(row.steps_per_second) if agent else MISSING, NORMAL),
+        "sm": (percent_text(row.sm_percent), NORMAL),
+        "time": (elapsed_text(None if row.started_unix_s is None else now - row.started_unix_s), NORMAL),
         "health": _health_cell(row),
         "command": (tail, ERROR if row.error else DIM if not row.has_agent else NORMAL),
     }
@@ -369,18 +391,25 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
         return [], None
     direction = "^" if state.sort.descending == state.reversed else "v"
     title_parts = [(" Processes", TITLE), (f"sorted by {state.sort.header} {direction}", DIM)]
+    if state.tree:
+        title_parts.append(("tree (t)", DIM))
     if state.filters.active():
         title_parts.append((f"filter: {' '.join(state.filters.active())}", WARN))
+    if state.marked:
+        title_parts.append((f"{len(state.marked)} marked (space)", WARN))
     lines = [parts_line(title_parts, width)]
     if group.get("error"):
         return [*lines, Line().add(f"  {group['error']}", ERROR)], None
     hosts = _hosts(report)
     # HOST:PORT of a fleet's hosts in full where they fit (up to 22 characters), else cut with a mark
     health = any((a.get("tpu_sdk") or {}).get("health") for a in group.get("agents") or [])
-    columns = layout(_process_columns(len(hosts) > 1, max(4, min(22, max(map(len, hosts), default=4))), health),
-                     width)
-    lines.append(column_header(columns, state.sort.key))
+    gpus = any((report.get(source) or {}).get("gpus") for source in ("nvml", "amdsmi"))
     rows = state.visible_rows(report)
+    times = any(row.started_unix_s is not None for row in rows)
+    columns = layout(_process_columns(len(hosts) > 1, max(4, min(22, max(map(len, hosts), default=4))), health,
+                                      gpus, times), width)
+    lines.append(column_header(columns, state.sort.key))
+    now = report.get("time_unix_s") or time.time()
     selected = state.resolve_selection(rows) if interactive else None
     if not rows:
         text = "no process matches the filter" if state.filters.active() and (group.get("agents")
@@ -397,7 +426,8 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
         rows_shown = rows[start:start + visible]
     for offset, row in enumerate(rows_shown):
         is_selected = selected is not None and start + offset == selected
-        lines.append(table_row(columns, _process_cells(row), SELECTED if is_selected else None))
+        lines.append(table_row(columns, _process_cells(row, now, row.key in state.marked),
+                               SELECTED if is_selected else None))
     hidden = len(rows) - len(rows_shown)
     if hidden:
         lines.append(Line().add(f"  ... {hidden} more processes (up/down to scroll)", DIM))
@@ -519,6 +549,11 @@ def footer_line(state: ViewState, width: int) -> Line:
     if state.pending is not None:
         row = state.pending.row
         label = f"{row.pid}" + (f" ({row.tag})" if row.tag else "") + (f" on {row.host}" if row.host else "")
+        if state.pending.rows:  # the question first: a long list of PIDs is cut at the width, not it
+            refused = f"; {len(state.pending.refused)} refused" if state.pending.refused else ""
+            return Line(fill=WARN).add(f" send {state.pending.signal_name} to {len(state.pending.rows)} marked "
+                                       f"processes? y / n   PIDs {' '.join(str(r.pid) for r in state.pending.rows)}"
+                                       f"{refused}", WARN)
         return Line(fill=WARN).add(f" send {state.pending.signal_name} to {label}? y / n", WARN)
     message = state.current_message()
     if message is not None:

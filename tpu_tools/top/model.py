@@ -24,6 +24,10 @@ class ProcessRow:
     error: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)  # the agent entry, for the selected-process lines
     host: str | None = None  # set by a source that reads several hosts
+    sm_percent: float | None = None  # NVML's per-process SM utilization, the busiest GPU's where it uses several
+    started_unix_s: float | None = None  # from /proc, for local processes (procinfo.ProcessInfo)
+    parent_pid: int | None = None
+    depth: int = 0  # in the tree view (`t`): how many listed ancestors the process has
 
     @property
     def key(self) -> str:
@@ -55,6 +59,8 @@ SORT_COLUMNS = (
     SortColumn("compiles", "COMP", "compiles", True),
     SortColumn("recompiles", "RECOMP", "recompiles", True),
     SortColumn("steps", "STEP/S", "steps_per_second", True),
+    SortColumn("sm", "SM%", "sm_percent", True),
+    SortColumn("time", "TIME", "started_unix_s", False),  # the earliest start, the longest running, first
 )
 SORT_KEYS = tuple(c.key for c in SORT_COLUMNS)
 DEFAULT_SORT = "devmem"
@@ -147,20 +153,30 @@ MESSAGE_S = 5.0  # how long a result line stays
 
 @dataclass
 class Pending:
-    """A signal waiting for `y` on the confirmation line."""
+    """A signal waiting for `y` on the confirmation line: to `row`, or to every marked process (`rows`)."""
 
     signal_name: str
     row: ProcessRow
+    rows: list[ProcessRow] = field(default_factory=list)  # the marked processes, when several
+    refused: list[str] = field(default_factory=list)  # why some marked processes are left out
+
+    @property
+    def targets(self) -> list[ProcessRow]:
+        return self.rows or [self.row]
+
 def _add_gpu_processes(rows: list[ProcessRow], report: dict[str, Any]) -> None:
     """Every process NVML (or amdsmi) lists on a GPU, agent or not, with the GPU memory it holds (the card's own
     figure)."""
     memory: dict[int, int] = {}
+    busy: dict[int, float] = {}
     listed: dict[int, dict[str, Any]] = {}
     for gpu in [g for group in ("nvml", "amdsmi") for g in (report.get(group) or {}).get("gpus") or []]:
         for process in gpu.get("processes") or []:
             listed.setdefault(process["pid"], process)
             if process.get("gpu_memory_bytes") is not None:
                 memory[process["pid"]] = memory.get(process["pid"], 0) + process["gpu_memory_bytes"]
+            if process.get("sm_utilization_percent") is not None:
+                busy[process["pid"]] = max(busy.get(process["pid"], 0.0), float(process["sm_utilization_percent"]))
     by_pid = {row.pid: row for row in rows}
     for pid, process in listed.items():
         row = by_pid.get(pid)
@@ -171,6 +187,7 @@ def _add_gpu_processes(rows: list[ProcessRow], report: dict[str, Any]) -> None:
             rows.append(row)
         if pid in memory:
             row.device_memory_bytes = memory[pid]
+        row.sm_percent = busy.get(pid)
 
 
 @dataclass
@@ -189,14 +206,24 @@ class ViewState:
     message: tuple[str, bool, float] | None = None  # (text, is_error, shown until, monotonic)
     unicode: bool = True  # block characters for graphs; ASCII otherwise
     readonly: bool = False  # --readonly: no signal can be sent from this screen
+    annotate: Callable[[list[ProcessRow]], None] | None = None  # adds start times and parents (ProcessInfo)
+    marked: set[str] = field(default_factory=set)  # keys of the processes marked with space for one signal
+    tree: bool = False  # `t`: children under their parent
 
     @property
     def sort(self) -> SortColumn:
         return SORT_COLUMNS[self.sort_index]
 
+    def listed_rows(self, report: dict[str, Any]) -> list[ProcessRow]:
+        """The process panel's rows, filtered, not yet sorted."""
+        rows = rows_from_report(report)
+        if self.annotate is not None:
+            self.annotate(rows)
+        return self.filters.rows(report, rows)
+
     def visible_rows(self, report: dict[str, Any]) -> list[ProcessRow]:
         """The process panel's rows: filtered, then sorted."""
-        return self.sorted_rows(self.filters.rows(report, rows_from_report(report)))
+        return self.sorted_rows(self.listed_rows(report))
 
     def sorted_rows(self, rows: list[ProcessRow]) -> list[ProcessRow]:
         column = self.sort
@@ -209,7 +236,12 @@ class ViewState:
             return found.lower() if isinstance(found, str) else found
 
         present.sort(key=lambda r: (value(r), r.host or "", r.pid), reverse=descending)
-        return present + sorted(missing, key=lambda r: (r.host or "", r.pid))  # unknown figures always last
+        flat = present + sorted(missing, key=lambda r: (r.host or "", r.pid))  # unknown figures always last
+        if self.tree:
+            return tree_order(flat)
+        for row in flat:
+            row.depth = 0
+        return flat
 
     def resolve_selection(self, rows: list[ProcessRow]) -> int | None:
         """Index of the selected row in `rows` (sorted); follows the process, else keeps the position."""
@@ -248,6 +280,34 @@ class ViewState:
         return text, error
 
 
+def tree_order(rows: list[ProcessRow]) -> list[ProcessRow]:
+    """Each process followed by its listed children (depth first), siblings in the order of `rows`; a
+    process whose parent is not listed is a root. Sets each row's `depth`."""
+    listed = {(r.host, r.pid) for r in rows}
+    children: dict[tuple[str | None, int], list[ProcessRow]] = {}
+    roots = []
+    for row in rows:
+        parent = (row.host, row.parent_pid)
+        if row.parent_pid is not None and parent in listed and row.parent_pid != row.pid:
+            children.setdefault(parent, []).append(row)
+        else:
+            roots.append(row)
+    ordered: list[ProcessRow] = []
+    seen: set[tuple[str | None, int]] = set()
+    stack = [(row, 0) for row in reversed(roots)]
+    while stack:
+        row, depth = stack.pop()
+        if (row.host, row.pid) in seen:
+            continue
+        seen.add((row.host, row.pid))
+        row.depth = depth
+        ordered.append(row)
+        stack += [(child, depth + 1) for child in reversed(children.get((row.host, row.pid), []))]
+    # a parent loop (a PID reused as its own ancestor's parent) has no root: list those rows flat, last
+    ordered += [r for r in rows if (r.host, r.pid) not in seen]
+    return ordered
+
+
 QUIT = "quit"
 REDRAW = "redraw"
 IGNORED = "ignored"
@@ -279,8 +339,47 @@ def _answer_pending(state: ViewState, key: str, signaller: Signaller | None) -> 
     if key not in ("y", "Y") or signaller is None:
         state.say(f"{pending.signal_name} not sent")
         return REDRAW
-    delivered, text = signaller(pending.row, pending.signal_name)
-    state.say(text, error=not delivered)
+    if not pending.rows:
+        delivered, text = signaller(pending.row, pending.signal_name)
+        state.say(text, error=not delivered)
+        return REDRAW
+    results = [signaller(row, pending.signal_name) for row in pending.rows]
+    failures = [text for delivered, text in results if not delivered] + pending.refused
+    sent = len(results) - sum(1 for delivered, _ in results if not delivered)
+    state.marked.clear()
+    state.say(f"{pending.signal_name} sent to {sent} of {sent + len(failures)} marked processes"
+              + (f"; {failures[0]}" + (f" (+{len(failures) - 1} more)" if len(failures) > 1 else "")
+                 if failures else ""), error=bool(failures))
+    return REDRAW
+
+
+def _ask_signal(state: ViewState, key: str, ordered: list[ProcessRow], checker: Checker | None) -> str:
+    """I/T/K: ask to signal the job screen's process, else the marked processes, else the selected one."""
+    marked = [r for r in ordered if r.key in state.marked] if state.job_key is None else []
+    if marked:
+        allowed: list[ProcessRow] = []
+        refused: list[str] = []
+        for each in marked:
+            reason = checker(each) if checker is not None else None
+            if reason:
+                refused.append(reason)
+            else:
+                allowed.append(each)
+        if not allowed:
+            state.say(refused[0] + (f" (+{len(refused) - 1} more)" if len(refused) > 1 else ""), error=True)
+        else:
+            state.pending = Pending(SIGNAL_KEYS[key], allowed[0], allowed, refused)
+        return REDRAW
+    row = next((r for r in ordered if r.key == state.job_key), None) if state.job_key is not None \
+        else state.selected_row(ordered)
+    if row is None:
+        state.say("no process selected", error=True)
+        return REDRAW
+    refusal = checker(row) if checker is not None else None
+    if refusal:
+        state.say(refusal, error=True)
+    else:
+        state.pending = Pending(SIGNAL_KEYS[key], row)
     return REDRAW
 
 
@@ -297,6 +396,7 @@ def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Si
     if state.pending is not None:
         return _answer_pending(state, key, signaller)
     ordered = state.sorted_rows(rows)
+    state.marked &= {r.key for r in ordered}  # a mark goes with its process (gone, or filtered out)
     if key == "q":
         return QUIT
     if state.job_key is not None and key in ("escape", "backspace", "\x7f", "left"):
@@ -306,16 +406,12 @@ def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Si
         state.say("read-only (--readonly): tpu-top sends no signals", error=True)
         return REDRAW
     if key in SIGNAL_KEYS:
-        row = next((r for r in ordered if r.key == state.job_key), None) if state.job_key is not None \
-            else state.selected_row(ordered)
-        if row is None:
-            state.say("no process selected", error=True)
-            return REDRAW
-        refusal = checker(row) if checker is not None else None
-        if refusal:
-            state.say(refusal, error=True)
-        else:
-            state.pending = Pending(SIGNAL_KEYS[key], row)
+        return _ask_signal(state, key, ordered, checker)
+    if key == " ":
+        row = state.selected_row(ordered)
+        if row is not None:
+            state.marked ^= {row.key}
+            state.move(ordered, 1)  # as in top and htop: mark down a list key by key
         return REDRAW
     if key in ("up", "k"):
         state.move(ordered, -1)
@@ -339,12 +435,16 @@ def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Si
         state.filters.show_all = not state.filters.show_all
     elif key == "escape" and state.filters.text:
         state.filters.text = ""
+    elif key == "escape" and state.marked:
+        state.marked.clear()
     elif key == "s":
         state.sort_index = (state.sort_index + 1) % len(SORT_COLUMNS)
     elif key == "S":
         state.sort_index = (state.sort_index - 1) % len(SORT_COLUMNS)
     elif key == "r":
         state.reversed = not state.reversed
+    elif key == "t":
+        state.tree = not state.tree
     elif key == "p":
         state.paused = not state.paused
     elif key in ("h", "?"):

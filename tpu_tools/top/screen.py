@@ -237,7 +237,7 @@ def _loop(window: Any, collector: Collector, state: ViewState, history: History 
             draw()
             continue
         was_paused = state.paused
-        rows = state.filters.rows(report, rows_from_report(report))
+        rows = state.listed_rows(report)
         if handle_key(state, _key_name(code), rows, signals.send, signals.refusal) == QUIT:
             return
         if was_paused != state.paused:
