@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -14,12 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_top import _report
 
+from tpu_tools.dump.redact import make_redactor
 from tpu_tools.top import signals
 from tpu_tools.top.collector import Collector
 from tpu_tools.top.drawing import Column, layout, sparkline
+from tpu_tools.top.environ import read_environment
 from tpu_tools.top.frame import elapsed_text, frame_text, render
 from tpu_tools.top.history import MAX_SAMPLES, History, Ring
-from tpu_tools.top.model import SORT_KEYS, Filters, ProcessRow, ViewState, handle_key, rows_from_report
+from tpu_tools.top.model import IGNORED, SORT_KEYS, Filters, ProcessRow, ViewState, handle_key, rows_from_report
 from tpu_tools.top.procinfo import ProcessInfo
 
 
@@ -538,3 +541,49 @@ def _parents(rows: list[ProcessRow]):
         for each in listed:
             each.parent_pid = parents.get(each.pid)
     return annotate
+
+
+# --- environment screen ----------------------------------------------------------------------------------
+
+def test_environment_screen_shows_redacted_variables_and_esc_returns():
+    env = {"PATH": os.environ.get("PATH", "/usr/bin"), "HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123",
+           "DB_URL": "postgres://alice:hunter2@db:5432/x", "XLA_FLAGS": "--xla_dump_to=/tmp/d", "LONG": "v" * 300}
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        rows = [ProcessRow(pid=child.pid, user="me", tag="train", command="sleep")]
+        state = ViewState(read_environment=functools.partial(read_environment, redact=make_redactor(True).env_value))
+        handle_key(state, "e", rows)
+        assert state.environment is not None and state.environment.error is None
+        frame = frame_text(render(_with_holders(rows), state, 100, 8))
+        lines = frame.splitlines()
+        assert lines[1].startswith(f" Environment of {child.pid} (train) of me") and "5 variables" in lines[1]
+        assert " DB_URL=postgres://<redacted>@db:5432/x" in lines and " HF_TOKEN=<redacted>" in lines
+        assert "hunter2" not in frame and "hf_abc" not in frame and all(len(line) <= 100 for line in lines)
+        assert "Esc back" in lines[-1]
+        handle_key(state, "end", rows)  # scrolls to the last screenful: three lines on a 6-line terminal
+        lines = frame_text(render(_with_holders(rows), state, 100, 6)).splitlines()
+        assert lines[-2] == " XLA_FLAGS=--xla_dump_to=/tmp/d" and lines[2].startswith(" LONG=vvv")
+        handle_key(state, "up", rows)
+        assert frame_text(render(_with_holders(rows), state, 100, 6)).splitlines()[2].startswith(" HF_TOKEN=")
+        assert handle_key(state, "T", rows) == IGNORED and state.pending is None  # no signal from this screen
+        handle_key(state, "escape", rows)
+        assert state.environment is None and "Processes" in frame_text(render(_with_holders(rows), state, 100, 20))
+    finally:
+        child.kill()
+        child.wait()
+    handle_key(state, "e", rows)  # the process is gone (a zombie's environment is empty, a reaped one missing)
+    assert state.environment is not None and state.environment.error in (
+        f"process {child.pid} has exited", f"{child.pid} (train) of me has an empty environment")
+    remote = ProcessRow(pid=1, user=None, tag=None, command="x", host="other")
+    assert read_environment(remote, make_redactor(True).env_value).error == \
+        "1 runs on other: only this host's processes can be read"
+    if os.geteuid() != 0:  # root reads every process's environment
+        unreadable = read_environment(ProcessRow(pid=1, user="root", tag=None, command="init"),
+                                      make_redactor(True).env_value)
+        assert unreadable.error and "not readable" in unreadable.error
+    assert "no environment screen here" in _message_after_e(ViewState(), rows)
+
+
+def _message_after_e(state: ViewState, rows: list[ProcessRow]) -> str:
+    handle_key(state, "e", rows)
+    return state.current_message()[0]

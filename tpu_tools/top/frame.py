@@ -41,6 +41,7 @@ from tpu_tools.top.drawing import (
     sparkline,
     table_row,
 )
+from tpu_tools.top.environ import environment_lines
 from tpu_tools.top.fleet_panel import fleet_lines
 from tpu_tools.top.history import History, device_graph_series, device_key
 from tpu_tools.top.jobview import job_lines
@@ -54,6 +55,7 @@ HELP_LINES = (
     "  up/down j/k  select a process",
     "  PgUp/PgDn    move the selection by 10",
     "  Enter        the selected job's own screen",
+    "  e            the selected process's environment",
     "  Esc          back (job screen), clear the filter",
     "  /            filter processes by text",
     "  a            show / hide processes without agent",
@@ -558,8 +560,10 @@ def footer_line(state: ViewState, width: int) -> Line:
     message = state.current_message()
     if message is not None:
         return Line().add(" " + message[0], ERROR if message[1] else TITLE)
-    if state.job_key is not None:
-        hints = ["Esc back", "I/T/K signal", "q quit", "h help"]
+    if state.environment is not None:
+        hints = ["Esc back", "up/down scroll", "q quit", "h help"]
+    elif state.job_key is not None:
+        hints = ["Esc back", "e environment", "I/T/K signal", "q quit", "h help"]
     else:
         hints = ["q quit", "j/k select", "Enter job", "/ filter", "a all", "I/T/K signal", "s/S sort",
                  "r reverse", "p pause", "h help"]
@@ -586,8 +590,10 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
            interactive: bool = True, history: History | None = None) -> list[Line]:
     """The frame for `report` at `width` x `height` (height None: as tall as needed, for --once)."""
     width = max(20, width)
-    if state.job_key is not None and interactive:
-        body = job_lines(report, state, history, width, None if height is None else height - 2)
+    if (state.job_key is not None or state.environment is not None) and interactive:
+        body = environment_lines(state.environment, width, None if height is None else height - 2) \
+            if state.environment is not None else \
+            job_lines(report, state, history, width, None if height is None else height - 2)
         lines = [header_line(report, state, width, interactive), *body]
         if height is not None:
             lines = lines[: height - 1]

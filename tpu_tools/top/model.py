@@ -191,6 +191,17 @@ def _add_gpu_processes(rows: list[ProcessRow], report: dict[str, Any]) -> None:
 
 
 @dataclass
+class Environment:
+    """The environment screen's content (top/environ.py reads it once, when `e` opens the screen)."""
+
+    pid: int
+    label: str
+    lines: list[str] = field(default_factory=list)  # VAR=value, values redacted
+    error: str | None = None  # why there is nothing to show
+    top: int = 0  # the first line shown (scrolling)
+
+
+@dataclass
 class ViewState:
     sort_index: int = SORT_KEYS.index(DEFAULT_SORT)
     reversed: bool = False
@@ -209,6 +220,8 @@ class ViewState:
     annotate: Callable[[list[ProcessRow]], None] | None = None  # adds start times and parents (ProcessInfo)
     marked: set[str] = field(default_factory=set)  # keys of the processes marked with space for one signal
     tree: bool = False  # `t`: children under their parent
+    environment: Environment | None = None  # the environment screen (`e`) is open
+    read_environment: Callable[[ProcessRow], Environment] | None = None  # for `e`; None: not offered
 
     @property
     def sort(self) -> SortColumn:
@@ -383,6 +396,24 @@ def _ask_signal(state: ViewState, key: str, ordered: list[ProcessRow], checker: 
     return REDRAW
 
 
+ENVIRONMENT_PAGE = 10
+
+
+def _environment_key(state: ViewState, key: str) -> str:
+    """Keys on the environment screen: Esc (or e, left, backspace) goes back, the others scroll."""
+    env = state.environment
+    assert env is not None
+    if key in ("escape", "backspace", "\x7f", "left", "e"):
+        state.environment = None
+        return REDRAW
+    moves = {"up": -1, "k": -1, "down": 1, "j": 1, "pageup": -ENVIRONMENT_PAGE, "pagedown": ENVIRONMENT_PAGE,
+             "home": -len(env.lines), "end": len(env.lines)}
+    if key not in moves:
+        return IGNORED
+    env.top = max(0, min(len(env.lines) - 1, env.top + moves[key]))  # the screen clamps it to its height
+    return REDRAW
+
+
 def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Signaller | None = None,
                checker: Checker | None = None) -> str:
     """Apply one key (a character, or "up"/"down"/"home"/"end"/"pageup"/"pagedown"/"enter"/"escape"/
@@ -399,6 +430,16 @@ def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Si
     state.marked &= {r.key for r in ordered}  # a mark goes with its process (gone, or filtered out)
     if key == "q":
         return QUIT
+    if state.environment is not None:
+        return _environment_key(state, key)
+    if key == "e":
+        row = next((r for r in ordered if r.key == state.job_key), None) if state.job_key is not None \
+            else state.selected_row(ordered)
+        if row is None or state.read_environment is None:
+            state.say("no process selected" if row is None else "no environment screen here", error=True)
+        else:
+            state.environment = state.read_environment(row)
+        return REDRAW
     if state.job_key is not None and key in ("escape", "backspace", "\x7f", "left"):
         state.job_key = None
         return REDRAW
