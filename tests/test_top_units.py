@@ -587,3 +587,37 @@ def test_environment_screen_shows_redacted_variables_and_esc_returns():
 def _message_after_e(state: ViewState, rows: list[ProcessRow]) -> str:
     handle_key(state, "e", rows)
     return state.current_message()[0]
+
+
+# --- mouse -----------------------------------------------------------------------------------------------
+
+def test_a_click_selects_the_row_under_it_and_the_wheel_scrolls():
+    report = _report(agents=12, devices=2)
+    rows = rows_from_report(report)
+    state = ViewState(sort_index=SORT_KEYS.index("pid"))
+    lines = frame_text(render(report, state, 160, 40)).splitlines()
+    line_of = {pid: next(i for i, line in enumerate(lines) if line.split()[:1] == [str(pid)]) for pid in (1004, 1007)}
+    assert state.row_at[line_of[1007]] == "1007" and 0 not in state.row_at
+    handle_key(state, f"click:{line_of[1007]}", rows)
+    assert state.selected_key == "1007"
+    assert handle_key(state, "click:0", rows) == IGNORED and state.selected_key == "1007"  # the header
+    handle_key(state, "wheelup", rows)
+    assert state.selected_key == "1004"
+    handle_key(state, "wheeldown", rows)
+    handle_key(state, "wheeldown", rows)
+    assert state.selected_key == "1010"
+    handle_key(state, "enter", rows)  # the job screen has no rows to click
+    render(report, state, 160, 40)
+    assert state.row_at == {} and handle_key(state, f"click:{line_of[1004]}", rows) == IGNORED
+
+
+def test_mouse_events_become_keys():
+    import curses
+
+    from tpu_tools.top.screen import mouse_key
+
+    assert mouse_key((0, 5, 7, 0, curses.BUTTON1_PRESSED)) == "click:7"
+    assert mouse_key((0, 5, 7, 0, curses.BUTTON4_PRESSED)) == "wheelup"
+    if hasattr(curses, "BUTTON5_PRESSED"):
+        assert mouse_key((0, 5, 7, 0, curses.BUTTON5_PRESSED)) == "wheeldown"
+    assert mouse_key((0, 5, 7, 0, curses.BUTTON1_RELEASED)) == ""

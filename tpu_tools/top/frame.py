@@ -54,6 +54,7 @@ HELP_LINES = (
     "  q            quit",
     "  up/down j/k  select a process",
     "  PgUp/PgDn    move the selection by 10",
+    "  mouse        a click selects, the wheel scrolls",
     "  Enter        the selected job's own screen",
     "  e            the selected process's environment",
     "  Esc          back (job screen), clear the filter",
@@ -387,7 +388,8 @@ def _health_cell(row: ProcessRow) -> tuple[str, str]:
 
 
 def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows: int | None,
-                  interactive: bool) -> tuple[list[Line], ProcessRow | None]:
+                  interactive: bool, drawn: dict[int, str] | None = None) -> tuple[list[Line], ProcessRow | None]:
+    """The process panel, and the selected row; `drawn` gets id(line) -> row key, for mouse clicks."""
     group = report.get("processes")
     if group is None:
         return [], None
@@ -430,6 +432,8 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
         is_selected = selected is not None and start + offset == selected
         lines.append(table_row(columns, _process_cells(row, now, row.key in state.marked),
                                SELECTED if is_selected else None))
+        if drawn is not None:
+            drawn[id(lines[-1])] = row.key
     hidden = len(rows) - len(rows_shown)
     if hidden:
         lines.append(Line().add(f"  ... {hidden} more processes (up/down to scroll)", DIM))
@@ -591,6 +595,7 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
     """The frame for `report` at `width` x `height` (height None: as tall as needed, for --once)."""
     width = max(20, width)
     if (state.job_key is not None or state.environment is not None) and interactive:
+        state.row_at = {}  # no process rows to click here
         body = environment_lines(state.environment, width, None if height is None else height - 2) \
             if state.environment is not None else \
             job_lines(report, state, history, width, None if height is None else height - 2)
@@ -608,11 +613,12 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
     if hosts:  # a fleet view (--from-prometheus): the hosts, the slice's outliers first
         top += [*hosts, Line()]
     footer = [footer_line(state, width)] if interactive else []
+    drawn: dict[int, str] = {}
     details_budget = 2 if interactive and (height is None or height >= 16) else 0
     graphs: list[Line] = []
     if height is None:
         devices = device_lines(report, width, None, state, history)
-        processes, selected = process_lines(report, state, width, None, interactive)
+        processes, selected = process_lines(report, state, width, None, interactive, drawn)
     else:
         fixed = len(top) + len(footer) + details_budget + 1  # + the blank line between panels
         available = height - fixed
@@ -629,7 +635,7 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
         if history is not None and interactive and spare >= 3:
             panel = min(spare, history_rows_wanted(device_need - 2, True))
             process_budget -= panel + 1
-        processes, selected = process_lines(report, state, width, max(1, process_budget), interactive)
+        processes, selected = process_lines(report, state, width, max(1, process_budget), interactive, drawn)
         if panel and history is not None:
             graphs = history_lines(report, state, history, width, panel, selected)
     lines = [*top, *devices, Line(), *processes]
@@ -648,6 +654,7 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
             _overlay_help(lines, width, height)
     else:
         lines += footer
+    state.row_at = {index: drawn[id(line)] for index, line in enumerate(lines) if id(line) in drawn}
     return [line.cut(width) for line in lines]
 
 

@@ -222,6 +222,7 @@ class ViewState:
     tree: bool = False  # `t`: children under their parent
     environment: Environment | None = None  # the environment screen (`e`) is open
     read_environment: Callable[[ProcessRow], Environment] | None = None  # for `e`; None: not offered
+    row_at: dict[int, str] = field(default_factory=dict)  # screen line -> the process row drawn there (mouse)
 
     @property
     def sort(self) -> SortColumn:
@@ -397,6 +398,7 @@ def _ask_signal(state: ViewState, key: str, ordered: list[ProcessRow], checker: 
 
 
 ENVIRONMENT_PAGE = 10
+WHEEL_LINES = 3  # one wheel notch moves the selection (or scrolls the environment) this far
 
 
 def _environment_key(state: ViewState, key: str) -> str:
@@ -406,7 +408,8 @@ def _environment_key(state: ViewState, key: str) -> str:
     if key in ("escape", "backspace", "\x7f", "left", "e"):
         state.environment = None
         return REDRAW
-    moves = {"up": -1, "k": -1, "down": 1, "j": 1, "pageup": -ENVIRONMENT_PAGE, "pagedown": ENVIRONMENT_PAGE,
+    moves = {"up": -1, "k": -1, "down": 1, "j": 1, "wheelup": -WHEEL_LINES, "wheeldown": WHEEL_LINES,
+             "pageup": -ENVIRONMENT_PAGE, "pagedown": ENVIRONMENT_PAGE,
              "home": -len(env.lines), "end": len(env.lines)}
     if key not in moves:
         return IGNORED
@@ -417,8 +420,9 @@ def _environment_key(state: ViewState, key: str) -> str:
 def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Signaller | None = None,
                checker: Checker | None = None) -> str:
     """Apply one key (a character, or "up"/"down"/"home"/"end"/"pageup"/"pagedown"/"enter"/"escape"/
-    "backspace") to the state. `rows` are the process panel's rows as shown (filtered); `signaller` sends
-    the signal confirmed with `y`, `checker` refuses one before asking."""
+    "backspace", or the mouse's "click:LINE"/"wheelup"/"wheeldown") to the state. `rows` are the process
+    panel's rows as shown (filtered); `signaller` sends the signal confirmed with `y`, `checker` refuses one
+    before asking."""
     if state.show_help:
         state.show_help = False  # any key closes the help; q also quits
         return QUIT if key == "q" else REDRAW
@@ -454,7 +458,17 @@ def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Si
             state.marked ^= {row.key}
             state.move(ordered, 1)  # as in top and htop: mark down a list key by key
         return REDRAW
-    if key in ("up", "k"):
+    if key.startswith("click:"):  # the mouse: a click on a process row selects it
+        clicked = state.row_at.get(int(key[6:])) if key[6:].isdigit() else None
+        if clicked is None or state.job_key is not None:
+            return IGNORED
+        state.selected_key = clicked
+        state.resolve_selection(ordered)
+    elif key in ("wheelup", "wheeldown"):
+        if state.job_key is not None:
+            return IGNORED
+        state.move(ordered, WHEEL_LINES if key == "wheeldown" else -WHEEL_LINES)
+    elif key in ("up", "k"):
         state.move(ordered, -1)
     elif key in ("down", "j"):
         state.move(ordered, 1)
