@@ -182,7 +182,7 @@ def _run_screen(collector: Collector, state: ViewState, history: History | None)
         signal.signal(signal.SIGTERM, previous_term)
 
 
-# Presses, not clicks: a click is reported only after the release, and curses would wait mouseinterval for it.
+# With mouseinterval 0, curses reports a button at once, as a press or (press and release read together) a click.
 _MOUSE_CLICK = curses.BUTTON1_PRESSED | curses.BUTTON1_CLICKED
 _WHEEL_UP = curses.BUTTON4_PRESSED
 _WHEEL_DOWN = getattr(curses, "BUTTON5_PRESSED", 0)  # ncurses 6 has it; older ones report no wheel down
