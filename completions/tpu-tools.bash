@@ -33,7 +33,7 @@ _tpu_tools_complete() {
             opts='--interval --once --readonly --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--interval --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout'; pathopts=''
             case "$prev" in
-                --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
+                --sort) choices='pid user tag cpu rss devmem compiles recompiles steps sm time' ;;
             esac
             ;;
         'tpu-tools|bench')
@@ -245,7 +245,7 @@ _tpu_tools_complete() {
             opts='--interval --once --readonly --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--interval --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout'; pathopts=''
             case "$prev" in
-                --sort) choices='pid user tag cpu rss devmem compiles recompiles steps' ;;
+                --sort) choices='pid user tag cpu rss devmem compiles recompiles steps sm time' ;;
             esac
             ;;
         'tpu-bench|')

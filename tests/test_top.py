@@ -452,3 +452,44 @@ def test_colours_mean_something_and_no_color_turns_them_off(jobs, terminal_env, 
         tmux.keys("q")
     finally:
         tmux.kill()
+
+
+def test_marks_tree_environment_and_mouse_in_a_terminal(jobs, terminal_env):
+    big, small, path = jobs
+    secret = {"HF_TOKEN": "hf_0123456789abcdefghijklmnopqrstuv", "PLAIN_SETTING": "plain-value"}
+    first, second = (start_job(path, tag=f"marked{i}", light=True, launcher=False, extra_env=secret).wait_ready()
+                     for i in (1, 2))
+    first, second = sorted((first, second), key=lambda job: job.pid)
+    tmux = Tmux(120, 40, terminal_env)
+    try:
+        # The mouse report sent below is xterm's (SGR), whatever tmux's own TERM; tmux writes it a character at
+        # a time, so on a busy machine its Esc must not count as a key on its own.
+        tmux.keys("clear; TERM=xterm-256color ESCDELAY=2000 tpu-top --interval 0.3 --sort pid", "Enter")
+        tmux.keys("/", "marked", "Enter")
+        screen = tmux.wait_for(lambda s: "filter: /marked" in s and "Enter keep" not in s
+                               and len(_process_rows(s.splitlines(), big.pid, small.pid, first.pid, second.pid)) == 2)
+        header = next(line for line in screen.splitlines() if line.split()[:1] == ["PID"])
+        assert "TIME" in header
+        # a click (SGR mouse report, 1-based) on the second row selects it: `e` then opens its environment
+        y = next(i for i, line in enumerate(screen.splitlines()) if line.split()[:1] == [str(second.pid)]) + 1
+        tmux.run("send-keys", "-t", "t", "-l", f"\x1b[<0;10;{y}M\x1b[<0;10;{y}m")
+        tmux.keys("e")
+        screen = tmux.wait_for(lambda s: f"Environment of {second.pid} (marked2)" in s)
+        assert "HF_TOKEN=<redacted>" in screen and "PLAIN_SETTING=plain-value" in screen
+        assert "hf_0123" not in screen
+        tmux.keys("e")  # back (as Esc, without its delay); the clicked row is still selected
+        tmux.wait_for(lambda s: "Processes" in s)
+        tmux.keys("k", "Space", "Space", "t")
+        tmux.wait_for(lambda s: "2 marked (space)" in s and "tree (t)" in s and f"*{first.pid}" in s
+                      and f"*{second.pid}" in s)
+        tmux.keys("T")
+        tmux.wait_for(lambda s: "send SIGTERM to 2 marked processes? y / n" in s)
+        tmux.keys("y")
+        tmux.wait_for(lambda s: "SIGTERM sent to 2 of 2 marked processes" in s)
+        assert first.process.wait(timeout=10) == -signal.SIGTERM
+        assert second.process.wait(timeout=10) == -signal.SIGTERM
+        tmux.keys("q")
+    finally:
+        tmux.kill()
+        first.stop()
+        second.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -14,12 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_top import _report
 
+from tpu_tools.dump.redact import make_redactor
 from tpu_tools.top import signals
 from tpu_tools.top.collector import Collector
 from tpu_tools.top.drawing import Column, layout, sparkline
-from tpu_tools.top.frame import frame_text, render
+from tpu_tools.top.environ import read_environment
+from tpu_tools.top.frame import elapsed_text, frame_text, render
 from tpu_tools.top.history import MAX_SAMPLES, History, Ring
-from tpu_tools.top.model import Filters, ProcessRow, ViewState, handle_key, rows_from_report
+from tpu_tools.top.model import IGNORED, SORT_KEYS, Filters, ProcessRow, ViewState, handle_key, rows_from_report
+from tpu_tools.top.procinfo import ProcessInfo
 
 
 def _sample(report: dict, sequence: int, utilization: float) -> dict:
@@ -305,7 +309,7 @@ def test_narrow_terminals_drop_whole_columns_and_never_break_a_header_word():
     report = _report(agents=3, devices=4)
     words = {"DEVICE", "NAME", "MEMORY", "USED", "TOTAL", "UTIL%", "HISTORY", "PROCESSES", "PID", "USER", "TAG",
              "CPU%", "RSS", "DEV", "MEM", "COMP", "RECOMP", "STEP/S", "COMMAND", "tpu-top", "host", "tpu-vm-1",
-             "platform", "tpu", "refresh", "1s", "help", "quit", "select", "Processes", "sorted", "by"}
+             "platform", "tpu", "refresh", "1s", "help", "quit", "select", "Processes", "sorted", "by", "TIME", "SM%"}
     for width in range(40, 81, 4):
         text = frame_text(render(report, ViewState(), width, 24, history=History(1.0)))
         lines = text.splitlines()
@@ -390,3 +394,230 @@ def test_history_graphs_grow_taller_with_the_terminal():
 
 def _cells(line: str) -> int:
     return sum(1 for c in line if c in "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588")
+
+
+# --- running time, SM utilization ------------------------------------------------------------------------
+
+def _gpu_report() -> dict:
+    report = _report(agents=1, devices=1)
+    report["nvml"] = {"gpus": [
+        {"device_key": "gpu:0", "processes": [{"pid": 4242, "gpu_memory_bytes": 1 << 30, "sm_utilization_percent": 37.0,
+                                               "command": "python train.py", "user": "bob"}]},
+        {"device_key": "gpu:1", "processes": [
+            {"pid": 4242, "gpu_memory_bytes": 1 << 30, "sm_utilization_percent": 80.0},
+            {"pid": 4343, "gpu_memory_bytes": 1 << 20}]}]}
+    return report
+
+
+def test_sm_utilization_is_the_busiest_gpus_and_shown_only_with_gpus():
+    rows = {r.pid: r for r in rows_from_report(_gpu_report())}
+    assert rows[4242].sm_percent == 80.0 and rows[4343].sm_percent is None and rows[1000].sm_percent is None
+    frame = frame_text(render(_gpu_report(), ViewState(), 200, 40))
+    assert "SM%" in frame
+    header = next(line.split() for line in frame.splitlines() if line.split()[:1] == ["PID"])
+    row = next(line.split() for line in frame.splitlines() if line.split()[:1] == ["4242"])
+    assert row[header.index("SM%") - 1] == "80.0"  # - 1: the header's "DEV MEM" is two words
+    assert "SM%" not in frame_text(render(_report(), ViewState(), 200, 40))
+
+
+def test_elapsed_text_reads_like_ps():
+    assert [elapsed_text(s) for s in (None, 0, 65, 3 * 3600 + 5 * 60 + 7, 2 * 86400 + 3 * 3600 + 5)] == \
+        ["-", "00:00", "01:05", "3:05:07", "2-03:00:05"]
+
+
+def test_running_time_comes_from_proc_once_per_pid():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        info = ProcessInfo()
+        report = _report(agents=1, devices=1)
+        report["processes"]["holders"] = [{"pid": child.pid, "command": "sleep", "user": "me"}]
+        report["time_unix_s"] = time.time() + 3725  # the report is an hour, 2 min and 5 s after now
+        state = ViewState(annotate=info.annotate, sort_index=SORT_KEYS.index("time"))
+        rows = state.visible_rows(report)
+        child_row = next(r for r in rows if r.pid == child.pid)
+        assert child_row.started_unix_s is not None and child_row.parent_pid == os.getpid()
+        assert len(info) == 2  # the agent's PID 1000 too (read, unknown or not)
+        frame = frame_text(render(report, state, 200, 40))
+        line = next(line for line in frame.splitlines() if line.split()[:1] == [str(child.pid)])
+        assert " 1:02:0" in line  # 1:02:05, a second more when the child started a second after `now`
+        # a PID that leaves the list is forgotten
+        report["processes"]["holders"] = []
+        state.visible_rows(report)
+        assert len(info) == 1
+    finally:
+        child.kill()
+        child.wait()
+
+
+# --- marks: one signal to several processes --------------------------------------------------------------
+
+def test_marked_processes_get_one_signal_after_one_confirmation():
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(3)]
+    try:
+        rows = [ProcessRow(pid=c.pid, user="me", tag=f"job{i}", command="sleep") for i, c in enumerate(children)]
+        state = ViewState(sort_index=SORT_KEYS.index("pid"))
+        ordered = state.sorted_rows(rows)
+        handle_key(state, " ", rows)  # marks the first and moves down
+        handle_key(state, "down", rows)
+        handle_key(state, " ", rows)  # the third
+        assert state.marked == {ordered[0].key, ordered[2].key}
+        frame = frame_text(render(_with_holders(rows), state, 160, 30))
+        assert f"*{ordered[0].pid}" in frame and f"*{ordered[2].pid}" in frame and f"*{ordered[1].pid}" not in frame
+        assert "2 marked (space)" in frame
+        handle_key(state, "T", rows, signals.send, signals.refusal)
+        assert state.pending is not None and {r.pid for r in state.pending.targets} == \
+            {ordered[0].pid, ordered[2].pid}
+        assert "send SIGTERM to 2 marked processes? y / n" in frame_text(render(_with_holders(rows), state, 160, 30))
+        handle_key(state, "y", rows, signals.send, signals.refusal)
+        assert state.current_message() == ("SIGTERM sent to 2 of 2 marked processes", False)
+        assert children[[c.pid for c in children].index(ordered[0].pid)].wait(10) == -signal.SIGTERM
+        assert children[[c.pid for c in children].index(ordered[2].pid)].wait(10) == -signal.SIGTERM
+        assert children[[c.pid for c in children].index(ordered[1].pid)].poll() is None
+        assert state.marked == set()
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
+def test_marks_refused_under_readonly_toggled_and_cleared():
+    rows = [ProcessRow(pid=p, user="me", tag=None, command="x") for p in (11, 12)]
+    state = ViewState(readonly=True, sort_index=SORT_KEYS.index("pid"))
+    handle_key(state, " ", rows)
+    handle_key(state, "up", rows)
+    handle_key(state, " ", rows)  # unmarks
+    assert state.marked == set()
+    handle_key(state, " ", rows)  # marks 12, the selection stays on the last row
+    assert state.marked == {"12"}
+    handle_key(state, "K", rows, lambda row, name: (True, "sent"), lambda row: None)
+    assert state.pending is None and state.current_message()[0].startswith("read-only")
+    state.readonly = False
+    handle_key(state, "K", rows, lambda row, name: (True, "sent"), lambda row: f"not permitted to signal {row.pid}")
+    assert state.pending is None and state.current_message() == ("not permitted to signal 12", True)
+    handle_key(state, "n", rows)
+    handle_key(state, "escape", rows)
+    assert state.marked == set()
+    handle_key(state, " ", rows)
+    assert state.marked == {"12"}
+    handle_key(state, "I", [rows[0]], lambda row, name: (True, "sent"), lambda row: None)  # 12 left the list
+    assert state.marked == set() and state.pending is not None and state.pending.targets == [rows[0]]
+
+
+def _with_holders(rows: list[ProcessRow]) -> dict:
+    report = _report(agents=0, devices=1)
+    report["processes"]["holders"] = [{"pid": r.pid, "user": r.user, "command": r.command} for r in rows]
+    return report
+
+
+# --- tree view -------------------------------------------------------------------------------------------
+
+def test_tree_puts_children_under_their_parent_sorted_among_siblings():
+    def row(pid: int, parent: int | None, cpu: float) -> ProcessRow:
+        return ProcessRow(pid=pid, user="me", tag=None, command=f"cmd{pid}", cpu_percent=cpu, parent_pid=parent)
+
+    rows = [row(10, 1, 5.0), row(11, 10, 1.0), row(12, 10, 9.0), row(13, 12, 2.0), row(20, 1, 50.0),
+            row(21, 21, 0.0), row(30, 31, 3.0), row(31, 30, 4.0)]  # 21 its own parent; 30 and 31 a loop
+    state = ViewState(sort_index=SORT_KEYS.index("cpu"))
+    flat = [r.pid for r in state.sorted_rows(rows)]
+    assert flat == [20, 12, 10, 31, 30, 13, 11, 21]
+    handle_key(state, "t", rows)
+    tree = state.sorted_rows(rows)
+    assert [(r.pid, r.depth) for r in tree] == [(20, 0), (10, 0), (12, 1), (13, 2), (11, 1), (21, 0), (31, 0),
+                                                (30, 0)]
+    handle_key(state, "r", rows)  # reversed: still under the parent, siblings reversed
+    assert [(r.pid, r.depth) for r in state.sorted_rows(rows)][:5] == [(21, 0), (10, 0), (11, 1), (12, 1), (13, 2)]
+    frame = frame_text(render(_with_holders(rows), ViewState(tree=True, annotate=_parents(rows)), 160, 30))
+    assert "tree (t)" in frame
+    line = next(line for line in frame.splitlines() if line.split()[:1] == ["13"])
+    assert line.rstrip().endswith("  `- cmd13")
+    handle_key(state, "t", rows)
+    assert all(r.depth == 0 for r in state.sorted_rows(rows))
+
+
+def _parents(rows: list[ProcessRow]):
+    parents = {r.pid: r.parent_pid for r in rows}
+
+    def annotate(listed: list[ProcessRow]) -> None:
+        for each in listed:
+            each.parent_pid = parents.get(each.pid)
+    return annotate
+
+
+# --- environment screen ----------------------------------------------------------------------------------
+
+def test_environment_screen_shows_redacted_variables_and_esc_returns():
+    env = {"PATH": os.environ.get("PATH", "/usr/bin"), "HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123",
+           "DB_URL": "postgres://alice:hunter2@db:5432/x", "XLA_FLAGS": "--xla_dump_to=/tmp/d", "LONG": "v" * 300}
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        rows = [ProcessRow(pid=child.pid, user="me", tag="train", command="sleep")]
+        state = ViewState(read_environment=functools.partial(read_environment, redact=make_redactor(True).env_value))
+        handle_key(state, "e", rows)
+        assert state.environment is not None and state.environment.error is None
+        frame = frame_text(render(_with_holders(rows), state, 100, 8))
+        lines = frame.splitlines()
+        assert lines[1].startswith(f" Environment of {child.pid} (train) of me") and "5 variables" in lines[1]
+        assert " DB_URL=postgres://<redacted>@db:5432/x" in lines and " HF_TOKEN=<redacted>" in lines
+        assert "hunter2" not in frame and "hf_abc" not in frame and all(len(line) <= 100 for line in lines)
+        assert "Esc back" in lines[-1]
+        handle_key(state, "end", rows)  # scrolls to the last screenful: three lines on a 6-line terminal
+        lines = frame_text(render(_with_holders(rows), state, 100, 6)).splitlines()
+        assert lines[-2] == " XLA_FLAGS=--xla_dump_to=/tmp/d" and lines[2].startswith(" LONG=vvv")
+        handle_key(state, "up", rows)
+        assert frame_text(render(_with_holders(rows), state, 100, 6)).splitlines()[2].startswith(" HF_TOKEN=")
+        assert handle_key(state, "T", rows) == IGNORED and state.pending is None  # no signal from this screen
+        handle_key(state, "escape", rows)
+        assert state.environment is None and "Processes" in frame_text(render(_with_holders(rows), state, 100, 20))
+    finally:
+        child.kill()
+        child.wait()
+    handle_key(state, "e", rows)  # the process is gone (a zombie's environment is empty, a reaped one missing)
+    assert state.environment is not None and state.environment.error in (
+        f"process {child.pid} has exited", f"{child.pid} (train) of me has an empty environment")
+    remote = ProcessRow(pid=1, user=None, tag=None, command="x", host="other")
+    assert read_environment(remote, make_redactor(True).env_value).error == \
+        "1 runs on other: only this host's processes can be read"
+    if os.geteuid() != 0:  # root reads every process's environment
+        unreadable = read_environment(ProcessRow(pid=1, user="root", tag=None, command="init"),
+                                      make_redactor(True).env_value)
+        assert unreadable.error and "not readable" in unreadable.error
+    assert "no environment screen here" in _message_after_e(ViewState(), rows)
+
+
+def _message_after_e(state: ViewState, rows: list[ProcessRow]) -> str:
+    handle_key(state, "e", rows)
+    return state.current_message()[0]
+
+
+# --- mouse -----------------------------------------------------------------------------------------------
+
+def test_a_click_selects_the_row_under_it_and_the_wheel_scrolls():
+    report = _report(agents=12, devices=2)
+    rows = rows_from_report(report)
+    state = ViewState(sort_index=SORT_KEYS.index("pid"))
+    lines = frame_text(render(report, state, 160, 40)).splitlines()
+    line_of = {pid: next(i for i, line in enumerate(lines) if line.split()[:1] == [str(pid)]) for pid in (1004, 1007)}
+    assert state.row_at[line_of[1007]] == "1007" and 0 not in state.row_at
+    handle_key(state, f"click:{line_of[1007]}", rows)
+    assert state.selected_key == "1007"
+    assert handle_key(state, "click:0", rows) == IGNORED and state.selected_key == "1007"  # the header
+    handle_key(state, "wheelup", rows)
+    assert state.selected_key == "1004"
+    handle_key(state, "wheeldown", rows)
+    handle_key(state, "wheeldown", rows)
+    assert state.selected_key == "1010"
+    handle_key(state, "enter", rows)  # the job screen has no rows to click
+    render(report, state, 160, 40)
+    assert state.row_at == {} and handle_key(state, f"click:{line_of[1004]}", rows) == IGNORED
+
+
+def test_mouse_events_become_keys():
+    import curses
+
+    from tpu_tools.top.screen import mouse_key
+
+    assert mouse_key((0, 5, 7, 0, curses.BUTTON1_PRESSED)) == "click:7"
+    assert mouse_key((0, 5, 7, 0, curses.BUTTON4_PRESSED)) == "wheelup"
+    if hasattr(curses, "BUTTON5_PRESSED"):
+        assert mouse_key((0, 5, 7, 0, curses.BUTTON5_PRESSED)) == "wheeldown"
+    assert mouse_key((0, 5, 7, 0, curses.BUTTON1_RELEASED)) == ""

@@ -106,6 +106,17 @@ MAN_SECTIONS = {
 }
 
 
+def _offer_environment(state: Any) -> None:
+    """`e`: a process's environment with the support bundle's redaction (values of secret-named variables,
+    tokens, passwords in URLs all become <redacted>)."""
+    import functools
+
+    from tpu_tools.dump.redact import make_redactor
+    from tpu_tools.top.environ import read_environment
+
+    state.read_environment = functools.partial(read_environment, redact=make_redactor(True).env_value)
+
+
 @click.command(name="top", cls=ToolCommand, man_sections=MAN_SECTIONS)
 @click.option("--interval", type=Duration(minimum=MIN_PERIOD_S), default="1s", show_default=True, metavar="SECONDS",
               help="Time between refreshes (seconds, or with ms, s, m).")
@@ -144,6 +155,11 @@ def top_command(interval: float, once: bool, readonly: bool, sort: str, tag_filt
     state = ViewState(sort_index=SORT_KEYS.index(sort), interval_s=interval,
                       filters=Filters(users=users, pids=pids, devices=devices), unicode=_unicode_output(),
                       readonly=readonly)
+    if from_prometheus is None:  # this host's processes: their start times and parents, from /proc
+        from tpu_tools.top.procinfo import ProcessInfo
+
+        state.annotate = ProcessInfo().annotate
+        _offer_environment(state)
     builder: Any  # one source or the other, each with build() -> report and close()
     if from_prometheus is not None:
         from tpu_tools.metrics.fleet.source import FleetSource

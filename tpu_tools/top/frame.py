@@ -41,6 +41,7 @@ from tpu_tools.top.drawing import (
     sparkline,
     table_row,
 )
+from tpu_tools.top.environ import environment_lines
 from tpu_tools.top.fleet_panel import fleet_lines
 from tpu_tools.top.history import History, device_graph_series, device_key
 from tpu_tools.top.jobview import job_lines
@@ -53,14 +54,19 @@ HELP_LINES = (
     "  q            quit",
     "  up/down j/k  select a process",
     "  PgUp/PgDn    move the selection by 10",
+    "  mouse        a click selects, the wheel scrolls",
     "  Enter        the selected job's own screen",
     "  m            job screen: read its largest arrays once",
+    "  e            the selected process's environment",
     "  Esc          back (job screen), clear the filter",
     "  /            filter processes by text",
     "  a            show / hide processes without agent",
-    "  I / T / K    send SIGINT / SIGTERM / SIGKILL",
+    "  space        mark / unmark the process (Esc clears)",
+    "  I / T / K    send SIGINT / SIGTERM / SIGKILL to the",
+    "               marked processes, else the selected one",
     "  s / S        sort by the next / previous column",
     "  r            reverse the sort order",
+    "  t            tree: children under their parent",
     "  p            pause / resume refreshing",
     "  h or ?       this help (any key closes it)",
 )
@@ -322,27 +328,44 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
     return lines
 
 
-def _process_columns(multi_host: bool, host_width: int = 12, health: bool = False) -> list[Column]:
+def _process_columns(multi_host: bool, host_width: int = 12, health: bool = False, gpus: bool = False,
+                     times: bool = True) -> list[Column]:
     # Fits 80 columns with room for the command; narrower, the least useful go first.
     priorities = {"pid": 0, "user": 5, "tag": 1, "cpu": 6, "rss": 7, "devmem": 2, "compiles": 8, "recompiles": 4,
-                  "steps": 3}
+                  "steps": 3, "sm": 7, "time": 9}
     widths = {"pid": 7, "user": 8, "tag": 10, "cpu": 5, "rss": 7, "devmem": 7, "compiles": 5, "recompiles": 6,
-              "steps": 6}
+              "steps": 6, "sm": 4, "time": 10}
     columns = [Column("host", "HOST", host_width, priority=1)] if multi_host else []
     columns += [Column(c.key, c.header, widths[c.key], right=c.key not in ("user", "tag"), priority=priorities[c.key])
-                for c in SORT_COLUMNS]
+                for c in SORT_COLUMNS
+                if (gpus or c.key != "sm") and (times or c.key != "time")]  # SM% where a GPU is; TIME where known
     if health:  # only where an agent read libtpu's ICI link health or throttle score
         columns.append(Column("health", "HEALTH", 7, priority=2))
     columns.append(Column("command", "COMMAND", 8, priority=4, flex_max=1000))
     return columns
 
 
-def _process_cells(row: ProcessRow) -> dict[str, list[Segment] | tuple[str, str]]:
+def elapsed_text(seconds: float | None) -> str:
+    """A process's running time as ps and nvitop show it: 05:07, 3:05:07, 2-03:05:07."""
+    if seconds is None:
+        return MISSING
+    whole = max(0, int(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+def _process_cells(row: ProcessRow, now: float, marked: bool = False) -> dict[str, list[Segment] | tuple[str, str]]:
     agent = row.has_agent and row.error is None
     tail = f"error: {row.error}" if row.error else short_command(row.command)
+    if row.depth:  # the tree view: under its parent
+        tail = "  " * (row.depth - 1) + "`- " + tail
     return {
         "host": (row.host or MISSING, NORMAL),
-        "pid": (str(row.pid), NORMAL),
+        "pid": (("*" if marked else "") + str(row.pid), WARN if marked else NORMAL),
         "user": (row.user or MISSING, NORMAL),
         "tag": (row.tag or MISSING, NORMAL),
         "cpu": (percent_text(row.cpu_percent), NORMAL),
@@ -353,6 +376,8 @@ def _process_cells(row: ProcessRow) -> dict[str, list[Segment] | tuple[str, str]
         "recompiles": (str(row.recompiles) if agent and row.recompiles is not None else MISSING,
                        WARN if agent and row.recompiles else NORMAL),
         "steps": (format_number(row.steps_per_second) if agent else MISSING, NORMAL),
+        "sm": (percent_text(row.sm_percent), NORMAL),
+        "time": (elapsed_text(None if row.started_unix_s is None else now - row.started_unix_s), NORMAL),
         "health": _health_cell(row),
         "command": (tail, ERROR if row.error else DIM if not row.has_agent else NORMAL),
     }
@@ -364,24 +389,32 @@ def _health_cell(row: ProcessRow) -> tuple[str, str]:
 
 
 def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows: int | None,
-                  interactive: bool) -> tuple[list[Line], ProcessRow | None]:
+                  interactive: bool, drawn: dict[int, str] | None = None) -> tuple[list[Line], ProcessRow | None]:
+    """The process panel, and the selected row; `drawn` gets id(line) -> row key, for mouse clicks."""
     group = report.get("processes")
     if group is None:
         return [], None
     direction = "^" if state.sort.descending == state.reversed else "v"
     title_parts = [(" Processes", TITLE), (f"sorted by {state.sort.header} {direction}", DIM)]
+    if state.tree:
+        title_parts.append(("tree (t)", DIM))
     if state.filters.active():
         title_parts.append((f"filter: {' '.join(state.filters.active())}", WARN))
+    if state.marked:
+        title_parts.append((f"{len(state.marked)} marked (space)", WARN))
     lines = [parts_line(title_parts, width)]
     if group.get("error"):
         return [*lines, Line().add(f"  {group['error']}", ERROR)], None
     hosts = _hosts(report)
     # HOST:PORT of a fleet's hosts in full where they fit (up to 22 characters), else cut with a mark
     health = any((a.get("tpu_sdk") or {}).get("health") for a in group.get("agents") or [])
-    columns = layout(_process_columns(len(hosts) > 1, max(4, min(22, max(map(len, hosts), default=4))), health),
-                     width)
-    lines.append(column_header(columns, state.sort.key))
+    gpus = any((report.get(source) or {}).get("gpus") for source in ("nvml", "amdsmi"))
     rows = state.visible_rows(report)
+    times = any(row.started_unix_s is not None for row in rows)
+    columns = layout(_process_columns(len(hosts) > 1, max(4, min(22, max(map(len, hosts), default=4))), health,
+                                      gpus, times), width)
+    lines.append(column_header(columns, state.sort.key))
+    now = report.get("time_unix_s") or time.time()
     selected = state.resolve_selection(rows) if interactive else None
     if not rows:
         text = "no process matches the filter" if state.filters.active() and (group.get("agents")
@@ -398,7 +431,10 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
         rows_shown = rows[start:start + visible]
     for offset, row in enumerate(rows_shown):
         is_selected = selected is not None and start + offset == selected
-        lines.append(table_row(columns, _process_cells(row), SELECTED if is_selected else None))
+        lines.append(table_row(columns, _process_cells(row, now, row.key in state.marked),
+                               SELECTED if is_selected else None))
+        if drawn is not None:
+            drawn[id(lines[-1])] = row.key
     hidden = len(rows) - len(rows_shown)
     if hidden:
         lines.append(Line().add(f"  ... {hidden} more processes (up/down to scroll)", DIM))
@@ -520,12 +556,19 @@ def footer_line(state: ViewState, width: int) -> Line:
     if state.pending is not None:
         row = state.pending.row
         label = f"{row.pid}" + (f" ({row.tag})" if row.tag else "") + (f" on {row.host}" if row.host else "")
+        if state.pending.rows:  # the question first: a long list of PIDs is cut at the width, not it
+            refused = f"; {len(state.pending.refused)} refused" if state.pending.refused else ""
+            return Line(fill=WARN).add(f" send {state.pending.signal_name} to {len(state.pending.rows)} marked "
+                                       f"processes? y / n   PIDs {' '.join(str(r.pid) for r in state.pending.rows)}"
+                                       f"{refused}", WARN)
         return Line(fill=WARN).add(f" send {state.pending.signal_name} to {label}? y / n", WARN)
     message = state.current_message()
     if message is not None:
         return Line().add(" " + message[0], ERROR if message[1] else TITLE)
-    if state.job_key is not None:
-        hints = ["Esc back", "m arrays", "I/T/K signal", "q quit", "h help"]
+    if state.environment is not None:
+        hints = ["Esc back", "up/down scroll", "q quit", "h help"]
+    elif state.job_key is not None:
+        hints = ["Esc back", "m arrays", "e environment", "I/T/K signal", "q quit", "h help"]
     else:
         hints = ["q quit", "j/k select", "Enter job", "/ filter", "a all", "I/T/K signal", "s/S sort",
                  "r reverse", "p pause", "h help"]
@@ -552,8 +595,11 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
            interactive: bool = True, history: History | None = None) -> list[Line]:
     """The frame for `report` at `width` x `height` (height None: as tall as needed, for --once)."""
     width = max(20, width)
-    if state.job_key is not None and interactive:
-        body = job_lines(report, state, history, width, None if height is None else height - 2)
+    if (state.job_key is not None or state.environment is not None) and interactive:
+        state.row_at = {}  # no process rows to click here
+        body = environment_lines(state.environment, width, None if height is None else height - 2) \
+            if state.environment is not None else \
+            job_lines(report, state, history, width, None if height is None else height - 2)
         lines = [header_line(report, state, width, interactive), *body]
         if height is not None:
             lines = lines[: height - 1]
@@ -568,11 +614,12 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
     if hosts:  # a fleet view (--from-prometheus): the hosts, the slice's outliers first
         top += [*hosts, Line()]
     footer = [footer_line(state, width)] if interactive else []
+    drawn: dict[int, str] = {}
     details_budget = 2 if interactive and (height is None or height >= 16) else 0
     graphs: list[Line] = []
     if height is None:
         devices = device_lines(report, width, None, state, history)
-        processes, selected = process_lines(report, state, width, None, interactive)
+        processes, selected = process_lines(report, state, width, None, interactive, drawn)
     else:
         fixed = len(top) + len(footer) + details_budget + 1  # + the blank line between panels
         available = height - fixed
@@ -589,7 +636,7 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
         if history is not None and interactive and spare >= 3:
             panel = min(spare, history_rows_wanted(device_need - 2, True))
             process_budget -= panel + 1
-        processes, selected = process_lines(report, state, width, max(1, process_budget), interactive)
+        processes, selected = process_lines(report, state, width, max(1, process_budget), interactive, drawn)
         if panel and history is not None:
             graphs = history_lines(report, state, history, width, panel, selected)
     lines = [*top, *devices, Line(), *processes]
@@ -608,6 +655,7 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
             _overlay_help(lines, width, height)
     else:
         lines += footer
+    state.row_at = {index: drawn[id(line)] for index, line in enumerate(lines) if id(line) in drawn}
     return [line.cut(width) for line in lines]
 
 

@@ -26,6 +26,10 @@ class ProcessRow:
     error: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)  # the agent entry, for the selected-process lines
     host: str | None = None  # set by a source that reads several hosts
+    sm_percent: float | None = None  # NVML's per-process SM utilization, the busiest GPU's where it uses several
+    started_unix_s: float | None = None  # from /proc, for local processes (procinfo.ProcessInfo)
+    parent_pid: int | None = None
+    depth: int = 0  # in the tree view (`t`): how many listed ancestors the process has
 
     @property
     def key(self) -> str:
@@ -57,6 +61,8 @@ SORT_COLUMNS = (
     SortColumn("compiles", "COMP", "compiles", True),
     SortColumn("recompiles", "RECOMP", "recompiles", True),
     SortColumn("steps", "STEP/S", "steps_per_second", True),
+    SortColumn("sm", "SM%", "sm_percent", True),
+    SortColumn("time", "TIME", "started_unix_s", False),  # the earliest start, the longest running, first
 )
 SORT_KEYS = tuple(c.key for c in SORT_COLUMNS)
 DEFAULT_SORT = "devmem"
@@ -149,20 +155,30 @@ MESSAGE_S = 5.0  # how long a result line stays
 
 @dataclass
 class Pending:
-    """A signal waiting for `y` on the confirmation line."""
+    """A signal waiting for `y` on the confirmation line: to `row`, or to every marked process (`rows`)."""
 
     signal_name: str
     row: ProcessRow
+    rows: list[ProcessRow] = field(default_factory=list)  # the marked processes, when several
+    refused: list[str] = field(default_factory=list)  # why some marked processes are left out
+
+    @property
+    def targets(self) -> list[ProcessRow]:
+        return self.rows or [self.row]
+
 def _add_gpu_processes(rows: list[ProcessRow], report: dict[str, Any]) -> None:
     """Every process NVML (or amdsmi) lists on a GPU, agent or not, with the GPU memory it holds (the card's own
     figure)."""
     memory: dict[int, int] = {}
+    busy: dict[int, float] = {}
     listed: dict[int, dict[str, Any]] = {}
     for gpu in [g for group in ("nvml", "amdsmi") for g in (report.get(group) or {}).get("gpus") or []]:
         for process in gpu.get("processes") or []:
             listed.setdefault(process["pid"], process)
             if process.get("gpu_memory_bytes") is not None:
                 memory[process["pid"]] = memory.get(process["pid"], 0) + process["gpu_memory_bytes"]
+            if process.get("sm_utilization_percent") is not None:
+                busy[process["pid"]] = max(busy.get(process["pid"], 0.0), float(process["sm_utilization_percent"]))
     by_pid = {row.pid: row for row in rows}
     for pid, process in listed.items():
         row = by_pid.get(pid)
@@ -173,6 +189,18 @@ def _add_gpu_processes(rows: list[ProcessRow], report: dict[str, Any]) -> None:
             rows.append(row)
         if pid in memory:
             row.device_memory_bytes = memory[pid]
+        row.sm_percent = busy.get(pid)
+
+
+@dataclass
+class Environment:
+    """The environment screen's content (top/environ.py reads it once, when `e` opens the screen)."""
+
+    pid: int
+    label: str
+    lines: list[str] = field(default_factory=list)  # VAR=value, values redacted
+    error: str | None = None  # why there is nothing to show
+    top: int = 0  # the first line shown (scrolling)
 
 
 @dataclass
@@ -192,14 +220,27 @@ class ViewState:
     unicode: bool = True  # block characters for graphs; ASCII otherwise
     readonly: bool = False  # --readonly: no signal can be sent from this screen
     arrays: ArraysBoard = field(default_factory=ArraysBoard)  # `m` on a job screen: its arrays, read on request
+    annotate: Callable[[list[ProcessRow]], None] | None = None  # adds start times and parents (ProcessInfo)
+    marked: set[str] = field(default_factory=set)  # keys of the processes marked with space for one signal
+    tree: bool = False  # `t`: children under their parent
+    environment: Environment | None = None  # the environment screen (`e`) is open
+    read_environment: Callable[[ProcessRow], Environment] | None = None  # for `e`; None: not offered
+    row_at: dict[int, str] = field(default_factory=dict)  # screen line -> the process row drawn there (mouse)
 
     @property
     def sort(self) -> SortColumn:
         return SORT_COLUMNS[self.sort_index]
 
+    def listed_rows(self, report: dict[str, Any]) -> list[ProcessRow]:
+        """The process panel's rows, filtered, not yet sorted."""
+        rows = rows_from_report(report)
+        if self.annotate is not None:
+            self.annotate(rows)
+        return self.filters.rows(report, rows)
+
     def visible_rows(self, report: dict[str, Any]) -> list[ProcessRow]:
         """The process panel's rows: filtered, then sorted."""
-        return self.sorted_rows(self.filters.rows(report, rows_from_report(report)))
+        return self.sorted_rows(self.listed_rows(report))
 
     def sorted_rows(self, rows: list[ProcessRow]) -> list[ProcessRow]:
         column = self.sort
@@ -212,7 +253,12 @@ class ViewState:
             return found.lower() if isinstance(found, str) else found
 
         present.sort(key=lambda r: (value(r), r.host or "", r.pid), reverse=descending)
-        return present + sorted(missing, key=lambda r: (r.host or "", r.pid))  # unknown figures always last
+        flat = present + sorted(missing, key=lambda r: (r.host or "", r.pid))  # unknown figures always last
+        if self.tree:
+            return tree_order(flat)
+        for row in flat:
+            row.depth = 0
+        return flat
 
     def resolve_selection(self, rows: list[ProcessRow]) -> int | None:
         """Index of the selected row in `rows` (sorted); follows the process, else keeps the position."""
@@ -251,6 +297,34 @@ class ViewState:
         return text, error
 
 
+def tree_order(rows: list[ProcessRow]) -> list[ProcessRow]:
+    """Each process followed by its listed children (depth first), siblings in the order of `rows`; a
+    process whose parent is not listed is a root. Sets each row's `depth`."""
+    listed = {(r.host, r.pid) for r in rows}
+    children: dict[tuple[str | None, int], list[ProcessRow]] = {}
+    roots = []
+    for row in rows:
+        parent = (row.host, row.parent_pid)
+        if row.parent_pid is not None and parent in listed and row.parent_pid != row.pid:
+            children.setdefault(parent, []).append(row)
+        else:
+            roots.append(row)
+    ordered: list[ProcessRow] = []
+    seen: set[tuple[str | None, int]] = set()
+    stack = [(row, 0) for row in reversed(roots)]
+    while stack:
+        row, depth = stack.pop()
+        if (row.host, row.pid) in seen:
+            continue
+        seen.add((row.host, row.pid))
+        row.depth = depth
+        ordered.append(row)
+        stack += [(child, depth + 1) for child in reversed(children.get((row.host, row.pid), []))]
+    # a parent loop (a PID reused as its own ancestor's parent) has no root: list those rows flat, last
+    ordered += [r for r in rows if (r.host, r.pid) not in seen]
+    return ordered
+
+
 QUIT = "quit"
 REDRAW = "redraw"
 IGNORED = "ignored"
@@ -282,8 +356,67 @@ def _answer_pending(state: ViewState, key: str, signaller: Signaller | None) -> 
     if key not in ("y", "Y") or signaller is None:
         state.say(f"{pending.signal_name} not sent")
         return REDRAW
-    delivered, text = signaller(pending.row, pending.signal_name)
-    state.say(text, error=not delivered)
+    if not pending.rows:
+        delivered, text = signaller(pending.row, pending.signal_name)
+        state.say(text, error=not delivered)
+        return REDRAW
+    results = [signaller(row, pending.signal_name) for row in pending.rows]
+    failures = [text for delivered, text in results if not delivered] + pending.refused
+    sent = len(results) - sum(1 for delivered, _ in results if not delivered)
+    state.marked.clear()
+    state.say(f"{pending.signal_name} sent to {sent} of {sent + len(failures)} marked processes"
+              + (f"; {failures[0]}" + (f" (+{len(failures) - 1} more)" if len(failures) > 1 else "")
+                 if failures else ""), error=bool(failures))
+    return REDRAW
+
+
+def _ask_signal(state: ViewState, key: str, ordered: list[ProcessRow], checker: Checker | None) -> str:
+    """I/T/K: ask to signal the job screen's process, else the marked processes, else the selected one."""
+    marked = [r for r in ordered if r.key in state.marked] if state.job_key is None else []
+    if marked:
+        allowed: list[ProcessRow] = []
+        refused: list[str] = []
+        for each in marked:
+            reason = checker(each) if checker is not None else None
+            if reason:
+                refused.append(reason)
+            else:
+                allowed.append(each)
+        if not allowed:
+            state.say(refused[0] + (f" (+{len(refused) - 1} more)" if len(refused) > 1 else ""), error=True)
+        else:
+            state.pending = Pending(SIGNAL_KEYS[key], allowed[0], allowed, refused)
+        return REDRAW
+    row = next((r for r in ordered if r.key == state.job_key), None) if state.job_key is not None \
+        else state.selected_row(ordered)
+    if row is None:
+        state.say("no process selected", error=True)
+        return REDRAW
+    refusal = checker(row) if checker is not None else None
+    if refusal:
+        state.say(refusal, error=True)
+    else:
+        state.pending = Pending(SIGNAL_KEYS[key], row)
+    return REDRAW
+
+
+ENVIRONMENT_PAGE = 10
+WHEEL_LINES = 3  # one wheel notch moves the selection (or scrolls the environment) this far
+
+
+def _environment_key(state: ViewState, key: str) -> str:
+    """Keys on the environment screen: Esc (or e, left, backspace) goes back, the others scroll."""
+    env = state.environment
+    assert env is not None
+    if key in ("escape", "backspace", "\x7f", "left", "e"):
+        state.environment = None
+        return REDRAW
+    moves = {"up": -1, "k": -1, "down": 1, "j": 1, "wheelup": -WHEEL_LINES, "wheeldown": WHEEL_LINES,
+             "pageup": -ENVIRONMENT_PAGE, "pagedown": ENVIRONMENT_PAGE,
+             "home": -len(env.lines), "end": len(env.lines)}
+    if key not in moves:
+        return IGNORED
+    env.top = max(0, min(len(env.lines) - 1, env.top + moves[key]))  # the screen clamps it to its height
     return REDRAW
 
 
@@ -305,8 +438,9 @@ def _ask_arrays(state: ViewState, row: ProcessRow | None) -> str:
 def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Signaller | None = None,
                checker: Checker | None = None) -> str:
     """Apply one key (a character, or "up"/"down"/"home"/"end"/"pageup"/"pagedown"/"enter"/"escape"/
-    "backspace") to the state. `rows` are the process panel's rows as shown (filtered); `signaller` sends
-    the signal confirmed with `y`, `checker` refuses one before asking."""
+    "backspace", or the mouse's "click:LINE"/"wheelup"/"wheeldown") to the state. `rows` are the process
+    panel's rows as shown (filtered); `signaller` sends the signal confirmed with `y`, `checker` refuses one
+    before asking."""
     if state.show_help:
         state.show_help = False  # any key closes the help; q also quits
         return QUIT if key == "q" else REDRAW
@@ -315,8 +449,19 @@ def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Si
     if state.pending is not None:
         return _answer_pending(state, key, signaller)
     ordered = state.sorted_rows(rows)
+    state.marked &= {r.key for r in ordered}  # a mark goes with its process (gone, or filtered out)
     if key == "q":
         return QUIT
+    if state.environment is not None:
+        return _environment_key(state, key)
+    if key == "e":
+        row = next((r for r in ordered if r.key == state.job_key), None) if state.job_key is not None \
+            else state.selected_row(ordered)
+        if row is None or state.read_environment is None:
+            state.say("no process selected" if row is None else "no environment screen here", error=True)
+        else:
+            state.environment = state.read_environment(row)
+        return REDRAW
     if state.job_key is not None and key in ("escape", "backspace", "\x7f", "left"):
         state.job_key = None
         return REDRAW
@@ -326,18 +471,24 @@ def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Si
         state.say("read-only (--readonly): tpu-top sends no signals", error=True)
         return REDRAW
     if key in SIGNAL_KEYS:
-        row = next((r for r in ordered if r.key == state.job_key), None) if state.job_key is not None \
-            else state.selected_row(ordered)
-        if row is None:
-            state.say("no process selected", error=True)
-            return REDRAW
-        refusal = checker(row) if checker is not None else None
-        if refusal:
-            state.say(refusal, error=True)
-        else:
-            state.pending = Pending(SIGNAL_KEYS[key], row)
+        return _ask_signal(state, key, ordered, checker)
+    if key == " ":
+        row = state.selected_row(ordered)
+        if row is not None:
+            state.marked ^= {row.key}
+            state.move(ordered, 1)  # as in top and htop: mark down a list key by key
         return REDRAW
-    if key in ("up", "k"):
+    if key.startswith("click:"):  # the mouse: a click on a process row selects it
+        clicked = state.row_at.get(int(key[6:])) if key[6:].isdigit() else None
+        if clicked is None or state.job_key is not None:
+            return IGNORED
+        state.selected_key = clicked
+        state.resolve_selection(ordered)
+    elif key in ("wheelup", "wheeldown"):
+        if state.job_key is not None:
+            return IGNORED
+        state.move(ordered, WHEEL_LINES if key == "wheeldown" else -WHEEL_LINES)
+    elif key in ("up", "k"):
         state.move(ordered, -1)
     elif key in ("down", "j"):
         state.move(ordered, 1)
@@ -359,12 +510,16 @@ def handle_key(state: ViewState, key: str, rows: list[ProcessRow], signaller: Si
         state.filters.show_all = not state.filters.show_all
     elif key == "escape" and state.filters.text:
         state.filters.text = ""
+    elif key == "escape" and state.marked:
+        state.marked.clear()
     elif key == "s":
         state.sort_index = (state.sort_index + 1) % len(SORT_COLUMNS)
     elif key == "S":
         state.sort_index = (state.sort_index - 1) % len(SORT_COLUMNS)
     elif key == "r":
         state.reversed = not state.reversed
+    elif key == "t":
+        state.tree = not state.tree
     elif key == "p":
         state.paused = not state.paused
     elif key in ("h", "?"):

@@ -165,6 +165,7 @@ def _run_screen(collector: Collector, state: ViewState, history: History | None)
             curses.curs_set(0)
         except curses.error:
             pass
+        _enable_mouse()
         styles = _styles(colour="NO_COLOR" not in os.environ)
         _loop(window, collector, state, history, styles)
     except (KeyboardInterrupt, _Terminated):
@@ -179,6 +180,34 @@ def _run_screen(collector: Collector, state: ViewState, history: History | None)
             pass
         curses.endwin()
         signal.signal(signal.SIGTERM, previous_term)
+
+
+# With mouseinterval 0, curses reports a button at once, as a press or (press and release read together) a click.
+_MOUSE_CLICK = curses.BUTTON1_PRESSED | curses.BUTTON1_CLICKED
+_WHEEL_UP = curses.BUTTON4_PRESSED
+_WHEEL_DOWN = getattr(curses, "BUTTON5_PRESSED", 0)  # ncurses 6 has it; older ones report no wheel down
+
+
+def _enable_mouse() -> None:
+    """Clicks select a row and the wheel scrolls, where the terminal reports the mouse; a terminal that does
+    not simply sends no mouse events, and the keys do everything."""
+    try:
+        curses.mouseinterval(0)
+        curses.mousemask(_MOUSE_CLICK | _WHEEL_UP | _WHEEL_DOWN)
+    except curses.error:
+        pass
+
+
+def mouse_key(event: tuple[int, int, int, int, int]) -> str:
+    """A curses mouse event as handle_key's key: "click:LINE", "wheelup", "wheeldown", or "" (ignored)."""
+    _, _, y, _, buttons = event
+    if buttons & _WHEEL_UP:
+        return "wheelup"
+    if _WHEEL_DOWN and buttons & _WHEEL_DOWN:
+        return "wheeldown"
+    if buttons & _MOUSE_CLICK:
+        return f"click:{y}"
+    return ""
 
 
 _WAKE_MS = 100  # how often the loop looks for a new report when no key comes; keys end the wait at once
@@ -238,9 +267,17 @@ def _loop(window: Any, collector: Collector, state: ViewState, history: History 
             curses.update_lines_cols()
             draw()
             continue
+        key = _key_name(code)
+        if code == curses.KEY_MOUSE:
+            try:
+                key = mouse_key(curses.getmouse())
+            except curses.error:  # an event curses could not decode
+                continue
+        if not key:
+            continue
         was_paused = state.paused
-        rows = state.filters.rows(report, rows_from_report(report))
-        if handle_key(state, _key_name(code), rows, signals.send, signals.refusal) == QUIT:
+        rows = state.listed_rows(report)
+        if handle_key(state, key, rows, signals.send, signals.refusal) == QUIT:
             return
         if was_paused != state.paused:
             collector.pause(state.paused)
