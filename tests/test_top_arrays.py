@@ -29,7 +29,8 @@ def test_m_reads_a_real_jobs_arrays_in_the_background_with_their_source_lines(mo
         report = _agent_report(job.pid, "arrays")
         state = ViewState(job_key=str(job.pid))
         rows = rows_from_report(report)
-        assert "m reads the largest arrays" in frame_text(job_lines(report, state, None, 140, None))
+        before = frame_text(job_lines(report, state, None, 140, None))
+        assert "Memory by allocation" not in before  # nothing asked yet: the footer offers `m`
         handle_key(state, "m", rows)  # returns at once: the read runs on its own thread
         read = wait_for(lambda: (r := state.arrays.read(str(job.pid))) is not None and not r.pending and r, 30)
     assert read.error is None, read.error
@@ -122,7 +123,8 @@ def test_m_in_a_terminal_shows_the_arrays_and_the_keys_keep_working():
             tmux.keys("tpu-top --interval 0.3", "Enter")
             tmux.wait_for(lambda s: f"{job.pid}" in s and "arrjob" in s)
             tmux.keys("Enter")
-            tmux.wait_for(lambda s: "m reads the largest arrays" in s)
+            tmux.wait_for(lambda s: "Compiles by function" in s
+                          and s.splitlines()[-1].startswith(" Esc back  m arrays"))
             tmux.keys("m")
             screen = tmux.wait_for(lambda s: "Memory by allocation  read at " in s and "(512, 1024)" in s, 30)
             big = next(line for line in screen.splitlines() if "(512, 1024)" in line)

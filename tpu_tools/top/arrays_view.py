@@ -16,6 +16,7 @@ from typing import Any
 from tpu_tools.errors import first_line
 from tpu_tools.metrics import wire
 from tpu_tools.metrics.agent_client import query_agent
+from tpu_tools.shorten import shorten
 from tpu_tools.top.drawing import DIM, ERROR, NORMAL, TITLE, Column, Line, column_header, layout, table_row
 from tpu_tools.units import format_bytes
 
@@ -89,14 +90,14 @@ class ArraysBoard:
 def arrays_lines(read: ArraysRead | None, width: int) -> list[Line]:
     """The job screen's device-memory-by-allocation section: a hint, the read under way, its error, or its
     tables (largest arrays by shape, dtype, sharding and source line; largest allocation sites)."""
+    if read is None:  # nothing asked yet: the footer's "m arrays" offers it, and the screen keeps its room
+        return []
     title = Line().add(" Memory by allocation", TITLE)
-    if read is None:
-        return [Line(), title.add("  m reads the largest arrays and allocation sites (asks the job once)", DIM)]
     if read.pending:
         return [Line(), title.add(f"  asking the agent of {read.pid} (since {_clock(read.asked_unix_s)})...", DIM)]
     when = f"  read at {_clock(read.finished_unix_s)}"
     if read.error is not None:
-        return [Line(), title.add(when, DIM), Line().add(f"  {read.error}"[:width], ERROR)]
+        return [Line(), title.add(when, DIM), Line().add(shorten(f"  {read.error}", width), ERROR)]
     report = read.report or {}
     arrays = report.get("arrays") or []
     took = report.get("elapsed_s")
