@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -50,6 +51,16 @@ class Output:
     def text(self, text: str = "") -> None:
         self.stream.write(safe_text(text, multiline=True) + "\n")
         self.stream.flush()
+
+    def blocks(self, blocks: Iterable[str | TableData]) -> None:
+        """A report of text blocks and tables, a blank line between each."""
+        for index, block in enumerate(blocks):
+            if index:
+                self.text("")
+            if isinstance(block, str):
+                self.text(block)
+            else:
+                self.table(block)
 
     def table(self, table: TableData) -> None:
         if self.format == "rich":

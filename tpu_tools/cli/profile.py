@@ -147,15 +147,8 @@ def _out_options(default: str):
 
 def _render(document: dict, out: Output) -> None:
     from tpu_tools.render.profile_view import report_blocks
-    from tpu_tools.render.table import TableData
 
-    for index, block in enumerate(report_blocks(document)):
-        if index:
-            out.text("")
-        if isinstance(block, TableData):
-            out.table(block)
-        else:
-            out.text(block)
+    out.blocks(report_blocks(document))
 
 
 def _where_lines(document: dict | None, folder: Path) -> list[str]:

@@ -90,13 +90,7 @@ def inspect_command(directory: Path, limit: int, out: Output) -> int:
     if out.is_json:
         out.json(document)
         return EXIT_OK
-    for index, block in enumerate(inspect_blocks(document)):
-        if index:
-            out.text("")
-        if isinstance(block, str):
-            out.text(block)
-        else:
-            out.table(block)
+    out.blocks(inspect_blocks(document))
     return EXIT_OK
 
 

@@ -187,28 +187,30 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
 
 def sample_families(samples: Iterable[Any]) -> Iterator[Metric]:
     """Gauge families from library-neutral samples (name, documentation, labels, value), one per name."""
-    families: dict[str, tuple[GaugeMetricFamily, list[str]]] = {}
-    for sample in samples:
-        if sample.name not in families:
-            labels = list(sample.labels)
-            families[sample.name] = (GaugeMetricFamily(sample.name, sample.documentation, labels=labels), labels)
-        family, labels = families[sample.name]
-        family.add_metric([str(sample.labels.get(label, "")) for label in labels], float(sample.value))
-    for family, _ in families.values():
-        yield family
+    return _families_by_name(samples, GaugeMetricFamily,
+                             lambda family, values, sample: family.add_metric(values, float(sample.value)))
 
 
 def histogram_families(samples: Iterable[Any]) -> Iterator[Metric]:
     """Histogram families from library-neutral samples (name, documentation, labels, cumulative buckets, sum)."""
-    families: dict[str, tuple[HistogramMetricFamily, list[str]]] = {}
+    def add(family: Any, values: list[str], sample: Any) -> None:
+        buckets = [("+Inf" if upper == math.inf else repr(float(upper)), float(count))
+                   for upper, count in sample.buckets]
+        family.add_metric(values, buckets, sample.sum)
+
+    return _families_by_name(samples, HistogramMetricFamily, add)
+
+
+def _families_by_name(samples: Iterable[Any], kind: Callable[..., Metric],
+                      add: Callable[[Any, list[str], Any], None]) -> Iterator[Metric]:
+    """One family of `kind` per sample name, its labels those of the name's first sample, in order of first use."""
+    families: dict[str, tuple[Metric, list[str]]] = {}
     for sample in samples:
         if sample.name not in families:
             labels = list(sample.labels)
-            families[sample.name] = (HistogramMetricFamily(sample.name, sample.documentation, labels=labels), labels)
+            families[sample.name] = (kind(sample.name, sample.documentation, labels=labels), labels)
         family, labels = families[sample.name]
-        buckets = [("+Inf" if upper == math.inf else repr(float(upper)), float(count))
-                   for upper, count in sample.buckets]
-        family.add_metric([str(sample.labels.get(label, "")) for label in labels], buckets, sample.sum)
+        add(family, [str(sample.labels.get(label, "")) for label in labels], sample)
     for family, _ in families.values():
         yield family
 
