@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import sysroot
+import yaml
 from agentjobs import Job, agent_env, make_rundir, remove_rundir, start_job
 from conftest import REPO, tool_command
 from libtpu_server import DUTY_CYCLE, FakeMetricsService, gauge, int_attr, v5e_host
@@ -32,6 +33,21 @@ RECORD_RULES = REPO / "deploy" / "prometheus" / "records.yml"
 PROMTOOL = shutil.which("promtool")
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (tools/test.sh)")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (tools/test.sh)")
+
+
+def rules_in(path: Path) -> list[dict]:
+    """Every rule of a Prometheus rule file, alerting or recording, in order."""
+    return [rule for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]]
+
+
+def check_and_test_rules(rules: Path, tests: Path) -> tuple[str, str]:
+    """promtool's check of a rule file and its unit tests, both passed: (the check's output, the tests')."""
+    checked = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = subprocess.run([PROMTOOL, "test", "rules", tests.name], capture_output=True, text=True, timeout=120,
+                            cwd=tests.parent)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    return checked.stdout, tested.stdout
 
 
 def free_port() -> int:

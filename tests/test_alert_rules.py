@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
 
 import yaml
 from conftest import REPO
-from promstack import PROMTOOL, needs_promtool
+from promstack import check_and_test_rules, needs_promtool, rules_in
 
 RULES = REPO / "deploy" / "prometheus" / "alerts.yml"
 RULE_TESTS = REPO / "deploy" / "prometheus" / "alerts_test.yml"
@@ -21,18 +20,14 @@ GPU_RECORD = {"index": 0, "uuid": "GPU-0", "pci_bus_id": "0000:00:06.0", "status
 
 
 def _alerts() -> list[dict]:
-    return [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+    return rules_in(RULES)
 
 
 @needs_promtool
 def test_promtool_checks_and_unit_tests_pass():
-    checked = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert f"SUCCESS: {len(_alerts())} rules found" in checked.stdout
-    tested = subprocess.run([PROMTOOL, "test", "rules", RULE_TESTS.name], capture_output=True, text=True,
-                            timeout=120, cwd=RULE_TESTS.parent)
-    assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert "SUCCESS" in tested.stdout
+    checked, tested = check_and_test_rules(RULES, RULE_TESTS)
+    assert f"SUCCESS: {len(_alerts())} rules found" in checked
+    assert "SUCCESS" in tested
 
 
 def test_every_alert_has_a_case_where_it_fires():

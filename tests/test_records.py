@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
 
 import yaml
 from conftest import REPO
-from promstack import PROMTOOL, needs_promtool
+from promstack import check_and_test_rules, needs_promtool, rules_in
 from test_alert_rules import exported_names
 
 from tpu_tools.metrics.fleet.records import SUMMARY_RECORDS
@@ -17,17 +16,13 @@ RECORD_TESTS = REPO / "deploy" / "prometheus" / "records_test.yml"
 
 
 def _rules() -> list[dict]:
-    return [rule for group in yaml.safe_load(RECORDS.read_text())["groups"] for rule in group["rules"]]
+    return rules_in(RECORDS)
 
 
 @needs_promtool
 def test_promtool_checks_and_unit_tests_pass():
-    checked = subprocess.run([PROMTOOL, "check", "rules", str(RECORDS)], capture_output=True, text=True, timeout=60)
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert f"SUCCESS: {len(_rules())} rules found" in checked.stdout
-    tested = subprocess.run([PROMTOOL, "test", "rules", RECORD_TESTS.name], capture_output=True, text=True,
-                            timeout=120, cwd=RECORD_TESTS.parent)
-    assert tested.returncode == 0, tested.stdout + tested.stderr
+    checked, _ = check_and_test_rules(RECORDS, RECORD_TESTS)
+    assert f"SUCCESS: {len(_rules())} rules found" in checked
 
 
 def test_every_record_is_tested_read_and_built_from_real_series():

@@ -4,11 +4,10 @@ exporter serves for ICI link health and throttle scores (from its own code, fed 
 from __future__ import annotations
 
 import re
-import subprocess
 
 import yaml
 from conftest import REPO
-from promstack import PROMTOOL, needs_promtool
+from promstack import check_and_test_rules, needs_promtool, rules_in
 
 from tpu_tools.metrics.prometheus import process_metrics
 
@@ -21,16 +20,12 @@ AGENT = {"pid": 7, "tag": "train", "error": None, "tpu_sdk": {"health": {
 
 
 def _alerts() -> list[dict]:
-    return [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+    return rules_in(RULES)
 
 
 @needs_promtool
 def test_promtool_checks_and_unit_tests_pass():
-    checked = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    tested = subprocess.run([PROMTOOL, "test", "rules", RULE_TESTS.name], capture_output=True, text=True,
-                            timeout=120, cwd=RULE_TESTS.parent)
-    assert tested.returncode == 0, tested.stdout + tested.stderr
+    check_and_test_rules(RULES, RULE_TESTS)
 
 
 def test_every_alert_fires_in_a_case():
