@@ -124,6 +124,7 @@ class JobFigures:
         self.price_per_hour = self._setting("price per hour", price_per_hour, ENV_PRICE)
         self.peak_flops_per_s = self._setting("peak FLOP/s", peak_flops_per_s, ENV_PEAK)
         self.peak_source = "given" if self.peak_flops_per_s is not None else None
+        self._peak_looked_up = self.peak_source is not None  # the device table is read once, not per request
 
     def _setting(self, what: str, given: Any, env: str) -> float | None:
         value = given if given is not None else os.environ.get(env)
@@ -157,10 +158,11 @@ class JobFigures:
         The device table's peak is looked up once the job's runtime has started (asking for
         devices before would start it).
         """
-        if jax_module is not None and self.peak_source is None:
+        if jax_module is not None and not self._peak_looked_up:
             from tpu_tools.agent.memory import backends_ready
 
             if backends_ready(jax_module):
+                self._peak_looked_up = True
                 self.attach_jax(jax_module)
         figures = _ledger.snapshot()
         for span in ("since_start", "recent"):
