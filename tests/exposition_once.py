@@ -2,13 +2,15 @@
 
     python exposition_once.py [--until TEXT] [LIBTPU_ADDRESS ...]
 
---until TEXT: report again (every 0.1 s, for at most 30 s) until the exposition holds TEXT, as a monitor
-reports every period (figures such as XID events are counted between reports).
+--until REGEX: report again (every 0.1 s, for at most 30 s) until REGEX matches a line of the exposition, as a
+monitor reports every period (figures such as XID events are counted between reports, and the last of several
+events may land a report later than the others).
 
 Run with the environment of a fixture host (TPU_TOOLS_SYSROOT, the stand-in NVML or amdsmi libraries, an
 agent run directory): the collectors, the report and the exposition are the real ones.
 """
 
+import re
 import sys
 import time
 
@@ -20,7 +22,7 @@ from tpu_tools.metrics.prometheus import ReportCollector, exporters_for
 from tpu_tools.metrics.report import ReportBuilder
 
 args = sys.argv[1:]
-until = args[1].encode() if args[:1] == ["--until"] else None
+until = re.compile(args[1].encode(), re.M) if args[:1] == ["--until"] else None
 addresses = args[2:] if until is not None else args
 builder = ReportBuilder(options=CollectOptions(metrics_addresses=addresses, metrics_timeout_s=2.0))
 try:
@@ -31,7 +33,7 @@ try:
     while True:
         collector.update(builder.build())
         text = generate_latest(registry)
-        if until is None or until in text or time.monotonic() > deadline:
+        if until is None or until.search(text) or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     sys.stdout.buffer.write(text)
