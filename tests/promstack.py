@@ -126,14 +126,24 @@ class PrometheusServer:
                 raise AssertionError(f"{expr!r}: {len(found)} series, wanted {count}")
             time.sleep(0.2)
 
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
+        if self.running:
             self.process.terminate()
             try:
                 self.process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
+
+    def kill(self) -> None:
+        """Stop at once: for an agent whose remote-write store is gone, which would spend 20 s trying to flush."""
+        if self.running:
+            self.process.kill()
+            self.process.wait(timeout=10)
 
 
 @dataclass

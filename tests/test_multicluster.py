@@ -84,8 +84,12 @@ class Clusters:
         return self
 
     def stop(self) -> None:
+        store_gone = not self.central.running
         for agent in self.agents.values():
-            agent.stop()
+            if store_gone:
+                agent.kill()
+            else:
+                agent.stop()
         self.central.stop()
         for servers in self.exporters.values():
             for server in servers:
