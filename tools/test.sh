@@ -18,16 +18,19 @@ if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1
         || echo "could not install$missing; the tests that need them are skipped"
 fi
 
+# uv installs the same packages as pip in a fraction of the time (parallel downloads, no per-package
+# subprocess): on a fresh clone here 6 s instead of 35 s, and under a second when .venv is up to date.
+# --compile-bytecode: the tests start hundreds of Python processes, each would otherwise compile what it imports.
 python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]'
+[ -x .venv/bin/uv ] || .venv/bin/python -m pip install -q uv
+.venv/bin/uv pip install -q --python .venv/bin/python --compile-bytecode -e '.[test]'
 # libtpu's own SDK, the second client the tests hold every fixture metrics service to (tests/libtpu_sdk.py).
 # It goes into .libtpu/, not .venv: installed there, JAX would see a TPU plugin, the tests would pin JAX to the
 # CPU platform and skip those about JAX's own choice of platform. Only the SDK's child processes load it.
 LIBTPU_VERSION=0.0.51
 if [ ! -f ".libtpu/libtpu-$LIBTPU_VERSION.dist-info/METADATA" ]; then
     rm -rf .libtpu
-    .venv/bin/python -m pip install -q --no-deps --target .libtpu "libtpu==$LIBTPU_VERSION"
+    .venv/bin/uv pip install -q --python .venv/bin/python --no-deps --target .libtpu "libtpu==$LIBTPU_VERSION"
 fi
 export TPU_TOOLS_TEST_REQUIRE_LIBTPU=1  # the SDK's tests fail here rather than skip when it cannot run
 # Lint and types first: they take seconds and fail CI like a test (configuration in pyproject.toml).
@@ -39,6 +42,10 @@ export TPU_TOOLS_TEST_REQUIRE_LIBTPU=1  # the SDK's tests fail here rather than 
 # bundle in a module fixture, which is then started once. The order is random (pytest-randomly prints the
 # seed; --randomly-seed=N replays it).
 workers="${TPU_TOOLS_TEST_WORKERS:-$(( $(nproc) * 2 ))}"
+# Bytecode is kept (PYTHONDONTWRITEBYTECODE, if the shell sets it, is dropped here): every worker would
+# otherwise rewrite and compile all the test modules again (2 s each), and every program the tests start
+# would compile the tpu_tools modules it imports.
+unset PYTHONDONTWRITEBYTECODE
 if [ "$#" -eq 0 ]; then
     # The whole suite, as CI runs it: with coverage of every process the tests start, and its floor.
     exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --cov --cov-report=term
