@@ -10,7 +10,7 @@ metric as aborted and starts a new child for the rest.
     reading = read_fixture(v5e_host(), ["duty_cycle_pct", "hlo_execution_timing"], runtime_status=True)
     reading.metrics["duty_cycle_pct"]  -> ["87.50", ...];  reading.aborted -> {name: why}
 
-libtpu is installed by tools/test.sh into `.libtpu/` (pip --target), outside the test virtualenv, so that
+libtpu is installed by tools/test.sh into `.libtpu/` (`uv pip install --target`), outside the test virtualenv, so that
 JAX in the tests does not see a TPU plugin; the children put it on their path.
 """
 
