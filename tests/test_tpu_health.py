@@ -149,6 +149,34 @@ def test_the_agent_asks_the_sdk_only_for_in_job_metrics_and_a_failed_one_once(ru
     assert table.returncode == 0 and "tray1.chip0.ici1.int" in table.stdout and "unusable" in table.stdout
 
 
+def test_an_sdk_that_hangs_costs_the_monitors_only_freshness(rundir, tmp_path):
+    hang = tmp_path / "hang"
+    hang.touch()
+    env = agent_env(rundir, PYTHONPATH=str(FAKE_LIBTPU), FAKE_TPU_SDK_HANG=str(hang), JAX_PLATFORMS="cpu")
+    process, _ = _job(tmp_path, env)
+
+    def agent_sdk() -> dict:
+        result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
+        (agent,) = json.loads(result.stdout)["processes"]["agents"]
+        assert agent["error"] is None, agent  # answered within the monitor's deadline, the SDK hung or not
+        return agent["tpu_sdk"]
+
+    try:
+        for _ in range(2):
+            hung = agent_sdk()
+            assert hung["status"].startswith("libtpu's SDK has not answered its first read yet"), hung
+            assert not hung["metrics"] and hung["tensorcore_utilization_percent"] is None
+        hang.unlink()
+        answered: list[dict] = []
+        wait_for(lambda: answered.append(agent_sdk()) or answered[-1]["status"] == "ok", 60)
+        assert answered[-1]["tensorcore_utilization_percent"] == [91.5, 88.0, 0.0, 47.25]
+        assert answered[-1]["read_age_s"] >= 0
+        assert process.poll() is None
+    finally:
+        process.kill()
+        process.wait(10)
+
+
 def test_the_switch_turns_sdk_reads_off(rundir, tmp_path):
     calls = tmp_path / "calls"
     env = agent_env(rundir, PYTHONPATH=str(FAKE_LIBTPU), FAKE_TPU_SDK_CALLS=str(calls), JAX_PLATFORMS="cpu",
@@ -176,8 +204,19 @@ DRIVER = textwrap.dedent("""
     deadline = time.time() + 90
     while not (os.path.exists(ready) and open(ready).read()) and process.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    reads = [subprocess.run([monitor, "--count", "1"], capture_output=True, text=True, timeout=120)
-             for _ in range(2)]
+    def read():
+        return subprocess.run([monitor, "--count", "1"], capture_output=True, text=True, timeout=120)
+
+    def sdk_status(result):
+        try:
+            return json.loads(result.stdout)["processes"]["agents"][0]["tpu_sdk"]["status"]
+        except (ValueError, LookupError, TypeError):
+            return None
+
+    deadline = time.time() + 60  # until the agent's first SDK read (in its reader thread) has finished
+    while sdk_status(read()) != "ok" and time.time() < deadline:
+        time.sleep(0.2)
+    reads = [read() for _ in range(2)]
     print(json.dumps({{"job_alive": process.poll() is None, "job_exit": process.poll(),
                       "reads": [(r.returncode, r.stdout, r.stderr[-2000:]) for r in reads]}}))
     process.kill()

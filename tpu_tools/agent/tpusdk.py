@@ -10,6 +10,11 @@ asked again in this process. `TPU_TOOLS_AGENT_SDK=0` turns SDK reads off.
 Read only where the job has loaded libtpu already (a TPU job): the agent never imports libtpu into a job
 that does not use it. Values are bounded; health values stay the SDK's text, parsed and checked by the
 readers (`tpu_tools.metrics.tpuhealth`).
+
+The SDK's calls block, on a service the agent does not control and with no deadline of the agent's: they
+run in a reader thread of their own, never in the thread that answers monitors. Each request starts a read
+(unless one is under way, which it does not wait for) and waits for it briefly; the answer is the latest
+complete reading with its age (`read_age_s`), so a slow or hung SDK costs the monitors only freshness.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import math
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 from tpu_tools.shorten import shorten
@@ -28,6 +34,7 @@ SWITCH = "TPU_TOOLS_AGENT_SDK"  # "0": the agent never calls libtpu's SDK
 IN_JOB_METRICS = (TENSORCORE_UTILIZATION, "hbm_util", "ici_link_health", "tpu_throttle_score")
 _MAX_VALUES = 1024  # per metric: one per core or link of the largest hosts, with room
 _MAX_TEXT = 200
+_READ_WAIT_S = 0.3  # how long a request waits for the read it started, then answers with the latest reading
 
 _failed: dict[str, str] = {}  # metric -> why its read failed: never asked again in this process
 _lock = threading.Lock()
@@ -84,11 +91,8 @@ def _read(module: Any, name: str) -> dict[str, Any]:
     return entry
 
 
-def read_sdk_metrics() -> dict[str, Any]:
-    """{"status", "metrics": {name: {"description", "values"} or {"error"}}, "tensorcore_utilization_percent"}."""
-    module, why = _monitoring_module()
-    if module is None:
-        return {"status": why, "metrics": {}, "tensorcore_utilization_percent": None}
+def _read_all(module: Any) -> dict[str, Any]:
+    """One reading of every in-job metric this libtpu serves (each failed metric is never asked again)."""
     with _lock:  # one read at a time: the failed set is the process's memory of what not to ask
         if "(list)" in _failed:
             return {"status": _failed["(list)"], "metrics": {}, "tensorcore_utilization_percent": None}
@@ -113,3 +117,62 @@ def read_sdk_metrics() -> dict[str, Any]:
     if utilization is not None:
         cores = [v if isinstance(v, float) and 0.0 <= v <= 100.0 else None for v in utilization]
     return {"status": "ok", "metrics": metrics, "tensorcore_utilization_percent": cores}
+
+
+class _Reader:
+    """The SDK's reads, in a daemon thread; the latest complete reading and when it finished."""
+
+    def __init__(self) -> None:
+        self._state = threading.Lock()
+        self._latest: dict[str, Any] | None = None
+        self._finished_at = 0.0
+        self._running: threading.Thread | None = None
+        self._started_at = 0.0
+
+    def reading(self, module: Any) -> dict[str, Any]:
+        with self._state:
+            running = self._running
+            started_here = running is None
+            if running is None:
+                running = self._running = threading.Thread(target=self._read, args=(module,), daemon=True,
+                                                           name="tpu-tools-agent-sdk")
+                self._started_at = time.monotonic()
+                running.start()
+        if started_here:  # a read that an earlier request started and is still waiting on is not waited for again
+            running.join(_READ_WAIT_S)
+        with self._state:
+            latest, finished_at, started_at = self._latest, self._finished_at, self._started_at
+        if latest is None:
+            waited = time.monotonic() - started_at
+            return {"status": f"libtpu's SDK has not answered its first read yet ({waited:.1f} s)", "metrics": {},
+                    "tensorcore_utilization_percent": None}
+        return {**latest, "read_age_s": round(time.monotonic() - finished_at, 3)}
+
+    def _read(self, module: Any) -> None:
+        try:
+            latest = _read_all(module)
+        except Exception as error:  # never into the job; the next request tries again
+            latest = {"status": shorten(f"the SDK read failed: {type(error).__name__}: {error}", _MAX_TEXT),
+                      "metrics": {}, "tensorcore_utilization_percent": None}
+        with self._state:
+            self._latest, self._finished_at, self._running = latest, time.monotonic(), None
+
+
+_reader = _Reader()
+
+
+def _forget_reader_after_fork() -> None:
+    global _reader
+    _reader = _Reader()  # the reader thread is not in the child
+
+
+os.register_at_fork(after_in_child=_forget_reader_after_fork)
+
+
+def read_sdk_metrics() -> dict[str, Any]:
+    """{"status", "metrics": {name: {"description", "values"} or {"error"}}, "tensorcore_utilization_percent",
+    "read_age_s"}: the latest complete reading of libtpu's SDK, started by this request or an earlier one."""
+    module, why = _monitoring_module()
+    if module is None:
+        return {"status": why, "metrics": {}, "tensorcore_utilization_percent": None}
+    return _reader.reading(module)

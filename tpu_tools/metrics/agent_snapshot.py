@@ -107,7 +107,8 @@ SNAPSHOT = Obj({
     "steps": STEPS,
     # libtpu's SDK metrics read in the job (tpu_tools.agent.tpusdk); checked again where they are used
     "tpu_sdk": Obj({"status": Str(256), "metrics": Map(AnyJSON(), max_items=64),
-                    "tensorcore_utilization_percent": List(AnyJSON(), max_items=1024)}),
+                    "tensorcore_utilization_percent": List(AnyJSON(), max_items=1024),
+                    "read_age_s": Float(min=0.0)}),
     "goodput": GOODPUT,  # tpu_tools.agent.goodput
     "metrics": METRICS,  # tpu_tools.agent.metrics
     "error": AnyJSON(),

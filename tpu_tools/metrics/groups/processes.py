@@ -48,9 +48,11 @@ def sdk_figures(snapshot: dict[str, Any]) -> dict[str, Any] | None:
     unreadable = {str(name): shorten(str(entry.get("error")), 200) for name, entry in metrics.items()
                   if isinstance(entry, dict) and entry.get("error") is not None}
     health = health_from_sdk(metrics)
+    age = sdk.get("read_age_s")  # how old the agent's latest complete reading is (its reads run apart)
     return {"status": shorten(str(sdk.get("status")), 200), "tensorcore_utilization_percent": utilization,
             "metrics": sorted(str(name) for name in metrics if str(name) not in unreadable),
-            "unreadable": unreadable, "health": health.to_dict() if health is not None else None}
+            "unreadable": unreadable, "health": health.to_dict() if health is not None else None,
+            "read_age_s": float(age) if isinstance(age, (int, float)) and not isinstance(age, bool) else None}
 
 
 def agent_entry(result: AgentResult) -> dict[str, Any]:

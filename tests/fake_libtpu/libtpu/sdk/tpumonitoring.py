@@ -4,10 +4,12 @@ FAKE_TPU_TENSORCORE_UTIL (comma-separated, one per core; default four cores) set
 FAKE_TPU_ICI_LINK_HEALTH and FAKE_TPU_THROTTLE_SCORE (';'-separated, in the SDK's formats) set the health
 metrics. "hbm_capacity_usage" serves numbers, "duty_cycle_pct" strings with a percent sign (as some releases
 do): served metrics the agent must never ask for. "hbm_util" raises, so a reader must keep the others.
-FAKE_TPU_SDK_CALLS names a file that gets one line per get_metric call.
+FAKE_TPU_SDK_CALLS names a file that gets one line per get_metric call. While the file FAKE_TPU_SDK_HANG
+names exists, get_metric blocks, as a call to a service that does not answer does.
 """
 
 import os
+import time
 
 
 class _Metric:
@@ -56,6 +58,9 @@ def get_metric(name):
     if calls:
         with open(calls, "a") as log:
             log.write(name + "\n")
+    hang = os.environ.get("FAKE_TPU_SDK_HANG")
+    while hang and os.path.exists(hang):
+        time.sleep(0.01)
     metrics = _metrics()
     if name not in metrics:
         raise ValueError(f"unsupported metric {name}")
