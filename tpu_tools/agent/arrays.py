@@ -11,10 +11,11 @@ The profile is decoded here (a few protobuf fields) rather than with pprof's own
 from __future__ import annotations
 
 import gzip
-import math
 import time
 from collections import defaultdict
 from typing import Any
+
+from tpu_tools.agent.memory import shard_footprint
 
 MAX_ARRAYS = 100_000  # live arrays looked at, at most
 MAX_PROFILE_BYTES = 64 << 20
@@ -120,11 +121,10 @@ def largest_arrays(jax_module: Any, limit: int = 20, budget_s: float = 0.5) -> d
         try:
             if array.is_deleted():
                 continue
-            sharding = array.sharding
-            devices = sharding.addressable_devices
-            shard = array.shape if len(devices) == 1 else sharding.shard_shape(array.shape)
-            size = int(math.prod(shard) * array.dtype.itemsize) * len(devices)
-            key = (str(tuple(array.shape)), str(array.dtype), _sharding_text(sharding), array_source(array, seen))
+            per_shard, devices = shard_footprint(array)
+            size = per_shard * len(devices)
+            key = (str(tuple(array.shape)), str(array.dtype), _sharding_text(array.sharding),
+                   array_source(array, seen))
         except Exception:  # deleted while we looked, or an exotic sharding
             continue
         groups[key][0] += size

@@ -23,6 +23,15 @@ def backends_ready(jax_module: Any) -> bool:
         return False
 
 
+def shard_footprint(array: Any) -> tuple[int, Any]:
+    """(bytes of one shard, the addressable devices that hold a shard) of a live jax array; may raise for an
+    array deleted meanwhile or an exotic sharding."""
+    sharding = array.sharding
+    devices = sharding.addressable_devices
+    shape = array.shape if len(devices) == 1 else sharding.shard_shape(array.shape)
+    return int(math.prod(shape) * array.dtype.itemsize), devices
+
+
 def _live_array_usage(backend: Any) -> dict[int, list[int]]:
     """Device id -> [bytes, count] of the live arrays with a shard on it."""
     usage: dict[int, list[int]] = {}
@@ -30,13 +39,10 @@ def _live_array_usage(backend: Any) -> dict[int, list[int]]:
         try:
             if array.is_deleted():
                 continue
-            sharding = array.sharding
-            devices = sharding.addressable_devices
-            shape = array.shape if len(devices) == 1 else sharding.shard_shape(array.shape)
-            per_shard = math.prod(shape) * array.dtype.itemsize
+            per_shard, devices = shard_footprint(array)
             for device in devices:
                 entry = usage.setdefault(device.id, [0, 0])
-                entry[0] += int(per_shard)
+                entry[0] += per_shard
                 entry[1] += 1
         except Exception:  # an array deleted while we looked, or an exotic sharding
             continue
