@@ -8,12 +8,12 @@ import json
 import shutil
 import socket
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from agentjobs import wait_for
 
 from tpu_tools.agent.server import AgentServer
 from tpu_tools.metrics import wire
@@ -48,13 +48,6 @@ def read_answer(client: socket.socket) -> dict[str, Any]:
         received += chunk
     assert received.endswith(b"\n")
     return json.loads(received)
-
-
-def wait_for(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 def test_a_request_sent_with_the_connection_is_answered(server):
@@ -105,4 +98,4 @@ def test_clients_that_leave_early_or_send_garbage_cost_nothing_else(server):
     with connect(server) as client:
         client.sendall(wire.encode_request("ping"))
         assert read_answer(client)["request"] == "ping"
-    wait_for(lambda: server.counters.malformed == 1)
+    wait_for(lambda: server.counters.malformed == 1, 30, 0.01)

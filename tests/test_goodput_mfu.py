@@ -12,12 +12,8 @@ from pathlib import Path
 from agentjobs import Job, agent_env, make_rundir, remove_rundir
 from conftest import clean_env, run_tool
 
-SCRIPT = textwrap.dedent("""
-    import json
-    import jax
-    import tpu_tools.agent as agent
-    from tpu_tools.workloads import transformer as T
-
+# The reference transformer's data-parallel train step on the job's devices, as both jobs below set it up.
+TRAIN_SETUP = """
     config = T.config_for("tiny", d_model=384, n_heads=6, d_ff=1536, n_layers=1, seq_len=128, vocab_size=1024,
                           batch_per_device=4)
     devices = jax.local_devices()
@@ -25,6 +21,14 @@ SCRIPT = textwrap.dedent("""
     step, state_sharding, batch_sharding = T.data_parallel_train_step(config, devices)
     state = jax.device_put(T.init_train_state(config, jax.random.key(0)), state_sharding)
     batch = jax.device_put(T.random_tokens(config, batch_size, jax.random.key(1)), batch_sharding)
+"""
+
+SCRIPT = textwrap.dedent("""
+    import json
+    import jax
+    import tpu_tools.agent as agent
+    from tpu_tools.workloads import transformer as T
+""" + TRAIN_SETUP + """
     with agent.phase("warmup"):
         compiled = step.lower(state, batch).compile()
     xla = agent.step_flops(compiled)
@@ -62,14 +66,7 @@ AUTOMATIC_JOB = textwrap.dedent("""
     import jax, jax.numpy as jnp
     import tpu_tools.agent as agent
     from tpu_tools.workloads import transformer as T
-
-    config = T.config_for("tiny", d_model=384, n_heads=6, d_ff=1536, n_layers=1, seq_len=128, vocab_size=1024,
-                          batch_per_device=4)
-    devices = jax.local_devices()
-    batch_size = config.batch_per_device * len(devices)
-    step, state_sharding, batch_sharding = T.data_parallel_train_step(config, devices)
-    state = jax.device_put(T.init_train_state(config, jax.random.key(0)), state_sharding)
-    batch = jax.device_put(T.random_tokens(config, batch_size, jax.random.key(1)), batch_sharding)
+""" + TRAIN_SETUP + """
     square = jax.jit(lambda m: m @ m)
     m = jnp.ones((512, 512))
     square(m).block_until_ready()  # set-up before the loop (0.27 GFLOP): not the step's
