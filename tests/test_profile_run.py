@@ -343,7 +343,7 @@ def test_ctrl_c_keeps_the_trace_so_far(tmp_path):
     assert list((tmp_path / "out" / "trace").rglob("*.xplane.pb"))
 
 
-@pytest.mark.budget(30)  # a program of 11 s whose phases the window must fall between
+@pytest.mark.budget(40)  # a program of 14 s whose phases the window must fall between
 def test_time_window_traces_only_the_window(tmp_path):
     write_program(tmp_path, "phases.py", """
         import time
@@ -370,21 +370,23 @@ def test_time_window_traces_only_the_window(tmp_path):
         while time.monotonic() - start < 2.0:
             x = early(x).block_until_ready()
             time.sleep(0.002)
-        while time.monotonic() - start < 11.0:
+        while time.monotonic() - start < 14.0:
             x = late(x).block_until_ready()
             time.sleep(0.002)
     """)
     # The window opens at the delay, or when the runtime is up if that is later (seconds on a loaded machine).
-    # It lies 2.5 s inside `late`'s phase: the program's clock may start that much before or after the window's.
-    result = profile(tmp_path, "--out", "out", "--quiet", "--delay", "4.5", "--duration", "1", "--", "phases.py")
+    # Everything before `late`'s phase must be over by then, importing jax and both compiles included: on a
+    # loaded machine under coverage they have taken over 4.5 s, and a window opening at 4.5 s traced them. A
+    # window from 8 s to 9 s lies well inside `late`'s phase (from 2 s to 14 s).
+    result = profile(tmp_path, "--out", "out", "--quiet", "--delay", "8", "--duration", "1", "--", "phases.py")
     assert result.returncode == 0, result.stderr
     document = summary_of(tmp_path / "out")
     window = document["window"]
     assert window["mode"] == "time" and window["opened"] and window["closed_by"] == "duration"
-    if window["opened_at_s"] > 9.5:  # the window must open while `late` runs, from 2 s to 11 s
+    if window["opened_at_s"] > 8.5:  # opened when the runtime came up, with the set-up after it inside the window
         pytest.skip(f"the runtime was up only {window['opened_at_s']:.1f} s after the start: too loaded a machine "
                     "to place a time window")
-    assert window["opened_at_s"] >= 4.4
+    assert window["opened_at_s"] >= 7.9
     assert 0.8e6 <= document["trace"]["duration_us"] <= 2.5e6
     modules = {op["module"] for op in document["top_ops"]}
     assert "jit_late" in modules and "jit_early" not in modules
