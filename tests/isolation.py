@@ -17,7 +17,7 @@ import os
 import socket
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
@@ -44,3 +44,11 @@ def tmux_command(socket_name: str) -> list[str]:
 
 def kill_tmux_server(socket_name: str) -> None:
     subprocess.run([*tmux_command(socket_name), "kill-server"], capture_output=True, timeout=30)
+
+
+def settled_screen(capture: Callable[[], str], predicate: Callable[[str], bool]) -> str | None:
+    """A captured screen that satisfies the predicate and reads the same on the next capture, else None: a
+    whole frame, not one that tmux is still painting (a row cut short by a capture in the middle of a redraw).
+    Poll it with a deadline: `wait_for(lambda: settled_screen(tmux.screen, predicate))`."""
+    screen = capture()
+    return screen if predicate(screen) and capture() == screen else None

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from agentjobs import wait_for
 from conftest import REPO, assert_one_line_error, clean_env, run_tool, tool_command
+from isolation import settled_screen
 from promstack import PROMETHEUS, FleetStack, free_port, http_get
 
 from tpu_tools.errors import RuntimeFailure, UsageError
@@ -294,7 +295,7 @@ class _Tmux:
         return self.run("capture-pane", "-t", "t", "-p")
 
     def wait_for(self, predicate, timeout: float = 20.0) -> str:
-        return wait_for(lambda: (lambda s: s if predicate(s) else None)(self.screen()), timeout=timeout)
+        return wait_for(lambda: settled_screen(self.screen, predicate), timeout=timeout)
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from agentjobs import agent_env, make_rundir, remove_rundir, start_job, wait_for
 from conftest import assert_one_line_error, run_tool, tool_command
+from isolation import settled_screen
 
 from tpu_tools.top.frame import frame_text, render
 from tpu_tools.top.model import ViewState, handle_key, rows_from_report
@@ -196,7 +197,7 @@ class Tmux:
         return self.run("capture-pane", "-t", "t", "-p")
 
     def wait_for(self, predicate, timeout: float = 20.0) -> str:
-        return wait_for(lambda: (lambda s: s if predicate(s) else None)(self.screen()), timeout=timeout)
+        return wait_for(lambda: settled_screen(self.screen, predicate), timeout=timeout)
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)

@@ -112,6 +112,10 @@ def test_rendering_fits_any_width_and_bounds_the_rows():
     assert "(no traceback)" in frame_text(arrays_lines(ArraysRead(1, 1.0e9, 1.0e9, no_traceback), 200))
 
 
+def _row_of(screen: str, text: str) -> str:
+    return next((line for line in screen.splitlines() if text in line), "")
+
+
 def test_m_in_a_terminal_shows_the_arrays_and_the_keys_keep_working():
     if not shutil.which("tmux"):
         pytest.skip("tmux is not installed")
@@ -126,9 +130,12 @@ def test_m_in_a_terminal_shows_the_arrays_and_the_keys_keep_working():
             tmux.wait_for(lambda s: "Compiles by function" in s
                           and s.splitlines()[-1].startswith(" Esc back  m arrays"))
             tmux.keys("m")
-            screen = tmux.wait_for(lambda s: "Memory by allocation  read at " in s and "(512, 1024)" in s, 30)
-            big = next(line for line in screen.splitlines() if "(512, 1024)" in line)
-            assert "float32" in big and "job.py:" in big and "NamedSharding" in big
+            # The row is whole once its last column (where the array was made) is drawn: a capture can land
+            # while tmux is still painting the frame, the row cut after its shape.
+            screen = tmux.wait_for(lambda s: "Memory by allocation  read at " in s
+                                   and "job.py:" in _row_of(s, "(512, 1024)"), 30)
+            big = _row_of(screen, "(512, 1024)")
+            assert "float32" in big and "NamedSharding" in big
             assert "Allocation sites" in screen and screen.splitlines()[-1].startswith(" Esc back  m arrays")
             tmux.keys("Escape")
             tmux.wait_for(lambda s: " Processes" in s and "Memory by allocation" not in s)
