@@ -201,7 +201,10 @@ def test_jitted_step_top_ops_match_the_program(tmp_path):
     compiled_hlo = (tmp_path / "step.hlo").read_text()
     step_ops = [op for op in document["top_ops"] if op["module"] == "jit_train_step"]
     assert step_ops, document["top_ops"]
-    assert document["top_ops"][0]["module"] == "jit_train_step"
+    # Which op took longest is the machine's call (a broadcast preempted once outlasts seven tiny steps on a
+    # loaded host); that the ops are ranked by their device time is the summary's.
+    percents = [op["percent_of_device_time"] for op in document["top_ops"]]
+    assert percents == sorted(percents, reverse=True)
     for op in step_ops:
         assert op["name"] in compiled_hlo, op["name"]  # an instruction of the compiled program
         assert op["count"] == 7  # once per step

@@ -98,7 +98,12 @@ def interruptible(function: Callable[[], _T], name: str = "tpu-tools-blocking-ca
     """
     if threading.current_thread() is not threading.main_thread():
         return function()
-    done = threading.Event()
+    # A plain lock, held until the call ends, rather than an Event: a signal that raises inside Event.wait can
+    # land between its condition's inner wait and its re-acquire, and the condition's release then fails with
+    # "release unlocked lock", a RuntimeError that replaces the KeyboardInterrupt. An interrupted
+    # Lock.acquire just raises.
+    running = threading.Lock()
+    running.acquire()
     outcome: list[tuple[bool, object]] = []
 
     def work() -> None:
@@ -107,10 +112,10 @@ def interruptible(function: Callable[[], _T], name: str = "tpu-tools-blocking-ca
         except BaseException as error:  # raised again in the caller's thread
             outcome.append((False, error))
         finally:
-            done.set()
+            running.release()
 
     threading.Thread(target=work, name=name, daemon=True).start()
-    while not done.wait(0.1):
+    while not running.acquire(timeout=0.1):
         pass
     succeeded, value = outcome[0]
     if not succeeded:
