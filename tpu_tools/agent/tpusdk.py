@@ -95,13 +95,13 @@ def _read_all(module: Any) -> dict[str, Any]:
     """One reading of every in-job metric this libtpu serves (each failed metric is never asked again)."""
     with _lock:  # one read at a time: the failed set is the process's memory of what not to ask
         if "(list)" in _failed:
-            return {"status": _failed["(list)"], "metrics": {}, "tensorcore_utilization_percent": None}
+            return _no_reading(_failed["(list)"])
         try:
             names = _metric_names(module)
         except Exception as error:
             why = f"the SDK could not list its metrics: {type(error).__name__}: {error}"
             _failed["(list)"] = shorten(why, _MAX_TEXT)
-            return {"status": _failed["(list)"], "metrics": {}, "tensorcore_utilization_percent": None}
+            return _no_reading(_failed["(list)"])
         metrics: dict[str, dict[str, Any]] = {}
         for name in names:
             if name in _failed:
@@ -117,6 +117,11 @@ def _read_all(module: Any) -> dict[str, Any]:
     if utilization is not None:
         cores = [v if isinstance(v, float) and 0.0 <= v <= 100.0 else None for v in utilization]
     return {"status": "ok", "metrics": metrics, "tensorcore_utilization_percent": cores}
+
+
+def _no_reading(why: str | None) -> dict[str, Any]:
+    """The answer when there are no figures to give, and why."""
+    return {"status": why, "metrics": {}, "tensorcore_utilization_percent": None}
 
 
 class _Reader:
@@ -144,16 +149,14 @@ class _Reader:
             latest, finished_at, started_at = self._latest, self._finished_at, self._started_at
         if latest is None:
             waited = time.monotonic() - started_at
-            return {"status": f"libtpu's SDK has not answered its first read yet ({waited:.1f} s)", "metrics": {},
-                    "tensorcore_utilization_percent": None}
+            return _no_reading(f"libtpu's SDK has not answered its first read yet ({waited:.1f} s)")
         return {**latest, "read_age_s": round(time.monotonic() - finished_at, 3)}
 
     def _read(self, module: Any) -> None:
         try:
             latest = _read_all(module)
         except Exception as error:  # never into the job; the next request tries again
-            latest = {"status": shorten(f"the SDK read failed: {type(error).__name__}: {error}", _MAX_TEXT),
-                      "metrics": {}, "tensorcore_utilization_percent": None}
+            latest = _no_reading(shorten(f"the SDK read failed: {type(error).__name__}: {error}", _MAX_TEXT))
         with self._state:
             self._latest, self._finished_at, self._running = latest, time.monotonic(), None
 
@@ -174,5 +177,5 @@ def read_sdk_metrics() -> dict[str, Any]:
     "read_age_s"}: the latest complete reading of libtpu's SDK, started by this request or an earlier one."""
     module, why = _monitoring_module()
     if module is None:
-        return {"status": why, "metrics": {}, "tensorcore_utilization_percent": None}
+        return _no_reading(why)
     return _reader.reading(module)
