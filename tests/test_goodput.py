@@ -160,11 +160,17 @@ def test_a_real_job_every_cause_within_one_percent_or_20ms():
         report = json.loads(result.stdout.strip().splitlines()[-1])
         truth, figures = report["truth"], report["ledger"]["since_start"]
         measured = figures["causes_s"]
-        truth["host"] = truth["wall"] - sum(truth[c] for c in ("productive", "data", "checkpoint", "eval",
-                                                                 "warmup", "idle", "startup"))
+        # Each cause's truth is a range (tests/goodput_job.py): its sleeps alone, and its whole blocks, entering
+        # and leaving included. The ledger reads its clock between the two, so where a loaded machine preempted
+        # the job there, that time is the block's; on an idle machine the range is microseconds wide.
+        low, high = report["low"], report["high"]
+        others = ("productive", "data", "checkpoint", "eval", "warmup", "idle", "startup")
+        low["host"] = low["wall"] - sum(high[c] for c in others)  # host work is what the other causes leave
+        high["host"] = high["wall"] - sum(low[c] for c in others)
         for cause in ("productive", "startup", "data", "checkpoint", "eval", "warmup", "idle", "host"):
-            tolerance = max(0.01 * truth[cause], 0.020)
-            assert abs(measured[cause] - truth[cause]) <= tolerance, (cause, measured[cause], truth[cause])
+            tolerance = max(0.01 * low[cause], 0.020)
+            assert low[cause] - tolerance <= measured[cause] <= high[cause] + tolerance, \
+                (cause, measured[cause], low[cause], high[cause])
         assert measured["startup"] >= truth["startup_sleep"]
         assert figures["samples"] == 3200 and figures["flops"] == 1e11
         assert figures["mfu_percent"] == pytest.approx(100 * figures["flops_per_s"] / 1e11)
