@@ -7,6 +7,7 @@ test waits for. This adds, per test, the CPU time of the test process and of the
 for), and prints the most expensive files and tests at the end.
 
     PYTHONPATH=tools .venv/bin/python -m pytest -p pytest_cpu_report -n 4 --dist loadfile  [--cpu-report 30]
+        [--cpu-report-json every-test.jsonl]
 
 Under xdist each worker writes its tests to a file and the controller sums them; what a module fixture
 starts is counted in the test during which it was reaped, and a child that was killed and never reaped is
@@ -32,6 +33,8 @@ _RECORDS_ENV = "TPU_TOOLS_CPU_REPORT_DIR"
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cpu-report", type=int, default=25, metavar="N",
                      help="rows of the CPU report: the N most expensive files and tests (pytest_cpu_report)")
+    parser.addoption("--cpu-report-json", metavar="FILE", default=None,
+                     help="also write every test's record to FILE, one JSON object a line (pytest_cpu_report)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,6 +90,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     write(f"{'CPU s':>8} {'wall s':>8}  test")
     for record in sorted(records, key=lambda r: -(r["own_s"] + r["children_s"]))[:rows]:
         write(f"{record['own_s'] + record['children_s']:8.1f} {record['wall_s']:8.1f}  {record['test']}")
+    keep = config.getoption("cpu_report_json")
+    if keep:
+        Path(keep).write_text("".join(json.dumps(record) + "\n" for record in records))
     for path in folder.glob("*.jsonl"):
         path.unlink()
     folder.rmdir()
