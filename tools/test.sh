@@ -18,22 +18,49 @@ if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1
         || echo "could not install$missing; the tests that need them are skipped"
 fi
 
+# The interpreter: python3 where it is 3.12 or newer, else a python3.12 or python3.13 that this machine has (on
+# PATH, or installed by pyenv beside the default), else python3. From 3.12 on, coverage measures through
+# sys.monitoring, which costs nothing in code it does not measure (the standard library, jax, rich, grpc); 3.11's
+# tracer runs on every line of every Python process the tests start, which doubled their CPU
+# (docs/development.md, "Where the suite's time goes"). TPU_TOOLS_TEST_PYTHON names another interpreter.
+runs_3_12() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; }
+pick_python() {
+    if [ -n "${TPU_TOOLS_TEST_PYTHON:-}" ]; then echo "$TPU_TOOLS_TEST_PYTHON"; return; fi
+    local candidate
+    for candidate in python3 python3.12 python3.13 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 \
+                     "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python3.13; do
+        if runs_3_12 "$candidate"; then echo "$candidate"; return; fi
+    done
+    echo python3
+}
+python="$(pick_python)"
+version_of() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])'; }
+wanted="$(version_of "$python")"
+# a .venv of another interpreter is made anew
+if [ -x .venv/bin/python ] && [ "$(version_of .venv/bin/python)" != "$wanted" ]; then
+    rm -rf .venv
+fi
+"$python" -m venv .venv
 # uv installs the same packages as pip in a fraction of the time (parallel downloads, no per-package
 # subprocess): on a fresh clone here 14 s instead of 39 s, libtpu included, and about a second when .venv is
 # up to date.
 # --compile-bytecode: the tests start hundreds of Python processes, each would otherwise compile what it imports.
-python3 -m venv .venv
 [ -x .venv/bin/uv ] || .venv/bin/python -m pip install -q uv
 .venv/bin/uv pip install -q --python .venv/bin/python --compile-bytecode -e '.[test]'
 # libtpu's own SDK, the second client the tests hold every fixture metrics service to (tests/libtpu_sdk.py).
 # It goes into .libtpu/, not .venv: installed there, JAX would see a TPU plugin, the tests would pin JAX to the
 # CPU platform and skip those about JAX's own choice of platform. Only the SDK's child processes load it.
 LIBTPU_VERSION=0.0.51
-if [ ! -f ".libtpu/libtpu-$LIBTPU_VERSION.dist-info/METADATA" ]; then
+# (its wheels are built per Python: one for another interpreter is installed anew)
+if ! grep -qs "^Tag: cp${wanted/./}-" ".libtpu/libtpu-$LIBTPU_VERSION.dist-info/WHEEL"; then
     rm -rf .libtpu
     .venv/bin/uv pip install -q --python .venv/bin/python --no-deps --target .libtpu "libtpu==$LIBTPU_VERSION"
 fi
 export TPU_TOOLS_TEST_REQUIRE_LIBTPU=1  # the SDK's tests fail here rather than skip when it cannot run
+# Coverage through sys.monitoring where the interpreter has it (3.12+); 3.11 keeps coverage's C tracer.
+if runs_3_12 .venv/bin/python; then
+    export COVERAGE_CORE=sysmon
+fi
 # Lint and types first: they take seconds and fail CI like a test (configuration in pyproject.toml).
 .venv/bin/ruff check --quiet .
 .venv/bin/mypy
