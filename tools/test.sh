@@ -46,7 +46,8 @@ fi
 # up to date.
 # --compile-bytecode: the tests start hundreds of Python processes, each would otherwise compile what it imports.
 [ -x .venv/bin/uv ] || .venv/bin/python -m pip install -q uv
-.venv/bin/uv pip install -q --python .venv/bin/python --compile-bytecode -e '.[test]'
+.venv/bin/uv pip install -q --python .venv/bin/python --compile-bytecode --constraint tools/test-constraints.txt \
+    -e '.[test]'
 # libtpu's own SDK, the second client the tests hold every fixture metrics service to (tests/libtpu_sdk.py).
 # It goes into .libtpu/, not .venv: installed there, JAX would see a TPU plugin, the tests would pin JAX to the
 # CPU platform and skip those about JAX's own choice of platform. Only the SDK's child processes load it.
