@@ -22,13 +22,12 @@ from typing import Any, Protocol
 from tpu_tools import signals
 from tpu_tools.bench.failures import classify
 from tpu_tools.bench.interference import interference, noise_reasons, snapshot
+from tpu_tools.bench.interrupts import kept_interrupts, raise_kept_interrupt
+from tpu_tools.bench.names import OUT_OF_PROCESS
 from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, Case, CaseResult, RunResult
 from tpu_tools.bench.timing import TimingSettings
 from tpu_tools.errors import PlatformUnavailable
 from tpu_tools.pjrt.runtime import RuntimePolicy
-
-BENCHMARKS = ("compile", "dispatch", "matmul", "memory", "transfer", "train", "infer")
-OUT_OF_PROCESS = ("compile",)
 
 
 @dataclass(frozen=True)
@@ -92,6 +91,7 @@ def run_benchmarks(request: RunRequest, progress: Progress | None = None) -> Run
         pending[:] = cases
         progress.planned(len(run.results) + len(cases))
         for case in cases:
+            raise_kept_interrupt()
             current[:] = [case]
             progress.started(case)
             run.results.append(run_one(case))
@@ -100,12 +100,14 @@ def run_benchmarks(request: RunRequest, progress: Progress | None = None) -> Run
             gc.collect()
 
     try:
-        run_cases([case for s in outside for case in s.plan(_platform_hint(request.policy))],
-                  lambda case: _run_out_of_process(case, request))
-        pending.clear()
-        ctx = _open_device(request, run)  # also when only compile ran: the result records the device
-        run_cases([case for s in inside for case in s.plan(run.device["platform"])],
-                  lambda case: _run_in_process(ctx, case))
+        with kept_interrupts():
+            run_cases([case for s in outside for case in s.plan(_platform_hint(request.policy))],
+                      lambda case: _run_out_of_process(case, request))
+            pending.clear()
+            ctx = _open_device(request, run)  # also when only compile ran: the result records the device
+            run_cases([case for s in inside for case in s.plan(run.device["platform"])],
+                      lambda case: _run_in_process(ctx, case))
+            raise_kept_interrupt()
         _note_library_calls(run)
     except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (tpu_tools.signals)
         signals.note_interrupt(error)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpu_tools.bench.interrupts import raise_kept_interrupt
 from tpu_tools.units import format_duration_us
 
 
@@ -96,12 +97,14 @@ def time_back_to_back(call: Callable[[Any], Any], first: Any, block: Callable[[A
     previous = first
     made = 0
     for _ in range(settings.warmup):
+        raise_kept_interrupt()
         previous = call(previous)
         block(previous)
         made += 1
 
     def sample(calls: int) -> float:
         nonlocal previous, made
+        raise_kept_interrupt()
         made += calls
         start = time.perf_counter()
         # Let go of the previous sample's output here, not after the clock stops: it is freed once the first call
@@ -169,10 +172,12 @@ def time_calls(call: Callable[[Any], Any], settings: TimingSettings,
     there are `min_samples` and `min_time_s` has passed, or at `max_samples`.
     """
     for _ in range(settings.warmup):
+        raise_kept_interrupt()
         call(prepare() if prepare else None)
     samples: list[float] = []
     spent = 0.0
     while len(samples) < settings.max_samples:
+        raise_kept_interrupt()
         argument = prepare() if prepare else None
         start = time.perf_counter()
         call(argument)
