@@ -16,7 +16,8 @@ from tpu_tools.bench.infer import InferOptions, batch_sizes_up_to
 from tpu_tools.bench.matmul import MatmulOptions, Shape
 from tpu_tools.bench.memory import MemoryOptions
 from tpu_tools.bench.model import ModelChoice
-from tpu_tools.bench.runner import BENCHMARKS, Selection, benchmark_module
+from tpu_tools.bench.names import BENCHMARKS
+from tpu_tools.bench.runner import Selection, benchmark_module
 from tpu_tools.bench.train import TrainOptions
 from tpu_tools.bench.transfer import TransferOptions
 

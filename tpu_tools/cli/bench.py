@@ -13,7 +13,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tpu_tools.bench.runner import BENCHMARKS
+from tpu_tools.bench.names import BENCHMARKS
 from tpu_tools.cli.bench_options import (
     RunArgs,
     allow_missing_option,
