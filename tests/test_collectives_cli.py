@@ -71,7 +71,9 @@ def test_the_default_run_is_a_correct_table_on_8_cpu_devices_in_seconds():
 
 
 def test_every_op_and_reduction_is_right_in_bf16():
-    result = collectives("all", "-o", "all", "-d", "bf16", "--root", "5", "--shift", "3", *SMALL)
+    # One size: each size compiles every op twice (out-of-place, in-place); correctness does not need a sweep.
+    result = collectives("all", "-o", "all", "-d", "bf16", "--root", "5", "--shift", "3", "-b", "256", "-e", "256",
+                         "-n", "1", "-w", "0")
     assert result.returncode == 0, result.stderr
     sections = re.findall(r"^# (\S+(?: \(\w+\))?) \[(.+?)\]: busbw = algbw \* (\S+) =", result.stdout, re.M)
     assert [s[0] for s in sections] == ["all-reduce (sum)", "all-reduce (max)", "all-reduce (min)",
@@ -81,8 +83,8 @@ def test_every_op_and_reduction_is_right_in_bf16():
     assert ("broadcast", "masked all-reduce (root 5)", "1") in sections
     assert ("permute", "ppermute (shift 3)", "1") in sections
     table = rows(result.stdout)
-    assert len(table) == 10 * 2 and all(r[8] == r[12] == "0" and r[2] == "bf16" for r in table)
-    assert [r[4] for r in table[-2:]] == ["5", "5"]  # broadcast's root column
+    assert len(table) == 10 and all(r[8] == r[12] == "0" and r[2] == "bf16" for r in table)
+    assert table[-1][4] == "5"  # broadcast's root column
     assert result.stdout.count(": wrong values 0 OK, avg busbw") == 10
 
 
@@ -123,42 +125,60 @@ def test_json_document_schema_is_pinned(tmp_path):
         assert result_row["blocking_call_us"] > 0
 
 
-def test_json_to_stdout_replaces_the_table():
-    result = collectives("permute", "--json", "-", *SMALL)
+@pytest.fixture(scope="module")
+def permute_to_stdout_one_call_per_sample() -> subprocess.CompletedProcess:
+    """One run for two tests whose options do not interact: JSON on stdout, and --sample-ms 0."""
+    return collectives("permute", "--sample-ms", "0", "--json", "-", *SMALL)
+
+
+@pytest.fixture(scope="module")
+def unchecked_all_gather_of_1000_bytes() -> subprocess.CompletedProcess:
+    """One run for two tests whose options do not interact: --check off, and a size that is rounded."""
+    return collectives("all-gather", "--check", "off", "-b", "1000", "-e", "1000", "-n", "1", "-w", "0")
+
+
+@pytest.fixture(scope="module")
+def device_subset_run() -> subprocess.CompletedProcess:
+    """A subset of the devices, with a --min-busbw gate that every size passes."""
+    return collectives("reduce-scatter", "--devices", "0,2,4-5", "--min-busbw", "0.000001", *SMALL)
+
+
+def test_json_to_stdout_replaces_the_table(permute_to_stdout_one_call_per_sample):
+    result = permute_to_stdout_one_call_per_sample
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["tests"][0]["op"] == "permute" and document["wrong"] == 0
 
 
-def test_check_off_reports_not_applicable():
-    result = collectives("all-gather", "--check", "off", *SMALL)
+def test_check_off_reports_not_applicable(unchecked_all_gather_of_1000_bytes):
+    result = unchecked_all_gather_of_1000_bytes
     assert result.returncode == 0, result.stderr
     assert all(r[-1] == "N/A" for r in rows(result.stdout))
     assert "# Wrong values : N/A (--check off)" in result.stdout
 
 
-def test_a_2d_mesh_runs_along_the_chosen_axis_and_a_device_subset(tmp_path):
+def test_a_2d_mesh_runs_along_the_chosen_axis_and_a_device_subset(device_subset_run):
     result = collectives("all-reduce", "--mesh", "2x4", "--axis", "x", "--json", "-", *SMALL)
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["mesh"] == {"shape": [2, 4], "axis_names": ["x", "y"], "axis": "x"}
     assert (document["ranks"], document["groups"], document["wrong"]) == (2, 4, 0)
     assert document["tests"][0]["busbw_factor"] == pytest.approx(1.0)  # 2(n-1)/n with n = 2
-    result = collectives("reduce-scatter", "--devices", "0,2,4-5", *SMALL)
+    result = device_subset_run
     assert result.returncode == 0, result.stderr
     assert "# devices 4 (cpu, ids 0,2,4-5)" in result.stdout and "n = 4 ranks" in result.stdout
     assert all(r[-1] == "0" for r in rows(result.stdout))
 
 
-def test_sizes_not_divisible_by_the_ranks_are_rounded_with_a_note():
-    result = collectives("all-gather", "-b", "1000", "-e", "1000", "-n", "1", "-w", "0")
+def test_sizes_not_divisible_by_the_ranks_are_rounded_with_a_note(unchecked_all_gather_of_1000_bytes):
+    result = unchecked_all_gather_of_1000_bytes
     assert result.returncode == 0, result.stderr
     assert [r[:2] for r in rows(result.stdout)] == [("992", "31")]
     assert ("note: all-gather: sizes must be a multiple of 8 ranks x 4 B (f32) = 32 B; rounded down as "
             "nccl-tests does (at least one element per rank): 1000 -> 992") in result.stderr
 
 
-def test_min_busbw_is_a_gate_with_exit_3(tmp_path):
+def test_min_busbw_is_a_gate_with_exit_3(tmp_path, device_subset_run):
     path = tmp_path / "gate.json"
     result = collectives("all-reduce", "--min-busbw", "1000000", "--json", str(path), *SMALL)
     message = assert_one_line_error(result, 3)
@@ -166,7 +186,7 @@ def test_min_busbw_is_a_gate_with_exit_3(tmp_path):
     assert "# Wrong values : 0 OK" in result.stdout
     document = json.loads(path.read_text())
     assert document["status"] == "below_min_busbw" and document["exit_code"] == 3
-    assert collectives("all-reduce", "--min-busbw", "0.000001", *SMALL).returncode == 0
+    assert device_subset_run.returncode == 0  # a gate below every size's busbw passes
 
 
 def test_a_size_that_fails_leaves_valid_json_with_the_rows_before_it(tmp_path):
@@ -184,42 +204,8 @@ def test_a_size_that_fails_leaves_valid_json_with_the_rows_before_it(tmp_path):
     assert results[1]["error"].startswith("needs about") and results[1]["time_us"] is None
 
 
-def test_wrong_results_are_counted_bit_for_bit_on_every_device():
-    # The real collective (ppermute by 1) checked against the expectation of a shift by 2: every
-    # element of every device must count as wrong. Catches a checker that compares too loosely.
-    script = """
-import numpy as np
-from tpu_tools.collectives.data import Crafted, count_wrong
-from tpu_tools.collectives.dtypes import DTYPES
-from tpu_tools.collectives.mesh import build_mesh
-from tpu_tools.collectives.ops import OPS, Case
-from tpu_tools.collectives.spmd import build_collective
-from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
-jax = import_jax(RuntimePolicy(platform="cpu", host_devices=4))
-plan = build_mesh(jax, None, None, None)
-case = Case(OPS["permute"], None)
-real, other = (Crafted(case, DTYPES["f32"], 4, 16, shift=s) for s in (1, 2))
-collective = build_collective(jax, case, plan, shift=1)
-x = jax.make_array_from_callback((4, 16), collective.sharding,
-                                 lambda i: real.input(*plan.position(i)).reshape(1, 16))
-out = collective.function(x)
-right = sum(count_wrong(np.asarray(s.data), real.expected(*plan.position(s.index)), DTYPES["f32"])
-            for s in out.addressable_shards)
-wrong = sum(count_wrong(np.asarray(s.data), other.expected(*plan.position(s.index)), DTYPES["f32"])
-            for s in out.addressable_shards)
-print(right, wrong)
-"""
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=clean_env(),
-                            timeout=120, cwd=REPO)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["0", str(4 * 16)]
-
-
-def test_in_place_calls_really_write_over_their_donated_input():
-    # Every op's in-place form is donated and its output aliases the input: the runtime deletes the
-    # input and warns of no unusable donation; the out-of-place form leaves its input alone and takes
-    # the previous output as a real argument, so calls issued back to back run one after the other.
-    script = """
+# Two checks of the SPMD programs themselves, in one process (one JAX start): each prints its lines under a tag.
+SPMD_SCRIPT = """
 import warnings
 import numpy as np
 from tpu_tools.collectives.data import Crafted, count_wrong
@@ -230,6 +216,21 @@ from tpu_tools.collectives.spmd import build_collective, in_place_elements
 from tpu_tools.pjrt.runtime import RuntimePolicy, import_jax
 jax = import_jax(RuntimePolicy(platform="cpu", host_devices=4))
 plan = build_mesh(jax, None, None, None)
+
+# The real permute (shift 1) checked against its own expectation and against a shift by 2's.
+case = Case(OPS["permute"], None)
+real, other = (Crafted(case, DTYPES["f32"], 4, 16, shift=s) for s in (1, 2))
+collective = build_collective(jax, case, plan, shift=1)
+x = jax.make_array_from_callback((4, 16), collective.sharding,
+                                 lambda i: real.input(*plan.position(i)).reshape(1, 16))
+out = collective.function(x)
+right = sum(count_wrong(np.asarray(s.data), real.expected(*plan.position(s.index)), DTYPES["f32"])
+            for s in out.addressable_shards)
+wrong = sum(count_wrong(np.asarray(s.data), other.expected(*plan.position(s.index)), DTYPES["f32"])
+            for s in out.addressable_shards)
+print("bit-for-bit", right, wrong)
+
+# Every op's in-place and out-of-place forms.
 warnings.simplefilter("error")
 for op in OPS.values():
     case = Case(op, op.redops[0] if op.redops else None)
@@ -247,19 +248,44 @@ for op in OPS.values():
     y = collective.timed(x, previous)
     # The previous output is a parameter of the compiled program: the runtime waits for it.
     chained = "parameter(1)" in collective.timed.lower(x, previous).compile().as_text()
-    print(op.name, buffer.is_deleted(), wrong, x.is_deleted(), y.shape[-1] == op.output_elements(8, 4), chained)
+    print("in-place", op.name, buffer.is_deleted(), wrong, x.is_deleted(), y.shape[-1] == op.output_elements(8, 4),
+          chained)
 """
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=clean_env(),
+
+
+@pytest.fixture(scope="module")
+def spmd_checks() -> tuple[subprocess.CompletedProcess, dict[str, list[list[str]]]]:
+    result = subprocess.run([sys.executable, "-c", SPMD_SCRIPT], capture_output=True, text=True, env=clean_env(),
                             timeout=120, cwd=REPO)
+    tagged: dict[str, list[list[str]]] = {}
+    for line in result.stdout.splitlines():
+        tag, *fields = line.split()
+        tagged.setdefault(tag, []).append(fields)
+    return result, tagged
+
+
+def test_wrong_results_are_counted_bit_for_bit_on_every_device(spmd_checks):
+    # The real collective (ppermute by 1) checked against the expectation of a shift by 2: every
+    # element of every device must count as wrong. Catches a checker that compares too loosely.
+    result, tagged = spmd_checks
     assert result.returncode == 0, result.stderr
-    lines = [line.split() for line in result.stdout.splitlines()]
+    assert tagged["bit-for-bit"] == [["0", str(4 * 16)]]
+
+
+def test_in_place_calls_really_write_over_their_donated_input(spmd_checks):
+    # Every op's in-place form is donated and its output aliases the input: the runtime deletes the
+    # input and warns of no unusable donation; the out-of-place form leaves its input alone and takes
+    # the previous output as a real argument, so calls issued back to back run one after the other.
+    result, tagged = spmd_checks
+    assert result.returncode == 0, result.stderr
+    lines = tagged["in-place"]
     assert [line[0] for line in lines] == ["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "permute",
                                            "broadcast"]
     assert all(line[1:] == ["True", "0", "False", "True", "True"] for line in lines), lines
 
 
-def test_sample_ms_0_waits_for_every_call(tmp_path):
-    result = collectives("all-reduce", "--sample-ms", "0", "--json", "-", *SMALL)
+def test_sample_ms_0_waits_for_every_call(permute_to_stdout_one_call_per_sample):
+    result = permute_to_stdout_one_call_per_sample
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["settings"]["sample_ms"] == 0

@@ -40,13 +40,14 @@ def test_quick_level_passes_prints_json_and_keeps_the_last_result(tmp_path):
 
 def test_an_injected_gemm_fault_fails_the_run_naming_the_device(tmp_path):
     env = _env(tmp_path)
-    result = run_tool("tpu-diag", "-r", "2", "--platform", "cpu", "--host-devices", "4", "--inject", "gemm:2",
+    # 3 devices: the fewest where the majority of its peers names the one that differs (each compiles every test)
+    result = run_tool("tpu-diag", "-r", "2", "--platform", "cpu", "--host-devices", "3", "--inject", "gemm:2",
                       "--memory-fraction", "0.0001", "--format", "plain", env=env, timeout=300)
     assert result.returncode == 1, result.stderr
     failing = [line for line in result.stdout.splitlines() if " FAIL " in line and not line.startswith("verdict")]
     assert failing and all(line.startswith("gemm ") and "device 2" in line for line in failing), result.stdout
     assert "verdict: FAIL" in result.stdout
-    assert "links exercised: 8" in result.stdout and "dtypes: f32, bf16, f16, int8" in result.stdout
+    assert "links exercised: 6" in result.stdout and "dtypes: f32, bf16, f16, int8" in result.stdout
     assert "memory tested:" in result.stdout
 
 
