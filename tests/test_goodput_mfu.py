@@ -13,14 +13,23 @@ from agentjobs import Job, agent_env, make_rundir, remove_rundir
 from conftest import clean_env, run_tool
 
 # The reference transformer's data-parallel train step on the job's devices, as both jobs below set it up.
+# The state and batch are filled on the host with the shapes of T.init_train_state and T.random_tokens: FLOPs
+# depend on shapes only, and initialising with jax.random compiles programs that cost seconds of CPU.
 TRAIN_SETUP = """
+    import numpy as np
     config = T.config_for("tiny", d_model=384, n_heads=6, d_ff=1536, n_layers=1, seq_len=128, vocab_size=1024,
                           batch_per_device=4)
     devices = jax.local_devices()
     batch_size = config.batch_per_device * len(devices)
     step, state_sharding, batch_sharding = T.data_parallel_train_step(config, devices)
-    state = jax.device_put(T.init_train_state(config, jax.random.key(0)), state_sharding)
-    batch = jax.device_put(T.random_tokens(config, batch_size, jax.random.key(1)), batch_sharding)
+    rng = np.random.default_rng(0)
+    shapes = jax.eval_shape(lambda: T.init_train_state(config, jax.random.key(0)))  # traced, not compiled
+    zeros = lambda tree: jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), tree)
+    state = jax.device_put({
+        "params": jax.tree.map(lambda s: (0.02 * rng.standard_normal(s.shape)).astype(s.dtype), shapes["params"]),
+        "mu": zeros(shapes["mu"]), "nu": zeros(shapes["nu"]), "step": zeros(shapes["step"])}, state_sharding)
+    batch = jax.device_put(rng.integers(0, config.vocab_size, (batch_size, config.seq_len + 1), np.int32),
+                           batch_sharding)
 """
 
 SCRIPT = textwrap.dedent("""

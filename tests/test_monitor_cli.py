@@ -43,8 +43,9 @@ STEP_KEYS = {"count", "steps_per_second", "last_step_time_s", "p50_step_time_s",
              "last_step_age_s"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def jax_job():
+    # One test reads it: a job kept for the whole module would compute steps (and cost CPU) until its end.
     with running_job(tag="train-a", explain=True, host_devices=2) as started:
         yield started
 
@@ -265,7 +266,10 @@ def test_processes_come_and_go_and_signals_end_it_cleanly(rundir, sig):
         wait_for(lambda: [a["tag"] for a in _read_report(process)["processes"]["agents"]] == ["second"])
         assert process.poll() is None
         process.send_signal(sig)
-        out, err = process.communicate(timeout=20)
+        process.wait(timeout=20)
+        # Read through the pipes' buffers: communicate() reads the raw descriptors and would miss the part of
+        # a report that readline() already buffered, then see half a line.
+        out, err = process.stdout.read(), process.stderr.read()
         assert process.returncode == 0 and err == ""
         assert out == "" or all(json.loads(line)["schema"] == "tpu-tools/monitor/v1" for line in out.splitlines())
         assert out == "" or out.endswith("\n")

@@ -199,22 +199,46 @@ def test_every_metric_in_tpu_ls_json(v5p_worker):
     assert document["runtime_status"] == "held" and document["tpu_slice"]["accelerator_type"] == "v5p-32"
 
 
-def test_every_metric_in_tpu_monitor_json_and_prometheus_with_slice_labels(v5p_worker, rundir):
+def _exporting_monitor(env: dict[str, str], reports: Path, *args: str) -> tuple[subprocess.Popen, int]:
+    """tpu-monitor serving Prometheus and writing its JSON reports to `reports`: one process gives both (a
+    second, --count 1 run would cost another start)."""
+    port = _free_port()
+    with open(reports, "w") as out:
+        process = subprocess.Popen([*tool_command("tpu-monitor"), "--prometheus", str(port), "--period", "0.3", *args],
+                                   env=env, stdout=out, stderr=subprocess.PIPE, text=True)
+    return process, port
+
+
+def _first_report(reports: Path) -> dict:
+    def first_line() -> str:
+        text = reports.read_text()
+        return text[:text.index("\n")] if "\n" in text else ""
+
+    return json.loads(wait_for(first_line, 30))
+
+
+def _stop_monitor(process: subprocess.Popen) -> tuple[int, str]:
+    """SIGTERM; its exit status and stderr."""
+    process.terminate()
+    try:
+        _, err = process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+    return process.returncode, err
+
+
+def test_every_metric_in_tpu_monitor_json_and_prometheus_with_slice_labels(v5p_worker, rundir, tmp_path):
+    reports = tmp_path / "reports.jsonl"
     with FakeMetricsService(v5p_host()) as service:
-        result = run_tool("tpu-monitor", "--count", "1", "--metrics-addr", service.address,
-                          env={**agent_env(rundir), **v5p_worker})
-        report = json.loads(result.stdout)
-        port = _free_port()
-        process = subprocess.Popen([*tool_command("tpu-monitor"), "--prometheus", str(port), "--quiet",
-                                    "--period", "0.3", "--metrics-addr", service.address],
-                                   env={**agent_env(rundir), **v5p_worker}, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, text=True)
+        process, port = _exporting_monitor({**agent_env(rundir), **v5p_worker}, reports, "--metrics-addr",
+                                           service.address)
         try:
+            report = _first_report(reports)
             text = wait_for(lambda: (lambda t: t if "tcp_delivery_rate" in t else "")(_safe_scrape(port)), 30)
         finally:
-            process.terminate()
-            process.wait(10)
-    assert result.returncode == 0, result.stderr
+            status, err = _stop_monitor(process)
+    assert status == 0, err
     (snapshot,) = [s for s in report["libtpu"]["services"] if s["address"] == service.address]
     _check_v5p_service(snapshot)
     slice_label = report["tpu_slice"]["slice"]
@@ -341,22 +365,20 @@ class _ExpositionServer(_MetadataServer):
         super().__init__({"metrics": text})
 
 
-def test_orbax_and_grain_metrics_in_the_monitor_report_and_prometheus(rundir):
+def test_orbax_and_grain_metrics_in_the_monitor_report_and_prometheus(rundir, tmp_path):
     server = _ExpositionServer(JOB_EXPOSITION)
     port = str(server.server.server_address[1])
     env = agent_env(rundir, ORBAX_PROMETHEUS_PORT=port, PYGRAIN_PROMETHEUS_PORT=port)
-    exporter = _free_port()
-    process = subprocess.Popen([*tool_command("tpu-monitor"), "--prometheus", str(exporter), "--quiet",
-                                "--period", "0.3"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    reports = tmp_path / "reports.jsonl"
+    process, exporter = _exporting_monitor(env, reports)
     try:
-        result = run_tool("tpu-monitor", "--count", "1", env=env)
+        report = _first_report(reports)
         text = wait_for(lambda: (lambda t: t if "orbax" in t else "")(_safe_scrape(exporter)), 30)
     finally:
-        process.terminate()
-        process.wait(10)
+        status, err = _stop_monitor(process)
         server.close()
-    assert result.returncode == 0, result.stderr
-    (endpoint,) = json.loads(result.stdout)["workload"]["endpoints"]
+    assert status == 0, err
+    (endpoint,) = report["workload"]["endpoints"]
     assert endpoint["error"] is None and endpoint["sources"] == ["orbax", "grain"]
     families = {f["name"].removesuffix("_total"): f for f in endpoint["families"]}
     assert set(families) == {"jax_orbax_write_gbytes", "jax_checkpoint_write_async_total_duration_secs",
@@ -364,7 +386,7 @@ def test_orbax_and_grain_metrics_in_the_monitor_report_and_prometheus(rundir):
     assert families["jax_orbax_write_gbytes"]["samples"][0]["value"] == 12.5
     assert families["grain_python_dataset_next_duration_ns"]["samples"][0]["value"] is None  # NaN: null
     assert families["grain_python_data_sources_bytes_read"]["source"] == "grain"
-    assert "NaN" not in result.stdout
+    assert "NaN" not in reports.read_text()
     assert f'tpu_tools_jax_checkpoint_write_async_total_duration_secs{{endpoint="127.0.0.1:{port}",' \
            f'storage_type="gcs"}} 41.0' in text
     assert "tpu_tools_process_cpu_seconds_total" not in text
@@ -404,21 +426,20 @@ PLUGIN_EXPOSITION = "".join([
 
 
 
-def test_the_gke_tpu_device_plugin_is_one_more_source(rundir):
+def test_the_gke_tpu_device_plugin_is_one_more_source(rundir, tmp_path):
     server = _ExpositionServer(PLUGIN_EXPOSITION)
     address = f"127.0.0.1:{server.server.server_address[1]}"
     env = agent_env(rundir, TPU_DEVICE_PLUGIN_METRICS_ADDR=address)
-    exporter = _free_port()
-    process = subprocess.Popen([*tool_command("tpu-monitor"), "--prometheus", str(exporter), "--quiet",
-                                "--period", "0.3"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    reports = tmp_path / "reports.jsonl"
+    process, exporter = _exporting_monitor(env, reports)
     try:
-        result = run_tool("tpu-monitor", "--count", "1", env=env)
+        report = _first_report(reports)
         text = wait_for(lambda: (lambda t: t if "device_plugin" in t else "")(_safe_scrape(exporter)), 30)
     finally:
-        process.terminate()
-        process.wait(10)
+        status, err = _stop_monitor(process)
         server.close()
-    plugin = json.loads(result.stdout)["workload"]["device_plugin"]
+    assert status == 0, err
+    plugin = report["workload"]["device_plugin"]
     assert plugin["address"] == address and plugin["error"] is None
     first, second = plugin["accelerators"]
     assert (first["accelerator_id"], first["pod"], first["namespace"], first["container"]) == ("4804-0", "train-0",
