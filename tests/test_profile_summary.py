@@ -54,8 +54,14 @@ def summary_json(path: Path, *args: str) -> dict:
     return json.loads(result.stdout)
 
 
-def test_summary_of_a_plain_jax_profiler_trace(plain_trace):
-    document = summary_json(plain_trace)
+@pytest.fixture(scope="module")
+def plain_summary(plain_trace: Path) -> dict:
+    """`summary --json` of the plain trace's log folder, read by the tests (none changes it)."""
+    return summary_json(plain_trace)
+
+
+def test_summary_of_a_plain_jax_profiler_trace(plain_summary):
+    document = plain_summary
     assert document["schema"] == "tpu-tools/profile/v1" and document["source"] == "trace"
     assert document["program"] is None and document["window"] is None
     assert document["top_ops"][0]["module"] == "jit_step" and document["top_ops"][0]["count"] == 4
@@ -81,10 +87,10 @@ def test_summary_text_of_a_plain_trace(plain_trace):
     assert "\x1b[" not in result.stdout
 
 
-def test_summary_accepts_a_run_folder_or_a_single_file(plain_trace):
+def test_summary_accepts_a_run_folder_or_a_single_file(plain_trace, plain_summary):
     run_dir = next((plain_trace / "plugins" / "profile").iterdir())
     xplane = next(run_dir.glob("*.xplane.pb"))
-    assert summary_json(run_dir)["top_ops"] == summary_json(xplane)["top_ops"] == summary_json(plain_trace)["top_ops"]
+    assert summary_json(run_dir)["top_ops"] == summary_json(xplane)["top_ops"] == plain_summary["top_ops"]
 
 
 def test_the_latest_of_several_runs_is_read_and_the_others_are_named(plain_trace, tmp_path):

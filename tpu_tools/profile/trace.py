@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tpu_tools.errors import RuntimeFailure, UsageError, first_line
 from tpu_tools.profile.frames import Frame, FrameClassifier, parse_frame
@@ -157,11 +158,19 @@ def _walk_xplanes(root: Path) -> list[Path]:
 
 # --- reading --------------------------------------------------------------------------------------
 
+def _profile_data_class() -> Any:
+    """jaxlib's XSpace reader, without importing jax (a second of CPU) when this jaxlib has it apart."""
+    try:
+        from jaxlib._profile_data import ProfileData  # what jax.profiler.ProfileData is
+    except ImportError:
+        from jax.profiler import ProfileData
+    return ProfileData
+
+
 def read_trace(path: Path, classifier: FrameClassifier | None = None) -> TraceData:
     """Read the latest trace under `path` (a file, a run folder or a log folder)."""
     run_dir, files, others = find_trace_files(path)
-    from jax.profiler import ProfileData
-
+    profile_data = _profile_data_class()
     classifier = classifier or FrameClassifier()
     data = TraceData(files=files, run_dir=run_dir, start_time_ns=None, duration_ns=0.0, other_runs=others)
     extent = _Extent()
@@ -173,7 +182,7 @@ def read_trace(path: Path, classifier: FrameClassifier | None = None) -> TraceDa
             raise UsageError(f"{file} is not a trace file tpu-profile reads (not a regular file, or over "
                              f"{MAX_XPLANE_BYTES >> 30} GiB)")
         try:
-            profile = ProfileData.from_file(str(file))
+            profile = profile_data.from_file(str(file))
         except Exception as error:  # jaxlib raises RuntimeError for a truncated or foreign file
             raise RuntimeFailure(f"{file} is not a readable trace (truncated or not an XSpace file): "
                                  f"{first_line(error)}") from error
