@@ -89,7 +89,7 @@ def test_bad_arg_specs(project):
     assert_one_line_error(hlo(project, "model:layer", "--arg", "f32[3,4]"), 2, "cannot be called with 1")
 
 
-@pytest.mark.budget(30)  # five runs of the program
+@pytest.mark.budget(20)  # five runs of the program, three of them importing jax
 def test_targets_that_are_not_functions(project):
     assert_one_line_error(hlo(project, "model:LAYERS"), 2, "model:LAYERS is not a function (it is an int)")
     assert_one_line_error(hlo(project, "model:Model"), 2, "is not a function (it is the class Model)")

@@ -297,10 +297,17 @@ def hlo_command(target: str, arg_specs: tuple[str, ...], preset: str | None, bat
     step of the tpu-bench transformer) or infer (its forward pass), sized by --preset and --batch.
     """
     from tpu_tools.pjrt.runtime import import_jax
-    from tpu_tools.profile.hlo import abstract_arguments, analyse, parse_arg_spec, resolve_target, write_hlo_files
+    from tpu_tools.profile.hlo import (
+        abstract_arguments,
+        analyse,
+        check_target,
+        parse_arg_spec,
+        resolve_target,
+        write_hlo_files,
+    )
     from tpu_tools.profile.roofline import chip_by_name
     from tpu_tools.profile.session import choose_output_dir, make_output_dir
-    from tpu_tools.profile.workloads import WORKLOADS, builtin_workload
+    from tpu_tools.profile.workloads import WORKLOADS, builtin_workload, workload_config
 
     builtin = ":" not in target and target in WORKLOADS
     if builtin and arg_specs:
@@ -311,6 +318,11 @@ def hlo_command(target: str, arg_specs: tuple[str, ...], preset: str | None, bat
     specs = [parse_arg_spec(text) for text in arg_specs]
     if chip:
         chip_by_name(chip)
+    # What can be judged without jax is, before its backend starts (seconds on an accelerator).
+    if builtin:
+        workload_config(target, preset or "tiny")
+    else:
+        check_target(target)
     folder = choose_output_dir(out_dir, force, prefix="tpu-profile-hlo")
     import_jax(policy)
     if builtin:

@@ -8,6 +8,7 @@ Nothing is executed: the function is lowered and compiled only.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import math
 import os
@@ -79,11 +80,37 @@ def parse_arg_spec(text: str) -> ArgSpec:
     return ArgSpec(canonical, tuple(dims))
 
 
-def resolve_target(target: str) -> Any:
-    """The callable named by "module:function" (attributes may be dotted: "module:Class.method")."""
+def _split_target(target: str) -> tuple[str, str]:
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
         raise UsageError(f"bad target {target!r}: expected MODULE:FUNCTION, e.g. mypkg.model:loss")
+    return module_name, attribute
+
+
+def check_target(target: str) -> None:
+    """Refuse a target that is not MODULE:FUNCTION, or whose top-level package is nowhere to be found.
+
+    Run before jax is imported and its backend started (seconds on an accelerator), so that a typo is told at
+    once; finding a top-level module imports nothing. The rest is judged by resolve_target.
+    """
+    module_name, _ = _split_target(target)
+    top = module_name.partition(".")[0]
+    if not top:  # a relative name: resolve_target says why it cannot be imported
+        return
+    sys.path.insert(0, os.getcwd())
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):  # a finder that fails: resolve_target says why
+        return
+    finally:
+        sys.path.pop(0)
+    if spec is None:
+        raise UsageError(f"cannot import module {module_name!r}: ModuleNotFoundError: No module named {top!r}")
+
+
+def resolve_target(target: str) -> Any:
+    """The callable named by "module:function" (attributes may be dotted: "module:Class.method")."""
+    module_name, attribute = _split_target(target)
     sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)

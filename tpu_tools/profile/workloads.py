@@ -29,17 +29,24 @@ class Workload:
     model_flops: int  # analytic, as tpu-bench counts them
 
 
-def builtin_workload(name: str, preset: str, batch: int | None) -> Workload:
-    import jax
-
+def workload_config(name: str, preset: str) -> Any:
+    """The transformer configuration of a built-in workload; cheap (no jax), so bad names are told at once."""
     from tpu_tools.workloads import transformer
 
     if name not in WORKLOADS:
         raise UsageError(f"unknown workload {name!r}: choose {', '.join(WORKLOADS)}, or name MODULE:FUNCTION")
     try:
-        config = transformer.config_for(preset)
+        return transformer.config_for(preset)
     except KeyError:
         raise UsageError(f"unknown preset {preset!r}: choose {', '.join(transformer.PRESETS)}") from None
+
+
+def builtin_workload(name: str, preset: str, batch: int | None) -> Workload:
+    config = workload_config(name, preset)
+    import jax
+
+    from tpu_tools.workloads import transformer
+
     batch = batch or config.batch_per_device
     key = jax.random.PRNGKey(0)
     tokens = jax.ShapeDtypeStruct((batch, config.seq_len + 1), jax.numpy.int32)
