@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from agentjobs import agent_env, make_rundir, remove_rundir
 from cachejobs import AGENT_CACHE_JOB, run_cache_job
 from conftest import clean_env, run_tool
@@ -22,7 +23,10 @@ def _step_misses(snapshot: dict) -> list[dict]:
     return [m for m in snapshot["recent_misses"] if m["module"] == "jit_step"]
 
 
-def test_hits_misses_writes_and_a_shape_change_explained(tmp_path: Path) -> None:
+@pytest.mark.budget(20)  # three runs of a JAX job, one after another
+def test_hits_misses_writes_a_shape_change_and_an_xla_flag_explained(tmp_path: Path) -> None:
+    # Three runs of the job on one directory (not copies of it: the directory's path reaches the compile options
+    # in the key, so a copy at another path would miss).
     cache = tmp_path / "cache"
     first = run_cache_job(tmp_path, cache, "3", name="first")
     assert first["dir_in_use"] == str(cache) and first["hits"] == 0
@@ -35,11 +39,8 @@ def test_hits_misses_writes_and_a_shape_change_explained(tmp_path: Path) -> None
     assert miss["differing"] == ["computation"], miss
     assert "the program itself" in miss["explanation"]
     assert again["set_too_late"] == []
-
-
-def test_a_miss_caused_by_an_xla_flag_names_the_flag(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    run_cache_job(tmp_path, cache, "3", name="plain")
+    # A miss caused by an XLA flag names the flag: the nearest entry is size 3 without it (size 5's entry
+    # differs in the program too).
     flagged = run_cache_job(tmp_path, cache, "3", name="flagged",
                             env=clean_env(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_cpu_enable_fast_math=true"))
     miss = _step_misses(flagged)[-1]
