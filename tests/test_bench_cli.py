@@ -7,12 +7,9 @@ measured, reported, written and gated), not speed.
 from __future__ import annotations
 
 import json
-import os
-import pty
 import shutil
 import signal
 import subprocess
-import threading
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -20,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, assert_one_line_error, clean_env, run_tool, tool_command
 from isolation import kill_tmux_server, tmux_command, unique_name
+from terminal import StderrOnTerminal
 
 FAST = ("--min-time", "0.02", "--warmup", "1")
 TOY_MODEL = ("--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--seq-len", "16", "--vocab", "64",
@@ -332,53 +330,15 @@ def _start(*args: str) -> subprocess.Popen:
                             text=True, env=clean_env())
 
 
-class _OnATerminal:
-    """tpu-bench with its stderr on a pseudo-terminal, as in a shell: the progress bar it draws there names the
-    case in flight, so a test can signal while a case runs instead of guessing how long start-up takes."""
-
-    def __init__(self, *args: str) -> None:
-        main, secondary = pty.openpty()
-        self.process = subprocess.Popen([*tool_command("tpu-bench"), *args], stdout=subprocess.PIPE, text=True,
-                                        stderr=secondary, env=clean_env(TERM="xterm", COLUMNS="120"))
-        os.close(secondary)
-        self._main, self._chunks = main, []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self._main, 4096)
-            except OSError:  # the terminal's other end closed: the program ended
-                return
-            if not chunk:
-                return
-            self._chunks.append(chunk)
-
-    def stderr(self) -> str:
-        return b"".join(self._chunks).decode("utf-8", "replace")
-
-    def signal_when_running(self, what: str, number: int) -> tuple[str, str]:
-        """Send `number` as soon as the progress bar shows `what`; the program's stdout and stderr."""
-        try:
-            _wait_for(lambda: what in self.stderr() or self.process.poll() is not None, 120, what)
-            assert self.process.poll() is None, self.stderr()
-            self.process.send_signal(number)
-            out, _ = self.process.communicate(timeout=60)
-            self._reader.join(timeout=10)
-            return out, self.stderr()
-        finally:
-            self.process.kill()
-            self.process.wait()
-            os.close(self._main)
-
-
 @pytest.mark.budget(20)  # the suite's compile benchmark (a cold and a warm compile in child processes) first
 def test_ctrl_c_mid_suite_writes_partial_results_and_exits_130(tmp_path):
     # the compile case runs first (in child processes), then the in-process cases 30 s each: Ctrl-C in the first
-    run = _OnATerminal("--cache-dir", str(tmp_path / "cache"), "--min-time", "30", *CHEAP_COMPILES, "--json",
-                       str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"))
-    out, err = run.signal_when_running("dispatch compiled", signal.SIGINT)
+    # stderr on a terminal, where tpu-bench draws its progress bar: it names the case in flight
+    with StderrOnTerminal([*tool_command("tpu-bench"), "--cache-dir", str(tmp_path / "cache"), "--min-time", "30",
+                           *CHEAP_COMPILES, "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml")],
+                          clean_env(TERM="xterm", COLUMNS="120")) as run:
+        run.wait_for("dispatch compiled")
+        out, err = run.finish(signal.SIGINT)
     process = run.process
     assert process.returncode == 130, err
     assert "interrupted: partial results written to" in err and "Traceback" not in err

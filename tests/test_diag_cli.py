@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 import sysroot
 from conftest import assert_one_line_error, clean_env, run_tool, tool_command
+from terminal import StderrOnTerminal
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -155,38 +155,13 @@ def test_launched_processes_compare_every_device_of_every_process(tmp_path):
 
 
 def test_a_terminal_gets_a_progress_bar_on_stderr_and_a_pipe_does_not(tmp_path):
-    import pty
-    import select
-
     env = _env(tmp_path, COLUMNS="100")
-    main, secondary = pty.openpty()
-    process = subprocess.Popen([*tool_command("tpu-diag"), "--platform", "cpu", "--host-devices", "2",
-                                "--format", "plain"], stdout=subprocess.PIPE, stderr=secondary, env=env)
-    os.close(secondary)
-    seen = b""
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([main], [], [], 0.5)
-            if ready:
-                try:
-                    chunk = os.read(main, 4096)
-                except OSError:  # the terminal's other end closed: the program ended
-                    break
-                if not chunk:
-                    break
-                seen += chunk
-            elif process.poll() is not None:
-                break
-        stdout, _ = process.communicate(timeout=60)
-    finally:
-        os.close(main)
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0
-    text = seen.decode("utf-8", "replace")
+    with StderrOnTerminal([*tool_command("tpu-diag"), "--platform", "cpu", "--host-devices", "2", "--format",
+                           "plain"], env) as run:
+        stdout, text = run.finish(timeout=180)
+    assert run.process.returncode == 0
     assert "known-answer on device" in text or "transfer on device" in text, text[-2000:]
-    assert b"\x1b" not in stdout and b"verdict: PASS" in stdout
+    assert "\x1b" not in stdout and "verdict: PASS" in stdout
 
 
 @pytest.mark.auto_platform

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import select
 import signal
 import subprocess
 import sys
@@ -14,31 +12,12 @@ import time
 
 import pytest
 from conftest import assert_one_line_error, clean_env, run_tool, tool_command
+from terminal import StderrOnTerminal
 
 from tpu_tools.atomic import check_writable, write_file
 from tpu_tools.errors import UsageError
 
 CPU = {"JAX_PLATFORMS": "cpu"}
-
-
-def _read_terminal_until(main: int, process: subprocess.Popen, text: str | None, timeout: float = 120) -> str:
-    """What the program writes on the terminal `main` until `text` shows (None: until the program ends)."""
-    seen = b""
-    deadline = time.monotonic() + timeout
-    while text is None or text.encode() not in seen:
-        assert time.monotonic() < deadline, f"timed out waiting for {text or 'the end'}: {seen[-2000:]!r}"
-        if text is not None:
-            assert process.poll() is None, seen.decode("utf-8", "replace")
-        if select.select([main], [], [], 0.2)[0]:
-            try:
-                chunk = os.read(main, 4096)
-            except OSError:  # the terminal's other end closed: the program ended
-                chunk = b""
-            if not chunk:
-                assert text is None, seen.decode("utf-8", "replace")
-                break
-            seen += chunk
-    return seen.decode("utf-8", "replace")
 
 
 def _terminate(process: subprocess.Popen, settle_s: float) -> tuple[str, str]:
@@ -55,19 +34,12 @@ def _terminate(process: subprocess.Popen, settle_s: float) -> tuple[str, str]:
 def test_sigterm_keeps_the_bench_results_and_exits_143(tmp_path):
     out = tmp_path / "r.json"
     # stderr on a terminal, where tpu-bench draws its progress bar: it names the case in flight
-    main, secondary = pty.openpty()
-    process = subprocess.Popen([*tool_command("tpu-bench"), "matmul", "--size", "256", "--dtype", "f32",
-                                "--min-time", "60", "--json", str(out)], stdout=subprocess.DEVNULL,
-                               stderr=secondary, env=clean_env(TERM="xterm", COLUMNS="120", **CPU))
-    os.close(secondary)
-    try:
-        shown = _read_terminal_until(main, process, "matmul f32 256")  # the case is in flight
-        process.send_signal(signal.SIGTERM)
-        stderr = shown + _read_terminal_until(main, process, None)
-        process.wait(timeout=90)
-    finally:
-        process.kill()
-        os.close(main)
+    with StderrOnTerminal([*tool_command("tpu-bench"), "matmul", "--size", "256", "--dtype", "f32",
+                           "--min-time", "60", "--json", str(out)],
+                          clean_env(TERM="xterm", COLUMNS="120", **CPU)) as run:
+        run.wait_for("matmul f32 256")
+        _, stderr = run.finish(signal.SIGTERM)
+    process = run.process
     assert process.returncode == 143, stderr
     assert "partial results written to" in stderr and "Traceback" not in stderr
     document = json.loads(out.read_text())
