@@ -15,6 +15,8 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,16 @@ def _split_target(target: str) -> tuple[str, str]:
     return module_name, attribute
 
 
+@contextmanager
+def _cwd_importable() -> Iterator[None]:
+    """Modules of the current directory importable, as `python -c` would have them."""
+    sys.path.insert(0, os.getcwd())
+    try:
+        yield
+    finally:
+        sys.path.pop(0)
+
+
 def check_target(target: str) -> None:
     """Refuse a target that is not MODULE:FUNCTION, or whose top-level package is nowhere to be found.
 
@@ -97,13 +109,11 @@ def check_target(target: str) -> None:
     top = module_name.partition(".")[0]
     if not top:  # a relative name: resolve_target says why it cannot be imported
         return
-    sys.path.insert(0, os.getcwd())
     try:
-        spec = importlib.util.find_spec(top)
+        with _cwd_importable():
+            spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):  # a finder that fails: resolve_target says why
         return
-    finally:
-        sys.path.pop(0)
     if spec is None:
         raise UsageError(f"cannot import module {module_name!r}: ModuleNotFoundError: No module named {top!r}")
 
@@ -111,13 +121,11 @@ def check_target(target: str) -> None:
 def resolve_target(target: str) -> Any:
     """The callable named by "module:function" (attributes may be dotted: "module:Class.method")."""
     module_name, attribute = _split_target(target)
-    sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        with _cwd_importable():
+            module = importlib.import_module(module_name)
     except Exception as error:
         raise UsageError(f"cannot import module {module_name!r}: {type(error).__name__}: {error}") from error
-    finally:
-        sys.path.pop(0)
     value: Any = module
     for part in attribute.split("."):
         if not hasattr(value, part):
