@@ -548,8 +548,11 @@ def _parents(rows: list[ProcessRow]):
 def test_environment_screen_shows_redacted_variables_and_esc_returns():
     env = {"PATH": os.environ.get("PATH", "/usr/bin"), "HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123",
            "DB_URL": "postgres://alice:hunter2@db:5432/x", "XLA_FLAGS": "--xla_dump_to=/tmp/d", "LONG": "v" * 300}
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    # the child says when it runs: read at once, /proc/PID/environ of a process still in its exec was empty once
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"], env=env,
+                             stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout is not None and child.stdout.readline() == "up\n"
         rows = [ProcessRow(pid=child.pid, user="me", tag="train", command="sleep")]
         state = ViewState(read_environment=functools.partial(read_environment, redact=make_redactor(True).env_value))
         handle_key(state, "e", rows)
@@ -571,6 +574,8 @@ def test_environment_screen_shows_redacted_variables_and_esc_returns():
     finally:
         child.kill()
         child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
     handle_key(state, "e", rows)  # the process is gone (a zombie's environment is empty, a reaped one missing)
     assert state.environment is not None and state.environment.error in (
         f"process {child.pid} has exited", f"{child.pid} (train) of me has an empty environment")
