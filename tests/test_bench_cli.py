@@ -361,8 +361,13 @@ def test_ctrl_c_during_the_compile_child_leaves_no_process_or_cache_behind(tmp_p
     process = _start("compile", *TOY_MODEL, "--cache-dir", str(cache), "--json", str(tmp_path / "r.json"))
 
     def compile_child_running() -> bool:  # past its exec: a forked child still bears the parent's command line
-        children = psutil.Process(process.pid).children(recursive=True)
-        return any("tpu_tools.pjrt.child" in " ".join(child.cmdline()) for child in children)
+        for child in psutil.Process(process.pid).children(recursive=True):
+            try:
+                if "tpu_tools.pjrt.child" in " ".join(child.cmdline()):
+                    return True
+            except psutil.Error:  # a child that ended (a zombie has no command line) or that went away
+                continue
+        return False
 
     try:
         _wait_for(compile_child_running, 120, "the compile child to start")
