@@ -36,6 +36,8 @@ SCHEMA = "tpu-tools/cache-verify/v1"
 DEFAULT_DEADLINE_S = 60.0
 MAX_ENTRY_BYTES = 4 << 30  # beyond any executable: a larger "entry" is not read
 STARTUP_S = 120.0  # importing jax and starting the backend, on a busy machine
+BETWEEN_S = 30.0  # from one verdict to the child's next "start" line: no work, only scheduling
+EXIT_S = 5.0  # a child that said "done" exits by itself (and writes what it has to) before it is killed
 CHUNK = 1 << 20
 WRITING_S = 60.0  # a truncated entry younger than this may be one jax is writing now
 
@@ -107,8 +109,12 @@ class _Child:
             return {}
         return answer if isinstance(answer, dict) else {}
 
-    def stop(self) -> str:
-        """Kill the child's whole group; how it ended, in words."""
+    def stop(self, grace_s: float = 0.0) -> str:
+        """Kill the child's whole group (after `grace_s` to exit by itself); how it ended, in words."""
+        try:
+            self.process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            pass
         if self.process.poll() is None:
             try:
                 os.killpg(self.process.pid, signal.SIGKILL)
@@ -133,13 +139,19 @@ def verify(scan: CacheScan, deadline_s: float = DEFAULT_DEADLINE_S, prune: bool 
         child = _Child(folder, pending, platforms, max_bytes)
         started: str | None = None
         first = True
+        judged = 0  # entries of `pending` this child has answered for, in order
         while True:
-            answer = child.line(time.monotonic() + (STARTUP_S if first else 0) + deadline_s)
+            # The deadline is the entry's alone: it runs from the child's "start" line to its verdict. Waiting
+            # for that "start" line gets a generous bound, since a busy machine may leave the child unscheduled
+            # for far longer than a short deadline between two lines it writes back to back.
+            wait = STARTUP_S + deadline_s if first else (deadline_s if started is not None else BETWEEN_S)
+            answer = child.line(time.monotonic() + wait)
             if answer is None:
                 how = child.stop()
-                if started is None:  # it never started an entry: jax itself could not start
-                    raise_startup = "the verifying process " + how + " before reading any entry"
-                    result.verdicts += [Verdict(n, "skipped", raise_startup) for n in pending]
+                if started is None:  # not within an entry: jax itself could not start, or the child went away
+                    when = "before reading any entry" if first else "between two entries"
+                    result.verdicts += [Verdict(n, "skipped", f"the verifying process {how} {when}")
+                                        for n in pending[judged:]]
                     pending = []
                     break
                 timed_out = how.startswith("killed by signal 9")
@@ -156,12 +168,13 @@ def verify(scan: CacheScan, deadline_s: float = DEFAULT_DEADLINE_S, prune: bool 
                 started = str(answer["start"])
                 continue
             if answer.get("done"):
-                child.stop()
+                child.stop(grace_s=EXIT_S)
                 pending = []
                 break
             name = str(answer.get("name"))
             result.verdicts.append(Verdict(name, str(answer.get("status")), answer.get("problem"),
                                            answer.get("compile_time_s")))
+            judged += 1
             started = None
     if prune:
         dir_fd = cachegc.open_dir(folder)
