@@ -465,6 +465,7 @@ class _OutOfPlace:
             output = compiled(inputs, output)
             if call % depth == 0:
                 output.block_until_ready()
+                self.progress()  # the runtime answers: a long sample on a busy machine is not a hang
         output.block_until_ready()
         elapsed = time.perf_counter() - started
         self.last = output
@@ -485,6 +486,7 @@ class _InPlace:
             buffer = compiled(buffer)
             if call % depth == 0:
                 buffer.block_until_ready()
+                self.progress()
         buffer.block_until_ready()
         elapsed = time.perf_counter() - started
         self.buffer = buffer
