@@ -113,7 +113,7 @@ class Job:
 
 def start_job(rundir: Path, *, tag: str | None = None, explain: bool = False, host_devices: int | None = None,
               light: bool = False, lifetime_s: float = 90.0, launcher: bool = True,
-              extra_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()) -> Job:
+              extra_env: dict[str, str | None] | None = None, extra_args: tuple[str, ...] = ()) -> Job:
     """Start a workload with the agent. `launcher`: through `python -m tpu_tools.agent` (else the
     light job calls `tpu_tools.agent.start()` itself). `extra_args` end the job's command line (the
     job ignores them)."""

@@ -124,7 +124,9 @@ def read_fixture(fixture: Any, metrics: list[str], *, runtime_status: bool = Fal
         status_pending = runtime_status
         # Not measured by coverage: these children run libtpu's code and the test's fixture service, none of
         # tpu-tools' (each of the three processes of a read would pay 0.15 s of CPU to start and save coverage).
-        env = {k: v for k, v in sdk_env(TPU_LOG_DIR=scratch).items() if not k.startswith("COVERAGE_PROCESS_")}
+        from conftest import UNMEASURED  # (here: this file also runs as the children's script)
+
+        env = {k: v for k, v in sdk_env(TPU_LOG_DIR=scratch).items() if k not in UNMEASURED}
         while pending or status_pending:
             request = {"fixture": str(served), "metrics": pending, "runtime_status": status_pending}
             child = subprocess.run(in_namespace([sys.executable, str(Path(__file__)), "serve-and-read",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from cachejobs import run_cache_job
-from conftest import assert_one_line_error, clean_env, run_tool, tool_command
+from conftest import UNMEASURED, assert_one_line_error, clean_env, run_tool, tool_command
 
 from tpu_tools.instrument import cachekeys
 
@@ -247,14 +247,10 @@ _AS_USER = textwrap.dedent("""
 """)
 
 
-_COVERAGE_VARIABLES = ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG", "COV_CORE_SOURCE", "COV_CORE_CONFIG",
-                       "COV_CORE_DATAFILE")
-
-
 def _as_user(user: str, *args: str) -> subprocess.CompletedProcess:
     """tpu-profile ARGS run as `user`: through runuser where that user can run this interpreter."""
     # Not measured by coverage: a process of another user cannot write the run's coverage data (root's files).
-    env = clean_env(HOME="/tmp", **{name: None for name in _COVERAGE_VARIABLES})
+    env = clean_env(HOME="/tmp", **UNMEASURED)
     probe = subprocess.run(["runuser", "-u", user, "--", sys.executable, "-c", "import tpu_tools"],
                            capture_output=True, env=env, timeout=60)
     if probe.returncode == 0:

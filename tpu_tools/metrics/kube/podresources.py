@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-import grpc
+from typing import TYPE_CHECKING
 
 from tpu_tools.errors import RuntimeFailure
-from tpu_tools.metrics.kube.proto import podresources_pb2 as pb
-from tpu_tools.metrics.kube.proto import podresources_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    import grpc
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 ENV_SOCKET = "TPU_TOOLS_POD_RESOURCES_SOCKET"
@@ -39,6 +39,13 @@ class PodResourcesClient:
         """{(resource name, device id): container}. Raises RuntimeFailure with the reason."""
         if not self.path.exists():
             raise RuntimeFailure(f"no kubelet pod-resources socket at {self.path}")
+        # gRPC and the generated modules are loaded only where a kubelet serves the API: outside Kubernetes
+        # every start of tpu-monitor and tpu-top would pay for them (about 45 ms) for nothing.
+        import grpc
+
+        from tpu_tools.metrics.kube.proto import podresources_pb2 as pb
+        from tpu_tools.metrics.kube.proto import podresources_pb2_grpc as pb_grpc
+
         if self._channel is None:
             self._channel = grpc.insecure_channel(f"unix://{self.path}")
         stub = pb_grpc.PodResourcesListerStub(self._channel)
