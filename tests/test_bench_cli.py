@@ -257,9 +257,10 @@ def _forged(baseline: Path, folder: Path, name: str, speedup: float = 1.0, **dev
 
 def test_a_run_within_tolerance_passes_and_records_the_comparison(baseline, tmp_path):
     document_path = tmp_path / "r.json"
-    # Against a baseline 4 times slower than this host's own: dispatch latency on a loaded 2-core host can
-    # double between two runs, and this test is about a passing run being recorded, not about the host.
-    slower = _forged(baseline, tmp_path, "slower.json", speedup=0.25)
+    # Against a baseline 1000 times slower than this host's own: this test is about a passing run being
+    # recorded, not about the host. Dispatch latency measured while the suite keeps both cores busy was more
+    # than 6 times the module's baseline once in a whole-suite run (4 times slower and 60% failed then).
+    slower = _forged(baseline, tmp_path, "slower.json", speedup=0.001)
     result = bench("dispatch", "--mode", "compiled", "--min-time", "0.1", "--warmup", "1",
                    "--baseline", str(slower), "--tolerance", "60%", "--json", str(document_path))
     assert result.returncode == 0, result.stderr
