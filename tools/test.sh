@@ -52,8 +52,10 @@ fi
 .venv/bin/uv pip install -q --python .venv/bin/python --constraint tools/test-constraints.txt -e '.[test]'
 # Bytecode for every installed module, compiled while ruff and mypy run (15 s of CPU on a fresh .venv, mypy
 # 10 s on one core): the tests start hundreds of Python processes, each would otherwise compile what it imports.
+# (tpu_tools, installed in place, and the tests too: else the four workers and the first programs they start
+# all compile the same modules at once)
 .venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
-    >/dev/null 2>&1 &
+    tpu_tools tests tools >/dev/null 2>&1 &
 compiling=$!
 # libtpu's own SDK, the second client the tests hold every fixture metrics service to (tests/libtpu_sdk.py).
 # It goes into .libtpu/, not .venv: installed there, JAX would see a TPU plugin, the tests would pin JAX to the
