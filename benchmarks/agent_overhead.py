@@ -66,7 +66,7 @@ TRAIN = textwrap.dedent("""
     def server_cpu_s():
         # CPU time of the agent's serving thread, in ns from the scheduler (Linux; else 0).
         try:
-            tid = agent._agent.server._thread.native_id
+            tid = agent._agent.server.thread_id
             with open(f"/proc/self/task/{tid}/schedstat") as stat:
                 return int(stat.read().split()[0]) / 1e9
         except (OSError, AttributeError):
