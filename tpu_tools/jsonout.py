@@ -31,6 +31,12 @@ def finite_document(document: Any) -> tuple[Any, list[str]]:
 
 def dumps(document: Any, *, indent: int | None = 2, compact: bool = False) -> str:
     """`document` as strict JSON text (no trailing newline); non-finite figures become null with a note."""
+    separators = (",", ":") if compact else None
+    try:  # the common case, a document with no such figure: json's C encoder alone, without a copy to walk
+        return json.dumps(document, indent=None if compact else indent, separators=separators, allow_nan=False,
+                          default=str)
+    except ValueError:  # a figure that is not finite (the encoder refuses it): copy and clean
+        pass
     cleaned, where = finite_document(document)
     if where and isinstance(cleaned, dict):
         shown = ", ".join(where[:5]) + (f" and {len(where) - 5} more" if len(where) > 5 else "")
@@ -40,6 +46,5 @@ def dumps(document: Any, *, indent: int | None = 2, compact: bool = False) -> st
             cleaned["notes"] = [*notes, message]
         elif "notes" not in cleaned:
             cleaned["notes"] = [message]
-    if compact:
-        return json.dumps(cleaned, separators=(",", ":"), allow_nan=False, default=str)
-    return json.dumps(cleaned, indent=indent, allow_nan=False, default=str)
+    return json.dumps(cleaned, indent=None if compact else indent, separators=separators, allow_nan=False,
+                      default=str)

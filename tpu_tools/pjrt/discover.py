@@ -181,9 +181,10 @@ def read_pci_functions(root: Path, notes: list[str]) -> list[PciFunction]:
     functions = []
     for address in entries:
         directory = base / address
-        vendor, device, pci_class = (_read_hex(directory / n) for n in ("vendor", "device", "class"))
-        if vendor not in (GOOGLE, NVIDIA, AMD):
+        vendor = _read_hex(directory / "vendor")
+        if vendor not in (GOOGLE, NVIDIA, AMD):  # most functions: one read each (a monitor reads them every round)
             continue
+        device, pci_class = _read_hex(directory / "device"), _read_hex(directory / "class")
         if device is None or pci_class is None:
             notes.append(f"PCI function {address}: vendor, device or class unreadable or malformed; skipped")
             continue
