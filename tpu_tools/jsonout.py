@@ -31,10 +31,10 @@ def finite_document(document: Any) -> tuple[Any, list[str]]:
 
 def dumps(document: Any, *, indent: int | None = 2, compact: bool = False) -> str:
     """`document` as strict JSON text (no trailing newline); non-finite figures become null with a note."""
-    separators = (",", ":") if compact else None
+    encoder = json.JSONEncoder(indent=None if compact else indent, separators=(",", ":") if compact else None,
+                               allow_nan=False, default=str)
     try:  # the common case, a document with no such figure: json's C encoder alone, without a copy to walk
-        return json.dumps(document, indent=None if compact else indent, separators=separators, allow_nan=False,
-                          default=str)
+        return encoder.encode(document)
     except ValueError:  # a figure that is not finite (the encoder refuses it): copy and clean
         pass
     cleaned, where = finite_document(document)
@@ -46,5 +46,4 @@ def dumps(document: Any, *, indent: int | None = 2, compact: bool = False) -> st
             cleaned["notes"] = [*notes, message]
         elif "notes" not in cleaned:
             cleaned["notes"] = [message]
-    return json.dumps(cleaned, indent=None if compact else indent, separators=separators, allow_nan=False,
-                      default=str)
+    return encoder.encode(cleaned)
