@@ -5,10 +5,8 @@ client that leaves early), with other clients served meanwhile."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +15,7 @@ from typing import Any
 import pytest
 from agentjobs import wait_for
 
-from tpu_tools.agent.server import SERVING_NICE_INCREMENT, AgentServer
+from tpu_tools.agent.server import AgentServer
 from tpu_tools.metrics import wire
 
 BIG = "x" * (4 << 20)  # far beyond a Unix socket's buffer: the answer must wait in the selector for the reader
@@ -101,25 +99,3 @@ def test_clients_that_leave_early_or_send_garbage_cost_nothing_else(server):
         client.sendall(wire.encode_request("ping"))
         assert read_answer(client)["request"] == "ping"
     wait_for(lambda: server.counters.malformed == 1, 30, 0.01)
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="a thread has a nice value of its own on Linux alone")
-def test_the_serving_thread_runs_below_the_jobs_threads():
-    def nice_of(thread_id: int) -> int:
-        with open(f"/proc/self/task/{thread_id}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[16])  # field 19 of proc(5), after the command
-
-    job_nice = nice_of(os.getpid())  # the main thread's, which the job's other threads start with
-    directory = Path(tempfile.mkdtemp(prefix="tts", dir="/tmp"))
-    served = AgentServer(directory / "agent.sock", answer)
-    served.start()
-    try:
-        with connect(served) as client:  # answered: the serving thread is past its start
-            client.sendall(wire.encode_request("snapshot"))
-            read_answer(client)
-        assert served.thread_id is not None
-        assert nice_of(served.thread_id) == min(19, job_nice + SERVING_NICE_INCREMENT)
-        assert nice_of(os.getpid()) == job_nice  # the job's own threads are left as they were
-    finally:
-        served.stop()
-        shutil.rmtree(directory, ignore_errors=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import selectors
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,11 +24,6 @@ from tpu_tools.metrics.wire import peer_credentials
 
 MAX_CONNECTIONS = 64
 _READ_CHUNK = 4096
-# How far below the job's threads the serving thread runs (Linux nice, per thread). Woken by a request while
-# the job's compute threads hold every core, it waits for a free core instead of preempting one of them: a
-# preempted XLA worker stretches the whole step, by far more than the answer's own CPU time. The thread still
-# gets its share of a saturated machine, so an answer comes in milliseconds, well within a client's timeout.
-SERVING_NICE_INCREMENT = 10
 
 
 @dataclass
@@ -139,7 +133,6 @@ class AgentServer:
 
     def _serve(self) -> None:
         assert self._listener is not None
-        _lower_own_priority()
         connections: dict[int, _Connection] = {}
         with selectors.DefaultSelector() as selector:
             selector.register(self._listener, selectors.EVENT_READ, "listen")
@@ -257,16 +250,3 @@ class AgentServer:
         except (KeyError, ValueError):
             pass
         connection.sock.close()
-
-
-def _lower_own_priority() -> None:
-    """Nice the calling thread by SERVING_NICE_INCREMENT (Linux alone gives a thread its own nice value; elsewhere
-    PRIO_PROCESS would name the whole process). A refusal leaves the thread as it was."""
-    if sys.platform != "linux":
-        return
-    thread = threading.get_native_id()
-    try:
-        nice = min(19, os.getpriority(os.PRIO_PROCESS, thread) + SERVING_NICE_INCREMENT)
-        os.setpriority(os.PRIO_PROCESS, thread, nice)
-    except OSError:
-        pass
