@@ -34,6 +34,7 @@ def test_snapshot_of_a_real_jax_job(jax_job):
     assert snapshot["schema"] == "tpu-tools/agent/v1"
     assert snapshot["pid"] == job.pid and snapshot["tag"] == "trainer"
     assert snapshot["runtime"]["platform"] == "cpu"
+    assert 0 <= snapshot["runtime"]["live_arrays_age_s"] < 60  # a job this small is walked at every request
     devices = snapshot["devices"]
     assert [d["id"] for d in devices] == [0, 1]
     # The sharded (512, 1024) f32 array puts 1 MiB on each device.

@@ -211,6 +211,7 @@ def _user_name() -> str:
 
 class _Agent:
     def __init__(self, tag: str, explain_recompiles: bool, figures: JobFigures):
+        from tpu_tools.agent.memory import LiveArrayTally
         from tpu_tools.metrics.process import SelfSampler
 
         self.pid = os.getpid()
@@ -219,6 +220,7 @@ class _Agent:
         self.started_unix_s = time.time()
         self.compiles = _compile_tracker()
         self.process = SelfSampler()
+        self.live_arrays = LiveArrayTally()
         self.user = _user_name()
         self._argv: list[str] | None = None
         self._command = sys.executable
@@ -277,7 +279,7 @@ class _Agent:
         devices: list[dict[str, Any]] = []
         if self.jax is not None:
             try:
-                runtime, devices = device_memory(self.jax)
+                runtime, devices = device_memory(self.jax, self.live_arrays)
             except Exception as error:  # a runtime that fails must not cost the other figures
                 memory_error = f"{type(error).__name__}: {error}"
         figures = self.process.sample()

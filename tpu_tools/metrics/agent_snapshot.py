@@ -97,7 +97,7 @@ SNAPSHOT = Obj({
     "agent_version": Str(256), "started_unix_s": Float(), "uptime_s": Float(), "jax_version": Str(256),
     "explain_recompiles": Bool(),
     "runtime": Obj({"platform": Str(256), "platform_version": Str(1024), "process_index": Int(min=0),
-                    "process_count": Int(min=1)}, required=("platform",)),
+                    "process_count": Int(min=1), "live_arrays_age_s": _SECONDS}, required=("platform",)),
     "devices": List(DEVICE, max_items=4096),
     "memory_error": Str(),
     "process": Obj({"cpu_percent": Float(min=0.0), "cpu_time_s": _SECONDS, "rss_bytes": _BYTES,
