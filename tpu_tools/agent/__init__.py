@@ -379,6 +379,8 @@ def _after_fork_in_child() -> None:
     reset_after_fork()
     reset_metrics_after_fork()
     agent, _agent = _agent, None
+    if agent is not None:
+        agent.process.close()  # the parent's stat file
     if agent is not None and agent.server is not None:
         agent.server.forget_after_fork()
 
