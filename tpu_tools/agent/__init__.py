@@ -381,8 +381,8 @@ def _after_fork_in_child() -> None:
     agent, _agent = _agent, None
     if agent is not None:
         agent.process.close()  # the parent's stat file
-    if agent is not None and agent.server is not None:
-        agent.server.forget_after_fork()
+        if agent.server is not None:
+            agent.server.forget_after_fork()
 
 
 def _at_exit() -> None:

@@ -88,11 +88,10 @@ class LiveArrayTally:
         return self._usage, now - self._walked_at
 
 
-def device_memory(jax_module: Any, tally: LiveArrayTally | None = None,
-                  ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+def device_memory(jax_module: Any, tally: LiveArrayTally) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """(runtime summary or None, one dict per local device of the default backend).
 
-    `tally` keeps the live arrays' figures between calls (the agent's; without it they are walked anew).
+    `tally` keeps the live arrays' figures between calls (the agent's own).
 
     Only the default backend (the job's accelerator): the host CPU backend that
     JAX also starts beside a TPU or GPU is not a device a user watches.
@@ -103,7 +102,7 @@ def device_memory(jax_module: Any, tally: LiveArrayTally | None = None,
 
     host = socket.gethostname()
     backend = jax_module.local_devices()[0].client
-    usage, age_s = (tally or LiveArrayTally()).read(backend)
+    usage, age_s = tally.read(backend)
     devices: list[dict[str, Any]] = []
     for device in jax_module.local_devices():
         record = dict(vars(device_record(device, host)))  # a flat record: no need for asdict's deep copy
