@@ -11,9 +11,10 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
+import coverage
 import pytest
 from hypothesis import settings
 
@@ -24,6 +25,8 @@ REPO = TESTS.parent
 sys.path.insert(0, str(TESTS))
 
 import budget  # noqa: E402  (tests/: the per-test time budget)
+import child_coverage  # noqa: E402  (tests/: coverage of the programs the tests start)
+import child_lines  # noqa: E402
 
 # A test run started in the background by a non-interactive shell (`tools/test.sh &`) inherits SIGINT
 # ignored, and every program the tests start would too: the Ctrl-C tests need it to interrupt them. A Python
@@ -75,6 +78,35 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "only when asked: pytest -m accelerator")
     config.addinivalue_line("markers", f"budget(seconds): this test may take up to SECONDS instead of "
                                        f"{budget.DEFAULT_BUDGET_S:g} s (tests/budget.py)")
+    if _measures_coverage(config) and not _is_worker(config) and child_coverage.install():
+        child_coverage.make_directory()
+
+
+def _measures_coverage(config: pytest.Config) -> bool:
+    return config.pluginmanager.hasplugin("_cov") and bool(config.option.cov_source) and not config.option.no_cov
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-cov has started coverage here, which names it for children
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not session.config.pluginmanager.has_plugin("dsession"):  # a process that runs tests
+        child_coverage.record_children(REPO / "tpu_tools")
+
+
+# Inside pytest-cov's own wrapper (trylast: the innermost), so the children's lines are written before it combines.
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
+    try:
+        return (yield)
+    finally:
+        directory = os.environ.get(child_coverage.DIRECTORY_VARIABLE)
+        cov = coverage.Coverage.current() if directory and not _is_worker(session.config) else None
+        if directory and cov is not None:
+            data_file = session.config.invocation_params.dir / cov.config.data_file
+            child_coverage.merge(directory, str(data_file), cov.config.run_omit)
 
 
 # Hypothesis: the same examples on every run and machine, no deadline (a loaded machine is slow), no example
@@ -102,9 +134,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # clean_env(**UNMEASURED): a process coverage does not measure. For the tests' helpers that run none of
 # tpu-tools' code, and for the copies of a process whose first copy is measured: each measured process pays
-# 0.1-0.15 s of CPU to start coverage and save its data.
+# 10-15 ms of CPU to record its lines and save them (tests/child_lines.py).
 UNMEASURED: dict[str, str | None] = {name: None for name in (
-    "COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG", "COV_CORE_SOURCE", "COV_CORE_CONFIG", "COV_CORE_DATAFILE")}
+    "COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG", "COV_CORE_SOURCE", "COV_CORE_CONFIG", "COV_CORE_DATAFILE",
+    child_lines.RECORD_VARIABLE)}
 
 
 def clean_env(**overrides: str | None) -> dict[str, str]:
