@@ -1,12 +1,13 @@
 """Which lines of tpu-tools a program the tests start runs: a line recorder far cheaper to start than coverage.
 
 The suite starts some 1,300 Python programs. Under coverage's own start-up in each (`import coverage` pulls in
-its reporters, `inspect`, `multiprocessing` and `sqlite3`), a program paid 90-120 ms of CPU before its first
-line, a fifth of the suite's CPU. This module records the same thing through the same interface coverage's
-`sysmon` core uses on Python 3.12+ (`sys.monitoring`: a PY_START event per code object, LINE events only in
-tpu-tools' own code, each location reported once) and costs a few milliseconds. At exit it writes the lines as
-JSON; the test session turns those files into coverage data before coverage combines and reports
-(tests/child_coverage.py), so the report, the floor and `coverage` itself are unchanged.
+its reporters, `inspect`, `multiprocessing` and `sqlite3`; at exit it looks for the files never run), a program
+paid 110-370 ms of CPU more, a fifth of the suite's CPU. This module records the same thing through the same
+interface coverage's `sysmon` core uses on Python 3.12+ (`sys.monitoring`: a PY_START event per code object, LINE
+events only in tpu-tools' own code, each location reported once) and costs 10-22 ms
+(benchmarks/child_coverage_cost.py). At exit it writes the lines as JSON; the test session turns those files
+into coverage data before coverage combines and reports (tests/child_coverage.py), so the report, the floor
+and `coverage` itself are unchanged.
 
 It is installed into the test environment's site-packages with a `.pth` file, and starts only in a process
 whose environment names the directory to write into (RECORD_VARIABLE). Like coverage's own start-up it never

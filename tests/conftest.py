@@ -134,7 +134,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # clean_env(**UNMEASURED): a process coverage does not measure. For the tests' helpers that run none of
 # tpu-tools' code, and for the copies of a process whose first copy is measured: each measured process pays
-# 10-15 ms of CPU to record its lines and save them (tests/child_lines.py).
+# 10-22 ms of CPU to record its lines and save them (tests/child_lines.py).
 UNMEASURED: dict[str, str | None] = {name: None for name in (
     "COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG", "COV_CORE_SOURCE", "COV_CORE_CONFIG", "COV_CORE_DATAFILE",
     child_lines.RECORD_VARIABLE)}
