@@ -64,7 +64,11 @@ def test_summary_of_a_plain_jax_profiler_trace(plain_summary):
     document = plain_summary
     assert document["schema"] == "tpu-tools/profile/v1" and document["source"] == "trace"
     assert document["program"] is None and document["window"] is None
-    assert document["top_ops"][0]["module"] == "jit_step" and document["top_ops"][0]["count"] == 4
+    # Which op leads is the machine's to say: the step's fusion takes about 100 times the eager multiplies here,
+    # but a busy machine has preempted a multiply for longer than that. What each op is, and the order, are not.
+    ops = document["top_ops"]
+    assert [op["total_us"] for op in ops] == sorted((op["total_us"] for op in ops), reverse=True)
+    assert {(op["module"], op["count"]) for op in ops} >= {("jit_step", 4), ("jit_multiply", 6)}
     assert document["devices"][0]["device"] == "cpu:0"
     # What the trace alone tells about compilation: the compile inside the first call, then cache hits.
     assert document["compile_source"] == "trace"
