@@ -53,23 +53,17 @@ def make_directory() -> str:
     return directory
 
 
-def record_children(source: Path) -> bool:
+def record_children(source: Path) -> None:
     """In a process that runs tests: its children record their lines of SOURCE instead of starting coverage."""
     directory = os.environ.get(DIRECTORY_VARIABLE)
-    if not directory:
-        return False
-    os.environ[child_lines.RECORD_VARIABLE] = directory + os.pathsep + os.path.realpath(source)
-    os.environ.pop(COVERAGE_CHILD_VARIABLE, None)
-    return True
+    if directory:
+        os.environ[child_lines.RECORD_VARIABLE] = directory + os.pathsep + os.path.realpath(source)
+        os.environ.pop(COVERAGE_CHILD_VARIABLE, None)
 
 
 def recorded_lines(directory: str) -> dict[str, set[int]]:
     """The union of every file the children wrote (a file cut short by a killed writer was never renamed)."""
-    lines: dict[str, set[int]] = {}
-    for path in Path(directory).glob("lines.*.json"):
-        for filename, numbers in json.loads(path.read_text(encoding="utf-8")).items():
-            lines.setdefault(filename, set()).update(numbers)
-    return lines
+    return _union(_line_files(directory))
 
 
 def merge(directory: str, data_file: str, omit: list[str]) -> int:
@@ -77,12 +71,24 @@ def merge(directory: str, data_file: str, omit: list[str]) -> int:
     directory. Returns how many files of lines there were."""
     from coverage import CoverageData
 
-    count = len(list(Path(directory).glob("lines.*.json")))
-    lines = {filename: sorted(numbers) for filename, numbers in recorded_lines(directory).items()
+    files = _line_files(directory)
+    lines = {filename: sorted(numbers) for filename, numbers in _union(files).items()
              if not any(fnmatch.fnmatch(filename, pattern) for pattern in omit)}
     if lines:
         data = CoverageData(basename=data_file, suffix=f"children.{os.getpid()}")
         data.add_lines(lines)
         data.write()
     shutil.rmtree(directory, ignore_errors=True)
-    return count
+    return len(files)
+
+
+def _line_files(directory: str) -> list[Path]:
+    return list(Path(directory).glob("lines.*.json"))
+
+
+def _union(files: list[Path]) -> dict[str, set[int]]:
+    lines: dict[str, set[int]] = {}
+    for path in files:
+        for filename, numbers in json.loads(path.read_text(encoding="utf-8")).items():
+            lines.setdefault(filename, set()).update(numbers)
+    return lines

@@ -103,8 +103,8 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
         return (yield)
     finally:
         directory = os.environ.get(child_coverage.DIRECTORY_VARIABLE)
-        cov = coverage.Coverage.current() if directory and not _is_worker(session.config) else None
-        if directory and cov is not None:
+        cov = coverage.Coverage.current()
+        if directory and cov is not None and not _is_worker(session.config):
             data_file = session.config.invocation_params.dir / cov.config.data_file
             child_coverage.merge(directory, str(data_file), cov.config.run_omit)
 
