@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ StepCallback = Callable[[int, "float | None"], None]
 
 _RECENT_STEPS = 1024  # step times kept for percentiles
 _RATE_WINDOW_S = 10.0  # steps/s is measured over the last this many seconds
+_RESORT_ABOVE = 256  # more new step times than this since the last stats: sort them all again
 
 _log = logging.getLogger("tpu_tools.agent")
 
@@ -49,6 +51,40 @@ def percentile(sorted_values: list[float], fraction: float) -> float | None:
     return sorted_values[rank]
 
 
+class SortedWindow:
+    """The values of a bounded deque in ascending order, brought up to date with what was appended since the
+    last call rather than sorted again: a monitor asks 10 times a second while a job marks a few steps in
+    between, and sorting all 1,024 step times each time cost the agent's thread about 0.1 ms of the job's CPU."""
+
+    def __init__(self) -> None:
+        self._window: list[float] = []  # the deque's values at the last update, oldest first
+        self._sorted: list[float] = []
+        self._appended = 0  # how many values had been appended to the deque by then
+
+    def update(self, window: list[float], appended: int) -> list[float]:
+        """The values of `window` (the deque's values now, oldest first, `appended` of them appended ever) in
+        ascending order. The list returned is the window's own: read it, do not change it."""
+        new = appended - self._appended
+        if not (0 <= new < len(window) and new <= _RESORT_ABOVE and self._drop(len(self._window) + new - len(window))):
+            self._sorted = sorted(window)
+        else:
+            for value in window[len(window) - new:]:
+                insort(self._sorted, value)
+        self._window, self._appended = window, appended
+        return self._sorted
+
+    def _drop(self, evicted: int) -> bool:
+        """Take out the `evicted` oldest values of the last window; False where one is not found (a NaN)."""
+        if evicted < 0:
+            return False
+        for value in self._window[:evicted]:
+            index = bisect_left(self._sorted, value)
+            if index == len(self._sorted) or self._sorted[index] != value:
+                return False
+            del self._sorted[index]
+        return True
+
+
 class StepTracker:
     """Counts step boundaries, keeps recent step times, calls the registered callbacks."""
 
@@ -58,7 +94,10 @@ class StepTracker:
         self._times: deque[float] = deque(maxlen=_RECENT_STEPS)
         self._ends: deque[float] = deque(maxlen=_RECENT_STEPS)
         self._callbacks: list[StepCallback] = []
-        self._lock = threading.Lock()  # guards the counter against steps marked from several threads
+        self._timed = 0  # step times appended to _times, ever
+        self._sorted_times = SortedWindow()
+        self._lock = threading.Lock()  # guards the counters and deques against steps marked from several threads
+        self._stats_lock = threading.Lock()  # guards _sorted_times against stats asked from several threads
         self.callback_errors: list[str] = []  # one line per callback disabled because it raised
 
     def on_step(self, callback: StepCallback) -> Callable[[], None]:
@@ -84,16 +123,17 @@ class StepTracker:
         The step time is the time since the previous boundary unless given
         (the context manager gives the time of its block).
         """
-        now = time.perf_counter()
-        with self._lock:
+        with self._lock:  # the clock is read inside: step ends are appended in time order
+            now = time.perf_counter()
             index = self._count
             self._count += 1
             if step_time_s is None and self._last_end is not None:
                 step_time_s = now - self._last_end
             self._last_end = now
-        if step_time_s is not None:
-            self._times.append(step_time_s)
-        self._ends.append(now)
+            if step_time_s is not None:
+                self._times.append(step_time_s)
+                self._timed += 1
+            self._ends.append(now)
         for callback in list(self._callbacks):
             try:
                 callback(index, step_time_s)
@@ -118,6 +158,7 @@ class StepTracker:
     def after_fork(self) -> None:
         """In a forked child: a lock another thread of the parent held would never be released."""
         self._lock = threading.Lock()
+        self._stats_lock = threading.Lock()
 
     @contextmanager
     def context(self) -> Iterator[None]:
@@ -132,23 +173,26 @@ class StepTracker:
 
     def stats(self, now: float | None = None) -> StepStats:
         """Count, rate over the last 10 s, last/p50/p99 step time and age of the last step (None if unknown)."""
+        with self._lock:  # one consistent view, copied at C speed
+            window, timed, ends, count = list(self._times), self._timed, list(self._ends), self._count
         now = time.perf_counter() if now is None else now
-        times = sorted(self._times)
-        ends = list(self._ends)
-        last = self._times[-1] if self._times else None
+        with self._stats_lock:
+            times = self._sorted_times.update(window, timed)
+            p50, p99 = percentile(times, 0.50), percentile(times, 0.99)
+        last = window[-1] if window else None
         rate = None
         if ends:
             window_start = now - _RATE_WINDOW_S
             if ends[0] > window_start:  # the window is not full yet: intervals between the ends we have
                 rate = (len(ends) - 1) / (now - ends[0]) if len(ends) > 1 and now > ends[0] else None
-            else:
-                rate = sum(1 for t in ends if t > window_start) / _RATE_WINDOW_S
+            else:  # the ends are in time order: those after the window's start are the last ones
+                rate = (len(ends) - bisect_right(ends, window_start)) / _RATE_WINDOW_S
         return StepStats(
-            count=self._count,
+            count=count,
             steps_per_second=rate,
             last_step_time_s=last,
-            p50_step_time_s=percentile(times, 0.50),
-            p99_step_time_s=percentile(times, 0.99),
+            p50_step_time_s=p50,
+            p99_step_time_s=p99,
             last_step_age_s=(now - ends[-1]) if ends else None,
         )
 
