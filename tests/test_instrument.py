@@ -99,6 +99,21 @@ def test_the_agent_sink_counts_recompiles_with_the_reason():
     assert snapshot["trace_time_s"] == 0.1 and snapshot["recompile_count"] == 1
 
 
+def test_the_agent_sink_serves_its_last_snapshot_again_until_an_event_arrives():
+    tracker = CompileTracker()
+    tracker.add_event(CompileEvent("xla_compile", "f", 0.5, 0.0))
+    first = tracker.snapshot()
+    assert tracker.snapshot() is first  # nothing compiled meanwhile: not built again
+    tracker.add_miss(parse_cache_miss("TRACING CACHE MISS at /x.py:12 (<module>):\n  never seen function:\n"
+                                      "    g id=1 defined at /x.py:10"))
+    assert tracker.snapshot() is first  # a first compile's explanation changes no figure
+    tracker.add_event(CompileEvent("xla_compile", "f", 0.25, 0.0))
+    second = tracker.snapshot()
+    assert second is not first and second["compile_count"] == 2 and second["recompile_count"] == 1
+    assert first["compile_count"] == 1  # the snapshot served before is left as it was
+    assert [f["compile_count"] for f in second["functions"]] == [2]
+
+
 def test_the_agent_api_and_the_profiler_share_one_step_tracker():
     import tpu_tools.agent as agent
 

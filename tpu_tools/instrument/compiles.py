@@ -408,6 +408,8 @@ class CompileTracker:
         self._pending_reasons: dict[str, str] = {}
         self._lock = threading.Lock()
         self.recompile_total = 0
+        self._changes = 0  # events taken so far: the last snapshot is served again until this moves
+        self._served: tuple[int, bool, dict[str, Any]] | None = None  # (changes, listening, snapshot)
 
     def install(self, jax_module: Any, explain_recompiles: bool) -> None:
         """Attach to this process's listener; `explain_recompiles` turns on JAX's explanations."""
@@ -430,6 +432,7 @@ class CompileTracker:
 
     def add_event(self, event: CompileEvent) -> None:
         with self._lock:
+            self._changes += 1
             stats = self._stats(event.function)
             stats.add(event)
             if event.stage == "xla_compile":
@@ -449,14 +452,24 @@ class CompileTracker:
                 self._pending_reasons[miss.function] = miss.summary()
 
     def snapshot(self) -> dict[str, Any]:
-        """Totals, one entry per function (most compile time first) and the recent recompilations."""
+        """Totals, one entry per function (most compile time first) and the recent recompilations.
+
+        A job compiles rarely once it runs: the same snapshot is returned again until an event arrives (a
+        monitor asks 10 times a second, and a job of hundreds of functions would rebuild hundreds of entries
+        each time). Read it; do not change it.
+        """
+        listening = _listener.installed
         with self._lock:
+            served = self._served
+            if served is not None and served[0] == self._changes and served[1] == listening:
+                return served[2]
+            changes = self._changes
             functions = [f.to_dict() for f in self._functions.values()]
             recompiles = [r.to_dict() for r in self._recompiles]
         functions.sort(key=lambda f: (-f["backend_compile_time_s"] - f["trace_time_s"] - f["lowering_time_s"],
                                       f["name"]))
-        return {
-            "listening": _listener.installed,
+        snapshot = {
+            "listening": listening,
             "compile_count": sum(f["compile_count"] for f in functions),
             "recompile_count": self.recompile_total,
             "trace_count": sum(f["trace_count"] for f in functions),
@@ -468,3 +481,6 @@ class CompileTracker:
             "functions": functions,
             "recent_recompiles": recompiles,
         }
+        with self._lock:
+            self._served = (changes, listening, snapshot)
+        return snapshot
