@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 from agentjobs import wait_for
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tpu_tools.agent.server import AgentServer
 from tpu_tools.metrics import wire
@@ -99,3 +101,55 @@ def test_clients_that_leave_early_or_send_garbage_cost_nothing_else(server):
         client.sendall(wire.encode_request("ping"))
         assert read_answer(client)["request"] == "ping"
     wait_for(lambda: server.counters.malformed == 1, 30, 0.01)
+
+
+@given(st.binary(max_size=200) | st.sampled_from([wire.encode_request(n).rstrip(b"\n") for n in wire.REQUESTS]
+                                                 + [b'{"request": "ping"}', b'{"request":"snapshot","version":2}']))
+def test_a_request_line_decodes_as_its_json_says(line):
+    # our clients' exact lines skip the JSON parse; every line still means what its JSON means
+    try:
+        document = json.loads(line.decode("utf-8"))
+    except ValueError:
+        document = None
+    expected = document["request"] if isinstance(document, dict) and document.get("request") in wire.REQUESTS else None
+    if expected is None:
+        with pytest.raises(wire.MalformedRequest):
+            wire.decode_request(line)
+    else:
+        assert wire.decode_request(line) == expected
+
+
+def test_an_answer_holds_any_figure_a_job_may_have():
+    import numpy as np
+
+    def strict(line: bytes) -> Any:
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        return json.loads(line, parse_constant=lambda token: pytest.fail(f"{token} in an answer"))
+
+    document = strict(wire.encode_response({"nan": float("nan"), 3: np.float32(1.5), "count": np.int64(7),
+                                            "thing": object.__new__(object), "pair": (1, 2)}))
+    assert document == {"nan": None, "3": 1.5, "count": 7, "thing": document["thing"], "pair": [1, 2]}
+    assert document["thing"].startswith("<object object")
+    # an integer beyond 64 bits: the standard library's encoder writes it, and still no NaN token
+    assert strict(wire.encode_response({"big": 2**70, "nan": [float("inf")]})) == {"big": 2**70, "nan": [None]}
+
+
+def test_an_answer_no_json_can_hold_is_an_error_answer_and_the_server_goes_on():
+    loop: dict[str, Any] = {}
+    loop["self"] = loop  # a cycle: neither encoder can write it
+    directory = Path(tempfile.mkdtemp(prefix="tts", dir="/tmp"))
+    served = AgentServer(directory / "agent.sock", lambda request: loop if request == "snapshot" else answer(request))
+    served.start()
+    try:
+        for request in ("snapshot", "ping"):
+            with connect(served) as client:
+                client.sendall(wire.encode_request(request))
+                reply = read_answer(client)
+            if request == "snapshot":
+                assert reply["schema"] == wire.SNAPSHOT_SCHEMA
+                assert reply["error"].split(":")[0] in ("ValueError", "RecursionError")
+            else:
+                assert reply["request"] == "ping"
+    finally:
+        served.stop()
+        shutil.rmtree(directory, ignore_errors=True)

@@ -232,10 +232,10 @@ class AgentServer:
             self.counters.malformed += 1
             return False
         try:
-            document = self._answer(request)
-        except Exception as error:  # a bug in a collector must not take the server down
-            document = {"schema": wire.SNAPSHOT_SCHEMA, "error": f"{type(error).__name__}: {error}"}
-        connection.outgoing = memoryview(wire.encode_response(document))
+            answer = wire.encode_response(self._answer(request))
+        except Exception as error:  # a bug in a collector, or a figure no JSON can hold, must not take the server down
+            answer = wire.encode_response({"schema": wire.SNAPSHOT_SCHEMA, "error": f"{type(error).__name__}: {error}"})
+        connection.outgoing = memoryview(answer)
         connection.deadline = time.monotonic() + wire.REPLY_TIMEOUT_S
         self.counters.served += 1
         return True

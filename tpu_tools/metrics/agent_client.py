@@ -14,7 +14,6 @@ socket is registered under.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import socket
@@ -138,8 +137,8 @@ def _exchange(entry: SocketEntry, request: str, timeout_s: float,
             raise AgentGone(f"process {entry.pid} is gone")
         raise AgentQueryError("closed the connection without answering")
     try:
-        document = json.loads(received.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        document = wire.decode_response(received)
+    except (ValueError, RecursionError) as error:
         raise AgentQueryError("answered something that is not JSON") from error
     try:
         snapshot = parse_snapshot(document)
