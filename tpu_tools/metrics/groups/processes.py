@@ -15,6 +15,8 @@ from tpu_tools.metrics.global_check import global_metric_findings
 from tpu_tools.metrics.goodput_view import goodput_entry
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions
 from tpu_tools.metrics.process import ProcessSampler
+from tpu_tools.metrics.processfacts import ProcessFacts
+from tpu_tools.metrics.slurm import job_id
 from tpu_tools.metrics.tpuhealth import health_from_sdk
 from tpu_tools.shorten import shorten
 
@@ -103,7 +105,9 @@ class ProcessesGroup:
         from tpu_tools.pjrt.discover import sysroot
 
         self._sampler = ProcessSampler()
-        self._pods = PodLabeler(PodResourcesClient(socket_path(), options.agent_timeout_s), sysroot())
+        root = sysroot()
+        self._pods = PodLabeler(PodResourcesClient(socket_path(), options.agent_timeout_s), root)
+        self._slurm_jobs = ProcessFacts(lambda pid: job_id(pid, root))
         self._pod_labels: Any = None
         if options.pod_labels:
             from tpu_tools.metrics.kube.api import PodLabelReader
@@ -131,10 +135,10 @@ class ProcessesGroup:
             entry.update({k: getattr(figures, k) if figures else None for k in PROCESS_KEYS})
         self._sampler.forget_except(set(holders))
         pods_error = self._label_pods(agents, list(holders.values()), discovery)
-        from tpu_tools.metrics.slurm import job_id
-
-        for entry in [*agents, *holders.values()]:
-            entry["slurm_job_id"] = job_id(entry["pid"], self._pods.root)
+        entries = [*agents, *holders.values()]
+        self._slurm_jobs.forget_except({entry["pid"] for entry in entries})
+        for entry in entries:
+            entry["slurm_job_id"] = self._slurm_jobs.get(entry["pid"])
         if self._pod_labels is not None:
             pods_error = self._read_pod_labels([*agents, *holders.values()]) or pods_error
         return {

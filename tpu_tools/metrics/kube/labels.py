@@ -16,6 +16,7 @@ from pathlib import Path
 from tpu_tools.errors import RuntimeFailure
 from tpu_tools.metrics.kube.cgroup import pod_of
 from tpu_tools.metrics.kube.podresources import ContainerRef, PodResourcesClient
+from tpu_tools.metrics.processfacts import ProcessFacts
 
 # Device-plugin resources per PJRT platform of the chip.
 RESOURCES = {"tpu": ("google.com/tpu",), "cuda": ("nvidia.com/gpu",), "rocm": ("amd.com/gpu",)}
@@ -50,12 +51,14 @@ class PodLabeler:
     def __init__(self, client: PodResourcesClient, root: Path):
         self.client = client
         self.root = root
+        self._pods = ProcessFacts(lambda pid: pod_of(pid, root))  # the container of each process, read now and then
 
     def labels(self, pids: Iterable[int],
                held: dict[int, list[HeldChip]]) -> tuple[dict[int, ContainerRef], str | None]:
         """{pid: container} for the processes found in a pod, and why none could be found (or None)."""
         wanted = sorted(set(pids))
-        refs = {pid: pod_of(pid, self.root) for pid in wanted}
+        self._pods.forget_except({*wanted, *held})
+        refs = {pid: self._pods.get(pid) for pid in wanted}
         if not any(refs.values()):
             return {}, "no process runs in a Kubernetes pod"
         try:
@@ -71,7 +74,7 @@ class PodLabeler:
                         owner = owners.get((resource, name))
                         if owner is not None:
                             found[pid] = owner
-                            ref = refs.get(pid) or pod_of(pid, self.root)
+                            ref = refs.get(pid) or self._pods.get(pid)
                             if ref is not None and ref.container_id:
                                 by_container[ref.container_id] = owner
         for pid, ref in refs.items():
