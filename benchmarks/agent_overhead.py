@@ -18,6 +18,8 @@ comes from it also reports the CPU time of building one snapshot, the serving
 thread's CPU per request (waking, accepting, answering, sending), and the
 agent's steps split into those during which it answered a request and the
 others.
+It also draws the block pairs again with replacement, 1,000 times, and prints where 90 % of
+those figures fall: how much one run's figure owes to which pairs it happened to get.
 `--no-monitor` runs the same blocks with nothing polling: what the agent costs
 by being there (its thread asleep, step marking, JAX's monitoring callbacks).
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -130,6 +133,23 @@ TRAIN = textwrap.dedent("""
 """)
 
 
+RESAMPLES = 1000
+
+
+def resampled_interval(pairs: list[tuple[list[float], list[float]]]) -> tuple[float, float]:
+    """5th and 95th percentiles of the figure over the block pairs drawn again with replacement (a bootstrap):
+    how far the figure moves with which pairs this run happened to get, the noise a single run carries."""
+    draw = random.Random(0)
+    figures = []
+    for _ in range(RESAMPLES):
+        chosen = [pairs[draw.randrange(len(pairs))] for _ in pairs]
+        on = [t for steps, _ in chosen for t in steps]
+        off = [t for _, steps in chosen for t in steps]
+        figures.append(statistics.median(on) / statistics.median(off))
+    cuts = statistics.quantiles(figures, n=20)
+    return cuts[0], cuts[-1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=3, help="training processes, one after another (3)")
@@ -147,6 +167,7 @@ def main() -> int:
     monitor_out = workdir / "monitor.jsonl"
     print(f"# {' '.join([sys.executable, *sys.argv])}")
     ratios, on_s, off_s, snapshot_s = [], [], [], []
+    pairs: list[tuple[list[float], list[float]]] = []  # (agent block's steps, no-agent block's steps)
     served, server_cpu_s = 0, 0.0
     hit_s, clean_s = [], []  # agent steps during which it answered a request, and the others
     monitor = None
@@ -166,6 +187,7 @@ def main() -> int:
             for a, b in zip(blocks[0::2], blocks[1::2]):
                 on, off = (a, b) if a["on"] else (b, a)
                 ratios.append(on["median_step_s"] / off["median_step_s"])
+                pairs.append((on["step_s"], off["step_s"]))
             served += sum(b["served"] for b in blocks if b["on"])
             server_cpu_s += sum(b["server_cpu_s"] for b in blocks if b["on"])
             on_s += [t for b in blocks if b["on"] for t in b["step_s"]]
@@ -202,6 +224,9 @@ def main() -> int:
               f"{statistics.median(off_s) * 1e3:.3f} ms")
     print(f"per-pair ratios (agent block / no-agent block medians), {len(ratios)} pairs: median "
           f"{statistics.median(ratios):.4f}, quartiles {quartiles[0]:.4f} .. {quartiles[2]:.4f}")
+    low, high = resampled_interval(pairs)
+    print(f"the figure over block pairs drawn again with replacement ({RESAMPLES} times): 90% of them between "
+          f"{low:.4f} and {high:.4f}")
     print(f"median step time over {len(on_s)} agent steps / {len(off_s)} no-agent steps, interleaved: "
           f"{statistics.median(on_s) * 1e3:.3f} ms / {statistics.median(off_s) * 1e3:.3f} ms = {ratio:.4f} "
           f"(target <= 1.01) {verdict}")
