@@ -103,8 +103,11 @@ def test_clients_that_leave_early_or_send_garbage_cost_nothing_else(server):
     wait_for(lambda: server.counters.malformed == 1, 30, 0.01)
 
 
-@given(st.binary(max_size=200) | st.sampled_from([wire.encode_request(n).rstrip(b"\n") for n in wire.REQUESTS]
-                                                 + [b'{"request": "ping"}', b'{"request":"snapshot","version":2}']))
+OUR_LINES = [wire.encode_request(n, keep).rstrip(b"\n") for n in wire.REQUESTS for keep in (False, True)]
+
+
+@given(st.binary(max_size=200) | st.sampled_from(OUR_LINES + [b'{"request": "ping"}', b'{"request":"ping","keep":1}',
+                                                              b'{"request":"snapshot","version":2,"keep":true}']))
 def test_a_request_line_decodes_as_its_json_says(line):
     # our clients' exact lines skip the JSON parse; every line still means what its JSON means
     try:
@@ -116,7 +119,7 @@ def test_a_request_line_decodes_as_its_json_says(line):
         with pytest.raises(wire.MalformedRequest):
             wire.decode_request(line)
     else:
-        assert wire.decode_request(line) == expected
+        assert wire.decode_request(line) == (expected, document.get("keep") is True)
 
 
 def test_an_answer_holds_any_figure_a_job_may_have():
@@ -153,3 +156,61 @@ def test_an_answer_no_json_can_hold_is_an_error_answer_and_the_server_goes_on():
     finally:
         served.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def read_line(client: socket.socket) -> dict[str, Any]:
+    received = bytearray()
+    while not received.endswith(b"\n"):
+        chunk = client.recv(1 << 16)
+        assert chunk, "the agent closed a kept connection"
+        received += chunk
+    return json.loads(received)
+
+
+def test_a_kept_connection_is_answered_request_after_request(server):
+    with connect(server) as client:
+        for request in ("ping", "snapshot", "ping"):
+            client.sendall(wire.encode_request(request, keep=True))
+            assert read_line(client)["request"] == request
+        client.sendall(wire.encode_request("ping", keep=True) + wire.encode_request("snapshot", keep=True))
+        with client.makefile("rb") as answers:  # two at once: answered in order
+            assert [json.loads(answers.readline())["request"] for _ in range(2)] == ["ping", "snapshot"]
+        client.sendall(wire.encode_request("ping"))  # without keep: the last answer, then the agent closes
+        assert read_answer(client)["request"] == "ping"
+    assert server.counters.accepted == 1 and server.counters.served == 6
+
+
+def test_a_kept_connection_left_idle_is_closed_and_is_no_fault():
+    directory = Path(tempfile.mkdtemp(prefix="tts", dir="/tmp"))
+    served = AgentServer(directory / "agent.sock", answer, keep_idle_s=0.2)
+    served.start()
+    try:
+        with connect(served) as client:
+            client.sendall(wire.encode_request("ping", keep=True))
+            assert read_line(client)["request"] == "ping"
+            assert client.recv(1) == b""  # closed by the agent once idle (the socket waits up to 30 s)
+        assert served.counters.timed_out == 0
+    finally:
+        served.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_new_client_takes_the_place_of_the_connection_kept_idle_the_longest(server):
+    from tpu_tools.agent.server import MAX_CONNECTIONS
+
+    kept = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            client = connect(server)
+            kept.append(client)
+            client.sendall(wire.encode_request("ping", keep=True))
+            assert read_line(client)["request"] == "ping"
+        with connect(server) as newcomer:
+            newcomer.sendall(wire.encode_request("ping"))
+            assert read_answer(newcomer)["request"] == "ping"
+        assert kept[0].recv(1) == b""  # the first kept, idle the longest, made room
+        kept[1].sendall(wire.encode_request("ping", keep=True))
+        assert read_line(kept[1])["request"] == "ping"  # the others are still served
+    finally:
+        for client in kept:
+            client.close()

@@ -32,11 +32,18 @@ class _Connection:
     deadline: float
     received: bytearray = field(default_factory=bytearray)
     outgoing: memoryview | None = None
+    keep: bool = False  # the client asked to keep the connection for its next request
+
+    @property
+    def idle(self) -> bool:
+        """Kept open between requests, with nothing of the next one received yet."""
+        return self.keep and self.outgoing is None and not self.received
 
 
 @dataclass
 class ServerCounters:
     served: int = 0
+    accepted: int = 0  # connections; fewer than `served` where clients keep theirs
     refused_other_user: int = 0
     malformed: int = 0
     timed_out: int = 0
@@ -45,9 +52,10 @@ class ServerCounters:
 class AgentServer:
     """Serves `answer(request_name)` on `path` from a daemon thread."""
 
-    def __init__(self, path: Path, answer: Callable[[str], dict[str, Any]]):
+    def __init__(self, path: Path, answer: Callable[[str], dict[str, Any]], keep_idle_s: float = wire.KEEP_IDLE_S):
         self.path = path
         self._answer = answer
+        self._keep_idle_s = keep_idle_s
         self._listener: socket.socket | None = None
         self._wake_r, self._wake_w = -1, -1
         self._thread: threading.Thread | None = None
@@ -129,7 +137,7 @@ class AgentServer:
     # A monitor connects and sends its one-line request at once, so the request is usually there when the
     # connection is accepted: it is answered then and there, without registering the connection with the
     # selector (fewer system calls and less Python while the job may be waiting for the GIL). Only a slow
-    # client, or an answer larger than the socket's buffer, waits in the selector.
+    # client, an answer larger than the socket's buffer, or a connection the client keeps waits in the selector.
 
     def _serve(self) -> None:
         assert self._listener is not None
@@ -153,7 +161,8 @@ class AgentServer:
                 if connections:
                     now = time.monotonic()
                     for fd in [fd for fd, c in connections.items() if c.deadline <= now]:
-                        self.counters.timed_out += 1
+                        if not connections[fd].idle:  # an idle kept connection is closed, not a fault
+                            self.counters.timed_out += 1
                         self._drop(selector, connections, fd)
 
     def _accept(self, selector: selectors.BaseSelector, connections: dict[int, _Connection]) -> None:
@@ -162,10 +171,13 @@ class AgentServer:
             sock, _ = self._listener.accept()
         except OSError:
             return
+        self.counters.accepted += 1
         try:
             _, uid, _ = peer_credentials(sock)
         except OSError:
             uid = -1
+        if uid == os.getuid() and len(connections) >= MAX_CONNECTIONS:
+            self._make_room(selector, connections)
         if uid != os.getuid() or len(connections) >= MAX_CONNECTIONS:
             if uid != os.getuid():
                 self.counters.refused_other_user += 1
@@ -179,6 +191,12 @@ class AgentServer:
             return
         connections[sock.fileno()] = connection
         selector.register(sock, waits_for, sock.fileno())
+
+    def _make_room(self, selector: selectors.BaseSelector, connections: dict[int, _Connection]) -> None:
+        """Close the kept connection idle the longest (soonest to time out), if any: a new client comes first."""
+        idle = [(c.deadline, fd) for fd, c in connections.items() if c.idle]
+        if idle:
+            self._drop(selector, connections, min(idle)[1])
 
     def _continue(self, selector: selectors.BaseSelector, connections: dict[int, _Connection], fd: int) -> None:
         connection = connections.get(fd)
@@ -194,40 +212,54 @@ class AgentServer:
         """Read the request, answer it, send the answer, as far as the socket allows now.
 
         Returns the event the connection waits for next, or None when it is finished (answered or dropped).
+        A kept connection goes back to waiting for its next request once its answer is sent.
         """
-        if connection.outgoing is None:
-            if not self._receive(connection):
-                return None
+        while True:
             if connection.outgoing is None:
+                if not self._receive(connection):
+                    return None
+                if connection.outgoing is None:
+                    return selectors.EVENT_READ
+            try:
+                sent = connection.sock.send(connection.outgoing)
+            except BlockingIOError:
+                return selectors.EVENT_WRITE
+            except OSError:
+                return None
+            connection.outgoing = connection.outgoing[sent:]
+            if len(connection.outgoing):
+                return selectors.EVENT_WRITE
+            if not connection.keep:
+                return None
+            connection.outgoing = None
+            connection.deadline = time.monotonic() + self._keep_idle_s
+            if b"\n" not in connection.received:  # else the next request is already here: answer it now
                 return selectors.EVENT_READ
-        try:
-            sent = connection.sock.send(connection.outgoing)
-        except BlockingIOError:
-            return selectors.EVENT_WRITE
-        except OSError:
-            return None
-        connection.outgoing = connection.outgoing[sent:]
-        return selectors.EVENT_WRITE if len(connection.outgoing) else None
 
     def _receive(self, connection: _Connection) -> bool:
         """Take what the client sent; once its request line is whole, make the answer. False: drop it."""
-        try:
-            chunk = connection.sock.recv(_READ_CHUNK)
-        except BlockingIOError:
-            return True
-        except OSError:
-            chunk = b""
-        if not chunk:
-            return False
-        connection.received += chunk
+        if b"\n" not in connection.received:
+            try:
+                chunk = connection.sock.recv(_READ_CHUNK)
+            except BlockingIOError:
+                return True
+            except OSError:
+                chunk = b""
+            if not chunk:  # the client closed (a kept connection ends so)
+                return False
+            if connection.idle:  # the first bytes of a kept connection's next request: the request's time limit
+                connection.deadline = min(connection.deadline, time.monotonic() + wire.REQUEST_TIMEOUT_S)
+            connection.received += chunk
         newline = connection.received.find(b"\n")
         if newline < 0:
             if len(connection.received) > wire.MAX_REQUEST_BYTES:
                 self.counters.malformed += 1
                 return False
             return True
+        line = bytes(connection.received[:newline])
+        del connection.received[:newline + 1]
         try:
-            request = wire.decode_request(bytes(connection.received[:newline]))
+            request, connection.keep = wire.decode_request(line)
         except wire.MalformedRequest:
             self.counters.malformed += 1
             return False

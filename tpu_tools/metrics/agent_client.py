@@ -17,6 +17,7 @@ import errno
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
@@ -89,9 +90,45 @@ def _peer(sock: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
-def _exchange(entry: SocketEntry, request: str, timeout_s: float,
-              max_bytes: int = wire.MAX_RESPONSE_BYTES) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
+class AgentConnections:
+    """Connections to agents kept open between rounds (one per socket), for a client that asks again and again:
+    a monitor asking 10 times a second then costs the job no connection set-up per request. A connection is
+    used by one request at a time; one the agent closed meanwhile (an agent that does not keep connections, or
+    a restarted one) is replaced by a new one within the same request."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[Path, tuple[int, socket.socket]] = {}  # socket path -> (its pid, the connection)
+
+    def take(self, entry: SocketEntry) -> socket.socket | None:
+        """The kept connection to `entry`'s agent, now the caller's (None when there is none)."""
+        with self._lock:
+            kept = self._open.pop(entry.path, None)
+        if kept is not None and kept[0] != entry.pid:  # another process registered at that path since
+            kept[1].close()
+            return None
+        return kept[1] if kept is not None else None
+
+    def keep(self, entry: SocketEntry, sock: socket.socket) -> None:
+        with self._lock:
+            replaced = self._open.pop(entry.path, None)
+            self._open[entry.path] = (entry.pid, sock)
+        if replaced is not None:
+            replaced[1].close()
+
+    def forget_except(self, paths: Collection[Path]) -> None:
+        """Close the connections to every other agent (gone, or no longer asked)."""
+        with self._lock:
+            closing = [self._open.pop(path) for path in [p for p in self._open if p not in paths]]
+        for _, sock in closing:
+            sock.close()
+
+    def close(self) -> None:
+        self.forget_except(())
+
+
+def _connect(entry: SocketEntry, timeout_s: float) -> socket.socket:
+    """A connection to `entry`'s agent, once the kernel says it is this user's process with the registered PID."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout_s)
@@ -108,29 +145,76 @@ def _exchange(entry: SocketEntry, request: str, timeout_s: float,
             raise AgentQueryError(f"the socket is served by uid {peer_uid}, not by this user; not asking it")
         if peer_pid != entry.pid:
             raise AgentQueryError(f"the socket is served by process {peer_pid}, not {entry.pid}; not asking it")
-        sock.sendall(wire.encode_request(request))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _send_and_read(sock: socket.socket, line: bytes, deadline: float, timeout_s: float, max_bytes: int) -> bytearray:
+    """Send one request line and read its answer line (or up to the agent's close); what was received."""
+    sock.settimeout(max(deadline - time.monotonic(), 1e-3))
+    sock.sendall(line)
+    received = bytearray()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AgentQueryError(f"no complete answer within {timeout_s:g} s")
+        sock.settimeout(remaining)
+        try:
+            chunk = sock.recv(1 << 16)
+        except TimeoutError as error:
+            raise AgentQueryError(f"no complete answer within {timeout_s:g} s") from error
+        if not chunk:
+            return received
+        received += chunk
+        if len(received) > max_bytes:
+            raise AgentQueryError(f"the answer is larger than {format_bytes(max_bytes)}; not reading it")
+        if received.endswith(b"\n"):
+            return received
+
+
+def _on_kept(connections: AgentConnections, entry: SocketEntry, line: bytes, deadline: float, timeout_s: float,
+             max_bytes: int) -> tuple[socket.socket | None, bytearray]:
+    """(the kept connection, the answer read on it), or (None, empty) when there is none or the agent closed it."""
+    sock = connections.take(entry)
+    if sock is None:
+        return None, bytearray()
+    try:
+        received = _send_and_read(sock, line, deadline, timeout_s, max_bytes)
+    except ConnectionError:  # closed by the agent since the last request: ask on a new connection
         received = bytearray()
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AgentQueryError(f"no complete answer within {timeout_s:g} s")
-            sock.settimeout(remaining)
+    except BaseException:
+        sock.close()
+        raise
+    if not received:
+        sock.close()
+        return None, received
+    return sock, received
+
+
+def _exchange(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int = wire.MAX_RESPONSE_BYTES,
+              connections: AgentConnections | None = None) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    line = wire.encode_request(request, keep=connections is not None)
+    sock, received = None, bytearray()
+    if connections is not None:
+        sock, received = _on_kept(connections, entry, line, deadline, timeout_s, max_bytes)
+    if sock is None:
+        try:
+            sock = _connect(entry, timeout_s)
             try:
-                chunk = sock.recv(1 << 16)
-            except TimeoutError as error:
-                raise AgentQueryError(f"no complete answer within {timeout_s:g} s") from error
-            if not chunk:
-                break
-            received += chunk
-            if len(received) > max_bytes:
-                raise AgentQueryError(f"the answer is larger than {format_bytes(max_bytes)}; not reading it")
-            if received.endswith(b"\n"):
-                break
-    except ConnectionError as error:
-        if not pid_alive(entry.pid):
-            raise AgentGone(f"process {entry.pid} is gone") from error
-        raise AgentQueryError(f"the connection failed: {error.strerror or error}") from error
-    finally:
+                received = _send_and_read(sock, line, deadline, timeout_s, max_bytes)
+            except BaseException:
+                sock.close()
+                raise
+        except ConnectionError as error:
+            if not pid_alive(entry.pid):
+                raise AgentGone(f"process {entry.pid} is gone") from error
+            raise AgentQueryError(f"the connection failed: {error.strerror or error}") from error
+    if connections is not None and received.endswith(b"\n"):
+        connections.keep(entry, sock)
+    else:
         sock.close()
     if not received:
         if not pid_alive(entry.pid):
@@ -149,11 +233,12 @@ def _exchange(entry: SocketEntry, request: str, timeout_s: float,
     return snapshot
 
 
-def _ask(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int) -> AgentResult:
+def _ask(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int,
+         connections: AgentConnections | None = None) -> AgentResult:
     started = time.monotonic()
     result = AgentResult(entry.pid, entry.path)
     try:
-        result.snapshot = _exchange(entry, request, timeout_s, max_bytes)
+        result.snapshot = _exchange(entry, request, timeout_s, max_bytes, connections)
     except AgentGone:
         remove_stale(entry)
         raise
@@ -166,10 +251,10 @@ def _ask(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int) -> 
 
 
 def _ask_all(entries: list[SocketEntry], request: str, timeout_s: float, scan: AgentScan,
-             max_bytes: int = wire.MAX_RESPONSE_BYTES) -> None:
+             max_bytes: int = wire.MAX_RESPONSE_BYTES, connections: AgentConnections | None = None) -> None:
     def one(entry: SocketEntry) -> AgentResult | None:
         try:
-            return _ask(entry, request, timeout_s, max_bytes)
+            return _ask(entry, request, timeout_s, max_bytes, connections)
         except AgentGone:
             scan.removed_stale.append(entry.pid)
             return None
@@ -207,9 +292,9 @@ def _usable_entries(directory: Path | None, scan: AgentScan) -> list[SocketEntry
 
 def query_agents(timeout_s: float = DEFAULT_TIMEOUT_S, *, tag_filter: str | re.Pattern[str] | None = None,
                  directory: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
-                 pids: Collection[int] | None = None) -> AgentScan:
+                 pids: Collection[int] | None = None, connections: AgentConnections | None = None) -> AgentScan:
     """Ask every live agent of this user (of `pids` alone, when given) for its snapshot, in parallel, each within
-    `timeout_s` and `max_bytes`.
+    `timeout_s` and `max_bytes`; on the connections kept in `connections`, where given, and kept there.
 
     `tag_filter` (a regex, searched in the tag) drops agents whose tag does not
     match, and agents that failed to answer (their tag is unknown). Raises
@@ -219,7 +304,9 @@ def query_agents(timeout_s: float = DEFAULT_TIMEOUT_S, *, tag_filter: str | re.P
     entries = _usable_entries(directory, scan)
     if pids is not None:
         entries = [entry for entry in entries if entry.pid in pids]
-    _ask_all(entries, wire.REQUEST_SNAPSHOT, timeout_s, scan, max_bytes)
+    if connections is not None:
+        connections.forget_except({entry.path for entry in entries})
+    _ask_all(entries, wire.REQUEST_SNAPSHOT, timeout_s, scan, max_bytes, connections)
     if tag_filter is not None:
         pattern = re.compile(tag_filter) if isinstance(tag_filter, str) else tag_filter
         scan.results = [r for r in scan.results if r.tag is not None and pattern.search(r.tag)]

@@ -17,6 +17,7 @@ from typing import Any
 
 import tpu_tools
 from tpu_tools.errors import first_line
+from tpu_tools.metrics.agent_client import AgentConnections
 from tpu_tools.metrics.groups import GROUPS
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, GroupCollector, load_collector
 from tpu_tools.pjrt.tpuvm import SliceInfo, slice_info
@@ -45,6 +46,7 @@ class ReportBuilder:
         self.plan = plan if plan is not None else [GroupPlan(name) for name in GROUPS]
         self.report_period_s = report_period_s
         self.collectors: dict[str, GroupCollector] = {}
+        self.agent_connections = AgentConnections()  # one per agent, kept from round to round
         self._last: dict[str, dict[str, Any]] = {}
         self._due: dict[str, float] = {}
         self.sequence = 0
@@ -57,7 +59,7 @@ class ReportBuilder:
     def build(self) -> dict[str, Any]:
         now = time.time()
         monotonic = time.monotonic()
-        context = CollectContext(self.options, self.collectors)
+        context = CollectContext(self.options, self.collectors, self.agent_connections)
         report: dict[str, Any] = {
             "schema": SCHEMA,
             "time": iso_time(now),
@@ -93,6 +95,7 @@ class ReportBuilder:
         return {**header, **data}
 
     def close(self) -> None:
+        self.agent_connections.close()
         for collector in self.collectors.values():
             close = getattr(collector, "close", None)
             if close is not None:

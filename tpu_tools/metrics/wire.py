@@ -2,9 +2,13 @@
 
 Request: a JSON object on one line, at most MAX_REQUEST_BYTES, naming one of
 REQUESTS. The agent answers with one JSON object followed by a newline and
-closes the connection. A request that is too long, not JSON, not an object or
-names an unknown request gets no answer: the connection is closed. Nothing a
-client sends is ever evaluated or run.
+closes the connection, unless the request says `"keep": true`: then the
+connection stays open for the client's next request, until the client closes
+it or leaves it idle for KEEP_IDLE_S (a monitor asking 10 times a second then
+costs the job no connection set-up per request). An agent that does not know
+`keep` answers and closes, as before. A request that is too long, not JSON, not
+an object or names an unknown request gets no answer: the connection is closed.
+Nothing a client sends is ever evaluated or run.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ MAX_REQUEST_BYTES = 4096
 MAX_RESPONSE_BYTES = 64 << 20
 REQUEST_TIMEOUT_S = 2.0  # the agent drops a client that has not sent its request by then
 REPLY_TIMEOUT_S = 5.0  # ... or that does not read the answer within this time
+KEEP_IDLE_S = 60.0  # a kept connection with no request for this long is closed
 SNAPSHOT_SCHEMA = "tpu-tools/agent/v1"
 
 REQUEST_SNAPSHOT = "snapshot"
@@ -35,13 +40,16 @@ class MalformedRequest(ValueError):
     pass
 
 
-def encode_request(name: str) -> bytes:
-    """One request line of the agent protocol, JSON and a newline."""
-    return json.dumps({"request": name, "version": PROTOCOL_VERSION}).encode() + b"\n"
+def encode_request(name: str, keep: bool = False) -> bytes:
+    """One request line of the agent protocol, JSON and a newline; `keep` asks the agent to keep the connection."""
+    document: dict[str, Any] = {"request": name, "version": PROTOCOL_VERSION}
+    if keep:
+        document["keep"] = True
+    return json.dumps(document).encode() + b"\n"
 
 
-def decode_request(line: bytes) -> str:
-    """The request name from one received line; raises MalformedRequest."""
+def decode_request(line: bytes) -> tuple[str, bool]:
+    """(the request name, whether to keep the connection) from one received line; raises MalformedRequest."""
     known = _ENCODED_REQUESTS.get(line)
     if known is not None:  # what our own clients send: no JSON parse in the job's process
         return known
@@ -53,10 +61,11 @@ def decode_request(line: bytes) -> str:
         raise MalformedRequest("not JSON") from error
     if not isinstance(document, dict) or document.get("request") not in REQUESTS:
         raise MalformedRequest("unknown request")
-    return str(document["request"])
+    return str(document["request"]), document.get("keep") is True
 
 
-_ENCODED_REQUESTS = {encode_request(name).rstrip(b"\n"): name for name in REQUESTS}
+_ENCODED_REQUESTS = {encode_request(name, keep).rstrip(b"\n"): (name, keep)
+                     for name in REQUESTS for keep in (False, True)}
 
 
 _ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from tpu_tools.metrics.agent_client import DEFAULT_TIMEOUT_S, AgentScan, query_agents
+from tpu_tools.metrics.agent_client import DEFAULT_TIMEOUT_S, AgentConnections, AgentScan, query_agents
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu.addresses import default_address
 from tpu_tools.pjrt.discover import Discovery, discover
@@ -59,9 +59,11 @@ class CollectOptions:
 class CollectContext:
     """One round's shared inputs, each fetched on first use and then reused within the round."""
 
-    def __init__(self, options: CollectOptions, collectors: dict[str, GroupCollector]):
+    def __init__(self, options: CollectOptions, collectors: dict[str, GroupCollector],
+                 agent_connections: AgentConnections | None = None):
         self.options = options
         self._collectors = collectors
+        self._agent_connections = agent_connections  # kept between rounds by the caller
         self._memo: dict[str, Any] = {}
 
     def memo(self, key: str, fetch: Callable[[], _T]) -> _T:
@@ -76,7 +78,8 @@ class CollectContext:
 
     def agents(self) -> AgentScan:
         return self.memo("agents", lambda: query_agents(self.options.agent_timeout_s,
-                                                        tag_filter=self.options.tag_filter))
+                                                        tag_filter=self.options.tag_filter,
+                                                        connections=self._agent_connections))
 
     def device_figures(self) -> list[DeviceFigures]:
         """Per-device figures from every collector that has them; a failing source adds nothing."""
