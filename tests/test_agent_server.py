@@ -214,3 +214,11 @@ def test_a_new_client_takes_the_place_of_the_connection_kept_idle_the_longest(se
     finally:
         for client in kept:
             client.close()
+
+
+def test_part_of_a_next_request_sent_with_a_kept_one_has_the_request_time_limit(server):
+    with connect(server) as client:
+        client.sendall(wire.encode_request("ping", keep=True) + b'{"requ')  # the rest never comes
+        assert read_line(client)["request"] == "ping"
+        assert client.recv(1) == b""  # dropped after the request's time limit, not the 60 s of an idle one
+    wait_for(lambda: server.counters.timed_out == 1, 30, 0.01)

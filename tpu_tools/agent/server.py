@@ -232,7 +232,9 @@ class AgentServer:
             if not connection.keep:
                 return None
             connection.outgoing = None
-            connection.deadline = time.monotonic() + self._keep_idle_s
+            # idle: the keep time; part of the next request here: that request's time limit
+            connection.deadline = time.monotonic() + (wire.REQUEST_TIMEOUT_S if connection.received
+                                                      else self._keep_idle_s)
             if b"\n" not in connection.received:  # else the next request is already here: answer it now
                 return selectors.EVENT_READ
 
