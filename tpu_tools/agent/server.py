@@ -176,10 +176,11 @@ class AgentServer:
             _, uid, _ = peer_credentials(sock)
         except OSError:
             uid = -1
-        if uid == os.getuid() and len(connections) >= MAX_CONNECTIONS:
+        ours = uid == os.getuid()
+        if ours and len(connections) >= MAX_CONNECTIONS:
             self._make_room(selector, connections)
-        if uid != os.getuid() or len(connections) >= MAX_CONNECTIONS:
-            if uid != os.getuid():
+        if not ours or len(connections) >= MAX_CONNECTIONS:
+            if not ours:
                 self.counters.refused_other_user += 1
             sock.close()
             return

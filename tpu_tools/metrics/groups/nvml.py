@@ -15,6 +15,7 @@ from typing import Any
 
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
 from tpu_tools.metrics.nvml import GpuRecord, NvmlReader, NvmlSnapshot
+from tpu_tools.metrics.processfacts import ProcessFacts
 from tpu_tools.metrics.slurm import job_id
 from tpu_tools.pjrt.discover import sysroot
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
@@ -33,6 +34,8 @@ class NvmlGroup:
     def __init__(self, options: CollectOptions):
         self._timeout_s = options.metrics_timeout_s
         self._reader: Any = None
+        root = sysroot()
+        self._slurm_jobs = ProcessFacts(lambda pid: job_id(pid, root))  # as the processes group keeps them
 
     def _new_reader(self) -> Any:
         return NvmlReader(watch_events=True)
@@ -51,12 +54,12 @@ class NvmlGroup:
         snapshot = self.snapshot(context)
         data = snapshot.to_dict()
         tags = {r.pid: r.tag for r in context.agents().results}
-        root = sysroot()
+        self._slurm_jobs.forget_except({process["pid"] for gpu in data["gpus"] for process in gpu["processes"]})
         for gpu in data["gpus"]:
             gpu["device_key"] = None
             for process in gpu["processes"]:
                 process["tag"] = tags.get(process["pid"])
-                process["slurm_job_id"] = job_id(process["pid"], root)
+                process["slurm_job_id"] = self._slurm_jobs.get(process["pid"])
         for position, gpu in self._placed(context, snapshot):
             data["gpus"][snapshot.gpus.index(gpu)]["device_key"] = f"gpu:{position}"
         data["notes"] = []
