@@ -18,7 +18,7 @@ from test_dump_cli import _members
 
 from tpu_tools.jsonout import finite_document
 from tpu_tools.metrics.agent_snapshot import parse_snapshot
-from tpu_tools.records import AnyJSON, Float, Int, List, Obj, RecordError, Str, parse
+from tpu_tools.records import AnyJSON, Float, Int, List, Map, Obj, RecordError, Str, parse
 
 
 @pytest.fixture(name="rundir")
@@ -257,8 +257,6 @@ def test_any_manifest_is_a_clean_record_or_one_error(manifest):
 
 @given(st.dictionaries(st.text(max_size=6), _scalars, min_size=1, max_size=3))
 def test_error_sentences_are_one_printable_line_whatever_the_keys(document):
-    from tpu_tools.records import Map
-
     try:
         parse(Map(List(Int())), document)
     except RecordError as error:
@@ -278,6 +276,22 @@ def test_presence_emptiness_and_word_sets_are_named(value, message):
                 "d": List(Int(nullable=False), min_items=1)}, present=("a", "b"), others=AnyJSON())
     with pytest.raises(RecordError) as caught:
         parse(spec, value, "rec")
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(("spec", "value", "where", "message"), [
+    (Map(List(Int())), {"k": [1, "x"]}, "", "k[1]: expected an integer, got 'x'"),
+    (List(Obj({"a": Int()})), [{"a": 1}, {"a": "x"}], "", "[1].a: expected an integer, got 'x'"),
+    (Obj({"m": Map(Int())}), {"m": {".x": "y"}}, "", "m..x: expected an integer, got 'y'"),
+    (Obj({"m": Map(Int())}), {"m": {"a\nb": "y"}}, "rec", "rec.m.'a\\nb': expected an integer, got 'y'"),
+    (Obj({"o": Obj({"p": Int(nullable=False)})}), {"o": {}}, "", "o.p: is missing"),
+    (Obj({}, others=Int(nullable=False)), {"z": None}, "rec", "rec.z: is missing"),
+    (Int(nullable=False), None, "rec", "rec: is missing"),
+])
+def test_the_path_of_a_misfit_is_written_once_it_is_found(spec, value, where, message):
+    """Paths are built only for a record that does not fit: the same sentence, through keys, items and fields."""
+    with pytest.raises(RecordError) as caught:
+        parse(spec, value, where)
     assert str(caught.value) == message
 
 

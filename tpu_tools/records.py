@@ -35,6 +35,24 @@ class RecordError(ValueError):
     """A record from outside is malformed; the message names the field and what was wrong."""
 
 
+class _Misfit(RecordError):
+    """A field that does not fit, on its way up: each container it passes adds its step to `trail` (innermost
+    first), and `parse` writes the path once. A record that fits builds no path at all: a monitor checks an
+    agent's snapshot of some hundred fields 10 times a second, and formatting every field's path cost more
+    than checking the fields."""
+
+    def __init__(self, reason: str, step: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+        self.trail = [step] if step else []
+
+    def sentence(self, where: str) -> str:
+        path = where + "".join(reversed(self.trail))
+        if not where and path.startswith("."):  # a field of the record itself: "devices", not ".devices"
+            path = path[1:]
+        return f"{path}: {self.reason}" if path else self.reason
+
+
 def _describe(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
         return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"  # repr() of 5000 digits raises
@@ -47,8 +65,9 @@ def _key(key: object) -> str:
     return text if text.isprintable() else repr(text)
 
 
-def _where(path: str) -> str:
-    return f"{path}: " if path else ""
+def _too_deep(depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise _Misfit(f"nested deeper than {MAX_DEPTH} levels")
 
 
 class Spec(ABC):
@@ -57,8 +76,8 @@ class Spec(ABC):
     nullable: bool = True
 
     @abstractmethod
-    def check(self, value: Any, path: str, depth: int) -> Any:
-        """The clean value, or RecordError naming `path`."""
+    def check(self, value: Any, depth: int) -> Any:
+        """The clean value of a value that is not None, at `depth` containers below the record."""
 
 
 @dataclass
@@ -67,14 +86,15 @@ class Int(Spec):
     max: int | None = 1 << 63
     nullable: bool = True
 
-    def check(self, value: Any, path: str, depth: int) -> Any:
-        # bool is an int in Python, never in a record; an integral float (3.0) is accepted as JSON allows.
-        if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 63:
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise RecordError(f"{_where(path)}expected an integer, got {_describe(value)}")
+    def check(self, value: Any, depth: int) -> Any:
+        if type(value) is not int:
+            # bool is an int in Python, never in a record; an integral float (3.0) is accepted as JSON allows.
+            if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 63:
+                value = int(value)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _Misfit(f"expected an integer, got {_describe(value)}")
         if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
-            raise RecordError(f"{_where(path)}{_describe(value)} is out of range")
+            raise _Misfit(f"{_describe(value)} is out of range")
         return value
 
 
@@ -85,18 +105,21 @@ class Float(Spec):
     nullable: bool = True
     finite: bool = True  # False keeps NaN and infinities: a figure its reader judges (and flags) itself
 
-    def check(self, value: Any, path: str, depth: int) -> Any:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise RecordError(f"{_where(path)}expected a number, got {_describe(value)}")
-        if isinstance(value, int) and abs(value) >= 1e308:  # no figure; float() of it would raise later
-            raise RecordError(f"{_where(path)}{_describe(value)} is beyond any number this record holds")
-        number = float(value)
-        if not self.finite and not math.isfinite(number):
-            return value
+    def check(self, value: Any, depth: int) -> Any:
+        if type(value) is float:
+            number = value
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise _Misfit(f"expected a number, got {_describe(value)}")
+            if isinstance(value, int) and abs(value) >= 1e308:  # no figure; float() of it would raise later
+                raise _Misfit(f"{_describe(value)} is beyond any number this record holds")
+            number = float(value)
         if not math.isfinite(number):
-            raise RecordError(f"{_where(path)}expected a finite number, got {_describe(value)}")
+            if not self.finite:
+                return value
+            raise _Misfit(f"expected a finite number, got {_describe(value)}")
         if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
-            raise RecordError(f"{_where(path)}{number:g} is out of range")
+            raise _Misfit(f"{number:g} is out of range")
         return value
 
 
@@ -106,22 +129,32 @@ class Str(Spec):
     nullable: bool = True
     one_of: tuple[str, ...] = ()  # when given, the only words allowed
 
-    def check(self, value: Any, path: str, depth: int) -> Any:
+    def check(self, value: Any, depth: int) -> Any:
         if not isinstance(value, str):
-            raise RecordError(f"{_where(path)}expected a string, got {_describe(value)}")
+            raise _Misfit(f"expected a string, got {_describe(value)}")
         if self.one_of and value not in self.one_of:
-            raise RecordError(f"{_where(path)}{_describe(value)} is not one of {', '.join(self.one_of)}")
-        return value[: self.max_len]
+            raise _Misfit(f"{_describe(value)} is not one of {', '.join(self.one_of)}")
+        return value if len(value) <= self.max_len else value[: self.max_len]
 
 
 @dataclass
 class Bool(Spec):
     nullable: bool = True
 
-    def check(self, value: Any, path: str, depth: int) -> Any:
+    def check(self, value: Any, depth: int) -> Any:
         if not isinstance(value, bool):
-            raise RecordError(f"{_where(path)}expected true or false, got {_describe(value)}")
+            raise _Misfit(f"expected true or false, got {_describe(value)}")
         return value
+
+
+def _item(spec: Spec, value: Any, depth: int) -> Any:
+    # An item of a list or map is there: when it may not be null, null is the fault, not absence. An object's
+    # place is never null: readers index the items of a list of objects.
+    if value is None:
+        if not spec.nullable or isinstance(spec, Obj):
+            raise _Misfit("is null")
+        return None
+    return spec.check(value, depth)
 
 
 @dataclass
@@ -131,15 +164,22 @@ class List(Spec):
     nullable: bool = True
     min_items: int = 0
 
-    def check(self, value: Any, path: str, depth: int) -> Any:
+    def check(self, value: Any, depth: int) -> Any:
         if not isinstance(value, list):
-            raise RecordError(f"{_where(path)}expected a list, got {_describe(value)}")
+            raise _Misfit(f"expected a list, got {_describe(value)}")
+        _too_deep(depth)
         if len(value) > self.max_items:
-            raise RecordError(f"{_where(path)}has {len(value)} items, more than {self.max_items}")
+            raise _Misfit(f"has {len(value)} items, more than {self.max_items}")
         if len(value) < self.min_items:
-            raise RecordError(f"{_where(path)}is empty" if not value
-                              else f"{_where(path)}has {len(value)} items, fewer than {self.min_items}")
-        return [_check_item(self.item, item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+            raise _Misfit("is empty" if not value else f"has {len(value)} items, fewer than {self.min_items}")
+        clean = []
+        for index, item in enumerate(value):
+            try:
+                clean.append(_item(self.item, item, depth + 1))
+            except _Misfit as misfit:
+                misfit.trail.append(f"[{index}]")
+                raise
+        return clean
 
 
 @dataclass
@@ -150,13 +190,20 @@ class Map(Spec):
     max_items: int = MAX_ITEMS
     nullable: bool = True
 
-    def check(self, value: Any, path: str, depth: int) -> Any:
+    def check(self, value: Any, depth: int) -> Any:
         if not isinstance(value, dict):
-            raise RecordError(f"{_where(path)}expected an object, got {_describe(value)}")
+            raise _Misfit(f"expected an object, got {_describe(value)}")
+        _too_deep(depth)
         if len(value) > self.max_items:
-            raise RecordError(f"{_where(path)}has {len(value)} entries, more than {self.max_items}")
-        return {str(k)[:MAX_STRING]: _check_item(self.value, v, f"{path}.{_key(k)}" if path else _key(k), depth + 1)
-                for k, v in value.items()}
+            raise _Misfit(f"has {len(value)} entries, more than {self.max_items}")
+        clean = {}
+        for key, item in value.items():
+            try:
+                clean[str(key)[:MAX_STRING]] = _item(self.value, item, depth + 1)
+            except _Misfit as misfit:
+                misfit.trail.append("." + _key(key))
+                raise
+        return clean
 
 
 @dataclass
@@ -165,16 +212,18 @@ class AnyJSON(Spec):
 
     nullable: bool = True
 
-    def check(self, value: Any, path: str, depth: int) -> Any:
+    def check(self, value: Any, depth: int) -> Any:
         if isinstance(value, dict):
-            return Map(self).check(value, path, depth)
+            return Map(self).check(value, depth)
         if isinstance(value, list):
-            return List(self).check(value, path, depth)
+            return List(self).check(value, depth)
         if isinstance(value, float):
-            return Float().check(value, path, depth)
-        if isinstance(value, (str, int, bool)):
-            return Str().check(value, path, depth) if isinstance(value, str) else value
-        raise RecordError(f"{_where(path)}unexpected value {_describe(value)}")
+            return _FLOAT.check(value, depth)
+        if isinstance(value, str):
+            return _STR.check(value, depth)
+        if isinstance(value, (int, bool)):
+            return value
+        raise _Misfit(f"unexpected value {_describe(value)}")
 
 
 @dataclass
@@ -194,55 +243,65 @@ class Obj(Spec):
     present: tuple[str, ...] = ()
     others: Spec | None = None
 
-    def check(self, value: Any, path: str, depth: int) -> Any:
+    def check(self, value: Any, depth: int) -> Any:
         if not isinstance(value, dict):
-            raise RecordError(f"{_where(path)}expected an object, got {_describe(value)}")
+            raise _Misfit(f"expected an object, got {_describe(value)}")
+        _too_deep(depth)
         clean: dict[str, Any] = {}
         for name in self.required:
             if value.get(name) is None:
-                raise RecordError(f"{_where(path)}{name} is missing")
+                raise _Misfit(f"{name} is missing")
         for name in self.present:
             if name not in value and name not in self.fields:
-                raise RecordError(f"{_where(path)}{name} is missing")
+                raise _Misfit(f"{name} is missing")
         for name, spec in self.fields.items():
-            if name not in value and name in self.present:
-                raise RecordError(f"{_where(path)}{name} is missing")
-            if name in value and value[name] is None and not spec.nullable:
-                raise RecordError(f"{_where(path)}{name} is null")
-            clean[name] = _check(spec, value.get(name), f"{path}.{name}" if path else name, depth + 1)
+            item = value.get(name)
+            if item is None:
+                if name not in value and name in self.present:
+                    raise _Misfit(f"{name} is missing")
+                if not spec.nullable:
+                    raise _Misfit(f"{name} is null") if name in value else _Misfit("is missing", "." + name)
+                clean[name] = None
+                continue
+            try:
+                clean[name] = spec.check(item, depth + 1)
+            except _Misfit as misfit:
+                misfit.trail.append("." + name)
+                raise
+        if not value.keys() <= self.fields.keys():
+            self._unknown(value, clean, depth)
+        return clean
+
+    def _unknown(self, value: dict[Any, Any], clean: dict[str, Any], depth: int) -> None:
         if self.others is not None:
             if len(value) > MAX_ITEMS:
-                raise RecordError(f"{_where(path)}has {len(value)} entries, more than {MAX_ITEMS}")
+                raise _Misfit(f"has {len(value)} entries, more than {MAX_ITEMS}")
             for name, item in value.items():
                 if name not in clean:
-                    key = _key(name)
-                    clean[str(name)[:MAX_STRING]] = _check(self.others, item, f"{path}.{key}" if path else key,
-                                                           depth + 1)
+                    try:
+                        clean[str(name)[:MAX_STRING]] = _field(self.others, item, depth + 1)
+                    except _Misfit as misfit:
+                        misfit.trail.append("." + _key(name))
+                        raise
         elif self.keep_unknown_scalars:
             for name, item in value.items():
                 if name in clean or not isinstance(name, str) or len(clean) >= MAX_ITEMS:
                     continue
                 if isinstance(item, (str, int, bool)) or (isinstance(item, float) and math.isfinite(item)):
                     clean[name] = item[:MAX_STRING] if isinstance(item, str) else item
-        return clean
 
 
-def _check(spec: Spec, value: Any, path: str, depth: int) -> Any:
-    if depth > MAX_DEPTH:
-        raise RecordError(f"{_where(path)}nested deeper than {MAX_DEPTH} levels")
+_FLOAT = Float()
+_STR = Str()
+
+
+def _field(spec: Spec, value: Any, depth: int) -> Any:
+    # an object's field or the record itself: absent or null is None where the spec allows it
     if value is None:
         if spec.nullable:
             return None
-        raise RecordError(f"{_where(path)}is missing")
-    return spec.check(value, path, depth)
-
-
-def _check_item(spec: Spec, value: Any, path: str, depth: int) -> Any:
-    # An item of a list or map is there: when it may not be null, null is the fault, not absence. An object's
-    # place is never null: readers index the items of a list of objects.
-    if value is None and (not spec.nullable or isinstance(spec, Obj)):
-        raise RecordError(f"{_where(path)}is null")
-    return _check(spec, value, path, depth)
+        raise _Misfit("is missing")
+    return spec.check(value, depth)
 
 
 def parse(spec: Spec, value: Any, where: str = "") -> Any:
@@ -251,6 +310,8 @@ def parse(spec: Spec, value: Any, where: str = "") -> Any:
     `where` names the record itself in the error ("summary" gives "summary.devices: expected a list").
     """
     try:
-        return _check(spec, value, where, 0)
+        return _field(spec, value, 0)
+    except _Misfit as misfit:
+        raise RecordError(misfit.sentence(where)) from None
     except RecursionError as error:
         raise RecordError("nested too deeply") from error
