@@ -37,7 +37,7 @@ from libtpu_server import (
 
 from tpu_tools.errors import UsageError
 from tpu_tools.metrics.libtpu import LibtpuClient, metrics_addresses, read_once
-from tpu_tools.metrics.libtpu.addresses import default_address
+from tpu_tools.metrics.libtpu.addresses import default_address, probe_connection
 from tpu_tools.metrics.libtpu.proto import runtime_metric_service_pb2 as pb
 
 SNAPSHOT_KEYS = {"address", "error", "elapsed_ms", "served_metrics", "not_served_metrics", "unread_metrics",
@@ -182,6 +182,31 @@ def test_a_service_that_dies_between_refreshes_and_comes_back():
             assert back.ok and len(back.devices) == 8
     finally:
         service.stop()
+
+
+def test_a_runtime_that_starts_after_the_client_is_read_at_the_next_refresh():
+    """Where nothing listens (a host without a TPU job), each refresh costs one refused TCP connection and no gRPC
+    channel waits out its reconnect backoff: a runtime that starts is read at the very next refresh."""
+    service = FakeMetricsService(v5e_host()).start()
+    service.stop()  # a port where nothing listens now
+    try:
+        with LibtpuClient([service.address], timeout_s=2.0) as client:
+            for _ in range(3):
+                assert client.snapshot()[0].error == f"no metrics service at {service.address} (connection refused)"
+            service.start()
+            back = client.snapshot()[0]
+            assert back.ok and len(back.devices) == 8
+    finally:
+        service.stop()
+
+
+def test_the_connection_probe_tells_a_listener_from_a_refusal():
+    service = FakeMetricsService(v5e_host()).start()
+    try:
+        assert probe_connection(service.address) is True
+    finally:
+        service.stop()
+    assert probe_connection(service.address) is False  # nothing listens there now: refused at once
 
 
 # --- odd answers ------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from tpu_tools.metrics.libtpu.addresses import (
     accepts_connections,
     metrics_addresses,
     normalize_address,
+    refused_sentence,
 )
 from tpu_tools.metrics.libtpu.distribution import DistributionSummary
 from tpu_tools.metrics.libtpu.records import (
@@ -41,7 +42,7 @@ __all__ = [
 
 
 def _refused(address: str) -> LibtpuSnapshot:
-    return LibtpuSnapshot(address, error=f"no metrics service at {address} (connection refused)")
+    return LibtpuSnapshot(address, error=refused_sentence(address))
 
 
 def read_once(addresses: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S, *, runtime_status: bool = False,

@@ -71,20 +71,35 @@ def metrics_addresses(explicit: Iterable[str] = (), environ: Mapping[str, str] |
     return list(dict.fromkeys(found))
 
 
-def accepts_connections(address: str, timeout_s: float = _CONNECT_PROBE_S) -> bool:
-    """Whether anything accepts a TCP connection at address: a cheap test before paying for gRPC."""
+def refused_sentence(address: str) -> str:
+    """The error of an address where nothing listens."""
+    return f"no metrics service at {address} (connection refused)"
+
+
+def probe_connection(address: str, timeout_s: float = _CONNECT_PROBE_S) -> bool | None:
+    """True when something accepts a TCP connection at address, False when every address it names refused one,
+    None when neither is known (no answer within timeout_s, a name that does not resolve): a cheap test before
+    paying for gRPC."""
     host, _, port = address.rpartition(":")
     host = host[1:-1] if host.startswith("[") else host
     try:
         candidates = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
     except (OSError, ValueError):
-        return False
+        return None
+    refused = 0
     for family, kind, protocol, _, sockaddr in candidates:
         try:
             with socket.socket(family, kind, protocol) as probe:
                 probe.settimeout(timeout_s)
                 probe.connect(sockaddr)
                 return True
+        except ConnectionRefusedError:
+            refused += 1
         except OSError:
             continue
-    return False
+    return False if candidates and refused == len(candidates) else None
+
+
+def accepts_connections(address: str, timeout_s: float = _CONNECT_PROBE_S) -> bool:
+    """Whether anything accepts a TCP connection at address."""
+    return probe_connection(address, timeout_s) is True

@@ -23,7 +23,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 import grpc  # noqa: E402
 
 from tpu_tools.metrics.libtpu import decode, names
-from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S
+from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S, probe_connection, refused_sentence
 from tpu_tools.metrics.libtpu.proto import runtime_metric_service_pb2 as pb
 from tpu_tools.metrics.libtpu.proto import runtime_metric_service_pb2_grpc as pb_grpc
 from tpu_tools.metrics.libtpu.records import LibtpuSnapshot, RuntimeStatus
@@ -34,9 +34,17 @@ _CHANNEL_OPTIONS = (
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 1000),  # a runtime that comes back is found within a second
 )
+_PROBE_S = 0.5  # the longest a connection test before a read may take (a refusal is immediate)
 # Answers that mean "this runtime has no such metric or rpc", as opposed to a failure.
 _NOT_SERVED = {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.INVALID_ARGUMENT,
                grpc.StatusCode.FAILED_PRECONDITION}
+
+
+def is_refusal(error: grpc.RpcError) -> bool:
+    """Whether a call failed because nothing listens at its address."""
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    details = (error.details() if hasattr(error, "details") else "") or ""
+    return bool(code == grpc.StatusCode.UNAVAILABLE and "refused" in details.lower())
 
 
 def describe_rpc_error(address: str, error: grpc.RpcError, timeout_s: float) -> str:
@@ -46,8 +54,8 @@ def describe_rpc_error(address: str, error: grpc.RpcError, timeout_s: float) -> 
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return f"the metrics service at {address} did not answer within {timeout_s:g} s"
     if code == grpc.StatusCode.UNAVAILABLE:
-        if "refused" in details.lower():
-            return f"no metrics service at {address} (connection refused)"
+        if is_refusal(error):
+            return refused_sentence(address)
         return f"the metrics service at {address} is unavailable: {details or 'no reason given'}"
     return f"the metrics service at {address} failed: {code.name}: {details or 'no details'}"
 
@@ -58,6 +66,7 @@ class _Refresh:
 
     snapshot: LibtpuSnapshot
     listed: bool = True  # False: the runtime cannot list its metrics, so every known one is asked for
+    refused: bool = False  # nothing listens at the address
     served: list[str] = field(default_factory=list)
     reads: dict[str, grpc.Future] = field(default_factory=dict)
 
@@ -112,8 +121,10 @@ class LibtpuClient:
         """One snapshot per address, in address order, all within `deadline` (default: timeout_s from now)."""
         started = time.monotonic()
         end = self.deadline() if deadline is None else deadline
+        refusing = self._refusing(end)
         listings = {address: self._stub(address).ListSupportedMetrics.future(
-            pb.ListSupportedMetricsRequest(), timeout=self._left(end)) for address in self.addresses}
+            pb.ListSupportedMetricsRequest(), timeout=self._left(end)) for address in self.addresses
+            if address not in refusing}
         # Each address's reads start as soon as its listing is in, so one that hangs until the deadline does not
         # leave the others no time (every listing ends by the deadline: gRPC cancels it then).
         answered: queue.Queue[str] = queue.Queue()
@@ -123,13 +134,29 @@ class LibtpuClient:
         for _ in listings:
             address = answered.get()
             started_reads[address] = self._start_reads(address, listings[address], end)
-        refreshes = [started_reads[address] for address in listings]
-        for refresh in refreshes:
+        for refresh in started_reads.values():
             self._finish_reads(refresh)
+            if refresh.refused:
+                self._forget(refresh.snapshot.address)
+        snapshots = [started_reads[address].snapshot if address in started_reads
+                     else LibtpuSnapshot(address, error=refused_sentence(address)) for address in self.addresses]
         elapsed_ms = (time.monotonic() - started) * 1e3
-        for refresh in refreshes:
-            refresh.snapshot.elapsed_ms = elapsed_ms
-        return [refresh.snapshot for refresh in refreshes]
+        for snapshot in snapshots:
+            snapshot.elapsed_ms = elapsed_ms
+        return snapshots
+
+    def _refusing(self, deadline: float) -> set[str]:
+        """The addresses without a channel where nothing listens now. A host without a TPU runtime has nothing
+        at the default address: a TCP connection refused costs far less than a gRPC call failing, every round
+        (a channel gRPC keeps trying to connect in the background costs too, so a refused one is closed)."""
+        return {address for address in self.addresses if address not in self._channels
+                and probe_connection(address, min(self._left(deadline), _PROBE_S)) is False}
+
+    def _forget(self, address: str) -> None:
+        channel = self._channels.pop(address, None)
+        self._stubs.pop(address, None)
+        if channel is not None:
+            channel.close()
 
     def _start_reads(self, address: str, listing: grpc.Future, deadline: float) -> _Refresh:
         refresh = _Refresh(LibtpuSnapshot(address))
@@ -138,6 +165,7 @@ class LibtpuClient:
         except grpc.RpcError as error:
             if error.code() != grpc.StatusCode.UNIMPLEMENTED:
                 refresh.snapshot.error = self._describe(address, error)
+                refresh.refused = is_refusal(error)
                 return refresh
             refresh.listed = False
             refresh.snapshot.notes.append("the service does not list its metrics; each known metric was asked for")
