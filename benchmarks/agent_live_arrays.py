@@ -8,9 +8,9 @@ over both, starts the agent and makes its snapshot 10 times a second, as a `tpu-
 it would have it made, timing each with the thread's CPU clock. Reported per N: the CPU of a snapshot (median,
 and the mean, which carries the walks that are not done every time); what the mean costs beyond that of the
 first, smallest job, as a share of one core at 10 requests/s (target <= 0.25 %: the agent walks a job's arrays
-again only once that keeps the walks within 0.25 % of a core); and how old the snapshots' live-array tally was
-(`runtime.live_arrays_age_s`). The rest of a request (waking, accepting, sending) is
-`benchmarks/agent_overhead.py`'s.
+again only once that keeps the walks within 0.25 % of a core, and at most once a second); and how old the
+snapshots' live-array tally was (`runtime.live_arrays_age_s`). The rest of a request (waking, accepting,
+sending) is `benchmarks/agent_overhead.py`'s.
 
     python benchmarks/agent_live_arrays.py [--arrays 100,1000,5000,20000] [--requests 100]
 """

@@ -12,7 +12,7 @@ from conftest import clean_env
 JOB = textwrap.dedent("""
     import json, math
     import jax, jax.numpy as jnp
-    from tpu_tools.agent.memory import LiveArrayTally, device_memory, live_array_usage, shard_footprint
+    from tpu_tools.agent.memory import DeviceMemory, LiveArrayTally, live_array_usage, shard_footprint
 
     mesh = jax.sharding.Mesh(jax.devices(), ("d",))
     split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
@@ -37,14 +37,18 @@ JOB = textwrap.dedent("""
         return usage
 
     counted, one_by_one = live_array_usage(backend), sized_one_by_one()
-    fresh, reused = LiveArrayTally(cpu_share=float("inf")), LiveArrayTally(cpu_share=1e-12)
-    first = {"fresh": fresh.read(backend), "reused": reused.read(backend)}
+    fresh, reused = LiveArrayTally(cpu_share=float("inf"), min_interval_s=0.0), LiveArrayTally(cpu_share=1e-12)
+    hourly = LiveArrayTally(cpu_share=float("inf"), min_interval_s=3600.0)
+    first = {"fresh": fresh.read(backend), "reused": reused.read(backend), "hourly": hourly.read(backend)}
     more = [jnp.zeros((64,)) for _ in range(10)]
     jax.block_until_ready(more)
-    second = {"fresh": fresh.read(backend), "reused": reused.read(backend)}
-    runtime, devices = device_memory(jax, reused)
+    second = {"fresh": fresh.read(backend), "reused": reused.read(backend), "hourly": hourly.read(backend)}
+    memory = DeviceMemory(reused)
+    runtime, devices = memory.read(jax)
+    devices[0]["id"] = -1  # a reader's change to one answer is not the next answer's
+    again = memory.read(jax)[1]
     print(json.dumps({"counted": counted, "one_by_one": one_by_one, "first": first, "second": second,
-                      "runtime": runtime, "devices": devices}))
+                      "runtime": runtime, "devices": again}))
 """)
 
 
@@ -72,4 +76,6 @@ def test_arrays_counted_by_kind_give_what_sizing_each_gives_and_a_dear_walk_is_r
     assert reused_before == found["counted"] and reused_after == reused_before
     assert reused_age == 0.0 and later_age > 0.0
     assert found["runtime"]["live_arrays_age_s"] >= later_age - 0.001
+    assert found["second"]["hourly"][0] == found["first"]["hourly"][0]  # within its least interval: not walked
+    assert [d["id"] for d in found["devices"]] == [0, 1] and found["runtime"]["process_count"] == 1
     assert [d["live_array_count"] for d in found["devices"]] == [reused_before["0"][1], reused_before["1"][1]]

@@ -211,7 +211,7 @@ def _user_name() -> str:
 
 class _Agent:
     def __init__(self, tag: str, explain_recompiles: bool, figures: JobFigures):
-        from tpu_tools.agent.memory import LiveArrayTally
+        from tpu_tools.agent.memory import DeviceMemory
         from tpu_tools.metrics.process import SelfSampler
 
         self.pid = os.getpid()
@@ -220,7 +220,7 @@ class _Agent:
         self.started_unix_s = time.time()
         self.compiles = _compile_tracker()
         self.process = SelfSampler()
-        self.live_arrays = LiveArrayTally()
+        self.device_memory = DeviceMemory()
         self.user = _user_name()
         self._argv: list[str] | None = None
         self._command = sys.executable
@@ -271,7 +271,6 @@ class _Agent:
 
     def snapshot(self) -> dict[str, Any]:
         import tpu_tools
-        from tpu_tools.agent.memory import device_memory
         from tpu_tools.agent.tpusdk import read_sdk_metrics
         from tpu_tools.metrics import wire
 
@@ -279,7 +278,7 @@ class _Agent:
         devices: list[dict[str, Any]] = []
         if self.jax is not None:
             try:
-                runtime, devices = device_memory(self.jax, self.live_arrays)
+                runtime, devices = self.device_memory.read(self.jax)
             except Exception as error:  # a runtime that fails must not cost the other figures
                 memory_error = f"{type(error).__name__}: {error}"
         figures = self.process.sample()

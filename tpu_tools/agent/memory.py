@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any
 
+from tpu_tools.pjrt.devices import device_record, memory_stats
+
 
 def backends_ready(jax_module: Any) -> bool:
     """Whether jax has already started its PJRT backends (asking for devices before would start them)."""
@@ -66,13 +68,15 @@ def live_array_usage(backend: Any) -> dict[int, list[int]]:
 
 
 class LiveArrayTally:
-    """`live_array_usage`, walked again only once the time since the last walk is at least that walk's CPU time
-    divided by `cpu_share` (400 times it by default). A job with a few hundred arrays is walked at every request
-    of a monitor polling 10 times a second; one with 20,000 (about 40 ms of CPU a walk here, with cold caches)
-    every 17 s or so, rather than at 40 % of a core."""
+    """`live_array_usage`, walked again only once the time since the last walk is at least `min_interval_s` and at
+    least that walk's CPU time divided by `cpu_share` (400 times it by default). A job with a few hundred arrays
+    is walked once a second even when a monitor polls 10 times a second; one with 20,000 (about 40 ms of CPU a
+    walk here, with cold caches) every 17 s or so, rather than at 40 % of a core. The age of the tally goes with
+    it."""
 
-    def __init__(self, cpu_share: float = 0.0025):
+    def __init__(self, cpu_share: float = 0.0025, min_interval_s: float = 1.0):
         self._cpu_share = cpu_share
+        self._min_interval_s = min_interval_s
         self._usage: dict[int, list[int]] | None = None
         self._walked_at = 0.0
         self._cost_s = 0.0
@@ -80,7 +84,8 @@ class LiveArrayTally:
     def read(self, backend: Any) -> tuple[dict[int, list[int]], float]:
         """(device id -> [bytes, count], the age of that tally in seconds)."""
         now = time.monotonic()
-        if self._usage is None or now - self._walked_at >= self._cost_s / self._cpu_share:
+        wait_s = max(self._min_interval_s, self._cost_s / self._cpu_share)
+        if self._usage is None or now - self._walked_at >= wait_s:
             started = time.thread_time()
             self._usage = live_array_usage(backend)
             self._cost_s = time.thread_time() - started
@@ -88,33 +93,51 @@ class LiveArrayTally:
         return self._usage, now - self._walked_at
 
 
-def device_memory(jax_module: Any, tally: LiveArrayTally) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """(runtime summary or None, one dict per local device of the default backend).
+class DeviceMemory:
+    """Per-device memory of this process for each snapshot: what the platform reports now, and the live arrays.
 
-    `tally` keeps the live arrays' figures between calls (the agent's own).
+    What a device is (its id, kind, coordinates) and what the runtime is do not change while the same devices
+    exist: they are read once per set of devices, so that a request reads only the memory figures (a snapshot
+    runs on the job's cores, 10 times a second under a polling monitor). `tally` keeps the live arrays' figures
+    between requests.
 
-    Only the default backend (the job's accelerator): the host CPU backend that
-    JAX also starts beside a TPU or GPU is not a device a user watches.
+    Only the default backend (the job's accelerator): the host CPU backend that JAX also starts beside a TPU or
+    GPU is not a device a user watches.
     """
-    if "jax" not in sys.modules or not backends_ready(jax_module):
-        return None, []
-    from tpu_tools.pjrt.devices import device_record
 
-    host = socket.gethostname()
-    backend = jax_module.local_devices()[0].client
-    usage, age_s = tally.read(backend)
-    devices: list[dict[str, Any]] = []
-    for device in jax_module.local_devices():
-        record = dict(vars(device_record(device, host)))  # a flat record: no need for asdict's deep copy
-        bytes_, count = usage.get(device.id, (0, 0))
-        record["live_array_bytes"] = bytes_
-        record["live_array_count"] = count
-        devices.append(record)
-    runtime = {
-        "platform": backend.platform,
-        "platform_version": str(backend.platform_version),
-        "process_index": int(jax_module.process_index()),
-        "process_count": int(jax_module.process_count()),
-        "live_arrays_age_s": round(age_s, 3),
-    }
-    return runtime, devices
+    def __init__(self, tally: LiveArrayTally | None = None):
+        self.tally = tally if tally is not None else LiveArrayTally()
+        self._devices: list[Any] = []  # the devices the records below describe (kept: their ids stay theirs)
+        self._records: list[dict[str, Any]] = []
+        self._runtime: dict[str, Any] = {}
+
+    def read(self, jax_module: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """(runtime summary or None, one dict per local device of the default backend)."""
+        if "jax" not in sys.modules or not backends_ready(jax_module):
+            return None, []
+        devices = jax_module.local_devices()
+        if len(devices) != len(self._devices) or any(a is not b for a, b in zip(devices, self._devices)):
+            self._describe(jax_module, devices)
+        usage, age_s = self.tally.read(devices[0].client)
+        records = []
+        for device, described in zip(devices, self._records):
+            record = dict(described)
+            stats = memory_stats(device)
+            record["memory_limit_bytes"] = stats.get("bytes_limit")
+            record["memory_used_bytes"] = stats.get("bytes_in_use")
+            record["memory_peak_bytes"] = stats.get("peak_bytes_in_use")
+            record["live_array_bytes"], record["live_array_count"] = usage.get(device.id, (0, 0))
+            records.append(record)
+        return {**self._runtime, "live_arrays_age_s": round(age_s, 3)}, records
+
+    def _describe(self, jax_module: Any, devices: list[Any]) -> None:
+        host = socket.gethostname()
+        self._records = [dict(vars(device_record(device, host, addressable=False))) for device in devices]
+        backend = devices[0].client
+        self._runtime = {
+            "platform": backend.platform,
+            "platform_version": str(backend.platform_version),
+            "process_index": int(jax_module.process_index()),
+            "process_count": int(jax_module.process_count()),
+        }
+        self._devices = list(devices)

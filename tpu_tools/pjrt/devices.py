@@ -60,7 +60,8 @@ class RuntimeRecord:
         return record
 
 
-def _memory_stats(device: Any) -> dict[str, int]:
+def memory_stats(device: Any) -> dict[str, int]:
+    """The PJRT memory statistics of a device ({} where its plugin has none)."""
     try:
         return device.memory_stats() or {}
     except Exception:  # some plugins raise instead of returning None
@@ -69,7 +70,7 @@ def _memory_stats(device: Any) -> dict[str, int]:
 
 def device_record(device: Any, host: str, addressable: bool = True) -> DeviceRecord:
     """A `DeviceRecord` of one jax device; memory figures only for addressable devices that report them."""
-    stats = _memory_stats(device) if addressable else {}
+    stats = memory_stats(device) if addressable else {}
     coords = getattr(device, "coords", None)
     return DeviceRecord(
         id=int(device.id),
