@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import ctypes.util
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import sysroot
-from conftest import run_tool
+from conftest import clean_env, run_tool
 from fakenvml import nvml_env
 
 from tpu_tools.metrics.nvml import decode
@@ -172,3 +174,19 @@ def test_clock_event_reasons_in_words(mask, words):
 ])
 def test_bus_ids_in_sysfs_form(nvml, sysfs):
     assert decode.pci_bus_id(nvml) == sysfs
+
+
+def test_a_host_without_nvmls_library_is_told_without_importing_the_bindings():
+    """tpu-ls reads NVML on any host whose PCI devices show no accelerator: where the driver's library is absent,
+    loading nvidia-ml-py (about 15 ms) only to learn so is skipped, and the sentence is the same."""
+    code = ("import sys; from tpu_tools.metrics.nvml.reader import library_loadable, read_snapshot; "
+            "snapshot = read_snapshot(5.0); print(library_loadable()); print(snapshot.available); "
+            "print(snapshot.error); print('pynvml' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], env=clean_env(TPU_TOOLS_NVML=None, LD_LIBRARY_PATH=None),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    loadable, available, error, imported = result.stdout.splitlines()
+    if loadable == "True":
+        pytest.skip("this host has the NVIDIA driver's libnvidia-ml.so.1")
+    assert (available, imported) == ("False", "False")
+    assert error == "NVML is not available: libnvidia-ml.so.1 not found (no NVIDIA driver on this host)"
