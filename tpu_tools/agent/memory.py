@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from tpu_tools.pjrt.devices import device_record, memory_stats
+from tpu_tools.pjrt.devices import device_record, memory_figures
 
 
 def backends_ready(jax_module: Any) -> bool:
@@ -121,11 +121,7 @@ class DeviceMemory:
         usage, age_s = self.tally.read(devices[0].client)
         records = []
         for device, described in zip(devices, self._records):
-            record = dict(described)
-            stats = memory_stats(device)
-            record["memory_limit_bytes"] = stats.get("bytes_limit")
-            record["memory_used_bytes"] = stats.get("bytes_in_use")
-            record["memory_peak_bytes"] = stats.get("peak_bytes_in_use")
+            record = {**described, **memory_figures(device)}
             record["live_array_bytes"], record["live_array_count"] = usage.get(device.id, (0, 0))
             records.append(record)
         return {**self._runtime, "live_arrays_age_s": round(age_s, 3)}, records

@@ -60,17 +60,23 @@ class RuntimeRecord:
         return record
 
 
-def memory_stats(device: Any) -> dict[str, int]:
-    """The PJRT memory statistics of a device ({} where its plugin has none)."""
+# DeviceRecord field -> the key of PJRT's memory statistics it comes from
+_MEMORY_FIGURES = {"memory_limit_bytes": "bytes_limit", "memory_used_bytes": "bytes_in_use",
+                   "memory_peak_bytes": "peak_bytes_in_use"}
+
+
+def memory_figures(device: Any) -> dict[str, int | None]:
+    """The memory fields of a device's record, from its PJRT memory statistics (None where its plugin has none)."""
     try:
-        return device.memory_stats() or {}
+        stats = device.memory_stats() or {}
     except Exception:  # some plugins raise instead of returning None
-        return {}
+        stats = {}
+    return {name: stats.get(key) for name, key in _MEMORY_FIGURES.items()}
 
 
 def device_record(device: Any, host: str, addressable: bool = True) -> DeviceRecord:
     """A `DeviceRecord` of one jax device; memory figures only for addressable devices that report them."""
-    stats = memory_stats(device) if addressable else {}
+    memory = memory_figures(device) if addressable else {}
     coords = getattr(device, "coords", None)
     return DeviceRecord(
         id=int(device.id),
@@ -81,9 +87,9 @@ def device_record(device: Any, host: str, addressable: bool = True) -> DeviceRec
         host=host,
         coords=[int(c) for c in coords] if coords is not None else None,
         core_on_chip=getattr(device, "core_on_chip", None),
-        memory_limit_bytes=stats.get("bytes_limit"),
-        memory_used_bytes=stats.get("bytes_in_use"),
-        memory_peak_bytes=stats.get("peak_bytes_in_use"),
+        memory_limit_bytes=memory.get("memory_limit_bytes"),
+        memory_used_bytes=memory.get("memory_used_bytes"),
+        memory_peak_bytes=memory.get("memory_peak_bytes"),
     )
 
 
