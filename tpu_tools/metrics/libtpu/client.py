@@ -40,17 +40,21 @@ _NOT_SERVED = {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED, grpc.St
                grpc.StatusCode.FAILED_PRECONDITION}
 
 
-def is_refusal(error: grpc.RpcError) -> bool:
-    """Whether a call failed because nothing listens at its address."""
+def _code_and_details(error: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = (error.details() if hasattr(error, "details") else "") or ""
+    return code, details
+
+
+def is_refusal(error: grpc.RpcError) -> bool:
+    """Whether a call failed because nothing listens at its address."""
+    code, details = _code_and_details(error)
     return bool(code == grpc.StatusCode.UNAVAILABLE and "refused" in details.lower())
 
 
 def describe_rpc_error(address: str, error: grpc.RpcError, timeout_s: float) -> str:
     """One sentence for a failed call."""
-    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-    details = (error.details() if hasattr(error, "details") else "") or ""
+    code, details = _code_and_details(error)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return f"the metrics service at {address} did not answer within {timeout_s:g} s"
     if code == grpc.StatusCode.UNAVAILABLE:
