@@ -13,6 +13,7 @@ JOB = textwrap.dedent("""
     import json, math
     import jax, jax.numpy as jnp
     from tpu_tools.agent.memory import DeviceMemory, LiveArrayTally, live_array_usage, shard_footprint
+    from tpu_tools.pjrt.devices import memory_figures
 
     mesh = jax.sharding.Mesh(jax.devices(), ("d",))
     split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
@@ -47,8 +48,9 @@ JOB = textwrap.dedent("""
     runtime, devices = memory.read(jax)
     devices[0]["id"] = -1  # a reader's change to one answer is not the next answer's
     again = memory.read(jax)[1]
+    asked = [memory_figures(device) for device in jax.local_devices()]  # what the platform says when asked now
     print(json.dumps({"counted": counted, "one_by_one": one_by_one, "first": first, "second": second,
-                      "runtime": runtime, "devices": again}))
+                      "runtime": runtime, "devices": again, "asked": asked}))
 """)
 
 
@@ -78,4 +80,7 @@ def test_arrays_counted_by_kind_give_what_sizing_each_gives_and_a_dear_walk_is_r
     assert found["runtime"]["live_arrays_age_s"] >= later_age - 0.001
     assert found["second"]["hourly"][0] == found["first"]["hourly"][0]  # within its least interval: not walked
     assert [d["id"] for d in found["devices"]] == [0, 1] and found["runtime"]["process_count"] == 1
+    # the memory fields of a later read are what the platform gives when asked (none on the CPU platform, which
+    # the reader then stops asking)
+    assert [{k: d[k] for k in asked} for d, asked in zip(found["devices"], found["asked"])] == found["asked"]
     assert [d["live_array_count"] for d in found["devices"]] == [reused_before["0"][1], reused_before["1"][1]]

@@ -7,22 +7,35 @@ on a TPU the first client takes the chips). Until then there are no devices.
 
 from __future__ import annotations
 
+import functools
 import math
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tpu_tools.pjrt.devices import device_record, memory_figures
 
 
-def backends_ready(jax_module: Any) -> bool:
-    """Whether jax has already started its PJRT backends (asking for devices before would start them)."""
+@functools.cache
+def _initialized_probe() -> Callable[[], bool] | None:
+    """jax's own test of whether its backends have started, looked up once (an import statement on every
+    request cost the job more than the test itself)."""
     try:
         from jax._src import xla_bridge
 
-        return bool(xla_bridge.backends_are_initialized())
+        return xla_bridge.backends_are_initialized
     except Exception:  # a jax without this helper: do not risk initialising
+        return None
+
+
+def backends_ready(jax_module: Any) -> bool:
+    """Whether jax has already started its PJRT backends (asking for devices before would start them)."""
+    probe = _initialized_probe()
+    try:
+        return probe is not None and bool(probe())
+    except Exception:
         return False
 
 
@@ -110,6 +123,9 @@ class DeviceMemory:
         self._devices: list[Any] = []  # the devices the records below describe (kept: their ids stay theirs)
         self._records: list[dict[str, Any]] = []
         self._runtime: dict[str, Any] = {}
+        # The memory fields of a device set whose platform keeps no statistics (the CPU platform): not asked
+        # again while the same devices exist. Empty: ask on every read.
+        self._no_figures: dict[str, Any] = {}
 
     def read(self, jax_module: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """(runtime summary or None, one dict per local device of the default backend)."""
@@ -121,7 +137,7 @@ class DeviceMemory:
         usage, age_s = self.tally.read(devices[0].client)
         records = []
         for device, described in zip(devices, self._records):
-            record = {**described, **memory_figures(device)}
+            record = {**described, **(self._no_figures if self._no_figures else memory_figures(device))}
             record["live_array_bytes"], record["live_array_count"] = usage.get(device.id, (0, 0))
             records.append(record)
         return {**self._runtime, "live_arrays_age_s": round(age_s, 3)}, records
@@ -129,6 +145,8 @@ class DeviceMemory:
     def _describe(self, jax_module: Any, devices: list[Any]) -> None:
         host = socket.gethostname()
         self._records = [dict(vars(device_record(device, host, addressable=False))) for device in devices]
+        figures = [memory_figures(device) for device in devices]
+        self._no_figures = figures[0] if all(v is None for f in figures for v in f.values()) else {}
         backend = devices[0].client
         self._runtime = {
             "platform": backend.platform,

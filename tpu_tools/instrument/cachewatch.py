@@ -332,6 +332,10 @@ class CacheWatch:
     # --- the startup contract ---------------------------------------------------------------------
 
     def late_settings(self) -> list[LateSetting]:
+        return self._late_settings(self._configured_dir() if self._jax is not None else None)
+
+    def _late_settings(self, configured: str | None) -> list[LateSetting]:
+        """The settings changed after they took effect; `configured` is the cache directory set now."""
         late: list[LateSetting] = []
         started = self._contract_env
         if started is not None:
@@ -341,7 +345,6 @@ class CacheWatch:
                     late.append(LateSetting(name, started.get(name), now,
                                             f"{name} {TOO_LATE} (changed after the backend started; it still "
                                             "changes every later cache key)"))
-        configured = self._configured_dir() if self._jax is not None else None
         if self.dir_in_use is not None and configured != self.dir_in_use:
             late.append(LateSetting("jax_compilation_cache_dir", self.dir_in_use, configured,
                                     f"jax_compilation_cache_dir {TOO_LATE} (the cache was opened at the first "
@@ -365,7 +368,7 @@ class CacheWatch:
                 "key_record_error": self.key_record_error,
                 "recent_misses": [m.to_dict() for m in self._misses],
             }
-        figures["set_too_late"] = [s.to_dict() for s in self.late_settings()]
+        figures["set_too_late"] = [s.to_dict() for s in self._late_settings(configured)]  # one read of jax's config
         figures["host"] = socket.gethostname()
         return figures
 
