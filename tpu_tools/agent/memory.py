@@ -123,9 +123,9 @@ class DeviceMemory:
         self._devices: list[Any] = []  # the devices the records below describe (kept: their ids stay theirs)
         self._records: list[dict[str, Any]] = []
         self._runtime: dict[str, Any] = {}
-        # The memory fields of a device set whose platform keeps no statistics (the CPU platform): not asked
-        # again while the same devices exist. Empty: ask on every read.
-        self._no_figures: dict[str, Any] = {}
+        # False for a device set whose platform keeps no memory statistics (the CPU platform): not asked again
+        # while the same devices exist, their records keep the fields' None.
+        self._asks_memory = True
 
     def read(self, jax_module: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """(runtime summary or None, one dict per local device of the default backend)."""
@@ -137,7 +137,7 @@ class DeviceMemory:
         usage, age_s = self.tally.read(devices[0].client)
         records = []
         for device, described in zip(devices, self._records):
-            record = {**described, **(self._no_figures if self._no_figures else memory_figures(device))}
+            record = {**described, **memory_figures(device)} if self._asks_memory else dict(described)
             record["live_array_bytes"], record["live_array_count"] = usage.get(device.id, (0, 0))
             records.append(record)
         return {**self._runtime, "live_arrays_age_s": round(age_s, 3)}, records
@@ -145,8 +145,7 @@ class DeviceMemory:
     def _describe(self, jax_module: Any, devices: list[Any]) -> None:
         host = socket.gethostname()
         self._records = [dict(vars(device_record(device, host, addressable=False))) for device in devices]
-        figures = [memory_figures(device) for device in devices]
-        self._no_figures = figures[0] if all(v is None for f in figures for v in f.values()) else {}
+        self._asks_memory = any(v is not None for device in devices for v in memory_figures(device).values())
         backend = devices[0].client
         self._runtime = {
             "platform": backend.platform,

@@ -331,10 +331,7 @@ class CacheWatch:
 
     # --- the startup contract ---------------------------------------------------------------------
 
-    def late_settings(self) -> list[LateSetting]:
-        return self._late_settings(self._configured_dir() if self._jax is not None else None)
-
-    def _late_settings(self, configured: str | None) -> list[LateSetting]:
+    def late_settings(self, configured: str | None) -> list[LateSetting]:
         """The settings changed after they took effect; `configured` is the cache directory set now."""
         late: list[LateSetting] = []
         started = self._contract_env
@@ -368,7 +365,7 @@ class CacheWatch:
                 "key_record_error": self.key_record_error,
                 "recent_misses": [m.to_dict() for m in self._misses],
             }
-        figures["set_too_late"] = [s.to_dict() for s in self._late_settings(configured)]  # one read of jax's config
+        figures["set_too_late"] = [s.to_dict() for s in self.late_settings(configured)]  # one read of jax's config
         figures["host"] = socket.gethostname()
         return figures
 
