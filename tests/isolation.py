@@ -6,6 +6,7 @@
 - `tmux_command(socket)`: tmux on a server of the test's own (`tmux -L`), never the user's default server,
   whose first environment would win and which parallel tests would share.
 - `unique_name(prefix)`: a name no other test process uses at the same time (tmux sockets, sessions).
+- `wait_for_screen(capture, predicate)`: a whole terminal frame that shows all the test reads from it.
 
 Temporary directories come from pytest's `tmp_path` (per test, per worker); a server started for a test binds
 port 0 and reports the port it got.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,9 +48,24 @@ def kill_tmux_server(socket_name: str) -> None:
     subprocess.run([*tmux_command(socket_name), "kill-server"], capture_output=True, timeout=30)
 
 
-def settled_screen(capture: Callable[[], str], predicate: Callable[[str], bool]) -> str | None:
-    """A captured screen that satisfies the predicate and reads the same on the next capture, else None: a
-    whole frame, not one that tmux is still painting (a row cut short by a capture in the middle of a redraw).
-    Poll it with a deadline: `wait_for(lambda: settled_screen(tmux.screen, predicate))`."""
-    screen = capture()
-    return screen if predicate(screen) and capture() == screen else None
+def wait_for_screen(capture: Callable[[], str], predicate: Callable[[str], bool], timeout: float = 20.0) -> str:
+    """The first captured screen that satisfies the predicate and reads the same on the next capture: a whole
+    frame, not one that tmux is still painting. A frame is painted from the top down and can arrive in pieces,
+    so a capture can hold its first rows and the last frame's rest; on a busy machine even two captures can
+    land in that gap. The predicate therefore names everything the test reads from the screen, its lowest rows
+    included, not only a line near the top. Raises AssertionError, with the last screen, after `timeout`."""
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while True:
+        screen = capture()
+        if predicate(screen) and capture() == screen:
+            return screen
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the screen did not show what the test waits for in {timeout:g} s; "
+                                 f"its last capture:\n{screen}")
+        time.sleep(0.1)
+
+
+def showing(*texts: str) -> Callable[[str], bool]:
+    """A screen predicate: every one of the texts is on the screen."""
+    return lambda screen: all(text in screen for text in texts)

@@ -15,9 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from agentjobs import wait_for
 from conftest import REPO, assert_one_line_error, clean_env, run_tool, tool_command
-from isolation import settled_screen
+from isolation import wait_for_screen
 from promstack import PROMETHEUS, FleetStack, free_port, http_get
 
 from tpu_tools.errors import RuntimeFailure, UsageError
@@ -295,7 +294,7 @@ class _Tmux:
         return self.run("capture-pane", "-t", "t", "-p")
 
     def wait_for(self, predicate, timeout: float = 20.0) -> str:
-        return wait_for(lambda: settled_screen(self.screen, predicate), timeout=timeout)
+        return wait_for_screen(self.screen, predicate, timeout)
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
@@ -311,9 +310,11 @@ def test_live_view_keeps_its_figures_marked_stale_when_prometheus_goes_away():
             assert " Hosts  1 from " + url in screen and "STALE" not in screen
             tmux.run("send-keys", "-t", "t", "s")  # the usual keys: sort by the next column
             tmux.wait_for(lambda s: "sorted by COMP" in s)
-        screen = tmux.wait_for(lambda s: "STALE since" in s)
+        # the figures kept are in the rows under the stale line: the wait names them (a capture can land
+        # while a frame is still being painted)
+        screen = tmux.wait_for(lambda s: "STALE since" in s and "h1/tpu:0" in s and "55.5" in s)
         stale = next(line for line in screen.splitlines() if "STALE since" in line)
-        assert f"Prometheus at {url}" in stale and "h1/tpu:0" in screen and "55.5" in screen, screen
+        assert f"Prometheus at {url}" in stale, screen
         tmux.run("send-keys", "-t", "t", "q")
         tmux.wait_for(lambda s: "Hosts" not in s)
     finally:

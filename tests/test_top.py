@@ -11,9 +11,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from agentjobs import agent_env, make_rundir, remove_rundir, start_job, wait_for
+from agentjobs import agent_env, make_rundir, remove_rundir, start_job
 from conftest import assert_one_line_error, run_tool, tool_command
-from isolation import settled_screen
+from isolation import showing, wait_for_screen
 
 from tpu_tools.top.frame import frame_text, render
 from tpu_tools.top.model import ViewState, handle_key, rows_from_report
@@ -197,7 +197,7 @@ class Tmux:
         return self.run("capture-pane", "-t", "t", "-p")
 
     def wait_for(self, predicate, timeout: float = 20.0) -> str:
-        return wait_for(lambda: settled_screen(self.screen, predicate), timeout=timeout)
+        return wait_for_screen(self.screen, predicate, timeout)
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
@@ -236,7 +236,8 @@ def test_live_view_in_a_terminal(jobs, terminal_env, width, height):
     tmux = Tmux(width, height, terminal_env)
     try:
         tmux.keys("clear; echo MARKER-BEFORE; tpu-top --interval 0.5", "Enter")
-        screen = tmux.wait_for(lambda s: "bigjob" in s and "smalljob" in s)
+        # The selected process's details, under the process rows: the frame is painted down to them.
+        screen = tmux.wait_for(showing("bigjob", "smalljob", f" {big.pid} bigjob: steps"))
         lines = screen.splitlines()
         assert len(lines) == height and all(len(line) <= width for line in lines)
         assert lines[0].startswith(" tpu-top  host ") and lines[0].rstrip().endswith("h help")
@@ -250,8 +251,8 @@ def test_live_view_in_a_terminal(jobs, terminal_env, width, height):
         tmux.keys("j")
         tmux.wait_for(lambda s: f" {small.pid} smalljob: steps" in s)
         tmux.keys("k")
-        screen = tmux.wait_for(lambda s: f" {big.pid} bigjob: steps" in s)
-        assert "different input types" in screen  # the recompile reason of the selected job
+        # the recompile reason of the selected job
+        tmux.wait_for(showing(f" {big.pid} bigjob: steps", "different input types"))
         # Sort keys.
         tmux.keys("s")
         tmux.wait_for(lambda s: "sorted by COMP" in s)
@@ -336,16 +337,16 @@ def test_history_job_screen_and_filter_in_a_terminal(jobs, terminal_env, width, 
         screen = tmux.wait_for(lambda s: _graph_cells(device_row(s)) >= first + 3)
         assert all(len(line) <= width for line in screen.splitlines())
         # The history panel with the selected job's steps/s, where there is room for it.
-        screen = tmux.wait_for(lambda s: " History" in s and f"STEP/S of {big.pid} bigjob" in s)
-        steps_line = next(line for line in screen.splitlines() if f"STEP/S of {big.pid}" in line)
-        assert _graph_cells(steps_line) >= 1
+        def steps_line(screen: str) -> str:
+            return next((line for line in screen.splitlines() if f"STEP/S of {big.pid} bigjob" in line), "")
+
+        tmux.wait_for(lambda s: " History" in s and _graph_cells(steps_line(s)) >= 1)
         # Enter: the job's own screen, with its compile table and JAX's reason for the recompilation.
         tmux.keys("Enter")
-        screen = tmux.wait_for(lambda s: "Compiles by function" in s and "Recent recompiles" in s)
-        assert f" {big.pid} bigjob" in screen and "train_step" in screen
-        assert "different input types" in screen  # JAX's explanation, recorded by the agent
-        assert f"{big.workdir}/job.py {big.workdir}/ready" in screen  # the full command line
-        assert " STEPS " in screen and " p50 " in screen and " p99 " in screen
+        # JAX's explanation, recorded by the agent, and the full command line
+        screen = tmux.wait_for(showing("Compiles by function", "Recent recompiles", f" {big.pid} bigjob", "train_step",
+                                       "different input types", f"{big.workdir}/job.py {big.workdir}/ready",
+                                       " STEPS ", " p50 ", " p99 "))
         assert screen.splitlines()[-1].startswith(" Esc back")
         tmux.keys("Escape")
         tmux.wait_for(lambda s: " Processes" in s and "smalljob" in s)
@@ -483,7 +484,9 @@ def test_marks_tree_environment_and_mouse_in_a_terminal(jobs, terminal_env):
             tmux.run("send-keys", "-t", "t", "-l", f"\x1b[<0;10;{y}M\x1b[<0;10;{y}m")
             tmux.keys("e")
             try:
-                screen = tmux.wait_for(lambda s: "Environment of" in s, timeout=10)
+                # the screen's own footer, its last row, is painted last: the environment above it is whole
+                screen = tmux.wait_for(lambda s: "Environment of" in s
+                                       and s.splitlines()[-1].startswith(" Esc back  up/down"), timeout=10)
             except AssertionError:
                 continue  # on a busy machine the key can land inside the report's parsing: click and ask again
             if f"Environment of {second.pid} (marked2)" in screen:

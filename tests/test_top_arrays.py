@@ -130,13 +130,13 @@ def test_m_in_a_terminal_shows_the_arrays_and_the_keys_keep_working():
             tmux.wait_for(lambda s: "Compiles by function" in s
                           and s.splitlines()[-1].startswith(" Esc back  m arrays"))
             tmux.keys("m")
-            # The row is whole once its last column (where the array was made) is drawn: a capture can land
-            # while tmux is still painting the frame, the row cut after its shape.
-            screen = tmux.wait_for(lambda s: "Memory by allocation  read at " in s
+            # A capture can land while tmux is still painting the frame: the row is whole once its last column
+            # (where the array was made) is drawn, and the frame once its last section (the sites) is.
+            screen = tmux.wait_for(lambda s: "Memory by allocation  read at " in s and "Allocation sites" in s
                                    and "job.py:" in _row_of(s, "(512, 1024)"), 30)
             big = _row_of(screen, "(512, 1024)")
             assert "float32" in big and "NamedSharding" in big
-            assert "Allocation sites" in screen and screen.splitlines()[-1].startswith(" Esc back  m arrays")
+            assert screen.splitlines()[-1].startswith(" Esc back  m arrays")
             tmux.keys("Escape")
             tmux.wait_for(lambda s: " Processes" in s and "Memory by allocation" not in s)
             tmux.keys("q")
