@@ -58,7 +58,7 @@ HLO_SCHEMA = (
     "memory_bandwidth_bytes_per_s, arithmetic_intensity_flops_per_byte, ridge_point_flops_per_byte, bound "
     "(compute, memory or null), compute_time_us, memory_time_us, best_case_time_us, note}, model_flops (the "
     "analytic FLOP count of a built-in workload, else null), xla_to_model_flops_ratio (cost.flops / model_flops), "
-    "outputs[] {index, reach (all, partial, local or replicated_input), axes[] (the mesh axes reduced over), "
+    "outputs[] {index, reach (all, partial, local, replicated_input or unknown), axes[] (the mesh axes reduced over), "
     "devices, text}: for each output of the compiled program, the cross-device reductions on its path back to "
     "the inputs, read from the optimised HLO and their replica groups (\"reduced over all 8 devices (axes data, "
     "model)\", \"partial: reduced over data only\", \"local: no cross-device reduction on its path\", "

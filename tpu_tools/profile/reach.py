@@ -9,7 +9,14 @@ differ along; the axes of all the reductions on a path together give the reach:
 - "partial: reduced over data only" (some axes, not all);
 - "local: no cross-device reduction on its path" (it came from a sharded input or from computation
   each device did on its own part);
-- "replicated input, no reduction needed" (only replicated parameters and constants on its path).
+- "replicated input, no reduction needed" (only replicated parameters and constants on its path);
+- "unknown" where a reduction on its path names its groups in a form this reader does not know (a newer
+  XLA's): never a guess.
+
+XLA has written replica groups in three forms: listed ({{0,2},{1,3}}), as an iota ([2,2]<=[4]T(1,0)), and
+over a mesh, naming the reduced axes: `mesh['data'=4,'model'=2] {'data'}` (jax 0.11) or
+`@mesh<data=4,model=2>(devices=[4,2]<=[8]) {data,model:(1)2}` (later XLA, where `model:(1)2` is a part of an
+axis: its size 2 after a leading part of size 1).
 
 A metric read from a "local" or "partial" output is one part's view, however the output is sharded.
 """
@@ -29,6 +36,16 @@ _CALLED = re.compile(r"\b(?:calls|body|condition|branch_computations|true_comput
                      r"(\{[^}]*\}|%?[\w.\-]+)")
 _LIST_GROUPS = re.compile(r"replica_groups=\{(?P<groups>(?:\{[\d,\s]*\},?\s*)*)\}")
 _IOTA_GROUPS = re.compile(r"replica_groups=\[(?P<shape>[\d,]+)\]<=\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?")
+_MESH_GROUPS = re.compile(r"replica_groups=(?:@mesh<(?P<angled>[^>]*)>|mesh\[(?P<squared>[^\]]*)\])"
+                          r"(?:\(devices=\[(?P<shape>[\d,]+)\](?:<=\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?"
+                          r"|(?P<ids>[\d,]+))\))?\s*\{(?P<axes>[^}]*)\}")
+# A parameter's sharding over a mesh (jax 0.11 on), one {axes} per dimension: replicated where every one is empty,
+# or where it says so (jax 0.11.2 writes a replicated parameter `sharding={mesh[], replicated}`).
+_MESH_REPLICATED = re.compile(r"sharding=\{(?:@mesh<[^>]*>|mesh\[[^\]]*\])[^{}]*?,\s*replicated\s*\}")
+_NAMED_SHARDING = re.compile(r"sharding=\{(?:@mesh<[^>]*>|mesh\[[^\]]*\])(?:\(devices=[^()]*(?:\([^()]*\))?\))?"
+                             r"\s*,\s*\[(?P<dims>[^\]]*)\](?P<rest>[^}]*)\}")
+_MESH_AXIS = re.compile(r"^'?(?P<name>[^'=]+)'?=(?P<size>\d+)$")
+_REDUCED_AXIS = re.compile(r"^'?(?P<name>[^':]+)'?(?::\((?P<pre>\d+)\)(?P<size>\d+))?$")
 _INDEX = re.compile(r"\bindex=(\d+)")
 MAX_INSTRUCTIONS = 1_000_000  # a bound on the walk for programs larger than any real one
 
@@ -82,8 +99,12 @@ def parse_hlo(text: str) -> dict[str, Computation]:
     return computations
 
 
-def replica_groups(attrs: str, devices: int) -> list[list[int]]:
-    """The replica groups of a collective ({{0,1},{2,3}} or the iota form [2,2]<=[4]); {} is every device."""
+def replica_groups(attrs: str, devices: int) -> list[list[int]] | None:
+    """The replica groups of a collective, in any of XLA's forms (the module's docstring); {} or none at all
+    is every device. None where the groups are written in a form this reader does not know."""
+    mesh = _MESH_GROUPS.search(attrs)
+    if mesh:
+        return _mesh_groups(mesh)
     listed = _LIST_GROUPS.search(attrs)
     if listed:
         groups = [[int(x) for x in re.findall(r"\d+", group)] for group in re.findall(r"\{([\d,\s]*)\}",
@@ -100,7 +121,66 @@ def replica_groups(attrs: str, devices: int) -> list[list[int]]:
         if iota["perm"]:
             ids = ids.transpose([int(x) for x in iota["perm"].split(",")])
         return [list(map(int, row)) for row in ids.reshape(shape)]
+    if "replica_groups=" in attrs:
+        return None
     return [list(range(devices))]
+
+
+def replicated(attrs: str) -> bool:
+    """Whether a parameter's sharding gives every device the whole of it: {replicated}, a mesh's `replicated`,
+    or a mesh with no axis on any dimension (and no part left unreduced)."""
+    if "sharding={replicated}" in attrs or _MESH_REPLICATED.search(attrs):
+        return True
+    named = _NAMED_SHARDING.search(attrs)
+    if named is None:
+        return False
+    return all(not axes.strip() for axes in re.findall(r"\{([^}]*)\}", named["dims"])) \
+        and "unreduced" not in named["rest"]
+
+
+def _mesh_groups(found: re.Match[str]) -> list[list[int]] | None:
+    """The groups of the mesh form: the devices that differ only along the reduced axes (or parts of axes)."""
+    import numpy as np
+
+    axes = [_MESH_AXIS.match(part.strip()) for part in (found["angled"] or found["squared"] or "").split(",")]
+    reduced = [_REDUCED_AXIS.match(part.strip()) for part in found["axes"].split(",") if part.strip()]
+    if not axes or not all(axes) or not all(reduced):
+        return None
+    names = [axis["name"] for axis in axes if axis]
+    sizes = [int(axis["size"]) for axis in axes if axis]
+    total = math.prod(sizes)
+    if found["ids"]:
+        ids = np.array([int(x) for x in found["ids"].split(",")])
+    else:
+        dims = [int(x) for x in found["dims"].split(",")] if found["dims"] else [total]
+        ids = np.arange(math.prod(dims)).reshape(dims)
+        if found["perm"]:
+            ids = ids.transpose([int(x) for x in found["perm"].split(",")])
+    if ids.size != total:
+        return None
+    parts: dict[str, list[tuple[int, int]]] = {name: [] for name in names}
+    for axis in reduced:
+        if axis is None or axis["name"] not in parts:
+            return None
+        size = sizes[names.index(axis["name"])]
+        parts[axis["name"]].append((int(axis["pre"]), int(axis["size"])) if axis["pre"] else (1, size))
+    factors: list[int] = []  # every axis split where a part of it is reduced (its leading part first)
+    reduced_dims: list[int] = []
+    for name, size in zip(names, sizes):
+        done = 1
+        for pre, part in sorted(parts[name]):
+            if pre % done or size % (pre * part):
+                return None
+            if pre > done:
+                factors.append(pre // done)
+            reduced_dims.append(len(factors))
+            factors.append(part)
+            done = pre * part
+        if size > done:
+            factors.append(size // done)
+    kept = [dim for dim in range(len(factors)) if dim not in reduced_dims]
+    grouped = ids.reshape(factors).transpose(kept + reduced_dims)
+    return [list(map(int, row)) for row in grouped.reshape(-1, math.prod(factors[d] for d in reduced_dims))]
 
 
 @dataclass
@@ -150,7 +230,7 @@ def _devices(text: str) -> int:
 @dataclass
 class OutputReach:
     index: int
-    reach: str  # "all", "partial", "local" or "replicated_input"
+    reach: str  # "all", "partial", "local", "replicated_input" or "unknown"
     axes: list[str]  # the mesh axes reduced over (empty without a mesh)
     devices: int
     text: str
@@ -213,7 +293,12 @@ class _Walk:
         reduced: set[str] = set()
         widest = 1
         for instruction in reductions:
-            for group in replica_groups(instruction.attrs, self.devices):
+            groups = replica_groups(instruction.attrs, self.devices)
+            if groups is None:
+                return OutputReach(index, "unknown", [], self.devices,
+                                   f"unknown: {instruction.op} {instruction.name} names its replica groups in a "
+                                   "form this version does not read")
+            for group in groups:
                 widest = max(widest, len(group))
                 if self.mesh is not None:
                     reduced |= self.mesh.axes_of(group)
@@ -230,7 +315,7 @@ class _Walk:
                 return OutputReach(index, "all", [], n, f"reduced over all {n} devices")
             return OutputReach(index, "partial", [], n, f"partial: reduced within groups of {widest} of {n} devices")
         parameters = [leaf for leaf in leaves if leaf.op == "parameter"]
-        if all("sharding={replicated}" in p.attrs or n == 1 for p in parameters):
+        if all(replicated(p.attrs) or n == 1 for p in parameters):
             return OutputReach(index, "replicated_input", [], n, "replicated input, no reduction needed")
         return OutputReach(index, "local", [], n, "local: no cross-device reduction on its path")
 
