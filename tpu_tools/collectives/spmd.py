@@ -32,6 +32,7 @@ from typing import Any
 
 from tpu_tools.collectives.mesh import MeshPlan
 from tpu_tools.collectives.ops import Case
+from tpu_tools.errors import RuntimeFailure
 
 _PPROD: Any = None
 
@@ -59,10 +60,20 @@ def _pprod_primitive() -> Any:
         from jax._src.interpreters import mlir
         from jax._src.lax import parallel
 
+        # jax's own all-reduce pieces, given a multiply: the lowering is _allreduce_lowering up to jax 0.10 and
+        # _all_reduce_lowering from 0.11 (its new is_async argument defaults to a plain all-reduce)
+        lowering = getattr(parallel, "_all_reduce_lowering", None) or getattr(parallel, "_allreduce_lowering", None)
+        implement = getattr(parallel, "_allreduce_impl", None)
+        abstract_eval = getattr(parallel, "_pmin_pmax_abstract_eval", None)
+        if lowering is None or implement is None or abstract_eval is None:
+            import jax
+
+            raise RuntimeFailure(f"the prod reduction is built from jax's own all-reduce, whose internals jax "
+                                 f"{jax.__version__} no longer has: choose --redop sum, max, min or avg")
         primitive = core.Primitive("tpu_tools_pprod")
-        primitive.def_impl(partial(parallel._allreduce_impl, primitive, lax.reduce_prod))
-        primitive.def_effectful_abstract_eval(partial(parallel._pmin_pmax_abstract_eval, "pprod"))
-        mlir.register_lowering(primitive, partial(parallel._allreduce_lowering, lax.mul_p, lax.reduce_prod))
+        primitive.def_impl(partial(implement, primitive, lax.reduce_prod))
+        primitive.def_effectful_abstract_eval(partial(abstract_eval, "pprod"))
+        mlir.register_lowering(primitive, partial(lowering, lax.mul_p, lax.reduce_prod))
         _PPROD = primitive
     return _PPROD
 
