@@ -309,8 +309,9 @@ def test_a_sample_length_the_calibration_cannot_reach_is_said_not_looped_for(tmp
                      r"sample)\)", result.stderr)
     if said:  # timed at the k it reached (a timed sample may come out a little over or under the calibration's)
         assert row["calibration_note"] and row["calls_per_sample"] == int(said.group(1))
-    else:
-        assert "note:" not in result.stderr and row["calibration_note"] is None and row["sample_ms"] > 1000
+    else:  # reached: no note anywhere. (A timed sample can be far shorter than the calibration's last one, which
+        # a loaded machine stretched past 2 s: one run timed 276 ms. Its length says nothing here.)
+        assert "note:" not in result.stderr and row["calibration_note"] is None
     assert row["wrong"] == 0
     assert elapsed < 60, elapsed
 

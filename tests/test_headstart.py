@@ -47,7 +47,10 @@ def test_a_different_query_gets_its_own_child_and_the_early_one_is_killed():
     assert len(call.result()["runtime"]["devices"]) == 2
 
 
-def test_nothing_starts_ahead_of_a_held_tpu_or_a_gpu_driver(tmp_path):
+def test_nothing_starts_ahead_of_a_held_tpu_or_a_gpu_driver(tmp_path, monkeypatch):
+    # the platform left to JAX, as a plain `tpu-ls` leaves it (the suite pins the CPU platform on a host with an
+    # accelerator plugin); the fixture host holds its TPU, so nothing may start
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
     sysroot.v4_host(tmp_path, holders={2001: [0]})
     headstart.start_ahead(queries.LIST_DEVICES, {"probe": False}, RuntimePolicy(), 60.0)
     assert headstart._ahead is None

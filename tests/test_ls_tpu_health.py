@@ -63,7 +63,10 @@ def test_tpu_ls_shows_the_throttle_score_and_ici_links_of_every_chip_a_job_holds
     process = _start(tmp_path, rundir)  # the stand-in's default read: devices 0-3, links of chips 0 and 1
     try:
         sysroot.v4_host(tmp_path / "host", holders={process.pid: [0, 1, 2, 3]})
+        # JAX_PLATFORMS unset: the platform left to JAX, as a plain `tpu-ls` leaves it, also where the suite pins the
+        # CPU platform (a host with an accelerator plugin); the fixture host decides, and nothing opens a device
         env = agent_env(rundir, TPU_TOOLS_SYSROOT=str(tmp_path / "host"))
+        env.pop("JAX_PLATFORMS", None)
         listed = run_tool("tpu-ls", "--json", env=env)
         table = run_tool("tpu-ls", env=env)
     finally:

@@ -57,8 +57,9 @@ def monitor(*args: str, rundir: Path, timeout: float = 60, **env: str) -> list[d
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
-def test_valid_report_with_no_accelerator_and_no_agent(rundir):
-    reports = monitor("--count", "2", "--period", "0.2", rundir=rundir)
+def test_valid_report_with_no_accelerator_and_no_agent(rundir, tmp_path):
+    sysroot.empty_host(tmp_path / "root")  # a host without accelerators, wherever the suite runs
+    reports = monitor("--count", "2", "--period", "0.2", rundir=rundir, TPU_TOOLS_SYSROOT=str(tmp_path / "root"))
     assert len(reports) == 2 and [r["sequence"] for r in reports] == [0, 1]
     report = reports[0]
     assert set(report) == TOP_KEYS and report["schema"] == "tpu-tools/monitor/v1"
@@ -72,9 +73,10 @@ def test_valid_report_with_no_accelerator_and_no_agent(rundir):
     assert all(report[g]["period_s"] == 0.2 for g in ("host", "devices", "processes", "libtpu"))
 
 
-def test_agent_figures_in_the_report(jax_job):
+def test_agent_figures_in_the_report(jax_job, tmp_path):
     job, path = jax_job
-    report = monitor("--count", "1", rundir=path)[0]
+    sysroot.empty_host(tmp_path / "root")  # the job's devices alone, wherever the suite runs
+    report = monitor("--count", "1", rundir=path, TPU_TOOLS_SYSROOT=str(tmp_path / "root"))[0]
     [agent] = report["processes"]["agents"]
     assert set(agent) == AGENT_KEYS
     assert agent["pid"] == job.pid and agent["tag"] == "train-a" and agent["error"] is None

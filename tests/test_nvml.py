@@ -32,11 +32,11 @@ def gpu_host(tmp_path: Path) -> Path:
     return root
 
 
-def ls(library: Path, root: Path, *args: str, **switches: str):
+def ls(library: Path, root: Path, *args: str, **switches: str | None):
     return run_tool("tpu-ls", *args, env=nvml_env(library, root, FAKE_NVML_PROCS=PROCS, **switches), timeout=60)
 
 
-def ls_json(library: Path, root: Path, *args: str, **switches: str) -> dict:
+def ls_json(library: Path, root: Path, *args: str, **switches: str | None) -> dict:
     result = ls(library, root, "--json", *args, **switches)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
@@ -44,7 +44,9 @@ def ls_json(library: Path, root: Path, *args: str, **switches: str) -> dict:
 
 
 def test_ls_shows_the_cards_figures_and_every_process_without_starting_the_runtime(fake_nvml_dir, gpu_host):
-    document = ls_json(fake_nvml_dir, gpu_host)
+    # JAX_PLATFORMS unset: the platform left to JAX, as a plain `tpu-ls` leaves it, also where the suite pins the
+    # CPU platform (a host with an accelerator plugin); the fixture host decides, and nothing opens a device
+    document = ls_json(fake_nvml_dir, gpu_host, JAX_PLATFORMS=None)
     assert document["runtime_status"] == "skipped" and document["runtime"] is None  # no CUDA context
     assert any("NVML lists the GPUs" in note for note in document["notes"])
     nvml = document["nvml"]

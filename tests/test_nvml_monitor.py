@@ -88,11 +88,12 @@ def _scrape(port: int) -> str:
         return ""
 
 
-def test_prometheus_names_follow_conventions_and_tag_the_agent_jobs_gpu_memory(fake_nvml_dir, request):
+def test_prometheus_names_follow_conventions_and_tag_the_agent_jobs_gpu_memory(fake_nvml_dir, gpu_host, request):
     runtime_dir = request.getfixturevalue("rundir")
     job = start_job(runtime_dir, tag="trainer", light=True, launcher=False).wait_ready()
     port = _free_port()
-    env = nvml_env(fake_nvml_dir, None, TPU_TOOLS_RUNTIME_DIR=str(runtime_dir),
+    # the fixture host's GPUs, the fake NVML's: not the sysfs of whatever host runs the suite
+    env = nvml_env(fake_nvml_dir, gpu_host, TPU_TOOLS_RUNTIME_DIR=str(runtime_dir),
                    FAKE_NVML_PROCS=f"0:{job.pid}:61408000000;1:999999:1048576")
     monitor = subprocess.Popen([*tool_command("tpu-monitor"), "--prometheus", str(port), "--quiet", "--period", "0.5"],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -210,7 +210,9 @@ def _bundle(path: Path, manifest: object, extra: dict[str, bytes] | None = None)
     ({"schema": "tpu-tools/dump/v1", "duration_s": math.inf}, "duration_s: expected a finite number"),
     ({"schema": "tpu-tools/dump/v1", "files": [{"size_bytes": 1}]}, "files[0]: name is missing"),
     (b'{"schema": "tpu-tools/dump/v1", "notes": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "manifest.json is"),
-])
+], ids=["files-not-a-list", "name-not-a-string", "infinite-duration", "file-without-name", "nested-100000-deep"])
+# (named: the last one's own id would be its 200 KB, which pytest puts in PYTEST_CURRENT_TEST, and the programs the
+# test starts then fail to start with "Argument list too long" where an older pytest passes the whole id)
 def test_a_malformed_manifest_is_one_error_line(tmp_path, manifest, fragment):
     from conftest import assert_one_line_error
 

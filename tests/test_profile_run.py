@@ -213,8 +213,9 @@ def test_jitted_step_top_ops_match_the_program(tmp_path):
     assert row["compiles"] == 1 and row["calls"] == 7 and row["cache_hits"] == 7  # compiled by .lower().compile()
     assert document["recompilations"] == []
     assert not any(site["function"] == "train_step" for site in document["eager"]["call_sites"])
-    cpu = document["devices"][0]
-    assert cpu["device"] == "cpu:0" and cpu["op_count"] >= 7 and cpu["busy_us"] > 0
+    # (a GPU host's trace also holds its GPU's plane, unused by this CPU program: the rows are found by name)
+    cpu = next(row for row in document["devices"] if row["device"] == "cpu:0")
+    assert cpu["op_count"] >= 7 and cpu["busy_us"] > 0
     assert cpu["busy_us"] + cpu["idle_us"] == pytest.approx(document["trace"]["duration_us"], rel=1e-3)
 
 
@@ -426,8 +427,9 @@ def test_the_programs_own_runtime_setup_still_applies(tmp_path):
     result = profile(tmp_path, "--out", "out", "--quiet", "--", "devices.py")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "4\n"
+    # (a GPU host's trace also holds its GPU's plane, unused by this CPU program: the rows are found by name)
     devices = [d["device"] for d in summary_of(tmp_path / "out")["devices"]]
-    assert devices == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+    assert [device for device in devices if device.startswith("cpu:")] == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
 
 
 def test_host_devices_option_applies_before_the_program_starts(tmp_path):

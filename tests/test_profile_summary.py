@@ -69,7 +69,8 @@ def test_summary_of_a_plain_jax_profiler_trace(plain_summary):
     ops = document["top_ops"]
     assert [op["total_us"] for op in ops] == sorted((op["total_us"] for op in ops), reverse=True)
     assert {(op["module"], op["count"]) for op in ops} >= {("jit_step", 4), ("jit_multiply", 6)}
-    assert document["devices"][0]["device"] == "cpu:0"
+    # (a GPU host's trace also holds its GPU's plane, unused by this CPU program)
+    assert "cpu:0" in [row["device"] for row in document["devices"]]
     # What the trace alone tells about compilation: the compile inside the first call, then cache hits.
     assert document["compile_source"] == "trace"
     step = next(r for r in document["compiles"] if r["function"] == "step")

@@ -462,6 +462,29 @@ def test_colours_mean_something_and_no_color_turns_them_off(jobs, terminal_env, 
         tmux.kill()
 
 
+def _environment_pages(tmux: Tmux, screen: str, pid: int) -> str:
+    """Every page of the environment screen, paged down to the process's last variable: a host with a long
+    environment (a GPU machine's image sets dozens of CUDA variables) puts the test's own below the first page."""
+    entries = [entry for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if entry]
+    last = max(entries).decode("utf-8", "replace").partition("=")[0]  # the screen sorts them as bytes too
+
+    def first_variable(page: str) -> str:
+        lines = page.splitlines()
+        title = next(i for i, line in enumerate(lines) if line.startswith(" Environment of"))
+        return lines[title + 1]
+
+    pages = [screen]
+    for _ in range(len(entries)):
+        if any(line.startswith(f" {last}=") for line in pages[-1].splitlines()):
+            return "\n".join(pages)
+        before = first_variable(pages[-1])
+        tmux.keys("NPage")
+        pages.append(tmux.wait_for(lambda s, before=before: "Environment of" in s
+                                   and s.splitlines()[-1].startswith(" Esc back")
+                                   and first_variable(s) != before))
+    raise AssertionError(f"paging never showed {last}, the last of {len(entries)} variables")
+
+
 def test_marks_tree_environment_and_mouse_in_a_terminal(jobs, terminal_env):
     big, small, path = jobs
     secret = {"HF_TOKEN": "hf_0123456789abcdefghijklmnopqrstuv", "PLAIN_SETTING": "plain-value"}
@@ -495,8 +518,9 @@ def test_marks_tree_environment_and_mouse_in_a_terminal(jobs, terminal_env):
             tmux.wait_for(lambda s: "Processes" in s)
         else:
             pytest.fail(f"a click on the row of {second.pid} never selected it")
-        assert "HF_TOKEN=<redacted>" in screen and "PLAIN_SETTING=plain-value" in screen
-        assert "hf_0123" not in screen
+        shown = _environment_pages(tmux, screen, second.pid)
+        assert "HF_TOKEN=<redacted>" in shown and "PLAIN_SETTING=plain-value" in shown
+        assert "hf_0123" not in shown
         tmux.keys("e")  # back (as Esc, without its delay); the clicked row is still selected
         tmux.wait_for(lambda s: "Processes" in s)
         tmux.keys("k", "Space", "Space", "t")

@@ -192,9 +192,11 @@ def _check_v5p_service(service: dict) -> None:
 
 
 def test_every_metric_in_tpu_ls_json(v5p_worker):
+    # JAX_PLATFORMS unset: the platform left to JAX, as a plain `tpu-ls` leaves it, also where the suite pins the
+    # CPU platform (a host with an accelerator plugin); the fixture host decides, and nothing opens a device
+    env = {key: value for key, value in v5p_worker.items() if key != "JAX_PLATFORMS"}
     with FakeMetricsService(v5p_host()) as service:
-        document = json.loads(run_tool("tpu-ls", "--json", "--metrics-addr", service.address,
-                                       env=v5p_worker).stdout)
+        document = json.loads(run_tool("tpu-ls", "--json", "--metrics-addr", service.address, env=env).stdout)
     _check_v5p_service(document["libtpu_metrics"][1])
     assert document["runtime_status"] == "held" and document["tpu_slice"]["accelerator_type"] == "v5p-32"
 
