@@ -35,15 +35,16 @@ _HEADER = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[\w.\-]+)\s.*\{\s*$")
 _CALLED = re.compile(r"\b(?:calls|body|condition|branch_computations|true_computation|false_computation)="
                      r"(\{[^}]*\}|%?[\w.\-]+)")
 _LIST_GROUPS = re.compile(r"replica_groups=\{(?P<groups>(?:\{[\d,\s]*\},?\s*)*)\}")
-_IOTA_GROUPS = re.compile(r"replica_groups=\[(?P<shape>[\d,]+)\]<=\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?")
+_IOTA = r"\[(?P<shape>[\d,]+)\]<=\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?"  # [2,4]<=[4,2]T(1,0)
+_IOTA_GROUPS = re.compile(r"replica_groups=" + _IOTA)
 _MESH_GROUPS = re.compile(r"replica_groups=(?:@mesh<(?P<angled>[^>]*)>|mesh\[(?P<squared>[^\]]*)\])"
-                          r"(?:\(devices=\[(?P<shape>[\d,]+)\](?:<=\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?"
-                          r"|(?P<ids>[\d,]+))\))?\s*\{(?P<axes>[^}]*)\}")
+                          r"(?:\(devices=(?:" + _IOTA + r"|\[[\d,]+\](?P<ids>[\d,]+))\))?\s*\{(?P<axes>[^}]*)\}")
+# A mesh and, where given, its device order, as a sharding names them (not captured)
+_MESH = r"(?:@mesh<[^>]*>|mesh\[[^\]]*\])(?:\(devices=[^()]*(?:\([^()]*\))?\))?"
 # A parameter's sharding over a mesh (jax 0.11 on), one {axes} per dimension: replicated where every one is empty,
 # or where it says so (jax 0.11.2 writes a replicated parameter `sharding={mesh[], replicated}`).
-_MESH_REPLICATED = re.compile(r"sharding=\{(?:@mesh<[^>]*>|mesh\[[^\]]*\])[^{}]*?,\s*replicated\s*\}")
-_NAMED_SHARDING = re.compile(r"sharding=\{(?:@mesh<[^>]*>|mesh\[[^\]]*\])(?:\(devices=[^()]*(?:\([^()]*\))?\))?"
-                             r"\s*,\s*\[(?P<dims>[^\]]*)\](?P<rest>[^}]*)\}")
+_MESH_REPLICATED = re.compile(r"sharding=\{" + _MESH + r"\s*,\s*replicated\s*\}")
+_NAMED_SHARDING = re.compile(r"sharding=\{" + _MESH + r"\s*,\s*\[(?P<dims>[^\]]*)\](?P<rest>[^}]*)\}")
 _MESH_AXIS = re.compile(r"^'?(?P<name>[^'=]+)'?=(?P<size>\d+)$")
 _REDUCED_AXIS = re.compile(r"^'?(?P<name>[^':]+)'?(?::\((?P<pre>\d+)\)(?P<size>\d+))?$")
 _INDEX = re.compile(r"\bindex=(\d+)")
@@ -113,17 +114,20 @@ def replica_groups(attrs: str, devices: int) -> list[list[int]] | None:
         return groups or [list(range(devices))]
     iota = _IOTA_GROUPS.search(attrs)
     if iota:
-        import numpy as np
-
         shape = [int(x) for x in iota["shape"].split(",")]
-        dims = [int(x) for x in iota["dims"].split(",")]
-        ids = np.arange(math.prod(dims)).reshape(dims)
-        if iota["perm"]:
-            ids = ids.transpose([int(x) for x in iota["perm"].split(",")])
-        return [list(map(int, row)) for row in ids.reshape(shape)]
+        return [list(map(int, row)) for row in _iota_ids(iota).reshape(shape)]
     if "replica_groups=" in attrs:
         return None
     return [list(range(devices))]
+
+
+def _iota_ids(found: re.Match[str]) -> Any:
+    """The device ids of an iota form ([shape]<=[dims]T(perm)): 0..N-1 laid out as dims, transposed by perm."""
+    import numpy as np
+
+    dims = [int(x) for x in found["dims"].split(",")]
+    ids = np.arange(math.prod(dims)).reshape(dims)
+    return ids.transpose([int(x) for x in found["perm"].split(",")]) if found["perm"] else ids
 
 
 def replicated(attrs: str) -> bool:
@@ -152,10 +156,7 @@ def _mesh_groups(found: re.Match[str]) -> list[list[int]] | None:
     if found["ids"]:
         ids = np.array([int(x) for x in found["ids"].split(",")])
     else:
-        dims = [int(x) for x in found["dims"].split(",")] if found["dims"] else [total]
-        ids = np.arange(math.prod(dims)).reshape(dims)
-        if found["perm"]:
-            ids = ids.transpose([int(x) for x in found["perm"].split(",")])
+        ids = _iota_ids(found) if found["dims"] else np.arange(total)
     if ids.size != total:
         return None
     parts: dict[str, list[tuple[int, int]]] = {name: [] for name in names}
