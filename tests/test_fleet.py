@@ -6,18 +6,16 @@ import http.server
 import json
 import os
 import shutil
-import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from conftest import REPO, assert_one_line_error, clean_env, run_tool, tool_command
-from isolation import wait_for_screen
 from promstack import PROMETHEUS, FleetStack, free_port, http_get
+from test_top import Tmux
 
 from tpu_tools.errors import RuntimeFailure, UsageError
 from tpu_tools.metrics.fleet.client import Sample, parse_url
@@ -276,46 +274,23 @@ def test_client_failure_is_a_runtime_failure():
 
 # --- the live view in a real terminal ------------------------------------------------------------------------
 
-class _Tmux:
-    def __init__(self, width: int, height: int):
-        self.socket = f"tt-{uuid.uuid4().hex[:8]}"
-        bin_dir = str(Path(tool_command("tpu-top")[0]).parent)
-        self.env = {**clean_env(TERM="xterm-256color"), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
-        self.env.pop("TMUX", None)
-        self.run("new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height), "-e", f"PATH={self.env['PATH']}",
-                 "bash --norc --noprofile")
-        self.run("set-option", "-t", "t", "window-size", "manual")
-
-    def run(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, capture_output=True, text=True,
-                              timeout=30, check=True).stdout
-
-    def screen(self) -> str:
-        return self.run("capture-pane", "-t", "t", "-p")
-
-    def wait_for(self, predicate, timeout: float = 20.0) -> str:
-        return wait_for_screen(self.screen, predicate, timeout)
-
-    def kill(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
-
-
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_live_view_keeps_its_figures_marked_stale_when_prometheus_goes_away():
-    tmux = _Tmux(200, 30)
+    bin_dir = str(Path(tool_command("tpu-top")[0]).parent)
+    tmux = Tmux(200, 30, clean_env(TERM="xterm-256color", PATH=bin_dir + os.pathsep + os.environ.get("PATH", "")))
     try:
         with _server(_handler(200, GOOD)) as url:
-            tmux.run("send-keys", "-t", "t", f"tpu-top --from-prometheus {url} --interval 0.3", "Enter")
+            tmux.keys(f"tpu-top --from-prometheus {url} --interval 0.3", "Enter")
             screen = tmux.wait_for(lambda s: "h1/tpu:0" in s and "55.5" in s)
             assert " Hosts  1 from " + url in screen and "STALE" not in screen
-            tmux.run("send-keys", "-t", "t", "s")  # the usual keys: sort by the next column
+            tmux.keys("s")  # the usual keys: sort by the next column
             tmux.wait_for(lambda s: "sorted by COMP" in s)
         # the figures kept are in the rows under the stale line: the wait names them (a capture can land
         # while a frame is still being painted)
         screen = tmux.wait_for(lambda s: "STALE since" in s and "h1/tpu:0" in s and "55.5" in s)
         stale = next(line for line in screen.splitlines() if "STALE since" in line)
         assert f"Prometheus at {url}" in stale, screen
-        tmux.run("send-keys", "-t", "t", "q")
+        tmux.keys("q")
         tmux.wait_for(lambda s: "Hosts" not in s)
     finally:
         tmux.kill()
