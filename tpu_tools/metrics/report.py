@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -50,6 +51,7 @@ class ReportBuilder:
         self._last: dict[str, dict[str, Any]] = {}
         self._due: dict[str, float] = {}
         self.sequence = 0
+        self._early = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-early")
         for group in self.plan:
             self.collectors[group.name] = load_collector(group.name, self.options)
 
@@ -69,21 +71,27 @@ class ReportBuilder:
             "tpu_tools_version": tpu_tools.__version__,
             "tpu_slice": self.tpu_slice.to_dict(),
         }
+        due_now = [group for group in self.plan if self._is_due(group, monotonic)]
+        if any(getattr(self.collectors[group.name], "reads_agents", False) for group in due_now):
+            context.ask_agents_early(self._early)
+        for group in due_now:
+            self._last[group.name] = self._collect(group, context)
+            period = self._period(group)
+            if period is not None:
+                # Keep to the schedule; after a slow round, start again from now.
+                due = self._due.get(group.name, monotonic) + period
+                self._due[group.name] = due if due > monotonic else monotonic + period
         for group in self.plan:
-            due = self._due.get(group.name)
-            # Reports are scheduled on their own clock: a group is due when its time falls within half a
-            # report period, so a group with the report's own period is collected in every report.
-            slack = 0.5 * self.report_period_s if self.report_period_s else 0.001
-            if due is None or monotonic >= due - slack or group.name not in self._last:
-                self._last[group.name] = self._collect(group, context)
-                period = self._period(group)
-                if period is not None:
-                    # Keep to the schedule; after a slow round, start again from now.
-                    due = (due if due is not None else monotonic) + period
-                    self._due[group.name] = due if due > monotonic else monotonic + period
             report[group.name] = self._last[group.name]
         self.sequence += 1
         return report
+
+    def _is_due(self, group: GroupPlan, monotonic: float) -> bool:
+        # Reports are scheduled on their own clock: a group is due when its time falls within half a report
+        # period, so a group with the report's own period is collected in every report.
+        due = self._due.get(group.name)
+        slack = 0.5 * self.report_period_s if self.report_period_s else 0.001
+        return due is None or monotonic >= due - slack or group.name not in self._last
 
     def _collect(self, group: GroupPlan, context: CollectContext) -> dict[str, Any]:
         started = time.time()
@@ -95,6 +103,7 @@ class ReportBuilder:
         return {**header, **data}
 
     def close(self) -> None:
+        self._early.shutdown(wait=True)
         self.agent_connections.close()
         for collector in self.collectors.values():
             close = getattr(collector, "close", None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -65,6 +66,18 @@ class CollectContext:
         self._collectors = collectors
         self._agent_connections = agent_connections  # kept between rounds by the caller
         self._memo: dict[str, Any] = {}
+        self._agents_asked: Future[AgentScan] | None = None
+
+    def ask_agents_early(self, executor: Executor) -> None:
+        """Start this round's agent queries now, on `executor`: the agents build their answers while the round
+        samples everything else, instead of after it (on a host whose cores the jobs fill, the job then pays for
+        the agent's answer in the same moment as for the monitor's own round, not in a second one)."""
+        if self._agents_asked is None and "agents" not in self._memo:
+            self._agents_asked = executor.submit(self._query_agents)
+
+    def _query_agents(self) -> AgentScan:
+        return query_agents(self.options.agent_timeout_s, tag_filter=self.options.tag_filter,
+                            connections=self._agent_connections)
 
     def memo(self, key: str, fetch: Callable[[], _T]) -> _T:
         """Fetch once per round under `key` (a source's connection result, say) and reuse."""
@@ -77,9 +90,8 @@ class CollectContext:
         return self.memo("discovery", discover)
 
     def agents(self) -> AgentScan:
-        return self.memo("agents", lambda: query_agents(self.options.agent_timeout_s,
-                                                        tag_filter=self.options.tag_filter,
-                                                        connections=self._agent_connections))
+        asked = self._agents_asked
+        return self.memo("agents", asked.result if asked is not None else self._query_agents)
 
     def device_figures(self) -> list[DeviceFigures]:
         """Per-device figures from every collector that has them; a failing source adds nothing."""
@@ -106,7 +118,9 @@ class GroupCollector(Protocol):
     which the report adds). Optional: `device_figures(context) ->
     list[DeviceFigures]` for sources with per-device figures, and
     `prometheus(data) -> iterable of prometheus_client metric families` for
-    exposition of the group's own figures; `close()` to release connections.
+    exposition of the group's own figures; `close()` to release connections;
+    `reads_agents = True` for a group that reads `context.agents()` whenever
+    it is collected (the report then asks the agents as its round starts).
     """
 
     name: str

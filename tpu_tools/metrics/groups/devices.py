@@ -149,6 +149,7 @@ def build_devices(context: CollectContext) -> dict[str, Any]:
 
 class DevicesGroup:
     name = "devices"
+    reads_agents = True  # the report asks the agents at the start of a round in which this group is due
 
     def __init__(self, options: CollectOptions):
         pass

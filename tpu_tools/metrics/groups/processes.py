@@ -98,6 +98,7 @@ def agent_entry(result: AgentResult) -> dict[str, Any]:
 
 class ProcessesGroup:
     name = "processes"
+    reads_agents = True  # the report asks the agents at the start of a round in which this group is due
 
     def __init__(self, options: CollectOptions):
         from tpu_tools.metrics.kube.labels import PodLabeler

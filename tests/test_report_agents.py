@@ -1,0 +1,77 @@
+"""A report asks the agents at the start of its round, while it samples everything else, and only in a round
+in which a group that reads them is due."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tpu_tools.agent.server import AgentServer
+from tpu_tools.metrics import wire
+from tpu_tools.metrics.groups import GROUPS
+from tpu_tools.metrics.groups.base import CollectContext, CollectOptions
+from tpu_tools.metrics.report import GroupPlan, ReportBuilder
+
+ASKED = threading.Event()  # set by the agent below when it is asked for its snapshot
+
+
+class AskedYet:
+    """A group collected before any group that reads the agents: it says whether the agent has been asked yet,
+    waiting for that (with a deadline) so that the answer does not depend on which thread runs first."""
+
+    name = "askedyet"
+
+    def __init__(self, options: CollectOptions):
+        pass
+
+    def collect(self, context: CollectContext) -> dict[str, Any]:
+        return {"agent_asked": ASKED.wait(timeout=10.0)}
+
+
+@pytest.fixture()
+def agent(monkeypatch) -> Iterator[AgentServer]:
+    directory = Path(tempfile.mkdtemp(prefix="ttr", dir="/tmp"))  # short: a socket path has at most 107 bytes
+    os.chmod(directory, 0o700)
+    monkeypatch.setenv("TPU_TOOLS_RUNTIME_DIR", str(directory))
+    monkeypatch.setitem(GROUPS, "askedyet", "test_report_agents:AskedYet")
+    ASKED.clear()
+
+    def answer(request: str) -> dict[str, Any]:
+        ASKED.set()
+        return {"schema": wire.SNAPSHOT_SCHEMA, "pid": os.getpid(), "tag": "early"}
+
+    server = AgentServer(directory / f"agent-{os.getpid()}.sock", answer)  # this process is the agent's
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_the_agents_are_asked_before_the_first_group_is_sampled(agent):
+    builder = ReportBuilder([GroupPlan("askedyet"), GroupPlan("host"), GroupPlan("processes")], report_period_s=0.1)
+    try:
+        report = builder.build()
+    finally:
+        builder.close()
+    assert report["askedyet"]["agent_asked"] is True
+    assert report["processes"]["error"] is None and [a["tag"] for a in report["processes"]["agents"]] == ["early"]
+    assert agent.counters.served == 1  # asked once, although two groups read the answer
+
+
+def test_a_round_without_a_group_that_reads_the_agents_does_not_ask_them(agent):
+    builder = ReportBuilder([GroupPlan("host"), GroupPlan("processes", period_s=3600.0)], report_period_s=0.1)
+    try:
+        builder.build()
+        assert agent.counters.served == 1
+        second = builder.build()  # the processes group is not due: its figures are repeated, nobody is asked
+    finally:
+        builder.close()
+    assert second["host"]["error"] is None and [a["tag"] for a in second["processes"]["agents"]] == ["early"]
+    assert agent.counters.served == 1
