@@ -66,12 +66,14 @@ def test_the_agents_are_asked_before_the_first_group_is_sampled(agent):
 
 
 def test_a_round_without_a_group_that_reads_the_agents_does_not_ask_them(agent):
-    builder = ReportBuilder([GroupPlan("host"), GroupPlan("processes", period_s=3600.0)], report_period_s=0.1)
+    builder = ReportBuilder([GroupPlan("host"), GroupPlan("processes", period_s=3600.0)])  # host: every report
     try:
-        builder.build()
+        first = builder.build()
         assert agent.counters.served == 1
         second = builder.build()  # the processes group is not due: its figures are repeated, nobody is asked
     finally:
         builder.close()
-    assert second["host"]["error"] is None and [a["tag"] for a in second["processes"]["agents"]] == ["early"]
+    assert second["host"] is not first["host"] and second["host"]["error"] is None  # collected again
+    assert second["sequence"] == 1 and [a["tag"] for a in second["processes"]["agents"]] == ["early"]
+    assert second["processes"] is first["processes"]
     assert agent.counters.served == 1

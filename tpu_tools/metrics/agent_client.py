@@ -20,11 +20,11 @@ import socket
 import threading
 import time
 from collections.abc import Collection
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpu_tools.background import DaemonExecutor
 from tpu_tools.errors import first_line
 from tpu_tools.metrics import wire
 from tpu_tools.metrics.agent_snapshot import parse_snapshot
@@ -267,13 +267,13 @@ def _ask_all(entries: list[SocketEntry], request: str, timeout_s: float, scan: A
     scan.results.extend(r for r in results if r is not None)
 
 
-_executor: ThreadPoolExecutor | None = None
+_executor: DaemonExecutor | None = None
 
 
-def _pool() -> ThreadPoolExecutor:
+def _pool() -> DaemonExecutor:
     global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=_MAX_WORKERS, thread_name_prefix="agent-query")
+    if _executor is None:  # daemon threads: a hung agent never holds the program's exit
+        _executor = DaemonExecutor(_MAX_WORKERS, "tpu-tools-agent-query")
     return _executor
 
 

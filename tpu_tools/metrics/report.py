@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 import tpu_tools
+from tpu_tools.background import DaemonExecutor
 from tpu_tools.errors import first_line
 from tpu_tools.metrics.agent_client import AgentConnections
 from tpu_tools.metrics.groups import GROUPS
@@ -51,7 +51,7 @@ class ReportBuilder:
         self._last: dict[str, dict[str, Any]] = {}
         self._due: dict[str, float] = {}
         self.sequence = 0
-        self._early = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-early")
+        self._early = DaemonExecutor(1, "tpu-tools-agents-early")  # a hung agent never holds the program's exit
         for group in self.plan:
             self.collectors[group.name] = load_collector(group.name, self.options)
 
@@ -103,7 +103,6 @@ class ReportBuilder:
         return {**header, **data}
 
     def close(self) -> None:
-        self._early.shutdown(wait=True)
         self.agent_connections.close()
         for collector in self.collectors.values():
             close = getattr(collector, "close", None)
