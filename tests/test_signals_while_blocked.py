@@ -7,6 +7,8 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -148,5 +150,54 @@ def test_a_silent_agent_does_not_hold_a_signal(args, number, code):
             finally:
                 process.kill()
     finally:
+        remove_rundir(rundir)
+    assert result.returncode == code and "Traceback" not in result.stderr, result.stderr
+
+
+# A process of its own behind each socket (the client checks that the socket's process is the one it is named
+# after): it accepts, marks the connection with a file, and never answers.
+SILENT_AGENT = textwrap.dedent("""
+    import os, socket, sys, time
+    path, marker = os.path.join(sys.argv[1], f"agent-{os.getpid()}.sock"), sys.argv[2]
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path + ".new")  # listening before it has its name: no client finds it refusing
+    os.chmod(path + ".new", 0o600)
+    listener.listen(16)
+    os.rename(path + ".new", path)
+    held = []
+    deadline = time.monotonic() + 300
+    listener.settimeout(1.0)
+    while time.monotonic() < deadline:
+        try:
+            held.append(listener.accept()[0])
+            open(marker, "w").close()
+        except TimeoutError:
+            pass
+""")
+
+
+@pytest.mark.parametrize(("args", "number", "code"), [(("tpu-monitor", "--count", "1"), signal.SIGTERM, 0),
+                                                      (("tpu-top", "--once"), signal.SIGINT, 130)])
+def test_several_silent_agents_asked_side_by_side_do_not_hold_a_signal(args, number, code):
+    rundir = make_rundir()
+    agents: list[subprocess.Popen] = []
+    try:
+        markers = [rundir / f"asked-{index}" for index in range(2)]
+        for marker in markers:
+            agents.append(subprocess.Popen([sys.executable, "-c", SILENT_AGENT, str(rundir), str(marker)]))
+        deadline = time.monotonic() + 60
+        while len(list(rundir.glob("agent-*.sock"))) < len(agents):
+            assert time.monotonic() < deadline and all(a.poll() is None for a in agents), "the agents never listened"
+            time.sleep(0.05)
+        process = _start(*args, "--agent-timeout", "60", env=agent_env(rundir, JAX_PLATFORMS="cpu"))
+        try:
+            _wait(lambda: all(marker.exists() for marker in markers), process)
+            result = _signalled(process, number)
+        finally:
+            process.kill()
+    finally:
+        for agent in agents:
+            agent.kill()
+            agent.wait()
         remove_rundir(rundir)
     assert result.returncode == code and "Traceback" not in result.stderr, result.stderr
