@@ -70,8 +70,8 @@ class CollectContext:
 
     def ask_agents_early(self, executor: Executor) -> None:
         """Start this round's agent queries now, on `executor`: the agents build their answers while the round
-        samples everything else, instead of after it (on a host whose cores the jobs fill, the job then pays for
-        the agent's answer in the same moment as for the monitor's own round, not in a second one)."""
+        samples everything else, rather than after it (on a host whose cores the jobs fill, a job then pays for
+        its agent's answer beside the monitor's own round, not in a second moment after it)."""
         if self._agents_asked is None and "agents" not in self._memo:
             self._agents_asked = executor.submit(self._query_agents)
 
