@@ -4,14 +4,12 @@ in which a group that reads them is due."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from agentjobs import make_rundir, remove_rundir
 
 from tpu_tools.agent.server import AgentServer
 from tpu_tools.metrics import wire
@@ -37,8 +35,7 @@ class AskedYet:
 
 @pytest.fixture()
 def agent(monkeypatch) -> Iterator[AgentServer]:
-    directory = Path(tempfile.mkdtemp(prefix="ttr", dir="/tmp"))  # short: a socket path has at most 107 bytes
-    os.chmod(directory, 0o700)
+    directory = make_rundir()
     monkeypatch.setenv("TPU_TOOLS_RUNTIME_DIR", str(directory))
     monkeypatch.setitem(GROUPS, "askedyet", "test_report_agents:AskedYet")
     ASKED.clear()
@@ -51,7 +48,7 @@ def agent(monkeypatch) -> Iterator[AgentServer]:
     server.start()
     yield server
     server.stop()
-    shutil.rmtree(directory, ignore_errors=True)
+    remove_rundir(directory)
 
 
 def test_the_agents_are_asked_before_the_first_group_is_sampled(agent):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-from agentjobs import agent_env, make_rundir, remove_rundir
+from agentjobs import agent_env, make_rundir, remove_rundir, wait_for
 from conftest import clean_env, tool_command
 from libtpu_server import FakeMetricsService, v5e_host
 
@@ -185,10 +185,12 @@ def test_several_silent_agents_asked_side_by_side_do_not_hold_a_signal(args, num
         markers = [rundir / f"asked-{index}" for index in range(2)]
         for marker in markers:
             agents.append(subprocess.Popen([sys.executable, "-c", SILENT_AGENT, str(rundir), str(marker)]))
-        deadline = time.monotonic() + 60
-        while len(list(rundir.glob("agent-*.sock"))) < len(agents):
-            assert time.monotonic() < deadline and all(a.poll() is None for a in agents), "the agents never listened"
-            time.sleep(0.05)
+
+        def listening() -> bool:
+            assert all(agent.poll() is None for agent in agents), "an agent exited before it listened"
+            return len(list(rundir.glob("agent-*.sock"))) == len(agents)
+
+        wait_for(listening, timeout=60)
         process = _start(*args, "--agent-timeout", "60", env=agent_env(rundir, JAX_PLATFORMS="cpu"))
         try:
             _wait(lambda: all(marker.exists() for marker in markers), process)
