@@ -22,8 +22,12 @@ It also draws the block pairs again with replacement, 1,000 times, and prints wh
 those figures fall: how much one run's figure owes to which pairs it happened to get.
 `--no-monitor` runs the same blocks with nothing polling: what the agent costs
 by being there (its thread asleep, step marking, JAX's monitoring callbacks).
+`--ping-only` has the agent answer the monitor's snapshot requests with its
+one-line `ping` reply (pid and tag): the floor of being polled at all, a thread
+of the job woken to read a line and send one, and the monitor's round with an
+agent in it, whatever the answer holds.
 
-    python benchmarks/agent_overhead.py [--processes 3] [--blocks 120] [--steps 10] [--no-monitor]
+    python benchmarks/agent_overhead.py [--processes 3] [--blocks 120] [--steps 10] [--no-monitor | --ping-only]
 """
 
 from __future__ import annotations
@@ -45,8 +49,10 @@ from harness import script
 TRAIN = textwrap.dedent("""
     import json, random, statistics, sys, time
     blocks, steps, first_on, polled = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "on", sys.argv[4] == "polled"
+    ping_only = sys.argv[5] == "ping-only"
     import jax, jax.numpy as jnp
     import tpu_tools.agent as agent
+    from tpu_tools.metrics import wire
 
     def loss(params, x, y):
         h = jnp.tanh(x @ params["w1"] + params["b1"])
@@ -83,7 +89,7 @@ TRAIN = textwrap.dedent("""
         def timed(request):
             started = time.perf_counter()
             try:
-                return inner(request)
+                return inner(wire.REQUEST_PING if ping_only and request == wire.REQUEST_SNAPSHOT else request)
             finally:
                 answered.append((started, time.perf_counter()))
         server._answer = timed
@@ -155,7 +161,10 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=3, help="training processes, one after another (3)")
     parser.add_argument("--blocks", type=int, default=120, help="blocks of steps per process, a multiple of 4 (120)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per block (10)")
-    parser.add_argument("--no-monitor", action="store_true", help="nothing polls the agent")
+    answers = parser.add_mutually_exclusive_group()
+    answers.add_argument("--no-monitor", action="store_true", help="nothing polls the agent")
+    answers.add_argument("--ping-only", action="store_true",
+                         help="the agent answers snapshot requests with its one-line ping reply")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
     rundir = workdir / "run"
@@ -179,7 +188,8 @@ def main() -> int:
     try:
         for index in range(args.processes):
             first = "on" if index % 2 == 0 else "off"
-            command = [sys.executable, str(train), str(args.blocks), str(args.steps), first, polling]
+            command = [sys.executable, str(train), str(args.blocks), str(args.steps), first, polling,
+                       "ping-only" if args.ping_only else "snapshot"]
             result = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=900)
             document = json.loads(result.stdout.strip().splitlines()[-1])
             blocks = document["blocks"]
@@ -211,6 +221,8 @@ def main() -> int:
     quartiles = statistics.quantiles(ratios, n=4)
     polling_text = ("nothing polling" if args.no_monitor
                     else f"monitor reports: {reports}, with the agent in them: {polled}")
+    if args.ping_only:
+        polling_text += " (its one-line ping reply to each)"
     print(f"{polling_text}; "
           f"one snapshot costs the job {statistics.median(snapshot_s) * 1e3:.2f} ms of CPU "
           f"({statistics.median(snapshot_s) * 10 * 100:.2f}% of one core at 10 requests/s)")
