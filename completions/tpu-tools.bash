@@ -38,7 +38,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-tools|bench')
             opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare'
-            valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
+            valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir --json --junit --baseline'
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;
@@ -47,7 +47,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-tools|bench compile')
             opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir --json --junit --baseline'
             case "$prev" in
                 --preset) choices='tiny small base' ;;
                 --model-dtype) choices='float32 bfloat16 float16' ;;
@@ -58,7 +58,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-tools|bench dispatch')
             opts='--mode --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;
@@ -67,7 +67,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-tools|bench matmul')
             opts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;
@@ -76,7 +76,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-tools|bench memory')
             opts='--size --op --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;
@@ -85,7 +85,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-tools|bench transfer')
             opts='--size --direction --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;
@@ -94,7 +94,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-tools|bench train')
             opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
             case "$prev" in
                 --preset) choices='tiny small base' ;;
                 --model-dtype) choices='float32 bfloat16 float16' ;;
@@ -105,7 +105,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-tools|bench infer')
             opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
             case "$prev" in
                 --preset) choices='tiny small base' ;;
                 --model-dtype) choices='float32 bfloat16 float16' ;;
@@ -116,7 +116,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-tools|bench compare')
             opts='--tolerance --allow-mismatch --json --junit --format --allow-missing --force --debug --version -h --help'; subs=''
-            valopts='--tolerance --json --junit --format'; pathopts=''
+            valopts='--tolerance --json --junit --format'; pathopts='--json --junit'
             case "$prev" in
                 --format) choices='auto table plain json' ;;
             esac
@@ -197,7 +197,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-tools|collectives-test')
             opts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters --sample-ms -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --force --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters --sample-ms -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters --sample-ms -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout'; pathopts='--json'
             case "$prev" in
                 -o) choices='sum max min prod avg all' ;;
                 --redop) choices='sum max min prod avg all' ;;
@@ -223,7 +223,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-tools|diag')
             opts='-r --level --duration --memory-fraction --inject --force --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
-            valopts='-r --level --duration --memory-fraction --inject --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --format'; pathopts=''
+            valopts='-r --level --duration --memory-fraction --inject --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --format'; pathopts='--junit'
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
@@ -250,7 +250,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-bench|')
             opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare'
-            valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
+            valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir --json --junit --baseline'
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;
@@ -259,7 +259,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-bench|compile')
             opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --repeat --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir --json --junit --baseline'
             case "$prev" in
                 --preset) choices='tiny small base' ;;
                 --model-dtype) choices='float32 bfloat16 float16' ;;
@@ -270,7 +270,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-bench|dispatch')
             opts='--mode --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='--mode --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;
@@ -279,7 +279,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-bench|matmul')
             opts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='--size --dtype --precision --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;
@@ -288,7 +288,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-bench|memory')
             opts='--size --op --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='--size --op --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;
@@ -297,7 +297,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-bench|transfer')
             opts='--size --direction --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='--size --direction --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;
@@ -306,7 +306,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-bench|train')
             opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
             case "$prev" in
                 --preset) choices='tiny small base' ;;
                 --model-dtype) choices='float32 bfloat16 float16' ;;
@@ -317,7 +317,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-bench|infer')
             opts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='--preset --layers --d-model --heads --d-ff --seq-len --vocab --batch-per-device --model-dtype --max-batch --batch-sizes --price-per-hour --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
             case "$prev" in
                 --preset) choices='tiny small base' ;;
                 --model-dtype) choices='float32 bfloat16 float16' ;;
@@ -328,7 +328,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-bench|compare')
             opts='--tolerance --allow-mismatch --json --junit --format --allow-missing --force --debug --version -h --help'; subs=''
-            valopts='--tolerance --json --junit --format'; pathopts=''
+            valopts='--tolerance --json --junit --format'; pathopts='--json --junit'
             case "$prev" in
                 --format) choices='auto table plain json' ;;
             esac
@@ -409,7 +409,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-collectives-test|')
             opts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters --sample-ms -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --force --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
-            valopts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters --sample-ms -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout'; pathopts=''
+            valopts='-b --min-bytes -e --max-bytes -f --step-factor -i --step-bytes -d --dtype -o --redop -n --iters --sample-ms -w --warmup -c --check --stats --root --shift --devices --mesh --axis --min-busbw --slow-threshold --json --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout'; pathopts='--json'
             case "$prev" in
                 -o) choices='sum max min prod avg all' ;;
                 --redop) choices='sum max min prod avg all' ;;
@@ -435,7 +435,7 @@ _tpu_tools_complete() {
             ;;
         'tpu-diag|')
             opts='-r --level --duration --memory-fraction --inject --force --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
-            valopts='-r --level --duration --memory-fraction --inject --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --format'; pathopts=''
+            valopts='-r --level --duration --memory-fraction --inject --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --format'; pathopts='--junit'
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;

@@ -34,7 +34,7 @@ from tpu_tools.cli.bench_options import (
 from tpu_tools.cli.bench_run import check_outputs, execute, gate, json_text, render_comparison, write_file
 from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, run_cli
 from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
-from tpu_tools.cli.params import Count
+from tpu_tools.cli.params import Count, PathParam
 from tpu_tools.errors import EXIT_OK, UsageError
 
 SUBCOMMANDS = {name: f"tpu_tools.cli.bench:{name}_command" for name in (*BENCHMARKS, "compare")}
@@ -284,15 +284,15 @@ def infer_command(preset: str | None, max_batch: int | None, batch_sizes: tuple[
 
 
 @click.command(name="compare", cls=ToolCommand)
-@click.argument("baseline_file", metavar="BASELINE.json")
-@click.argument("current_file", metavar="CURRENT.json")
+@click.argument("baseline_file", type=PathParam(path_type=str), metavar="BASELINE.json")
+@click.argument("current_file", type=PathParam(path_type=str), metavar="CURRENT.json")
 @click.option("--tolerance", default="5%", show_default=True, metavar="PERCENT", callback=tolerance_value,
               help="How much worse than the baseline a figure may be, beyond its spread.")
 @click.option("--allow-mismatch", is_flag=True,
               help="Compare results from different platforms or device kinds anyway.")
-@click.option("--json", "json_path", metavar="FILE", callback=output_file,
+@click.option("--json", "json_path", type=PathParam(path_type=str), metavar="FILE", callback=output_file,
               help="Write the comparison as JSON to FILE; - prints it.")
-@click.option("--junit", "junit_path", metavar="FILE", callback=output_file,
+@click.option("--junit", "junit_path", type=PathParam(path_type=str), metavar="FILE", callback=output_file,
               help="Write JUnit XML for CURRENT with failures for regressions.")
 @click.option("--format", "output_format", type=click.Choice(FORMAT_CHOICES), default="auto", show_default=True,
               help="auto: a table on a terminal, plain text in a pipe; json: the comparison on stdout.")

@@ -12,7 +12,7 @@ import click
 
 from tpu_tools.cli.common import common_options, runtime_options
 from tpu_tools.cli.output import FORMAT_CHOICES
-from tpu_tools.cli.params import Count, Number, Seconds, non_empty
+from tpu_tools.cli.params import Count, Number, PathParam, Seconds
 from tpu_tools.errors import UsageError
 from tpu_tools.parsing import parse_number
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -174,12 +174,12 @@ def run_options(function: Callable) -> Callable:
                      help="Untimed calls before the samples."),
         click.option("--seed", type=Count(0, MAX_SEED), default=0, show_default=True,
                      help="Seed of the random inputs (0 to 2^32-1)."),
-        click.option("--json", "json_path", metavar="FILE", callback=output_file,
+        click.option("--json", "json_path", type=PathParam(path_type=str), metavar="FILE", callback=output_file,
                      help="Write the results as JSON (tpu-tools/bench/v1) to FILE; - prints them."),
-        click.option("--junit", "junit_path", metavar="FILE", callback=output_file,
+        click.option("--junit", "junit_path", type=PathParam(path_type=str), metavar="FILE", callback=output_file,
                      help="Write JUnit XML to FILE: a testcase per case, failures for regressions."),
         force_option,
-        click.option("--baseline", "baseline_path", metavar="FILE", callback=non_empty,
+        click.option("--baseline", "baseline_path", type=PathParam(path_type=str), metavar="FILE",
                      help="Compare with an earlier --json result; exit 3 on a regression."),
         click.option("--tolerance", default="5%", show_default=True, metavar="PERCENT", callback=tolerance_value,
                      help="How much worse than the baseline a figure may be, beyond its spread."),
@@ -240,6 +240,6 @@ def model_choices(presets: tuple[str, ...], sizes: dict[str, Any]) -> tuple | No
 price_option = click.option("--price-per-hour", type=Number(minimum=0.0, maximum=MAX_PRICE_PER_HOUR), default=None,
                              metavar="PRICE",
                              help="What the machine costs per hour; adds the cost of 1M samples.")
-cache_option = click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+cache_option = click.option("--cache-dir", type=PathParam(path_type=str, file_okay=False, readable=True), default=None,
                              help="Root of the compile benchmark's cache directories "
                                   "(default ~/.cache/tpu-tools/bench-compile-cache).")

@@ -18,7 +18,7 @@ from tpu_tools.cli.common import (
     runtime_options,
 )
 from tpu_tools.cli.output import note, reserve_stdout
-from tpu_tools.cli.params import Count, Number
+from tpu_tools.cli.params import Count, Number, PathParam
 from tpu_tools.collectives.ops import REDOPS
 from tpu_tools.errors import EXIT_GATE, EXIT_USAGE, GateFailed, RuntimeFailure, ToolError, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -202,7 +202,7 @@ class _RecordingCommand(ToolCommand):
               show_default=True, metavar="PCT",
               help="Flag a process whose time is more than PCT percent over the median.")
 @click.option("--force", is_flag=True, help="Replace the --json file if it exists.")
-@click.option("--json", "json_path", metavar="FILE", default=None,
+@click.option("--json", "json_path", type=PathParam(path_type=str), metavar="FILE", default=None,
               help="Write the JSON document to FILE (- for stdout instead of the table).")
 @click.option("--launch", type=Count(1, 1024), default=None, metavar="N",
               help="Start N local processes joined by jax.distributed on 127.0.0.1 (gloo between them).")

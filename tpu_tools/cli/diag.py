@@ -12,7 +12,7 @@ import click
 
 from tpu_tools.cli.common import ToolCommand, common_options, is_debug, output_options, run_cli, runtime_options
 from tpu_tools.cli.output import Output, note, reserve_stdout
-from tpu_tools.cli.params import Count, Duration, Number
+from tpu_tools.cli.params import Count, Duration, Number, PathParam
 from tpu_tools.errors import RuntimeFailure, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
 from tpu_tools.shorten import quoted
@@ -127,7 +127,8 @@ class _RecordingCommand(ToolCommand):
               help="Flip one bit in DEVICE's output of one test (kat, transfer, gemm, memory, collective, "
                    "sustained): the run must fail naming it.")
 @click.option("--force", is_flag=True, help="Run even when another process holds an accelerator.")
-@click.option("--junit", "junit_path", metavar="FILE", default=None, help="Also write JUnit XML to FILE.")
+@click.option("--junit", "junit_path", type=PathParam(path_type=str), metavar="FILE", default=None,
+              help="Also write JUnit XML to FILE.")
 @click.option("--launch", type=Count(1, 64), default=None, metavar="N",
               help="Start N local processes joined by jax.distributed on 127.0.0.1 (CPU platform).")
 @click.option("--coordinator", metavar="HOST:PORT", default=None,

@@ -18,7 +18,7 @@ from tpu_tools.cli.common import (
     runtime_options,
 )
 from tpu_tools.cli.output import Output, note, wants_color
-from tpu_tools.cli.params import Seconds, non_empty
+from tpu_tools.cli.params import PathParam, Seconds, non_empty
 from tpu_tools.dump.collectors import COLLECTORS
 from tpu_tools.errors import EXIT_OK, UsageError
 from tpu_tools.parsing import MAX_PERIOD_S
@@ -179,7 +179,7 @@ class _ProgressLine:
 
 @click.group(name="dump", cls=ToolGroup, invoke_without_command=True, man_sections=MAN_SECTIONS,
              subcommand_metavar="[show BUNDLE]")
-@click.option("-o", "--output", type=click.Path(path_type=Path), metavar="PATH",
+@click.option("-o", "--output", type=PathParam(), metavar="PATH",
               help="Where to write the bundle (default: tpu-dump-<host>-<utc time>.tar.gz here).")
 @click.option("--force", is_flag=True, help="Replace the output file if it exists.")
 @click.option("--only", multiple=True, metavar="NAMES", callback=non_empty,
@@ -189,7 +189,7 @@ class _ProgressLine:
               show_default=True, metavar="SECONDS", help="Time limit of each collector; they run side by side.")
 @click.option("--max-size", "max_size_bytes", default=DEFAULT_MAX_SIZE, show_default=True, metavar="SIZE",
               callback=_parse_size, help="Largest bundle (K, M, G suffixes); the largest logs are trimmed first.")
-@click.option("--add", "add_paths", multiple=True, type=click.Path(path_type=str), metavar="PATH",
+@click.option("--add", "add_paths", multiple=True, type=PathParam(path_type=str), metavar="PATH",
               help="Also collect this file or folder (repeatable; size-capped, links leaving it not followed).")
 @click.option("--no-redact", is_flag=True, help="Do not redact secrets (prints a warning; share with care).")
 @click.option("--force-runtime", is_flag=True,
@@ -257,7 +257,7 @@ def _list_collectors(out: Output) -> int:
 
 
 @dump_command.command(name="show", cls=ToolCommand, man_sections=SHOW_SECTIONS)
-@click.argument("bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("bundle", type=PathParam(exists=True, dir_okay=False, readable=True))
 @click.option("--file", "member", metavar="NAME", help="Print one file of the bundle (a name from the file list).")
 @output_options
 @common_options

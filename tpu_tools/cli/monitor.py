@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
-from tpu_tools.cli.params import Count, Duration, InputPath, Number
+from tpu_tools.cli.params import Count, Duration, Number, PathParam
 from tpu_tools.errors import EXIT_OK, UsageError
 from tpu_tools.parsing import MIN_PERIOD_S
 
@@ -267,7 +267,7 @@ def explicit(ctx: click.Context, name: str) -> bool:
               help="Time between reports (seconds, or with ms, s, m: 500ms, 2s).")
 @click.option("--count", type=Count(1, 1 << 62), default=None, metavar="N",
               help="Exit after N reports (default: run until stopped).")
-@click.option("--config", "config_path", type=InputPath(dir_okay=False, path_type=Path), default=None,
+@click.option("--config", "config_path", type=PathParam(dir_okay=False, readable=True), default=None,
               metavar="FILE", help="TOML or JSON file choosing groups, their periods and a tag filter.")
 @click.option("--tag-filter", type=Regex(), default=None, metavar="REGEX",
               help="Only agents whose tag matches this regular expression.")
@@ -276,7 +276,7 @@ def explicit(ctx: click.Context, name: str) -> bool:
 @click.option("--prometheus", "prometheus_address", default=None, metavar="[HOST:]PORT",
               help="Also serve the figures at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1).")
 @click.option("--quiet", "-q", is_flag=True, help="With --prometheus: do not write JSON lines on stdout.")
-@click.option("--web-config", "web_config_path", type=InputPath(dir_okay=False, path_type=Path), default=None,
+@click.option("--web-config", "web_config_path", type=PathParam(dir_okay=False, readable=True), default=None,
               metavar="FILE", help="With --prometheus: TLS and basic auth from this file (exporter-toolkit format).")
 @click.option("--from-prometheus", "from_prometheus", default=None, metavar="URL",
               help="Report every host that this Prometheus server scrapes instead of this host.")

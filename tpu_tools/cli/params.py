@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from tpu_tools.errors import UsageError
 from tpu_tools.parsing import MAX_PERIOD_S, MAX_TIMEOUT_S, parse_duration, parse_number
 
 
@@ -58,13 +59,31 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
             self.fail(str(error), param, ctx)
 
 
-class InputPath(click.Path):
-    """click.Path that refuses '' (click turns it into '.', the current folder)."""
+class PathParam(click.Path):
+    """click.Path that refuses an empty name: click (and pathlib) turn '' into '.', the current folder, so an unset
+    shell variable would make a command read, write or delete there. Every file or folder the tool takes goes
+    through it; the defaults check nothing else (the commands judge existence and kind in their own words)."""
+
+    def __init__(self, *, path_type: type | None = Path, readable: bool = False, **kwargs: Any) -> None:
+        super().__init__(path_type=path_type, readable=readable, **kwargs)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and not value.strip():
-            self.fail(f"{_name(param)} must not be empty", param, ctx)
+        if isinstance(value, (str, Path)) and not str(value).strip():
+            self.fail(f"{path_name(param)} must not be empty", param, ctx)
         return super().convert(value, param, ctx)
+
+
+def path_name(param: click.Parameter | None) -> str:
+    """An option by its longest flag, an argument by its metavar (DIR, BUNDLE)."""
+    if isinstance(param, click.Argument):
+        return param.metavar or param.human_readable_name
+    return _name(param)
+
+
+def refuse_empty_path(value: str, what: str) -> None:
+    """The same refusal for a path that arrives outside a click parameter (a program after --)."""
+    if not value.strip():
+        raise UsageError(f"{what} must not be empty")
 
 
 def non_empty(ctx: click.Context | None, param: click.Parameter | None, value: Any) -> Any:

@@ -10,7 +10,7 @@ import click
 
 from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, output_options, run_cli, runtime_options
 from tpu_tools.cli.output import Output, note, resolve_format
-from tpu_tools.cli.params import Count, Seconds
+from tpu_tools.cli.params import Count, PathParam, Seconds, refuse_empty_path
 from tpu_tools.errors import EXIT_OK, ToolError, UsageError
 from tpu_tools.parsing import MAX_PERIOD_S
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -140,7 +140,7 @@ def _top_option(function):
 def _out_options(default: str):
     def decorate(function):
         function = click.option("--force", is_flag=True, help="Write into --out even when it exists.")(function)
-        return click.option("--out", "out_dir", type=click.Path(path_type=Path), metavar="DIR",
+        return click.option("--out", "out_dir", type=PathParam(readable=True), metavar="DIR",
                             help=f"Output folder (must not exist). Default: {default}.")(function)
     return decorate
 
@@ -208,6 +208,7 @@ def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: 
         if not args:
             raise UsageError("no program to run: tpu-profile run [OPTIONS] -- script.py [ARGS]... "
                              "(or -m MODULE)")
+        refuse_empty_path(args[0], "the script to run")
         target = ProgramTarget(script=Path(args[0]), args=tuple(args[1:]))
     else:
         target = ProgramTarget(module=module, args=tuple(args))
@@ -252,7 +253,7 @@ def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: 
 # --- summary ---------------------------------------------------------------------------------------
 
 @click.command(name="summary", cls=ToolCommand)
-@click.argument("path", type=click.Path(path_type=Path), metavar="DIR")
+@click.argument("path", type=PathParam(readable=True), metavar="DIR")
 @_top_option
 @output_options
 @common_options

@@ -10,7 +10,7 @@ import click
 
 from tpu_tools.cli.common import ToolCommand, ToolGroup, common_options, output_options, runtime_options
 from tpu_tools.cli.output import Output
-from tpu_tools.cli.params import Count, Duration, Seconds
+from tpu_tools.cli.params import Count, Duration, PathParam, Seconds, refuse_empty_path
 from tpu_tools.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
 
@@ -62,7 +62,7 @@ class Size(click.ParamType):  # type: ignore[type-arg]
 
 
 def _dir_argument(function: Any) -> Any:
-    return click.argument("directory", type=click.Path(path_type=Path, readable=False), metavar="DIR")(function)
+    return click.argument("directory", type=PathParam(), metavar="DIR")(function)
 
 
 def _limit_option(function: Any) -> Any:
@@ -95,7 +95,7 @@ def inspect_command(directory: Path, limit: int, out: Output) -> int:
 
 
 @cache_group.command(name="doctor", cls=ToolCommand)
-@click.argument("directory", type=click.Path(path_type=Path, readable=False), metavar="[DIR]", required=False)
+@click.argument("directory", type=PathParam(), metavar="[DIR]", required=False)
 @output_options
 @common_options
 def doctor_command(directory: Path | None, out: Output) -> int:
@@ -108,7 +108,7 @@ def doctor_command(directory: Path | None, out: Output) -> int:
 
     if directory is None:
         configured = os.environ.get(ENV_DIR)
-        if not configured:
+        if not configured or not configured.strip():
             raise UsageError(f"no cache directory: give DIR or set {ENV_DIR}")
         directory = Path(configured)
     report = diagnose(directory, job_dirs=running_job_dirs())
@@ -228,6 +228,7 @@ def warm_command(directory: Path, target: tuple[str, ...], program_module: str |
             parse_arg_spec(spec)
         chosen = WarmTarget("function", target=words[0], args=list(arg_specs))
     else:
+        refuse_empty_path(words[0], "the program to run")
         ProgramTarget(script=Path(words[0])).validate()
         chosen = WarmTarget("program", script=words[0], args=words[1:])
     if chosen.kind != "builtin" and (preset or batch):
