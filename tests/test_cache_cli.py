@@ -51,7 +51,8 @@ def _json(*args: str, code: int = 0, env: dict[str, str] | None = None) -> dict:
 
 
 def test_inspect_lists_entries_compile_times_writers_and_other_files(cache: Path) -> None:
-    (cache / ".write.tmp").write_bytes(b"partial")
+    (cache / ".write.tmp").write_bytes(b"partial")  # not a name of jax's: never taken for its temporary file
+    (cache / f"_temp_jit_step-{'e' * 64}").write_bytes(b"partial")
     (cache / f"gone-{'c' * 64}-atime").write_bytes(b"\0" * 8)
     autotune = cache / "xla_gpu_per_fusion_autotune_cache_dir"
     autotune.mkdir(mode=0o755)
@@ -64,7 +65,8 @@ def test_inspect_lists_entries_compile_times_writers_and_other_files(cache: Path
     assert document["entry_count"] == len(document["entries"]) and document["total_bytes"] > 0
     assert document["key_records"] == document["entry_count"] and len(document["writers"]) == 1
     kinds = {o["name"]: o["kind"] for o in document["other_files"]}
-    assert kinds[".write.tmp"] == "temporary" and kinds[f"gone-{'c' * 64}-atime"].startswith("orphan")
+    assert kinds[f"_temp_jit_step-{'e' * 64}"] == "temporary" and kinds[".write.tmp"] == "unknown"
+    assert kinds[f"gone-{'c' * 64}-atime"].startswith("orphan")
     (sub,) = document["subcaches"]
     assert sub["name"] == autotune.name and sub["mode"] == "0755" and sub["owner"] == "root" and sub["files"] == 1
     text = run_tool("tpu-profile", "cache", "inspect", str(cache))

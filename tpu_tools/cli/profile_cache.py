@@ -167,8 +167,10 @@ def gc_command(directory: Path, max_bytes: int | None, max_age_s: float | None, 
                limit: int, out: Output) -> int:
     """Remove the oldest entries (by last use), leftovers and orphans; safe while jobs read the cache.
 
-    Without --max-bytes, --max-age or --stale only leftovers go: orphaned -atime files and temporary files
-    an hour old. Every removal is listed.
+    Without --max-bytes, --max-age or --stale only leftovers go: orphaned -atime files and jax's temporary
+    files (_temp_KEY) an hour old. Only names of jax's own are removed, never a file judged by a pattern
+    (dotfiles, editor files); a directory that holds no cache entry is refused (exit 1), nothing removed.
+    Every removal is listed.
     """
     from tpu_tools.profile.cachedir import scan
     from tpu_tools.profile.cachegc import collect

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import stat
 import time
 import zlib
@@ -26,7 +27,12 @@ SCHEMA = "tpu-tools/cache/v1"
 DEFAULT_LIMIT = 20_000  # entries described one by one; more are counted
 HEAD_BYTES = 4096  # enough compressed bytes to read the 4-byte compile time
 SUBCACHE_LIMIT = 10_000  # files counted in one sub-cache
-TEMP_MARKERS = (".tmp", "tmp.", ".partial", "~", ".swp")
+# The only temporary names that provably belong to a cache: jax's GFileCache wrote `_temp_<key>` and renamed it
+# to the entry; an interrupted `gc` leaves its own rename target. Nothing else is judged by its name (a dotfile,
+# an editor's `~` or `.swp` file in a directory given by mistake is never a leftover of the cache).
+JAX_TEMP = re.compile(r"^_temp_.+-[0-9a-f]{64}(-cache)?$")
+TRASH_PREFIX = ".tpu-tools-removing-"
+TRASH = re.compile(r"^\.tpu-tools-removing-[0-9a-f]{12}$")
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 XLA_SUBCACHES = {"xla_gpu_kernel_cache_file": "XLA GPU kernel cache",
                  "xla_gpu_per_fusion_autotune_cache_dir": "XLA GPU autotune cache"}
@@ -74,7 +80,7 @@ class SubCache:
 @dataclass
 class OtherFile:
     name: str
-    kind: str  # "temporary", "orphan atime", "link", "not a regular file", "unknown"
+    kind: str  # "temporary" (jax's or gc's own), "orphan atime", "link", "not a regular file", "unknown"
     size_bytes: int
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,6 +115,17 @@ class CacheScan:
                 and e.jaxlib_version != self.installed_jaxlib]
 
     @property
+    def holds_entries(self) -> bool:
+        """Whether the directory holds a cache entry at all (a link with an entry's name counts: one was planted)."""
+        return self.entry_count > 0 or any(o.kind.startswith("link") and cachekeys.split_entry_name(o.name)
+                                           for o in self.other_files)
+
+    @property
+    def planted_links(self) -> list[OtherFile]:
+        """Links under the names jax reads and writes (an entry or its -atime file): jax would follow them."""
+        return [o for o in self.other_files if o.kind.startswith("link") and is_cache_name(o.name)]
+
+    @property
     def broken(self) -> list[Entry]:
         return [e for e in self.entries if e.problem]
 
@@ -131,6 +148,13 @@ class CacheScan:
             "other_files": [o.to_dict() for o in self.other_files],
             "subcaches": [s.to_dict() for s in self.subcaches],
         }
+
+
+def is_cache_name(name: str) -> bool:
+    """An entry's name or its -atime file's, in jax's key form: the names jax itself reads and writes."""
+    if name.endswith(cachekeys.ATIME_SUFFIX):
+        name = name[: -len(cachekeys.ATIME_SUFFIX)] + cachekeys.ENTRY_SUFFIX
+    return cachekeys.split_entry_name(name) is not None
 
 
 def user_name(uid: int) -> str:
@@ -169,6 +193,39 @@ def installed_jaxlib() -> str | None:
         return None
 
 
+def kind_of(mode: int) -> str:
+    """What a file that is not a directory is, in words."""
+    kinds = ((stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a link"))
+    return next((words for test, words in kinds if test(mode)), "not a regular file")
+
+
+def what_is(path: Path) -> str:
+    """What stands at `path`, which is not a directory, in words: "a FIFO", "a link to nothing"."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return "missing"
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            return f"a link to {kind_of(os.stat(path).st_mode)}"
+        except OSError:
+            return "a link to nothing"
+    return kind_of(info.st_mode)
+
+
+def make_directory(path: Path) -> os.stat_result:
+    """Create a cache directory (and its parents) unless it exists; CacheDirError with one sentence when it
+    cannot be one: a file of another kind in its place, a link to nothing, a parent that is a file."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise CacheDirError(f"cannot use {path} as a cache directory: it is {what_is(path)}") from None
+    except OSError as error:
+        raise CacheDirError(f"cannot create cache directory {path}: {error.strerror or error}") from None
+    return open_directory(path)
+
+
 def open_directory(path: Path) -> os.stat_result:
     """The directory's own status; CacheDirError with one sentence when it cannot be a cache."""
     try:
@@ -178,7 +235,8 @@ def open_directory(path: Path) -> os.stat_result:
     except OSError as error:
         raise CacheDirError(f"cannot read cache directory {path}: {error.strerror or error}") from None
     if not stat.S_ISDIR(info.st_mode):
-        raise CacheDirError(f"{path} is not a directory (a compilation cache is a directory)")
+        raise CacheDirError(f"{path} is not a directory but {kind_of(info.st_mode)} (a compilation cache is a "
+                            "directory)")
     if not os.access(path, os.R_OK | os.X_OK):
         raise CacheDirError(f"cannot read cache directory {path}: permission denied for {user_name(os.geteuid())}")
     return info
@@ -290,12 +348,12 @@ def scan(path: Path, limit: int = DEFAULT_LIMIT, heads: bool = True) -> CacheSca
             continue
         parts = cachekeys.split_entry_name(name)
         if parts is None:
-            if name.endswith(cachekeys.ATIME_SUFFIX):
-                base = name[: -len(cachekeys.ATIME_SUFFIX)] + cachekeys.ENTRY_SUFFIX
+            base = name[: -len(cachekeys.ATIME_SUFFIX)] + cachekeys.ENTRY_SUFFIX
+            if name.endswith(cachekeys.ATIME_SUFFIX) and cachekeys.split_entry_name(base) is not None:
                 if base not in entry_names:
                     result.other_files.append(OtherFile(name, "orphan atime (its entry is gone)", item_info.st_size))
                 continue
-            kind = "temporary" if any(m in name for m in TEMP_MARKERS) or name.startswith(".") else "unknown"
+            kind = "temporary" if JAX_TEMP.match(name) or TRASH.match(name) else "unknown"
             if not stat.S_ISREG(item_info.st_mode):
                 kind = "not a regular file"
             result.other_files.append(OtherFile(name, kind, item_info.st_size))

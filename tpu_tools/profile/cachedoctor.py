@@ -14,7 +14,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpu_tools.profile.cachedir import CacheDirError, CacheScan, is_network_filesystem, scan, user_name
+from tpu_tools.profile.cachedir import (
+    CacheDirError,
+    CacheScan,
+    is_network_filesystem,
+    scan,
+    user_name,
+    what_is,
+)
 from tpu_tools.shorten import shorten
 
 SCHEMA = "tpu-tools/cache-doctor/v1"
@@ -82,6 +89,14 @@ def running_job_dirs(timeout_s: float = 2.0) -> dict[str, str]:
     return found
 
 
+def _not_a_directory(path: Path) -> Path | None:
+    """The path, or the ancestor of it, that exists and is not a directory (a file, FIFO, device, dangling link)."""
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return None if os.path.isdir(candidate) else candidate
+    return None
+
+
 def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, str] | None = None) -> DoctorReport:
     """Every finding for `path`; `job_dirs` maps running jobs ("pid (tag)") to the directory each uses."""
     env = dict(os.environ) if env is None else env
@@ -99,7 +114,12 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
     try:
         result = scan(path)
     except CacheDirError as error:
-        if not os.path.lexists(path):
+        blocker = _not_a_directory(path)
+        if blocker is not None:
+            where = ", not a directory" if blocker == path else f", so {path} cannot be a directory"
+            add(Finding("not_a_directory", "error", f"{blocker} is {what_is(blocker)}{where}",
+                        f"remove or rename {blocker}, or choose another directory ({ENV_DIR})"))
+        elif not os.path.lexists(path):
             parent = path.parent
             writable = os.access(parent, os.W_OK | os.X_OK)
             add(Finding("missing", "warning" if writable else "error", f"{error}; jax creates it at the first "
@@ -173,13 +193,13 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
         add(Finding("broken_entries", "warning", f"{len(result.broken)} entries jax cannot use (first: "
                     f"{shorten(result.broken[0].name, 80)}: {result.broken[0].problem})",
                     f"tpu-profile cache verify {path} --prune"))
-    links = [o for o in result.other_files if o.kind.startswith("link")]
+    links = result.planted_links
     if links:
         first = shorten(links[0].name, 80)
         add(Finding("links", "warning", f"{len(links)} links in the cache (first: {first}): a cache "
                     "holds plain files only", f"tpu-profile cache verify {path} --prune"))
     temporary = [o for o in result.other_files if o.kind == "temporary"]
     if temporary:
-        add(Finding("temporary_files", "info", f"{len(temporary)} temporary or partial files (first: "
+        add(Finding("temporary_files", "info", f"{len(temporary)} temporary files of jax or of gc (first: "
                     f"{shorten(temporary[0].name, 80)})", f"tpu-profile cache gc {path} removes those an hour old"))
     return report

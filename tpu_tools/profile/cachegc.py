@@ -21,10 +21,9 @@ from typing import Any
 
 from tpu_tools.errors import ToolError
 from tpu_tools.instrument import cachekeys
-from tpu_tools.profile.cachedir import CacheScan
+from tpu_tools.profile.cachedir import TRASH_PREFIX, CacheDirError, CacheScan
 
 SCHEMA = "tpu-tools/cache-gc/v1"
-TRASH_PREFIX = ".tpu-tools-removing-"
 LEFTOVER_AGE_S = 3600.0  # temporary files younger than this may still be being written
 
 
@@ -174,6 +173,9 @@ def apply(path: Path, removals: list[Removal], dry_run: bool, allow_links: bool 
 
 def collect(scan: CacheScan, max_bytes: int | None, max_age_s: float | None, stale: bool,
             dry_run: bool) -> GcResult:
+    """Plan and carry out; CacheDirError, with nothing removed, for a directory that holds no cache entry."""
+    if not scan.holds_entries:  # a home or work folder given by mistake: nothing there is the cache's to remove
+        raise CacheDirError(f"{scan.path} holds no compilation cache entry (<module>-<hash>-cache): nothing removed")
     removals, kept, kept_bytes = plan(scan, max_bytes, max_age_s, stale)
     result = GcResult(scan.path, dry_run, removals, kept, kept_bytes, scan.truncated)
     apply(Path(scan.path), removals, dry_run)

@@ -130,9 +130,8 @@ def verify(scan: CacheScan, deadline_s: float = DEFAULT_DEADLINE_S, prune: bool 
     """Judge every listed entry (and every link) of a scanned cache; with `prune`, remove the broken ones."""
     folder = Path(scan.path)
     result = VerifyResult(scan.path, pruning=prune, truncated=scan.truncated)
-    for other in scan.other_files:
-        if other.kind.startswith("link"):
-            result.verdicts.append(Verdict(other.name, "link", "a link in the cache (never followed)"))
+    for other in scan.planted_links:  # other links are not the cache's: never judged, never pruned
+        result.verdicts.append(Verdict(other.name, "link", "a link in the cache (never followed)"))
     pending = [e.name for e in scan.entries]
     platforms = {e.name: e.platform for e in scan.entries}
     while pending:

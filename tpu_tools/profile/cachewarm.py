@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tpu_tools.errors import RuntimeFailure
+from tpu_tools.profile.cachedir import make_directory
 from tpu_tools.shorten import shorten
 
 SCHEMA = "tpu-tools/cache-warm/v1"
@@ -119,7 +120,7 @@ def run_child(directory: Path, target: WarmTarget, timeout_s: float, min_compile
 
 
 def warm(directory: Path, target: WarmTarget, timeout_s: float, min_compile_time_s: float = 0.0) -> WarmResult:
-    directory.mkdir(parents=True, exist_ok=True)
+    make_directory(directory)  # before the runs: a FIFO, a device or a file in its place is one sentence
     warming = run_child(directory, target, timeout_s, min_compile_time_s)
     proof = run_child(directory, target, timeout_s, min_compile_time_s)
     return WarmResult(str(directory), target.display, warming, proof)

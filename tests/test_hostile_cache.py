@@ -1,0 +1,148 @@
+"""`tpu-profile cache` against hostile input: a home folder given as the cache, things that are not folders,
+figures over a truncated listing, a decompression bomb.
+
+The entries here are files in jax's format written by the test (zlib of a 4-byte compile time and the bytes
+that follow): what the commands read is the directory, outside input; a real cache is in test_cache_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import assert_one_line_error, clean_env, run_tool
+
+DOTFILES = (".bashrc", ".profile", ".gitconfig", "x.swp", "x~", "tmp.x", ".write.tmp", "notes.partial")
+TWO_HOURS_AGO = time.time() - 7200
+
+
+def _json(*args: str, code: int = 0, cwd: Path | None = None) -> dict:
+    result = run_tool("tpu-profile", "cache", *args, "--json", cwd=cwd)
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    return json.loads(result.stdout)
+
+
+def _age(path: Path) -> None:
+    os.utime(path, (TWO_HOURS_AGO, TWO_HOURS_AGO), follow_symlinks=False)
+
+
+def _home(root: Path) -> Path:
+    """A home folder: dotfiles and an editor's leftovers, two hours old, and a link into a dotfiles folder."""
+    home = root / "home"
+    (home / "dotfiles").mkdir(parents=True)
+    for name in DOTFILES:
+        (home / name).write_text(f"{name} of the user\n")
+        _age(home / name)
+    (home / "dotfiles" / "vimrc").write_text("set nocompatible\n")
+    (home / ".vimrc").symlink_to(home / "dotfiles" / "vimrc")
+    _age(home / ".vimrc")
+    return home
+
+
+def _entry(folder: Path, module: str, digit: str, payload: bytes = b"executable", seconds: int = 2) -> Path:
+    path = folder / f"{module}-{digit * 64}-cache"
+    path.write_bytes(zlib.compress(seconds.to_bytes(4, "big") + payload))
+    return path
+
+
+def _listing(folder: Path) -> dict[str, bytes | str]:
+    return {p.name: (os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else "dir")
+            for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("options", [(), ("--max-bytes", "0"), ("--max-age", "1s"), ("--stale",), ("--dry-run",)])
+def test_gc_of_a_folder_without_cache_entries_removes_nothing_and_says_so(tmp_path: Path,
+                                                                          options: tuple[str, ...]) -> None:
+    home = _home(tmp_path)
+    before = _listing(home)
+    result = run_tool("tpu-profile", "cache", "gc", str(home), *options, env=clean_env(HOME=str(home)))
+    assert_one_line_error(result, 1, "holds no compilation cache entry", "nothing removed")
+    assert _listing(home) == before
+    # the same folder as the current one, named "." (the form '' took before it was refused)
+    result = run_tool("tpu-profile", "cache", "gc", ".", *options, cwd=home)
+    assert_one_line_error(result, 1, "holds no compilation cache entry")
+    assert _listing(home) == before
+
+
+def test_gc_in_a_cache_that_holds_user_files_removes_only_the_caches_own_leftovers(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    kept_entry = _entry(home, "jit_step", "a")
+    jax_temp = home / f"_temp_jit_step-{'b' * 64}"  # jax's GFileCache: written under this name, then renamed
+    jax_temp.write_bytes(b"half an entry")
+    gc_trash = home / ".tpu-tools-removing-0123456789ab"  # a removal cut short between its rename and unlink
+    gc_trash.write_bytes(b"removed entry")
+    orphan = home / f"jit_gone-{'c' * 64}-atime"
+    orphan.write_bytes(b"\0" * 8)
+    lookalike = home / "meeting-atime"  # ends like an -atime file, is not one
+    lookalike.write_text("agenda")
+    for path in (jax_temp, gc_trash, orphan, lookalike, kept_entry):
+        _age(path)
+    user_files = {name: data for name, data in _listing(home).items()
+                  if name in (*DOTFILES, ".vimrc", "dotfiles", lookalike.name)}
+    document = _json("gc", str(home))
+    assert sorted(r["name"] for r in document["removals"]) == sorted([jax_temp.name, gc_trash.name, orphan.name])
+    assert document["removed"] == 3 and document["failed"] == 0 and document["kept_entries"] == 1
+    after = _listing(home)
+    assert {name: after.get(name) for name in user_files} == user_files
+    assert kept_entry.exists()
+    kinds = {o["name"]: o["kind"] for o in _json("inspect", str(home))["other_files"]}
+    assert all(kinds[name] == "unknown" for name in DOTFILES if name in kinds), kinds
+    # even --max-bytes 0, which takes every entry, leaves the user's files and links
+    assert _json("gc", str(home), "--max-bytes", "0")["removed"] == 1
+    assert {name: _listing(home).get(name) for name in user_files} == user_files
+
+
+def test_verify_prune_removes_links_planted_as_entries_never_the_users_links(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    planted = home / f"jit_evil-{'d' * 64}-cache"
+    planted.symlink_to(home / ".bashrc")
+    planted_atime = home / f"jit_evil-{'e' * 64}-atime"  # jax writes -atime files through a link
+    planted_atime.symlink_to(home / ".profile")
+    document = _json("verify", str(home), "--prune", "--platform", "cpu")
+    assert sorted(e["name"] for e in document["entries"] if e["pruned"]) == sorted([planted.name, planted_atime.name])
+    assert (home / ".vimrc").is_symlink() and (home / ".bashrc").read_text() == ".bashrc of the user\n"
+    assert not planted.is_symlink() and not planted_atime.is_symlink()
+
+
+@pytest.fixture
+def not_directories(tmp_path: Path) -> Iterator[dict[str, tuple[Path, str]]]:
+    """Every kind of thing that can stand where a cache directory should: path -> the words naming it."""
+    (tmp_path / "file").write_text("x")
+    os.mkfifo(tmp_path / "fifo")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "sock"))
+    (tmp_path / "dangling").symlink_to(tmp_path / "nothing")
+    (tmp_path / "to-file").symlink_to(tmp_path / "file")
+    try:
+        yield {"regular file": (tmp_path / "file", "a regular file"), "FIFO": (tmp_path / "fifo", "a FIFO"),
+               "device": (Path("/dev/zero"), "a character device"), "socket": (tmp_path / "sock", "a socket"),
+               "dangling link": (tmp_path / "dangling", ""), "link to a file": (tmp_path / "to-file", "regular file"),
+               "under a file": (tmp_path / "file" / "sub", "")}
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify", "gc", "warm"])
+def test_a_cache_command_on_what_is_not_a_directory_is_one_sentence(
+        command: str, not_directories: dict[str, tuple[Path, str]]) -> None:
+    for kind, (path, words) in not_directories.items():
+        extra = ["train", "--timeout", "60"] if command == "warm" else []
+        result = run_tool("tpu-profile", "cache", command, str(path), *extra)
+        message = assert_one_line_error(result, 1, str(path), words)
+        assert "internal error" not in result.stderr and message.startswith("tpu-profile: error: "), (kind, message)
+        assert not path.is_dir(), kind  # nothing was made in its place
+
+
+def test_doctor_names_what_stands_in_the_caches_place(not_directories: dict[str, tuple[Path, str]]) -> None:
+    for kind, (path, words) in not_directories.items():
+        document = _json("doctor", str(path), code=1)
+        (finding,) = [f for f in document["findings"] if f["severity"] == "error"]
+        assert finding["code"] == "not_a_directory" and words in finding["message"], (kind, finding)
+        assert "remove or rename" in finding["fix"], (kind, finding)
