@@ -108,7 +108,8 @@ def test_a_hundred_thousand_entries_are_bounded_work(tmp_path: Path) -> None:
         assert document["entry_count"] == 100_000 and document["entries_listed"] == 50 and document["truncated"]
         assert all(e["problem"] == "empty file" for e in document["entries"])
         planned = _json("gc", str(cache), "--max-age", "1s", "--dry-run", "--limit", "50")
-        assert planned["truncated"] and planned["would_remove"] + planned["kept_entries"] == 50
+        assert planned["truncated"] and planned["entries_considered"] == 50 and planned["would_remove"] == 50
+        assert planned["kept_entries"] == 100_000 - 50  # those past the limit stay, and count
         assert len(os.listdir(cache)) == 100_000
     finally:
         shutil.rmtree(cache, ignore_errors=True)

@@ -7,8 +7,11 @@ that follow): what the commands read is the directory, outside input; a real cac
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
+import shutil
 import socket
 import time
 import zlib
@@ -146,3 +149,65 @@ def test_doctor_names_what_stands_in_the_caches_place(not_directories: dict[str,
         (finding,) = [f for f in document["findings"] if f["severity"] == "error"]
         assert finding["code"] == "not_a_directory" and words in finding["message"], (kind, finding)
         assert "remove or rename" in finding["fix"], (kind, finding)
+
+
+@pytest.fixture(scope="module")
+def many_broken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """25,000 broken entries (empty files: hard links to a few inodes), more than doctor's 20,000 read."""
+    cache = tmp_path_factory.mktemp("many") / "cache"
+    cache.mkdir()
+    source = ""
+    for index in range(COUNT):
+        name = str(cache / f"jit_f-{index:064x}-cache")
+        if source:
+            try:
+                os.link(source, name)
+                continue
+            except OSError as error:
+                if error.errno != errno.EMLINK:
+                    raise
+        os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644))
+        source = name
+    yield cache
+    shutil.rmtree(cache, ignore_errors=True)
+
+
+COUNT = 25_000
+# "N broken" or "N entries jax cannot use" without "at least" before it reads as the whole directory
+UNQUALIFIED = re.compile(r"(?<!at least )(?<!of the )\b\d+ (broken|stale|entries jax cannot use)")
+
+
+def test_inspect_over_a_truncated_listing_says_its_figures_are_lower_bounds(many_broken: Path) -> None:
+    document = _json("inspect", str(many_broken), "--limit", "50")
+    assert document["entry_count"] == COUNT and document["entries_listed"] == 50 and document["truncated"]
+    assert document["broken_entries"] == 50 and "broken_entries" in document["partial_figures"]
+    assert {"stale_entries", "compile_seconds_saved_per_use_s"} <= set(document["partial_figures"])
+    text = run_tool("tpu-profile", "cache", "inspect", str(many_broken), "--limit", "50").stdout
+    assert f"at least 50 broken of the {COUNT}" in text and not UNQUALIFIED.search(text), text
+    whole = _json("inspect", str(many_broken), "--limit", str(COUNT))
+    assert whole["broken_entries"] == COUNT and whole["partial_figures"] == []
+    text = run_tool("tpu-profile", "cache", "inspect", str(many_broken), "--limit", str(COUNT)).stdout
+    assert f"0 stale entries (another jaxlib: never read again) and {COUNT} broken of the {COUNT}" in text
+
+
+def test_doctor_over_more_entries_than_it_reads_says_at_least(many_broken: Path) -> None:
+    document = _json("doctor", str(many_broken))
+    (broken,) = [f for f in document["findings"] if f["code"] == "broken_entries"]
+    assert broken["message"].startswith(f"at least 20000 of the {COUNT} entries jax cannot use"), broken
+    assert document["entry_count"] == COUNT and document["entries_read"] == 20000
+    text = run_tool("tpu-profile", "cache", "doctor", str(many_broken)).stdout
+    assert "at least 20000" in text and not UNQUALIFIED.search(text), text
+
+
+def test_verify_and_gc_over_a_truncated_listing_count_every_entry(many_broken: Path) -> None:
+    document = _json("verify", str(many_broken), "--limit", "20", "--platform", "cpu", code=1)
+    assert document["checked"] == 20 and document["broken"] == 20 and document["entry_count"] == COUNT
+    assert document["entries_listed"] == 20 and "broken" in document["partial_figures"]
+    text = run_tool("tpu-profile", "cache", "verify", str(many_broken), "--limit", "20", "--platform", "cpu").stdout
+    assert f"20 of the {COUNT} entries (--limit) checked" in text and f"other {COUNT - 20} were not read" in text
+    planned = _json("gc", str(many_broken), "--max-age", "87600h", "--dry-run", "--limit", "50")
+    assert planned["would_remove"] == 0 and planned["kept_entries"] == COUNT  # every entry stays, not only 50
+    assert planned["entries_considered"] == 50 and planned["entry_count"] == COUNT
+    text = run_tool("tpu-profile", "cache", "gc", str(many_broken), "--max-age", "87600h", "--dry-run", "--limit",
+                    "50").stdout
+    assert f"{COUNT} entries kept" in text and f"only the first 50 of the {COUNT} entries" in text

@@ -101,7 +101,8 @@ class CacheScan:
     truncated: bool = False
     other_files: list[OtherFile] = field(default_factory=list)
     subcaches: list[SubCache] = field(default_factory=list)
-    key_records: int = 0
+    key_records: int = 0  # every record in the keys folder
+    key_records_read: int = 0  # the record files read (at most `limit`): writers and versions come from these
     installed_jaxlib: str | None = None
     writers: list[str] = field(default_factory=list)  # "host:pid (user)" from key records
     writer_hosts: list[str] = field(default_factory=list)
@@ -113,6 +114,18 @@ class CacheScan:
         """Entries written by another jaxlib: their keys can never match this installation's."""
         return [e for e in self.entries if e.jaxlib_version and self.installed_jaxlib
                 and e.jaxlib_version != self.installed_jaxlib]
+
+    @property
+    def partial_figures(self) -> list[str]:
+        """The figures computed over part of the directory (the listing stopped at `limit`): each counts or lists
+        only what was read, so it is a lower bound, and says so where it is shown."""
+        partial = []
+        if self.truncated:
+            partial += ["oldest_age_s", "newest_age_s", "compile_seconds_saved_per_use_s", "stale_entries",
+                        "broken_entries"]
+        if self.key_records_read < self.key_records:
+            partial += ["writers", "writer_hosts", "jaxlib_versions"]
+        return partial
 
     @property
     def holds_entries(self) -> bool:
@@ -143,7 +156,8 @@ class CacheScan:
             "compile_seconds_saved_per_use_s": sum(saved),
             "stale_entries": len(self.stale), "broken_entries": len(self.broken),
             "installed_jaxlib": self.installed_jaxlib, "jaxlib_versions": self.jaxlib_versions,
-            "key_records": self.key_records, "writers": self.writers, "writer_hosts": self.writer_hosts,
+            "key_records": self.key_records, "key_records_read": self.key_records_read,
+            "partial_figures": self.partial_figures, "writers": self.writers, "writer_hosts": self.writer_hosts,
             "entries": [e.to_dict() for e in self.entries],
             "other_files": [o.to_dict() for o in self.other_files],
             "subcaches": [s.to_dict() for s in self.subcaches],
@@ -322,8 +336,8 @@ def scan(path: Path, limit: int = DEFAULT_LIMIT, heads: bool = True) -> CacheSca
     except OSError as error:
         raise CacheDirError(f"cannot list cache directory {path}: {error.strerror or error}") from None
     entry_names = {item.name for item in names if item.name.endswith(cachekeys.ENTRY_SUFFIX)}
-    records = _key_records(path, limit)
-    result.key_records = len(records)
+    records, result.key_records = _key_records(path, limit)
+    result.key_records_read = min(result.key_records, limit)
     writers = sorted({f"{r.host}:{r.pid}" + (f" ({r.user})" if r.user else "") for r in records.values()
                       if r.host or r.pid})
     result.writers = writers
@@ -384,20 +398,23 @@ def _entry(folder: Path, name: str, module: str, info: os.stat_result, record: c
                  record.jaxlib_version if record else None, record.platform if record else None, writer)
 
 
-def _key_records(path: Path, limit: int) -> dict[str, cachekeys.KeyRecord]:
+def _key_records(path: Path, limit: int) -> tuple[dict[str, cachekeys.KeyRecord], int]:
+    """The first `limit` key records read, and how many record names the folder holds (all counted)."""
     folder = cachekeys.keys_dir(path)
     found: dict[str, cachekeys.KeyRecord] = {}
+    names = 0
     try:
         if stat.S_ISLNK(os.lstat(folder).st_mode):
-            return found
+            return found, 0
         with os.scandir(folder) as listing:
-            for index, item in enumerate(listing):
-                if index >= limit:
-                    break
-                if item.name.endswith(cachekeys.KEY_RECORD_SUFFIX):
+            for item in listing:
+                if not item.name.endswith(cachekeys.KEY_RECORD_SUFFIX):
+                    continue
+                names += 1
+                if names <= limit:
                     record = cachekeys.read_key_record(Path(item.path))
                     if record is not None:
                         found[record.key] = record
     except OSError:
         pass
-    return found
+    return found, names

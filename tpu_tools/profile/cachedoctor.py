@@ -57,7 +57,10 @@ class DoctorReport:
         return any(f.severity == "error" for f in self.findings)
 
     def to_dict(self) -> dict[str, Any]:
+        read = self.scan
         return {"schema": SCHEMA, "path": self.path, "errors": sum(f.severity == "error" for f in self.findings),
+                # how many entries the findings were judged on, of how many (none when DIR could not be read)
+                "entry_count": read.entry_count if read else None, "entries_read": len(read.entries) if read else None,
                 "warnings": sum(f.severity == "warning" for f in self.findings),
                 "findings": [f.to_dict() for f in self.findings]}
 
@@ -131,6 +134,10 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
                         f"directory ({ENV_DIR})"))
         return report
     report.scan = result
+    # Past the listing's limit entries are counted, not read: a figure over the entries read says so.
+    at_least = "at least " if result.truncated else ""
+    read = f" (the first {len(result.entries)} of {result.entry_count} entries read)" if result.truncated else ""
+    some = "at least " if result.key_records_read < result.key_records else ""
     me = os.geteuid()
     info = os.stat(path)
     if not result.writable_by_me:
@@ -155,28 +162,29 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
     hosts = result.writer_hosts
     if is_network_filesystem(result.filesystem) and (len(hosts) > 1 or len(result.writers) > 1):
         add(Finding("shared_network_writers", "error", f"{path} is on {result.filesystem} and written by "
-                    f"{len(result.writers)} processes on {len(hosts)} hosts ({', '.join(result.writers[:8])}): "
+                    f"{some}{len(result.writers)} processes on {some}{len(hosts)} hosts "
+                    f"({', '.join(result.writers[:8])}): "
                     "writers on a shared mount contend for it, which looks like a slow runtime start",
                     "give each host its own writable cache, or let one writer warm the shared one and mount it "
                     "read-only for the others"))
     elif len(hosts) > 1:
-        add(Finding("several_hosts", "warning", f"{path} was written by {len(hosts)} hosts: "
+        add(Finding("several_hosts", "warning", f"{path} was written by {some}{len(hosts)} hosts: "
                     f"{', '.join(hosts[:8])}", "let one writer warm a shared cache; the others read it"))
     elif len(result.writers) > 1:
-        add(Finding("several_writers", "info", f"{path} was written by {len(result.writers)} processes: "
+        add(Finding("several_writers", "info", f"{path} was written by {some}{len(result.writers)} processes: "
                     f"{', '.join(result.writers[:8])}", "fine on a local disk; on a shared mount prefer one writer"))
     min_time = _number(env, ENV_MIN_TIME)
     largest_time = max((e.compile_time_s for e in result.entries if e.compile_time_s is not None), default=None)
     if min_time is not None and (min_time >= HIGH_MIN_TIME_S
                                  or (largest_time is not None and min_time > max(largest_time, 1) * 10)):
         add(Finding("min_compile_time_high", "warning", f"{ENV_MIN_TIME}={min_time:g}: only compiles longer than "
-                    f"that are cached (the longest entry here took {largest_time} s)",
+                    f"that are cached (the longest entry here took {largest_time} s{read})",
                     f"leave it at jax's default ({JAX_DEFAULT_MIN_TIME_S:g} s) or lower"))
     min_size = _number(env, ENV_MIN_SIZE)
     largest = max((e.size_bytes for e in result.entries), default=None)
     if min_size is not None and (min_size >= HIGH_MIN_SIZE or (largest is not None and min_size > largest * 10)):
         add(Finding("min_entry_size_high", "warning", f"{ENV_MIN_SIZE}={min_size:.0f}: entries smaller than that "
-                    f"are never written (the largest here is {largest} bytes)", f"unset {ENV_MIN_SIZE}"))
+                    f"are never written (the largest here is {largest} bytes{read})", f"unset {ENV_MIN_SIZE}"))
     max_size = _number(env, ENV_MAX_SIZE)
     if max_size is not None and max_size == 0:
         add(Finding("disabled_by_size", "error", f"{ENV_MAX_SIZE}=0 turns the cache off",
@@ -184,14 +192,15 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
     elif max_size is not None and max_size > 0 and result.total_bytes >= FULL_FRACTION * max_size:
         add(Finding("size_limit_reached", "warning", f"{result.total_bytes} bytes of the {max_size:.0f} allowed by "
                     f"{ENV_MAX_SIZE}: jax evicts an entry for every new one", f"raise {ENV_MAX_SIZE}, or remove "
-                    f"old entries: tpu-profile cache gc {path} --max-age 7d"))
+                    f"old entries: tpu-profile cache gc {path} --max-age 168h"))
     if len(result.jaxlib_versions) > 1 or result.stale:
         add(Finding("mixed_versions", "warning", f"entries of jaxlib {', '.join(result.jaxlib_versions)} "
-                    f"(installed: {result.installed_jaxlib}); {len(result.stale)} can never be read by this "
-                    "installation", f"remove them: tpu-profile cache gc {path} --stale"))
+                    f"(installed: {result.installed_jaxlib}); {at_least}{len(result.stale)} can never be read by this "
+                    f"installation{read}", f"remove them: tpu-profile cache gc {path} --stale"))
     if result.broken:
-        add(Finding("broken_entries", "warning", f"{len(result.broken)} entries jax cannot use (first: "
-                    f"{shorten(result.broken[0].name, 80)}: {result.broken[0].problem})",
+        of = f" of the {result.entry_count}" if result.truncated else ""
+        add(Finding("broken_entries", "warning", f"{at_least}{len(result.broken)}{of} entries jax cannot use{read} "
+                    f"(first: {shorten(result.broken[0].name, 80)}: {result.broken[0].problem})",
                     f"tpu-profile cache verify {path} --prune"))
     links = result.planted_links
     if links:

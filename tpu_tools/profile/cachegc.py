@@ -45,8 +45,10 @@ class GcResult:
     dry_run: bool
     removals: list[Removal] = field(default_factory=list)
     kept_entries: int = 0
-    kept_bytes: int = 0
+    kept_bytes: int = 0  # every entry that stays, those past the limit too
     truncated: bool = False  # the directory had more entries than were considered
+    entry_count: int = 0
+    entries_considered: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         done = [r for r in self.removals if r.removed]
@@ -56,7 +58,8 @@ class GcResult:
                 "would_remove": len(self.removals) if self.dry_run else 0,
                 "would_remove_bytes": sum(r.size_bytes for r in self.removals) if self.dry_run else 0,
                 "failed": sum(1 for r in self.removals if r.error), "kept_entries": self.kept_entries,
-                "kept_bytes": self.kept_bytes, "truncated": self.truncated,
+                "kept_bytes": self.kept_bytes, "truncated": self.truncated, "entry_count": self.entry_count,
+                "entries_considered": self.entries_considered,
                 "removals": [r.to_dict() for r in self.removals]}
 
 
@@ -177,6 +180,10 @@ def collect(scan: CacheScan, max_bytes: int | None, max_age_s: float | None, sta
     if not scan.holds_entries:  # a home or work folder given by mistake: nothing there is the cache's to remove
         raise CacheDirError(f"{scan.path} holds no compilation cache entry (<module>-<hash>-cache): nothing removed")
     removals, kept, kept_bytes = plan(scan, max_bytes, max_age_s, stale)
-    result = GcResult(scan.path, dry_run, removals, kept, kept_bytes, scan.truncated)
+    # entries past the limit were not considered: they stay, and count as kept (never an understated total)
+    unread = scan.entry_count - len(scan.entries)
+    unread_bytes = scan.total_bytes - sum(e.size_bytes for e in scan.entries)
+    result = GcResult(scan.path, dry_run, removals, kept + unread, kept_bytes + unread_bytes, scan.truncated,
+                      scan.entry_count, len(scan.entries))
     apply(Path(scan.path), removals, dry_run)
     return result

@@ -62,6 +62,8 @@ class VerifyResult:
     verdicts: list[Verdict] = field(default_factory=list)
     pruning: bool = False
     truncated: bool = False
+    entry_count: int = 0  # every entry of the directory; past the listing's limit they are not checked
+    entries_listed: int = 0
 
     @property
     def broken(self) -> list[Verdict]:
@@ -72,6 +74,8 @@ class VerifyResult:
                 "ok": sum(v.status == "ok" for v in self.verdicts), "broken": len(self.broken),
                 "skipped": sum(v.status == "skipped" for v in self.verdicts), "prune": self.pruning,
                 "pruned": sum(v.pruned for v in self.verdicts), "truncated": self.truncated,
+                "entry_count": self.entry_count, "entries_listed": self.entries_listed,
+                "partial_figures": ["ok", "broken", "skipped"] if self.truncated else [],
                 "entries": [v.to_dict() for v in self.verdicts]}
 
 
@@ -129,7 +133,8 @@ def verify(scan: CacheScan, deadline_s: float = DEFAULT_DEADLINE_S, prune: bool 
            max_bytes: int = MAX_ENTRY_BYTES) -> VerifyResult:
     """Judge every listed entry (and every link) of a scanned cache; with `prune`, remove the broken ones."""
     folder = Path(scan.path)
-    result = VerifyResult(scan.path, pruning=prune, truncated=scan.truncated)
+    result = VerifyResult(scan.path, pruning=prune, truncated=scan.truncated, entry_count=scan.entry_count,
+                          entries_listed=len(scan.entries))
     for other in scan.planted_links:  # other links are not the cache's: never judged, never pruned
         result.verdicts.append(Verdict(other.name, "link", "a link in the cache (never followed)"))
     pending = [e.name for e in scan.entries]

@@ -23,20 +23,30 @@ def _age(seconds: float | None) -> str:
 def inspect_blocks(document: dict[str, Any]) -> list[str | TableData]:
     """The summary lines, the entries (most compile time first), other files and XLA's sub-caches."""
     now = time.time()
+    count, listed = document["entry_count"], document["entries_listed"]
+    # Over a truncated listing a figure counts only the entries read: it says so, never reads as the whole.
+    partial = set(document.get("partial_figures") or ())
+    read = f" of the first {listed} read (--limit)" if document["truncated"] else ""
+    at_least = "at least " if "broken_entries" in partial else ""
+    among = f"of the {listed} read: " if read else ""
+    records = (f" (the first {document['key_records_read']} of {document['key_records']} records read)"
+               if "writers" in partial else "")
     lines = [
         f"cache {document['path']}  owner {document['owner']}  mode {document['mode']}  "
         f"filesystem {document.get('filesystem') or '?'}  {'writable' if document['writable_by_me'] else 'READ-ONLY'}"
         " for this user",
-        f"{document['entry_count']} entries, {format_bytes(document['total_bytes'])}, oldest "
-        f"{_age(document['oldest_age_s'])}, newest {_age(document['newest_age_s'])}; a hit on each saves "
-        f"{document['compile_seconds_saved_per_use_s']} s of compiling in all (whole seconds, as jax stores them)",
-        f"jaxlib installed {document.get('installed_jaxlib') or '?'}; in key records: "
-        f"{', '.join(document['jaxlib_versions']) or 'none'}; {document['stale_entries']} stale entries (another "
-        f"jaxlib: never read again), {document['broken_entries']} broken",
-        f"writers (key records): {', '.join(document['writers'][:8]) or 'unknown'}",
+        f"{count} entries, {format_bytes(document['total_bytes'])}; {among}"
+        f"oldest {_age(document['oldest_age_s'])}, newest {_age(document['newest_age_s'])}; a hit on each "
+        f"{'of those ' if read else ''}saves {document['compile_seconds_saved_per_use_s']} s of compiling in all "
+        "(whole seconds, as jax stores them)",
+        f"jaxlib installed {document.get('installed_jaxlib') or '?'}; in key records{records}: "
+        f"{', '.join(document['jaxlib_versions']) or 'none'}; {at_least}{document['stale_entries']} stale entries "
+        f"(another jaxlib: never read again) and {at_least}{document['broken_entries']} broken of the {count}"
+        + (f", counted among the {listed} read" if read else ""),
+        f"writers (key records{records}): {', '.join(document['writers'][:8]) or 'unknown'}",
     ]
-    if document["truncated"]:
-        lines.append(f"only the first {document['entries_listed']} entries are listed one by one (--limit)")
+    if read:
+        lines.append(f"only the first {listed} of the {count} entries are read and listed one by one (--limit)")
     blocks: list[str | TableData] = ["\n".join(lines)]
     entries = sorted(document["entries"], key=lambda e: (-(e["compile_time_s"] or 0), e["name"]))
     if entries:
@@ -79,9 +89,12 @@ def doctor_text(document: dict[str, Any]) -> str:
 
 
 def verify_text(document: dict[str, Any]) -> str:
-    lines = [f"cache {document['path']}: {document['checked']} checked on {document.get('platform') or '?'}, "
+    of = f" of the {document['entry_count']} entries (--limit)" if document["truncated"] else ""
+    lines = [f"cache {document['path']}: {document['checked']}{of} checked on {document.get('platform') or '?'}, "
              f"{document['ok']} load, {document['broken']} broken, {document['skipped']} not judged here"
-             + (f", {document['pruned']} removed" if document["prune"] else "")]
+             + (f", {document['pruned']} removed" if document["prune"] else "")
+             + (f"; the other {document['entry_count'] - document['entries_listed']} were not read: run again with "
+                "a higher --limit" if of else "")]
     for entry in document["entries"]:
         if entry["status"] == "ok":
             continue
@@ -104,6 +117,9 @@ def gc_text(document: dict[str, Any]) -> str:
         head = (f"cache {document['path']}: removed {document['removed']} files "
                 f"({format_bytes(document['removed_bytes'])})")
     lines = [head + f"; {document['kept_entries']} entries kept ({format_bytes(document['kept_bytes'])})"]
+    if document["truncated"]:
+        lines.append(f"  only the first {document['entries_considered']} of the {document['entry_count']} entries "
+                     "(by name) were considered (--limit); the others are kept and counted as kept")
     for removal in document["removals"]:
         state = "would remove" if document["dry_run"] else ("removed" if removal["removed"] else "NOT removed")
         error = f" ({removal['error']})" if removal["error"] else ""
