@@ -8,7 +8,9 @@ listening, and writes the watch's snapshot as JSON. `AGENT_CACHE_JOB` does the s
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -73,3 +75,23 @@ def run_cache_job(workdir: Path, cache_dir: Path, sizes: str, late: str = "", en
                             timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(out.read_text())
+
+
+def empty_entries(cache: Path, count: int) -> None:
+    """`count` entries that are empty files (broken: "empty file"), named as jax names entries.
+
+    They are hard links to a few inodes: no data blocks, and none of the cost (seconds of CPU, tens of seconds on
+    a busy disk) of allocating 10^5 inodes.
+    """
+    source = ""
+    for index in range(count):
+        name = str(cache / f"jit_f-{index:064x}-cache")
+        if source:
+            try:
+                os.link(source, name)
+                continue
+            except OSError as error:
+                if error.errno != errno.EMLINK:  # the file system's link limit (65,000 on ext4): a new inode
+                    raise
+        os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644))
+        source = name

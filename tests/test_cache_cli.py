@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -15,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cachejobs import run_cache_job
+from cachejobs import empty_entries, run_cache_job
 from conftest import UNMEASURED, assert_one_line_error, clean_env, run_tool, tool_command
 
 from tpu_tools.instrument import cachekeys
@@ -90,20 +89,7 @@ def test_a_hundred_thousand_entries_are_bounded_work(tmp_path: Path) -> None:
     cache = tmp_path / "huge"
     cache.mkdir()
     try:
-        # 10^5 names of empty regular files, hard links to a few inodes: no 400 MB of data blocks, and none of
-        # the cost (seconds of CPU, tens of seconds on a busy disk) of allocating 10^5 inodes.
-        source = ""
-        for index in range(100_000):
-            name = str(cache / f"jit_f-{index:064x}-cache")
-            if source:
-                try:
-                    os.link(source, name)
-                    continue
-                except OSError as error:
-                    if error.errno != errno.EMLINK:  # the file system's link limit (65,000 on ext4): a new inode
-                        raise
-            os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644))
-            source = name
+        empty_entries(cache, 100_000)  # 10^5 names, no 400 MB of data blocks
         document = _json("inspect", str(cache), "--limit", "50")
         assert document["entry_count"] == 100_000 and document["entries_listed"] == 50 and document["truncated"]
         assert all(e["problem"] == "empty file" for e in document["entries"])

@@ -7,7 +7,6 @@ that follow): what the commands read is the directory, outside input; a real cac
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -19,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cachejobs import empty_entries
 from conftest import assert_one_line_error, clean_env, run_tool
 
 DOTFILES = (".bashrc", ".profile", ".gitconfig", "x.swp", "x~", "tmp.x", ".write.tmp", "notes.partial")
@@ -156,18 +156,7 @@ def many_broken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """25,000 broken entries (empty files: hard links to a few inodes), more than doctor's 20,000 read."""
     cache = tmp_path_factory.mktemp("many") / "cache"
     cache.mkdir()
-    source = ""
-    for index in range(COUNT):
-        name = str(cache / f"jit_f-{index:064x}-cache")
-        if source:
-            try:
-                os.link(source, name)
-                continue
-            except OSError as error:
-                if error.errno != errno.EMLINK:
-                    raise
-        os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644))
-        source = name
+    empty_entries(cache, COUNT)
     yield cache
     shutil.rmtree(cache, ignore_errors=True)
 
