@@ -12,6 +12,9 @@ import os
 import re
 import shutil
 import socket
+import subprocess
+import sys
+import textwrap
 import time
 import zlib
 from collections.abc import Iterator
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from cachejobs import empty_entries
-from conftest import assert_one_line_error, clean_env, run_tool
+from conftest import assert_one_line_error, clean_env, run_tool, tool_command
 
 DOTFILES = (".bashrc", ".profile", ".gitconfig", "x.swp", "x~", "tmp.x", ".write.tmp", "notes.partial")
 TWO_HOURS_AGO = time.time() - 7200
@@ -200,3 +203,47 @@ def test_verify_and_gc_over_a_truncated_listing_count_every_entry(many_broken: P
     text = run_tool("tpu-profile", "cache", "gc", str(many_broken), "--max-age", "87600h", "--dry-run", "--limit",
                     "50").stdout
     assert f"{COUNT} entries kept" in text and f"only the first 50 of the {COUNT} entries" in text
+
+
+MEASURE = textwrap.dedent("""
+    import json, resource, subprocess, sys
+    run = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+    # the largest resident set of the program and of every process it waited for (the verifying child)
+    print(json.dumps({"rss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "code": run.returncode,
+                      "stdout": run.stdout, "stderr": run.stderr}))
+""")
+
+
+def _verify_measured(cache: Path) -> dict:
+    command = [sys.executable, "-c", MEASURE, *tool_command("tpu-profile"), "cache", "verify", str(cache), "--json",
+               "--platform", "cpu"]
+    result = subprocess.run(command, capture_output=True, text=True, env=clean_env(), timeout=300)
+    assert result.returncode == 0, result.stderr
+    measured = json.loads(result.stdout)
+    assert "Traceback" not in measured["stderr"], measured["stderr"]
+    return {**measured, "document": json.loads(measured["stdout"])}
+
+
+def test_verify_refuses_a_decompression_bomb_without_reading_it(tmp_path: Path) -> None:
+    plain, bombed = tmp_path / "plain", tmp_path / "bombed"
+    plain.mkdir()
+    bombed.mkdir()
+    _entry(plain, "jit_small", "1", payload=b"not an executable" * 8)
+    _entry(bombed, "jit_small", "1", payload=b"not an executable" * 8)
+    bomb = bombed / f"jit_bomb-{'2' * 64}-cache"
+    squeeze = zlib.compressobj(9)
+    with open(bomb, "wb") as handle:  # 200 MiB of zeros behind a compile time, in about 200 KB
+        handle.write(squeeze.compress((1).to_bytes(4, "big")))
+        for _ in range(200):
+            handle.write(squeeze.compress(bytes(1 << 20)))
+        handle.write(squeeze.flush())
+    assert bomb.stat().st_size < 300_000
+    baseline = _verify_measured(plain)
+    measured = _verify_measured(bombed)
+    verdicts = {e["name"]: e for e in measured["document"]["entries"]}
+    assert verdicts[bomb.name]["status"] == "broken", verdicts[bomb.name]
+    assert "decompression bomb" in verdicts[bomb.name]["problem"] and measured["code"] == 1
+    assert verdicts[f"jit_small-{'1' * 64}-cache"]["status"] == baseline["document"]["entries"][0]["status"]
+    # read whole, this bomb took 400 MiB more than the plain cache; refused while counting, a piece (1 MiB) or so
+    grown_mib = (measured["rss_kib"] - baseline["rss_kib"]) / 1024
+    assert grown_mib < 32, (baseline["rss_kib"], measured["rss_kib"])

@@ -9,6 +9,7 @@ than `limit` entries in detail (the rest are counted). Formats: `cachekeys`.
 
 from __future__ import annotations
 
+import io
 import os
 import pwd
 import re
@@ -277,8 +278,8 @@ def compile_time_of(head: bytes) -> tuple[int | None, str | None, str | None]:
         except ImportError:
             return None, "zstd", None  # readable by a jax that has zstandard; the time is not, here
         try:
-            reader = zstandard.ZstdDecompressor().decompressobj()
-            raw = reader.decompress(head)
+            # a reader bounds the output to the 4 bytes wanted: the head of a bomb never expands whole
+            raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(head)).read(4)
         except Exception:
             return None, "zstd", "not a valid zstd stream"
         return (int.from_bytes(raw[:4], "big"), "zstd", None) if len(raw) >= 4 else (None, "zstd", "truncated")

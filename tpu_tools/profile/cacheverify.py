@@ -24,9 +24,10 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tpu_tools.errors import first_line
 from tpu_tools.profile import cachegc
@@ -35,6 +36,10 @@ from tpu_tools.profile.cachedir import ZSTD_MAGIC, CacheScan
 SCHEMA = "tpu-tools/cache-verify/v1"
 DEFAULT_DEADLINE_S = 60.0
 MAX_ENTRY_BYTES = 4 << 30  # beyond any executable: a larger "entry" is not read
+# An entry may decompress to this many times its size (or to the floor, for small ones): executables written
+# here compress 2 to 6 times; zlib cannot pass about 1,000, which its bombs reach.
+MAX_EXPANSION = 256
+EXPANSION_FLOOR = 64 << 20
 STARTUP_S = 120.0  # importing jax and starting the backend, on a busy machine
 BETWEEN_S = 30.0  # from one verdict to the child's next "start" line: no work, only scheduling
 EXIT_S = 5.0  # a child that said "done" exits by itself (and writes what it has to) before it is killed
@@ -212,8 +217,40 @@ def _maybe_being_written(dir_fd: int, verdict: Verdict) -> bool:
 
 # --- the child -------------------------------------------------------------------------------------
 
+def expansion_cap(size: int, max_bytes: int) -> int:
+    """The most an entry of `size` compressed bytes may decompress to: a bomb is refused, not read."""
+    return min(max_bytes, max(size * MAX_EXPANSION, EXPANSION_FLOOR))
+
+
+class Truncated(Exception):
+    """The compressed stream ends before its end marker."""
+
+
+def _pieces(handle: BinaryIO, zstd: Any) -> Iterator[bytes]:
+    """The decompressed stream from the file's start, at most CHUNK bytes a piece whatever the ratio;
+    `Truncated` when a zlib stream ends early."""
+    handle.seek(0)
+    if zstd is not None:
+        reader = zstd.ZstdDecompressor().stream_reader(handle, read_size=CHUNK)
+        while piece := reader.read(CHUNK):
+            yield piece
+        return
+    stream = zlib.decompressobj()
+    data = b""
+    while not stream.eof:
+        data = data or handle.read(CHUNK)
+        if not data:
+            raise Truncated
+        yield stream.decompress(data, CHUNK)
+        data = stream.unconsumed_tail
+
+
 def _read_entry(folder: Path, name: str, max_bytes: int) -> tuple[bytes | None, str | None]:
-    """The decompressed entry, or the problem with it."""
+    """The decompressed entry, or the problem with it.
+
+    A first pass only counts what the stream expands to, a piece at a time, so that a bomb costs a piece of
+    memory before it is refused; only an entry within its cap is decompressed again and kept.
+    """
     try:
         fd = os.open(folder / name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError as error:
@@ -224,30 +261,25 @@ def _read_entry(folder: Path, name: str, max_bytes: int) -> tuple[bytes | None, 
             return None, "not a regular file"
         if info.st_size > max_bytes:
             return None, f"{info.st_size} bytes, more than any executable ({max_bytes} allowed)"
-        head = handle.read(4)
-        if head.startswith(ZSTD_MAGIC[:4]):
+        zstd = None
+        if handle.read(4).startswith(ZSTD_MAGIC[:4]):
             try:
-                import zstandard  # type: ignore[import-not-found,unused-ignore]
+                import zstandard as zstd  # type: ignore[import-not-found,no-redef,unused-ignore]
             except ImportError:
                 return None, "skipped: compressed with zstd and zstandard is not installed"
-            stream = zstandard.ZstdDecompressor().decompressobj()
-        else:
-            stream = zlib.decompressobj()
-        parts, total = [], 0
-        data = head
+        cap = expansion_cap(info.st_size, max_bytes)
         try:
-            while data:
-                piece = stream.decompress(data)
+            total = 0
+            for piece in _pieces(handle, zstd):
                 total += len(piece)
-                if total > max_bytes:
-                    return None, f"decompresses to more than {max_bytes} bytes"
-                parts.append(piece)
-                data = handle.read(CHUNK)
+                if total > cap:
+                    return None, (f"decompresses to more than {cap} bytes, over {MAX_EXPANSION} times its "
+                                  f"{info.st_size} (a decompression bomb): refused, not read")
+            raw = b"".join(_pieces(handle, zstd))
+        except Truncated:
+            return None, "truncated: the compressed stream ends early"
         except Exception as error:
             return None, f"not a valid compressed entry ({first_line(error, limit=120)})"
-        if isinstance(stream, type(zlib.decompressobj())) and not stream.eof:
-            return None, "truncated: the compressed stream ends early"
-    raw = b"".join(parts)
     if len(raw) < 5:
         return None, "too short to hold a compile time and an executable"
     return raw, None
