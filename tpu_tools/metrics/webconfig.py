@@ -10,7 +10,9 @@
       prometheus: $2y$10$...                         # bcrypt hashes only, never a password
 
 Everything wrong with the file is a UsageError naming the file and the key, raised before anything is
-served, so a bad deployment fails at start rather than serving in the clear.
+served, so a bad deployment fails at start rather than serving in the clear. That includes the combinations
+no client could use: a min_version above max_version, a client_ca_file that checks nobody (NoClientCert),
+and versions or a certificate the TLS library cannot shake hands with (tried in memory at load).
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ def load_web_config(path: Path) -> WebConfig:
     config = WebConfig(tls, users)
     if tls is not None:
         ssl_context(tls, where)
+        check_handshake(tls, where)
     return config
 
 
@@ -123,13 +126,21 @@ def _tls(section: Any, path: Path, where: str) -> TLSConfig | None:
         raise UsageError(f"{where}: tls_server_config.client_auth_type {auth!r} is not one of "
                          f"{', '.join(CLIENT_AUTH_TYPES)}")
     ca = file("client_ca_file", auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert"))
+    if ca is not None and auth == "NoClientCert":  # as exporter-toolkit: a CA that checks nobody is a mistake
+        raise UsageError(f"{where}: tls_server_config.client_ca_file is given but client_auth_type is NoClientCert, "
+                         "so no client would be checked; set client_auth_type: RequireAndVerifyClientCert")
     versions = {}
     for name in ("min_version", "max_version"):
         value = section.get(name)
         if value is not None and value not in TLS_VERSIONS:
             raise UsageError(f"{where}: tls_server_config.{name} {value!r} is not one of {', '.join(TLS_VERSIONS)}")
         versions[name] = value
-    return TLSConfig(cert, key, auth, ca, versions["min_version"] or "TLS12", versions["max_version"])
+    low, high = versions["min_version"] or "TLS12", versions["max_version"]
+    if high is not None and TLS_VERSIONS[low] > TLS_VERSIONS[high]:
+        raise UsageError(f"{where}: tls_server_config.min_version {low} is above max_version {high}: no TLS "
+                         "version is left to speak" + ("" if versions["min_version"] else
+                                                       f" ({low} is the default min_version)"))
+    return TLSConfig(cert, key, auth, ca, low, high)
 
 
 def _users(section: Any, where: str) -> dict[str, bytes]:
@@ -152,11 +163,48 @@ def _users(section: Any, where: str) -> dict[str, bytes]:
     return users
 
 
-def ssl_context(tls: TLSConfig, where: str = "--web-config") -> ssl.SSLContext:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+def _versions(context: ssl.SSLContext, tls: TLSConfig) -> ssl.SSLContext:
     context.minimum_version = TLS_VERSIONS[tls.min_version]
     if tls.max_version:
         context.maximum_version = TLS_VERSIONS[tls.max_version]
+    return context
+
+
+def check_handshake(tls: TLSConfig, where: str = "--web-config", rounds: int = 8) -> None:
+    """Shake hands in memory with the file's versions and certificate: a combination the TLS library cannot
+    speak (TLS11 as the highest version where OpenSSL's security level refuses it, a key no cipher of those
+    versions signs with) is refused now rather than served to clients that can never connect."""
+    server = _versions(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), tls)
+    server.load_cert_chain(str(tls.cert_file), str(tls.key_file))
+    client = _versions(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), tls)
+    client.check_hostname, client.verify_mode = False, ssl.CERT_NONE  # the pairing, not the trust, is in question
+    to_server, to_client, from_client, from_server = (ssl.MemoryBIO() for _ in range(4))
+    sides = [client.wrap_bio(to_client, from_client, server_side=False),
+             server.wrap_bio(to_server, from_server, server_side=True)]
+    done = [False, False]
+    try:
+        for _ in range(rounds):
+            for index, side in enumerate(sides):
+                if not done[index]:
+                    try:
+                        side.do_handshake()
+                        done[index] = True
+                    except ssl.SSLWantReadError:
+                        pass
+            to_server.write(from_client.read())
+            to_client.write(from_server.read())
+            if all(done):
+                return
+    except ssl.SSLError as error:
+        versions = f"{tls.min_version} to {tls.max_version or 'the highest'}"
+        raise UsageError(f"{where}: no TLS handshake is possible with {versions} and this certificate in this TLS "
+                         f"library ({error.reason or error}); choose other tls_server_config versions") from None
+    raise UsageError(f"{where}: a TLS handshake with {tls.min_version} to {tls.max_version or 'the highest'} did not "
+                     "finish")
+
+
+def ssl_context(tls: TLSConfig, where: str = "--web-config") -> ssl.SSLContext:
+    context = _versions(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), tls)
     try:
         context.load_cert_chain(str(tls.cert_file), str(tls.key_file))
     except (ssl.SSLError, OSError) as error:
