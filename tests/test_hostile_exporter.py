@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import http.client
 import socket
 import ssl
+import subprocess
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, run_tool
+from agentjobs import agent_env, running_job, wait_for
+from conftest import assert_one_line_error, run_tool, tool_command
 from promstack import free_port
 from test_webconfig import certificate
 
@@ -80,3 +83,47 @@ def test_versions_the_tls_library_refuses_are_refused_at_start(tmp_path: Path) -
                       "  max_version: TLS13\n")
     result = _start(config)
     assert result.returncode == 0, result.stderr
+
+
+def _scrape(port: int) -> tuple[int, bytes, str | None]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)  # a hang guard
+    try:
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        return response.status, response.read(), response.getheader("Retry-After")
+    finally:
+        connection.close()
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except ConnectionRefusedError:
+        return False
+    return True
+
+
+def test_scrapes_from_the_first_instant_never_get_an_empty_200() -> None:
+    with running_job(light=True) as (_job, rundir):
+        port = free_port()
+        monitor = subprocess.Popen([*tool_command("tpu-monitor"), "--prometheus", f"127.0.0.1:{port}", "--quiet",
+                                    "--period", "1"], env=agent_env(rundir), stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: _accepts(port) or monitor.poll() is not None, timeout=60, interval=0.002)
+            assert monitor.poll() is None, monitor.stderr.read() if monitor.stderr else ""
+            with ThreadPoolExecutor(8) as pool:  # from the first instant: 8 clients, 5 scrapes each
+                answers = list(pool.map(lambda _: [_scrape(port) for _ in range(5)], range(8)))
+            for status, body, retry_after in (answer for client in answers for answer in client):
+                if status == 503:  # the first round took longer than a scrape may wait for it
+                    assert retry_after == "1" and b"No report yet" in body
+                else:
+                    assert status == 200 and b"tpu_tools_" in body, (status, body[:200])
+            assert _scrape(port)[0] == 200 or wait_for(lambda: _scrape(port)[0] == 200, timeout=30)
+        finally:
+            monitor.terminate()
+            try:
+                monitor.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                monitor.kill()
+                monitor.wait()

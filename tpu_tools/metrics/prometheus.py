@@ -258,11 +258,18 @@ class ReportCollector(Collector):
         self._report: dict[str, Any] | None = None
         self._lock = threading.Lock()
         self._generation = 0
+        self._ready = threading.Event()
 
     def update(self, report: dict[str, Any]) -> None:
         with self._lock:
             self._report = report
             self._generation += 1
+        self._ready.set()
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Whether a report is there to serve, waiting up to `timeout_s` for the first one: before it, a scrape
+        would read no series at all and Prometheus would take the target for up and empty."""
+        return self._ready.wait(max(0.0, timeout_s))
 
     def generation(self) -> int:
         """Changes with every update: the server renders once per report, not once per scrape."""

@@ -13,7 +13,9 @@ the clients do (`Limits`):
   idle connections cannot lock scrapers out;
 - a request head longer than `max_request_bytes` (a 1 MiB request line, 10^4 headers) is answered 431 and
   closed; request bodies are never read (the connection closes after the answer);
-- concurrent scrapes share one rendering: a scrape gets a body rendered after it arrived.
+- concurrent scrapes share one rendering: a scrape gets a body rendered after it arrived;
+- before the collector's first data (tpu-monitor's first round) a scrape waits for it, `first_data_wait_s`
+  from its arrival at most, then gets 503: never a 200 with no series.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from tpu_tools.metrics.webconfig import Authenticator, WebConfig, ssl_context
 
 _CHECK_EVERY_S = 0.25  # how often deadlines are looked at (their precision)
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-            431: "Request Header Fields Too Large", 500: "Internal Server Error", 505: "HTTP Version Not Supported"}
+            431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable",
+            505: "HTTP Version Not Supported"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class Limits:
     header_timeout_s: float = 10.0  # TLS handshake + request head, from connect or from the last answer
     write_timeout_s: float = 10.0  # for the whole answer to leave
     max_request_bytes: int = 8 * 1024  # a scrape's head is a few hundred bytes
+    first_data_wait_s: float = 5.0  # within Prometheus's default scrape timeout (10 s)
 
 
 @dataclass(frozen=True)
@@ -473,9 +477,11 @@ class MetricsHandler:
     right credentials."""
 
     def __init__(self, registry: CollectorRegistry, authenticator: Authenticator,
-                 generation: Callable[[], int] | None = None):
+                 generation: Callable[[], int] | None = None, ready: Callable[[float], bool] | None = None,
+                 ready_wait_s: float = Limits.first_data_wait_s):
         self.renderer = Renderer(registry, generation)
         self.authenticator = authenticator
+        self.ready, self.ready_wait_s = ready, ready_wait_s
 
     def quick(self, request: Request) -> Answer | None:
         """/metrics from the rendering of the current report, for credentials already checked; else None."""
@@ -503,6 +509,9 @@ class MetricsHandler:
                                                    ("WWW-Authenticate", 'Basic realm="tpu-tools"')))
         path = request.target.split("?", 1)[0]
         if path == "/metrics":
+            if self.ready is not None and not self.ready(arrived + self.ready_wait_s - time.monotonic()):
+                return Answer(503, b"No report yet: the first round is still running\n",
+                              (("Content-Type", "text/plain; charset=utf-8"), ("Retry-After", "1")))
             compress = gzip_accepted(request.headers.get("accept-encoding", ""))
             return self._metrics(*self.renderer.body(request.headers.get("accept", ""), compress, arrived), compress)
         if path == "/":
@@ -521,8 +530,11 @@ def serve_metrics(collector: Collector, host: str, port: int, config: WebConfig 
     # A collector whose data changes only at known times (ReportCollector: once a round) says so with a
     # `generation()` method; its body is then rendered once per change, not once per scrape.
     generation = getattr(collector, "generation", None)
+    # One that fills in later (ReportCollector: after the first round) says when it has data with `wait_ready`.
+    ready = getattr(collector, "wait_ready", None)
     handler = MetricsHandler(registry, Authenticator(config.users if config is not None else {}),
-                             generation if callable(generation) else None)
+                             generation if callable(generation) else None, ready if callable(ready) else None,
+                             limits.first_data_wait_s)
     try:
         server = MetricsServer((host, port), handler, context, limits)
     except OSError as error:
