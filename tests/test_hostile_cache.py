@@ -69,11 +69,11 @@ def test_gc_of_a_folder_without_cache_entries_removes_nothing_and_says_so(tmp_pa
     home = _home(tmp_path)
     before = _listing(home)
     result = run_tool("tpu-profile", "cache", "gc", str(home), *options, env=clean_env(HOME=str(home)))
-    assert_one_line_error(result, 1, "holds no compilation cache entry", "nothing removed")
+    assert_one_line_error(result, 1, "holds no JAX compilation cache entry", "nothing removed")
     assert _listing(home) == before
     # the same folder as the current one, named "." (the form '' took before it was refused)
     result = run_tool("tpu-profile", "cache", "gc", ".", *options, cwd=home)
-    assert_one_line_error(result, 1, "holds no compilation cache entry")
+    assert_one_line_error(result, 1, "holds no JAX compilation cache entry")
     assert _listing(home) == before
 
 
@@ -103,6 +103,24 @@ def test_gc_in_a_cache_that_holds_user_files_removes_only_the_caches_own_leftove
     # even --max-bytes 0, which takes every entry, leaves the user's files and links
     assert _json("gc", str(home), "--max-bytes", "0")["removed"] == 1
     assert {name: _listing(home).get(name) for name in user_files} == user_files
+
+
+def test_gc_leaves_a_torch_xla_cache_alone(tmp_path: Path) -> None:
+    torch = tmp_path / "xla-cache"
+    torch.mkdir()
+    for name in ("183906451839226123458716", "99081234567890123"):  # PyTorch/XLA names entries by a decimal hash
+        (torch / name).write_bytes(b"a serialised PyTorch/XLA executable")
+        _age(torch / name)
+    before = _listing(torch)
+    result = run_tool("tpu-profile", "cache", "gc", str(torch), "--max-bytes", "0")
+    assert_one_line_error(result, 1, "holds no JAX compilation cache entry", "2 files named by a decimal hash",
+                          "PyTorch/XLA")
+    assert _listing(torch) == before
+    jax_entry = _entry(torch, "jit_step", "a")  # a JAX entry beside them: it goes, they stay
+    assert [r["name"] for r in _json("gc", str(torch), "--max-bytes", "0")["removals"]] == [jax_entry.name]
+    assert _listing(torch) == before
+    kinds = {o["name"]: o["kind"] for o in _json("inspect", str(torch))["other_files"]}
+    assert all(kind.startswith("torch_xla entry") for kind in kinds.values()) and len(kinds) == 2
 
 
 def test_verify_prune_removes_links_planted_as_entries_never_the_users_links(tmp_path: Path) -> None:

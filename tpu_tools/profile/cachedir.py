@@ -34,6 +34,10 @@ SUBCACHE_LIMIT = 10_000  # files counted in one sub-cache
 JAX_TEMP = re.compile(r"^_temp_.+-[0-9a-f]{64}(-cache)?$")
 TRASH_PREFIX = ".tpu-tools-removing-"
 TRASH = re.compile(r"^\.tpu-tools-removing-[0-9a-f]{12}$")
+# PyTorch/XLA's persistent cache names each entry by a decimal hash (a 128-bit one: up to 39 digits); its format
+# is not JAX's, so such files are told apart, never read as entries nor removed.
+TORCH_XLA_ENTRY = re.compile(r"^[0-9]{10,40}$")
+TORCH_XLA_KIND = "torch_xla entry (PyTorch/XLA's cache: left alone)"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 XLA_SUBCACHES = {"xla_gpu_kernel_cache_file": "XLA GPU kernel cache",
                  "xla_gpu_per_fusion_autotune_cache_dir": "XLA GPU autotune cache"}
@@ -81,7 +85,8 @@ class SubCache:
 @dataclass
 class OtherFile:
     name: str
-    kind: str  # "temporary" (jax's or gc's own), "orphan atime", "link", "not a regular file", "unknown"
+    kind: str  # "temporary" (jax's or gc's own), "orphan atime", "link", "torch_xla entry", "not a regular file",
+    # "unknown"
     size_bytes: int
 
     def to_dict(self) -> dict[str, Any]:
@@ -368,7 +373,8 @@ def scan(path: Path, limit: int = DEFAULT_LIMIT, heads: bool = True) -> CacheSca
                 if base not in entry_names:
                     result.other_files.append(OtherFile(name, "orphan atime (its entry is gone)", item_info.st_size))
                 continue
-            kind = "temporary" if JAX_TEMP.match(name) or TRASH.match(name) else "unknown"
+            kind = ("temporary" if JAX_TEMP.match(name) or TRASH.match(name)
+                    else TORCH_XLA_KIND if TORCH_XLA_ENTRY.match(name) else "unknown")
             if not stat.S_ISREG(item_info.st_mode):
                 kind = "not a regular file"
             result.other_files.append(OtherFile(name, kind, item_info.st_size))
