@@ -265,3 +265,20 @@ def test_verify_refuses_a_decompression_bomb_without_reading_it(tmp_path: Path) 
     # read whole, this bomb took 400 MiB more than the plain cache; refused while counting, a piece (1 MiB) or so
     grown_mib = (measured["rss_kib"] - baseline["rss_kib"]) / 1024
     assert grown_mib < 32, (baseline["rss_kib"], measured["rss_kib"])
+
+
+def test_a_sub_cache_and_other_files_past_their_limits_are_not_understated(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    autotune = cache / "xla_gpu_per_fusion_autotune_cache_dir"
+    autotune.mkdir(parents=True)
+    _entry(cache, "jit_step", "a")
+    first = autotune / "0"
+    first.write_bytes(b"x")
+    for index in range(1, 10_050):  # past the 10,000 files counted in a sub-cache; hard links, no data
+        os.link(first, autotune / str(index))
+    for index in range(45):  # past the 40 rows of the other files' table
+        (cache / f"note-{index}").write_text("x")
+    (sub,) = _json("inspect", str(cache))["subcaches"]
+    assert sub["truncated"] and sub["files"] == 10_000
+    text = run_tool("tpu-profile", "cache", "inspect", str(cache)).stdout
+    assert "at least 10000" in text and "... 5 more (--json)" in text, text

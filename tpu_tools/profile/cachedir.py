@@ -77,6 +77,7 @@ class SubCache:
     files: int
     bytes: int
     writable_by_me: bool
+    truncated: bool = False  # more than SUBCACHE_LIMIT files: files and bytes count only the first ones
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -324,7 +325,7 @@ def _subcache(path: Path, name: str, what: str) -> SubCache:
     else:
         files, size = 1, info.st_size
     return SubCache(name, what, user_name(info.st_uid), f"{stat.S_IMODE(info.st_mode):04o}", files, size,
-                    os.access(path, os.W_OK))
+                    os.access(path, os.W_OK), files >= SUBCACHE_LIMIT)
 
 
 def scan(path: Path, limit: int = DEFAULT_LIMIT, heads: bool = True) -> CacheScan:

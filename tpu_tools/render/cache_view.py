@@ -66,14 +66,17 @@ def inspect_blocks(document: dict[str, Any]) -> list[str | TableData]:
                           title="Temporary, partial and other files")
         for other in document["other_files"][:MAX_ROWS]:
             table.add_row(other["name"], other["kind"], format_bytes(other["size_bytes"]))
+        if len(document["other_files"]) > MAX_ROWS:
+            table.add_row(f"... {len(document['other_files']) - MAX_ROWS} more (--json)", "", "")
         blocks.append(table)
     if document["subcaches"]:
         table = TableData([Column("SUB-CACHE"), Column("WHAT"), Column("OWNER"), Column("MODE"),
                            Column("FILES", "right"), Column("SIZE", "right"), Column("WRITABLE")],
                           title="XLA's sub-caches")
         for sub in document["subcaches"]:
-            table.add_row(sub["name"], sub["what"], sub["owner"], sub["mode"], sub["files"],
-                          format_bytes(sub["bytes"]), "yes" if sub["writable_by_me"] else "no")
+            more = "at least " if sub.get("truncated") else ""  # counting stopped at its limit
+            table.add_row(sub["name"], sub["what"], sub["owner"], sub["mode"], f"{more}{sub['files']}",
+                          more + format_bytes(sub["bytes"]), "yes" if sub["writable_by_me"] else "no")
         blocks.append(table)
     return blocks
 
