@@ -247,3 +247,14 @@ def test_iterations_repeat_the_selected_tests(tmp_path):
     rows = [line.split()[0:2] for line in result.stdout.splitlines() if " PASS " in line and "verdict" not in line]
     assert rows == [["compile", "#1"], ["known-answer", "#1"], ["compile", "#2"], ["known-answer", "#2"],
                     ["compile", "#3"], ["known-answer", "#3"]]
+
+
+def test_launched_processes_repeat_their_exchanges_without_mixing_the_repeats(tmp_path):
+    result = run_tool("tpu-diag", "--launch", "2", "--host-devices", "1", "-r", "2", "--only",
+                      "gemm f32,collective ring +1", "--skip", "gemm f32 exact", "--iterations", "2", "--json",
+                      env=_env(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stderr
+    checks = json.loads(result.stdout)["checks"]
+    assert [(c["iteration"], c["test"], c["device"]) for c in checks] == [
+        (i, test, device) for i in (0, 1) for test, device in (("gemm f32", 0), ("gemm f32", 2048),
+                                                               ("collective ring +1", None))]

@@ -142,6 +142,12 @@ class DiagRunner:
         self.checks.append(check)
         self.sink.check(check)
 
+    def _gather(self, name: str, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """Every process's `payload` on process 0 (None on the others); one name per repeat of the run."""
+        if self.exchange is None:
+            return [payload]
+        return self.exchange.gather(f"{self.iteration}/{name}", payload)
+
     def _injected(self, kind: str, device: Any) -> bool:
         inject = self.settings.injected(kind)
         return inject is not None and inject.device == device.id
@@ -282,7 +288,7 @@ class DiagRunner:
         payload: dict[str, Any] = {"runs": {str(k): v for k, v in table.runs.items()},
                    "kinds": {str(k): v for k, v in table.kinds.items()},
                    "durations": {str(k): v for k, v in table.durations.items()}}
-        gathered = self.exchange.gather(f"digest/{test}", payload) if self.exchange else [payload]
+        gathered = self._gather(f"digest/{test}", payload)
         if gathered is None:
             return
         runs: dict[int, list[str]] = {}
@@ -304,8 +310,7 @@ class DiagRunner:
                 self._emit(check)
 
     def _rate(self, times: dict[int, float]) -> None:
-        gathered = (self.exchange.gather("rate", {str(k): v for k, v in times.items()}) if self.exchange
-                    else [{str(k): v for k, v in times.items()}])
+        gathered = self._gather("rate", {str(k): v for k, v in times.items()})
         if gathered is None:
             return
         merged = {int(k): v for entry in gathered for k, v in entry.items()}
@@ -376,8 +381,7 @@ class DiagRunner:
             self.coverage.add_link(link)
         local: list[dict[str, Any]] = [{"device": w.device, "link": w.link, "wrong": w.wrong, "checked": w.checked}
                                        for w in outcome.wrong]
-        gathered = self.exchange.gather(f"collective/{name}", {"wrong": local}) if self.exchange else [
-            {"wrong": local}]
+        gathered = self._gather(f"collective/{name}", {"wrong": local})
         if gathered is None:
             return
         wrong: list[dict[str, Any]] = [w for entry in gathered for w in entry["wrong"]]
@@ -475,7 +479,7 @@ class DiagRunner:
                 if iteration >= 1 and self._injected("sustained", device):
                     words = kernels.digest_program()(kernels.flip_bit(product))
                 runs[str(device.id)] = [digest_text(words)]
-            gathered = self.exchange.gather(f"sustained/{iteration}", runs) if self.exchange else [runs]
+            gathered = self._gather(f"sustained/{iteration}", runs)
             if gathered is not None and first_bad is None:
                 merged = {int(k): v for entry in gathered for k, v in entry.items()}
                 bad = [j.device for j in judge_digests(merged) if j.status == FAIL]
@@ -504,7 +508,8 @@ class DiagRunner:
         """Every process runs the same iterations: process 0's clock decides when to stop."""
         if self.exchange is None:
             return mine
-        return self.exchange.decide(SUSTAINED_STEP + iteration, "go" if mine else "stop") == "go"
+        step = SUSTAINED_STEP * (self.iteration + 1) + iteration  # unique over the run's --iterations too
+        return self.exchange.decide(step, "go" if mine else "stop") == "go"
 
 
 SUSTAINED_STEP = 1_000_000
