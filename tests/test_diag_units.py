@@ -263,6 +263,12 @@ def test_tpu_sensors_during_sustained_load_warn_on_throttling_and_sick_links(mon
     assert telemetry.warnings() == ["throttled: tpu_throttle_score 4 of 10 on chip 1",
                                     "ICI link chip1.ici3 unhealthy: ici_link_health 6 of 10"]
     assert telemetry.figures()["telemetry_source"] == "libtpu.sdk"
+    from tpu_tools.render.diag_view import sensor_lines
+
+    report = DiagReport(level=3, time="2026-11-27T10:00:00+00:00", host="vm",
+                        checks=[Check("sustained", "warn", "throttled", figures=telemetry.figures())])
+    assert sensor_lines(report) == ["sensors (libtpu.sdk): ici_link_health worst 6 of 10 on chip1.ici3; "
+                                    "tpu_throttle_score worst 4 of 10 on chip 1"]
     quiet = Telemetry("cpu")
     quiet.sample()
     assert quiet.warnings() == [] and quiet.figures()["telemetry_error"] == "no sensor reading on this platform"

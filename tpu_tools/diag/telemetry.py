@@ -139,7 +139,9 @@ class Telemetry:
         return {"telemetry_source": self.source if not self.error else None, "telemetry_error": self.error,
                 "telemetry_samples": self.readings, "telemetry_last": self.last,
                 "throttle_reasons": sorted(self.reasons),
-                "sensors": {index: peaks.to_dict() for index, peaks in sorted(self.peaks.items())}}
+                "sensors": {index: peaks.to_dict() for index, peaks in sorted(self.peaks.items())},
+                "tpu_worst": {metric: {"where": where, "score": score}
+                              for metric, (where, score) in sorted(self.tpu_worst.items())}}
 
     def warnings(self) -> list[str]:
         found = [f"clocks throttled: {', '.join(sorted(self.reasons))}"] if self.reasons else []

@@ -62,6 +62,11 @@ def sensor_lines(report: DiagReport) -> list[str]:
             parts.append("throttled: " + ", ".join(f"{reason} {seconds:.1f} s" for reason, seconds in
                                                    sorted(throttled.items())) if throttled else "not throttled")
             lines.append(f"sensors GPU {index} ({check.figures.get('telemetry_source')}): {', '.join(parts)}")
+        if check.test == "sustained" and check.figures.get("telemetry_source") == "libtpu.sdk":
+            worst = check.figures.get("tpu_worst") or {}
+            parts = [f"{metric} worst {found['score']:g} of 10 on {found['where']}"
+                     for metric, found in sorted(worst.items())]
+            lines.append(f"sensors (libtpu.sdk): {'; '.join(parts) or 'every throttle and link score 0'}")
         if check.test == "sustained" and check.figures.get("telemetry_error") and not sensors:
             lines.append(f"sensors: {check.figures['telemetry_error']}")
     return lines
