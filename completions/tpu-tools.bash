@@ -222,8 +222,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|diag')
-            opts='-r --level --duration --memory-fraction --inject --force --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
-            valopts='-r --level --duration --memory-fraction --inject --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --format'; pathopts='--junit'
+            opts='-r --level --duration --memory-fraction --inject --only --skip --iterations --reference --save-reference --force --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            valopts='-r --level --duration --memory-fraction --inject --only --skip --iterations --reference --save-reference --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --format'; pathopts='--reference --save-reference --junit'
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;
@@ -434,8 +434,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-diag|')
-            opts='-r --level --duration --memory-fraction --inject --force --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
-            valopts='-r --level --duration --memory-fraction --inject --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --format'; pathopts='--junit'
+            opts='-r --level --duration --memory-fraction --inject --only --skip --iterations --reference --save-reference --force --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            valopts='-r --level --duration --memory-fraction --inject --only --skip --iterations --reference --save-reference --junit --launch --coordinator --num-processes --process-id --platform --host-devices --xla-flag --timeout --format'; pathopts='--reference --save-reference --junit'
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
                 --format) choices='auto table plain json' ;;

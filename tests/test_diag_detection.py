@@ -27,7 +27,8 @@ SMALL = dict(kat_size=32, transfer_bytes=1 << 16, gemm_size=64, sustained_size=6
              memory_fraction=1e-6, duration_s=0.05)
 
 def run(level, inject=None, **extra):
-    runner = DiagRunner(jax, DiagSettings(level=level, inject=inject, **{**SMALL, **extra}), Sink())
+    runner = DiagRunner(jax, DiagSettings(level=level, inject=(inject,) if inject else (), **{**SMALL, **extra}),
+                        Sink())
     runner.run()
     return [c.to_dict() for c in runner.checks], runner.coverage.to_dict()
 
@@ -52,6 +53,8 @@ out["memory_placement"] = sorted(placed)
 for kind, device in (("kat", 1), ("transfer", 2), ("gemm", 0), ("memory", 1), ("collective", 2), ("sustained", 1)):
     checks, _ = run(3 if kind == "sustained" else (1 if kind in ("kat", "transfer") else 2), Injection(kind, device))
     out["injected"][kind] = [c for c in checks if c["status"] == "fail"]
+checks, _ = run(4, Injection("memory", 1), only=("memory long",), memory_bytes=1 << 20)
+out["long"] = [(c["test"], c["device"], c["status"]) for c in checks]
 checks, _ = run(2, memory_bytes=1 << 42)
 out["oom"] = [c for c in checks if c["test"].startswith("memory")]
 print(json.dumps(out))
@@ -81,13 +84,19 @@ def test_every_injected_fault_is_caught_and_healthy_repeats_never_fail():
     assert "int32 matmul: 1 of" in injected["kat"][0]["why"]
     assert [(c["test"], c["device"]) for c in injected["transfer"]] == [("transfer", 2)]
     assert "host-to-device" in injected["transfer"][0]["why"]
-    assert {(c["test"], c["device"]) for c in injected["gemm"]} == {(f"gemm {t}", 0) for t in
-                                                                    ("f32", "bf16", "f16", "int8")}
-    assert all("on both runs" in c["why"] for c in injected["gemm"])
+    # against its peers (both runs) and against the exact answer
+    assert {(c["test"], c["device"]) for c in injected["gemm"]} == {
+        (f"gemm {t}{exact}", 0) for t in ("f32", "bf16", "f16", "int8") for exact in ("", " exact")}
+    assert all("on both runs" in c["why"] or "differ from the exact answer" in c["why"] for c in injected["gemm"])
     assert {(c["test"], c["device"]) for c in injected["memory"]} == {
         (f"memory {p}", 1) for p in ("address", "walking-ones", "walking-zeros", "random")}
     assert [(c["test"], c["device"], c["link"]) for c in injected["collective"]] == [("collective ring +1", 2, "1->2")]
     assert [(c["test"], c["device"]) for c in injected["sustained"]] == [("sustained", 1)]
     assert "first at iteration 1" in injected["sustained"][0]["why"]
+    # -r 4's long patterns: every one catches the flipped bit on its device, and only there
+    from tpu_tools.diag.settings import LONG_MEMORY_PATTERNS
+
+    assert sorted(map(tuple, out["long"])) == sorted((f"memory long {p}", d, "fail" if d == 1 else "pass")
+                                         for p in LONG_MEMORY_PATTERNS for d in range(3))
     # a test that runs out of device memory is a skip of that test, not a crash
     assert out["oom"] and all(c["status"] == "skip" and c["why"].startswith("out of memory") for c in out["oom"])

@@ -17,16 +17,54 @@ from tpu_tools.diag.compare import judge_digests, rate_outliers
 from tpu_tools.diag.digest import host_digest
 from tpu_tools.diag.junit import junit_xml
 from tpu_tools.diag.records import Check, Coverage, DiagReport
-from tpu_tools.diag.settings import DiagSettings, Injection, parse_injection
+from tpu_tools.diag.settings import DiagSettings, Injection, parse_injection, parse_injections
 from tpu_tools.errors import UsageError
 
 
 def test_injection_parses_kind_and_device():
     assert parse_injection("gemm:3") == Injection("gemm", 3)
     assert parse_injection(" Collective:12 ") == Injection("collective", 12)
-    for bad in ("gemm", "gemm:", "gemm:-1", "laser:1", ":1", "gemm:1.5", "gemm:99999999999"):
+    for bad in ("gemm", "gemm:", "gemm:-1", "laser:1", ":1", "gemm:1.5", "gemm:99999999999", "kat:\uff11",
+                "kat:\u0661", "kat:\u00b2"):
         with pytest.raises(UsageError):
             parse_injection(bad)
+
+
+def test_every_injection_given_applies_and_a_kind_twice_is_refused():
+    assert parse_injections(["gemm:0", "kat:1"]) == (Injection("gemm", 0), Injection("kat", 1))
+    settings = DiagSettings(level=2, inject=parse_injections(["gemm:0", "kat:1"]))
+    assert settings.injected("gemm") == Injection("gemm", 0) and settings.injected("kat") == Injection("kat", 1)
+    with pytest.raises(UsageError, match="one device per kind"):
+        parse_injections(["gemm:0", "gemm:1"])
+
+
+def test_only_and_skip_name_tests_or_families_of_the_level():
+    names = DiagSettings(level=2, only=("gemm f32", "memory"), skip=("memory random",)).selected_tests()
+    assert names == ["gemm f32", "gemm f32 exact", "memory address", "memory walking-ones", "memory walking-zeros"]
+    assert "memory long checkerboard" in DiagSettings(level=4, only=("memory long",)).selected_tests()
+    assert DiagSettings(level=4).selected_tests()[-1] == "sustained"
+    for settings, fragment in ((DiagSettings(level=1, only=("gemm",)), "no such test at -r 1"),
+                               (DiagSettings(level=2, skip=("gem",)), "no such test"),
+                               (DiagSettings(level=1, only=("compile",), skip=("compile",)), "leave no test"),
+                               (DiagSettings(level=2, only=("memory",), inject=(Injection("gemm", 0),)),
+                                "not selected"),
+                               (DiagSettings(level=1, iterations=0), "--iterations")):
+        with pytest.raises(UsageError, match=fragment):
+            settings.validate()
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16", "int8"])
+def test_the_exact_gemm_inputs_keep_every_partial_sum_exact_in_the_dtype(dtype):
+    from tpu_tools.diag.kernels import exact_bound, exact_gemm_inputs
+
+    a, b, want = exact_gemm_inputs(dtype, 512)
+    # every term, and so every partial sum in any order, is an integer the dtype (and a bf16 multiply) holds
+    exact_integers = {"f32": 1 << 24, "bf16": 256, "f16": 2048, "int8": 1 << 31}[dtype]
+    assert exact_bound(dtype, 512) <= exact_integers
+    assert np.abs(a.astype(np.int64)).sum(axis=1).max() * np.abs(b.astype(np.int64)).max() <= exact_bound(dtype, 512)
+    assert np.abs(a.astype(np.int64)).max() <= (127 if dtype == "int8" else 256)
+    np.testing.assert_array_equal(want.astype(np.int64), a.astype(np.int64) @ b.astype(np.int64))
+    assert np.count_nonzero(want) > want.size // 4  # the product is not mostly zeros
 
 
 @given(st.text(max_size=40))
@@ -38,12 +76,13 @@ def test_injection_parser_never_fails_otherwise(text):
 
 
 def test_settings_are_checked():
-    for settings, fragment in ((DiagSettings(level=4), "1, 2 or 3"), (DiagSettings(memory_fraction=0.0), "above 0"),
+    for settings, fragment in ((DiagSettings(level=5), "1, 2, 3 or 4"), (DiagSettings(memory_fraction=0.0), "above 0"),
                                (DiagSettings(memory_fraction=1.01), "at most 1"),
-                               (DiagSettings(level=1, inject=Injection("memory", 0)), "from -r 2")):
+                               (DiagSettings(level=1, inject=(Injection("memory", 0),)), "from -r 2")):
         with pytest.raises(UsageError, match=fragment):
             settings.validate()
-    settings = DiagSettings(level=3, inject=Injection("sustained", 2), duration_s=60.0)
+    settings = DiagSettings(level=3, inject=(Injection("sustained", 2), Injection("kat", 0)), duration_s=60.0,
+                            only=("sustained", "known-answer"), iterations=3)
     assert DiagSettings.from_dict(json.loads(json.dumps(settings.to_dict()))) == settings
 
 
@@ -55,7 +94,7 @@ def test_the_device_that_repeats_a_wrong_digest_is_the_suspect():
     assert verdicts[3][0] == "warn" and "nondeterministic" in verdicts[3][1]
     split = judge_digests({0: ["a", "a"], 1: ["b", "b"]})
     assert all(j.status == "fail" and "no majority" in j.why for j in split)
-    assert judge_digests({5: ["a", "a"]})[0].status == "pass"
+    assert judge_digests({5: ["a", "a"]})[0].status == "skip"  # repeatable is no proof of the bits
 
 
 def test_a_device_ten_percent_slower_than_its_peers_is_an_outlier():
@@ -224,6 +263,49 @@ def test_tpu_sensors_during_sustained_load_warn_on_throttling_and_sick_links(mon
     assert telemetry.warnings() == ["throttled: tpu_throttle_score 4 of 10 on chip 1",
                                     "ICI link chip1.ici3 unhealthy: ici_link_health 6 of 10"]
     assert telemetry.figures()["telemetry_source"] == "libtpu.sdk"
+    from tpu_tools.render.diag_view import sensor_lines
+
+    report = DiagReport(level=3, time="2026-11-27T10:00:00+00:00", host="vm",
+                        checks=[Check("sustained", "warn", "throttled", figures=telemetry.figures())])
+    assert sensor_lines(report) == ["sensors (libtpu.sdk): ici_link_health worst 6 of 10 on chip1.ici3; "
+                                    "tpu_throttle_score worst 4 of 10 on chip 1"]
     quiet = Telemetry("cpu")
     quiet.sample()
     assert quiet.warnings() == [] and quiet.figures()["telemetry_error"] == "no sensor reading on this platform"
+
+
+SENSORS = r"""
+import time
+from tpu_tools.diag.records import Check, DiagReport
+from tpu_tools.diag.telemetry import SAMPLE_EVERY, Telemetry
+from tpu_tools.render.diag_view import sensor_lines
+
+telemetry = Telemetry("cuda")
+for reading in range(3):
+    for _ in range(SAMPLE_EVERY):
+        telemetry.sample()
+    time.sleep(0.2)  # the time between two readings is what a throttle reason is counted for
+report = DiagReport(level=3, time="2026-11-27T10:00:00+00:00", host="vm", checks=[
+    Check("sustained", "warn", "; ".join(telemetry.warnings()), figures=telemetry.figures())])
+print("\n".join(sensor_lines(report)))
+"""
+
+
+def test_the_sensors_peaks_and_throttle_times_reach_the_table(tmp_path, fake_nvml_dir):
+    import subprocess
+    import sys
+
+    import sysroot
+    from fakenvml import nvml_env
+
+    root = tmp_path / "root"
+    sysroot.nvidia_host(root)
+    env = nvml_env(fake_nvml_dir, root, FAKE_NVML_SICK="1")  # GPU 1 runs hot: hw_thermal_slowdown
+    result = subprocess.run([sys.executable, "-c", SENSORS], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["sensors GPU 0 (nvml)", "sensors GPU 1 (nvml)"], lines
+    assert all(" C, peak " in line and " W, lowest SM clock " in line and " MHz" in line for line in lines)
+    assert lines[0].endswith("not throttled")
+    seconds = float(lines[1].split("hw_thermal_slowdown ")[1].split(" s")[0])
+    assert seconds >= 0.4  # two intervals between three readings

@@ -105,7 +105,7 @@ def test_alert_rules_load_and_evaluate_on_the_scraped_data(stack):
         if rules and all(rule.get("lastEvaluation", "").startswith("20") for rule in rules.values()):
             break
         time.sleep(0.2)
-    assert len(rules) == 17 and {r["health"] for r in every} == {"ok"}, every
+    assert len(rules) == 18 and {r["health"] for r in every} == {"ok"}, every
     matched = {name: stack.prometheus.query(rule["query"]) for name, rule in rules.items()}
     slow = stack.hosts[2].target
     assert sorted((s["metric"]["instance"], s["metric"]["device"]) for s in matched["TpuToolsDeviceIdleWhileHeld"]) \
@@ -156,6 +156,48 @@ def test_a_host_whose_exporter_goes_away_is_shown_down(stack):
         stack.wait_whole()
 
 
+def test_the_host_whose_diag_digest_differs_from_the_fleets_is_named(stack, tmp_path):
+    import yaml
+
+    from tpu_tools.metrics.diagstate import last_path, write_last
+
+    # One real run gives a real key and digest; the other hosts keep the same document, and host c's device
+    # computes another digest under the same key (as a host whose devices share a defect would).
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    result = run_tool("tpu-diag", "-r", "2", "--platform", "cpu", "--host-devices", "1", "--only", "gemm f32",
+                      "--skip", "gemm f32 exact", "--json", env=clean_env(TPU_TOOLS_RUNTIME_DIR=str(run)))
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    good = next(c["figures"]["digest"] for c in document["checks"] if c["test"] == "gemm f32")
+    bad = f"{int(good, 16) ^ 1:016x}"
+    odd = stack.hosts[2]
+    try:
+        for host in stack.hosts:
+            copy = json.loads(json.dumps(document))
+            for check in copy["checks"]:
+                if host is odd and check["test"] == "gemm f32":
+                    check["figures"]["digest"] = bad
+            write_last({**copy, "last_complete_time": copy["time"]}, host.rundir)
+        stack.prometheus.wait_for("tpu_tools_diag_digest_info", count=3)
+        rules = yaml.safe_load((REPO / "deploy" / "prometheus" / "alerts.yml").read_text())["groups"]
+        rule = next(r for g in rules for r in g["rules"] if r.get("alert") == "TpuToolsDiagDigestDiffers")
+        fired = stack.prometheus.wait_for(rule["expr"])
+        assert [(s["metric"]["instance"], s["metric"]["digest"]) for s in fired] == [(odd.target, bad)]
+        fleet = FleetSource(stack.prometheus.url, 5.0).build()["fleet"]
+        assert [(o["host"], o["test"], o["agreeing"], o["hosts"]) for o in fleet["digest_outliers"]] == [
+            (odd.target, "gemm f32", 1, 3)]
+        assert f"gemm f32 digest {bad} differs from 2 of 3 hosts" in {h["host"]: h for h in fleet["hosts"]}[
+            odd.target]["outlier"]
+        top = run_tool("tpu-top", "--from-prometheus", stack.prometheus.url, "--once",
+                       env=clean_env(COLUMNS="200"))
+        assert top.returncode == 0, top.stderr
+        assert f"diag digest differs on {odd.target}" in top.stdout
+    finally:
+        for host in stack.hosts:  # the stack is shared by the module's tests: as it was
+            last_path(host.rundir).unlink(missing_ok=True)
+
+
 # --- records and outliers without a server -----------------------------------------------------------------
 
 def _series(instance: str, name: str, value: float, **labels: str) -> Sample:
@@ -172,6 +214,18 @@ def test_step_time_outlier_and_too_few_hosts():
     groups = build_groups(series, [])
     assert [o["host"] for o in groups["fleet"]["outliers"]] == ["c"]
     assert groups["fleet"]["median_step_time_s"] == pytest.approx(0.1)
+
+
+def test_a_digest_held_by_fewer_than_half_the_hosts_of_its_key_names_the_host():
+    def digest(host: str, value: str, key: str = "k1", test: str = "gemm f32") -> Sample:
+        return _series(host, "diag_digest_info", 1.0, test=test, device="0", key=key, digest=value)
+
+    series = [digest("a", "aa"), digest("b", "aa"), digest("c", "cc"), digest("d", "dd", key="k2"),
+              digest("a", "x", test="gemm bf16"), digest("b", "y", test="gemm bf16")]  # two: no majority
+    fleet = build_groups(series, [])["fleet"]
+    assert [(o["host"], o["test"], o["key"], o["agreeing"], o["hosts"]) for o in fleet["digest_outliers"]] == [
+        ("c", "gemm f32", "k1", 1, 3)]
+    assert {h["host"]: h["outlier"] for h in fleet["hosts"]}["c"] == "gemm f32 digest cc differs from 2 of 3 hosts"
 
 
 def test_unknown_series_make_no_host_and_a_bad_url_is_a_usage_error():

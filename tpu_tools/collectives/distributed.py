@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from tpu_tools.errors import RuntimeFailure, RuntimeHang, UsageError
+from tpu_tools.parsing import ascii_digits
+from tpu_tools.shorten import quoted
 from tpu_tools.signals import interruptible
 
 
@@ -43,11 +46,22 @@ class JoinSpec:
                              f"{self.num_processes} (use 0 to {self.num_processes - 1})")
 
 
+_HOST_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$", re.ASCII)
+
+
 def parse_address(text: str) -> tuple[str, int]:
+    """HOST:PORT, an IPv6 address in brackets ([::1]:8476); a UsageError otherwise."""
     host, separator, port_text = text.strip().rpartition(":")
-    host = host.strip("[]")
-    if not separator or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise UsageError(f"--coordinator {text!r}: use HOST:PORT, e.g. 10.0.0.2:8476 or 127.0.0.1:8476")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            valid = ipaddress.ip_address(host).version == 6
+        except ValueError:
+            valid = False
+    else:
+        valid = bool(_HOST_NAME.match(host))  # a name or an IPv4 address: no brackets, spaces or colons
+    if not separator or not valid or not ascii_digits(port_text) or not 0 < int(port_text) < 65536:
+        raise UsageError(f"--coordinator {quoted(text, 60)}: use HOST:PORT, e.g. 10.0.0.2:8476 or [fd00::2]:8476")
     return host, int(port_text)
 
 

@@ -30,6 +30,7 @@ from tpu_tools.errors import EXIT_FAILURE, UsageError
 LAUNCHER_ENV = "TPU_TOOLS_LAUNCHER_PID"
 MAX_PROCESSES = 64
 GRACE_S = 2.0
+INTERRUPT_GRACE_S = 10.0  # for process 0 to report what it has after Ctrl-C or SIGTERM
 _ERROR_LINE = re.compile(r"^\S*: error: (?P<message>.*)$")
 _PACKAGE_ROOT = str(Path(tpu_tools.__file__).resolve().parent.parent)
 
@@ -99,7 +100,8 @@ class LaunchOutcome:
 
 class Launcher:
     def __init__(self, processes: int, args: list[str], coordinator: str, timeout_s: float,
-                 on_stderr: Callable[[str], None], debug: bool = False, module: str = "tpu_tools.cli.collectives"):
+                 on_stderr: Callable[[str], None], debug: bool = False, module: str = "tpu_tools.cli.collectives",
+                 forward_interrupt: bool = False):
         if processes < 1:
             raise UsageError(f"--launch must be at least 1, got {processes}")
         if processes > MAX_PROCESSES:
@@ -111,6 +113,7 @@ class Launcher:
         self.on_stderr = on_stderr
         self.debug = debug
         self.module = module  # the command each process runs (python -m MODULE ARGS)
+        self.forward_interrupt = forward_interrupt  # Ctrl-C/SIGTERM reach the processes, which report what they have
         self.children: list[subprocess.Popen] = []
         self.ranks: list[RankOutcome] = []
         self._readers: list[threading.Thread] = []
@@ -119,6 +122,10 @@ class Launcher:
         try:
             self._start()
             self._supervise()
+        except KeyboardInterrupt:
+            if self.forward_interrupt:
+                self._interrupt_all()
+            raise
         finally:
             self._kill_all()
         for reader in self._readers:
@@ -175,6 +182,21 @@ class Launcher:
                     if code is None:
                         rank.stopped_by_launcher = True
                         _kill(child)
+            time.sleep(0.05)
+
+    def _interrupt_all(self) -> None:
+        """Pass the signal on and give process 0 a grace to print and keep its partial results."""
+        from tpu_tools import signals
+
+        number = signals.received() or signal.SIGINT
+        for child in self.children:
+            if child.poll() is None:
+                try:
+                    os.killpg(child.pid, number)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        deadline = time.monotonic() + INTERRUPT_GRACE_S
+        while self.children and self.children[0].poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def _kill_all(self) -> None:

@@ -94,9 +94,9 @@ def run_joined(settings: DiagSettings, join: JoinSpec, policy: RuntimePolicy, ti
                 for dtype in part.dtypes:
                     coverage.add_dtype(dtype)
             report.coverage = coverage
-            # in the order the tests ran, each test's devices in order
+            # in the order the tests ran (repeat by repeat), each test's devices in order
             order = {name: index for index, name in enumerate(dict.fromkeys(c.test for c in report.checks))}
-            report.checks.sort(key=lambda c: (order[c.test], -1 if c.device is None else c.device))
+            report.checks.sort(key=lambda c: (c.iteration, order[c.test], -1 if c.device is None else c.device))
         exchange.settle(report.exit_code if exchange.process_id == 0 else 0)
         exchange.linger()
     finally:

@@ -1,4 +1,5 @@
-"""JUnit XML of a diagnostic run, written by tpu-bench's JUnit writer: one testcase per check."""
+"""JUnit XML of a diagnostic run, written by tpu-bench's JUnit writer: one testcase per check, and an error
+testcase for a run that was interrupted (what it did not reach is not a pass)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ def junit_xml(report: DiagReport) -> str:
                             message=check.why or check.status, duration_s=check.duration_s)
         result.warnings = [f"{check.status}: {check.why}"]
         results.append(result)
+    if report.interrupted:
+        results.append(CaseResult(Case("run", "interrupted"), status=FAILED,
+                                  message=f"the run was interrupted after {len(report.checks)} check(s): the tests "
+                                          "after them did not run"))
     run = RunResult(environment={}, device={"kind": report.device_kind, "platform": report.platform,
                                             "count": len(report.device_ids)},
                     settings=report.settings, results=results, suite=f"-r {report.level}", time=report.time,

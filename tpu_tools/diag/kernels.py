@@ -13,6 +13,9 @@ from typing import Any
 import numpy as np
 
 from tpu_tools.diag.digest import device_digest_words
+from tpu_tools.diag.settings import GEMM_DTYPES, MEMORY_PATTERNS
+
+__all__ = ["GEMM_DTYPES", "MEMORY_PATTERNS"]
 
 
 def small_ints(size: int, multiplier: int, offset: int, modulus: int = 8) -> np.ndarray:
@@ -100,9 +103,6 @@ def digest_program() -> Callable[[Any], Any]:
     return jax.jit(device_digest_words)
 
 
-GEMM_DTYPES = ("f32", "bf16", "f16", "int8")
-
-
 def gemm_inputs(dtype: str, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The same inputs for every device: seeded, scaled so that no product overflows its type."""
     import ml_dtypes
@@ -115,6 +115,35 @@ def gemm_inputs(dtype: str, size: int, seed: int) -> tuple[np.ndarray, np.ndarra
     scale = 1.0 / np.sqrt(size)
     return ((rng.standard_normal((size, size)) * scale).astype(numpy_type),
             (rng.standard_normal((size, size)) * scale).astype(numpy_type))
+
+
+# Exact GEMMs: every partial sum of a product is a small integer, exact in the dtype whatever the order of
+# the reduction and the precision of the multiply (bf16 holds integers up to 256 exactly, f16 up to 2048; an
+# f32 matmul at default precision may multiply in bf16, which holds inputs up to 256). Row i of A is nonzero
+# only where (i + k) % STRIDE == 0, so a sum has size / STRIDE terms: their magnitudes add up to at most
+# EXACT_BOUND[dtype], below what the dtype holds exactly.
+EXACT_STRIDE = 8
+EXACT_VALUES = {"f32": 16, "bf16": 2, "f16": 5, "int8": 127}  # inputs in -v..v
+
+
+def exact_gemm_inputs(dtype: str, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A, B, the exact product in the GEMM's output type), the same for every device and every run."""
+    import ml_dtypes
+
+    limit = EXACT_VALUES[dtype]
+    rows, cols = np.indices((size, size))
+    a = ((rows * 7 + cols * 3) % (2 * limit + 1) - limit) * ((rows + cols) % EXACT_STRIDE == 0)
+    b = (rows * 5 + cols * 11 + 1) % (2 * limit + 1) - limit
+    exact = a.astype(np.int64) @ b.astype(np.int64)
+    if dtype == "int8":
+        return a.astype(np.int8), b.astype(np.int8), exact.astype(np.int32)
+    numpy_type = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}[dtype]
+    return a.astype(numpy_type), b.astype(numpy_type), exact.astype(numpy_type)
+
+
+def exact_bound(dtype: str, size: int) -> int:
+    """The largest sum of magnitudes of one output element's terms (below the dtype's exact integers)."""
+    return (size // EXACT_STRIDE) * EXACT_VALUES[dtype] ** 2
 
 
 @functools.cache
@@ -134,16 +163,19 @@ def gemm_program() -> Callable[[Any, Any], Any]:
 
 
 # Memory patterns, generated and checked on the device (32-bit words; i is the word's index).
-MEMORY_PATTERNS = ("address", "walking-ones", "walking-zeros", "random")
-
-
 def pattern_words(name: str, index: Any, seed: Any, xp: Any) -> Any:
     if name == "address":
         return index
+    if name == "inverse-address":
+        return ~index
     if name == "walking-ones":
         return xp.uint32(1) << (index % xp.uint32(32))
     if name == "walking-zeros":
         return ~(xp.uint32(1) << (index % xp.uint32(32)))
+    if name == "checkerboard":  # neighbouring bits and words opposite
+        return xp.where(index % xp.uint32(2) == 0, xp.uint32(0xAAAAAAAA), xp.uint32(0x55555555))
+    if name == "inverse-random":
+        return ~mix32(index ^ seed, xp)
     return mix32(index ^ seed, xp)
 
 
@@ -165,3 +197,21 @@ def memory_programs(name: str, words: int) -> tuple[Callable[[Any], Any], Callab
     # The patterns but random ignore the seed; kept, it places write on the seed's device (dropped, write would
     # run on the default device whichever device is under test).
     return jax.jit(write, keep_unused=True), jax.jit(check)
+
+
+@functools.cache
+def long_memory_programs(name: str, words: int) -> tuple[Callable[[Any, Any], Any], Callable[[Any, Any, Any], Any]]:
+    """-r 4's chunks: write(seed, first) and check(buffer, seed, first) -> (wrong words, digest), where `first` is
+    the chunk's first word index, so that one compiled program covers every chunk of the device's share."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    def words_of(seed: Any, first: Any) -> Any:
+        return pattern_words(name, lax.iota(jnp.uint32, words) + first, seed, jnp)
+
+    def check(buffer: Any, seed: Any, first: Any) -> Any:
+        wrong = jnp.sum(buffer != words_of(seed, first), dtype=jnp.uint32)
+        return wrong, device_digest_words(buffer)
+
+    return jax.jit(words_of, keep_unused=True), jax.jit(check)

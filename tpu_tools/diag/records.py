@@ -1,7 +1,9 @@
 """The records of a diagnostic run: one `Check` per test and device, the run's `DiagReport`, its verdict.
 
 Statuses, worst first: fail (a wrong bit, a hang, a crash), warn (nondeterminism, a slow device, a
-throttled clock), skip (not run, with why: out of memory, one device only, interrupted), pass.
+throttled clock), skip (not run, with why: out of memory, one device only, interrupted), pass. A run ended
+by a signal has the status `interrupted` whatever its checks found: it proves nothing about what it did
+not reach.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from typing import Any
 SCHEMA = "tpu-tools/diag/v1"
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 STATUSES = (PASS, WARN, FAIL, SKIP)
+INTERRUPTED = "interrupted"  # a run's status (never a check's): ended by a signal before its end
 EXIT_PASSED, EXIT_FAILED, EXIT_WARNED = 0, 1, 3
-LEVEL_NAMES = {1: "quick", 2: "medium", 3: "long"}
+LEVEL_NAMES = {1: "quick", 2: "medium", 3: "long", 4: "extended"}
 
 
 @dataclass
@@ -28,6 +31,8 @@ class Check:
     process_id: int = 0
     duration_s: float = 0.0
     figures: dict[str, Any] = field(default_factory=dict)
+    iteration: int = 0  # which repeat of the run (--iterations)
+    found_at: str | None = None  # kept from an earlier run (its time) that a partial run did not re-run
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,11 +129,14 @@ class DiagReport:
     elapsed_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     interrupt_exit_code: int | None = None  # 130 or 143 when a signal ended the run
+    runtime: dict[str, Any] = field(default_factory=dict)  # what a digest's key names (diag.reference)
 
     @property
     def status(self) -> str:
         if self.error:
             return FAIL
+        if self.interrupted:
+            return INTERRUPTED
         return verdict(self.checks)
 
     @property
@@ -149,7 +157,7 @@ class DiagReport:
             "interrupted": self.interrupted, "error": self.error, "elapsed_s": round(self.elapsed_s, 3),
             "counts": {s: sum(1 for c in self.checks if c.status == s) for s in STATUSES},
             "checks": [c.to_dict() for c in self.checks], "coverage": self.coverage.to_dict(),
-            "notes": list(self.notes),
+            "notes": list(self.notes), "runtime": dict(self.runtime),
         }
 
     @classmethod
@@ -164,4 +172,5 @@ class DiagReport:
             error=data.get("error"), elapsed_s=float(data.get("elapsed_s") or 0.0),
             notes=list(data.get("notes") or []),
             interrupt_exit_code=data.get("exit_code") if data.get("interrupted") else None,
+            runtime=dict(data.get("runtime") or {}),
         )

@@ -23,7 +23,8 @@ from tpu_tools.diag.compare import Judgement, judge_digests, rate_outliers
 from tpu_tools.diag.digest import digest_text, host_digest
 from tpu_tools.diag.memory import free_bytes, is_out_of_memory, pattern_words
 from tpu_tools.diag.records import FAIL, PASS, SKIP, WARN, Check, Coverage
-from tpu_tools.diag.settings import DiagSettings
+from tpu_tools.diag.reference import digest_key, key_id, runtime_key
+from tpu_tools.diag.settings import COLLECTIVES, GEMM_DTYPES, LONG_MEMORY_PATTERNS, MEMORY_PATTERNS, DiagSettings
 from tpu_tools.errors import UsageError
 
 
@@ -64,70 +65,92 @@ class DiagRunner:
         self.coverage = Coverage()
         self.checks: list[Check] = []
         self.is_cpu = self.devices[0].platform == "cpu"
+        self.runtime = runtime_key(jax, self.devices[0])
+        self.iteration = 0
 
     # --- plan -----------------------------------------------------------------------------------------
     def steps(self) -> list[tuple[str, int | None]]:
-        level, ids = self.settings.level, [d.id for d in self.local]
-        tests = ["compile", "known-answer", "transfer"]
-        if level >= 2:
-            tests += [f"gemm {dtype}" for dtype in kernels.GEMM_DTYPES] + ["rate"]
-            tests += [f"memory {name}" for name in kernels.MEMORY_PATTERNS]
-        steps = [(test, d) for test in tests for d in ids]
-        if level >= 2 and len(self.devices) > 1:
-            steps += [(f"collective {name}", None) for name in COLLECTIVES]
-        if level >= 3:
-            steps.append(("sustained", None))
-        return steps
+        ids = [d.id for d in self.local]
+        steps: list[tuple[str, int | None]] = []
+        for test in self.settings.selected_tests():
+            if test.startswith("collective "):
+                steps += [(test, None)] if len(self.devices) > 1 else []
+            elif test == "sustained":
+                steps.append((test, None))
+            else:
+                steps += [(test, d) for d in ids]
+        return steps * self.settings.iterations
 
     def validate(self) -> None:
-        inject = self.settings.inject
         ids = [d.id for d in self.devices]
-        if inject is not None and inject.device not in ids:
-            from tpu_tools.collectives.mesh import id_ranges
+        for inject in self.settings.inject:
+            if inject.device not in ids:
+                from tpu_tools.collectives.mesh import id_ranges
 
-            raise UsageError(f"--inject {inject.text()}: there is no device {inject.device} (this run's devices: "
-                             f"{id_ranges(ids)})")
+                raise UsageError(f"--inject {inject.text()}: there is no device {inject.device} (this run's devices: "
+                                 f"{id_ranges(ids)})")
 
     def info(self) -> dict[str, Any]:
         first = self.devices[0]
         return {"platform": first.platform, "device_kind": first.device_kind,
                 "device_ids": [d.id for d in self.devices], "process_count": self.jax.process_count(),
-                "total": len(self.steps()), "host": socket.gethostname()}
+                "total": len(self.steps()), "host": socket.gethostname(), "runtime": self.runtime}
 
     def run(self) -> None:
         self.validate()
         self.sink.plan(self.info())
-        level = self.settings.level
-        for device in self.local:
-            self._per_device("compile", device, self._compile)
-        for device in self.local:
-            self._per_device("known-answer", device, self._known_answer)
-        for device in self.local:
-            self._per_device("transfer", device, self._transfer)
-        if level >= 2:
-            times: dict[int, float] = {}
-            for dtype in kernels.GEMM_DTYPES:
-                self._gemm(dtype, times)
+        for iteration in range(self.settings.iterations):
+            self.iteration = iteration
+            self._run_once()
+
+    def _run_once(self) -> None:
+        selected = self.settings.selects
+        for test, body in (("compile", self._compile), ("known-answer", self._known_answer),
+                           ("transfer", self._transfer)):
+            if selected(test):
+                for device in self.local:
+                    self._per_device(test, device, body)
+        times: dict[int, float] = {}
+        for dtype in GEMM_DTYPES if self.settings.level >= 2 else ():
+            if selected(f"gemm {dtype}") or selected("rate") and dtype == "f32":
+                self._gemm(dtype, times, judged=selected(f"gemm {dtype}"))
+            if selected(f"gemm {dtype} exact"):
+                self._exact_gemm(dtype)
+        if self.settings.level >= 2 and selected("rate"):
             self._rate(times)
-            for name in kernels.MEMORY_PATTERNS:
+        for name in MEMORY_PATTERNS if self.settings.level >= 2 else ():
+            if selected(f"memory {name}"):
                 self._memory(name)
-            if len(self.devices) > 1:
-                for name in COLLECTIVES:
-                    self._collective(name)
-            else:
+        collectives = [name for name in COLLECTIVES if self.settings.level >= 2 and selected(f"collective {name}")]
+        if collectives and len(self.devices) < 2:
+            if self.iteration == 0:
                 self.sink.note("one device: no collectives or links to test")
-        if level >= 3:
+        else:
+            for name in collectives:
+                self._collective(name)
+        long_patterns = [name for name in LONG_MEMORY_PATTERNS
+                         if self.settings.level >= 4 and selected(f"memory long {name}")]
+        if long_patterns:
+            self._long_memory(long_patterns)
+        if self.settings.level >= 3 and selected("sustained"):
             self._sustained()
 
     # --- helpers --------------------------------------------------------------------------------------
     def _emit(self, check: Check) -> None:
         check.process_id = self.process_id
+        check.iteration = self.iteration
         self.checks.append(check)
         self.sink.check(check)
 
+    def _gather(self, name: str, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """Every process's `payload` on process 0 (None on the others); one name per repeat of the run."""
+        if self.exchange is None:
+            return [payload]
+        return self.exchange.gather(f"{self.iteration}/{name}", payload)
+
     def _injected(self, kind: str, device: Any) -> bool:
-        inject = self.settings.inject
-        return inject is not None and inject.kind == kind and inject.device == device.id
+        inject = self.settings.injected(kind)
+        return inject is not None and inject.device == device.id
 
     def _per_device(self, test: str, device: Any, body: Callable[[Any], Check]) -> Check:
         self.sink.begin(test, device.id)
@@ -202,7 +225,7 @@ class DiagRunner:
         return Check("transfer", PASS, f"{host.nbytes >> 20} MiB both ways, digests match", figures=figures)
 
     # --- level 2 ----------------------------------------------------------------------------------------
-    def _gemm(self, dtype: str, times: dict[int, float]) -> None:
+    def _gemm(self, dtype: str, times: dict[int, float], judged: bool = True) -> None:
         test = f"gemm {dtype}"
         size = self.settings.gemm_size
         a, b = kernels.gemm_inputs(dtype, size, self.settings.seed)
@@ -230,14 +253,42 @@ class DiagRunner:
             except Exception as error:
                 self._emit(_error_check(test, device.id, error))
         self.coverage.add_dtype(dtype)
-        self._judge(test, table, f"{dtype} {size}x{size} product")
+        if judged:
+            key = digest_key(self.runtime, test, [size, size], dtype, self.settings.seed)
+            self._judge(test, table, f"{dtype} {size}x{size} product", key)
 
-    def _judge(self, test: str, table: DigestTable, what: str) -> None:
+    def _exact_gemm(self, dtype: str) -> None:
+        """Inputs whose exact product the host knows: the device is judged alone, value for value."""
+        test = f"gemm {dtype} exact"
+        size = self.settings.gemm_size
+        a, b, want = kernels.exact_gemm_inputs(dtype, size)
+        program = kernels.gemm_program()
+        bits = np.dtype(f"u{want.dtype.itemsize}")
+        expected = want.reshape(-1).view(bits)
+
+        def body(device: Any) -> Check:
+            product, _ = program(self._put(a, device), self._put(b, device))
+            if self._injected("gemm", device):
+                product = kernels.flip_bit(product)
+            got = np.asarray(product).reshape(-1).view(bits)
+            wrong = np.flatnonzero(got != expected)
+            what = f"{dtype} {size}x{size} product of small integers"
+            if wrong.size:
+                first = int(wrong[0])
+                return Check(test, FAIL, f"{what}: {wrong.size} of {expected.size} values differ from the exact "
+                                         f"answer (first at [{first // size}, {first % size}])",
+                             figures={"wrong": int(wrong.size)})
+            return Check(test, PASS, f"{what}: every value exact", figures={"values": int(expected.size)})
+
+        for device in self.local:
+            self._per_device(test, device, body)
+
+    def _judge(self, test: str, table: DigestTable, what: str, key: dict[str, Any] | None = None) -> None:
         """Every process's digests of `test`, judged on process 0 against the majority of each device kind."""
         payload: dict[str, Any] = {"runs": {str(k): v for k, v in table.runs.items()},
                    "kinds": {str(k): v for k, v in table.kinds.items()},
                    "durations": {str(k): v for k, v in table.durations.items()}}
-        gathered = self.exchange.gather(f"digest/{test}", payload) if self.exchange else [payload]
+        gathered = self._gather(f"digest/{test}", payload)
         if gathered is None:
             return
         runs: dict[int, list[str]] = {}
@@ -250,13 +301,16 @@ class DiagRunner:
         for kind in sorted(set(kinds.values())):
             group = {d: r for d, r in runs.items() if kinds[d] == kind}
             for judgement in judge_digests(group, what):
-                check = _judged(test, judgement, {"digest": group[judgement.device][0]})
+                figures: dict[str, Any] = {"digest": group[judgement.device][0]}
+                if key is not None:  # its key names the device kind: judged with devices of its own kind only
+                    kind_key = {**key, "device_kind": kind}
+                    figures.update(key=key_id(kind_key), key_fields=kind_key)
+                check = _judged(test, judgement, figures)
                 check.duration_s = durations.get(judgement.device, 0.0)
                 self._emit(check)
 
     def _rate(self, times: dict[int, float]) -> None:
-        gathered = (self.exchange.gather("rate", {str(k): v for k, v in times.items()}) if self.exchange
-                    else [{str(k): v for k, v in times.items()}])
+        gathered = self._gather("rate", {str(k): v for k, v in times.items()})
         if gathered is None:
             return
         merged = {int(k): v for entry in gathered for k, v in entry.items()}
@@ -315,8 +369,8 @@ class DiagRunner:
         test = f"collective {name}"
         self.sink.begin(test, None)
         start = time.perf_counter()
-        inject = self.settings.inject
-        target = inject.device if inject is not None and inject.kind == "collective" else None
+        inject = self.settings.injected("collective")
+        target = inject.device if inject is not None else None
         try:
             outcome = run_collective(self.jax, name, self.settings.collective_elements,
                                      target if name == "ring +1" else None)
@@ -327,8 +381,7 @@ class DiagRunner:
             self.coverage.add_link(link)
         local: list[dict[str, Any]] = [{"device": w.device, "link": w.link, "wrong": w.wrong, "checked": w.checked}
                                        for w in outcome.wrong]
-        gathered = self.exchange.gather(f"collective/{name}", {"wrong": local}) if self.exchange else [
-            {"wrong": local}]
+        gathered = self._gather(f"collective/{name}", {"wrong": local})
         if gathered is None:
             return
         wrong: list[dict[str, Any]] = [w for entry in gathered for w in entry["wrong"]]
@@ -340,6 +393,71 @@ class DiagRunner:
             place = f"over link {item['link']}" if item["link"] else f"on device {item['device']}"
             self._emit(Check(test, FAIL, f"{item['wrong']} of {item['checked']} values wrong {place}",
                              device=item["device"], link=item["link"], duration_s=elapsed))
+
+    # --- level 4 ----------------------------------------------------------------------------------------
+    def _long_memory(self, patterns: list[str]) -> None:
+        """Most of each device's free memory, held at once in chunks, under every long pattern; the time it
+        will take is measured on the first pattern of the first device and said before the rest runs."""
+        frees = {device.id: free_bytes(device, len(self.local)) for device in self.local}
+        known = [free for free in frees.values() if free is not None]
+        total = pattern_words(min(known) if known else None, self.settings.long_memory_fraction)
+        if self.settings.memory_bytes is not None:
+            total = max(1, self.settings.memory_bytes // 4)
+        chunk = min(total, LONG_CHUNK_WORDS)
+        chunks = max(1, total // chunk)
+        seed_value = np.uint32(self.settings.seed & 0xFFFFFFFF)
+        estimated = False
+        for name in patterns:
+            test = f"memory long {name}"
+            write, check_chunk = kernels.long_memory_programs(name, chunk)
+            for device in self.local:
+                self.sink.begin(test, device.id)
+                start = time.perf_counter()
+                figures: dict[str, Any] = {"bytes": chunks * chunk * 4, "chunks": chunks,
+                                           "free_bytes": frees[device.id]}
+                wrong = 0
+                try:
+                    seed = self._put(seed_value, device)
+                    firsts = [self._put(np.uint32(i * chunk), device) for i in range(chunks)]
+                    buffers = [write(seed, first).block_until_ready() for first in firsts]
+                    if self._injected("memory", device):
+                        buffers[-1] = kernels.flip_bit(buffers[-1])
+                    for buffer, first in zip(buffers, firsts):
+                        count, _ = check_chunk(buffer, seed, first)
+                        wrong += int(count)
+                    del buffers
+                except Exception as error:
+                    check = _error_check(test, device.id, error)
+                    check.figures = figures
+                    check.duration_s = round(time.perf_counter() - start, 4)
+                    self._emit(check)
+                    continue
+                covered = self.coverage.device(device.id)
+                covered.memory_tested_bytes = max(covered.memory_tested_bytes, chunks * chunk * 4)
+                if covered.memory_free_bytes is None:
+                    covered.memory_free_bytes = frees[device.id]
+                size = _mib(chunks * chunk * 4)
+                seconds = time.perf_counter() - start
+                figures["gbps"] = round(2 * chunks * chunk * 4 / seconds / 1e9, 3) if seconds else None
+                if wrong:
+                    check = Check(test, FAIL, f"{wrong} of {chunks * chunk} words read back wrong ({size} in {chunks} "
+                                              "buffers)", figures=figures)
+                else:
+                    check = Check(test, PASS, f"{size} in {chunks} buffer(s) written and read back exactly",
+                                  figures=figures)
+                check.device, check.duration_s = device.id, round(seconds, 4)
+                self._emit(check)
+                if not estimated:
+                    self._estimate(seconds, chunks, chunk, len(patterns))
+                    estimated = True
+
+    def _estimate(self, first_s: float, chunks: int, chunk: int, patterns: int) -> None:
+        """Say how long the long memory test will take, from its first pattern on the first device."""
+        seconds = first_s * (patterns * len(self.local) - 1)
+        self.sink.note(f"-r 4 long memory: {_mib(chunks * chunk * 4)} per device on {len(self.local)} device(s), "
+                       f"{patterns} patterns: about {_duration(seconds)} more"
+                       + (f", then {_duration(self.settings.duration_s)} of sustained load"
+                          if self.settings.selects("sustained") else ""))
 
     # --- level 3 ----------------------------------------------------------------------------------------
     def _sustained(self) -> None:
@@ -361,7 +479,7 @@ class DiagRunner:
                 if iteration >= 1 and self._injected("sustained", device):
                     words = kernels.digest_program()(kernels.flip_bit(product))
                 runs[str(device.id)] = [digest_text(words)]
-            gathered = self.exchange.gather(f"sustained/{iteration}", runs) if self.exchange else [runs]
+            gathered = self._gather(f"sustained/{iteration}", runs)
             if gathered is not None and first_bad is None:
                 merged = {int(k): v for entry in gathered for k, v in entry.items()}
                 bad = [j.device for j in judge_digests(merged) if j.status == FAIL]
@@ -390,11 +508,12 @@ class DiagRunner:
         """Every process runs the same iterations: process 0's clock decides when to stop."""
         if self.exchange is None:
             return mine
-        return self.exchange.decide(SUSTAINED_STEP + iteration, "go" if mine else "stop") == "go"
+        step = SUSTAINED_STEP * (self.iteration + 1) + iteration  # unique over the run's --iterations too
+        return self.exchange.decide(step, "go" if mine else "stop") == "go"
 
 
 SUSTAINED_STEP = 1_000_000
-COLLECTIVES = ("all-reduce", "all-gather", "ring +1", "ring -1")
+LONG_CHUNK_WORDS = 64 << 20  # 256 MiB per buffer: a device's share is held as many, allocated together
 
 
 def _first_line(error: BaseException) -> str:
@@ -414,3 +533,11 @@ def _judged(test: str, judgement: Judgement, figures: dict[str, Any]) -> Check:
 
 def _mib(size: int) -> str:
     return f"{size / (1 << 20):.1f} MiB"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

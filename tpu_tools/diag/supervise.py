@@ -41,6 +41,7 @@ def apply_event(report: DiagReport, event: dict[str, Any]) -> None:
         report.platform, report.device_kind = event.get("platform"), event.get("device_kind")
         report.device_ids = list(event.get("device_ids") or [])
         report.process_count = int(event.get("process_count") or 1)
+        report.runtime = dict(event.get("runtime") or {})
     elif kind == "check":
         report.checks.append(Check.from_dict(event["check"]))
     elif kind == "coverage":

@@ -1,6 +1,8 @@
 """What the device's own sensors say during sustained load.
 
 NVIDIA GPUs: NVML (clocks, heat, power, clock event reasons); a thermal or power slowdown is a warning.
+Per GPU, as `dcgmi diag` reports them: the peak temperature, the peak power, the lowest SM clock, and each
+throttle reason with the time it was seen (the time between two readings that found it counted whole).
 TPU: libtpu's in-process SDK, which only the process that owns the chips can read (tpu-diag does while
 it runs): `tpu_throttle_score` (per chip, 0 .. 10 = throttled by 0 .. 100 %) and `ici_link_health` (per
 ICI link, 0 healthy .. 10 unusable, with the link's name); any score above 0 is a warning. Other platforms
@@ -12,6 +14,8 @@ from __future__ import annotations
 import math
 import re
 import sys
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpu_tools.shorten import shorten
@@ -38,6 +42,29 @@ def score_of(item: Any) -> tuple[str | None, float | None]:
     return name, value if math.isfinite(value) else None
 
 
+@dataclass
+class GpuPeaks:
+    temperature_peak_celsius: float | None = None
+    power_peak_watts: float | None = None
+    clock_sm_lowest_hz: float | None = None
+    throttle_seconds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, temperature: float | None, power: float | None, clock: float | None, reasons: list[str],
+            seconds: float) -> None:
+        if temperature is not None:
+            self.temperature_peak_celsius = max(temperature, self.temperature_peak_celsius or temperature)
+        if power is not None:
+            self.power_peak_watts = max(power, self.power_peak_watts or power)
+        if clock is not None:
+            self.clock_sm_lowest_hz = min(clock, self.clock_sm_lowest_hz or clock)
+        for reason in reasons:
+            self.throttle_seconds[reason] = round(self.throttle_seconds.get(reason, 0.0) + seconds, 3)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"temperature_peak_celsius": self.temperature_peak_celsius, "power_peak_watts": self.power_peak_watts,
+                "clock_sm_lowest_hz": self.clock_sm_lowest_hz, "throttle_seconds": dict(self.throttle_seconds)}
+
+
 class Telemetry:
     def __init__(self, platform: str):
         self.platform = platform
@@ -48,6 +75,8 @@ class Telemetry:
         self.reasons: set[str] = set()
         self.tpu_worst: dict[str, tuple[str, float]] = {}  # metric -> (where, score)
         self.last: dict[str, Any] | None = None
+        self.peaks: dict[str, GpuPeaks] = {}  # NVML index -> what its readings reached
+        self.read_at: float | None = None
 
     def sample(self) -> None:
         self.samples += 1
@@ -69,10 +98,16 @@ class Telemetry:
             self.error = snapshot.error or "NVML is not available"
             return
         reading: dict[str, Any] = {}
+        now = time.monotonic()
+        since = 0.0 if self.read_at is None else now - self.read_at
+        self.read_at = now
         for gpu in snapshot.gpus:
             reading[str(gpu.index)] = {"temperature_celsius": gpu.temperature_celsius,
                                        "power_draw_watts": gpu.power_draw_watts, "clock_sm_hz": gpu.clock_sm_hz}
-            self.reasons.update(r for r in gpu.clock_event_reasons or [] if r in THROTTLE_REASONS)
+            throttled = [r for r in gpu.clock_event_reasons or [] if r in THROTTLE_REASONS]
+            self.reasons.update(throttled)
+            self.peaks.setdefault(str(gpu.index), GpuPeaks()).add(
+                gpu.temperature_celsius, gpu.power_draw_watts, gpu.clock_sm_hz, throttled, since)
         self.last = reading
         self.readings += 1
 
@@ -103,7 +138,10 @@ class Telemetry:
     def figures(self) -> dict[str, Any]:
         return {"telemetry_source": self.source if not self.error else None, "telemetry_error": self.error,
                 "telemetry_samples": self.readings, "telemetry_last": self.last,
-                "throttle_reasons": sorted(self.reasons)}
+                "throttle_reasons": sorted(self.reasons),
+                "sensors": {index: peaks.to_dict() for index, peaks in sorted(self.peaks.items())},
+                "tpu_worst": {metric: {"where": where, "score": score}
+                              for metric, (where, score) in sorted(self.tpu_worst.items())}}
 
     def warnings(self) -> list[str]:
         found = [f"clocks throttled: {', '.join(sorted(self.reasons))}"] if self.reasons else []

@@ -19,9 +19,11 @@ def header_line(report: DiagReport) -> str:
 def checks_table(report: DiagReport) -> TableData:
     table = TableData([Column("TEST", no_wrap=True), Column("TARGET", no_wrap=True), Column("STATUS", no_wrap=True),
                        Column("TIME", align="right", no_wrap=True, priority=1), Column("WHY", priority=2)])
+    repeated = any(c.iteration for c in report.checks)
     for check in report.checks:
         time_text = f"{check.duration_s:.2f} s" if check.duration_s else "-"
-        table.add_row(check.test, check.target, check.status.upper(), time_text, check.why)
+        test = f"{check.test} #{check.iteration + 1}" if repeated else check.test
+        table.add_row(test, check.target, check.status.upper(), time_text, check.why)
     return table
 
 
@@ -43,8 +45,35 @@ def coverage_lines(report: DiagReport) -> list[str]:
     return lines
 
 
+def sensor_lines(report: DiagReport) -> list[str]:
+    """What the device's sensors reached during sustained load, per GPU, as dcgmi diag reports it."""
+    lines = []
+    for check in report.checks:
+        sensors = check.figures.get("sensors") if check.test == "sustained" else None
+        for index, peaks in sorted((sensors or {}).items()):
+            parts = []
+            if peaks.get("temperature_peak_celsius") is not None:
+                parts.append(f"peak {peaks['temperature_peak_celsius']:.0f} C")
+            if peaks.get("power_peak_watts") is not None:
+                parts.append(f"peak {peaks['power_peak_watts']:.1f} W")
+            if peaks.get("clock_sm_lowest_hz") is not None:
+                parts.append(f"lowest SM clock {peaks['clock_sm_lowest_hz'] / 1e6:.0f} MHz")
+            throttled = peaks.get("throttle_seconds") or {}
+            parts.append("throttled: " + ", ".join(f"{reason} {seconds:.1f} s" for reason, seconds in
+                                                   sorted(throttled.items())) if throttled else "not throttled")
+            lines.append(f"sensors GPU {index} ({check.figures.get('telemetry_source')}): {', '.join(parts)}")
+        if check.test == "sustained" and check.figures.get("telemetry_source") == "libtpu.sdk":
+            worst = check.figures.get("tpu_worst") or {}
+            parts = [f"{metric} worst {found['score']:g} of 10 on {found['where']}"
+                     for metric, found in sorted(worst.items())]
+            lines.append(f"sensors (libtpu.sdk): {'; '.join(parts) or 'every throttle and link score 0'}")
+        if check.test == "sustained" and check.figures.get("telemetry_error") and not sensors:
+            lines.append(f"sensors: {check.figures['telemetry_error']}")
+    return lines
+
+
 def verdict_line(report: DiagReport) -> str:
     counts = {s: sum(1 for c in report.checks if c.status == s) for s in STATUSES}
     parts = ", ".join(f"{counts[s]} {s}" for s in ("pass", "fail", "warn", "skip") if counts[s])
-    state = " (interrupted: partial results)" if report.interrupted else ""
+    state = " (partial results: the tests after these did not run)" if report.interrupted else ""
     return f"verdict: {report.status.upper()}{state}  {parts or 'no tests ran'}  in {report.elapsed_s:.1f} s"

@@ -28,6 +28,9 @@ def fleet_lines(report: dict[str, Any], width: int, max_rows: int | None) -> lis
         title.add(f"  median util {median:.1f}%", DIM)
     if fleet.get("median_step_time_s") is not None:
         title.add(f"  median step {seconds_text(fleet['median_step_time_s'])}", DIM)
+    if fleet.get("digest_outliers"):  # tpu-diag: the fleet as the reference of each host's GEMM digests
+        named = sorted({o.get("host") for o in fleet["digest_outliers"]})
+        title.add(f"  diag digest differs on {', '.join(map(str, named))}", ERROR)
     if fleet.get("global_metric_findings"):
         title.add(f"  {fleet['global_metric_findings']} global metrics differ between workers", ERROR)
     for silent in fleet.get("silent_clusters") or []:  # many clusters writing to one store: one stopped

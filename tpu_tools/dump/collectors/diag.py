@@ -19,12 +19,12 @@ def collect_diag(ctx: CollectContext) -> None:
     document = json.loads(last_path().read_text(encoding="utf-8"))
     ctx.add_json("accelerators/diag-last.json", document)
     from tpu_tools.diag.records import DiagReport
-    from tpu_tools.render.diag_view import checks_table, coverage_lines, header_line, verdict_line
+    from tpu_tools.render.diag_view import checks_table, coverage_lines, header_line, sensor_lines, verdict_line
     from tpu_tools.render.table import plain_table
 
     report = DiagReport.from_dict(document)
     age = last.age_s()
     lines = [header_line(report), f"run at {last.time}" + (f", {age:.0f} s before this bundle" if age is not None
                                                           else ""),
-             plain_table(checks_table(report)), *coverage_lines(report), verdict_line(report)]
+             plain_table(checks_table(report)), *sensor_lines(report), *coverage_lines(report), verdict_line(report)]
     ctx.add_text("accelerators/diag-last.txt", "\n".join(lines) + "\n")

@@ -1,8 +1,10 @@
-"""The slow worker of a slice: the host whose figure is furthest from the median of all hosts."""
+"""The slow worker of a slice: the host whose figure is furthest from the median of all hosts; and the host
+whose tpu-diag GEMM digest differs from the majority of the hosts that ran it under the same key."""
 
 from __future__ import annotations
 
 import statistics
+from collections import defaultdict
 from dataclasses import dataclass
 
 # Below these distances from the median a host is not called an outlier: hosts of a healthy slice differ a
@@ -42,3 +44,33 @@ def furthest(values: dict[str, float], figure: str) -> Outlier | None:
 
 def median_of(values: dict[str, float]) -> float | None:
     return statistics.median(values.values()) if values else None
+
+
+@dataclass(frozen=True)
+class DigestOutlier:
+    host: str
+    test: str  # "gemm f32"
+    key: str  # the comparability key's id (tpu_tools.diag.reference)
+    digest: str
+    agreeing: int  # hosts with this digest under this key, the host included
+    hosts: int  # hosts with this key
+
+    @property
+    def sentence(self) -> str:
+        return f"{self.test} digest {self.digest} differs from {self.hosts - self.agreeing} of {self.hosts} hosts"
+
+
+def digest_outliers(digests: dict[str, set[tuple[str, str, str]]]) -> list[DigestOutlier]:
+    """`digests`: host -> its (test, key, digest) triples. A host holding a digest that at most half of the
+    hosts with the same (test, key) hold is named (as deploy/prometheus/alerts.yml's TpuToolsDiagDigestDiffers)."""
+    holders: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for host, triples in digests.items():
+        for test, key, digest in triples:
+            holders[(test, key)][digest].add(host)
+    found = []
+    for (test, key), by_digest in sorted(holders.items()):
+        hosts = len(set().union(*by_digest.values()))
+        for digest, owners in sorted(by_digest.items()):
+            if len(owners) * 2 < hosts:
+                found += [DigestOutlier(host, test, key, digest, len(owners), hosts) for host in sorted(owners)]
+    return found

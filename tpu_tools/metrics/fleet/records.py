@@ -13,7 +13,7 @@ from typing import Any
 
 from tpu_tools.metrics.cacheshare import shared_cache_dirs, take_fleet_sample
 from tpu_tools.metrics.fleet.client import Sample
-from tpu_tools.metrics.fleet.outliers import furthest, median_of
+from tpu_tools.metrics.fleet.outliers import digest_outliers, furthest, median_of
 from tpu_tools.metrics.global_check import global_metric_findings
 
 PREFIX = "tpu_tools_"
@@ -79,6 +79,7 @@ class _Host:
     devices: dict[str, dict[str, Any]] = field(default_factory=dict)
     agents: dict[str, dict[str, Any]] = field(default_factory=dict)
     libtpu: dict[str, bool] = field(default_factory=dict)
+    digests: set[tuple[str, str, str]] = field(default_factory=set)  # tpu-diag's (test, key, digest)
 
 
 def _number(value: float) -> int | float:
@@ -116,7 +117,7 @@ def known(sample: Sample) -> bool:
     """A series of the exporter's host, device, process or libtpu groups (others, e.g. GPU series, are left)."""
     name = sample.name[len(PREFIX):]
     return sample.name.startswith(PREFIX) and (name.startswith(("host_", "device_", "process_", "libtpu_"))
-                                               or name == "agent_up")
+                                               or name in ("agent_up", "diag_digest_info"))
 
 
 def _take(hosts: dict[str, _Host], sample: Sample) -> None:
@@ -147,6 +148,8 @@ def _take(hosts: dict[str, _Host], sample: Sample) -> None:
         _take_process(_agent(host, labels), name[len("process_"):], labels, value)
     elif name == "libtpu_up":
         host.libtpu[labels.get("address", "?")] = value == 1
+    elif name == "diag_digest_info":
+        host.digests.add((labels.get("test", "?"), labels.get("key", "?"), labels.get("digest", "?")))
 
 
 def _host_of(hosts: dict[str, _Host], labels: dict[str, str]) -> _Host:
@@ -294,9 +297,10 @@ def build_groups(series: list[Sample], up: list[Sample], summaries: list[Sample]
                                           "utilization_percent"),
                                  furthest({h: v for h, v in step_time.items() if h in members}, "step_time_s")) if o]
     by_host = {s.host: s for s in listed}
-    for outlier in outliers:
-        found = by_host[outlier.host]
-        found.outlier = outlier.sentence if found.outlier is None else f"{found.outlier}; {outlier.sentence}"
+    differing = digest_outliers({h.name: h.digests for h in ordered if h.digests})
+    for name, sentence in [(o.host, o.sentence) for o in outliers] + [(o.host, o.sentence) for o in differing]:
+        found = by_host[name]
+        found.outlier = sentence if found.outlier is None else f"{found.outlier}; {sentence}"
     agents = [a for h in ordered for a in h.agents.values()]
     findings = global_metric_findings(agents)
     return {
@@ -312,6 +316,7 @@ def build_groups(series: list[Sample], up: list[Sample], summaries: list[Sample]
                                                                                if not ok),
                   "median_utilization_percent": median_of(utilization), "median_step_time_s": median_of(step_time),
                   "outliers": [asdict(o) for o in outliers], "global_metric_findings": len(findings),
+                  "digest_outliers": [asdict(o) for o in differing],
                   "clusters": _clusters(listed)},
     }
 

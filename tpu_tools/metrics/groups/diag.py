@@ -3,8 +3,11 @@
 Read from the runtime directory each round (a small file); no file means no run yet, which is a note, not
 an error. Each device's worst status reaches the devices group (and tpu-top) as the extra figure
 `diag_status`. Prometheus: tpu_tools_diag_check_status{test, device, link} (0 pass, 1 fail, 2 warn,
-3 skip), tpu_tools_diag_failed (1 when the last run failed), tpu_tools_diag_age_seconds,
-tpu_tools_diag_last_run_timestamp_seconds and tpu_tools_diag_level.
+3 skip), tpu_tools_diag_failed (1 when the record holds a failure: the last run's, or an earlier one a
+partial run did not re-run), tpu_tools_diag_age_seconds (since the last complete run),
+tpu_tools_diag_last_run_timestamp_seconds, tpu_tools_diag_level, and tpu_tools_diag_digest_info{test,
+device, key, digest} (each GEMM's digest under its comparability key: the fleet's reference, see
+docs/diag.md).
 """
 
 from __future__ import annotations
@@ -65,11 +68,20 @@ class DiagGroup:
             checks.add_metric(list(key), value)
         families = [checks]
         for name, value, text in (
-                ("tpu_tools_diag_failed", 1 if last["status"] == "fail" else 0, "1 when the last tpu-diag run failed."),
-                ("tpu_tools_diag_age_seconds", last["age_s"], "Seconds since the last tpu-diag run started."),
+                ("tpu_tools_diag_failed", 1 if last["status"] == "fail" or last["failed_checks"] else 0,
+                 "1 when the last tpu-diag result holds a failure."),
+                ("tpu_tools_diag_age_seconds", last["age_s"],
+                 "Seconds since the last complete tpu-diag run started."),
                 ("tpu_tools_diag_last_run_timestamp_seconds", last["time_unix_s"],
                  "When the last tpu-diag run started (Unix time)."),
                 ("tpu_tools_diag_level", last["level"], "Level (-r) of the last tpu-diag run.")):
             if value is not None:
                 families.append(GaugeMetricFamily(name, text, value=value))
+        digests = GaugeMetricFamily("tpu_tools_diag_digest_info",
+                                    "The last tpu-diag run's GEMM digest per device under its comparability key "
+                                    "(always 1).", labels=["test", "device", "key", "digest"])
+        for check in last["checks"]:
+            if check.get("digest") and check.get("key") and check["device"] is not None and not check["found_at"]:
+                digests.add_metric([check["test"], str(check["device"]), check["key"], check["digest"]], 1)
+        families.append(digests)
         return families
