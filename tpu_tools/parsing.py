@@ -82,6 +82,12 @@ def ascii_digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+def port_number(text: str) -> int | None:
+    """A TCP port (1 to 65535) written in ASCII digits, else None: "８０" or "٨٠" is no port, and "²" (which
+    str.isdigit() takes) would make int() raise."""
+    return int(text) if ascii_digits(text) and len(text) <= 5 and 0 < int(text) < 65536 else None
+
+
 def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum: float | None = None,
                  above: float | None = None, integer: bool = False) -> Any:
     """A finite number from a flag's text or a config value, checked against its range; ValueError otherwise.
@@ -92,16 +98,16 @@ def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{what} must be a number, not {quoted(value)}")
     if isinstance(value, str):
-        text = value.strip()
+        text = value  # not stripped: " 7 " is a quoting mistake, and str.strip() takes every script's spaces
         if len(text) > MAX_NUMBER_TEXT:
             raise ValueError(f"{what} {quoted(value)} is not a sensible number ({len(text)} characters)")
-        if not text:
+        if not text.strip():
             raise ValueError(f"{what} must not be empty")
         if integer:
-            if not _INTEGER.match(text):
+            if not _INTEGER.fullmatch(text):
                 raise ValueError(f"{what} {quoted(value)} is not a whole number")
             number: float | int = int(text)
-        elif _DECIMAL.match(text) or _NOT_FINITE.match(text):  # NaN and infinities refused below, by name
+        elif _DECIMAL.fullmatch(text) or _NOT_FINITE.fullmatch(text):  # NaN and infinities refused below, by name
             number = float(text)
             if number == 0 and re.search(r"[1-9]", re.split(r"[eE]", text)[0]):
                 raise ValueError(f"{what} {quoted(value)} is too small to be told from 0")

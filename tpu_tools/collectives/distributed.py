@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpu_tools.errors import RuntimeFailure, RuntimeHang, UsageError
+from tpu_tools.parsing import port_number
 from tpu_tools.signals import interruptible
 
 
@@ -46,9 +47,10 @@ class JoinSpec:
 def parse_address(text: str) -> tuple[str, int]:
     host, separator, port_text = text.strip().rpartition(":")
     host = host.strip("[]")
-    if not separator or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    port = port_number(port_text)
+    if not separator or not host or port is None:
         raise UsageError(f"--coordinator {text!r}: use HOST:PORT, e.g. 10.0.0.2:8476 or 127.0.0.1:8476")
-    return host, int(port_text)
+    return host, port
 
 
 def is_loopback(host: str) -> bool:

@@ -6,12 +6,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tpu_tools.errors import UsageError
+from tpu_tools.parsing import parse_number
 
 LEVELS = (1, 2, 3)
 DEFAULT_DURATION_S = 15 * 60.0
 DEFAULT_MEMORY_FRACTION = 0.02  # of each device's free memory: a bounded share by default
 RATE_THRESHOLD = 0.10  # a device this much slower than its peers' median is an outlier
 SEED = 20261124
+MAX_DEVICE_ID = 999_999_999  # --inject's DEVICE: nine digits, as many as any device id has
 
 # What --inject can corrupt: one bit in one device's result of that test.
 INJECT_KINDS = {
@@ -43,10 +45,11 @@ def parse_injection(text: str) -> Injection:
     kinds = ", ".join(INJECT_KINDS)
     if not separator or kind not in INJECT_KINDS:
         raise UsageError(f"--inject {text!r}: use KIND:DEVICE with KIND one of {kinds} (e.g. gemm:3)")
-    device_text = device_text.strip()
-    if not device_text.isdigit() or len(device_text) > 9:
-        raise UsageError(f"--inject {text!r}: DEVICE must be a device id (a whole number, e.g. gemm:3)")
-    return Injection(kind, int(device_text))
+    try:  # ASCII digits only: int() would take "１" (fullwidth) or "٣" as a device id
+        device = parse_number(device_text.strip(), "DEVICE", minimum=0, maximum=MAX_DEVICE_ID, integer=True)
+    except ValueError:
+        raise UsageError(f"--inject {text!r}: DEVICE must be a device id (a whole number, e.g. gemm:3)") from None
+    return Injection(kind, device)
 
 
 @dataclass(frozen=True)
