@@ -10,7 +10,15 @@ from typing import Any
 
 import click
 
-from tpu_tools.cli.common import ToolCommand, common_options, is_debug, output_options, run_cli, runtime_options
+from tpu_tools.cli.common import (
+    ToolCommand,
+    common_options,
+    is_debug,
+    launched_first_answered,
+    output_options,
+    run_cli,
+    runtime_options,
+)
 from tpu_tools.cli.output import Output, note, reserve_stdout
 from tpu_tools.cli.params import Count, Duration, Number
 from tpu_tools.errors import RuntimeFailure, UsageError
@@ -116,7 +124,7 @@ class _RecordingCommand(ToolCommand):
         return super().parse_args(ctx, args)
 
 
-@click.command(name="diag", cls=_RecordingCommand, man_sections=MAN_SECTIONS)
+@click.command(name="diag", cls=_RecordingCommand, man_sections=MAN_SECTIONS, json_schema="tpu-tools/diag/v1")
 @click.option("-r", "--level", default="1", show_default=True, metavar="LEVEL", callback=_level,
               help="1 quick (seconds), 2 medium (about two minutes), 3 long (sustained load, --duration).")
 @click.option("--duration", type=Duration(minimum=1.0, maximum=7 * 86400.0), default=None, metavar="DURATION",
@@ -267,6 +275,7 @@ def _launch(ctx: click.Context, processes: int, join: Any, policy: RuntimePolicy
     args += ["--platform", "cpu", "--host-devices", str(host_devices), "--force"]
     outcome = Launcher(processes, args, f"127.0.0.1:{free_port()}", timeout_s, note, debug=is_debug(),
                        module="tpu_tools.cli.diag").run()
+    launched_first_answered(outcome)
     first = outcome.ranks[0] if outcome.ranks else None
     if first is not None and first.error is None and first.returncode in (0, 1, 3) and (
             first.returncode or not outcome.exit_code):

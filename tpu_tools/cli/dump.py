@@ -178,6 +178,7 @@ class _ProgressLine:
 
 
 @click.group(name="dump", cls=ToolGroup, invoke_without_command=True, man_sections=MAN_SECTIONS,
+             json_schema="tpu-tools/dump/v1",
              subcommand_metavar="[show BUNDLE]")
 @click.option("-o", "--output", type=click.Path(path_type=Path), metavar="PATH",
               help="Where to write the bundle (default: tpu-dump-<host>-<utc time>.tar.gz here).")
@@ -256,7 +257,8 @@ def _list_collectors(out: Output) -> int:
     return EXIT_OK
 
 
-@dump_command.command(name="show", cls=ToolCommand, man_sections=SHOW_SECTIONS)
+@dump_command.command(name="show", cls=ToolCommand, man_sections=SHOW_SECTIONS,
+                      json_schema="tpu-tools/dump-show/v1")
 @click.argument("bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--file", "member", metavar="NAME", help="Print one file of the bundle (a name from the file list).")
 @output_options
