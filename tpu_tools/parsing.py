@@ -1,8 +1,9 @@
-"""Parsing of sizes and durations given by users (flags, config files). Base layer."""
+"""Parsing of sizes and durations given by users (flags, config files, the environment). Base layer."""
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any
 
@@ -134,3 +135,30 @@ def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum
 
 def _bound(limit: float) -> str:
     return str(int(limit)) if float(limit).is_integer() and abs(limit) < 1e15 else f"{limit:g}"
+
+
+# --- the terminal's size ------------------------------------------------------------------------------
+# COLUMNS=99999999999 made a table or a tpu-top frame that wide (MemoryError); rich reads COLUMNS with
+# str.isdigit() and int(), which raises on "²". Wider or taller than this is no screen anyone reads.
+MAX_COLUMNS = 4096
+MAX_LINES = 4096
+
+
+def terminal_size(fd: int | None = None, fallback: tuple[int, int] = (120, 24)) -> os.terminal_size:
+    """The size to draw for: COLUMNS and LINES where they are whole numbers in ASCII digits, else the terminal's
+    own size (of `fd`, else of stdout), else `fallback`; each bounded to 1..MAX_COLUMNS or MAX_LINES."""
+    real: tuple[int, int] | None = None
+    for descriptor in ([fd] if fd is not None else []) + [1]:
+        try:
+            real = tuple(os.get_terminal_size(descriptor))  # type: ignore[assignment]
+            break
+        except (OSError, ValueError):
+            continue
+    size = []
+    for index, (name, most) in enumerate((("COLUMNS", MAX_COLUMNS), ("LINES", MAX_LINES))):
+        try:
+            value = int(parse_number(os.environ.get(name, ""), name, minimum=1, integer=True))
+        except ValueError:  # unset, empty or not a number: the terminal's own
+            value = (real[index] if real else 0) or fallback[index]
+        size.append(max(1, min(value, most)))
+    return os.terminal_size(size)

@@ -19,7 +19,7 @@ from tpu_tools.cli.common import (
     run_cli,
     runtime_options,
 )
-from tpu_tools.cli.output import Output, note, reserve_stdout
+from tpu_tools.cli.output import Output, console_on, note, reserve_stdout
 from tpu_tools.cli.params import Count, Duration, Number
 from tpu_tools.errors import RuntimeFailure, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -327,11 +327,10 @@ class _Progress:
 
     def __enter__(self) -> _Progress:
         if self.live:
-            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                     TimeElapsedColumn(), console=Console(file=sys.stderr), transient=True)
+                                     TimeElapsedColumn(), console=console_on(sys.stderr), transient=True)
             self.task = self.progress.add_task("starting the runtime", total=None)
             self.progress.start()
         return self

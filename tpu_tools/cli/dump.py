@@ -17,7 +17,7 @@ from tpu_tools.cli.common import (
     run_cli,
     runtime_options,
 )
-from tpu_tools.cli.output import Output, note, wants_color
+from tpu_tools.cli.output import Output, console_on, note, wants_color
 from tpu_tools.cli.params import Seconds, non_empty
 from tpu_tools.dump.collectors import COLLECTORS
 from tpu_tools.errors import EXIT_OK, UsageError
@@ -156,7 +156,6 @@ class _ProgressLine:
         self._live: Any = None  # a rich Live display, made on the first update
 
     def __call__(self, progress) -> None:
-        from rich.console import Console
         from rich.live import Live
         from rich.text import Text
 
@@ -165,7 +164,7 @@ class _ProgressLine:
         text = Text(progress_text(progress.done, progress.total, progress.running), overflow="ellipsis",
                     no_wrap=True)
         if self._live is None:
-            console = Console(file=sys.stderr, highlight=False, no_color=not wants_color(sys.stderr))
+            console = console_on(sys.stderr, highlight=False, no_color=not wants_color(sys.stderr))
             self._live = Live(text, console=console, auto_refresh=False, transient=True, redirect_stdout=False,
                               redirect_stderr=False)
             self._live.start()

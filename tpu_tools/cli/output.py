@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from tpu_tools import jsonout
+from tpu_tools.parsing import terminal_size
 from tpu_tools.render.table import TableData, plain_table, rich_table
 from tpu_tools.sanitize import safe_text
 
@@ -75,12 +75,22 @@ class Output:
         console.print(renderable)
 
     def console(self):
-        from rich.console import Console
-
-        is_tty = self.stream.isatty()
         # Box-drawn layout whenever asked for; colour only on a terminal without NO_COLOR.
-        return Console(file=self.stream, force_terminal=is_tty, no_color=not wants_color(self.stream),
-                       highlight=False, width=None if is_tty else shutil.get_terminal_size((120, 24)).columns)
+        return console_on(self.stream, force_terminal=self.stream.isatty(), no_color=not wants_color(self.stream),
+                          highlight=False)
+
+
+def console_on(stream: TextIO, **options: Any) -> Any:
+    """A rich Console on `stream` sized by `parsing.terminal_size`: rich would read COLUMNS and LINES itself,
+    unbounded, and raise on digits that are not ASCII."""
+    from rich.console import Console
+
+    try:
+        fd: int | None = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        fd = None
+    size = terminal_size(fd)
+    return Console(file=stream, width=size.columns, height=size.lines, **options)
 
 
 @dataclass
