@@ -171,14 +171,15 @@ def run_tool(program: str, *args: str, env: dict[str, str] | None = None, timeou
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, code: int, *fragments: str) -> str:
-    """A clean failure: the exit code, no traceback, the message on stderr naming what failed."""
+    """A clean failure: the exit code, and on stderr exactly one non-empty line, naming what failed; it is returned.
+
+    One line means one: no `Usage:` and `Try ...` lines around it, no warning or traceback before it."""
     assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert lines, "no error message"
-    message = lines[-1]
+    assert len(lines) == 1, f"{len(lines)} lines on stderr, not one: {result.stderr!r}"
+    message = lines[0]
     for fragment in fragments:
-        assert fragment in result.stderr, (fragment, result.stderr)
+        assert fragment in message, (fragment, message)
     return message
 
 

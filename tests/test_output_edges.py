@@ -12,6 +12,7 @@ import sysroot
 from conftest import clean_env, run_tool, tool_command
 from test_top import Tmux
 
+from tpu_tools.parsing import MAX_COLUMNS, MAX_LINES, terminal_size
 from tpu_tools.render.table import Column, TableData, columns_that_fit, rich_table
 
 CLOSED_PIPE = 141
@@ -116,3 +117,43 @@ def test_tpu_ls_in_a_40_column_terminal(tmp_path):
     assert all(word in words for word in headers), words  # every header word whole: in the table or the caption
     assert "shown at this width:" in screen
     assert "CHIP   KIND" in screen
+
+
+# --- the terminal's size from the environment ------------------------------------------------------------
+# COLUMNS=99999999999 made tpu-top --once build a frame that wide (internal error: MemoryError), and rich reads
+# COLUMNS with str.isdigit() and int(), so COLUMNS=² was an internal error of every table on a terminal.
+
+@pytest.mark.parametrize("size", ["99999999999", "9" * 60, "²", "٣٠", "0", "-3", ""])
+@pytest.mark.parametrize("command", [("tpu-top", "--once"), ("tpu-ls", "--format", "table")])
+def test_any_terminal_size_in_the_environment_is_bounded(command, size):
+    result = run_tool(*command, env=clean_env(COLUMNS=size, LINES=size, JAX_PLATFORMS="cpu"), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "error" not in result.stderr, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines and max(len(line) for line in lines) <= MAX_COLUMNS
+
+
+def test_the_size_to_draw_for_is_bounded_and_read_in_ascii_digits(monkeypatch):
+    own = tuple(os.get_terminal_size(1)) if os.isatty(1) else (120, 24)  # what a size not given means
+    for columns, lines, expected in [("99999999999", "99999999999", (MAX_COLUMNS, MAX_LINES)), ("100", "30", (100, 30)),
+                                     ("٣٠", "²", own), ("0", "-1", own), ("1_0", " 7 ", own)]:
+        monkeypatch.setenv("COLUMNS", columns)
+        monkeypatch.setenv("LINES", lines)
+        assert tuple(terminal_size(None, (120, 24))) == expected, (columns, lines)
+
+
+def test_tpu_top_draws_for_the_terminal_it_is_in_whatever_columns_and_lines_say():
+    if not shutil.which("tmux"):
+        pytest.skip("tmux is not installed")
+    bin_dir = str(Path(tool_command("tpu-top")[0]).parent)
+    env = clean_env(TERM="xterm-256color")
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    tmux = Tmux(100, 30, env)
+    try:
+        tmux.keys("clear; COLUMNS=3000 LINES=5000 tpu-top --interval 1", "Enter")
+        # laid out for the 100 columns it has: the header's last word on the first row
+        screen = tmux.wait_for(lambda s: s.splitlines()[0].rstrip().endswith("h help"), timeout=60)
+        tmux.keys("q")
+    finally:
+        tmux.kill()
+    assert screen.splitlines()[0].startswith(" tpu-top"), screen

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
+import click
 import pytest
 from conftest import assert_one_line_error, clean_env, run_tool
 from hypothesis import example, given, settings
@@ -176,3 +178,93 @@ def test_a_huge_device_range_is_refused_at_once():
 
     with pytest.raises(UsageError, match="more than 65536 device ids"):
         parse_device_ids("0-99999999999")
+
+
+# --- ASCII digits only ----------------------------------------------------------------------------------
+# int() and float() also read "١" (Arabic-Indic), "１" (fullwidth), "1_0" and " 7 "; str.isdigit() takes "²", which
+# int() then refuses with a traceback. No documented option or file takes them: every number from outside goes
+# through tpu_tools.parsing, which reads ASCII digits and nothing else.
+
+LOOKALIKES = "١٣١２３۵०৫๓²³_ \t\n\u3000\u00a0"
+ASCII_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+ASCII_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from("0123456789+-.e" + LOOKALIKES), max_size=12), integer=st.booleans())
+@example(text=" 7 ", integer=True)
+@example(text="7\n", integer=True)
+@example(text="１", integer=True)
+def test_parse_number_reads_ascii_digits_and_nothing_else(text, integer):
+    try:
+        number = parse_number(text, "--x", integer=integer)
+    except ValueError:
+        return
+    assert (ASCII_INTEGER if integer else ASCII_DECIMAL).fullmatch(text), text
+    assert number == (int(text) if integer else float(text))
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.from_regex(r"\A[+-]?[0-9]{1,18}\Z"))
+def test_parse_number_reads_every_whole_number_in_ascii_digits(text):
+    assert parse_number(text, "--x", integer=True) == int(text)
+
+
+def _click_commands():
+    from tpu_tools.cli.main import cli
+
+    def walk(command: click.Command, ctx: click.Context):
+        yield ctx.command_path, command
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                yield from walk(sub, click.Context(sub, parent=ctx, info_name=name))
+
+    return list(walk(cli, click.Context(cli, info_name="tpu-tools")))
+
+
+def test_no_option_reads_a_number_with_clicks_own_types():
+    """click's INT, FLOAT, IntRange and FloatRange take "1_0", "١" and " 7 ": every number option is the project's
+    Number, Count, Seconds or Duration."""
+    found = []
+    for path, command in _click_commands():
+        for param in command.params:
+            types = param.type.types if isinstance(param.type, click.Tuple) else [param.type]
+            if any(isinstance(kind, (click.types.IntParamType, click.types.FloatParamType)) for kind in types):
+                found.append(f"{path} {param.opts[0]} ({param.type!r})")
+    assert len(_click_commands()) > 20 and not found, found
+
+
+@pytest.mark.parametrize(("program", "args", "fragment"), [
+    *[("tpu-monitor", ["--arrays", value], "--arrays") for value in ["1_0", "１", "٣", " 7 ", "9" * 20]],
+    ("tpu-monitor", ["--prometheus", "²"], "--prometheus"),
+    ("tpu-collectives-test", ["--coordinator", "127.0.0.1:²", "--num-processes", "1", "--process-id", "0"],
+     "--coordinator"),
+    ("tpu-collectives-test", ["--devices", "١"], "--devices"),
+    ("tpu-collectives-test", ["--mesh", "２x4"], "--mesh"),
+    ("tpu-collectives-test", ["--stats", "p٩٩"], "--stats"),
+    ("tpu-profile", ["hlo", "--arg", "f32[²]", "x:y"], "--arg"),
+    ("tpu-profile", ["capture", "--addr", "127.0.0.1:٩٩٩٩"], "--addr"),
+    ("tpu-bench", ["matmul", "--size", "١٠٢٤"], "matrix size"),
+    ("tpu-diag", ["--inject", "kat:０"], "--inject"),  # device 0 exists: it ran, failing on purpose
+])
+def test_digits_of_other_scripts_are_usage_errors(program, args, fragment):
+    result = run_tool(program, *args, env=clean_env(JAX_PLATFORMS="cpu"), timeout=60)
+    assert_one_line_error(result, 2, fragment)
+    assert "internal error" not in result.stderr
+
+
+@pytest.mark.parametrize("text", ["kat:１", "kat:٣", "kat:1_0", "kat:²"])
+def test_an_injected_device_is_a_device_id_in_ascii_digits(text):
+    from tpu_tools.diag.settings import parse_injection
+
+    with pytest.raises(UsageError, match="DEVICE must be a device id"):
+        parse_injection(text)
+
+
+def test_numbers_from_the_environment_are_ascii_digits():
+    from tpu_tools.pjrt.tpuvm import slice_info
+
+    info = slice_info({"TPU_WORKER_ID": "٣", "MEGASCALE_SLICE_ID": "1_0", "MEGASCALE_NUM_SLICES": "2"},
+                      ask_metadata=False)
+    assert (info.worker_id, info.slice_id, info.num_slices) == (None, None, 2)

@@ -168,7 +168,7 @@ def man_page(program: Program, all_programs: list[Program]) -> str:
         lines += [f".SH {title}", _paragraphs(text)]
     if program.name != GROUP_PROGRAM:
         group_sections = getattr(cli, "man_sections", {})
-        for title in ("EXIT STATUS", "ENVIRONMENT"):
+        for title in ("EXIT STATUS", "ERRORS", "ENVIRONMENT"):
             if title not in sections and title in group_sections:
                 lines += [f".SH {title}", _paragraphs(group_sections[title])]
     others = [p.name for p in all_programs if p.name != program.name]

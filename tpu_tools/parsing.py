@@ -1,8 +1,9 @@
-"""Parsing of sizes and durations given by users (flags, config files). Base layer."""
+"""Parsing of sizes and durations given by users (flags, config files, the environment). Base layer."""
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any
 
@@ -82,6 +83,12 @@ def ascii_digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+def port_number(text: str) -> int | None:
+    """A TCP port (1 to 65535) written in ASCII digits, else None: "８０" or "٨٠" is no port, and "²" (which
+    str.isdigit() takes) would make int() raise."""
+    return int(text) if ascii_digits(text) and len(text) <= 5 and 0 < int(text) < 65536 else None
+
+
 def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum: float | None = None,
                  above: float | None = None, integer: bool = False) -> Any:
     """A finite number from a flag's text or a config value, checked against its range; ValueError otherwise.
@@ -92,16 +99,16 @@ def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{what} must be a number, not {quoted(value)}")
     if isinstance(value, str):
-        text = value.strip()
+        text = value  # not stripped: " 7 " is a quoting mistake, and str.strip() takes every script's spaces
         if len(text) > MAX_NUMBER_TEXT:
             raise ValueError(f"{what} {quoted(value)} is not a sensible number ({len(text)} characters)")
-        if not text:
+        if not text.strip():
             raise ValueError(f"{what} must not be empty")
         if integer:
-            if not _INTEGER.match(text):
+            if not _INTEGER.fullmatch(text):
                 raise ValueError(f"{what} {quoted(value)} is not a whole number")
             number: float | int = int(text)
-        elif _DECIMAL.match(text) or _NOT_FINITE.match(text):  # NaN and infinities refused below, by name
+        elif _DECIMAL.fullmatch(text) or _NOT_FINITE.fullmatch(text):  # NaN and infinities refused below, by name
             number = float(text)
             if number == 0 and re.search(r"[1-9]", re.split(r"[eE]", text)[0]):
                 raise ValueError(f"{what} {quoted(value)} is too small to be told from 0")
@@ -128,3 +135,30 @@ def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum
 
 def _bound(limit: float) -> str:
     return str(int(limit)) if float(limit).is_integer() and abs(limit) < 1e15 else f"{limit:g}"
+
+
+# --- the terminal's size ------------------------------------------------------------------------------
+# COLUMNS=99999999999 made a table or a tpu-top frame that wide (MemoryError); rich reads COLUMNS with
+# str.isdigit() and int(), which raises on "²". Wider or taller than this is no screen anyone reads.
+MAX_COLUMNS = 4096
+MAX_LINES = 4096
+
+
+def terminal_size(fd: int | None = None, fallback: tuple[int, int] = (120, 24)) -> os.terminal_size:
+    """The size to draw for: COLUMNS and LINES where they are whole numbers in ASCII digits, else the terminal's
+    own size (of `fd`, else of stdout), else `fallback`; each bounded to 1..MAX_COLUMNS or MAX_LINES."""
+    real: tuple[int, int] | None = None
+    for descriptor in ([fd] if fd is not None else []) + [1]:
+        try:
+            real = tuple(os.get_terminal_size(descriptor))  # type: ignore[assignment]
+            break
+        except (OSError, ValueError):
+            continue
+    size = []
+    for index, (name, most) in enumerate((("COLUMNS", MAX_COLUMNS), ("LINES", MAX_LINES))):
+        try:
+            value = int(parse_number(os.environ.get(name, ""), name, minimum=1, integer=True))
+        except ValueError:  # unset, empty or not a number: the terminal's own
+            value = (real[index] if real else 0) or fallback[index]
+        size.append(max(1, min(value, most)))
+    return os.terminal_size(size)

@@ -15,6 +15,7 @@ from typing import Any
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
 from tpu_tools.metrics.nvml.reader import NvmlReader
 from tpu_tools.metrics.nvml.records import STATUS_OK, GpuRecord
+from tpu_tools.parsing import ascii_digits
 
 READ_TIMEOUT_S = 2.0
 # Reasons that are no slowdown: an idle GPU, clocks set by hand, a display, boost sync across GPUs.
@@ -35,7 +36,7 @@ def nvml_index(cuda_ordinal: int, visible: str | None) -> int | str | None:
     if cuda_ordinal >= len(entries):
         return None
     entry = entries[cuda_ordinal]
-    return int(entry) if entry.isdigit() else entry
+    return int(entry) if ascii_digits(entry) else entry  # "²" passes str.isdigit() and makes int() raise
 
 
 class GpuClocks:

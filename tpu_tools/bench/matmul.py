@@ -17,6 +17,7 @@ from tpu_tools.bench.failures import Unsupported, classify
 from tpu_tools.bench.figures import record_rate, record_times
 from tpu_tools.bench.records import UNSUPPORTED, Case, CaseResult
 from tpu_tools.bench.timing import time_back_to_back, timed
+from tpu_tools.parsing import parse_number
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,8 @@ def parse_shape(text: str) -> Shape:
         raise ValueError(f"{text!r} is not a matrix size (use N or MxKxN, e.g. 4096 or 8192x1024x8192)")
     values = []
     for part in parts:
-        try:
-            value = int(part)
+        try:  # ASCII digits only: int() takes "١" and "1_0"
+            value = int(parse_number(part, "matrix size", integer=True))
         except ValueError:
             raise ValueError(f"{text!r} is not a matrix size (use N or MxKxN, e.g. 4096)") from None
         if value < 1:

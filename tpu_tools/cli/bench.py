@@ -37,6 +37,8 @@ from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
 from tpu_tools.cli.params import Count, PathParam
 from tpu_tools.errors import EXIT_OK, UsageError
 
+BENCH_SCHEMA = "tpu-tools/bench/v1"  # bench.records.SCHEMA, named here without importing the benchmarks' records
+
 SUBCOMMANDS = {name: f"tpu_tools.cli.bench:{name}_command" for name in (*BENCHMARKS, "compare")}
 
 MAN_SECTIONS = {
@@ -150,6 +152,7 @@ MAN_SECTIONS = {
 # --- the commands -------------------------------------------------------------------------------------
 
 @click.group(name="bench", cls=ToolGroup, lazy_commands=SUBCOMMANDS, man_sections=MAN_SECTIONS,
+             json_schema=BENCH_SCHEMA,
              invoke_without_command=True, subcommand_metavar="[COMMAND] [ARGS]...")  # the same in every click
 @price_option
 @cache_option
@@ -187,7 +190,7 @@ def _single(benchmark: str, args: RunArgs, overrides: dict[str, Any]) -> int:
     return execute([selection(benchmark, args.suite, overrides)], args)
 
 
-@click.command(name="matmul", cls=ToolCommand)
+@click.command(name="matmul", cls=ToolCommand, json_schema=BENCH_SCHEMA)
 @click.option("--size", "sizes", multiple=True, metavar="N|MxKxN", callback=matrix_sizes,
               help="Matrix size, square N or MxKxN (repeatable, or a comma list).")
 @click.option("--dtype", "dtypes", multiple=True, metavar="DTYPE", callback=matmul_dtypes,
@@ -203,7 +206,7 @@ def matmul_command(sizes: tuple | None, dtypes: tuple[str, ...] | None, precisio
     return _single("matmul", args, {"shapes": sizes, "dtypes": dtypes, "precisions": precisions})
 
 
-@click.command(name="memory", cls=ToolCommand)
+@click.command(name="memory", cls=ToolCommand, json_schema=BENCH_SCHEMA)
 @click.option("--size", "sizes", multiple=True, metavar="BYTES", callback=byte_sizes,
               help="Bytes per array, with K, M, G suffixes (repeatable, or a comma list).")
 @click.option("--op", "operations", multiple=True, metavar="OP",
@@ -215,7 +218,7 @@ def memory_command(sizes: tuple[int, ...] | None, operations: tuple[str, ...] | 
     return _single("memory", args, {"sizes": sizes, "operations": operations})
 
 
-@click.command(name="transfer", cls=ToolCommand)
+@click.command(name="transfer", cls=ToolCommand, json_schema=BENCH_SCHEMA)
 @click.option("--size", "sizes", multiple=True, metavar="BYTES", callback=byte_sizes,
               help="Bytes per transfer, with K, M, G suffixes (repeatable, or a comma list).")
 @click.option("--direction", "directions", multiple=True, metavar="DIR",
@@ -228,7 +231,7 @@ def transfer_command(sizes: tuple[int, ...] | None, directions: tuple[str, ...] 
     return _single("transfer", args, {"sizes": sizes, "directions": directions})
 
 
-@click.command(name="dispatch", cls=ToolCommand)
+@click.command(name="dispatch", cls=ToolCommand, json_schema=BENCH_SCHEMA)
 @click.option("--mode", "modes", multiple=True, metavar="MODE", callback=names_from(("compiled", "eager"), "mode"),
               help="compiled, eager (repeatable, or a comma list; default both).")
 @run_options
@@ -237,7 +240,7 @@ def dispatch_command(modes: tuple[str, ...] | None, args: RunArgs) -> int:
     return _single("dispatch", args, {"modes": modes})
 
 
-@click.command(name="compile", cls=ToolCommand)
+@click.command(name="compile", cls=ToolCommand, json_schema=BENCH_SCHEMA)
 @model_options(many_presets=False)
 @click.option("--repeat", "repeats", type=Count(1, 1000), default=None, metavar="N",
               help="Cold and warm compiles to time (each in its own processes; default 1 quick, 3 full).")
@@ -251,7 +254,7 @@ def compile_command(preset: str | None, repeats: int | None, cache_dir: str | No
                                      "cache_root": cache_dir})
 
 
-@click.command(name="train", cls=ToolCommand)
+@click.command(name="train", cls=ToolCommand, json_schema=BENCH_SCHEMA)
 @model_options(many_presets=True)
 @price_option
 @run_options
@@ -260,7 +263,7 @@ def train_command(presets: tuple[str, ...], price_per_hour: float | None, args: 
     return _single("train", args, {"models": model_choices(presets, sizes), "price_per_hour": price_per_hour})
 
 
-@click.command(name="infer", cls=ToolCommand)
+@click.command(name="infer", cls=ToolCommand, json_schema=BENCH_SCHEMA)
 @model_options(many_presets=False)
 @click.option("--max-batch", type=Count(1, 1 << 20), default=None, metavar="N",
               help="Batch sizes 1, 2, 4, ... up to N (default 8 quick, 32 full on CPU).")
@@ -283,7 +286,7 @@ def infer_command(preset: str | None, max_batch: int | None, batch_sizes: tuple[
                                                                   else None)})
 
 
-@click.command(name="compare", cls=ToolCommand)
+@click.command(name="compare", cls=ToolCommand, json_schema="tpu-tools/bench-compare/v1")
 @click.argument("baseline_file", type=PathParam(path_type=str), metavar="BASELINE.json")
 @click.argument("current_file", type=PathParam(path_type=str), metavar="CURRENT.json")
 @click.option("--tolerance", default="5%", show_default=True, metavar="PERCENT", callback=tolerance_value,

@@ -8,7 +8,7 @@ from typing import Any
 
 from tpu_tools import jsonout, signals
 from tpu_tools.cli.bench_options import RunArgs
-from tpu_tools.cli.output import Output, note, resolve_format
+from tpu_tools.cli.output import Output, console_on, note, resolve_format
 from tpu_tools.errors import EXIT_OK, GateFailed, RuntimeFailure
 
 
@@ -141,11 +141,10 @@ class _ProgressBar:
     """Progress on stderr while cases run (terminals only); it disappears when the run ends."""
 
     def __init__(self) -> None:
-        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=Console(file=sys.stderr), transient=True)
+                                  TimeElapsedColumn(), console=console_on(sys.stderr), transient=True)
         self._task = self._progress.add_task("starting", total=None)
 
     def __enter__(self) -> _ProgressBar:

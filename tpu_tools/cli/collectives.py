@@ -14,10 +14,11 @@ from tpu_tools.cli.common import (
     closed_pipe,
     common_options,
     is_debug,
+    launched_first_answered,
     run_cli,
     runtime_options,
 )
-from tpu_tools.cli.output import note, reserve_stdout
+from tpu_tools.cli.output import json_written, note, reserve_stdout
 from tpu_tools.cli.params import Count, Number, PathParam
 from tpu_tools.collectives.ops import REDOPS
 from tpu_tools.errors import EXIT_GATE, EXIT_USAGE, GateFailed, RuntimeFailure, ToolError, UsageError
@@ -162,7 +163,8 @@ class _RecordingCommand(ToolCommand):
         return super().parse_args(ctx, args)
 
 
-@click.command(name="collectives-test", cls=_RecordingCommand, man_sections=MAN_SECTIONS)
+@click.command(name="collectives-test", cls=_RecordingCommand, man_sections=MAN_SECTIONS,
+               json_schema="tpu-tools/collectives/v1")
 @click.argument("op", required=False, default="all-reduce", metavar="[OP]", callback=_op)
 @click.option("-b", "--min-bytes", "min_bytes", default="1K", show_default=True, metavar="SIZE", callback=_size,
               help="Smallest size (K, M, G suffixes: 1K = 1024).")
@@ -269,6 +271,7 @@ def _launch(ctx: click.Context, processes: int, join, policy: RuntimePolicy, tim
         DEFAULT_HOST_DEVICES, processes)
     args += ["--platform", "cpu", "--host-devices", str(per_process)]
     outcome = Launcher(processes, args, coordinator, timeout_s, note, debug=is_debug()).run()
+    launched_first_answered(outcome)
     if outcome.exit_code:
         raise _error(outcome.exit_code, outcome.message or "a launched process failed")
     return 0
@@ -383,6 +386,7 @@ def _lines(lines: list[str]) -> None:
 def _write_document(path: str, document: dict[str, Any], force: bool) -> None:
     text = jsonout.dumps(document) + "\n"
     if path == "-":
+        json_written()
         sys.stdout.write(text)
         sys.stdout.flush()
         return

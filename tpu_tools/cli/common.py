@@ -19,7 +19,14 @@ from typing import Any, NoReturn
 import click
 
 from tpu_tools import signals
-from tpu_tools.cli.output import FORMAT_CHOICES, Output, resolve_format
+from tpu_tools.cli.output import (
+    FORMAT_CHOICES,
+    Output,
+    error_document,
+    expect_json,
+    json_written,
+    resolve_format,
+)
 from tpu_tools.cli.params import Count, Number, Seconds
 from tpu_tools.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, ToolError
 from tpu_tools.parsing import MAX_TIMEOUT_S
@@ -45,26 +52,67 @@ def _short_help_option(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-class ToolCommand(click.Command):
+class _ToolParsing:
+    """What ToolCommand and ToolGroup share: the context errors are named after, and whether the command was asked
+    for a JSON document on stdout (`json_schema` is that document's schema), which its failures answer in JSON."""
+
+    json_schema: str | None = None
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        global _parsing
+        _parsing = ctx
+        given = list(args)  # click's parser consumes the list it is given
+        try:
+            rest: list[str] = super().parse_args(ctx, args)  # type: ignore[misc]
+        except click.UsageError:
+            self._note_json(self._seen_options(ctx, given))
+            raise
+        self._note_json(ctx.params)
+        return rest
+
+    def _seen_options(self, ctx: click.Context, args: list[str]) -> dict[str, Any]:
+        """The options given before the one click refused, as raw text: enough to tell whether JSON was asked for."""
+        probe = click.Context(self, info_name=ctx.info_name, parent=ctx.parent,  # type: ignore[arg-type]
+                              resilient_parsing=True, ignore_unknown_options=True)
+        opts, _, _ = self.make_parser(probe).parse_args(args=args)  # type: ignore[attr-defined]
+        return dict(opts)
+
+    def _note_json(self, values: dict[str, Any]) -> None:
+        if self.json_schema and (values.get("json_flag") is True or values.get("output_format") == "json"
+                                 or values.get("json_path") == "-"):
+            expect_json(self.json_schema)
+
+
+class ToolCommand(_ToolParsing, click.Command):
     """A click command that also carries the extra sections of its man page.
 
     `man_sections` maps a section title (e.g. "JSON OUTPUT") to its text; the
-    docs generator writes them after the generated OPTIONS section.
+    docs generator writes them after the generated OPTIONS section. `json_schema` names the document that
+    --json (--format json, --json -) prints; a failure then prints one with `error` and `exit_code`.
     """
 
-    def __init__(self, *args: Any, man_sections: dict[str, str] | None = None, **kwargs: Any):
+    def __init__(self, *args: Any, man_sections: dict[str, str] | None = None, json_schema: str | None = None,
+                 **kwargs: Any):
         super().__init__(*args, **_short_help_option(kwargs))
         self.man_sections = man_sections or {}
+        self.json_schema = json_schema
 
 
-class ToolGroup(click.Group):
-    """A click group whose subcommands are defined in their own modules and imported on use."""
+class ToolGroup(_ToolParsing, click.Group):
+    """A click group whose subcommands are defined in their own modules and imported on use.
+
+    `programs`: each subcommand is a program of its own (the `tpu-tools` group), so errors name the program as
+    `tpu-tools monitor`, as the console script `tpu-monitor` names itself.
+    """
 
     def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None,
-                 man_sections: dict[str, str] | None = None, **kwargs: Any):
+                 man_sections: dict[str, str] | None = None, json_schema: str | None = None, programs: bool = False,
+                 **kwargs: Any):
         super().__init__(*args, **_short_help_option(kwargs))
         self.lazy_commands = lazy_commands or {}
         self.man_sections = man_sections or {}
+        self.json_schema = json_schema
+        self.programs = programs
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.lazy_commands, *super().list_commands(ctx)}, key=self._order)
@@ -80,6 +128,23 @@ class ToolGroup(click.Group):
 
             self.add_command(getattr(importlib.import_module(module_name), attribute), name)
         return super().get_command(ctx, name)
+
+
+_parsing: click.Context | None = None  # the deepest command whose options were parsed: errors name its program
+
+
+def program_name(ctx: click.Context | None, default: str) -> str:
+    """The program as invoked, as errors name it: tpu-monitor, tpu-profile, or `tpu-tools monitor`."""
+    if ctx is None:
+        return default
+    chain = [ctx]
+    while chain[-1].parent is not None:
+        chain.append(chain[-1].parent)  # type: ignore[arg-type]
+    root = chain[-1]
+    names = [root.info_name or default]
+    if getattr(root.command, "programs", False) and len(chain) > 1 and chain[-2].info_name:
+        names.append(chain[-2].info_name)
+    return " ".join(names)
 
 
 def is_debug() -> bool:
@@ -218,6 +283,14 @@ def output_options(function: Callable) -> Callable:
     ], wrapper)
 
 
+def launched_first_answered(outcome: Any) -> None:
+    """After a --launch run: process 0 writes on this program's stdout, and where it exited by itself (not killed
+    by a signal) it wrote the run's document, a failure's JSON included; this program then writes none."""
+    first = outcome.ranks[0] if outcome.ranks else None
+    if first is not None and first.returncode is not None and first.returncode >= 0:
+        json_written()
+
+
 def silence_stdout() -> None:
     """After the reader of stdout went away, send the rest to /dev/null so exit stays quiet."""
     try:
@@ -264,8 +337,8 @@ def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
             code = EXIT_CLOSED_PIPE
     except BrokenPipeError as error:
         if not (_stdout_closed or stdout_is_closed()):  # a socket's, not our output's: a failure like any other
-            _report(prog, f"internal error: {type(error).__name__}: {error}", error, hint=True)
-            code = EXIT_FAILURE
+            code = _fail(program_name(_parsing, prog), f"internal error: {type(error).__name__}: {error}", error,
+                         EXIT_FAILURE, hint=True)
         else:
             closed_pipe()
             code = EXIT_CLOSED_PIPE
@@ -276,22 +349,23 @@ def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
         closed_pipe()
         code = EXIT_CLOSED_PIPE
     except click.ClickException as error:
-        # click marks `message` final; the sanitised text (it may quote a value given from outside) replaces it
-        vars(error)["message"] = safe_text(error.message, multiline=True)
-        error.show()
-        code = error.exit_code
+        if isinstance(error, _NO_ARGS_IS_HELP):  # a group given no subcommand: its help, as the user needs it
+            error.show()
+            code = error.exit_code
+        else:  # one line, as every other error, not click's usage line and hint
+            where = error.ctx if isinstance(error, click.UsageError) and error.ctx is not None else _parsing
+            code = _fail(program_name(where, prog), error.format_message(), error, error.exit_code)
     except (click.Abort, KeyboardInterrupt) as error:
         signals.note_interrupt(error)
         code = _interrupted(prog)
     except ToolError as error:
-        _report(prog, str(error), error)
-        code = error.exit_code
+        code = _fail(program_name(_parsing, prog), str(error), error, error.exit_code)
     except Exception as error:
         if signals.received() is not None:  # the signal's exception turned into another on its way (an import)
             code = _interrupted(prog)
         else:  # a bug: say so in one line, traceback under --debug
-            _report(prog, f"internal error: {type(error).__name__}: {error}", error, hint=True)
-            code = EXIT_FAILURE
+            code = _fail(program_name(_parsing, prog), f"internal error: {type(error).__name__}: {error}", error,
+                         EXIT_FAILURE, hint=True)
     if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) and "jax" in sys.modules:
         # The runtime's threads may still be compiling or running: tearing the interpreter down under them can
         # crash it (SIGSEGV instead of 143). What was to be kept is written; leave without the teardown.
@@ -304,19 +378,41 @@ def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
     sys.exit(code)
 
 
+_NO_ARGS_IS_HELP: tuple[type, ...] = tuple(
+    kind for kind in [getattr(click.exceptions, "NoArgsIsHelpError", None)] if kind is not None)  # click >= 8.2
+
+
 def _interrupted(prog: str) -> int:
     code = signals.interrupted_exit_code()
-    sys.stderr.write(f"{prog}: {'terminated' if code == EXIT_TERMINATED else 'interrupted'}\n")
+    what = "terminated" if code == EXIT_TERMINATED else "interrupted"
+    sys.stderr.write(f"{program_name(_parsing, prog)}: {what}\n")
+    _answer_json(what, code)
     return code
 
 
-def _report(prog: str, message: str, error: BaseException, hint: bool = False) -> None:
+def _fail(name: str, message: str, error: BaseException, code: int, hint: bool = False) -> int:
+    """Report a failure on one line of stderr, `name: error: message` (and in JSON on stdout where JSON was asked
+    for); return its exit code."""
     if is_debug():
         traceback.print_exception(type(error), error, error.__traceback__)
         for extra in ("child_traceback", "child_stderr"):
             text = getattr(error, extra, "")
             if text:
                 sys.stderr.write(f"--- {extra.replace('_', ' ')} ---\n{text}\n")
+    sentence = " ".join(line.strip() for line in message.splitlines() if line.strip())
     suffix = " (rerun with --debug for the traceback)" if hint and not is_debug() else ""
-    sys.stderr.write(f"{prog}: error: {safe_text(message, multiline=True)}{suffix}\n")
+    sys.stderr.write(f"{name}: error: {safe_text(sentence)}{suffix}\n")
     sys.stderr.flush()
+    _answer_json(sentence, code)
+    return code
+
+
+def _answer_json(message: str, code: int) -> None:
+    """The one JSON document of a command asked for JSON that fails before writing its own."""
+    document = error_document(message, code)
+    if document is None or _stdout_closed:
+        return
+    try:
+        Output("json", sys.stdout).json(document)
+    except (OSError, ValueError):  # stdout gone: the line on stderr said it
+        pass

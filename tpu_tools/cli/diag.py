@@ -13,8 +13,16 @@ from typing import Any
 
 import click
 
-from tpu_tools.cli.common import ToolCommand, common_options, is_debug, output_options, run_cli, runtime_options
-from tpu_tools.cli.output import Output, note, reserve_stdout
+from tpu_tools.cli.common import (
+    ToolCommand,
+    common_options,
+    is_debug,
+    launched_first_answered,
+    output_options,
+    run_cli,
+    runtime_options,
+)
+from tpu_tools.cli.output import Output, console_on, note, reserve_stdout
 from tpu_tools.cli.params import Count, Duration, Number, PathParam
 from tpu_tools.errors import RuntimeFailure, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -154,7 +162,7 @@ class _RecordingCommand(ToolCommand):
         return super().parse_args(ctx, args)
 
 
-@click.command(name="diag", cls=_RecordingCommand, man_sections=MAN_SECTIONS)
+@click.command(name="diag", cls=_RecordingCommand, man_sections=MAN_SECTIONS, json_schema="tpu-tools/diag/v1")
 @click.option("-r", "--level", default="1", show_default=True, metavar="LEVEL", callback=_level,
               help="1 quick (seconds), 2 medium (about two minutes), 3 long (sustained load, --duration), "
                    "4 extended (level 3 and most of free memory under more patterns; its time is said first).")
@@ -395,6 +403,7 @@ def _launch(ctx: click.Context, processes: int, join: Any, policy: RuntimePolicy
     args += ["--platform", "cpu", "--host-devices", str(host_devices), "--force"]
     outcome = Launcher(processes, args, f"127.0.0.1:{free_port()}", timeout_s, note, debug=is_debug(),
                        module="tpu_tools.cli.diag", forward_interrupt=True).run()
+    launched_first_answered(outcome)
     first = outcome.ranks[0] if outcome.ranks else None
     if first is not None and first.error is None and first.returncode in (0, 1, 3) and (
             first.returncode or not outcome.exit_code):
@@ -470,11 +479,10 @@ class _Progress:
 
     def __enter__(self) -> _Progress:
         if self.live:
-            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                     TimeElapsedColumn(), console=Console(file=sys.stderr), transient=True)
+                                     TimeElapsedColumn(), console=console_on(sys.stderr), transient=True)
             self.task = self.progress.add_task("starting the runtime", total=None)
             self.progress.start()
         return self

@@ -17,7 +17,7 @@ from tpu_tools.cli.common import (
     run_cli,
     runtime_options,
 )
-from tpu_tools.cli.output import Output, note, wants_color
+from tpu_tools.cli.output import Output, console_on, note, wants_color
 from tpu_tools.cli.params import PathParam, Seconds, non_empty
 from tpu_tools.dump.collectors import COLLECTORS
 from tpu_tools.errors import EXIT_OK, UsageError
@@ -156,7 +156,6 @@ class _ProgressLine:
         self._live: Any = None  # a rich Live display, made on the first update
 
     def __call__(self, progress) -> None:
-        from rich.console import Console
         from rich.live import Live
         from rich.text import Text
 
@@ -165,7 +164,7 @@ class _ProgressLine:
         text = Text(progress_text(progress.done, progress.total, progress.running), overflow="ellipsis",
                     no_wrap=True)
         if self._live is None:
-            console = Console(file=sys.stderr, highlight=False, no_color=not wants_color(sys.stderr))
+            console = console_on(sys.stderr, highlight=False, no_color=not wants_color(sys.stderr))
             self._live = Live(text, console=console, auto_refresh=False, transient=True, redirect_stdout=False,
                               redirect_stderr=False)
             self._live.start()
@@ -178,6 +177,7 @@ class _ProgressLine:
 
 
 @click.group(name="dump", cls=ToolGroup, invoke_without_command=True, man_sections=MAN_SECTIONS,
+             json_schema="tpu-tools/dump/v1",
              subcommand_metavar="[show BUNDLE]")
 @click.option("-o", "--output", type=PathParam(), metavar="PATH",
               help="Where to write the bundle (default: tpu-dump-<host>-<utc time>.tar.gz here).")
@@ -256,7 +256,8 @@ def _list_collectors(out: Output) -> int:
     return EXIT_OK
 
 
-@dump_command.command(name="show", cls=ToolCommand, man_sections=SHOW_SECTIONS)
+@dump_command.command(name="show", cls=ToolCommand, man_sections=SHOW_SECTIONS,
+                      json_schema="tpu-tools/dump-show/v1")
 @click.argument("bundle", type=PathParam(exists=True, dir_okay=False, readable=True))
 @click.option("--file", "member", metavar="NAME", help="Print one file of the bundle (a name from the file list).")
 @output_options

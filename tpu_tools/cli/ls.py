@@ -132,7 +132,7 @@ MAN_SECTIONS = {
 }
 
 
-@click.command(name="ls", cls=ToolCommand, man_sections=MAN_SECTIONS)
+@click.command(name="ls", cls=ToolCommand, man_sections=MAN_SECTIONS, json_schema="tpu-tools/ls/v1")
 @click.option("--probe", is_flag=True,
               help="Compile and run a small program on every device, verify it, time it; exit 1 on a failure.")
 @click.option("--topology", is_flag=True, help="Draw the device mesh from TPU coordinates.")

@@ -32,6 +32,18 @@ MAN_SECTIONS = {
         "tpu-monitor ends with 0 after either.\n"
         "141  the reader of the output went away (a closed pipe, as in | head); nothing is printed."
     ),
+    "ERRORS": (
+        "Every error is one line on stderr, PROG: error: SENTENCE, where PROG is the program as invoked (tpu-monitor, "
+        "or tpu-tools monitor); a usage error too, without click's Usage: and Try lines. --debug (or "
+        "TPU_TOOLS_DEBUG=1) adds the traceback before it.\n"
+        "A command asked for JSON on stdout (--json, --format json, or --json - where --json takes a file) writes one "
+        "JSON document on every exit: when it fails before writing its own, the document is {\"schema\": the schema "
+        "of the document it would have written, \"error\": the sentence of the stderr line, \"exit_code\": the exit "
+        "status}, e.g. {\"schema\": \"tpu-tools/cache/v1\", \"error\": \"cache directory /x does not exist\", "
+        "\"exit_code\": 1}. A usage error answers in JSON too once --json is on the command line; an interrupted or "
+        "terminated command says \"interrupted\" or \"terminated\". A document with an error key is a failure's; "
+        "a failed collectives run keeps its own keys, with status failed, error and exit_code."
+    ),
     "ENVIRONMENT": (
         "JAX_PLATFORMS  the platform(s) used when --platform is auto.\n"
         "TPU_TOOLS_SYSROOT  root directory for passive discovery and tpu-dump's system files (sysfs, /dev, "
@@ -49,7 +61,7 @@ MAN_SECTIONS = {
 }
 
 
-@click.group(cls=ToolGroup, name="tpu-tools", lazy_commands=COMMANDS, man_sections=MAN_SECTIONS)
+@click.group(cls=ToolGroup, name="tpu-tools", lazy_commands=COMMANDS, man_sections=MAN_SECTIONS, programs=True)
 @common_options
 def cli() -> None:
     """Runtime tools for accelerators driven through PJRT (TPU, GPU, CPU).

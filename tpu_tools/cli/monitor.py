@@ -16,6 +16,7 @@ import click
 from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
 from tpu_tools.cli.params import Count, Duration, Number, PathParam
 from tpu_tools.errors import EXIT_OK, UsageError
+from tpu_tools.metrics.rundir import MAX_PID
 from tpu_tools.parsing import MIN_PERIOD_S
 
 MAN_SECTIONS = {
@@ -285,7 +286,7 @@ def explicit(ctx: click.Context, name: str) -> bool:
               help="Report every host that this Prometheus server scrapes instead of this host.")
 @click.option("--from-prometheus-timeout", type=Duration(), default="2s", show_default=True, metavar="SECONDS",
               help="Deadline of each query to the --from-prometheus server.")
-@click.option("--arrays", "arrays_pid", type=click.IntRange(min=1), default=None, metavar="PID",
+@click.option("--arrays", "arrays_pid", type=Count(1, MAX_PID), default=None, metavar="PID",
               help="Print the largest live arrays of the JAX job PID (by shape, dtype and sharding) and the source "
                    "lines that allocated its device memory, as one JSON document (tpu-tools/arrays/v1); then exit.")
 @click.option("--pod-labels", is_flag=True,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from tpu_tools import jsonout
+from tpu_tools.parsing import terminal_size
 from tpu_tools.render.table import TableData, plain_table, rich_table
 from tpu_tools.sanitize import safe_text
 
@@ -41,10 +41,12 @@ class Output:
         return self.format == "json"
 
     def json(self, document: Any) -> None:
+        json_written()
         self.stream.write(jsonout.dumps(document) + "\n")
         self.stream.flush()
 
     def json_line(self, document: Any) -> None:
+        json_written()
         self.stream.write(jsonout.dumps(document, compact=True) + "\n")
         self.stream.flush()
 
@@ -73,12 +75,55 @@ class Output:
         console.print(renderable)
 
     def console(self):
-        from rich.console import Console
-
-        is_tty = self.stream.isatty()
         # Box-drawn layout whenever asked for; colour only on a terminal without NO_COLOR.
-        return Console(file=self.stream, force_terminal=is_tty, no_color=not wants_color(self.stream),
-                       highlight=False, width=None if is_tty else shutil.get_terminal_size((120, 24)).columns)
+        return console_on(self.stream, force_terminal=self.stream.isatty(), no_color=not wants_color(self.stream),
+                          highlight=False)
+
+
+def console_on(stream: TextIO, **options: Any) -> Any:
+    """A rich Console on `stream` sized by `parsing.terminal_size`: rich would read COLUMNS and LINES itself,
+    unbounded, and raise on digits that are not ASCII."""
+    from rich.console import Console
+
+    try:
+        fd: int | None = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        fd = None
+    size = terminal_size(fd)
+    return Console(file=stream, width=size.columns, height=size.lines, **options)
+
+
+@dataclass
+class JsonAnswer:
+    """A program asked for JSON on stdout writes one document on every exit, a failure's included: `schema` is
+    the document's when JSON was asked for, `written` whether a document went out already."""
+
+    schema: str | None = None
+    written: bool = False
+
+
+_json_answer = JsonAnswer()
+
+
+def expect_json(schema: str) -> None:
+    """The running command was asked for a JSON document of `schema` on stdout."""
+    _json_answer.schema = schema
+
+
+def json_written() -> None:
+    """A JSON document went to stdout: a failure after it adds no second one."""
+    _json_answer.written = True
+
+
+def error_document(message: str, exit_code: int) -> dict[str, Any] | None:
+    """The document a failure writes when JSON was asked for and none was written yet, else None.
+
+    It has the schema of the document the command would have written, `error` (the sentence also shown on
+    stderr) and `exit_code`, as a failed collectives run's document has.
+    """
+    if _json_answer.schema is None or _json_answer.written:
+        return None
+    return {"schema": _json_answer.schema, "error": message, "exit_code": exit_code}
 
 
 def note(message: str) -> None:

@@ -252,7 +252,7 @@ def run_command(module: str | None, out_dir: Path | None, force: bool, delay_s: 
 
 # --- summary ---------------------------------------------------------------------------------------
 
-@click.command(name="summary", cls=ToolCommand)
+@click.command(name="summary", cls=ToolCommand, json_schema="tpu-tools/profile/v1")
 @click.argument("path", type=PathParam(readable=True), metavar="DIR")
 @_top_option
 @output_options
@@ -276,7 +276,7 @@ def summary_command(path: Path, top: int, out: Output) -> int:
 
 # --- hlo -------------------------------------------------------------------------------------------
 
-@click.command(name="hlo", cls=ToolCommand)
+@click.command(name="hlo", cls=ToolCommand, json_schema="tpu-tools/profile-hlo/v1")
 @click.argument("target", metavar="MODULE:FUNCTION|train|infer")
 @click.option("--arg", "arg_specs", multiple=True, metavar="SPEC",
               help="One argument's dtype and shape, e.g. f32[128,512], bf16[8], i32[] (repeatable, in order).")
@@ -344,7 +344,7 @@ def hlo_command(target: str, arg_specs: tuple[str, ...], preset: str | None, bat
 
 # --- capture ---------------------------------------------------------------------------------------
 
-@click.command(name="capture", cls=ToolCommand)
+@click.command(name="capture", cls=ToolCommand, json_schema="tpu-tools/profile/v1")
 @click.option("--addr", "address", required=True, metavar="HOST:PORT",
               help="Where the program's profiler server listens (jax.profiler.start_server(PORT)).")
 @click.option("--duration", "duration_s", type=Seconds(maximum=MAX_CAPTURE_S), default=2.0, show_default=True,

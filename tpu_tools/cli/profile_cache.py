@@ -83,7 +83,7 @@ def cache_group() -> None:
     """Inspect, check, verify, warm and trim a JAX persistent compilation cache."""
 
 
-@cache_group.command(name="inspect", cls=ToolCommand)
+@cache_group.command(name="inspect", cls=ToolCommand, json_schema="tpu-tools/cache/v1")
 @_dir_argument
 @_limit_option
 @output_options
@@ -101,7 +101,7 @@ def inspect_command(directory: Path, limit: int, out: Output) -> int:
     return EXIT_OK
 
 
-@cache_group.command(name="doctor", cls=ToolCommand)
+@cache_group.command(name="doctor", cls=ToolCommand, json_schema="tpu-tools/cache-doctor/v1")
 @click.argument("directory", type=PathParam(), metavar="[DIR]", required=False)
 @output_options
 @common_options
@@ -127,7 +127,7 @@ def doctor_command(directory: Path | None, out: Output) -> int:
     return EXIT_FAILURE if report.has_error else EXIT_OK
 
 
-@cache_group.command(name="verify", cls=ToolCommand)
+@cache_group.command(name="verify", cls=ToolCommand, json_schema="tpu-tools/cache-verify/v1")
 @_dir_argument
 @click.option("--prune", is_flag=True, help="Remove the broken entries and links (renamed away, then unlinked).")
 @click.option("--deadline", "deadline_s", type=Seconds(maximum=3600.0), default=60.0, show_default=True,
@@ -158,7 +158,7 @@ def verify_command(directory: Path, prune: bool, deadline_s: float, limit: int, 
     return EXIT_FAILURE if remaining else EXIT_OK
 
 
-@cache_group.command(name="gc", cls=ToolCommand)
+@cache_group.command(name="gc", cls=ToolCommand, json_schema="tpu-tools/cache-gc/v1")
 @_dir_argument
 @click.option("--max-bytes", type=Size(), default=None, metavar="SIZE",
               help="Remove the least recently used entries until the cache holds at most this much (e.g. 20G).")
@@ -192,7 +192,7 @@ def gc_command(directory: Path, max_bytes: int | None, max_age_s: float | None, 
     return EXIT_FAILURE if document["failed"] else EXIT_OK
 
 
-@cache_group.command(name="warm", cls=ToolCommand)
+@cache_group.command(name="warm", cls=ToolCommand, json_schema="tpu-tools/cache-warm/v1")
 @_dir_argument
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="MODULE:FUNCTION|train|infer|-- PROGRAM [ARGS]")
 @click.option("-m", "--module", "program_module", metavar="MODULE", help="Run a module as the program (-- ARGS).")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from typing import Any
 
@@ -13,7 +12,7 @@ from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, r
 from tpu_tools.cli.monitor import Regex
 from tpu_tools.cli.params import Count, Duration
 from tpu_tools.errors import EXIT_OK, RuntimeFailure, UsageError
-from tpu_tools.parsing import MIN_PERIOD_S
+from tpu_tools.parsing import MIN_PERIOD_S, terminal_size
 from tpu_tools.sanitize import safe_text
 from tpu_tools.shorten import quoted
 from tpu_tools.top.model import DEFAULT_SORT, SORT_KEYS
@@ -173,7 +172,7 @@ def top_command(interval: float, once: bool, readonly: bool, sort: str, tag_filt
         if once:
             from tpu_tools.top.frame import frame_text, render
 
-            width = shutil.get_terminal_size((120, 40)).columns
+            width = terminal_size(sys.stdout.fileno(), (120, 40)).columns  # COLUMNS, bounded
             report = builder.build()
             fleet = report.get("fleet") or {}
             if fleet.get("error") and not fleet.get("hosts"):  # --from-prometheus with nothing to show

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpu_tools.errors import RuntimeFailure, RuntimeHang, UsageError
-from tpu_tools.parsing import ascii_digits
+from tpu_tools.parsing import port_number
 from tpu_tools.shorten import quoted
 from tpu_tools.signals import interruptible
 
@@ -60,9 +60,10 @@ def parse_address(text: str) -> tuple[str, int]:
             valid = False
     else:
         valid = bool(_HOST_NAME.match(host))  # a name or an IPv4 address: no brackets, spaces or colons
-    if not separator or not valid or not ascii_digits(port_text) or not 0 < int(port_text) < 65536:
+    port = port_number(port_text)
+    if not separator or not valid or port is None:
         raise UsageError(f"--coordinator {quoted(text, 60)}: use HOST:PORT, e.g. 10.0.0.2:8476 or [fd00::2]:8476")
-    return host, int(port_text)
+    return host, port
 
 
 def is_loopback(host: str) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpu_tools.errors import UsageError
+from tpu_tools.parsing import parse_number
 from tpu_tools.shorten import quoted
 
 AXIS_NAMES = ("x", "y", "z")
@@ -30,14 +31,14 @@ def parse_device_ids(text: str | None) -> list[int] | None:
     for part in (p.strip() for p in text.split(",")):
         try:
             if "-" in part.lstrip("-"):
-                low, high = (int(v) for v in part.split("-", 1))
+                low, high = (_device_id(v) for v in part.split("-", 1))
                 if low > high:
                     raise ValueError
                 if high - low >= MAX_DEVICE_IDS or len(ids) + high - low >= MAX_DEVICE_IDS:
                     raise UsageError(f"--devices {quoted(text, 40)}: more than {MAX_DEVICE_IDS} device ids")
                 ids.extend(range(low, high + 1))
             else:
-                ids.append(int(part))
+                ids.append(_device_id(part))
         except ValueError:
             raise UsageError(f"--devices {text!r}: use device ids and ranges such as 0,1,4-7") from None
     if any(i < 0 for i in ids):
@@ -48,12 +49,17 @@ def parse_device_ids(text: str | None) -> list[int] | None:
     return ids
 
 
+def _device_id(text: str) -> int:
+    """ASCII digits only (int() takes "١" and "1_0"); ValueError otherwise."""
+    return int(parse_number(text.strip(), "device id", integer=True))
+
+
 def parse_mesh_shape(text: str | None) -> tuple[int, ...] | None:
     """"2x4" -> (2, 4): up to three axes, named x, y, z."""
     if text is None:
         return None
     try:
-        shape = tuple(int(v) for v in text.lower().split("x"))
+        shape = tuple(int(parse_number(v, "--mesh", integer=True)) for v in text.lower().split("x"))
     except ValueError:
         raise UsageError(f"--mesh {text!r}: use sizes joined by x, e.g. 8 or 2x4") from None
     if not 1 <= len(shape) <= len(AXIS_NAMES) or any(s < 1 for s in shape):

@@ -10,7 +10,7 @@ import numpy as np
 
 from tpu_tools.errors import UsageError
 
-_PERCENTILE = re.compile(r"^p(\d+(?:\.\d+)?)$")
+_PERCENTILE = re.compile(r"p([0-9]+(?:\.[0-9]+)?)")  # ASCII digits: "p٩٩" is no statistic
 
 
 def parse_stats(text: str | None) -> list[str]:
@@ -21,7 +21,7 @@ def parse_stats(text: str | None) -> list[str]:
     for part in (p.strip().lower() for p in text.split(",")):
         if not part:
             continue
-        match = _PERCENTILE.match(part)
+        match = _PERCENTILE.fullmatch(part)
         if part not in ("min", "max") and not (match and 0 <= float(match.group(1)) <= 100):
             raise UsageError(f"unknown statistic {part!r} in --stats: use pNN (0-100, e.g. p50,p99), min or max")
         if part not in names:

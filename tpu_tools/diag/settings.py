@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tpu_tools.errors import UsageError
-from tpu_tools.parsing import ascii_digits
+from tpu_tools.parsing import parse_number
 from tpu_tools.shorten import quoted
 
 LEVELS = (1, 2, 3, 4)
@@ -17,6 +17,7 @@ LONG_MEMORY_FRACTION = 0.8  # -r 4: most of it (the runtime and the other buffer
 RATE_THRESHOLD = 0.10  # a device this much slower than its peers' median is an outlier
 SEED = 20261124
 MAX_ITERATIONS = 10_000
+MAX_DEVICE_ID = 999_999_999  # --inject's DEVICE: nine digits, as many as any device id has
 
 GEMM_DTYPES = ("f32", "bf16", "f16", "int8")
 MEMORY_PATTERNS = ("address", "walking-ones", "walking-zeros", "random")
@@ -78,11 +79,12 @@ def parse_injection(text: str) -> Injection:
     kinds = ", ".join(INJECT_KINDS)
     if not separator or kind not in INJECT_KINDS:
         raise UsageError(f"--inject {quoted(text, 40)}: use KIND:DEVICE with KIND one of {kinds} (e.g. gemm:3)")
-    device_text = device_text.strip()
-    if not ascii_digits(device_text) or len(device_text) > 9:
+    try:  # ASCII digits only: int() would take "１" (fullwidth) or "٣" as a device id
+        device = parse_number(device_text.strip(), "DEVICE", minimum=0, maximum=MAX_DEVICE_ID, integer=True)
+    except ValueError:
         raise UsageError(f"--inject {quoted(text, 40)}: DEVICE must be a device id (a whole number in digits 0-9, "
-                         "e.g. gemm:3)")
-    return Injection(kind, int(device_text))
+                         "e.g. gemm:3)") from None
+    return Injection(kind, device)
 
 
 def parse_injections(texts: Any) -> tuple[Injection, ...]:

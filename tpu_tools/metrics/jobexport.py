@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpu_tools.metrics.metricspage import PageTooLarge, read_metrics_page, unreachable_reason
-from tpu_tools.parsing import ascii_digits
+from tpu_tools.parsing import port_number
 from tpu_tools.shorten import shorten
 
 DEFAULT_PORT = 9431
@@ -57,7 +57,7 @@ def endpoints(environ: Mapping[str, str] | None = None) -> dict[int, list[str]]:
     ports: dict[int, list[str]] = {}
     for source, variable in PORT_VARIABLES.items():
         text = (env.get(variable) or "").strip()
-        port = int(text) if ascii_digits(text) and len(text) <= 5 and 0 < int(text) < 65536 else DEFAULT_PORT
+        port = port_number(text) or DEFAULT_PORT
         ports.setdefault(port, []).append(source)
     return ports
 

@@ -21,7 +21,7 @@ SCHEMA = "tpu-tools/job-summary/v1"
 DIRECTORY = "jobs-ended"
 MAX_RECORDS = 64
 MAX_RECORD_BYTES = 256 * 1024
-_NAME = re.compile(r"^(\d{1,16})-(\d{1,8})\.json$")
+_NAME = re.compile(r"^(\d{1,16})-(\d{1,8})\.json$", re.ASCII)
 
 
 def summaries_dir(base: Path | None = None) -> Path:

@@ -26,6 +26,7 @@ from tpu_tools.metrics.holders import device_holders
 from tpu_tools.metrics.naming import label_value
 from tpu_tools.metrics.prom_health import health_families
 from tpu_tools.metrics.selection import MetricSelection
+from tpu_tools.parsing import port_number
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
 PREFIX = "tpu_tools_"
@@ -37,9 +38,10 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     if ":" in port_text:
         host, _, port_text = port_text.rpartition(":")
         host = host.strip("[]") or "127.0.0.1"
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    port = port_number(port_text)
+    if port is None:
         raise UsageError(f"--prometheus {text!r}: expected [HOST:]PORT with a port from 1 to 65535")
-    return host, int(port_text)
+    return host, port
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ENV_RUNTIME_DIR = "TPU_TOOLS_RUNTIME_DIR"
-SOCKET_PATTERN = re.compile(r"^agent-(\d+)\.sock$")
+SOCKET_PATTERN = re.compile(r"^agent-(\d+)\.sock$", re.ASCII)
 MAX_PID = 1 << 22  # Linux's PID_MAX_LIMIT
 # sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
 MAX_SOCKET_PATH = 107

@@ -26,10 +26,10 @@ MAX_LINKS = 1024  # a host has a few chips of up to 6 ICI ports each: far fewer
 MAX_DEVICES = 256
 MAX_PROBLEMS = 20
 _SCORE = Int(min=0, max=10, nullable=False)
-_LOCATION = re.compile(r"tray(\d{1,6})\.chip(\d{1,6})\.ici(\d{1,6})\.([a-z][a-z0-9_]{0,15})")
+_LOCATION = re.compile(r"tray(\d{1,6})\.chip(\d{1,6})\.ici(\d{1,6})\.([a-z][a-z0-9_]{0,15})", re.ASCII)
 _LINK = re.compile(r"(\S{1,200}):\s*(\S{1,40})")
-_THROTTLE = re.compile(r"(\d{1,6})-(\S{1,40})")
-_INTEGER = re.compile(r"[+-]?\d{1,6}")
+_THROTTLE = re.compile(r"(\d{1,6})-(\S{1,40})", re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d{1,6}", re.ASCII)  # re.ASCII: \d is every script's digits otherwise
 
 
 def link_state(score: int) -> str:

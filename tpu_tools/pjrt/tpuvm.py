@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpu_tools.parsing import parse_number
 from tpu_tools.pjrt.discover import group_chips, read_pci_functions, sysroot
 
 GCE_PRODUCT_NAMES = ("Google Compute Engine", "Google")
@@ -109,8 +110,8 @@ def accelerator_summary(root: Path | None = None) -> str | None:
 
 def _int(text: str | None) -> int | None:
     try:
-        return int(text.strip()) if text is not None else None
-    except ValueError:
+        return int(parse_number(text.strip(), "value", integer=True)) if text is not None else None
+    except ValueError:  # not a whole number in ASCII digits (int() would take "١" or "1_0")
         return None
 
 

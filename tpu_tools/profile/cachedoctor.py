@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpu_tools.parsing import parse_number
 from tpu_tools.profile.cachedir import (
     CacheDirError,
     CacheScan,
@@ -69,8 +70,8 @@ def _number(env: dict[str, str], name: str) -> float | None:
     text = env.get(name)
     if text is None or not text.strip():
         return None
-    try:
-        return float(text)
+    try:  # the one parser of numbers: ASCII digits, finite (float() takes "١", "1_0" and "nan")
+        return float(parse_number(text.strip(), name))
     except ValueError:
         return None
 

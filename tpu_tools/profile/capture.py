@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.parsing import port_number
 from tpu_tools.signals import interruptible
 
 CLIENT_PACKAGE = "xprof"
 INSTALL_HINT = "pip install xprof (or: pip install 'tpu-tools[capture]')"
-_ADDRESS = re.compile(r"^(?:grpc://)?(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(?P<port>\d+)$")
+_ADDRESS = re.compile(r"^(?:grpc://)?(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(?P<port>[0-9]+)$")
 TRACING_ATTEMPTS = 3
 
 
@@ -40,10 +41,11 @@ class Address:
 
 def parse_address(text: str) -> Address:
     match = _ADDRESS.match(text.strip())
-    if not match or not 0 < int(match["port"]) < 65536:
+    port = port_number(match["port"]) if match else None
+    if match is None or port is None:
         raise UsageError(f"bad --addr {text!r}: expected HOST:PORT of a process that called "
                          "jax.profiler.start_server(PORT), e.g. 127.0.0.1:9999")
-    return Address(match["host"], int(match["port"]))
+    return Address(match["host"], port)
 
 
 def load_client():

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tpu_tools.errors import RuntimeFailure, UsageError, first_line
+from tpu_tools.parsing import ascii_digits
 from tpu_tools.profile.roofline import Roofline, chip_by_name, compute_dtype, roofline
 from tpu_tools.shorten import quoted
 
@@ -67,7 +68,7 @@ def parse_arg_spec(text: str) -> ArgSpec:
     if dims_text:
         for part in dims_text.split(","):
             part = part.strip()
-            if not part.isdigit() or len(part) > 19:
+            if not ascii_digits(part) or len(part) > 19:  # str.isdigit() takes "²", which int() refuses
                 raise UsageError(f"bad --arg {shown}: dimension {quoted(part, 24)} is not a whole number >= 0")
             dims.append(int(part))
     if len(dims) > MAX_RANK:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tpu_tools.errors import RuntimeFailure, UsageError, first_line
+from tpu_tools.parsing import ascii_digits
 from tpu_tools.profile.frames import Frame, FrameClassifier, parse_frame
 
 XPLANE_SUFFIX = ".xplane.pb"
@@ -220,7 +221,7 @@ def _stats(item) -> dict:
 
 def _device_sort_key(device: str) -> tuple[str, int, str]:
     head, _, index = device.rpartition(":")
-    return (head, int(index), device) if index.isdigit() else (device, -1, device)
+    return (head, int(index), device) if ascii_digits(index) else (device, -1, device)
 
 
 def _read_plane(plane, prefix: str, data: TraceData, classifier: FrameClassifier, extent: _Extent,

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tpu_tools.errors import UsageError
+from tpu_tools.parsing import MAX_COLUMNS, MAX_LINES
 from tpu_tools.sanitize import safe_text
 from tpu_tools.top import signals
 from tpu_tools.top.collector import Collector
@@ -152,6 +153,8 @@ def _run_screen(collector: Collector, state: ViewState, history: History | None)
     locale.setlocale(locale.LC_ALL, "")
     os.environ.setdefault("ESCDELAY", "25")  # Esc alone is a key here (back), not the start of a sequence
     previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
+    for name in ("COLUMNS", "LINES"):  # curses prefers them to the terminal's own size: a 3000-column frame in 100
+        os.environ.pop(name, None)
     try:
         window = curses.initscr()
     except curses.error as error:
@@ -238,6 +241,7 @@ def _loop(window: Any, collector: Collector, state: ViewState, history: History 
 
     def draw() -> None:
         height, width = window.getmaxyx()
+        height, width = min(height, MAX_LINES), min(width, MAX_COLUMNS)
         _paint(window, render(report, state, width, height, interactive=True, history=history), styles, width,
                height)
 

@@ -15,6 +15,7 @@ from tpu_tools.metrics.cacheshare import shared_cache_dirs, take_fleet_sample
 from tpu_tools.metrics.fleet.client import Sample
 from tpu_tools.metrics.fleet.outliers import digest_outliers, furthest, median_of
 from tpu_tools.metrics.global_check import global_metric_findings
+from tpu_tools.parsing import ascii_digits
 
 PREFIX = "tpu_tools_"
 HOST_LABEL = "instance"  # Kubernetes deployments relabel it to the node name (deploy/kubernetes)
@@ -100,14 +101,14 @@ def _device(host: _Host, labels: dict[str, str]) -> dict[str, Any]:
 
 def _device_id(key: str) -> int | None:
     tail = key.split(":", 1)[-1].split("@", 1)[0]
-    return int(tail) if tail.isdigit() else None
+    return int(tail) if ascii_digits(tail) else None
 
 
 def _agent(host: _Host, labels: dict[str, str]) -> dict[str, Any]:
     pid = labels.get("pid", "0")
     if pid not in host.agents:
         host.agents[pid] = {
-            "pid": int(pid) if pid.isdigit() else 0, "tag": labels.get("tag") or None, "host": host.name,
+            "pid": int(pid) if ascii_digits(pid) else 0, "tag": labels.get("tag") or None, "host": host.name,
             "user": None, "command": None, "error": None, "compiles": {}, "steps": {}, "devices": [],
         }
     return host.agents[pid]
@@ -187,7 +188,7 @@ def _take_process(agent: dict[str, Any], figure: str, labels: dict[str, str], va
         pass
     elif figure == "device_memory_used_bytes_per_device":
         platform, _, device_id = labels.get("device", ":").partition(":")
-        agent["devices"].append({"id": int(device_id) if device_id.isdigit() else None, "platform": platform,
+        agent["devices"].append({"id": int(device_id) if ascii_digits(device_id) else None, "platform": platform,
                                  "memory_used_bytes": _number(value)})
 
 

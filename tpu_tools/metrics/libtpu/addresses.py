@@ -7,7 +7,7 @@ import socket
 from collections.abc import Iterable, Mapping
 
 from tpu_tools.errors import UsageError
-from tpu_tools.parsing import ascii_digits
+from tpu_tools.parsing import port_number
 
 DEFAULT_ADDRESS = "localhost:8431"  # where libtpu serves its runtime metrics unless told otherwise
 # Moves that default address: for a host whose runtime serves elsewhere, and for tests, which must not depend on
@@ -18,14 +18,10 @@ DEFAULT_TIMEOUT_S = 2.0  # deadline of every call
 _CONNECT_PROBE_S = 0.5
 
 
-def _port(text: str) -> int | None:
-    return int(text) if ascii_digits(text) and len(text) <= 5 and 0 < int(text) < 65536 else None
-
-
 def normalize_address(text: str) -> str:
     """"HOST:PORT", "[IPv6]:PORT" or a bare "PORT" (meaning localhost). Raises UsageError."""
     value = text.strip()
-    if _port(value) is not None:
+    if port_number(value) is not None:
         return f"localhost:{int(value)}"
     host, colon, port = value.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
@@ -34,7 +30,7 @@ def normalize_address(text: str) -> str:
         bare_host = host
         if ":" in host:
             raise UsageError(f"metrics address {text!r}: write an IPv6 host in brackets, e.g. [::1]:8431")
-    if not colon or not bare_host or _port(port) is None or any(c.isspace() for c in value):
+    if not colon or not bare_host or port_number(port) is None or any(c.isspace() for c in value):
         raise UsageError(f"metrics address {text!r} is not HOST:PORT (e.g. localhost:8431) with a port 1-65535")
     return f"{host}:{int(port)}"
 
@@ -58,7 +54,7 @@ def ports_from_environment(environ: Mapping[str, str] | None = None) -> list[str
         item = item.strip()
         if not item:
             continue
-        port = _port(item)
+        port = port_number(item)
         if port is None:
             raise UsageError(f"{PORTS_VARIABLE}={raw!r}: {item!r} is not a port number (1-65535)")
         addresses.append(f"localhost:{port}")

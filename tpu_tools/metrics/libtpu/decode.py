@@ -211,7 +211,7 @@ class _Reader:
         return [(size, self.summary(name, grouped[size])) for size in sorted(grouped, key=_size_order)]
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE | re.ASCII)
 
 
 def _size_order(label: str) -> tuple[int, float, str]:
