@@ -22,7 +22,7 @@ from tpu_tools.cli.common import (
     run_cli,
     runtime_options,
 )
-from tpu_tools.cli.output import Output, console_on, note, reserve_stdout
+from tpu_tools.cli.output import Output, console_on, json_written, note, reserve_stdout
 from tpu_tools.cli.params import Count, Duration, Number, PathParam
 from tpu_tools.errors import RuntimeFailure, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -401,8 +401,16 @@ def _launch(ctx: click.Context, processes: int, join: Any, policy: RuntimePolicy
     host_devices = policy.host_devices or max(1, 8 // processes)
     args = strip_option(strip_option(args, "--host-devices"), "--platform")
     args += ["--platform", "cpu", "--host-devices", str(host_devices), "--force"]
-    outcome = Launcher(processes, args, f"127.0.0.1:{free_port()}", timeout_s, note, debug=is_debug(),
-                       module="tpu_tools.cli.diag", forward_interrupt=True).run()
+    launcher = Launcher(processes, args, f"127.0.0.1:{free_port()}", timeout_s, note, debug=is_debug(),
+                        module="tpu_tools.cli.diag", forward_interrupt=True)
+    try:
+        outcome = launcher.run()
+    except KeyboardInterrupt:
+        # the interrupt reached process 0 too: where it exited by itself it wrote its partial document
+        first = launcher.children[0].returncode if launcher.children else None
+        if first is not None and first >= 0:
+            json_written()
+        raise
     launched_first_answered(outcome)
     first = outcome.ranks[0] if outcome.ranks else None
     if first is not None and first.error is None and first.returncode in (0, 1, 3) and (
