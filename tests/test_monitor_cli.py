@@ -27,7 +27,7 @@ HOST_KEYS = GROUP_HEADER | {"hostname", "cpu_count", "cpu_percent", "memory_tota
 DEVICES_KEYS = GROUP_HEADER | {"devices", "chips", "notes"}
 DEVICE_KEYS = {"key", "platform", "id", "name", "chip_index", "pci_address", "memory_used_bytes",
                "memory_total_bytes", "memory_peak_bytes", "live_array_bytes", "live_array_count",
-               "utilization_percent", "holders", "processes", "sources", "extra"}
+               "utilization_percent", "holders", "holders_source", "processes", "sources", "extra"}
 PROCESSES_KEYS = GROUP_HEADER | {"agents", "holders", "ignored_sockets", "pod_labels_error",
                                  "global_metric_findings",
                                  "shared_cache_dirs"}
