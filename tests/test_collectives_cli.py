@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ import time
 import pytest
 from conftest import REPO, assert_one_line_error, clean_env, run_tool, tool_command
 from isolation import kill_tmux_server, tmux_command, unique_name
+from programs import require_program
 
 TOP_KEYS = {"schema", "command", "time", "platform", "device_kind", "jax_version", "jaxlib_version",
             "process_count", "processes", "device_ids", "mesh", "ranks", "groups", "settings", "tests", "wrong",
@@ -356,8 +356,7 @@ def test_options_that_do_not_fit_the_devices_are_usage_errors(args, fragment):
 
 
 def test_the_table_fits_a_120_column_terminal(tmp_path):
-    if not shutil.which("tmux"):
-        pytest.skip("tmux is not installed")
+    require_program("tmux")
     session = "coll"
     server = unique_name("coll")
     command = " ".join([*tool_command("tpu-collectives-test"), *SMALL, "-e", "4K"]) + "; echo DONE:$?"

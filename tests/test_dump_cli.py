@@ -6,7 +6,6 @@ import gzip
 import json
 import os
 import shlex
-import shutil
 import signal
 import stat
 import subprocess
@@ -28,6 +27,7 @@ from dump_fixtures import (
     tar_gz,
 )
 from isolation import kill_tmux_server, tmux_command, unique_name
+from programs import require_program
 
 MANIFEST_KEYS = {"schema", "tool", "tool_version", "host", "time", "duration_s", "command", "options", "redaction",
                  "collectors", "files", "notes"}
@@ -400,8 +400,7 @@ def _tmux(server: str, *args: str) -> str:
 
 @pytest.mark.parametrize("size", [(80, 24), (132, 40)])
 def test_progress_line_on_a_terminal_then_a_clean_report(tmp_path, size):
-    if not shutil.which("tmux"):
-        pytest.skip("tmux is not installed")
+    require_program("tmux")
     root = _hanging_host(tmp_path / "root")
     session = "tpu-dump-test"
     server = unique_name("tpu-dump")

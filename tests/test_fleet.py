@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, assert_one_line_error, clean_env, run_tool, tool_command
-from promstack import PROMETHEUS, FleetStack, free_port, http_get
+from programs import needs, require_program
+from promstack import FleetStack, free_port, http_get
 from test_top import Tmux
 
 from tpu_tools.errors import RuntimeFailure, UsageError
@@ -31,8 +31,7 @@ pytestmark = pytest.mark.xdist_group("fleet")
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[FleetStack]:
-    if PROMETHEUS is None:
-        pytest.skip("prometheus is not installed (tools/test.sh)")
+    require_program("prometheus")
     fleet = FleetStack().start()
     yield fleet
     fleet.stop()
@@ -274,7 +273,7 @@ def test_client_failure_is_a_runtime_failure():
 
 # --- the live view in a real terminal ------------------------------------------------------------------------
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@needs("tmux")
 def test_live_view_keeps_its_figures_marked_stale_when_prometheus_goes_away():
     bin_dir = str(Path(tool_command("tpu-top")[0]).parent)
     tmux = Tmux(200, 30, clean_env(TERM="xterm-256color", PATH=bin_dir + os.pathsep + os.environ.get("PATH", "")))

@@ -284,10 +284,11 @@ def test_processes_come_and_go_and_signals_end_it_cleanly(rundir, sig):
 
 
 def test_a_closed_pipe_ends_it_quietly(rundir):
-    command = " ".join(tool_command("tpu-monitor")) + " --period 0.1 | head -n 1"
+    # PIPESTATUS: tpu-monitor's own status, not head's (a pipeline's status is its last command's).
+    command = " ".join(tool_command("tpu-monitor")) + ' --period 0.1 | head -n 1; exit "${PIPESTATUS[0]}"'
     result = subprocess.run(["bash", "-c", command], env=agent_env(rundir), capture_output=True, text=True,
                             timeout=60)
-    assert result.returncode == 0 and result.stderr == ""
+    assert result.returncode == 141 and result.stderr == ""  # 128 + SIGPIPE, as coreutils end, and nothing said
     assert json.loads(result.stdout)["sequence"] == 0
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_one_line_error, clean_env, run_tool, tool_command
 from isolation import kill_tmux_server, tmux_command, unique_name
+from programs import require_program
 
 SUMMARY_KEYS = {"schema", "source", "created", "host", "versions", "program", "window", "trace", "devices",
                 "device_time_us", "top_ops", "modules", "host_dispatch", "compile_source", "compiles",
@@ -447,10 +448,8 @@ def _pane(server: str, session: str) -> str:
 @pytest.mark.parametrize("size", [(80, 24), (132, 40)])
 def test_ctrl_c_in_a_real_terminal(tmp_path, size):
     """Ctrl-C typed in a terminal: the program stops, the report is drawn on the terminal, the trace is kept."""
-    import shutil
 
-    if not shutil.which("tmux"):
-        pytest.skip("tmux is not installed")
+    require_program("tmux")
     write_program(tmp_path, "spin.py", """
         import time
         import jax.numpy as jnp
