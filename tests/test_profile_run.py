@@ -368,12 +368,14 @@ def test_time_window_traces_only_the_window(tmp_path):
 
 
         x = jnp.ones(16)
-        # Both compile here, well before the window: on a loaded machine (or under coverage) importing jax and
-        # compiling can take over a second, and a first call of `late` inside the window would compile there.
-        early(x).block_until_ready()
+        # Both compile here, before their phases: a first call of `late` inside the window would compile there.
+        # `early` is compiled ahead of time and not run: where a loaded machine brings the runtime up after the
+        # delay, the window opens then, and this set-up falls inside it; `early` runs only in its phase, the
+        # first 2 s of the program, which is then over before the runtime is up.
+        run_early = early.lower(x).compile()
         late(x).block_until_ready()
         while time.monotonic() - start < 2.0:
-            x = early(x).block_until_ready()
+            x = run_early(x).block_until_ready()
             time.sleep(0.002)
         while time.monotonic() - start < 14.0:
             x = late(x).block_until_ready()
@@ -388,10 +390,7 @@ def test_time_window_traces_only_the_window(tmp_path):
     document = summary_of(tmp_path / "out")
     window = document["window"]
     assert window["mode"] == "time" and window["opened"] and window["closed_by"] == "duration"
-    if window["opened_at_s"] > 8.5:  # opened when the runtime came up, with the set-up after it inside the window
-        pytest.skip(f"the runtime was up only {window['opened_at_s']:.1f} s after the start: too loaded a machine "
-                    "to place a time window")
-    assert window["opened_at_s"] >= 7.9
+    assert window["opened_at_s"] >= 7.9  # at the delay, or later where the runtime came up later
     assert 0.8e6 <= document["trace"]["duration_us"] <= 2.5e6
     modules = {op["module"] for op in document["top_ops"]}
     assert "jit_late" in modules and "jit_early" not in modules
