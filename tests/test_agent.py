@@ -174,7 +174,7 @@ def test_socket_removed_at_exit_and_stale_entries_cleaned(rundir):
         scan = agent_client.query_agents(directory=rundir)
         assert scan.results == [] and killed.pid in scan.removed_stale
         assert not stale.exists()
-        with pytest.raises(agent_client.AgentGone):
+        with pytest.raises(agent_client.AgentGone, match="^no agent is registered for process "):
             agent_client.query_agent(killed.pid, directory=rundir)
     finally:
         clean.stop()
@@ -282,7 +282,7 @@ def test_an_unsafe_runtime_directory_is_refused(tmp_path):
     assert result.returncode == 0 and "job ran" in result.stdout
     assert "warning" in result.stderr and "0755" in result.stderr
     assert os.listdir(unsafe) == []
-    with pytest.raises(RunDirError):
+    with pytest.raises(RunDirError, match="has mode 0755, not 0700; not using it"):
         agent_client.query_agents(directory=unsafe)
 
 

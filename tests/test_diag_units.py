@@ -25,7 +25,7 @@ def test_injection_parses_kind_and_device():
     assert parse_injection("gemm:3") == Injection("gemm", 3)
     assert parse_injection(" Collective:12 ") == Injection("collective", 12)
     for bad in ("gemm", "gemm:", "gemm:-1", "laser:1", ":1", "gemm:1.5", "gemm:99999999999"):
-        with pytest.raises(UsageError):
+        with pytest.raises(UsageError, match=r"^--inject '.*': (use KIND:DEVICE|DEVICE must be a device id)"):
             parse_injection(bad)
 
 

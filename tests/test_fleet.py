@@ -177,7 +177,8 @@ def test_unknown_series_make_no_host_and_a_bad_url_is_a_usage_error():
     groups = build_groups([_series("x", "future_thing", 1.0)], [])
     assert groups["fleet"]["hosts"] == []
     for bad in ("prometheus:9090", "ftp://host/", "http://", "http://host:99999"):
-        with pytest.raises(UsageError):
+        with pytest.raises(UsageError, match=r"^--from-prometheus '.*': (expected an http:// or https:// URL|Port out "
+                                             r"of range)"):
             parse_url(bad)
     endpoint = parse_url("https://me:s%40cret@prom.example:9090/sub/")
     assert endpoint.base_url == "https://prom.example:9090/sub" and endpoint.authorization == "Basic bWU6c0BjcmV0"
