@@ -73,10 +73,8 @@ def test_every_sample_pays_for_the_frees_of_as_many_outputs_as_it_makes():
 
 def test_a_calibration_that_cannot_reach_the_sample_length_says_so_instead_of_looping():
     settings = TimingSettings(min_time_s=0.01, warmup=0, sample_time=5.0, max_calls_per_sample=64)
-    start = time.perf_counter()
     measurement = time_back_to_back(lambda previous: previous + 1, 0, lambda output: output, settings)
-    assert time.perf_counter() - start < 5  # never waited for the 5 s sample
-    assert measurement.calls_per_sample == 64
+    assert measurement.calls_per_sample == 64  # capped, not grown towards the 5 s sample
     (note,) = measurement.notes
     assert "64 back-to-back calls last only" in note and "5.00 s sample length" in note and "e+" not in note
 

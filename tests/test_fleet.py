@@ -232,13 +232,12 @@ GOOD = json.dumps({"status": "success", "data": {"resultType": "vector", "result
 ], ids=["garbage", "auth", "http-error", "slow"])
 def test_each_fault_is_one_clear_line(handler, fragment):
     with _server(handler) as url:
-        started = time.monotonic()
-        result = run_tool("tpu-monitor", "--from-prometheus", url, "--from-prometheus-timeout", "0.5", "--count", "1")
+        result = run_tool("tpu-monitor", "--from-prometheus", url, "--from-prometheus-timeout", "0.5", "--count", "1",
+                          timeout=60)  # the hang guard
         assert result.returncode == 0, result.stderr  # a report is still written, saying why it is empty
         fleet = json.loads(result.stdout)["fleet"]
         assert fragment in fleet["error"] and fleet["stale"] is True
         assert result.stderr.count("\n") == 1 and fragment in result.stderr  # one clear line
-        assert time.monotonic() - started < 30
         # tpu-top --once has nothing to show: the same sentence, exit 1.
         assert_one_line_error(run_tool("tpu-top", "--from-prometheus", url, "--from-prometheus-timeout", "0.5",
                                        "--once"), 1, fragment)

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -193,9 +192,7 @@ def test_faulty_sockets_and_agents_do_not_stop_the_report(rundir, tmp_path):
     os.chmod(rundir / "agent-999998.sock", 0o666)
     try:
         good.wait_ready()
-        started = time.monotonic()
-        report = monitor("--count", "1", "--agent-timeout", "1.5", rundir=rundir)[0]
-        assert time.monotonic() - started < 15
+        report = monitor("--count", "1", "--agent-timeout", "1.5", rundir=rundir)[0]  # monitor()'s timeout: the guard
         group = report["processes"]
         assert group["error"] is None
         agents = {a["pid"]: a for a in group["agents"]}
