@@ -9,7 +9,8 @@ import shlex
 import socket
 
 import pytest
-from conftest import REPO, clean_env, run_tool
+import sysroot
+from conftest import DEFAULT_METRICS_ADDR, REPO, clean_env, run_tool
 
 
 def example(doc: str, command: str) -> tuple[list[str], str | None]:
@@ -134,19 +135,13 @@ NOT_RUN = {  # what each needs that a cheap run on the CPU platform has not
     "tpu-dump show bug-5678.tar.gz --file accelerators/agents.txt": "that service's bundle",
     "python benchmarks/exporter_load.py": "a load benchmark, minutes",
     "python benchmarks/fleet_scale.py --hosts 250,500,1000,2000 --settle 60 --refreshes 5": "Prometheus, hours",
-    "TPU_RUNTIME_METRICS_PORTS=8432 tpu-ls --runtime-status": "libtpu's metrics service",
     "tpu-ls": "a fixture TPU host held by a job",
-    "tpu-monitor --count 1 | jq -c '.devices.devices[0] | {key, name, memory_used_bytes, memory_total_bytes, "
-    "utilization_percent, sources, extra, holders: [.holders[].pid]}'": "a fixture TPU host and libtpu's service",
-    "tpu-monitor --count 1 | jq '.libtpu | {error, notes, services: [.services[] | {address, error, "
-    "duty_cycle_scope, not_served_metrics, devices: .devices[:1]}]}'": "a fixture TPU host and libtpu's service",
     "tpu-monitor --arrays 18180 | jq -c '.arrays[0], .sites[0]'": "a job's agent",
     "tpu-profile run --out prof -- train.py": "the reader's train.py",
     "tpu-profile run --start-step 10 --steps 5 --top 5 --out prof -- train.py": "the reader's train.py",
     "tpu-profile summary /tmp/tensorboard --top 5": "a trace a job wrote",
     "tpu-profile hlo train --preset small --chip v5e --out hlo-train": "the small transformer's compile, a minute",
     "tpu-profile capture --addr 127.0.0.1:9999 --duration 1 --out cap --top 5": "a job serving its profiler",
-    "tpu-ls --metric hbm_usage --metric host_compute_latency --metrics-addr 127.0.0.1:18431": "libtpu's service",
 }
 
 
@@ -186,7 +181,7 @@ def same_shape(shown: list[str], actual: list[str]) -> bool:
 
 def test_every_example_is_run_here_or_says_why_not():
     commands = {command for _, command, _ in all_examples()}
-    accounted = set(RUNS) | set(CHECKED_ELSEWHERE) | set(NOT_RUN)
+    accounted = set(RUNS) | set(LIBTPU_RUNS) | set(CHECKED_ELSEWHERE) | set(NOT_RUN)
     assert commands - accounted == set(), "run the new example in RUNS, or say in NOT_RUN why it is not"
     assert accounted - commands == set(), "no doc shows these any more"
 
@@ -229,3 +224,61 @@ def test_the_list_metrics_example_has_the_families_and_keys_shown():
     picked = [family for family in json.loads(result.stdout)["families"]
               if re.search("hlo_exec|gpu_up", family["name"])]  # the example's jq filter
     assert [json.loads(line) for line in shown] == picked
+
+
+# The examples on a fixture host with libtpu's fixture service (tests/libtpu_server.py): command -> (the service's
+# host, the run (arguments, environment) given the service's port, the example's jq filter in Python, if any).
+def _devices_filter(report: dict) -> list[str]:
+    device = report["devices"]["devices"][0]
+    picked = {key: device[key] for key in ("key", "name", "memory_used_bytes", "memory_total_bytes",
+                                           "utilization_percent", "sources", "extra")}
+    return [json.dumps({**picked, "holders": [holder["pid"] for holder in device["holders"]]})]
+
+
+def _libtpu_filter(report: dict) -> list[str]:
+    group = report["libtpu"]
+    services = [{key: service[key] for key in ("address", "error", "duty_cycle_scope", "not_served_metrics")}
+                | {"devices": service["devices"][:1]} for service in group["services"]]
+    return json.dumps({"error": group["error"], "notes": group["notes"], "services": services}, indent=2).split("\n")
+
+
+MONITOR = ["tpu-monitor", "--count", "1"]
+LIBTPU_RUNS = {
+    "TPU_RUNTIME_METRICS_PORTS=8432 tpu-ls --runtime-status": (
+        "v5e", lambda port: (["tpu-ls", "--runtime-status"], {"TPU_RUNTIME_METRICS_PORTS": str(port)}), None),
+    "tpu-ls --metric hbm_usage --metric host_compute_latency --metrics-addr 127.0.0.1:18431": (
+        "v5p", lambda port: (["tpu-ls", "--metric", "hbm_usage", "--metric", "host_compute_latency",
+                              "--metrics-addr", f"127.0.0.1:{port}"], {}), None),
+    "tpu-monitor --count 1 | jq -c '.devices.devices[0] | {key, name, memory_used_bytes, memory_total_bytes, "
+    "utilization_percent, sources, extra, holders: [.holders[].pid]}'": (
+        "v5e", lambda port: (MONITOR, {"TPU_RUNTIME_METRICS_PORTS": str(port)}), _devices_filter),
+    "tpu-monitor --count 1 | jq '.libtpu | {error, notes, services: [.services[] | {address, error, "
+    "duty_cycle_scope, not_served_metrics, devices: .devices[:1]}]}'": (
+        "v5e", lambda port: (MONITOR, {"TPU_RUNTIME_METRICS_PORTS": str(port)}), _libtpu_filter),
+}
+
+
+@pytest.mark.auto_platform  # a held TPU keeps tpu-ls's runtime closed only when the platform is left to JAX
+def test_the_libtpu_examples_have_the_shape_of_a_run_on_the_fixture_host(tmp_path):
+    from libtpu_server import FIXTURES, FakeMetricsService
+
+    sysroot.v5e_host(tmp_path / "root", holders={3001: list(range(8))})  # the docs' host: a job holds every chip
+    checked = 0
+    for doc, command, shown in all_examples():
+        if command not in LIBTPU_RUNS:
+            continue
+        host, run, jq = LIBTPU_RUNS[command]
+        with FakeMetricsService(FIXTURES[host]()) as service:
+            argv, extra = run(service.port)
+            env = clean_env(TPU_TOOLS_SYSROOT=str(tmp_path / "root"), **extra)
+            result = run_tool(argv[0], *argv[1:], env=env)
+        assert result.returncode == 0, (command, result.stderr)
+        actual = jq(json.loads(result.stdout)) if jq else result.stdout.rstrip("\n").split("\n")
+        # the suite's own default address (conftest) stands where the docs' host had localhost:8431
+        actual = [line.replace(DEFAULT_METRICS_ADDR, "localhost:8431").replace(f"host {socket.gethostname()} ",
+                                                                                "host vm ") for line in actual]
+        assert same_shape(shown, actual), "\n".join(
+            [f"{doc}: {command}", "the example's shape:", *map(shape, shown), "", "a run's today:",
+             *map(shape, actual)])
+        checked += 1
+    assert checked == 4
