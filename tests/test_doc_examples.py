@@ -108,10 +108,7 @@ CHECKED_ELSEWHERE = {  # run in this file by a test of its own, which compares m
     "test(\"hlo_exec|gpu_up\"))'": "test_the_list_metrics_example_has_the_families_and_keys_shown",
 }
 NOT_RUN = {  # what each needs that a cheap run on the CPU platform has not
-    "python -m tpu_tools.agent --tag train --explain-recompiles train.py &": "a training job of the reader's",
-    "tpu-monitor --count 1 | jq -c '.processes.agents[0] | {pid, tag, compiles: .compiles.compile_count, "
-    "steps_per_second: .steps.steps_per_second}'": "that job's agent",
-    "COLUMNS=80 tpu-top --once | tail -3": "that job's agent",
+    "COLUMNS=80 tpu-top --once | tail -3": "units and a command that are the job's (tests/test_top.py: the frame)",
     "COLUMNS=80 tpu-top --once": "agent jobs beside it",
     "tpu-diag -r 2 --host-devices 8 --inject gemm:5 --format plain | grep -E 'FAIL|verdict'": "45 s of two cores",
     "tpu-diag -r 2 --host-devices 8 --inject gemm:5": "45 s of two cores",
@@ -181,7 +178,7 @@ def same_shape(shown: list[str], actual: list[str]) -> bool:
 
 def test_every_example_is_run_here_or_says_why_not():
     commands = {command for _, command, _ in all_examples()}
-    accounted = set(RUNS) | set(LIBTPU_RUNS) | set(CHECKED_ELSEWHERE) | set(NOT_RUN)
+    accounted = set(RUNS) | set(LIBTPU_RUNS) | set(AGENT_RUNS) | set(CHECKED_ELSEWHERE) | set(NOT_RUN)
     assert commands - accounted == set(), "run the new example in RUNS, or say in NOT_RUN why it is not"
     assert accounted - commands == set(), "no doc shows these any more"
 
@@ -282,3 +279,33 @@ def test_the_libtpu_examples_have_the_shape_of_a_run_on_the_fixture_host(tmp_pat
              *map(shape, actual)])
         checked += 1
     assert checked == 4
+
+
+AGENT_JOB = "python -m tpu_tools.agent --tag train --explain-recompiles train.py &"
+AGENT_RUNS = {  # run beside a job started as the example starts its own (tests/agentjobs.py)
+    AGENT_JOB: None,  # prints nothing: it is the job the next example reads
+    "tpu-monitor --count 1 | jq -c '.processes.agents[0] | {pid, tag, compiles: .compiles.compile_count, "
+    "steps_per_second: .steps.steps_per_second}'":
+        lambda report: [json.dumps({"pid": agent["pid"], "tag": agent["tag"],
+                                    "compiles": agent["compiles"]["compile_count"],
+                                    "steps_per_second": agent["steps"]["steps_per_second"]})
+                        for agent in report["processes"]["agents"][:1]],
+}
+
+
+def test_the_agent_examples_have_the_shape_of_a_run_beside_a_job():
+    from agentjobs import agent_env, running_job
+
+    examples = [(doc, command, shown) for doc, command, shown in all_examples() if command in AGENT_RUNS]
+    assert {command for _, command, _ in examples} == set(AGENT_RUNS)
+    with running_job(tag="train", explain=True) as (job, rundir):
+        for doc, command, shown in examples:
+            jq = AGENT_RUNS[command]
+            if jq is None:
+                assert shown == [], (doc, command)  # started in the background: nothing printed
+                continue
+            result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
+            assert result.returncode == 0, result.stderr
+            actual = jq(json.loads(result.stdout))
+            assert same_shape(shown, actual), (doc, shown, actual)
+            assert json.loads(actual[0])["tag"] == "train" and json.loads(actual[0])["pid"] == job.pid
