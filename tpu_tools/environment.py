@@ -87,9 +87,12 @@ def _readers_text(variable: Variable) -> str:
 
 def man_section(program: str) -> str:
     """The ENVIRONMENT section of `program`'s man page: one paragraph per variable it reads."""
-    return "\n".join(f"{v.name}  ({v.kind}) {v.meaning}" + (f" Read by {_readers_text(v)}." if program == "tpu-tools"
-                                                            else "")
-                     for v in VARIABLES if v.read_by(program))
+    lines = []
+    for variable in VARIABLES:
+        if variable.read_by(program):
+            readers = f" Read by {_readers_text(variable)}." if program == "tpu-tools" else ""  # the group's page
+            lines.append(f"{variable.name}  ({variable.kind}) {variable.meaning}{readers}")
+    return "\n".join(lines)
 
 
 def markdown_table() -> str:

@@ -88,7 +88,7 @@ class MetricStore:
             if len(self._values) >= MAX_METRICS and name not in self._values:  # before any work: bounded cost
                 problem = f"more than {MAX_METRICS} metric names; {quoted(given, 40)} was not kept"
             else:
-                problem = self._check(name, given, given_scope)
+                problem = self._check(name, given, scope, given_scope)
             if problem is None and name is not None:
                 number, kind, devices, job_devices = read_value(value)
                 suspect = None
@@ -109,11 +109,11 @@ class MetricStore:
         return False
 
     @staticmethod
-    def _check(name: str | None, given: Any, given_scope: Any) -> str | None:
+    def _check(name: str | None, given: Any, scope: str | None, given_scope: Any) -> str | None:
         if name is None or not name or len(name) > MAX_NAME or not _NAME.match(name):
             return (f"metric name {quoted(given, 40)} is not a name of letters, digits and _ . : / - (at most "
                     f"{MAX_NAME}, starting with a letter or _)")
-        if given_scope is not None and job_name(given_scope) not in SCOPES:
+        if given_scope is not None and scope not in SCOPES:
             return f"metric {name}: scope {quoted(given_scope, 40)} is not one of {', '.join(SCOPES)}"
         return None
 
