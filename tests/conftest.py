@@ -122,6 +122,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     budget.check(item, call, outcome.get_result())
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    budget.collect(report)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    budget.summary(terminalreporter.write_line)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     asked = "accelerator" in (config.getoption("markexpr") or "")
     for item in items:

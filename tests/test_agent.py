@@ -72,11 +72,15 @@ def test_compiles_and_the_recompile_reason(jax_job):
 def test_steps_are_counted_and_timed(jax_job):
     job, path = jax_job
     first = agent_client.query_agent(job.pid, directory=path)["steps"]
-    time.sleep(0.5)
-    second = agent_client.query_agent(job.pid, directory=path)["steps"]
+
+    def more_steps() -> dict | None:
+        steps = agent_client.query_agent(job.pid, directory=path)["steps"]
+        return steps if steps["count"] > first["count"] else None
+
+    second = wait_for(more_steps)
     assert second["count"] > first["count"] >= 20
-    assert 1 < second["steps_per_second"] < 60  # ~0.02 s sleep per step
-    assert 0 < second["p50_step_time_s"] <= second["p99_step_time_s"] < 1.0
+    assert second["steps_per_second"] > 0  # the figures of a running job: present, positive and ordered
+    assert 0 < second["p50_step_time_s"] <= second["p99_step_time_s"]
 
 
 def test_list_agents_and_private_files(jax_job):
@@ -125,7 +129,10 @@ def test_a_silent_client_is_dropped_and_does_not_block_others(jax_job):
         silent.connect(str(socket_path))
         started = time.monotonic()
         assert agent_client.query_agent(job.pid, directory=path)["pid"] == job.pid  # served meanwhile
-        assert time.monotonic() - started < 1.0
+        silent.setblocking(False)  # still connected when the answer came: the silent client held nothing up
+        with pytest.raises(BlockingIOError):
+            silent.recv(10)
+        silent.setblocking(True)
         silent.settimeout(wire.REQUEST_TIMEOUT_S + 3)
         assert silent.recv(10) == b""  # the agent closed it after its request timeout
         assert time.monotonic() - started >= wire.REQUEST_TIMEOUT_S - 0.5
@@ -174,7 +181,7 @@ def test_socket_removed_at_exit_and_stale_entries_cleaned(rundir):
         scan = agent_client.query_agents(directory=rundir)
         assert scan.results == [] and killed.pid in scan.removed_stale
         assert not stale.exists()
-        with pytest.raises(agent_client.AgentGone):
+        with pytest.raises(agent_client.AgentGone, match="^no agent is registered for process "):
             agent_client.query_agent(killed.pid, directory=rundir)
     finally:
         clean.stop()
@@ -282,7 +289,7 @@ def test_an_unsafe_runtime_directory_is_refused(tmp_path):
     assert result.returncode == 0 and "job ran" in result.stdout
     assert "warning" in result.stderr and "0755" in result.stderr
     assert os.listdir(unsafe) == []
-    with pytest.raises(RunDirError):
+    with pytest.raises(RunDirError, match="has mode 0755, not 0700; not using it"):
         agent_client.query_agents(directory=unsafe)
 
 

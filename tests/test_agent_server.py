@@ -116,7 +116,7 @@ def test_a_request_line_decodes_as_its_json_says(line):
         document = None
     expected = document["request"] if isinstance(document, dict) and document.get("request") in wire.REQUESTS else None
     if expected is None:
-        with pytest.raises(wire.MalformedRequest):
+        with pytest.raises(wire.MalformedRequest, match="^not JSON$"):
             wire.decode_request(line)
     else:
         assert wire.decode_request(line) == (expected, document.get("keep") is True)

@@ -7,7 +7,6 @@ has the same two GPUs at the same PCI bus ids.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -137,9 +136,7 @@ def test_without_the_library_the_bindings_print_nothing_into_the_json(amd_root, 
 
 
 def test_a_gpu_that_hangs_costs_the_deadline_and_is_placed_by_its_bus_id(fake_amdsmi_dir, amd_root):
-    began = time.monotonic()
-    document = ls_json(fake_amdsmi_dir, amd_root, "--timeout", "3", FAKE_AMDSMI_HANG="1")
-    assert time.monotonic() - began < 30
+    document = ls_json(fake_amdsmi_dir, amd_root, "--timeout", "3", FAKE_AMDSMI_HANG="1")  # ls()'s timeout: the guard
     busy, hung = document["amdsmi"]["gpus"]
     assert busy["status"] == "ok" and busy["memory_used_bytes"] == 58122 * MIB
     assert hung["status"] == "not_answering" and hung["pci_bus_id"] == "0000:22:00.0" and hung["chip_index"] == 1

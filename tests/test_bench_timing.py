@@ -23,10 +23,11 @@ def _sleeper(seconds: float):
 def test_back_to_back_calibrates_calls_per_sample_and_chains_every_call():
     settings = TimingSettings(min_time_s=0.06, warmup=2, sample_time=0.01, repeats=3)
     measurement = time_back_to_back(_sleeper(0.001), 0, lambda output: output, settings)
-    # A 1 ms call needs several calls to fill a 10 ms sample (sleep overshoots on a busy host: generous bounds).
+    # A 1 ms call needs several calls to fill a 10 ms sample; a busy host only makes the calls longer (fewer of
+    # them), so the bounds are from below for times and from above for counts.
     assert 1 <= measurement.calls_per_sample <= 20
     assert measurement.sample_time_s >= 0.005
-    assert all(0.0009 < s < 0.05 for s in measurement.seconds)
+    assert all(s > 0.0009 for s in measurement.seconds)  # each call's time is at least its 1 ms sleep
     assert len(measurement.burst_medians) == 3 and len(measurement.seconds) >= 3
     # Every call took the previous call's output: the last output counts every call made.
     assert measurement.last == measurement.calls
@@ -73,10 +74,8 @@ def test_every_sample_pays_for_the_frees_of_as_many_outputs_as_it_makes():
 
 def test_a_calibration_that_cannot_reach_the_sample_length_says_so_instead_of_looping():
     settings = TimingSettings(min_time_s=0.01, warmup=0, sample_time=5.0, max_calls_per_sample=64)
-    start = time.perf_counter()
     measurement = time_back_to_back(lambda previous: previous + 1, 0, lambda output: output, settings)
-    assert time.perf_counter() - start < 5  # never waited for the 5 s sample
-    assert measurement.calls_per_sample == 64
+    assert measurement.calls_per_sample == 64  # capped, not grown towards the 5 s sample
     (note,) = measurement.notes
     assert "64 back-to-back calls last only" in note and "5.00 s sample length" in note and "e+" not in note
 

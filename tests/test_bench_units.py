@@ -56,7 +56,7 @@ def test_tolerance_parses_percentages():
     assert cmp.parse_tolerance("5%") == pytest.approx(0.05)
     assert cmp.parse_tolerance("2.5") == pytest.approx(0.025)
     for bad in ("abc", "-1%", "100%"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"is not a percentage|must be at least 0% and below 100%"):
             cmp.parse_tolerance(bad)
 
 
@@ -195,7 +195,7 @@ def test_transformer_presets_and_flop_counts():
     t, d, f, v, s = 8 * 128, 128, 512, 1024, 128
     expected = 2 * t * (4 * d * d + 2 * d * f) + 4 * 8 * s * s * d + 2 * t * d * v
     assert forward_flops(tiny, 8) == expected and train_step_flops(tiny, 8) == 3 * expected
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="huge"):
         config_for("huge")
     with pytest.raises(ValueError, match="multiple of n_heads"):
         config_for("tiny", n_heads=3)

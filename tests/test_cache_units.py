@@ -126,6 +126,6 @@ def test_a_key_record_is_never_written_through_a_planted_link(tmp_path: Path) ->
     cache.mkdir()
     cachekeys.keys_dir(cache).symlink_to(elsewhere)
     record = cachekeys.KeyRecord(f"jit_f-{HEX}", {"computation": "a"})
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="tpu-tools-keys is not a directory"):
         cachekeys.write_key_record(cache, record)
     assert list(elsewhere.iterdir()) == []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ import time
 import pytest
 from conftest import REPO, assert_one_line_error, clean_env, run_tool, tool_command
 from isolation import kill_tmux_server, tmux_command, unique_name
+from programs import require_program
 
 TOP_KEYS = {"schema", "command", "time", "platform", "device_kind", "jax_version", "jaxlib_version",
             "process_count", "processes", "device_ids", "mesh", "ranks", "groups", "settings", "tests", "wrong",
@@ -46,10 +46,8 @@ def rows(stdout: str) -> list[tuple[str, ...]]:
 
 
 @pytest.mark.budget(30)  # the default sweep, as a user runs it
-def test_the_default_run_is_a_correct_table_on_8_cpu_devices_in_seconds():
-    started = time.monotonic()
+def test_the_default_run_is_a_correct_table_on_8_cpu_devices():
     result = collectives("all-reduce")
-    elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("# tpu-collectives-test all-reduce  jax ")
@@ -66,7 +64,6 @@ def test_the_default_run_is_a_correct_table_on_8_cpu_devices_in_seconds():
     assert lines[-2] == "# Wrong values : 0 OK"
     assert re.fullmatch(r"# Avg bus bandwidth : \d+\.\d{3} GB/s", lines[-1])
     assert result.stderr == ""
-    assert elapsed < 60, elapsed
     assert "\x1b[" not in result.stdout
 
 
@@ -294,14 +291,12 @@ def test_sample_ms_0_waits_for_every_call(permute_to_stdout_one_call_per_sample)
 
 def test_a_sample_length_the_calibration_cannot_reach_is_said_not_looped_for(tmp_path):
     path = tmp_path / "short.json"
-    started = time.monotonic()
     # A 2 s sample with a calibration budget of 2 s (a quarter of --timeout, the most a sample may have): the
     # calibration only starts samples predicted to fit what is left of its budget, so it falls short and says
     # so, unless a sample overshoots its prediction past 2 s on a loaded machine (then it is simply reached).
     # The decision itself, on a clock, is in test_collectives_timing.py.
     result = collectives("all-reduce", "-b", "64", "-e", "64", "-n", "1", "-w", "0", "--sample-ms", "2000",
                          "--timeout", "8", "--json", str(path))
-    elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     (row,) = json.loads(path.read_text())["tests"][0]["results"]
     said = re.search(r"note: all-reduce \(sum\) at 64 B: (\d+) calls per sample last [\d.]+ ms, short of the 2000 ms "
@@ -313,7 +308,6 @@ def test_a_sample_length_the_calibration_cannot_reach_is_said_not_looped_for(tmp
         # a loaded machine stretched past 2 s: one run timed 276 ms. Its length says nothing here.)
         assert "note:" not in result.stderr and row["calibration_note"] is None
     assert row["wrong"] == 0
-    assert elapsed < 60, elapsed
 
 
 @pytest.mark.parametrize(("args", "code", "fragment"), [
@@ -356,8 +350,7 @@ def test_options_that_do_not_fit_the_devices_are_usage_errors(args, fragment):
 
 
 def test_the_table_fits_a_120_column_terminal(tmp_path):
-    if not shutil.which("tmux"):
-        pytest.skip("tmux is not installed")
+    require_program("tmux")
     session = "coll"
     server = unique_name("coll")
     command = " ".join([*tool_command("tpu-collectives-test"), *SMALL, "-e", "4K"]) + "; echo DONE:$?"
@@ -384,11 +377,9 @@ def test_the_table_fits_a_120_column_terminal(tmp_path):
 def test_a_hung_runtime_is_an_error_within_the_timeout_and_json_stays_valid(hanging_plugin, tmp_path):
     path = tmp_path / "hang.json"
     env = clean_env(PYTHONPATH=str(hanging_plugin))
-    started = time.monotonic()
-    result = run_tool("tpu-collectives-test", "--timeout", "2", "--json", str(path), env=env, timeout=30)
-    elapsed = time.monotonic() - started
+    # The hang guard is run_tool's timeout: a runtime that hung for good would end the test there.
+    result = run_tool("tpu-collectives-test", "--timeout", "2", "--json", str(path), env=env, timeout=60)
     message = assert_one_line_error(result, 1)
     assert "in starting the runtime: the runtime hung (raise --timeout" in message
-    assert elapsed < 2 + 20, elapsed  # generous: a hang lasts until the timeout below
     document = json.loads(path.read_text())
     assert set(document) == TOP_KEYS and document["status"] == "failed" and "runtime hung" in document["error"]

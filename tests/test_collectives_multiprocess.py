@@ -77,7 +77,9 @@ def _read_until(stream, pattern: str, timeout: float) -> str:
     raise AssertionError(f"no line matching {pattern!r} within {timeout} s: {seen!r}")
 
 
-def _launch_and_kill(victim: int, timeout_s: float) -> tuple[subprocess.CompletedProcess, float, int]:
+def _launch_and_kill(victim: int, timeout_s: float, hang_guard_s: float) -> tuple[subprocess.CompletedProcess, int]:
+    """Launch three processes, SIGKILL process `victim` once all are in the sweep; the launcher's result and the
+    victim's pid. A launcher still running `hang_guard_s` after the kill fails the test (TimeoutExpired)."""
     command = [*tool_command("tpu-collectives-test"), "all-reduce", "--launch", "3", "--host-devices", "1",
                "-b", "4", "-e", "4000", "-i", "4", "-n", "20", "-w", "1", "--timeout", str(timeout_s)]
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
@@ -90,11 +92,9 @@ def _launch_and_kill(victim: int, timeout_s: float) -> tuple[subprocess.Complete
         children = sorted(psutil.Process(launcher.pid).children(), key=lambda c: c.create_time())
         assert len(children) == 3
         pid = children[victim].pid
-        killed_at = time.monotonic()
         os.kill(pid, signal.SIGKILL)
-        rest, err = launcher.communicate(timeout=timeout_s + 30)
-        elapsed = time.monotonic() - killed_at
-        return subprocess.CompletedProcess(command, launcher.returncode, out + rest, err), elapsed, pid
+        rest, err = launcher.communicate(timeout=hang_guard_s)
+        return subprocess.CompletedProcess(command, launcher.returncode, out + rest, err), pid
     finally:
         if launcher.poll() is None:
             launcher.kill()
@@ -104,9 +104,8 @@ def _launch_and_kill(victim: int, timeout_s: float) -> tuple[subprocess.Complete
 @pytest.mark.budget(40)  # three processes start, then the survivors wait out the timeout
 def test_a_killed_process_makes_the_others_exit_within_the_timeout_naming_it():
     # --timeout also bounds each process's start (importing JAX, joining), seconds on a loaded machine
-    result, elapsed, pid = _launch_and_kill(victim=2, timeout_s=10)
+    result, pid = _launch_and_kill(victim=2, timeout_s=10, hang_guard_s=120)
     message = assert_one_line_error(result, 1)
-    assert elapsed < 10 + 20, elapsed  # the timeout, plus teardown on a loaded machine
     assert f"process 2 (pid {pid}) was killed by SIGKILL" in message
     # What the survivors found by themselves (what a multi-host run prints without the launcher): stuck in the
     # collective, they see its heartbeat stop; killed after a size's collective, while they gather its results,
@@ -120,9 +119,9 @@ def test_a_killed_process_makes_the_others_exit_within_the_timeout_naming_it():
 
 @pytest.mark.budget(40)  # three processes start
 def test_when_process_0_dies_the_others_are_ended_at_once():
-    result, elapsed, pid = _launch_and_kill(victim=0, timeout_s=60)
+    # At once, not after the timeout: a timeout of 600 s that was waited out would outlast the hang guard.
+    result, pid = _launch_and_kill(victim=0, timeout_s=600, hang_guard_s=120)
     message = assert_one_line_error(result, 1)
-    assert elapsed < 40, elapsed  # at once, not after the 60 s timeout (the margin is for a loaded machine)
     assert message.startswith(f"tpu-collectives-test: error: process 0 (pid {pid}) was killed by SIGKILL; ")
     assert "process 1 (pid " in message and "ended by the JAX runtime" in message
 
@@ -150,25 +149,19 @@ def test_processes_started_by_hand_agree_on_the_verdict():
 @pytest.mark.budget(60)
 def test_a_coordinator_that_does_not_answer_is_an_error_within_the_timeout(refused_address):
     port = int(refused_address.rpartition(":")[2])  # bound by the test, never listening
-    started = time.monotonic()
     result = collectives("--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "1",
-                         "--timeout", "20", timeout=120)
-    elapsed = time.monotonic() - started
+                         "--timeout", "20", timeout=120)  # the hang guard
     message = assert_one_line_error(result, 1)
     assert f"the coordinator 127.0.0.1:{port} did not answer within 20 s" in message
-    assert elapsed < 20 + 30, elapsed  # generous: a hang lasts until the timeout above
 
 
 @pytest.mark.budget(60)  # the same: --timeout bounds the runtime's start too
 def test_process_0_alone_reports_that_the_others_never_joined():
     port = free_port()  # process 0 binds it itself, as the coordinator
-    started = time.monotonic()
     result = collectives("--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "0",
-                         "--timeout", "20", timeout=120)
-    elapsed = time.monotonic() - started
+                         "--timeout", "20", timeout=120)  # the hang guard
     message = assert_one_line_error(result, 1)
     assert "not every process joined within" in message and f"expected 2 at 127.0.0.1:{port}" in message
-    assert elapsed < 20 + 30, elapsed  # generous: a hang lasts until the timeout above
 
 
 @pytest.mark.parametrize("launch", [False, True])

@@ -188,10 +188,10 @@ def test_device_and_mesh_specs():
     assert parse_mesh_shape("2x4") == (2, 4) and parse_mesh_shape(None) is None
     assert id_ranges([0, 1, 2, 5, 2048, 2049]) == "0-2,5,2048-2049"
     for bad in ("a", "3-1", "1,1"):
-        with pytest.raises(UsageError):
+        with pytest.raises(UsageError, match=r"^--devices "):
             parse_device_ids(bad)
     for bad in ("2x", "0x4", "2x2x2x2"):
-        with pytest.raises(UsageError):
+        with pytest.raises(UsageError, match=r"^--mesh '.*': use .*sizes joined by x"):
             parse_mesh_shape(bad)
 
 

@@ -26,7 +26,7 @@ def test_injection_parses_kind_and_device():
     assert parse_injection(" Collective:12 ") == Injection("collective", 12)
     for bad in ("gemm", "gemm:", "gemm:-1", "laser:1", ":1", "gemm:1.5", "gemm:99999999999", "kat:\uff11",
                 "kat:\u0661", "kat:\u00b2"):
-        with pytest.raises(UsageError):
+        with pytest.raises(UsageError, match=r"^--inject '.*': (use KIND:DEVICE|DEVICE must be a device id)"):
             parse_injection(bad)
 
 

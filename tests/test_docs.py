@@ -10,6 +10,7 @@ import tomllib
 
 import pytest
 from conftest import REPO
+from programs import require_program
 
 
 def _gen_docs():
@@ -51,8 +52,7 @@ def test_man_pages_render_without_warnings():
 @pytest.mark.parametrize(("shell", "file"), [("bash", "tpu-tools.bash"), ("zsh", "_tpu-tools"),
                                              ("fish", "tpu-tools.fish")])
 def test_completions_are_valid_shell(shell, file):
-    if not shutil.which(shell):
-        pytest.skip(f"{shell} is not installed")
+    require_program(shell)
     result = subprocess.run([shell, "-n", str(REPO / "completions" / file)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 

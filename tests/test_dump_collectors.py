@@ -83,11 +83,8 @@ def test_a_raising_a_hanging_and_a_crashing_collector_cost_only_themselves(tmp_p
     collectors = [Collector("test.raises", "", _raises), Collector("test.hangs", "", _blocks_on_fifo),
                   Collector("test.crashes", "", _crashes), Collector("test.skips", "", _skips),
                   *[c for c in registry.COLLECTORS if c.name == "software.python"]]
-    start = time.monotonic()
-    # A collector that raises at once still needs its forked child to start: on a loaded machine under coverage
-    # that took over 1.5 s.
+    # The hanging collector never ends by itself: its status shows the runner's timeout ended it.
     results = {r.name: r for r in run_collectors(collectors, _options(tmp_path, timeout_s=5), Redactor())}
-    assert time.monotonic() - start < 5 + 20  # generous: a hang lasts until the timeout below
     raised = results["test.raises"]
     assert (raised.status, raised.error) == ("failed", "RuntimeError: the collector broke")
     assert "Traceback" in raised.traceback and [f.name for f in raised.files] == ["partial/before.txt"]

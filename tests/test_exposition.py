@@ -19,9 +19,10 @@ from conftest import TESTS
 from fakeamdsmi import amdsmi_env
 from fakenvml import nvml_env
 from libtpu_server import FIXTURES, FakeMetricsService
+from programs import require_program
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
-from promstack import PROMTOOL, needs_promtool
+from promstack import needs_promtool
 
 from tpu_tools.metrics import naming
 from tpu_tools.metrics.families import exported_families
@@ -45,9 +46,8 @@ def exposition(env: dict[str, str], *addresses: str) -> str:
 def check(text: str) -> set[str]:
     """promtool's verdict and the naming rules on a whole exposition; returns the family names. Skips the test
     where promtool is not installed (tools/test.sh installs it), as the tests marked `needs_promtool` are."""
-    if PROMTOOL is None:
-        pytest.skip("promtool is not installed (tools/test.sh)")
-    checked = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    promtool = require_program("promtool")
+    checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stdout + checked.stderr
     families = list(text_string_to_metric_families(text))
     assert naming.problems(families) == []

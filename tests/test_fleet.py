@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, assert_one_line_error, clean_env, run_tool, tool_command
-from promstack import PROMETHEUS, FleetStack, free_port, http_get
+from programs import needs, require_program
+from promstack import FleetStack, free_port, http_get
 from test_top import Tmux
 
 from tpu_tools.errors import RuntimeFailure, UsageError
@@ -31,8 +31,7 @@ pytestmark = pytest.mark.xdist_group("fleet")
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[FleetStack]:
-    if PROMETHEUS is None:
-        pytest.skip("prometheus is not installed (tools/test.sh)")
+    require_program("prometheus")
     fleet = FleetStack().start()
     yield fleet
     fleet.stop()
@@ -232,7 +231,8 @@ def test_unknown_series_make_no_host_and_a_bad_url_is_a_usage_error():
     groups = build_groups([_series("x", "future_thing", 1.0)], [])
     assert groups["fleet"]["hosts"] == []
     for bad in ("prometheus:9090", "ftp://host/", "http://", "http://host:99999"):
-        with pytest.raises(UsageError):
+        with pytest.raises(UsageError, match=r"^--from-prometheus '.*': (expected an http:// or https:// URL|Port out "
+                                             r"of range)"):
             parse_url(bad)
     endpoint = parse_url("https://me:s%40cret@prom.example:9090/sub/")
     assert endpoint.base_url == "https://prom.example:9090/sub" and endpoint.authorization == "Basic bWU6c0BjcmV0"
@@ -286,13 +286,12 @@ GOOD = json.dumps({"status": "success", "data": {"resultType": "vector", "result
 ], ids=["garbage", "auth", "http-error", "slow"])
 def test_each_fault_is_one_clear_line(handler, fragment):
     with _server(handler) as url:
-        started = time.monotonic()
-        result = run_tool("tpu-monitor", "--from-prometheus", url, "--from-prometheus-timeout", "0.5", "--count", "1")
+        result = run_tool("tpu-monitor", "--from-prometheus", url, "--from-prometheus-timeout", "0.5", "--count", "1",
+                          timeout=60)  # the hang guard
         assert result.returncode == 0, result.stderr  # a report is still written, saying why it is empty
         fleet = json.loads(result.stdout)["fleet"]
         assert fragment in fleet["error"] and fleet["stale"] is True
         assert result.stderr.count("\n") == 1 and fragment in result.stderr  # one clear line
-        assert time.monotonic() - started < 30
         # tpu-top --once has nothing to show: the same sentence, exit 1.
         assert_one_line_error(run_tool("tpu-top", "--from-prometheus", url, "--from-prometheus-timeout", "0.5",
                                        "--once"), 1, fragment)
@@ -328,7 +327,7 @@ def test_client_failure_is_a_runtime_failure():
 
 # --- the live view in a real terminal ------------------------------------------------------------------------
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@needs("tmux")
 def test_live_view_keeps_its_figures_marked_stale_when_prometheus_goes_away():
     bin_dir = str(Path(tool_command("tpu-top")[0]).parent)
     tmux = Tmux(200, 30, clean_env(TERM="xterm-256color", PATH=bin_dir + os.pathsep + os.environ.get("PATH", "")))

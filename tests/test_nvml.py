@@ -10,7 +10,6 @@ import ctypes.util
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -118,19 +117,15 @@ def test_a_lost_gpu_is_reported_and_the_other_shown(fake_nvml_dir, gpu_host):
 
 
 def test_a_hanging_nvml_call_is_bounded_by_the_deadline(fake_nvml_dir, gpu_host):
-    began = time.monotonic()
-    document = ls_json(fake_nvml_dir, gpu_host, "--timeout", "2", FAKE_NVML_HANG="1")
-    assert time.monotonic() - began < 30  # 2 s deadline plus start-up, with a loaded CI box's margin
+    document = ls_json(fake_nvml_dir, gpu_host, "--timeout", "2", FAKE_NVML_HANG="1")  # ls()'s timeout: the guard
     answering, hung = document["nvml"]["gpus"]
     assert answering["status"] == "ok" and answering["memory_used_bytes"] == BUSY_USED_V2
     assert hung["status"] == "not_answering" and "did not return in time" in hung["error"]
 
 
 def test_a_hanging_nvml_start_is_bounded_too(fake_nvml_dir, gpu_host):
-    began = time.monotonic()
     result = ls(fake_nvml_dir, gpu_host, "--debug", "--no-runtime", "--timeout", "1", FAKE_NVML_INIT="hang")
-    assert result.returncode == 0 and "Traceback" not in result.stderr
-    assert time.monotonic() - began < 30
+    assert result.returncode == 0 and "Traceback" not in result.stderr  # ls()'s timeout is the hang guard
     assert "nvml: NVML did not answer in time while starting" in result.stderr
     assert "0000:18:00.0" in result.stdout  # the passive listing, as without NVML
 

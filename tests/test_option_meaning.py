@@ -37,11 +37,11 @@ def test_ascii_decimals_parse_exactly(number):
 def test_digits_of_other_scripts_are_refused_everywhere(prefix, foreign, suffix, integer):
     text = prefix + foreign + suffix
     assert not ascii_digits(text)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^--n '.*' is not a (whole )?number$"):
         parse_number(text, "--n", integer=integer)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^period '.*' is not a duration"):
         parse_duration(text + "s")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^'.*' is not a size"):
         parse_size(text + "K")
 
 
@@ -64,7 +64,7 @@ def test_a_value_that_underflows_to_zero_is_refused(exponent, digit):
 def test_zero_and_signs():
     assert str(parse_number("-0", "--x", minimum=0.0)) == "0.0"
     for text in ("0", "-0", "0e-400", "1e-400"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"^--min-time (must be greater than 0|.* is too small to be told from 0)"):
             parse_number(text, "--min-time", above=0.0)
     with pytest.raises(ValueError, match="must not be empty"):
         parse_number("  ", "--x")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import sysroot
 from conftest import clean_env, run_tool, tool_command
+from programs import require_program
 from test_top import Tmux
 
 from tpu_tools.parsing import MAX_COLUMNS, MAX_LINES, terminal_size
@@ -100,8 +100,7 @@ def test_no_header_word_is_ever_broken(width):
 
 
 def test_tpu_ls_in_a_40_column_terminal(tmp_path):
-    if not shutil.which("tmux"):
-        pytest.skip("tmux is not installed")
+    require_program("tmux")
     sysroot.v5e_host(tmp_path / "root", holders={3001: [0]})
     bin_dir = str(Path(tool_command("tpu-ls")[0]).parent)
     env = clean_env(TERM="xterm-256color")

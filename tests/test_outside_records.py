@@ -87,7 +87,7 @@ def test_a_damaged_result_file_is_a_usage_error_naming_the_field(tmp_path, mutat
 @pytest.mark.parametrize("content", ["[" * 100_000, '{"schema": "tpu-tools/bench/v1", "results": ' + "[" * 50_000])
 def test_deeply_nested_or_huge_result_files_are_one_line(tmp_path, content):
     path = write(tmp_path / "deep.json", content)
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match="is nested too deeply to be a tpu-bench result"):
         load_result(path, "current")
 
 

@@ -6,7 +6,6 @@ import json
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -104,14 +103,12 @@ def test_a_huge_agent_costs_only_itself(rundir, tmp_path):
     output = tmp_path / "b.tar.gz"
     try:
         good.wait_ready()
-        started = time.monotonic()
-        result = run_tool("tpu-dump", "--only", "accelerators.agents", "-o", str(output), env=agent_env(rundir))
-        elapsed = time.monotonic() - started
+        result = run_tool("tpu-dump", "--only", "accelerators.agents", "-o", str(output), env=agent_env(rundir),
+                          timeout=60)  # the hang guard
     finally:
         good.stop()
         _stop(huge)
     assert result.returncode == 0, result.stderr
-    assert elapsed < 30
     agents = {a["pid"]: a for a in json.loads(_members(output)["accelerators/agents.json"])["agents"]}
     assert agents[good.pid]["error"] is None
     assert agents[huge.pid]["error"].startswith("the answer is larger than ")

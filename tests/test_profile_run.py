@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_one_line_error, clean_env, run_tool, tool_command
 from isolation import kill_tmux_server, tmux_command, unique_name
+from programs import require_program
 
 SUMMARY_KEYS = {"schema", "source", "created", "host", "versions", "program", "window", "trace", "devices",
                 "device_time_us", "top_ops", "modules", "host_dispatch", "compile_source", "compiles",
@@ -341,7 +342,7 @@ def test_ctrl_c_keeps_the_trace_so_far(tmp_path):
     assert process.returncode == 130, stderr
     assert "interrupted; the trace so far is kept" in stderr
     document = summary_of(tmp_path / "out")
-    assert document["program"]["status"] == "interrupted" and document["program"]["wall_time_s"] < 30
+    assert document["program"]["status"] == "interrupted"  # not run to its 60 s end
     step = next(r for r in document["compiles"] if r["function"] == "step")
     assert step["calls"] >= 2
     assert list((tmp_path / "out" / "trace").rglob("*.xplane.pb"))
@@ -367,12 +368,14 @@ def test_time_window_traces_only_the_window(tmp_path):
 
 
         x = jnp.ones(16)
-        # Both compile here, well before the window: on a loaded machine (or under coverage) importing jax and
-        # compiling can take over a second, and a first call of `late` inside the window would compile there.
-        early(x).block_until_ready()
+        # Both compile here, before their phases: a first call of `late` inside the window would compile there.
+        # `early` is compiled ahead of time and not run: where a loaded machine brings the runtime up after the
+        # delay, the window opens then, and this set-up falls inside it; `early` runs only in its phase, the
+        # first 2 s of the program, which is then over before the runtime is up.
+        run_early = early.lower(x).compile()
         late(x).block_until_ready()
         while time.monotonic() - start < 2.0:
-            x = early(x).block_until_ready()
+            x = run_early(x).block_until_ready()
             time.sleep(0.002)
         while time.monotonic() - start < 14.0:
             x = late(x).block_until_ready()
@@ -387,11 +390,8 @@ def test_time_window_traces_only_the_window(tmp_path):
     document = summary_of(tmp_path / "out")
     window = document["window"]
     assert window["mode"] == "time" and window["opened"] and window["closed_by"] == "duration"
-    if window["opened_at_s"] > 8.5:  # opened when the runtime came up, with the set-up after it inside the window
-        pytest.skip(f"the runtime was up only {window['opened_at_s']:.1f} s after the start: too loaded a machine "
-                    "to place a time window")
-    assert window["opened_at_s"] >= 7.9
-    assert 0.8e6 <= document["trace"]["duration_us"] <= 2.5e6
+    assert window["opened_at_s"] >= 7.9  # at the delay, or later where the runtime came up later
+    assert document["trace"]["duration_us"] >= 0.8e6  # the 1 s window, which a loaded machine only lengthens
     modules = {op["module"] for op in document["top_ops"]}
     assert "jit_late" in modules and "jit_early" not in modules
     late = next(r for r in document["compiles"] if r["function"] == "late")
@@ -447,10 +447,8 @@ def _pane(server: str, session: str) -> str:
 @pytest.mark.parametrize("size", [(80, 24), (132, 40)])
 def test_ctrl_c_in_a_real_terminal(tmp_path, size):
     """Ctrl-C typed in a terminal: the program stops, the report is drawn on the terminal, the trace is kept."""
-    import shutil
 
-    if not shutil.which("tmux"):
-        pytest.skip("tmux is not installed")
+    require_program("tmux")
     write_program(tmp_path, "spin.py", """
         import time
         import jax.numpy as jnp

@@ -185,9 +185,9 @@ def test_a_window_that_cannot_start_is_explained():
 
 
 def test_window_spec_validation():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="delay must be >= 0 and duration > 0"):
         WindowSpec(duration_s=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="needs both a first step and a number of steps"):
         WindowSpec(start_step=2)
     assert WindowSpec(start_step=2, steps=3).describe() == "steps 2 to 4"
 
@@ -198,7 +198,7 @@ def test_arg_specs():
     assert parse_arg_spec("i32[]") == parse_arg_spec("s32") == ArgSpec("s32", ())
     assert parse_arg_spec("bool[2,0]").text == "pred[2,0]"
     for bad in ("f32[128,", "float[3]", "f32[-1]", "f32[2.5]", "[3]", "", "f32[a]"):
-        with pytest.raises(UsageError):
+        with pytest.raises(UsageError, match=r"^bad --arg '.*': (expected DTYPE|dimension)"):
             parse_arg_spec(bad)
 
 

@@ -69,7 +69,7 @@ def test_an_interrupt_python_swallows_in_a_gc_callback_is_kept_for_the_benchmark
         with kept_interrupts():
             armed.append(True)
             gc.collect()
-            with pytest.raises(Terminated):
+            with pytest.raises(Terminated, match="^$"):
                 raise_kept_interrupt()
             raise_kept_interrupt()  # raised once
     finally:
@@ -155,10 +155,9 @@ def test_the_atomic_writer_keeps_a_file_that_appeared_meanwhile(tmp_path, monkey
 def test_bench_json_refuses_an_existing_file_before_running(tmp_path):
     existing = tmp_path / "r.json"
     existing.write_text("{}")
-    started = time.monotonic()
     result = run_tool("tpu-bench", "dispatch", "--json", str(existing), env=clean_env(**CPU))
     assert_one_line_error(result, 2, "already exists; use --force to replace it")
-    assert existing.read_text() == "{}" and time.monotonic() - started < 30
+    assert existing.read_text() == "{}" and result.stdout == ""  # refused before running: no table
 
 
 def test_bench_json_with_force_replaces_a_planted_link_not_its_target(tmp_path):
@@ -190,10 +189,9 @@ def test_a_slow_metrics_service_costs_at_most_the_deadline():
     with FakeMetricsService(v5e_host()) as slow:
         slow.servicer.delay_s = 1.5  # every call: listing, then the reads
         with LibtpuClient([slow.address], timeout_s=2.0) as client:
-            started = time.monotonic()
             snapshot = client.snapshot()[0]
-            elapsed = time.monotonic() - started
-    assert elapsed < 2.6, elapsed  # one deadline (2 s), not listing + reads (3 s)
+    # Each call alone (1.5 s) is within 2 s: only one deadline for the listing and the reads together (3 s)
+    # makes the snapshot an error, so the error proves the deadline is shared, with no clock read here.
     assert snapshot.error == f"the metrics service at {slow.address} did not answer within 2 s"
 
 

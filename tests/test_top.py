@@ -14,6 +14,7 @@ import pytest
 from agentjobs import agent_env, make_rundir, remove_rundir, start_job
 from conftest import assert_one_line_error, run_tool, tool_command
 from isolation import showing, wait_for_screen
+from programs import require_program
 
 from tpu_tools.top.frame import frame_text, render
 from tpu_tools.top.model import ViewState, handle_key, rows_from_report
@@ -205,8 +206,7 @@ class Tmux:
 
 @pytest.fixture
 def terminal_env(jobs):
-    if not shutil.which("tmux"):
-        pytest.skip("tmux is not installed")
+    require_program("tmux")
     _, _, path = jobs
     bin_dir = str(Path(tool_command("tpu-top")[0]).parent)
     env = agent_env(path, TERM="xterm-256color")
@@ -394,8 +394,7 @@ def test_sigkill_on_another_users_process_is_refused(tmp_path):
     Run as root (as in CI), the other user's process runs as `nobody` and tpu-top runs as root without the
     capability to signal anyone (CAP_KILL dropped), so the kernel applies the rule every user meets; run as
     a user, the other user's process is init (PID 1)."""
-    if not shutil.which("tmux"):
-        pytest.skip("tmux is not installed")
+    require_program("tmux")
     import sysroot
 
     other = None

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from pathlib import Path
 
-import pytest
 from agentjobs import agent_env, running_job, wait_for
 from conftest import tool_command
+from programs import require_program
 from test_top import Tmux
 
 from tpu_tools.top.arrays_view import ArraysBoard, ArraysRead, arrays_lines
@@ -117,8 +116,7 @@ def _row_of(screen: str, text: str) -> str:
 
 
 def test_m_in_a_terminal_shows_the_arrays_and_the_keys_keep_working():
-    if not shutil.which("tmux"):
-        pytest.skip("tmux is not installed")
+    require_program("tmux")
     with running_job(tag="arrjob", host_devices=2) as (job, rundir):
         env = agent_env(rundir, TERM="xterm-256color")
         env["PATH"] = str(Path(tool_command("tpu-top")[0]).parent) + os.pathsep + env.get("PATH", "")

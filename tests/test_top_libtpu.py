@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
 import sysroot
 from agentjobs import agent_env, rundir, wait_for  # noqa: F401 (rundir is a fixture)
 from conftest import run_tool, tool_command
 from libtpu_server import DUTY_CYCLE, FakeMetricsService, FakeRuntimeService, v5e_host
+from programs import needs
 from test_monitor_libtpu import fixture_host  # noqa: F401 (a fixture)
 from test_top import Tmux, _terminal_restored
 
@@ -67,7 +66,7 @@ def test_once_shows_the_jobs_duty_cycle_and_hbm(rundir, tmp_path):
     assert "11.5 GiB / 16.0 GiB   0.0" in rows["tpu:7"]
 
 
-@pytest.mark.skipif(not shutil.which("tmux"), reason="tmux is not installed")
+@needs("tmux")
 def test_a_service_that_dies_between_refreshes_and_comes_back(rundir, tmp_path):
     root = tmp_path / "root"
     sysroot.v5e_host(root, holders={3001: list(range(8))})
@@ -123,7 +122,7 @@ def _key_latency(tmux: Tmux, key: str, changed) -> float:
             raise AssertionError(f"key {key!r} had no effect in 10 s:\n{screen}")
 
 
-@pytest.mark.skipif(not shutil.which("tmux"), reason="tmux is not installed")
+@needs("tmux")
 def test_keys_answer_at_once_while_sources_are_slow(rundir, tmp_path):
     """A libtpu service that takes 2 s per call and an agent that never answers: every key still takes
     effect well before a slow source answers (a second, on a loaded machine too), since reports are gathered in

@@ -93,7 +93,7 @@ def test_collector_never_blocks_the_reader_of_the_last_report():
     def slow() -> dict:
         calls.append(time.monotonic())
         if len(calls) > 1:
-            release.wait(5)  # a source that takes its time
+            release.wait(600)  # a source that takes its time: until the test releases it
         return {"sequence": len(calls)}
 
     collector = Collector(slow, interval_s=0.05).start()
@@ -101,10 +101,8 @@ def test_collector_never_blocks_the_reader_of_the_last_report():
         first = collector.wait_first(5)
         assert first is not None and first.report == {"sequence": 1}
         wait_for(lambda: len(calls) > 1, timeout=10)  # the second collect is now stuck
-        started = time.monotonic()
-        for _ in range(100):
+        for _ in range(100):  # a read that waited on the stuck collect would wait until release: a hang
             assert collector.latest().report == {"sequence": 1}
-        assert time.monotonic() - started < 2.5  # a read that waited on the stuck collect would take 5 s
         release.set()
         deadline = time.monotonic() + 5
         while collector.latest().sequence < 2 and time.monotonic() < deadline:

@@ -154,13 +154,11 @@ def test_a_slow_metadata_server_costs_its_deadline_and_a_note(tmp_path):
     sysroot.v6e_host(tmp_path)
     sysroot.dmi(tmp_path)
     server = _MetadataServer({"tpu-env": TPU_ENV_ATTRIBUTE}, delay_s=3.0)
-    started = time.monotonic()
     try:
         info = slice_info({METADATA_URL_VARIABLE: server.url}, root=tmp_path, metadata_timeout_s=0.3)
     finally:
-        elapsed = time.monotonic() - started
         server.close()
-    assert elapsed < 2.0 and not info.known
+    assert not info.known  # the answer would come after 3 s and make the slice known: the deadline ended it
     assert len(info.notes) == 1 and info.notes[0].startswith("the GCE metadata server did not answer")
 
 

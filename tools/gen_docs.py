@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import generated  # noqa: E402
 
-from tpu_tools import __version__  # noqa: E402
+from tpu_tools import __version__, environment  # noqa: E402
 from tpu_tools.cli.main import cli  # noqa: E402
 
 GROUP_PROGRAM = "tpu-tools"
@@ -168,9 +168,11 @@ def man_page(program: Program, all_programs: list[Program]) -> str:
         lines += [f".SH {title}", _paragraphs(text)]
     if program.name != GROUP_PROGRAM:
         group_sections = getattr(cli, "man_sections", {})
-        for title in ("EXIT STATUS", "ERRORS", "ENVIRONMENT"):
+        for title in ("EXIT STATUS", "ERRORS"):
             if title not in sections and title in group_sections:
                 lines += [f".SH {title}", _paragraphs(group_sections[title])]
+        # The variables this program reads, from the one table of them (tpu_tools/environment.py).
+        lines += [".SH ENVIRONMENT", _paragraphs(environment.man_section(program.name))]
     others = [p.name for p in all_programs if p.name != program.name]
     lines += [".SH SEE ALSO", ", ".join(f"\\fB{_roff(name)}\\fR(1)" for name in others)]
     return "\n".join(line for line in lines if line is not None) + "\n"
@@ -389,6 +391,7 @@ def generated_files() -> dict[Path, str]:
     files[REPO / "completions" / "tpu-tools.bash"] = bash_completion(all_programs)
     files[REPO / "completions" / "_tpu-tools"] = zsh_completion(all_programs)
     files[REPO / "completions" / "tpu-tools.fish"] = fish_completion(all_programs)
+    files[REPO / "docs" / "environment.md"] = environment.markdown_table()
     return files
 
 

@@ -15,7 +15,21 @@ if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1
     echo "installing:$missing"
     apt-get install -y -qq $missing >/dev/null 2>&1 \
         || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $missing >/dev/null 2>&1; } \
-        || echo "could not install$missing; the tests that need them are skipped"
+        || true
+fi
+still=""
+for program in $missing promtool; do
+    command -v "$program" >/dev/null 2>&1 || still="$still $program"
+done
+if [ -n "$still" ]; then
+    # In CI a missing program fails the run (tests/programs.py fails its tests too): skipping them would
+    # leave CI green while tpu-top's terminal, the scrapes, the alert rules and the completions go untested.
+    case "${CI:-}" in
+        true|TRUE|True|1|yes)
+            echo "tools/test.sh: error: could not install$still, which the tests drive (CI=true)" >&2
+            exit 1 ;;
+        *) echo "could not install$still; the tests that need them are skipped" ;;
+    esac
 fi
 
 # The interpreter: python3 where it is 3.12 or newer, else a python3.12 or python3.13 that this machine has (on

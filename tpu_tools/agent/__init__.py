@@ -59,6 +59,7 @@ from typing import Any
 from tpu_tools.agent.goodput import JobFigures, process_ledger, program_flops, reset_after_fork, write_job_summary
 from tpu_tools.agent.metrics import process_metrics
 from tpu_tools.agent.metrics import reset_after_fork as reset_metrics_after_fork
+from tpu_tools.instrument.jobvalues import job_flag, job_float, job_name
 from tpu_tools.instrument.steps import StepCallback, process_steps
 
 ENV_TAG = "TPU_TOOLS_TAG"
@@ -133,11 +134,10 @@ def phase(name: str) -> AbstractContextManager[None]:
 def step_flops(program: Any) -> float | None:
     """Set the FLOPs of each later step: a compiled program (`jitted.lower(...).compile()`, read from XLA's
     cost analysis over all its devices) or a number. Returns the FLOPs taken, None when unknown."""
-    given = isinstance(program, (int, float))
+    given = isinstance(program, (int, float)) or job_float(program) is not None
     flops = program if given else program_flops(program)
-    if not process_ledger().set_step_flops(flops, "given" if given else "xla_cost_analysis") or flops is None:
-        return None  # counted and reported in the goodput figures; the FLOPs stay unknown
-    return float(flops)
+    # A value that is not a finite number >= 0 is counted and reported in the goodput figures; the FLOPs stay unknown.
+    return process_ledger().set_step_flops(flops, "given" if given else "xla_cost_analysis")
 
 
 def metric(name: str, value: Any, *, scope: str | None = None) -> bool:
@@ -174,9 +174,9 @@ def on_step(callback: StepCallback) -> Callable[[], None]:
     `step_time_s` is None when the step's start is unknown (the first `step()`).
     A profiler starts a trace of steps N..M when called with index N - 1 and
     stops it when called with index M. Returns a function that unregisters it.
-    Works without the agent server. A `callback` that is not callable is refused
-    here with TypeError; one that raises is disabled and reported (a warning on
-    the `tpu_tools.agent` logger), so `step()` never raises into the job.
+    Works without the agent server. A `callback` that is not callable is ignored
+    and one that raises is disabled, each reported (a warning on the
+    `tpu_tools.agent` logger): neither this nor `step()` raises into the job.
     """
     return _steps.on_step(callback)
 
@@ -344,8 +344,8 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per
         from tpu_tools.instrument.jaxhook import call_when_imported
         from tpu_tools.metrics.rundir import RunDirError, socket_path
 
-        chosen = tag if tag is not None else (os.environ.get(ENV_TAG) or str(os.getpid()))
-        agent = _Agent(chosen, explain_recompiles, JobFigures(price_per_hour, peak_flops_per_s))
+        chosen = job_name(tag) or os.environ.get(ENV_TAG) or str(os.getpid())  # a tag that is not text: the default
+        agent = _Agent(chosen, job_flag(explain_recompiles), JobFigures(price_per_hour, peak_flops_per_s))
         try:
             agent.server = AgentServer(socket_path(agent.pid), agent.answer)
             agent.server.start()

@@ -12,7 +12,6 @@ $TPU_TOOLS_PEAK_FLOPS gives it; the price per hour from `start(price_per_hour=..
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -21,7 +20,9 @@ from typing import Any
 
 from tpu_tools.instrument.compiles import CacheMiss, CompileEvent
 from tpu_tools.instrument.goodput import GoodputLedger, LedgerSettings, process_start_unix_s, work_rates
+from tpu_tools.instrument.jobvalues import finite_at_least
 from tpu_tools.instrument.programs import CompiledProgram, watcher
+from tpu_tools.parsing import parse_number
 from tpu_tools.shorten import quoted, shorten
 
 ENV_PRICE = "TPU_TOOLS_PRICE_PER_HOUR"
@@ -108,12 +109,14 @@ def listen_to_checkpoints(jax_module: Any) -> None:
 
 
 def positive_number(value: Any) -> float | None:
-    """A finite number > 0, else None (a price or a peak of 0, NaN or infinity is unknown)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if math.isfinite(number) and number > 0 else None
+    """A finite number > 0, else None (a price or a peak of 0, NaN or infinity is unknown). Text (a flag,
+    an environment variable) is read by the project's ASCII number parser; anything else is the job's value."""
+    if isinstance(value, str):
+        try:
+            return float(parse_number(value, "value", above=0))
+        except ValueError:
+            return None
+    return finite_at_least(value, 0.0, above=True)
 
 
 class JobFigures:
@@ -127,13 +130,13 @@ class JobFigures:
         self._peak_looked_up = self.peak_source is not None  # the device table is read once, not per request
 
     def _setting(self, what: str, given: Any, env: str) -> float | None:
-        value = given if given is not None else os.environ.get(env)
-        if value is None or value == "":
+        value = given if given is not None else os.environ.get(env) or None
+        if value is None:
             return None
         number = positive_number(value)
         if number is None:
             source = "given" if given is not None else f"${env}"
-            self.problems.append(f"{what} {quoted(str(value), 40)} ({source}) is not a finite number > 0; unknown")
+            self.problems.append(f"{what} {quoted(value, 40)} ({source}) is not a finite number > 0; unknown")
         return number
 
     def attach_jax(self, jax_module: Any) -> None:

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tpu_tools.instrument.jobvalues import error_text, job_float, job_name
 from tpu_tools.shorten import quoted, shorten
 
 MAX_METRICS = 256
@@ -64,11 +65,10 @@ def read_value(value: Any) -> tuple[float, str, int | None, int | None]:
         return number, "replicated" if replicated else "local", devices, job_devices
     if isinstance(value, bool):
         raise ValueError("a metric is a number, not True or False")
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError) as error:
-        raise ValueError(f"{quoted(value, 40)} is not a number") from error
-    return number, "host", None, None
+    host_number = job_float(value)
+    if host_number is None:
+        raise ValueError(f"{quoted(value, 40)} is not a number")
+    return host_number, "host", None, None
 
 
 class MetricStore:
@@ -80,14 +80,16 @@ class MetricStore:
         self.rejected = 0
         self.last_error: str | None = None
 
-    def record(self, name: Any, value: Any, scope: Any, step: int) -> bool:
+    def record(self, given: Any, value: Any, given_scope: Any, step: int) -> bool:
         problem: str | None
+        name = job_name(given)
+        scope = job_name(given_scope)
         try:
             if len(self._values) >= MAX_METRICS and name not in self._values:  # before any work: bounded cost
-                problem = f"more than {MAX_METRICS} metric names; {quoted(name, 40)} was not kept"
+                problem = f"more than {MAX_METRICS} metric names; {quoted(given, 40)} was not kept"
             else:
-                problem = self._check(name, scope)
-            if problem is None:
+                problem = self._check(name, given, scope, given_scope)
+            if problem is None and name is not None:
                 number, kind, devices, job_devices = read_value(value)
                 suspect = None
                 if scope == "global" and job_devices is not None and job_devices > 1 and kind != "replicated":
@@ -100,19 +102,19 @@ class MetricStore:
                         return True
                     problem = f"more than {MAX_METRICS} metric names; {quoted(name, 40)} was not kept"
         except Exception as error:  # a value that fails to read (a deleted array, a runtime error)
-            problem = f"metric {quoted(name, 40)}: {type(error).__name__}: {error}"
+            problem = f"metric {quoted(given, 40)}: {error_text(error)}"
         with self._lock:
             self.rejected += 1
             self.last_error = shorten(problem or "", 300)
         return False
 
     @staticmethod
-    def _check(name: Any, scope: Any) -> str | None:
-        if not isinstance(name, str) or not name or len(name) > MAX_NAME or not _NAME.match(name):
-            return (f"metric name {quoted(name, 40)} is not a name of letters, digits and _ . : / - (at most "
+    def _check(name: str | None, given: Any, scope: str | None, given_scope: Any) -> str | None:
+        if name is None or not name or len(name) > MAX_NAME or not _NAME.match(name):
+            return (f"metric name {quoted(given, 40)} is not a name of letters, digits and _ . : / - (at most "
                     f"{MAX_NAME}, starting with a letter or _)")
-        if scope is not None and scope not in SCOPES:
-            return f"metric {name}: scope {quoted(scope, 40)} is not one of {', '.join(SCOPES)}"
+        if given_scope is not None and scope not in SCOPES:
+            return f"metric {name}: scope {quoted(given_scope, 40)} is not one of {', '.join(SCOPES)}"
         return None
 
     def snapshot(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from tpu_tools.cli.common import ToolGroup, common_options, run_cli
+from tpu_tools.environment import man_section
 
 # Subcommand name -> "module:command object". The console scripts (tpu-ls, ...)
 # run these same objects; the group imports a module only when it is used.
@@ -44,31 +45,19 @@ MAN_SECTIONS = {
         "terminated command says \"interrupted\" or \"terminated\". A document with an error key is a failure's; "
         "a failed collectives run keeps its own keys, with status failed, error and exit_code."
     ),
-    "ENVIRONMENT": (
-        "JAX_PLATFORMS  the platform(s) used when --platform is auto.\n"
-        "TPU_TOOLS_SYSROOT  root directory for passive discovery and tpu-dump's system files (sysfs, /dev, "
-        "/proc, /etc, /tmp/tpu_logs); default /.\n"
-        "TPU_RUNTIME_METRICS_PORTS  comma-separated ports of libtpu metrics services on localhost, read besides "
-        "localhost:8431.\n"
-        "TPU_TOOLS_LIBTPU_DEFAULT_ADDR  HOST:PORT of libtpu's default metrics service, read instead of "
-        "localhost:8431.\n"
-        "TPU_TOOLS_DEBUG  when set to 1, errors show their Python traceback.\n"
-        "TPU_TOOLS_RUNTIME_DIR  where agents register their sockets (default $XDG_RUNTIME_DIR/tpu-tools, "
-        "else /tmp/tpu-tools-UID).\n"
-        "TPU_TOOLS_TAG  the tag of a job started with the agent (default: its PID).\n"
-        "NO_COLOR  when set, human output is plain text without colour."
-    ),
+    "ENVIRONMENT": man_section("tpu-tools"),
 }
 
 
 @click.group(cls=ToolGroup, name="tpu-tools", lazy_commands=COMMANDS, man_sections=MAN_SECTIONS, programs=True)
 @common_options
 def cli() -> None:
-    """Runtime tools for accelerators driven through PJRT (TPU, GPU, CPU).
+    """Runtime tools for accelerators driven through PJRT (TPU, GPU, CPU)."""
 
-    Each subcommand is also installed as its own program: tpu-ls, tpu-monitor, tpu-top, tpu-bench,
-    tpu-profile, tpu-collectives-test, tpu-dump.
-    """
+
+# The programs named from the table the group runs, so that a new one cannot be left out of the help.
+cli.help = (f"{cli.help}\n\nEach subcommand is also installed as its own program: "
+            f"{', '.join('tpu-' + name for name in COMMANDS)}.")
 
 
 def main() -> None:

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from tpu_tools.instrument.jobvalues import finite_at_least, job_name
 from tpu_tools.shorten import quoted
 
 PRODUCTIVE = "productive"
@@ -82,15 +83,7 @@ class LedgerSettings:
 
 
 def _finite_non_negative(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if not isinstance(value, (int, float)):
-        try:
-            value = float(value)  # numpy and jax scalars
-        except (TypeError, ValueError, OverflowError):
-            return None
-    number = float(value)
-    return number if math.isfinite(number) and number >= 0 else None
+    return finite_at_least(value, 0.0)
 
 
 class GoodputLedger:
@@ -191,15 +184,16 @@ class GoodputLedger:
                 else:
                     self._pending_samples = value
 
-    def set_step_flops(self, flops: Any, source: str) -> bool:
-        """FLOPs of every later step that does not give its own (from XLA's cost analysis or the user)."""
+    def set_step_flops(self, flops: Any, source: str) -> float | None:
+        """FLOPs of every later step that does not give its own (from XLA's cost analysis or the user);
+        returns the FLOPs taken, None when the value was rejected."""
         value = _finite_non_negative(flops)
         with self._lock:
             if value is None:
                 self._reject("flops", f"step FLOPs {quoted(flops, 40)} from {source} are not a finite number >= 0")
-                return False
+                return None
             self._default_flops, self._default_flops_source = value, source
-            return True
+            return value
 
     def add_program(self, name: str, flops: float | None) -> None:
         """A program JAX just built (compiled or loaded), with XLA's FLOPs of one run (None: unknown).
@@ -351,10 +345,11 @@ class GoodputLedger:
                 break
         return base if base is not None and now - base[0] > 0 else None
 
-    def _phase_cause(self, name: Any) -> str:
-        if (not isinstance(name, str) or len(name) > MAX_PHASE_NAME or not _PHASE_NAME.match(name)
+    def _phase_cause(self, given: Any) -> str:
+        name = job_name(given)
+        if (name is None or len(name) > MAX_PHASE_NAME or not _PHASE_NAME.match(name)
                 or name in (PRODUCTIVE, STARTUP, COMPILE, HOST, IDLE)):
-            self._reject("phase", f"phase name {quoted(name, 40)} is not a name of letters, digits, '_', '.', '-' "
+            self._reject("phase", f"phase name {quoted(given, 40)} is not a name of letters, digits, '_', '.', '-' "
                                   f"(at most {MAX_PHASE_NAME}, not a built-in cause); counted as {OTHER_PHASE!r}")
             return OTHER_PHASE
         if name in self._totals:

@@ -30,6 +30,10 @@ _RESORT_ABOVE = 256  # more new step times than this since the last stats: sort 
 _log = logging.getLogger("tpu_tools.agent")
 
 
+def _nothing() -> None:
+    """What unregisters a callback that was never registered."""
+
+
 @dataclass
 class StepStats:
     count: int
@@ -103,10 +107,13 @@ class StepTracker:
     def on_step(self, callback: StepCallback) -> Callable[[], None]:
         """Call `callback(step_index, step_time_s)` at every step boundary; returns a function that removes it.
 
-        What is not callable is refused here (TypeError), not at the next step of the job.
+        What is not callable is refused here, not at the next step of the job: reported (a warning) and
+        never called; nothing raises into the job.
         """
         if not callable(callback):
-            raise TypeError(f"on_step needs a callable (index, step_time_s), got {type(callback).__name__}")
+            _log.warning("on_step needs a callable (index, step_time_s), got %s; it is ignored",
+                         type(callback).__name__)
+            return _nothing
         self._callbacks.append(callback)
 
         def remove() -> None:

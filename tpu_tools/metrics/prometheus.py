@@ -90,7 +90,10 @@ def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
     ]}
     utilization = _gauge("device_utilization_ratio", "Device utilization from 0 to 1 (TensorCore duty cycle, "
                          "or the share of time a GPU kernel ran), where a source reports it.", labels)
-    holders = _gauge("device_holder_processes", "Processes holding the device's node open.", labels)
+    holders = _gauge("device_holder_processes", "Processes holding the device: on a GPU the processes its driver "
+                     "lists (holders_source=\"nvml\" or \"amdsmi\"), else those holding its device node open "
+                     "(holders_source=\"device_nodes\"); the toolkit's own observing programs are never counted.",
+                     [*labels, "holders_source"])
     extra: dict[str, GaugeMetricFamily] = {}
     for device in data.get("devices") or []:
         values = [str(device.get("key")), str(device.get("platform")), str(device.get("name"))]
@@ -98,7 +101,7 @@ def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
             _add(family, values, device.get(key))
         percent = device.get("utilization_percent")
         _add(utilization, values, percent / 100 if isinstance(percent, (int, float)) else None)
-        _add(holders, values, len(device.get("holders") or []))
+        _add(holders, [*values, str(device.get("holders_source") or "")], len(device.get("holders") or []))
         if device.get("platform") in GPU_PLATFORMS:
             continue
         for name, value in (device.get("extra") or {}).items():

@@ -334,8 +334,36 @@ def _process_identity(proc: Path, users: _Users) -> tuple[str, str]:
     return user, command
 
 
+# The programs of this toolkit that only look at devices: opening a node to ask the driver (NVML opens
+# /dev/nvidia*) is not holding the device. tpu-bench, tpu-profile, tpu-diag and the agent's jobs run work.
+OBSERVERS = ("tpu-ls", "tpu-monitor", "tpu-top", "tpu-dump")
+_OBSERVER_SUBCOMMANDS = tuple(name.removeprefix("tpu-") for name in OBSERVERS)
+
+
+def is_observer(command: str) -> bool:
+    """True for a command line of one of the toolkit's observing programs (`tpu-monitor ...`,
+    `python3 /usr/bin/tpu-top`, `tpu-tools ls`, `python -m tpu_tools monitor`, `python -m tpu_tools.cli.top`)."""
+    words = command.split()
+    if words and os.path.basename(words[0]).startswith("python"):
+        words = words[1:]
+        while words and words[0].startswith("-") and words[0] != "-m":  # the interpreter's own flags
+            words = words[1:]
+    if not words:
+        return False
+    if words[0] == "-m":
+        module, rest = (words[1], words[2:]) if len(words) > 1 else ("", [])
+        if module.startswith("tpu_tools.cli."):
+            return module.removeprefix("tpu_tools.cli.") in _OBSERVER_SUBCOMMANDS
+        return module == "tpu_tools" and bool(rest) and rest[0] in _OBSERVER_SUBCOMMANDS
+    program = os.path.basename(words[0])
+    if program == "tpu-tools":
+        return len(words) > 1 and words[1] in _OBSERVER_SUBCOMMANDS
+    return program in OBSERVERS
+
+
 def scan_holders(root: Path, targets: set[str], notes: list[str]) -> dict[str, list[Holder]]:
-    """Map each target path to the processes with an open file descriptor on it."""
+    """Map each target path to the processes with an open file descriptor on it, leaving out this process and
+    the toolkit's observing programs (`is_observer`): they open device nodes to ask the driver, not to run."""
     held: dict[str, list[Holder]] = {t: [] for t in targets}
     if not targets:
         return held
@@ -346,7 +374,10 @@ def scan_holders(root: Path, targets: set[str], notes: list[str]) -> dict[str, l
     except OSError:
         notes.append("/proc is not readable: device holders are unknown")
         return held
+    own = str(os.getpid()) if root.resolve() == Path("/") else None  # a fixture tree's PIDs are not this host's
     for pid in sorted(pids, key=int):
+        if pid == own:
+            continue
         proc = root / "proc" / pid
         try:
             fds = os.listdir(proc / "fd")
@@ -366,6 +397,8 @@ def scan_holders(root: Path, targets: set[str], notes: list[str]) -> dict[str, l
         if not hits:
             continue
         user, command = _process_identity(proc, users)
+        if is_observer(command):
+            continue
         for target in sorted(hits):
             held[target].append(Holder(pid=int(pid), user=user, command=command))
     if denied:

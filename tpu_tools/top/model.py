@@ -182,11 +182,13 @@ def _add_gpu_processes(rows: list[ProcessRow], report: dict[str, Any]) -> None:
     by_pid = {row.pid: row for row in rows}
     for pid, process in listed.items():
         row = by_pid.get(pid)
+        command = process.get("command") if process.get("visible", True) else "(other PID namespace)"
         if row is None:
-            command = process.get("command") if process.get("visible", True) else "(other PID namespace)"
             row = ProcessRow(pid=pid, user=process.get("user"), tag=process.get("tag"), command=command,
                              has_agent=False, detail=process)
             rows.append(row)
+        elif not row.has_agent and row.command in (None, "?"):  # a holder the driver named: its words for it
+            row.command = command
         if pid in memory:
             row.device_memory_bytes = memory[pid]
         row.sm_percent = busy.get(pid)

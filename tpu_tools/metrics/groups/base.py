@@ -20,7 +20,8 @@ from typing import Any, Protocol, TypeVar
 from tpu_tools.metrics.agent_client import DEFAULT_TIMEOUT_S, AgentConnections, AgentScan, query_agents
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu.addresses import default_address
-from tpu_tools.pjrt.discover import Discovery, discover
+from tpu_tools.pjrt.discover import Discovery, Holder, discover
+from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
 _T = TypeVar("_T")
 
@@ -42,6 +43,21 @@ class DeviceFigures:
     memory_total_bytes: int | None = None
     utilization_percent: float | None = None
     extra: dict[str, float | int | str | None] = field(default_factory=dict)
+    # The processes on the device as the vendor's library lists them (NVML's compute and graphics processes);
+    # None where the source does not say, and the device nodes' holders stand.
+    holders: list[Holder] | None = None
+
+
+DEVICE_NODES = "device_nodes"  # holders_source of holders found by the processes that hold a device node open
+
+
+@dataclass
+class DeviceHolders:
+    """Who holds one discovered chip, and which source named them: the vendor's library (`nvml`, `amdsmi`)
+    where it answered for the chip, else `device_nodes` (passive discovery's /proc scan)."""
+
+    holders: list[Holder]
+    source: str
 
 
 @dataclass
@@ -108,6 +124,22 @@ class CollectContext:
             return figures
 
         return self.memo("device_figures", gather)
+
+
+    def chip_holders(self) -> dict[int, DeviceHolders]:
+        """{chip index: its holders and their source}: a vendor library's list where one answered for the chip
+        (a GPU source's `DeviceFigures.holders`, placed as the devices group places GPUs), else the device
+        nodes' holders."""
+        def build() -> dict[int, DeviceHolders]:
+            chips = self.discovery().chips
+            found = {chip.index: DeviceHolders(chip.holders, DEVICE_NODES) for chip in chips}
+            gpus = [chip for chip in chips if chip.platform in GPU_PLATFORMS]
+            for figures in self.device_figures():
+                if figures.holders is not None and figures.platform == "gpu" and 0 <= figures.device_id < len(gpus):
+                    found[gpus[figures.device_id].index] = DeviceHolders(figures.holders, figures.source)
+            return found
+
+        return self.memo("chip_holders", build)
 
 
 class GroupCollector(Protocol):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpu_tools.accelerators import spec_for_device_kind
-from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
+from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures, DeviceHolders
 from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
 from tpu_tools.pjrt.discover import Chip
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS, match_chips
@@ -24,7 +24,8 @@ def _family(platform: str | None) -> str:
     return "gpu" if platform in GPU_PLATFORMS else (platform or "?")
 
 
-def _new_entry(key: str, platform: str, device_id: int, name: str, chip: Chip | None) -> dict[str, Any]:
+def _new_entry(key: str, platform: str, device_id: int, name: str, chip: Chip | None,
+               held: DeviceHolders | None = None) -> dict[str, Any]:
     total = None
     if chip is not None and chip.hbm_bytes:
         total = chip.hbm_bytes // (chip.devices_per_chip or 1)
@@ -41,7 +42,8 @@ def _new_entry(key: str, platform: str, device_id: int, name: str, chip: Chip | 
         "live_array_bytes": None,
         "live_array_count": None,
         "utilization_percent": None,
-        "holders": [h.to_dict() for h in chip.holders] if chip else [],
+        "holders": [h.to_dict() for h in held.holders] if held else [],
+        "holders_source": held.source if held else None,
         "processes": [],
         "sources": ["discovery"] if chip else [],
         "extra": {},
@@ -75,6 +77,9 @@ def _merge_figures(entry: dict[str, Any], figures: DeviceFigures) -> None:
     if figures.utilization_percent is not None:
         entry["utilization_percent"] = figures.utilization_percent
     entry["extra"].update(figures.extra)
+    if figures.holders is not None:  # the vendor's list of the device's processes, not the device nodes'
+        entry["holders"] = [h.to_dict() for h in figures.holders]
+        entry["holders_source"] = figures.source
     if figures.source not in entry["sources"]:
         entry["sources"].append(figures.source)
 
@@ -98,6 +103,7 @@ def build_devices(context: CollectContext) -> dict[str, Any]:
     Returns {"devices": [...], "chips": [...], "notes": [...]}; a source that fails is left out, not raised.
     """
     discovery = context.discovery()
+    held = context.chip_holders()
     entries: list[dict[str, Any]] = []
     by_chip: dict[tuple[int, int], dict[str, Any]] = {}  # (chip index, device on chip) -> entry
     by_id: dict[tuple[str, int], dict[str, Any]] = {}  # (platform family, local id) -> hardware entry
@@ -105,7 +111,7 @@ def build_devices(context: CollectContext) -> dict[str, Any]:
         family = _family(chip.platform)
         for k in range(chip.devices_per_chip or 1):
             device_id = sum(1 for e in entries if _family(e["platform"]) == family)
-            entry = _new_entry(f"{family}:{device_id}", chip.platform, device_id, chip.name, chip)
+            entry = _new_entry(f"{family}:{device_id}", chip.platform, device_id, chip.name, chip, held[chip.index])
             entries.append(entry)
             by_chip[(chip.index, k)] = entry
             by_id[(family, device_id)] = entry

@@ -17,7 +17,7 @@ from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, Device
 from tpu_tools.metrics.nvml import GpuRecord, NvmlReader, NvmlSnapshot
 from tpu_tools.metrics.processfacts import ProcessFacts
 from tpu_tools.metrics.slurm import job_id
-from tpu_tools.pjrt.discover import sysroot
+from tpu_tools.pjrt.discover import Holder, is_observer, sysroot
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
 SOURCE = "nvml"
@@ -88,8 +88,17 @@ class NvmlGroup:
                 extra["gpu_name"] = gpu.name.removeprefix(self.name_prefix)
             figures.append(DeviceFigures("gpu", position, self.name, memory_used_bytes=gpu.memory_used_bytes,
                                          memory_total_bytes=gpu.memory_total_bytes,
-                                         utilization_percent=gpu.utilization_gpu_percent, extra=extra))
+                                         utilization_percent=gpu.utilization_gpu_percent, extra=extra,
+                                         holders=self._holders(gpu)))
         return figures
+
+    def _holders(self, gpu: GpuRecord) -> list[Holder] | None:
+        """The GPU's processes as the driver lists them (NVML's compute and graphics processes): a process that
+        opened /dev/nvidia* to ask NVML, as every monitor does, is not one. None where the list was not read."""
+        if not gpu.ok or any(name.endswith("processes") for name in gpu.unsupported):
+            return None
+        return [Holder(p.pid, p.user or "?", p.command or "?") for p in gpu.processes
+                if not is_observer(p.command or "")]
 
     def prometheus(self, data: dict[str, Any]) -> Iterable[Any]:
         from tpu_tools.metrics.nvml.export import families

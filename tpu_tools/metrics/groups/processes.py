@@ -13,7 +13,7 @@ from tpu_tools.metrics.agent_client import AgentResult
 from tpu_tools.metrics.cacheshare import shared_cache_dirs
 from tpu_tools.metrics.global_check import global_metric_findings
 from tpu_tools.metrics.goodput_view import goodput_entry
-from tpu_tools.metrics.groups.base import CollectContext, CollectOptions
+from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceHolders
 from tpu_tools.metrics.process import ProcessSampler
 from tpu_tools.metrics.processfacts import ProcessFacts
 from tpu_tools.metrics.slurm import job_id
@@ -124,8 +124,9 @@ class ProcessesGroup:
         agent_pids = {r.pid for r in scan.results}
         holders: dict[int, dict[str, Any]] = {}
         discovery = context.discovery()
+        held = context.chip_holders()
         for chip in discovery.chips:
-            for holder in chip.holders:
+            for holder in held[chip.index].holders:
                 if holder.pid in agent_pids:
                     continue
                 entry = holders.setdefault(holder.pid, {"pid": holder.pid, "user": holder.user,
@@ -135,7 +136,7 @@ class ProcessesGroup:
             figures = self._sampler.sample(pid)
             entry.update({k: getattr(figures, k) if figures else None for k in PROCESS_KEYS})
         self._sampler.forget_except(set(holders))
-        pods_error = self._label_pods(agents, list(holders.values()), discovery)
+        pods_error = self._label_pods(agents, list(holders.values()), discovery, held)
         entries = [*agents, *holders.values()]
         self._slurm_jobs.forget_except({entry["pid"] for entry in entries})
         for entry in entries:
@@ -151,13 +152,14 @@ class ProcessesGroup:
             "global_metric_findings": global_metric_findings(agents),
         }
 
-    def _label_pods(self, agents: list[dict[str, Any]], holders: list[dict[str, Any]], discovery: Any) -> str | None:
+    def _label_pods(self, agents: list[dict[str, Any]], holders: list[dict[str, Any]], discovery: Any,
+                    chip_holders: dict[int, DeviceHolders]) -> str | None:
         """Set `kubernetes` {namespace, pod, container} on the entries of processes that run in a pod."""
         from tpu_tools.metrics.kube.labels import HeldChip, chip_aliases
 
         held: dict[int, list[HeldChip]] = {}
         for chip in discovery.chips:
-            holders_of_chip = chip.holders
+            holders_of_chip = chip_holders[chip.index].holders
             if not holders_of_chip:
                 continue
             named = HeldChip(chip.platform, chip.index, chip_aliases(self._pods.root, chip.platform, chip.pci_address))
