@@ -142,8 +142,7 @@ def test_the_size_to_draw_for_is_bounded_and_read_in_ascii_digits(monkeypatch):
 
 
 def test_tpu_top_draws_for_the_terminal_it_is_in_whatever_columns_and_lines_say():
-    if not shutil.which("tmux"):
-        pytest.skip("tmux is not installed")
+    require_program("tmux")
     bin_dir = str(Path(tool_command("tpu-top")[0]).parent)
     env = clean_env(TERM="xterm-256color")
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
