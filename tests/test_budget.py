@@ -71,8 +71,8 @@ def test_an_overrun_is_reported_at_the_end_and_decides_no_outcome(pytester):
     result = _run(pytester)
     result.assert_outcomes(passed=3, failed=1)  # test_slow passed, over its budget; the failure is its own
     result.stdout.fnmatch_lines(["*2 tests took longer than their time budget (a report, not a failure*",
-                                 "*test_inner.py::test_*: 0.2 s, budget 0.001 s (load * on * cores)",
-                                 "*test_inner.py::test_*: 0.2 s, budget 0.001 s (load * on * cores)"])
+                                 "*test_inner.py::test_*: * s, budget 0.001 s (load * on * cores)",
+                                 "*test_inner.py::test_*: * s, budget 0.001 s (load * on * cores)"])
     assert "its own failure" in result.stdout.str()
     assert "test_declared" not in result.stdout.str().split("time budget")[1]
 
