@@ -18,11 +18,11 @@ _tpu_tools_complete() {
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
-            opts='--probe --topology --verbose -v --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
-            valopts='--metric --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
+            opts='--probe --topology --verbose -v --no-runtime --force --runtime-status --metric --list-metrics --query --help-query --free --env --export --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            valopts='--metric --query --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
-                --format) choices='auto table plain json' ;;
+                --format) choices='auto table plain json csv' ;;
             esac
             ;;
         'tpu-tools|monitor')
@@ -230,11 +230,11 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-ls|')
-            opts='--probe --topology --verbose -v --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
-            valopts='--metric --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
+            opts='--probe --topology --verbose -v --no-runtime --force --runtime-status --metric --list-metrics --query --help-query --free --env --export --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            valopts='--metric --query --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
-                --format) choices='auto table plain json' ;;
+                --format) choices='auto table plain json csv' ;;
             esac
             ;;
         'tpu-monitor|')
