@@ -26,7 +26,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("metrics",),  # sampling and exposition; reads PJRT device records
     # Libraries below the features: in-process instrumentation shared by the agent and the profiler,
     # and the model workloads shared by bench and profile.
-    ("instrument", "workloads"),
+    # A user's own function (target, --arg specs, roofline), shared by tpu-profile hlo and tpu-bench fn.
+    ("instrument", "workloads", "userfn"),
     ("inventory", "agent", "bench", "collectives", "profile", "top"),  # features: they return data
     ("diag",),  # diagnostics, built on the collectives' exact checks and the probes
     ("render",),  # rich/plain views of the features' data
