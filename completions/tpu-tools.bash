@@ -26,7 +26,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|monitor')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --process-command-label --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --arrays --allow-metric --deny-metric --price-per-hour --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-tools|top')
@@ -247,7 +247,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-monitor|')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --process-command-label --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --arrays --allow-metric --deny-metric --price-per-hour --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-top|')
