@@ -37,7 +37,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|bench')
-            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare fn'
+            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare fn program'
             valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -124,6 +124,15 @@ _tpu_tools_complete() {
         'tpu-tools|bench fn')
             opts='--arg --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--arg --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench program')
+            opts='--duration --sample-interval --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--duration --sample-interval --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;
@@ -258,7 +267,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-bench|')
-            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare fn'
+            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare fn program'
             valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir'
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -345,6 +354,15 @@ _tpu_tools_complete() {
         'tpu-bench|fn')
             opts='--arg --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
             valopts='--arg --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|program')
+            opts='--duration --sample-interval --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--duration --sample-interval --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts=''
             case "$prev" in
                 --suite) choices='quick full' ;;
                 --format) choices='auto table plain json' ;;
@@ -470,7 +488,7 @@ _tpu_tools_complete() {
 
 _tpu_tools_is_command() {
     case "$1|$2" in
-        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|bench'|'tpu-tools|bench compile'|'tpu-tools|bench dispatch'|'tpu-tools|bench matmul'|'tpu-tools|bench memory'|'tpu-tools|bench transfer'|'tpu-tools|bench train'|'tpu-tools|bench infer'|'tpu-tools|bench compare'|'tpu-tools|bench fn'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-tools|profile cache'|'tpu-tools|profile cache doctor'|'tpu-tools|profile cache gc'|'tpu-tools|profile cache inspect'|'tpu-tools|profile cache verify'|'tpu-tools|profile cache warm'|'tpu-tools|collectives-test'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-tools|diag'|'tpu-bench|compile'|'tpu-bench|dispatch'|'tpu-bench|matmul'|'tpu-bench|memory'|'tpu-bench|transfer'|'tpu-bench|train'|'tpu-bench|infer'|'tpu-bench|compare'|'tpu-bench|fn'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture'|'tpu-profile|cache'|'tpu-profile|cache doctor'|'tpu-profile|cache gc'|'tpu-profile|cache inspect'|'tpu-profile|cache verify'|'tpu-profile|cache warm'|'tpu-dump|show') return 0 ;;
+        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|bench'|'tpu-tools|bench compile'|'tpu-tools|bench dispatch'|'tpu-tools|bench matmul'|'tpu-tools|bench memory'|'tpu-tools|bench transfer'|'tpu-tools|bench train'|'tpu-tools|bench infer'|'tpu-tools|bench compare'|'tpu-tools|bench fn'|'tpu-tools|bench program'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-tools|profile cache'|'tpu-tools|profile cache doctor'|'tpu-tools|profile cache gc'|'tpu-tools|profile cache inspect'|'tpu-tools|profile cache verify'|'tpu-tools|profile cache warm'|'tpu-tools|collectives-test'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-tools|diag'|'tpu-bench|compile'|'tpu-bench|dispatch'|'tpu-bench|matmul'|'tpu-bench|memory'|'tpu-bench|transfer'|'tpu-bench|train'|'tpu-bench|infer'|'tpu-bench|compare'|'tpu-bench|fn'|'tpu-bench|program'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture'|'tpu-profile|cache'|'tpu-profile|cache doctor'|'tpu-profile|cache gc'|'tpu-profile|cache inspect'|'tpu-profile|cache verify'|'tpu-profile|cache warm'|'tpu-dump|show') return 0 ;;
     esac
     return 1
 }

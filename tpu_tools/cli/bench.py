@@ -96,7 +96,16 @@ MAN_SECTIONS = {
         "and of the memory bandwidth, and where the call sits on the roofline: the best case (the larger of its "
         "FLOPs at the peak and its bytes at the bandwidth) over the time it took (values.percent_of_roofline), "
         "the bound XLA's counts predict (roofline_bound) and the ceiling the measured rates are nearer "
-        "(measured_bound). Never part of a suite."
+        "(measured_bound). Never part of a suite.\n"
+        "program   your own program (-- script.py ARGS, or -- -m module ARGS) run under the agent "
+        "(python -m tpu_tools.agent) for --duration (30 s; then SIGINT, SIGTERM 10 s later, SIGKILL 10 s after "
+        "that), or until it ends, before this process opens the device. The agent is asked for its figures every "
+        "--sample-interval: its steps/s (over its last 10 s) and median step time are the samples, the first half "
+        "of them the warm-up; values hold the agent's last figures: steps, agent_steps_per_s, step_time_p50_ms, "
+        "step_time_p99_ms, mfu_percent, goodput_percent (since the start), compile_count, recompile_count, "
+        "compile_time_s, run_s, ended, exit_code. Steps are those the program marks (tpu_tools.agent.step()). A "
+        "program that exits with a failure is a failed case with the last line of its output. Never part of a "
+        "suite."
     ),
     "BASELINES AND CI": (
         "--baseline FILE compares this run with an earlier --json result: a table of every figure with its "
@@ -153,6 +162,7 @@ MAN_SECTIONS = {
         "tpu-bench train --preset small --price-per-hour 4.20 --host-devices 8\n"
         "tpu-bench infer --preset base --max-batch 64\n"
         "tpu-bench fn mymodel:attention --arg bf16[8,1024,64] --arg bf16[8,1024,64] --arg bf16[8,1024,64]\n"
+        "tpu-bench program --duration 60 --baseline main.json -- train.py --config small.yaml\n"
         "tpu-bench compare main.json new.json"
     ),
 }
