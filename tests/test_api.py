@@ -11,7 +11,7 @@ import textwrap
 
 import sysroot
 from agentjobs import agent_env, rundir, start_job  # noqa: F401 (rundir is a fixture)
-from conftest import REPO
+from conftest import REPO, clean_env
 from libtpu_server import FIXTURES, FakeMetricsService
 
 EXAMPLES = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "api.md").read_text(), re.S)
@@ -64,3 +64,19 @@ def test_the_documented_examples_run_and_never_import_jax(tmp_path, rundir):  # 
     assert figures["tag"] == "logged" and figures["steps"] >= 1
     assert "--- gone no agent is registered for process 1" in rest
     assert rest.rstrip().endswith("--- jax []")
+
+
+def test_devices_with_the_runtime_asked_in_a_child_list_pjrt_devices_and_the_caller_has_no_jax():
+    program = textwrap.dedent('''
+        import json, sys
+        from tpu_tools import api
+        found = api.devices(runtime=True, metrics=False)
+        print(json.dumps([[d.index, d.platform, d.device_id] for d in found]))
+        print(json.dumps(sorted(name for name in sys.modules if name == "jax" or name.startswith("jax."))))
+    ''')
+    env = clean_env(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=3")
+    result = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    listed, modules = (json.loads(line) for line in result.stdout.splitlines())
+    assert listed == [[0, "cpu", 0], [1, "cpu", 1], [2, "cpu", 2]]
+    assert modules == []
