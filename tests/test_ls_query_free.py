@@ -11,6 +11,7 @@ import subprocess
 import pytest
 import sysroot
 from conftest import assert_one_line_error, clean_env, run_tool, tool_command
+from fakenvml import nvml_env
 
 from tpu_tools.pjrt.placement import tpu_block
 
@@ -155,3 +156,18 @@ def test_free_never_starts_a_runtime(tmp_path):
 
 def test_free_with_query_is_a_usage_error():
     assert_one_line_error(run_tool("tpu-ls", "--free", "--query", "index"), 2, "--free")
+
+
+def test_a_gpu_process_only_the_driver_lists_holds_its_gpu(fake_nvml_dir, tmp_path):
+    # Process 4574 has a context on GPU 0 and lives in another PID namespace: /proc does not show it.
+    sysroot.nvidia_host(tmp_path)
+    env = nvml_env(fake_nvml_dir, tmp_path, FAKE_NVML_PROCS="0:4574:12190000000")
+    result = run_tool("tpu-ls", "--env", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=1"]
+    query = run_tool("tpu-ls", "--query", "index,name,holder_pids,memory_total_bytes,utilization_percent", env=env)
+    assert query.returncode == 0, query.stderr
+    rows = list(csv.DictReader(io.StringIO(query.stdout)))
+    assert [row["holder_pids"] for row in rows] == ["4574", ""]
+    assert rows[0]["name"] == "NVIDIA H100 80GB HBM3" and int(rows[0]["memory_total_bytes"]) > 0
+    assert rows[0]["utilization_percent"] != ""  # the driver's figure, not PJRT's

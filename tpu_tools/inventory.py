@@ -26,10 +26,12 @@ from tpu_tools.metrics.libtpu import DeviceFigures, LibtpuSnapshot, RuntimeStatu
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
 from tpu_tools.metrics.nvml import NvmlSnapshot, read_snapshot
 from tpu_tools.metrics.nvml.reader import PendingRead
+from tpu_tools.metrics.nvml.records import GpuRecord
 from tpu_tools.pjrt import headstart, isolate, queries
 from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
 from tpu_tools.pjrt.discover import Chip, Discovery, Holder, discover
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS, local_order, match_chips
+from tpu_tools.pjrt.placement import FreeChips, free_chips
 from tpu_tools.pjrt.probe import ProbeResult
 from tpu_tools.pjrt.runtime import RuntimePolicy
 from tpu_tools.pjrt.tpuvm import SliceInfo, slice_info
@@ -81,6 +83,11 @@ class DeviceEntry:
             libtpu=self.libtpu.to_dict() if self.libtpu else None,
         )
         return data
+
+
+def gpu_holders(gpu: GpuRecord) -> list[Holder]:
+    """The processes the GPU's driver lists on it, as holders (those of other containers included)."""
+    return [Holder(p.pid, p.user or "", p.command or "") for p in gpu.processes]
 
 
 @dataclass
@@ -204,8 +211,7 @@ class Inventory:
             summary.utilization_percent = gpu.utilization_gpu_percent
             summary.temperature_celsius, summary.power_draw_watts = gpu.temperature_celsius, gpu.power_draw_watts
             known = {h.pid for h in summary.holders}
-            summary.holders += [Holder(p.pid, p.user or "", p.command or "") for p in gpu.processes
-                                if p.pid not in known]
+            summary.holders += [h for h in gpu_holders(gpu) if h.pid not in known]
         elif service is not None:
             summary.memory_total_bytes = service.usage.hbm_total_bytes
             summary.memory_used_bytes = service.usage.hbm_used_bytes
@@ -215,6 +221,13 @@ class Inventory:
         if summary.memory_total_bytes is None and chip is not None:
             summary.memory_total_bytes = chip.hbm_bytes
         return summary
+
+    def free_chips(self) -> list[FreeChips]:
+        """Per platform, the chips no process holds and the environment that pins a new job to them; a GPU
+        process that the driver lists and /proc does not show (another container) holds its GPU too."""
+        held_elsewhere = {gpu.pci_bus_id: gpu_holders(gpu) for snapshot in self.gpu_snapshots
+                          for gpu in snapshot.gpus if gpu.pci_bus_id}
+        return free_chips(self.discovery, held_elsewhere)
 
     def gpu_chip(self, pci_bus_id: str | None) -> Chip | None:
         """The chip passive discovery found at an NVML GPU's PCI bus id."""

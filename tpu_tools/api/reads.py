@@ -12,9 +12,7 @@ from tpu_tools.metrics.agent_client import AgentResult, query_agent, query_agent
 from tpu_tools.metrics.libtpu import read_once
 from tpu_tools.metrics.libtpu.addresses import metrics_addresses
 from tpu_tools.metrics.libtpu.records import LibtpuSnapshot
-from tpu_tools.pjrt.discover import Holder
 from tpu_tools.pjrt.placement import FreeChips
-from tpu_tools.pjrt.placement import free_chips as place_free_chips
 from tpu_tools.pjrt.runtime import RuntimePolicy
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -39,10 +37,7 @@ def devices(*, runtime: bool = False, platform: str = "auto", metrics: bool = Tr
 def free_chips(*, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[FreeChips]:
     """Per platform, the chips no process holds and the environment that pins a new job to them (`tpu-ls
     --free`): `FreeChips.environment` is ready for `subprocess.run(..., env={**os.environ, **environment})`."""
-    inventory = build_inventory(RuntimePolicy(), timeout_s=timeout_s, use_runtime=False)
-    held_elsewhere = {gpu.pci_bus_id: [Holder(p.pid, p.user or "", p.command or "") for p in gpu.processes]
-                      for snapshot in inventory.gpu_snapshots for gpu in snapshot.gpus if gpu.pci_bus_id}
-    return place_free_chips(inventory.discovery, held_elsewhere)
+    return build_inventory(RuntimePolicy(), timeout_s=timeout_s, use_runtime=False).free_chips()
 
 
 def libtpu_metrics(addresses: Sequence[str] = (), *, timeout_s: float = METRICS_TIMEOUT_S) -> list[LibtpuSnapshot]:

@@ -268,13 +268,10 @@ def ls_command(probe: bool, topology: bool, verbose: bool, no_runtime: bool, for
 def _free(policy: RuntimePolicy, timeout_s: float, out: Output, lines: str | None) -> int:
     """--free: passive discovery (and the GPU driver's process list); no runtime is started."""
     from tpu_tools.inventory import build_inventory
-    from tpu_tools.pjrt.discover import Holder
-    from tpu_tools.pjrt.placement import export_lines, free_chips
+    from tpu_tools.pjrt.placement import export_lines
 
     inventory = build_inventory(policy, timeout_s=timeout_s, use_runtime=False)
-    held_elsewhere = {gpu.pci_bus_id: [Holder(p.pid, p.user or "", p.command or "") for p in gpu.processes]
-                      for snapshot in inventory.gpu_snapshots for gpu in snapshot.gpus if gpu.pci_bus_id}
-    placements = free_chips(inventory.discovery, held_elsewhere)
+    placements = inventory.free_chips()
     if lines is not None:
         chosen = [p for p in placements if p.environment]
         if not chosen:
