@@ -3,10 +3,11 @@
 On a TPU host a job takes every chip unless libtpu is told otherwise: `TPU_VISIBLE_CHIPS` names the chips
 (their index on the host, PCI order), `TPU_CHIPS_PER_PROCESS_BOUNDS` the shape they form (x,y,z) and
 `TPU_PROCESS_BOUNDS` the processes of the job (1,1,1: one). The chips must form a block of the host's grid
-that the runtime accepts: every TPU host of a known generation lays its chips out two wide (v4 and v5p: 2x2,
-v5e and v6e: 2x4, TPU7x: 2x2), chip i at (i % 2, i // 2), and the blocks Cloud TPU documents for several
-jobs on one host are one chip, one row of two, or whole rows aligned to their height (2x2 of chips 0-3 or
-4-7, 2x4 of all eight). The largest such block of free chips is chosen.
+that the runtime accepts as one process's chips: every TPU host of a known generation lays its chips out two
+wide (v4 and v5p: 2x2, v5e and v6e: 2x4, TPU7x: 2x2), chip i at (i % 2, i // 2), and the blocks taken here are
+those of Cloud TPU's public examples of several jobs on one host: one chip (1,1,1), a row of two (2,1,1), or
+whole rows aligned to their height (2x2 of chips 0-3 or 4-7, 2x4 of all eight). The largest such block of free
+chips is chosen.
 
 On NVIDIA GPUs `CUDA_VISIBLE_DEVICES` takes indexes in CUDA's order, which is PCI order only with
 `CUDA_DEVICE_ORDER=PCI_BUS_ID`: both are given. AMD GPUs take `HIP_VISIBLE_DEVICES` the same way (ROCm's
