@@ -156,6 +156,7 @@ def test_free_never_starts_a_runtime(tmp_path):
 
 def test_free_with_query_is_a_usage_error():
     assert_one_line_error(run_tool("tpu-ls", "--free", "--query", "index"), 2, "--free")
+    assert_one_line_error(run_tool("tpu-ls", "--export", "--probe"), 2, "never opens a device")
 
 
 def test_a_gpu_process_only_the_driver_lists_holds_its_gpu(fake_nvml_dir, tmp_path):

@@ -212,8 +212,9 @@ def ls_command(probe: bool, topology: bool, verbose: bool, no_runtime: bool, for
     if env_lines and export_lines:
         raise UsageError("give --env or --export, not both")
     if free or env_lines or export_lines:
-        if query_text or csv_format:
-            raise UsageError("--free cannot be combined with --query or --format csv")
+        if query_text or csv_format or probe or force:
+            raise UsageError("--free cannot be combined with --query, --format csv, --probe or --force (it never "
+                             "opens a device)")
         return _free(policy, timeout_s, out, "env" if env_lines else "export" if export_lines else None)
     names = None
     if query_text is not None or csv_format:
