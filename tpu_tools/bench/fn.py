@@ -87,12 +87,13 @@ def run(ctx: BenchContext, case: Case) -> CaseResult:
     ctx.require_memory(2 * output_bytes, f"two outputs of {target}")  # the one computed and the one chaining
     first = jax.tree_util.tree_map(lambda leaf: jnp.zeros(leaf.shape, leaf.dtype, device=device), outputs)
 
-    def chained(arguments: list[Any], previous: Any) -> Any:
-        # `previous` is unused: the runtime waits for it, which keeps back-to-back calls in order.
-        return function(*arguments)
+    def chained(*arguments_then_previous: Any) -> Any:
+        # The last argument, the previous call's output, is unused: the runtime waits for it, which keeps
+        # back-to-back calls in order. The arguments are passed flat, as a hand-written call passes them.
+        return function(*arguments_then_previous[:-1])
 
-    compiled, compile_s = timed(lambda: jax.jit(chained, keep_unused=True).lower(arguments, first).compile())
-    measurement = time_back_to_back(lambda previous: compiled(arguments, previous), first, jax.block_until_ready,
+    compiled, compile_s = timed(lambda: jax.jit(chained, keep_unused=True).lower(*arguments, first).compile())
+    measurement = time_back_to_back(lambda previous: compiled(*arguments, previous), first, jax.block_until_ready,
                                     ctx.timing)
     flops = cost_check(compiled, "flops")
     accessed = cost_check(compiled, "bytes accessed")
