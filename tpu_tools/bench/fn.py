@@ -18,7 +18,7 @@ from tpu_tools.bench.figures import record_rate, record_times
 from tpu_tools.bench.records import Case, CaseResult
 from tpu_tools.bench.timing import time_back_to_back, timed
 from tpu_tools.errors import RuntimeFailure, first_line
-from tpu_tools.userfn.roofline import compute_dtype
+from tpu_tools.userfn.roofline import ceilings, compute_dtype
 from tpu_tools.userfn.specs import ArgSpec, argument_bytes, parse_arg_spec, random_arguments
 from tpu_tools.userfn.target import check_arity, resolve_target
 
@@ -56,16 +56,12 @@ def placement(seconds: float, flops: float | None, bytes_accessed: float | None,
               bandwidth: float | None) -> Placement:
     compute = 100 * flops / seconds / peak if flops and peak and seconds > 0 else None
     memory = 100 * bytes_accessed / seconds / bandwidth if bytes_accessed and bandwidth and seconds > 0 else None
-    compute_s = flops / peak if flops and peak else None
-    memory_s = bytes_accessed / bandwidth if bytes_accessed and bandwidth else None
-    predicted = None
-    if compute_s is not None and memory_s is not None:
-        predicted = "compute" if compute_s >= memory_s else "memory"
+    limits = ceilings(flops, bytes_accessed, peak, bandwidth)
     measured = None
     if compute is not None and memory is not None:
         measured = "compute" if compute >= memory else "memory"
-    best = max((t for t in (compute_s, memory_s) if t is not None), default=None)
-    return Placement(compute, memory, predicted, measured, best * 1e6 if best is not None else None,
+    best = limits.best_case_s
+    return Placement(compute, memory, limits.bound, measured, best * 1e6 if best is not None else None,
                      100 * best / seconds if best is not None and seconds > 0 else None)
 
 
