@@ -150,8 +150,10 @@ MAN_SECTIONS = {
         "model_flops_per_call, achieved_tflops, mfu_percent, parameters, global_batch, devices, "
         "price_per_hour, cost_per_1m_samples, final_loss, speedup, cache_hit_verified, "
         "cache_entries_written, peak_dtype, percent_of_peak_bandwidth, arithmetic_intensity_flops_per_byte, "
-        "roofline_bound, measured_bound, roofline_best_case_us, percent_of_roofline (each where it applies; null "
-        "where unknown)."
+        "roofline_bound, measured_bound, roofline_best_case_us, percent_of_roofline (fn), steps, agent_steps_per_s, "
+        "step_time_p50_ms, step_time_p99_ms, goodput_percent, compile_count, recompile_count, compile_time_s, run_s, "
+        "ended, exit_code, agent_reads, warmup_reads (program) (each where it applies; null where unknown). "
+        "program's stats are steps_per_s and step_time_ms, its timing \"agent\"."
     ),
     "EXAMPLES": (
         "tpu-bench\n"
