@@ -104,3 +104,10 @@ def test_a_program_that_marks_no_steps_is_told_how_to(workdir):
 
 def test_a_missing_program_is_a_usage_error(workdir):
     assert_one_line_error(bench(workdir, "--", "nowhere.py"), 2, "no such program file")
+
+
+@pytest.mark.parametrize("option", [("--min-time", "2"), ("--warmup", "5"), ("--seed", "3"), ("--suite", "full")])
+def test_the_timing_loops_options_are_refused_not_ignored(workdir, option):
+    assert_one_line_error(bench(workdir, *option, "--", "steady.py"), 2, f"{option[0]} does not apply")
+    given_first = run_tool("tpu-bench", *option, "program", "--", "steady.py", cwd=workdir)
+    assert_one_line_error(given_first, 2, f"{option[0]} does not apply")

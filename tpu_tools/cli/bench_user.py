@@ -48,9 +48,24 @@ def program_command(duration_s: float, sample_interval_s: float, command: tuple[
     from tpu_tools.bench.runner import Selection
 
     words = command[1:] if command[:1] == ("--",) else command
+    _refuse_sampling_options()
     _check_program(words)
     options = ProgramOptions(tuple(words), duration_s, sample_interval_s)
     return execute([Selection("program", lambda platform: plan(options))], args)
+
+
+def _refuse_sampling_options() -> None:
+    """The program's length is --duration and its samples are the agent's: the timing loop's options would do
+    nothing, so they are refused rather than ignored."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    for name in ("suite", "min_time_s", "warmup", "seed"):
+        if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT,
+                                              ParameterSource.DEFAULT_MAP):
+            flag = "--" + name.removesuffix("_s").replace("_", "-")
+            raise UsageError(f"{flag} does not apply to `tpu-bench program` (its length is --duration, its samples "
+                             "the agent's figures)")
 
 
 def _check_program(words: tuple[str, ...]) -> None:
