@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, run_tool
+from conftest import assert_one_line_error, clean_env, run_tool
 
 STEADY = '''
 import sys, time
@@ -111,3 +111,13 @@ def test_the_timing_loops_options_are_refused_not_ignored(workdir, option):
     assert_one_line_error(bench(workdir, *option, "--", "steady.py"), 2, f"{option[0]} does not apply")
     given_first = run_tool("tpu-bench", *option, "program", "--", "steady.py", cwd=workdir)
     assert_one_line_error(given_first, 2, f"{option[0]} does not apply")
+
+
+def test_a_program_whose_agent_never_answers_is_stopped_at_the_timeout(workdir, tmp_path):
+    unusable = tmp_path / "not-a-directory"
+    unusable.write_text("")  # the agent cannot make its socket here, and nothing can be asked
+    result = run_tool("tpu-bench", "program", "--duration", "120", "--timeout", "3", "--json", "-", "--",
+                      "steady.py", cwd=workdir, env=clean_env(TPU_TOOLS_RUNTIME_DIR=str(unusable)), timeout=240)
+    assert result.returncode == 1
+    (case,) = json.loads(result.stdout)["results"]
+    assert case["status"] == "failed" and "did not answer within --timeout 3 s" in case["message"]

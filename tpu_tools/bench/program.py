@@ -9,7 +9,8 @@ still holds the compiles) make the case's figures and spread. At `duration_s` (o
 the last answer gives the reported figures, the agent's own: steps, steps/s, step time p50 and p99, MFU and
 goodput since the start, compile count and time. Then the program is asked to stop with SIGINT (its atexit
 handlers and the agent's job summary run), SIGTERM after `STOP_GRACE_S`, SIGKILL after as long again.
-A program that exits with a failure before the duration is a failed case with the last line of its output.
+A program that exits with a failure before the duration is a failed case with the last line of its output, and
+so is one whose agent has not answered within the run's --timeout.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def run_out_of_process(case: Case, policy: RuntimePolicy, timeout_s: float) -> C
                                        stderr=subprocess.STDOUT, start_new_session=True)
         started = time.monotonic()
         readings: list[Reading] = []
+        silent = False  # the agent never answered within --timeout
         try:
             while process.poll() is None and time.monotonic() - started < duration_s:
                 raise_kept_interrupt()
@@ -92,6 +94,9 @@ def run_out_of_process(case: Case, policy: RuntimePolicy, timeout_s: float) -> C
                 reading = _ask(process.pid, started)
                 if reading is not None:
                     readings.append(reading)
+                elif not readings and time.monotonic() - started > timeout_s:
+                    silent = True
+                    break
             ended_itself = process.poll() is not None
             if not ended_itself:
                 last = _ask(process.pid, started)
@@ -101,6 +106,9 @@ def run_out_of_process(case: Case, policy: RuntimePolicy, timeout_s: float) -> C
             _stop(process)
         wall_s = time.monotonic() - started
         tail = _tail(log_path)
+    if silent:
+        raise RuntimeFailure(f"the program's agent did not answer within --timeout {timeout_s:g} s; the program "
+                             "was stopped" + (f" (its last output: {tail})" if tail else ""))
     if ended_itself and process.returncode != 0:
         raise RuntimeFailure(f"the program exited with status {process.returncode} after {wall_s:.1f} s"
                              + (f": {tail}" if tail else ""))
