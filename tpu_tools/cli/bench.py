@@ -104,8 +104,9 @@ MAN_SECTIONS = {
         "of them the warm-up; values hold the agent's last figures: steps, agent_steps_per_s, step_time_p50_ms, "
         "step_time_p99_ms, mfu_percent, goodput_percent (since the start), compile_count, recompile_count, "
         "compile_time_s, run_s, ended, exit_code. Steps are those the program marks (tpu_tools.agent.step()). A "
-        "program that exits with a failure is a failed case with the last line of its output. Never part of a "
-        "suite."
+        "program that exits with a failure is a failed case with the last line of its output, and so is one whose "
+        "agent has not answered within --timeout. --suite, --min-time, --warmup and --seed do not apply. Never part "
+        "of a suite."
     ),
     "BASELINES AND CI": (
         "--baseline FILE compares this run with an earlier --json result: a table of every figure with its "
