@@ -12,8 +12,9 @@ shared and noisy, so only ratios of figures taken side by side mean anything):
     process through the runner behind `tpu-bench` (the command only renders
     what it returns), so that the two sides alternate every fraction of a
     second; `--cli` runs the `tpu-bench` program instead (seconds apart).
-Each round runs the hand loop, then tpu-bench; the figure is the median over
-rounds of the ratio within a round. A ratio above 1 by more than the noise
+Each round runs the hand loop and tpu-bench, the hand loop first in even rounds
+and tpu-bench first in odd ones; the figure is the median over rounds of the
+ratio within a round. A ratio above 1 by more than the noise
 would mean the back-to-back calls overlapped.
 
 On a GPU or TPU, one table: tpu-bench beside a hand-timed back-to-back JAX loop
@@ -31,6 +32,7 @@ what it ran as), fp8 and int8 with their % of peak. Runs in about 2 minutes.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -75,6 +77,17 @@ def _tpu_bench_runner(benchmark: str, options: dict, args: argparse.Namespace) -
     return case.to_dict()
 
 
+def in_turn(round_index: int, hand, tool) -> tuple:
+    """(hand(), tool()), the hand loop first in even rounds and tpu-bench first in odd ones: on a GPU whose
+    clocks fall as it heats, the side that always runs second in a round reads low (the order effect measured
+    on the H100, benchmarks/README.md)."""
+    if round_index % 2 == 0:
+        first = hand()
+        return first, tool()
+    second = tool()
+    return hand(), second
+
+
 def cpu_main(args: argparse.Namespace, jax) -> int:
     from tpu_tools.parsing import parse_size
 
@@ -102,13 +115,15 @@ def cpu_main(args: argparse.Namespace, jax) -> int:
     tpu_bench = _tpu_bench_program if args.cli else _tpu_bench_runner
     rounds: dict[str, list[tuple[float, float, float]]] = {"gemm": [], "copy": []}  # (tool, hand median, loop)
     noisy: dict[str, int] = {"gemm": 0, "copy": 0}
-    for _ in range(args.rounds or 15):
-        median_rate, loop_rate = hand_rates(lambda: gemm(a, b).block_until_ready(), 2 * n ** 3)
-        case = tpu_bench("matmul", {"shapes": (n,), "dtypes": ("f32",)}, args)
+    for index in range(args.rounds or 15):
+        (median_rate, loop_rate), case = in_turn(
+            index, lambda: hand_rates(lambda: gemm(a, b).block_until_ready(), 2 * n ** 3),
+            lambda: tpu_bench("matmul", {"shapes": (n,), "dtypes": ("f32",)}, args))
         rounds["gemm"].append((case["stats"]["throughput_tflops"]["median"], median_rate / 1e12, loop_rate / 1e12))
         noisy["gemm"] += bool(case["values"].get("noisy"))
-        median_rate, loop_rate = hand_rates(lambda: copy(x).block_until_ready(), 2 * copy_bytes)
-        case = tpu_bench("memory", {"sizes": (copy_bytes,), "operations": ("copy",)}, args)
+        (median_rate, loop_rate), case = in_turn(
+            index, lambda: hand_rates(lambda: copy(x).block_until_ready(), 2 * copy_bytes),
+            lambda: tpu_bench("memory", {"sizes": (copy_bytes,), "operations": ("copy",)}, args))
         rounds["copy"].append((case["stats"]["bandwidth_gbps"]["median"], median_rate / 1e9, loop_rate / 1e9))
         noisy["copy"] += bool(case["values"].get("noisy"))
 
@@ -239,29 +254,33 @@ def accelerator_main(args: argparse.Namespace) -> int:
 
     # A GPU's clocks follow its power and temperature, so figures taken minutes apart differ by several per
     # cent: the hand loop and tpu-bench alternate in rounds, and each figure is the median over rounds (the
-    # ratio is the median of the ratios within a round).
-    rounds = args.rounds or 3
+    # ratio is the median of the ratios within a round). Which side goes first alternates too (in_turn), and
+    # the rounds are even in number so that each side leads as often.
+    rounds = args.rounds or 4
     rows = []  # (label, unit, tool, hand, torch, tool case, ratio)
     warnings: list[str] = []
     for name, n in gemms:
         pairs = []
-        for _ in range(rounds):
-            hand = hand_gemm(name, n)
-            case = _tpu_bench_runner("matmul", {"shapes": (n,), "dtypes": (name,)}, args)
+        for index in range(rounds):
+            hand, case = in_turn(index, functools.partial(hand_gemm, name, n),
+                                 functools.partial(_tpu_bench_runner, "matmul", {"shapes": (n,), "dtypes": (name,)},
+                                                   args))
             pairs.append((_median(case, "throughput_tflops"), hand, case))
         torch_figure = (torch.get(f"gemm {name} {n}") or 0) / 1e12 or None
         rows.append(_row(f"matmul {name} {n}", "TFLOP/s", pairs, torch_figure))
     pairs = []
-    for _ in range(rounds):
-        hand = hand_copy()
-        case = _tpu_bench_runner("memory", {"sizes": (copy_bytes,), "operations": ("copy",)}, args)
+    for index in range(rounds):
+        hand, case = in_turn(index, hand_copy,
+                             lambda: _tpu_bench_runner("memory", {"sizes": (copy_bytes,), "operations": ("copy",)},
+                                                       args))
         pairs.append((_median(case, "bandwidth_gbps"), hand, case))
     rows.append(_row(f"memory copy {copy_bytes >> 20} MiB", "GB/s", pairs, (torch.get("copy") or 0) / 1e9 or None))
 
     print(f"# {' '.join([os.path.basename(sys.executable), *sys.argv])}")
     print(f"# device {device.device_kind} ({device.platform}), jax {jax.__version__}, "
           f"PyTorch {torch.get('torch') or '-'}; hand loop: {BACK_TO_BACK_CALLS} calls back to back, one block, "
-          f"median of 5; hand loop and tpu-bench alternate in {rounds} rounds, medians over rounds")
+          f"median of 5; hand loop and tpu-bench alternate in {rounds} rounds, each first in half of them, medians "
+          "over rounds")
     if "error" in torch:
         print(f"# {torch['error']}")
     print(f"{'case':<22} {'tpu-bench':>12} {'hand loop':>12} {'PyTorch':>12} {'tool/hand':>10} {'tool/torch':>10}"
@@ -308,7 +327,8 @@ def accelerator_main(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=None,
-                        help="rounds of hand loop then tpu-bench (15 on the CPU platform, 3 on an accelerator)")
+                        help="rounds of hand loop and tpu-bench, which goes first alternating (15 on the CPU "
+                             "platform, 4 on an accelerator)")
     parser.add_argument("--size", type=int, default=None, help="CPU: GEMM size N (N x N x N, float32; 1024)")
     parser.add_argument("--copy-bytes", default=None, help="bytes per array of the copy (64M on CPU, else 1G)")
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds per measurement, both sides")

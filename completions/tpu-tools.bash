@@ -18,15 +18,15 @@ _tpu_tools_complete() {
             valopts=''; pathopts=''
             ;;
         'tpu-tools|ls')
-            opts='--probe --topology --verbose -v --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
-            valopts='--metric --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
+            opts='--probe --topology --verbose -v --no-runtime --force --runtime-status --metric --list-metrics --query --help-query --free --env --export --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            valopts='--metric --query --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
-                --format) choices='auto table plain json' ;;
+                --format) choices='auto table plain json csv' ;;
             esac
             ;;
         'tpu-tools|monitor')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --process-command-label --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --arrays --allow-metric --deny-metric --price-per-hour --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-tools|top')
@@ -37,7 +37,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|bench')
-            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare'
+            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare fn program'
             valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir --json --junit --baseline'
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -119,6 +119,24 @@ _tpu_tools_complete() {
             valopts='--tolerance --json --junit --format'; pathopts='--json --junit'
             case "$prev" in
                 --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-tools|bench fn')
+            opts='--arg --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--arg --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-tools|bench program')
+            opts='--duration --sample-interval --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--duration --sample-interval --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
             esac
             ;;
         'tpu-tools|profile')
@@ -230,15 +248,15 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-ls|')
-            opts='--probe --topology --verbose -v --no-runtime --force --runtime-status --metric --list-metrics --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
-            valopts='--metric --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
+            opts='--probe --topology --verbose -v --no-runtime --force --runtime-status --metric --list-metrics --query --help-query --free --env --export --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --json --format --debug --version -h --help'; subs=''
+            valopts='--metric --query --metrics-addr --metrics-timeout --platform --host-devices --xla-flag --timeout --format'; pathopts=''
             case "$prev" in
                 --platform) choices='auto cpu gpu cuda rocm tpu' ;;
-                --format) choices='auto table plain json' ;;
+                --format) choices='auto table plain json csv' ;;
             esac
             ;;
         'tpu-monitor|')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --process-command-label --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
             valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --arrays --allow-metric --deny-metric --price-per-hour --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-top|')
@@ -249,7 +267,7 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-bench|')
-            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare'
+            opts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs='compile dispatch matmul memory transfer train infer compare fn program'
             valopts='--price-per-hour --cache-dir --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--cache-dir --json --junit --baseline'
             case "$prev" in
                 --suite) choices='quick full' ;;
@@ -331,6 +349,24 @@ _tpu_tools_complete() {
             valopts='--tolerance --json --junit --format'; pathopts='--json --junit'
             case "$prev" in
                 --format) choices='auto table plain json' ;;
+            esac
+            ;;
+        'tpu-bench|fn')
+            opts='--arg --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--arg --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
+            esac
+            ;;
+        'tpu-bench|program')
+            opts='--duration --sample-interval --suite --min-time --warmup --seed --json --junit --force --baseline --tolerance --allow-mismatch --allow-missing --format --platform --host-devices --xla-flag --timeout --debug --version -h --help'; subs=''
+            valopts='--duration --sample-interval --suite --min-time --warmup --seed --json --junit --baseline --tolerance --format --platform --host-devices --xla-flag --timeout'; pathopts='--json --junit --baseline'
+            case "$prev" in
+                --suite) choices='quick full' ;;
+                --format) choices='auto table plain json' ;;
+                --platform) choices='auto cpu gpu cuda rocm tpu' ;;
             esac
             ;;
         'tpu-profile|')
@@ -452,7 +488,7 @@ _tpu_tools_complete() {
 
 _tpu_tools_is_command() {
     case "$1|$2" in
-        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|bench'|'tpu-tools|bench compile'|'tpu-tools|bench dispatch'|'tpu-tools|bench matmul'|'tpu-tools|bench memory'|'tpu-tools|bench transfer'|'tpu-tools|bench train'|'tpu-tools|bench infer'|'tpu-tools|bench compare'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-tools|profile cache'|'tpu-tools|profile cache doctor'|'tpu-tools|profile cache gc'|'tpu-tools|profile cache inspect'|'tpu-tools|profile cache verify'|'tpu-tools|profile cache warm'|'tpu-tools|collectives-test'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-tools|diag'|'tpu-bench|compile'|'tpu-bench|dispatch'|'tpu-bench|matmul'|'tpu-bench|memory'|'tpu-bench|transfer'|'tpu-bench|train'|'tpu-bench|infer'|'tpu-bench|compare'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture'|'tpu-profile|cache'|'tpu-profile|cache doctor'|'tpu-profile|cache gc'|'tpu-profile|cache inspect'|'tpu-profile|cache verify'|'tpu-profile|cache warm'|'tpu-dump|show') return 0 ;;
+        'tpu-tools|ls'|'tpu-tools|monitor'|'tpu-tools|top'|'tpu-tools|bench'|'tpu-tools|bench compile'|'tpu-tools|bench dispatch'|'tpu-tools|bench matmul'|'tpu-tools|bench memory'|'tpu-tools|bench transfer'|'tpu-tools|bench train'|'tpu-tools|bench infer'|'tpu-tools|bench compare'|'tpu-tools|bench fn'|'tpu-tools|bench program'|'tpu-tools|profile'|'tpu-tools|profile run'|'tpu-tools|profile summary'|'tpu-tools|profile hlo'|'tpu-tools|profile capture'|'tpu-tools|profile cache'|'tpu-tools|profile cache doctor'|'tpu-tools|profile cache gc'|'tpu-tools|profile cache inspect'|'tpu-tools|profile cache verify'|'tpu-tools|profile cache warm'|'tpu-tools|collectives-test'|'tpu-tools|dump'|'tpu-tools|dump show'|'tpu-tools|diag'|'tpu-bench|compile'|'tpu-bench|dispatch'|'tpu-bench|matmul'|'tpu-bench|memory'|'tpu-bench|transfer'|'tpu-bench|train'|'tpu-bench|infer'|'tpu-bench|compare'|'tpu-bench|fn'|'tpu-bench|program'|'tpu-profile|run'|'tpu-profile|summary'|'tpu-profile|hlo'|'tpu-profile|capture'|'tpu-profile|cache'|'tpu-profile|cache doctor'|'tpu-profile|cache gc'|'tpu-profile|cache inspect'|'tpu-profile|cache verify'|'tpu-profile|cache warm'|'tpu-dump|show') return 0 ;;
     esac
     return 1
 }

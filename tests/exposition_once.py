@@ -1,6 +1,6 @@
 """Print the exporter's whole /metrics text for one report of this host, as `tpu-monitor --prometheus` serves it.
 
-    python exposition_once.py [--until TEXT] [LIBTPU_ADDRESS ...]
+    python exposition_once.py [--process-command-label] [--until TEXT] [LIBTPU_ADDRESS ...]
 
 --until REGEX: report again (every 0.1 s, for at most 30 s) until REGEX matches a line of the exposition, as a
 monitor reports every period (figures such as XID events are counted between reports, and the last of several
@@ -22,11 +22,13 @@ from tpu_tools.metrics.prometheus import ReportCollector, exporters_for
 from tpu_tools.metrics.report import ReportBuilder
 
 args = sys.argv[1:]
+command_label = args[:1] == ["--process-command-label"]
+args = args[1:] if command_label else args
 until = re.compile(args[1].encode(), re.M) if args[:1] == ["--until"] else None
 addresses = args[2:] if until is not None else args
 builder = ReportBuilder(options=CollectOptions(metrics_addresses=addresses, metrics_timeout_s=2.0))
 try:
-    collector = ReportCollector(exporters_for(builder.collectors))
+    collector = ReportCollector(exporters_for(builder.collectors, command_label))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     deadline = time.monotonic() + 30

@@ -26,8 +26,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("metrics",),  # sampling and exposition; reads PJRT device records
     # Libraries below the features: in-process instrumentation shared by the agent and the profiler,
     # and the model workloads shared by bench and profile.
-    ("instrument", "workloads"),
+    # A user's own function (target, --arg specs, roofline), shared by tpu-profile hlo and tpu-bench fn.
+    ("instrument", "workloads", "userfn"),
     ("inventory", "agent", "bench", "collectives", "profile", "top"),  # features: they return data
+    ("api",),  # tpu-tools from Python: the features' reads as typed records, for readers outside the job
     ("diag",),  # diagnostics, built on the collectives' exact checks and the probes
     ("render",),  # rich/plain views of the features' data
     # The dump bundles what the other commands show, so it writes their text views (tpu-ls tables)
@@ -287,4 +289,4 @@ def test_the_walk_sees_an_upward_import(tmp_path):
     finally:
         PACKAGE = saved
     assert problems == ["tpu_tools/metrics/sample.py:2: metrics (layer 2) imports tpu_tools.cli "
-                        "(layer 8): imports must point down"]
+                        "(layer 9): imports must point down"]

@@ -11,9 +11,9 @@ from tpu_tools.accelerators import GIB
 from tpu_tools.errors import UsageError
 from tpu_tools.instrument.compiles import CompileEvent, CompileLog, function_name, parse_cache_miss
 from tpu_tools.profile.compiles import compile_rows, recompilations
-from tpu_tools.profile.hlo import ArgSpec, parse_arg_spec
-from tpu_tools.profile.roofline import chip_by_name, compute_dtype, roofline
 from tpu_tools.profile.window import TraceController, WindowSpec
+from tpu_tools.userfn.roofline import chip_by_name, compute_dtype, roofline
+from tpu_tools.userfn.specs import ArgSpec, parse_arg_spec
 
 # Explanations exactly as jax 0.10.2 logs them.
 FIRST = ("TRACING CACHE MISS at /work/prog.py:20:4 (<module>):\n  never seen function:\n"

@@ -164,7 +164,7 @@ def test_every_other_option_parser_gives_a_value_or_one_error(text):
     from tpu_tools.bench.matmul import parse_shape
     from tpu_tools.collectives.mesh import parse_device_ids, parse_mesh_shape
     from tpu_tools.collectives.stats import parse_stats
-    from tpu_tools.profile.hlo import parse_arg_spec
+    from tpu_tools.userfn.specs import parse_arg_spec
 
     for parser in (parse_tolerance, parse_shape, parse_device_ids, parse_mesh_shape, parse_stats, parse_arg_spec):
         try:

@@ -26,10 +26,12 @@ from tpu_tools.metrics.libtpu import DeviceFigures, LibtpuSnapshot, RuntimeStatu
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
 from tpu_tools.metrics.nvml import NvmlSnapshot, read_snapshot
 from tpu_tools.metrics.nvml.reader import PendingRead
+from tpu_tools.metrics.nvml.records import GpuRecord
 from tpu_tools.pjrt import headstart, isolate, queries
 from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
 from tpu_tools.pjrt.discover import Chip, Discovery, Holder, discover
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS, local_order, match_chips
+from tpu_tools.pjrt.placement import FreeChips, free_chips
 from tpu_tools.pjrt.probe import ProbeResult
 from tpu_tools.pjrt.runtime import RuntimePolicy
 from tpu_tools.pjrt.tpuvm import SliceInfo, slice_info
@@ -80,6 +82,39 @@ class DeviceEntry:
             probe=self.probe.to_dict() if self.probe else None,
             libtpu=self.libtpu.to_dict() if self.libtpu else None,
         )
+        return data
+
+
+def gpu_holders(gpu: GpuRecord) -> list[Holder]:
+    """The processes the GPU's driver lists on it, as holders (those of other containers included)."""
+    return [Holder(p.pid, p.user or "", p.command or "") for p in gpu.processes]
+
+
+@dataclass
+class DeviceSummary:
+    """One device of the listing in flat figures: a PJRT device, else a GPU the driver lists, else a chip.
+
+    Memory and utilization come from the best source there is: a GPU's driver (NVML, amdsmi), libtpu's
+    metrics service, then PJRT's allocator in the listing process. None where no source says.
+    """
+
+    index: int  # the row's position in the listing
+    platform: str
+    name: str
+    device_id: int | None = None  # the PJRT device id, where the runtime was opened
+    chip_index: int | None = None
+    pci_address: str | None = None
+    numa_node: int | None = None
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    utilization_percent: float | None = None  # a GPU's utilization, a TPU's duty cycle
+    temperature_celsius: float | None = None
+    power_draw_watts: float | None = None
+    holders: list[Holder] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["holders"] = [h.to_dict() for h in self.holders]
         return data
 
 
@@ -151,6 +186,48 @@ class Inventory:
             "nvml": self._gpu_dict(self.nvml),
             "amdsmi": self._gpu_dict(self.amdsmi),
         }
+
+    def summaries(self) -> list[DeviceSummary]:
+        """One flat record per device: the runtime's devices when it was opened, else the chips found."""
+        # The runtime's devices, unless it opened another platform than the chips found (the CPU on a GPU host).
+        if self.devices and (not self.discovery.chips or any(e.chip is not None for e in self.devices)):
+            return [self._summary(index, entry.chip, entry) for index, entry in enumerate(self.devices)]
+        return [self._summary(index, chip, None) for index, chip in enumerate(self.discovery.chips)]
+
+    def _summary(self, index: int, chip: Chip | None, entry: DeviceEntry | None) -> DeviceSummary:
+        gpu = next((g for s in self.gpu_snapshots if chip is not None
+                    for g in [s.gpu_for_pci(chip.pci_address)] if g is not None), None)
+        device = entry.device if entry else None
+        summary = DeviceSummary(index=index, platform=device.platform if device else chip.platform if chip else "",
+                                name=(device.device_kind if device else chip.name if chip else ""),
+                                device_id=device.id if device else None,
+                                chip_index=chip.index if chip else None,
+                                pci_address=chip.pci_address if chip else None,
+                                numa_node=chip.numa_node if chip else None,
+                                holders=list(chip.holders) if chip else [])
+        service = entry.libtpu if entry and entry.libtpu else self.chip_libtpu.get(chip.index) if chip else None
+        if gpu is not None:
+            summary.memory_total_bytes, summary.memory_used_bytes = gpu.memory_total_bytes, gpu.memory_used_bytes
+            summary.utilization_percent = gpu.utilization_gpu_percent
+            summary.temperature_celsius, summary.power_draw_watts = gpu.temperature_celsius, gpu.power_draw_watts
+            known = {h.pid for h in summary.holders}
+            summary.holders += [h for h in gpu_holders(gpu) if h.pid not in known]
+        elif service is not None:
+            summary.memory_total_bytes = service.usage.hbm_total_bytes
+            summary.memory_used_bytes = service.usage.hbm_used_bytes
+            summary.utilization_percent = service.usage.duty_cycle_percent
+        elif device is not None:
+            summary.memory_total_bytes, summary.memory_used_bytes = device.memory_limit_bytes, device.memory_used_bytes
+        if summary.memory_total_bytes is None and chip is not None:
+            summary.memory_total_bytes = chip.hbm_bytes
+        return summary
+
+    def free_chips(self) -> list[FreeChips]:
+        """Per platform, the chips no process holds and the environment that pins a new job to them; a GPU
+        process that the driver lists and /proc does not show (another container) holds its GPU too."""
+        held_elsewhere = {gpu.pci_bus_id: gpu_holders(gpu) for snapshot in self.gpu_snapshots
+                          for gpu in snapshot.gpus if gpu.pci_bus_id}
+        return free_chips(self.discovery, held_elsewhere)
 
     def gpu_chip(self, pci_bus_id: str | None) -> Chip | None:
         """The chip passive discovery found at an NVML GPU's PCI bus id."""

@@ -8,4 +8,5 @@ error, --help or a shell completion among them, starts faster.
 from __future__ import annotations
 
 BENCHMARKS = ("compile", "dispatch", "matmul", "memory", "transfer", "train", "infer")
-OUT_OF_PROCESS = ("compile",)  # run in child processes, before the suite opens the device
+USER_BENCHMARKS = ("fn", "program")  # the user's own code: run by name only, never in a suite
+OUT_OF_PROCESS = ("compile", "program")  # run in child processes, before the suite opens the device

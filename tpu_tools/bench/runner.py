@@ -26,7 +26,7 @@ from tpu_tools.bench.interrupts import kept_interrupts, raise_kept_interrupt
 from tpu_tools.bench.names import OUT_OF_PROCESS
 from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, Case, CaseResult, RunResult
 from tpu_tools.bench.timing import TimingSettings
-from tpu_tools.errors import PlatformUnavailable
+from tpu_tools.errors import PlatformUnavailable, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
 
 
@@ -170,6 +170,8 @@ def _run_in_process(ctx: Any, case: Case) -> CaseResult:
     before = snapshot()
     try:
         result = benchmark_module(case.benchmark).run(ctx, case)
+    except UsageError:
+        raise  # the user's target or arguments are wrong (tpu-bench fn): no case can run
     except Exception as error:
         status, message = classify(error, ctx.platform)
         result = CaseResult(case, status=status, message=message)

@@ -13,7 +13,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tpu_tools.bench.names import BENCHMARKS
+from tpu_tools.bench.names import BENCHMARKS, USER_BENCHMARKS
 from tpu_tools.cli.bench_options import (
     RunArgs,
     allow_missing_option,
@@ -40,6 +40,7 @@ from tpu_tools.errors import EXIT_OK, UsageError
 BENCH_SCHEMA = "tpu-tools/bench/v1"  # bench.records.SCHEMA, named here without importing the benchmarks' records
 
 SUBCOMMANDS = {name: f"tpu_tools.cli.bench:{name}_command" for name in (*BENCHMARKS, "compare")}
+SUBCOMMANDS.update({name: f"tpu_tools.cli.bench_user:{name}_command" for name in USER_BENCHMARKS})
 
 MAN_SECTIONS = {
     "DESCRIPTION": (
@@ -90,7 +91,24 @@ MAN_SECTIONS = {
         "parallel over all local devices: samples/s, tokens/s, step p50/p90/p99, compile time, model FLOPs "
         "per step, MFU, cost per 1M samples with --price-per-hour.\n"
         "infer     the same model's forward pass at batch sizes 1..N on one device: latency p50/p99, "
-        "throughput."
+        "throughput.\n"
+        "fn        your own function, MODULE:FUNCTION with --arg specs (those of tpu-profile hlo): random inputs "
+        "of those shapes on the first device, compiled once, timed back to back as matmul is; FLOP/s and "
+        "bytes/s from XLA's cost analysis over the measured time, % of the compute peak (of the inputs' dtype) "
+        "and of the memory bandwidth, and where the call sits on the roofline: the best case (the larger of its "
+        "FLOPs at the peak and its bytes at the bandwidth) over the time it took (values.percent_of_roofline), "
+        "the bound XLA's counts predict (roofline_bound) and the ceiling the measured rates are nearer "
+        "(measured_bound). Never part of a suite.\n"
+        "program   your own program (-- script.py ARGS, or -- -m module ARGS) run under the agent "
+        "(python -m tpu_tools.agent) for --duration (30 s; then SIGINT, SIGTERM 10 s later, SIGKILL 10 s after "
+        "that), or until it ends, before this process opens the device. The agent is asked for its figures every "
+        "--sample-interval: its steps/s (over its last 10 s) and median step time are the samples, the first half "
+        "of them the warm-up; values hold the agent's last figures: steps, agent_steps_per_s, step_time_p50_ms, "
+        "step_time_p99_ms, mfu_percent, goodput_percent (since the start), compile_count, recompile_count, "
+        "compile_time_s, run_s, ended, exit_code. Steps are those the program marks (tpu_tools.agent.step()). A "
+        "program that exits with a failure is a failed case with the last line of its output, and so is one whose "
+        "agent has not answered within --timeout. --suite, --min-time, --warmup and --seed do not apply. Never part "
+        "of a suite."
     ),
     "BASELINES AND CI": (
         "--baseline FILE compares this run with an earlier --json result: a table of every figure with its "
@@ -134,7 +152,11 @@ MAN_SECTIONS = {
         "bytes_per_call, xla_bytes_per_call, peak_bandwidth_gbps, model_flops_per_step, xla_flops_per_step, "
         "model_flops_per_call, achieved_tflops, mfu_percent, parameters, global_batch, devices, "
         "price_per_hour, cost_per_1m_samples, final_loss, speedup, cache_hit_verified, "
-        "cache_entries_written (each where it applies; null where unknown)."
+        "cache_entries_written, peak_dtype, percent_of_peak_bandwidth, arithmetic_intensity_flops_per_byte, "
+        "roofline_bound, measured_bound, roofline_best_case_us, percent_of_roofline (fn), steps, agent_steps_per_s, "
+        "step_time_p50_ms, step_time_p99_ms, goodput_percent, compile_count, recompile_count, compile_time_s, run_s, "
+        "ended, exit_code, agent_reads, warmup_reads (program) (each where it applies; null where unknown). "
+        "program's stats are steps_per_s and step_time_ms, its timing \"agent\"."
     ),
     "EXAMPLES": (
         "tpu-bench\n"
@@ -144,6 +166,8 @@ MAN_SECTIONS = {
         "tpu-bench memory --size 1G --op copy,triad\n"
         "tpu-bench train --preset small --price-per-hour 4.20 --host-devices 8\n"
         "tpu-bench infer --preset base --max-batch 64\n"
+        "tpu-bench fn mymodel:attention --arg bf16[8,1024,64] --arg bf16[8,1024,64] --arg bf16[8,1024,64]\n"
+        "tpu-bench program --duration 60 --baseline main.json -- train.py --config small.yaml\n"
         "tpu-bench compare main.json new.json"
     ),
 }

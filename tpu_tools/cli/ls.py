@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from tpu_tools.cli.common import (
@@ -9,12 +11,11 @@ from tpu_tools.cli.common import (
     common_options,
     is_debug,
     metrics_options,
-    output_options,
     run_cli,
     runtime_options,
 )
-from tpu_tools.cli.output import Output, note
-from tpu_tools.errors import EXIT_FAILURE, EXIT_OK, UsageError
+from tpu_tools.cli.output import FORMAT_CHOICES, Output, note, resolve_format
+from tpu_tools.errors import EXIT_FAILURE, EXIT_OK, RuntimeFailure, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
 
 MAN_SECTIONS = {
@@ -122,8 +123,33 @@ MAN_SECTIONS = {
         "around (a torus) is marked with '~': 3-D tori (v4, v5p, 7x) on extents that are multiples of 4, "
         "2-D chips (v5e, v6e) on a full side of 16. Platforms without coordinates get a plain list."
     ),
+    "QUERY": (
+        "--query FIELD,... prints the chosen figures of every device, one row each, as CSV: a header line of the "
+        "field names, then one line per device (like nvidia-smi --query-gpu=... --format=csv); --json prints them "
+        "as a list of objects instead. --format csv without --query prints the default fields. --help-query lists "
+        "the fields. The rows are the runtime's devices when it was opened, else the chips passive discovery found "
+        "(a GPU host whose driver lists the GPUs: one row per GPU). An unknown value is an empty cell. Memory and "
+        "utilization come from the GPU's driver, libtpu's metrics service, else PJRT's allocator in tpu-ls's own "
+        "runtime child; holders are the processes with the device open, ';' between them."
+    ),
+    "FREE CHIPS": (
+        "--free lists, per platform, the chips no process holds and the environment that pins a new job to them, "
+        "without opening any device. On a TPU host: TPU_VISIBLE_CHIPS (the chips' host indexes), "
+        "TPU_CHIPS_PER_PROCESS_BOUNDS (the block they form, x,y,z) and TPU_PROCESS_BOUNDS (1,1,1: one process). "
+        "The chips must form a block the runtime accepts: TPU hosts lay their chips out two wide (chip i at "
+        "i % 2, i // 2), and the blocks are one chip, a row of two, or whole rows aligned to their height "
+        "(2x2 of chips 0-3 or 4-7, 2x4 of all eight); the largest block of free chips is chosen. On NVIDIA GPUs: "
+        "CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER=PCI_BUS_ID (indexes in PCI order); on AMD GPUs "
+        "HIP_VISIBLE_DEVICES. --env prints only the NAME=value lines (env $(tpu-ls --env) python train.py), "
+        "--export only export lines (eval \"$(tpu-ls --export)\"); both exit 1 with one sentence when no chip "
+        "is free. --json: {schema \"tpu-tools/ls-free/v1\", host, time, platforms[] {platform, chips[], held[] "
+        "{chip_index, holders[]}, free[], chosen[], environment {NAME: value}, notes[]}, notes[]}."
+    ),
     "EXAMPLES": (
         "tpu-ls\n"
+        "tpu-ls --query index,name,memory_used_bytes,utilization_percent,holder_pids\n"
+        "tpu-ls --free\n"
+        "eval \"$(tpu-ls --export)\" && python train.py\n"
         "tpu-ls --host-devices 8 --json\n"
         "tpu-ls --probe --platform tpu\n"
         "tpu-ls --no-runtime\n"
@@ -152,14 +178,52 @@ MAN_SECTIONS = {
 @click.option("--list-metrics", is_flag=True,
               help="List the metrics every libtpu metrics service and agent serves, what tpu-tools reads of "
                    "them, and what it knows that the runtime does not serve; then exit.")
+@click.option("--query", "query_text", metavar="FIELD,...",
+              help="Print these fields of every device, one row each, as CSV with a header (--help-query lists "
+                   "them; --json: a list of objects).")
+@click.option("--help-query", is_flag=True, help="List the fields --query takes, then exit.")
+@click.option("--free", is_flag=True,
+              help="Which chips no process holds, and the environment that pins a new job to them.")
+@click.option("--env", "env_lines", is_flag=True,
+              help="With --free (implied): print only NAME=value lines, for env(1).")
+@click.option("--export", "export_lines", is_flag=True,
+              help="With --free (implied): print only export lines, for a shell's eval.")
 @metrics_options
 @runtime_options
-@output_options
+@click.option("--json", "json_flag", is_flag=True, help="Print one JSON document (same as --format json).")
+@click.option("--format", "output_format", type=click.Choice((*FORMAT_CHOICES, "csv")), default="auto",
+              show_default=True,
+              help="auto: a table on a terminal, plain text in a pipe or with NO_COLOR; csv: --query's rows.")
 @common_options
 def ls_command(probe: bool, topology: bool, verbose: bool, no_runtime: bool, force: bool, runtime_status: bool,
-               metric_names: tuple[str, ...], list_metrics: bool, metrics_addresses: list[str],
-               metrics_timeout_s: float, policy: RuntimePolicy, timeout_s: float, out: Output) -> int:
+               metric_names: tuple[str, ...], list_metrics: bool, query_text: str | None, help_query: bool,
+               free: bool, env_lines: bool, export_lines: bool, metrics_addresses: list[str],
+               metrics_timeout_s: float, policy: RuntimePolicy, timeout_s: float, json_flag: bool,
+               output_format: str) -> int:
     """List accelerator devices, their memory, PCI placement and the processes using them."""
+    if help_query:
+        from tpu_tools.render.query_view import help_lines
+
+        for line in help_lines():
+            click.echo(line)
+        return EXIT_OK
+    csv_format = output_format == "csv"
+    out = Output(resolve_format("plain" if csv_format else output_format, json_flag, sys.stdout))
+    if env_lines and export_lines:
+        raise UsageError("give --env or --export, not both")
+    if free or env_lines or export_lines:
+        if query_text or csv_format or probe or force:
+            raise UsageError("--free cannot be combined with --query, --format csv, --probe or --force (it never "
+                             "opens a device)")
+        return _free(policy, timeout_s, out, "env" if env_lines else "export" if export_lines else None)
+    names = None
+    if query_text is not None or csv_format:
+        from tpu_tools.render.query_view import DEFAULT_FIELDS, parse_fields
+
+        try:
+            names = parse_fields(query_text) if query_text is not None else DEFAULT_FIELDS
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     if metric_names:
         from tpu_tools.cli.list_metrics import query_metrics
 
@@ -186,13 +250,46 @@ def ls_command(probe: bool, topology: bool, verbose: bool, no_runtime: bool, for
             note(f"nvml: {inventory.nvml.error}")
         if inventory.amdsmi is not None and inventory.amdsmi.error:
             note(f"amdsmi: {inventory.amdsmi.error}")
-    if out.is_json:
+    if names is not None:
+        from tpu_tools.render.query_view import csv_text, rows
+
+        if out.is_json:
+            out.json(rows(inventory.summaries(), names))
+        else:
+            sys.stdout.write(csv_text(inventory.summaries(), names))
+    elif out.is_json:
         out.json(inventory.to_dict())
     else:
         _render(inventory, topology, out, verbose)
     if probe and inventory.runtime_status != RUNTIME_OK:
         note("probe not run: " + "; ".join(inventory.notes))
     return EXIT_FAILURE if inventory.probe_failed else EXIT_OK
+
+
+def _free(policy: RuntimePolicy, timeout_s: float, out: Output, lines: str | None) -> int:
+    """--free: passive discovery (and the GPU driver's process list); no runtime is started."""
+    from tpu_tools.inventory import build_inventory
+    from tpu_tools.pjrt.placement import export_lines
+
+    inventory = build_inventory(policy, timeout_s=timeout_s, use_runtime=False)
+    placements = inventory.free_chips()
+    if lines is not None:
+        chosen = [p for p in placements if p.environment]
+        if not chosen:
+            why = "no accelerator found" if not placements else "; ".join(n for p in placements for n in p.notes[:1])
+            raise RuntimeFailure(f"no free chip to pin a job to: {why}")
+        for line in export_lines(chosen, export=lines == "export"):
+            out.text(line)
+        return EXIT_OK
+    if out.is_json:
+        out.json({"schema": "tpu-tools/ls-free/v1", "host": inventory.host, "time": inventory.time,
+                  "platforms": [p.to_dict() for p in placements], "notes": inventory.all_notes()})
+        return EXIT_OK
+    from tpu_tools.render.inventory_view import free_chip_lines
+
+    for line in free_chip_lines(placements):
+        out.text(line)
+    return EXIT_OK
 
 
 def _debug_libtpu(inventory) -> None:

@@ -159,7 +159,8 @@ MAN_SECTIONS = {
         "tpu_tools_device_utilization_ratio (TPU duty cycle, GPU utilization), tpu_tools_device_holder_processes "
         "(with a holders_source label), "
         "and, on TPUs, tpu_tools_device_NAME for each extra figure a source reports (a percent as NAME_ratio).\n"
-        "processes (labels pid, tag, and namespace, pod, container where a process runs in a Kubernetes pod): "
+        "processes (labels pid, tag, command with --process-command-label, and namespace, pod, container where a "
+        "process runs in a Kubernetes pod): "
         "tpu_tools_agent_up, tpu_tools_process_cpu_percent, "
         "tpu_tools_process_rss_bytes, tpu_tools_process_threads, tpu_tools_process_device_memory_used_bytes, "
         "tpu_tools_process_live_array_bytes, tpu_tools_process_live_arrays, tpu_tools_process_compiles_total, "
@@ -212,6 +213,14 @@ MAN_SECTIONS = {
         "environment), empty where unknown. Label values from outside are made printable (control characters "
         "become ?) and cut at 128 characters.\n"
         "tpu_tools_group_error (label group): 1 when that group failed in the latest report.\n"
+        "tpu_tools_build_info (value 1; labels version (tpu-tools), jax, jaxlib and libtpu as installed beside the "
+        "exporter, driver (the NVIDIA or AMD driver's version; empty on TPU hosts), platform (tpu, cuda, rocm, "
+        "else cpu) and accelerator_type (the TPU slice's type, else the first accelerator's name)): what this host "
+        "runs, to join on instance.\n"
+        "--process-command-label adds each job's command line as the label command of its process series "
+        "(whitespace folded, made printable, cut at 128 characters). It multiplies series: every distinct "
+        "command is a new series of every process family, and a job whose arguments change from run to run "
+        "leaves a trail of them; it is off by default.\n"
         "--web-config FILE secures the server with TLS and basic auth, in the file format of Prometheus's "
         "exporter-toolkit: tls_server_config {cert_file, key_file, client_auth_type (NoClientCert, "
         "VerifyClientCertIfGiven or RequireAndVerifyClientCert, with client_ca_file), min_version, max_version} "
@@ -295,6 +304,10 @@ def explicit(ctx: click.Context, name: str) -> bool:
 @click.option("--pod-labels", is_flag=True,
               help="Add the Kubernetes labels of the pod that holds a device to its series (label_KEY), read "
                    "with the service account (RBAC: deploy/kubernetes/optional/pod-labels-rbac.yaml).")
+@click.option("--process-command-label", is_flag=True,
+              help="With --prometheus: add each job's command line (whitespace folded, made printable, cut to 128 "
+                   "characters) as a `command` label of its process series. Every distinct command is a new series "
+                   "of every process family: off by default.")
 @click.option("--allow-metric", "allow_metrics", multiple=True, metavar="GLOB",
               help="With --prometheus: serve only the families matching these names or globs (repeatable, or "
                    "comma-separated).")
@@ -317,7 +330,8 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
                     tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
                     quiet: bool, web_config_path: Path | None, from_prometheus: str | None,
                     from_prometheus_timeout: float, arrays_pid: int | None, pod_labels: bool,
-                    allow_metrics: tuple[str, ...], deny_metrics: tuple[str, ...], list_metrics: bool,
+                    process_command_label: bool, allow_metrics: tuple[str, ...], deny_metrics: tuple[str, ...],
+                    list_metrics: bool,
                     price_per_hour: float | None, jobs_ended: bool, metrics_addresses: list[str],
                     metrics_timeout_s: float) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
@@ -338,6 +352,8 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
         raise UsageError("--quiet only makes sense with --prometheus (otherwise nothing would be reported)")
     if web_config_path is not None and prometheus_address is None:
         raise UsageError("--web-config only makes sense with --prometheus (it secures the /metrics server)")
+    if process_command_label and prometheus_address is None:
+        raise UsageError("--process-command-label only makes sense with --prometheus (it labels its series)")
     if (allow_metrics or deny_metrics) and prometheus_address is None and not list_metrics:
         raise UsageError("--allow-metric and --deny-metric only make sense with --prometheus or --list-metrics")
     from tpu_tools.metrics.selection import MetricSelection, parse_globs
@@ -389,7 +405,7 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
             from tpu_tools.metrics.prometheus import ReportCollector, exporters_for, parse_listen_address, serve
 
             host, port = parse_listen_address(prometheus_address)
-            exporter = ReportCollector(exporters_for(builder.collectors), selection)
+            exporter = ReportCollector(exporters_for(builder.collectors, process_command_label), selection)
             if web_config is not None:
                 from tpu_tools.metrics.webserver import serve_secure
 

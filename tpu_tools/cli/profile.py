@@ -298,17 +298,12 @@ def hlo_command(target: str, arg_specs: tuple[str, ...], preset: str | None, bat
     step of the tpu-bench transformer) or infer (its forward pass), sized by --preset and --batch.
     """
     from tpu_tools.pjrt.runtime import import_jax
-    from tpu_tools.profile.hlo import (
-        abstract_arguments,
-        analyse,
-        check_target,
-        parse_arg_spec,
-        resolve_target,
-        write_hlo_files,
-    )
-    from tpu_tools.profile.roofline import chip_by_name
+    from tpu_tools.profile.hlo import analyse, write_hlo_files
     from tpu_tools.profile.session import choose_output_dir, make_output_dir
     from tpu_tools.profile.workloads import WORKLOADS, builtin_workload, workload_config
+    from tpu_tools.userfn.roofline import chip_by_name
+    from tpu_tools.userfn.specs import abstract_arguments, parse_arg_spec
+    from tpu_tools.userfn.target import check_target, resolve_target
 
     builtin = ":" not in target and target in WORKLOADS
     if builtin and arg_specs:

@@ -219,10 +219,10 @@ def warm_command(directory: Path, target: tuple[str, ...], program_module: str |
     """
     from tpu_tools.pjrt.runtime import apply
     from tpu_tools.profile.cachewarm import WarmTarget, warm
-    from tpu_tools.profile.hlo import parse_arg_spec
     from tpu_tools.profile.runner import ProgramTarget
     from tpu_tools.profile.workloads import WORKLOADS
     from tpu_tools.render.cache_view import warm_text
+    from tpu_tools.userfn.specs import parse_arg_spec
 
     words = list(target)
     if program_module is not None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
+from tpu_tools.metrics.buildinfo import NAME as BUILD_INFO
 from tpu_tools.metrics.groups.workload import prometheus_families as workload_families
 from tpu_tools.metrics.libtpu.distribution import DistributionSummary
 from tpu_tools.metrics.libtpu.export import gauge_samples, histogram_samples
@@ -71,7 +72,8 @@ def _example_families() -> Iterable[tuple[str, Metric]]:
     collector = ReportCollector({"host": host_metrics})
     collector.update({"host": {"error": None, "cpu_percent": 1, "memory_total_bytes": 1, "memory_used_bytes": 1,
                                "memory_available_bytes": 1, "swap_used_bytes": 1, "load_average_1m": 1}})
-    yield from (("host" if f.name.startswith(PREFIX + "host_") else "every group", f) for f in collector.collect())
+    yield from (("host" if f.name.startswith(PREFIX + "host_") else "every report" if f.name == BUILD_INFO
+                 else "every group", f) for f in collector.collect())
     device = {"key": "tpu:0", "platform": "tpu", "name": "TPU", "memory_used_bytes": 1, "memory_total_bytes": 1,
               "live_array_bytes": 1, "utilization_percent": 1, "holders": [{}],
               "extra": {"hbm_bandwidth_utilization_percent": 1, "tensorcore_idle_duration_seconds": 1,

@@ -13,10 +13,7 @@ from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-
-def _process_values(agent: dict[str, Any], labels: list[str]) -> list[str]:
-    pod = agent.get("kubernetes") or {}
-    return [str(agent.get("pid")), str(agent.get("tag") or ""), *(str(pod.get(label) or "") for label in labels[2:])]
+from tpu_tools.metrics.processlabels import process_label_values
 
 
 def health_families(data: dict[str, Any], labels: list[str]) -> Iterator[Metric]:
@@ -34,7 +31,7 @@ def health_families(data: dict[str, Any], labels: list[str]) -> Iterator[Metric]
         health = (agent.get("tpu_sdk") or {}).get("health") if not agent.get("error") else None
         if not isinstance(health, dict):
             continue
-        values = _process_values(agent, labels)
+        values = process_label_values(agent, labels)
         for link in health.get("ici_links") or []:
             links.add_metric([*values, str(link["location"]), str(link["tray"]), str(link["chip"]),
                               str(link["port"])], float(link["score"]))

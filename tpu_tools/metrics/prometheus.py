@@ -11,6 +11,7 @@ giving its collector a `prometheus(data)` method.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -20,10 +21,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from tpu_tools.errors import UsageError
+from tpu_tools.metrics.buildinfo import build_info_family
 from tpu_tools.metrics.cacheshare import cache_metrics
 from tpu_tools.metrics.goodput_view import goodput_families
 from tpu_tools.metrics.holders import device_holders
-from tpu_tools.metrics.naming import label_value
+from tpu_tools.metrics.processlabels import process_label_values, process_labels
 from tpu_tools.metrics.prom_health import health_families
 from tpu_tools.metrics.selection import MetricSelection
 from tpu_tools.parsing import port_number
@@ -116,14 +118,12 @@ def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
     yield from extra.values()
 
 
-POD_LABELS = ("namespace", "pod", "container")
 
-
-def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
-    """Prometheus families of the `processes` group (agents), labelled by pid and tag (and pod)."""
+def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterator[Metric]:
+    """Prometheus families of the `processes` group (agents), labelled by pid and tag (and pod, and the command
+    where `command_label` asks for it: metrics/processlabels.py)."""
     # Where a process runs in a Kubernetes pod, every process series also names its pod (empty for the others).
-    in_pods = any(agent.get("kubernetes") for agent in data.get("agents") or [])
-    labels = ["pid", "tag", *(POD_LABELS if in_pods else ())]
+    labels = process_labels(data.get("agents") or [], command_label)
     up = _gauge("agent_up", "1 when the process's agent answered, 0 when asking it failed.", labels)
     gauges = {key: _gauge(f"process_{key}", doc, labels) for key, doc in [
         ("cpu_percent", "Process CPU use, percent of one core."),
@@ -150,9 +150,7 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
                         "TensorCore utilization per core from 0 to 1, read in the job through libtpu's SDK.",
                         [*labels, "core"])
     for agent in data.get("agents") or []:
-        values = [str(agent.get("pid")), label_value(str(agent.get("tag") or ""))]
-        if in_pods:
-            values += [label_value(str((agent.get("kubernetes") or {}).get(label) or "")) for label in POD_LABELS]
+        values = process_label_values(agent, labels)
         up.add_metric(values, 0.0 if agent.get("error") else 1.0)
         if agent.get("error"):
             continue
@@ -175,9 +173,7 @@ def process_metrics(data: dict[str, Any]) -> Iterator[Metric]:
         for core, value in enumerate((agent.get("tpu_sdk") or {}).get("tensorcore_utilization_percent") or []):
             _add(tensorcore, [*values, str(core)], value / 100 if isinstance(value, (int, float)) else None)
     yield up
-    yield from goodput_families(data.get("agents") or [], labels, lambda agent: [
-        str(agent.get("pid")), str(agent.get("tag") or ""),
-        *([str((agent.get("kubernetes") or {}).get(label) or "") for label in POD_LABELS] if in_pods else [])])
+    yield from goodput_families(data.get("agents") or [], labels, lambda agent: process_label_values(agent, labels))
     yield from gauges.values()
     yield from counters.values()
     yield compile_time
@@ -300,17 +296,22 @@ class ReportCollector(Collector):
                     first = merged.setdefault(family.name, family)
                     if first is not family:
                         first.samples.extend(family.samples)
-        for family in [*merged.values(), errors]:
+        for family in [*merged.values(), errors, build_info_family(report)]:
             # a family without samples is not served (naming.py), nor one the allow and deny lists leave out
             if family.samples and self._selection.selects(family.name):
                 yield with_labels(with_holders(family, holders), host_labels)
 
 
-def exporters_for(collectors: dict[str, Any]) -> dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]:
-    """The built-in exporter of each group, else the collector's own `prometheus` method."""
-    found = {}
+def exporters_for(collectors: dict[str, Any], command_label: bool = False,
+                  ) -> dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]:
+    """The built-in exporter of each group, else the collector's own `prometheus` method. `command_label`: the
+    process series carry their command (metrics/processlabels.py)."""
+    builtin = dict(BUILTIN)
+    if command_label:
+        builtin["processes"] = functools.partial(process_metrics, command_label=True)
+    found: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {}
     for name, collector in collectors.items():
-        export = BUILTIN.get(name) or getattr(collector, "prometheus", None)
+        export = builtin.get(name) or getattr(collector, "prometheus", None)
         if export is not None:
             found[name] = export
     return found

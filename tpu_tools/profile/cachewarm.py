@@ -137,7 +137,8 @@ def _compile(target: WarmTarget) -> None:
         workload = builtin_workload(target.target or "train", target.preset or "tiny", target.batch)
         jax.jit(workload.function).lower(*workload.arguments).compile()
     elif target.kind == "function":
-        from tpu_tools.profile.hlo import abstract_arguments, parse_arg_spec, resolve_target
+        from tpu_tools.userfn.specs import abstract_arguments, parse_arg_spec
+        from tpu_tools.userfn.target import resolve_target
 
         function = resolve_target(target.target or "")
         jitted = function if hasattr(function, "lower") else jax.jit(function)

@@ -89,6 +89,20 @@ def details(result: CaseResult) -> str:
         arithmetic = values.get("arithmetic")
         if benchmark == "matmul" and arithmetic and arithmetic != result.case.params.get("dtype"):
             parts.append(f"ran as {arithmetic}")  # f32 at the default precision: tf32 on NVIDIA, bf16 on a TPU
+    elif benchmark == "fn":
+        if result.primary != "time_us":
+            parts.append(f"time {format_figure('time_us', stats['time_us'].median)}")
+        if "bandwidth_gbps" in stats:
+            parts.append(format_figure("bandwidth_gbps", stats["bandwidth_gbps"].median))
+        if values.get("percent_of_roofline") is not None:
+            parts.append(f"{values['percent_of_roofline']:.3g}% of the roofline ({values['roofline_bound']}-bound), "
+                         f"nearer the {values['measured_bound']} ceiling")
+    elif benchmark == "program":
+        if values.get("step_time_p50_ms") is not None:
+            parts.append(f"step p50/p99 {values['step_time_p50_ms']:.4g}/{values['step_time_p99_ms']:.4g} ms")
+        parts.append(f"{values['steps']} steps in {values['run_s']:.1f} s ({values['ended']})")
+        compile_text = format_figure("compile_ms", values["compile_time_s"] * 1e3)
+        parts.append(f"{values['compile_count']} compiles, {compile_text}")
     elif benchmark == "dispatch":
         latency = stats["latency_us"]
         parts.append(f"p99 {format_figure('latency_us', latency.p99)}")

@@ -6,6 +6,7 @@ from tpu_tools.accelerators import spec_for_device_kind
 from tpu_tools.inventory import DeviceEntry, Inventory, ServiceFigures
 from tpu_tools.metrics.chiphealth import ChipHealth, HostHealth, link_level, link_text, throttle_level, throttle_text
 from tpu_tools.pjrt.discover import Chip, Holder
+from tpu_tools.pjrt.placement import FreeChips, export_lines
 from tpu_tools.pjrt.tpuvm import SliceInfo
 from tpu_tools.render.libtpu_view import DUTY_HEADER, HBM_HEADER, duty_text, hbm_text
 from tpu_tools.render.table import Column, TableData
@@ -194,3 +195,24 @@ def chip_table(chips: list[Chip], libtpu: dict[int, ServiceFigures] | None = Non
             _style_health(table, 4 + len(figures), health_figures)
     return table
 
+
+
+def free_chip_lines(placements: list[FreeChips]) -> list[str]:
+    """`tpu-ls --free`: per platform, the held and free chips, then the environment for a new job."""
+    if not placements:
+        return ["no accelerator found"]
+    lines: list[str] = []
+    for placement in placements:
+        if lines:
+            lines.append("")
+        free = ",".join(map(str, placement.free)) or "none"
+        lines.append(f"{placement.platform}: {len(placement.chip_indexes)} chips, {len(placement.held)} held, "
+                     f"free: {free}")
+        for index, holders in sorted(placement.held.items()):
+            lines.append(f"  chip {index} held by {holders_text(holders)}")
+        if placement.environment:
+            lines.append(f"pin a new job to chip{'s' if len(placement.chosen) > 1 else ''} "
+                         f"{','.join(map(str, placement.chosen))}:")
+            lines += [f"  {line}" for line in export_lines([placement], export=False)]
+        lines += [f"note: {note}" for note in placement.notes]
+    return lines

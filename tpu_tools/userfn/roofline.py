@@ -93,6 +93,26 @@ def roofline(flops: float | None, bytes_accessed: float | None, spec: ChipSpec |
                         "an accelerator's peak")
     peak, peak_dtype, note = peak_for(spec, dtype)
     bandwidth = spec.hbm_bandwidth_bytes_per_s
+    limits = ceilings(flops, bytes_accessed, peak, bandwidth)
+    return Roofline(spec.name, peak_dtype, peak, bandwidth, intensity, limits.ridge_flops_per_byte, limits.bound,
+                    _us(limits.compute_s), _us(limits.memory_s), _us(limits.best_case_s), note)
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """The time a program's FLOPs take at the compute peak and its bytes at the bandwidth, and which is larger."""
+
+    compute_s: float | None
+    memory_s: float | None
+    ridge_flops_per_byte: float | None
+    bound: str | None  # "compute" or "memory"; None when either ceiling is unknown
+    best_case_s: float | None  # the larger of the two known times
+
+
+def ceilings(flops: float | None, bytes_accessed: float | None, peak: float | None,
+             bandwidth: float | None) -> Ceilings:
+    """A program's place under a device's two ceilings (from its FLOPs and bytes per run)."""
+    intensity = flops / bytes_accessed if flops is not None and bytes_accessed else None
     compute_s = flops / peak if peak and flops is not None else None
     memory_s = bytes_accessed / bandwidth if bandwidth and bytes_accessed is not None else None
     ridge = peak / bandwidth if peak and bandwidth else None
@@ -102,9 +122,7 @@ def roofline(flops: float | None, bytes_accessed: float | None, spec: ChipSpec |
     elif compute_s is not None and memory_s is not None:
         bound = "compute" if compute_s >= memory_s else "memory"
     times = [t for t in (compute_s, memory_s) if t is not None]
-    best = max(times) if times else None
-    return Roofline(spec.name, peak_dtype, peak, bandwidth, intensity, ridge, bound,
-                    _us(compute_s), _us(memory_s), _us(best), note)
+    return Ceilings(compute_s, memory_s, ridge, bound, max(times) if times else None)
 
 
 def _us(seconds: float | None) -> float | None:
