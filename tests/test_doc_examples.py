@@ -147,6 +147,18 @@ NOT_RUN = {  # what each needs that a cheap run on the CPU platform has not
     "tpu-profile summary /tmp/tensorboard --top 5": "a trace a job wrote",
     "tpu-profile hlo train --preset small --chip v5e --out hlo-train": "the small transformer's compile, a minute",
     "tpu-profile capture --addr 127.0.0.1:9999 --duration 1 --out cap --top 5": "a job serving its profiler",
+    "cat mykern.py": "the reader's module, shown, not run",
+    "tpu-bench fn mykern:gemm --arg f32[512,512] --arg f32[512,512]": "the reader's mykern.py (tests/test_bench_fn.py)",
+    "tpu-bench program --duration 10 -- steady.py      # 20 ms of sleep and a small GEMM per step":
+        "a program run for 10 s (tests/test_bench_program.py runs one)",
+    "tpu-bench program --duration 60 --json main.json -- train.py --config small.yaml": "the reader's train.py",
+    "tpu-bench program --duration 60 --baseline main.json -- train.py --config small.yaml   # exit 3 if slower":
+        "the reader's train.py",
+    "tpu-ls --free": "a fixture TPU host whose chips are partly held (tests/test_ls_query_free.py)",
+    'eval "$(tpu-ls --export)" && python train.py      # or: env $(tpu-ls --env) python train.py':
+        "the reader's train.py",
+    "tpu-ls --no-runtime --query chip_index,name,memory_total_bytes,holder_pids   # a v5e-8 host, two jobs":
+        "a fixture TPU host held by two jobs (tests/test_ls_query_free.py)",
 }
 
 

@@ -34,7 +34,8 @@ def test_globs_allow_and_deny_counters_by_either_name():
 
 def test_the_collector_serves_only_the_selected_families():
     collector = ReportCollector({"host": host_metrics}, MetricSelection(deny=("tpu_tools_host_memory_*",
-                                                                               "tpu_tools_group_error")))
+                                                                               "tpu_tools_group_error",
+                                                                               "tpu_tools_build_info")))
     collector.update({"host": {"error": None, "cpu_percent": 3.0, "memory_total_bytes": 1}})
     assert [family.name for family in collector.collect()] == ["tpu_tools_host_cpu_percent"]
 

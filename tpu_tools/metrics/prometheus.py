@@ -296,7 +296,7 @@ class ReportCollector(Collector):
                     first = merged.setdefault(family.name, family)
                     if first is not family:
                         first.samples.extend(family.samples)
-        for family in [*merged.values(), errors, build_info_family(report)]:
+        for family in [*merged.values(), build_info_family(report), errors]:  # the group errors last, as ever
             # a family without samples is not served (naming.py), nor one the allow and deny lists leave out
             if family.samples and self._selection.selects(family.name):
                 yield with_labels(with_holders(family, holders), host_labels)
