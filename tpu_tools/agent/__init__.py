@@ -237,6 +237,7 @@ class _Agent:
         self._command = sys.executable
         self.jax: ModuleType | None = None
         self.server: Any = None
+        self.publisher: Any = None  # tpu_tools.agent.publish.Publisher, when the snapshot file is on
         self.figures = figures
 
     def attach_jax(self, jax_module: ModuleType) -> None:
@@ -351,9 +352,31 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per
             agent.server.start()
         except (RunDirError, OSError) as error:
             raise AgentError(f"the tpu-tools agent could not start: {error}") from error
+        _start_publishing(agent)
         _agent = agent
     call_when_imported(agent.attach_jax)
     return agent.info()
+
+
+def _start_publishing(agent: _Agent) -> None:
+    """The snapshot file monitors read (tpu_tools.agent.publish); without it they ask the socket."""
+    from tpu_tools.agent.publish import Publisher, publishing_wanted
+
+    if not publishing_wanted():
+        return
+    publisher = Publisher(agent.server.path, agent.snapshot)
+    try:
+        publisher.start()
+    except OSError:  # an unusable file costs the monitors the shortcut, never the job its agent
+        publisher.stop()
+        return
+    agent.publisher = publisher
+
+
+def _publish_at_step(index: int, step_time_s: float | None) -> None:
+    agent = _agent
+    if agent is not None and agent.publisher is not None:
+        agent.publisher.at_step(index, step_time_s)
 
 
 def stop() -> None:
@@ -363,6 +386,8 @@ def stop() -> None:
         agent, _agent = _agent, None
     if agent is not None and agent.pid == os.getpid():
         write_job_summary(agent.snapshot)
+    if agent is not None and agent.publisher is not None:
+        agent.publisher.stop()
     if agent is not None and agent.server is not None:
         agent.server.stop()
 
@@ -382,6 +407,8 @@ def _after_fork_in_child() -> None:
         agent.process.close()  # the parent's stat file
         if agent.server is not None:
             agent.server.forget_after_fork()
+        if agent.publisher is not None:
+            agent.publisher.forget_after_fork()
 
 
 def _at_exit() -> None:
@@ -391,5 +418,6 @@ def _at_exit() -> None:
 
 
 _steps.on_step(_ledger_step)
+_steps.on_step(_publish_at_step)
 os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_at_exit)

@@ -4,7 +4,11 @@
     query_agent(pid)             -> the agent's snapshot (a dict, schema tpu-tools/agent/v1)
     query_agents(tag_filter=...) -> AgentScan: every agent's snapshot or error, in parallel
 
-Every call has a deadline. Sockets of processes that are gone are removed on
+`query_agents` reads each snapshot from the file the agent publishes beside its
+socket (tpu_tools.metrics.snapfile), which wakes nothing in the job; it asks the
+socket only where there is no such file (an agent with it turned off, or older).
+`query_agent`, on demand, asks the socket: for the arrays, or a snapshot made
+now. Every call has a deadline. Sockets of processes that are gone are removed on
 the way; sockets that are not ours or not private are reported, never used.
 Before sending anything the client checks, with the kernel's peer
 credentials, that the listening process is this user's and has the PID the
@@ -29,6 +33,7 @@ from tpu_tools.errors import first_line
 from tpu_tools.metrics import wire
 from tpu_tools.metrics.agent_snapshot import parse_snapshot
 from tpu_tools.metrics.rundir import SocketEntry, list_socket_entries, pid_alive, remove_stale
+from tpu_tools.metrics.snapfile import Published, SnapshotFileError, read_snapshot_file, snapshot_file_for
 from tpu_tools.records import RecordError
 from tpu_tools.units import format_bytes
 
@@ -193,8 +198,55 @@ def _on_kept(connections: AgentConnections, entry: SocketEntry, line: bytes, dea
     return sock, received
 
 
+def _checked(document: Any) -> dict[str, Any]:
+    try:
+        snapshot = parse_snapshot(document)
+    except RecordError as error:
+        raise AgentQueryError(str(error)) from error
+    if snapshot.get("error"):
+        raise AgentQueryError(f"the agent failed: {first_line(RuntimeError(snapshot['error']), limit=500)}")
+    return snapshot
+
+
+def _published(entry: SocketEntry, max_bytes: int) -> dict[str, Any] | None:
+    """The snapshot the agent published in its file, checked as a socket answer is; None when there is none."""
+    try:
+        published = read_snapshot_file(snapshot_file_for(entry.path), max_bytes)
+    except SnapshotFileError as error:
+        raise AgentQueryError(str(error)) from error
+    if published is None:
+        return None
+    try:
+        document = wire.decode_response(published.document)
+    except (ValueError, RecursionError) as error:
+        raise AgentQueryError("published something that is not JSON") from error
+    snapshot = _checked(document)
+    if snapshot["pid"] != entry.pid:
+        raise AgentQueryError(f"the snapshot file names process {snapshot['pid']}, not {entry.pid}; not using it")
+    _age(snapshot, published)
+    return snapshot
+
+
+def _age(snapshot: dict[str, Any], published: Published) -> None:
+    """Bring the figures that count time since something to now: the file was written up to a second ago."""
+    age = max(0.0, time.time() - published.published_unix_s)
+    snapshot["published_unix_s"] = published.published_unix_s
+    if isinstance(snapshot.get("uptime_s"), float):
+        snapshot["uptime_s"] += age
+    steps = snapshot.get("steps")
+    if isinstance(steps, dict) and isinstance(steps.get("last_step_age_s"), float):
+        steps["last_step_age_s"] += age
+    sdk = snapshot.get("tpu_sdk")
+    if isinstance(sdk, dict) and isinstance(sdk.get("read_age_s"), float):
+        sdk["read_age_s"] += age
+
+
 def _exchange(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int = wire.MAX_RESPONSE_BYTES,
-              connections: AgentConnections | None = None) -> dict[str, Any]:
+              connections: AgentConnections | None = None, published: bool = True) -> dict[str, Any]:
+    if request == wire.REQUEST_SNAPSHOT and published:
+        snapshot = _published(entry, max_bytes)
+        if snapshot is not None:
+            return snapshot
     deadline = time.monotonic() + timeout_s
     line = wire.encode_request(request, keep=connections is not None)
     sock, received = None, bytearray()
@@ -224,13 +276,7 @@ def _exchange(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int
         document = wire.decode_response(received)
     except (ValueError, RecursionError) as error:
         raise AgentQueryError("answered something that is not JSON") from error
-    try:
-        snapshot = parse_snapshot(document)
-    except RecordError as error:
-        raise AgentQueryError(str(error)) from error
-    if snapshot.get("error"):
-        raise AgentQueryError(f"the agent failed: {first_line(RuntimeError(snapshot['error']), limit=500)}")
-    return snapshot
+    return _checked(document)
 
 
 def _ask(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int,
@@ -323,8 +369,8 @@ def list_agents(timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None 
 
 def query_agent(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None = None,
                 request: str = wire.REQUEST_SNAPSHOT) -> dict[str, Any]:
-    """The answer of the agent in process `pid` to `request` (its snapshot by default); raises AgentQueryError
-    (AgentGone if it exited)."""
+    """The answer of the agent in process `pid` to `request` (its snapshot by default), asked on its socket: made
+    now, not the one it published last; raises AgentQueryError (AgentGone if it exited)."""
     from tpu_tools.metrics.rundir import check_socket_file, socket_path
 
     path = socket_path(pid, directory)
@@ -335,7 +381,7 @@ def query_agent(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Pa
         raise AgentQueryError(f"{path} {problem}; not using it")
     entry = SocketEntry(pid, path)
     try:
-        return _exchange(entry, request, timeout_s, DEFAULT_MAX_BYTES)
+        return _exchange(entry, request, timeout_s, DEFAULT_MAX_BYTES, published=False)
     except AgentGone:
         remove_stale(entry)
         raise

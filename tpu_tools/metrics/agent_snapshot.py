@@ -114,6 +114,8 @@ SNAPSHOT = Obj({
     "error": AnyJSON(),
     "arrays_report": ARRAYS,
     "arrays_error": Str(),
+    "published_unix_s": Float(),  # read from the snapshot file (tpu_tools.metrics.snapfile): when it was written
+    "publish_error": Str(512),
 }, required=("schema", "pid"))
 
 
