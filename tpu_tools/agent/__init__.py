@@ -238,6 +238,7 @@ class _Agent:
         self.jax: ModuleType | None = None
         self.server: Any = None
         self.publisher: Any = None  # tpu_tools.agent.publish.Publisher, when the snapshot file is on
+        self.fault_stacks: Any = None  # tpu_tools.agent.stacks.FaultStacks, when a signal is registered
         self.figures = figures
 
     def attach_jax(self, jax_module: ModuleType) -> None:
@@ -258,6 +259,10 @@ class _Agent:
             return {"schema": wire.SNAPSHOT_SCHEMA, "pid": self.pid, "tag": self.tag}
         if request == wire.REQUEST_ARRAYS:
             return {"schema": wire.SNAPSHOT_SCHEMA, "pid": self.pid, "tag": self.tag, **self.arrays()}
+        if request == wire.REQUEST_STACKS:
+            from tpu_tools.agent.stacks import thread_stacks
+
+            return {"schema": wire.SNAPSHOT_SCHEMA, "pid": self.pid, "tag": self.tag, "stacks": thread_stacks()}
         return self.snapshot()
 
     def arrays(self) -> dict[str, Any]:
@@ -315,6 +320,7 @@ class _Agent:
             "tpu_sdk": self._read_sdk_metrics(),
             "goodput": self.figures_now(),
             "metrics": process_metrics().snapshot(),
+            "stacks_signal": self.fault_stacks.signal if self.fault_stacks is not None else None,
         }
 
     def figures_now(self) -> dict[str, Any]:
@@ -352,6 +358,7 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per
             agent.server.start()
         except (RunDirError, OSError) as error:
             raise AgentError(f"the tpu-tools agent could not start: {error}") from error
+        _register_fault_stacks(agent)
         _start_publishing(agent)
         _agent = agent
     call_when_imported(agent.attach_jax)
@@ -373,6 +380,18 @@ def _start_publishing(agent: _Agent) -> None:
     agent.publisher = publisher
 
 
+def _register_fault_stacks(agent: _Agent) -> None:
+    """faulthandler on a signal, for the stacks of a job stuck holding its interpreter's lock (agent/stacks.py)."""
+    from tpu_tools.agent.stacks import FaultStacks
+
+    fault_stacks = FaultStacks(agent.server.path.with_suffix(".stacks"))
+    try:
+        fault_stacks.start()
+    except (OSError, ValueError, RuntimeError):  # the job goes on without it; its snapshot names no signal
+        return
+    agent.fault_stacks = fault_stacks
+
+
 def _publish_at_step(index: int, step_time_s: float | None) -> None:
     agent = _agent
     if agent is not None and agent.publisher is not None:
@@ -388,6 +407,8 @@ def stop() -> None:
         write_job_summary(agent.snapshot)
     if agent is not None and agent.publisher is not None:
         agent.publisher.stop()
+    if agent is not None and agent.fault_stacks is not None:
+        agent.fault_stacks.stop()
     if agent is not None and agent.server is not None:
         agent.server.stop()
 
@@ -409,6 +430,8 @@ def _after_fork_in_child() -> None:
             agent.server.forget_after_fork()
         if agent.publisher is not None:
             agent.publisher.forget_after_fork()
+        if agent.fault_stacks is not None:
+            agent.fault_stacks.forget_after_fork()
 
 
 def _at_exit() -> None:

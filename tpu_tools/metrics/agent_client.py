@@ -387,3 +387,41 @@ def query_agent(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Pa
         raise
     except OSError as error:
         raise AgentQueryError(f"{error.strerror or error}") from error
+
+
+@dataclass
+class StacksAnswer:
+    """Where every Python thread of a job is (agent_snapshot.STACKS), how it was read, and its main frame."""
+
+    pid: int
+    stacks: dict[str, Any]
+    source: str  # "agent": its answer; "faulthandler": written on a signal, the job being stuck holding its lock
+    where: str | None
+
+
+def query_stacks(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None = None) -> StacksAnswer:
+    """Every Python thread's stack in the job `pid`: asked on its socket, else (no answer within `timeout_s`: a job
+    stuck holding its interpreter's lock) written by faulthandler on the signal its live agent published that it
+    registered. Raises AgentQueryError (AgentGone if it exited)."""
+    from tpu_tools.metrics.rundir import socket_path
+    from tpu_tools.metrics.stacks import StacksError, read_fault_stacks, where
+
+    try:
+        stacks = query_agent(pid, timeout_s, directory=directory, request=wire.REQUEST_STACKS).get("stacks")
+        if stacks is None:
+            raise AgentQueryError("answered without stacks (an agent of an earlier version)")
+        return StacksAnswer(pid, stacks, "agent", where(stacks))
+    except AgentGone:
+        raise
+    except AgentQueryError as error:
+        unanswered = error
+    entry = SocketEntry(pid, socket_path(pid, directory))
+    published = _published(entry, DEFAULT_MAX_BYTES)
+    number = published.get("stacks_signal") if published is not None else None
+    if number is None:
+        raise AgentQueryError(f"{unanswered}; and its agent publishes no signal for its stacks")
+    try:
+        stacks = read_fault_stacks(pid, number, entry.path.with_suffix(".stacks"), max(timeout_s, 1.0))
+    except StacksError as error:
+        raise AgentQueryError(f"{unanswered}; {error}") from error
+    return StacksAnswer(pid, stacks, "faulthandler", where(stacks))

@@ -1,7 +1,9 @@
 """The per-user directory where agents register their sockets, and the checks that keep it private.
 
 Layout: `<dir>/agent-<pid>.sock` and the snapshot the agent publishes beside it,
-`<dir>/agent-<pid>.snap` (tpu_tools.metrics.snapfile), where `<dir>` is `TPU_TOOLS_RUNTIME_DIR`, else
+`<dir>/agent-<pid>.snap` (tpu_tools.metrics.snapfile) and the file faulthandler writes its
+stacks into on a signal, `<dir>/agent-<pid>.stacks` (tpu_tools.agent.stacks), where
+`<dir>` is `TPU_TOOLS_RUNTIME_DIR`, else
 `$XDG_RUNTIME_DIR/tpu-tools` (when that directory is ours), else
 `/tmp/tpu-tools-<uid>`. The directory is created mode 0700 and must be owned by
 this user and not be a symbolic link; each socket is created 0600. A directory
@@ -153,6 +155,7 @@ def remove_stale(entry: SocketEntry) -> bool:
     if entry.problem is not None:
         return False
     _remove_own_file(entry.path.with_suffix(".snap"))  # its published snapshot (tpu_tools.metrics.snapfile)
+    _remove_own_file(entry.path.with_suffix(".stacks"))  # where faulthandler wrote its stacks (agent/stacks.py)
     try:
         os.unlink(entry.path)
         return True
