@@ -280,11 +280,11 @@ def _exchange(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int
 
 
 def _ask(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int,
-         connections: AgentConnections | None = None) -> AgentResult:
+         connections: AgentConnections | None = None, published: bool = True) -> AgentResult:
     started = time.monotonic()
     result = AgentResult(entry.pid, entry.path)
     try:
-        result.snapshot = _exchange(entry, request, timeout_s, max_bytes, connections)
+        result.snapshot = _exchange(entry, request, timeout_s, max_bytes, connections, published)
     except AgentGone:
         remove_stale(entry)
         raise
@@ -300,17 +300,40 @@ def _ask_all(entries: list[SocketEntry], request: str, timeout_s: float, scan: A
              max_bytes: int = wire.MAX_RESPONSE_BYTES, connections: AgentConnections | None = None) -> None:
     def one(entry: SocketEntry) -> AgentResult | None:
         try:
-            return _ask(entry, request, timeout_s, max_bytes, connections)
+            return _ask(entry, request, timeout_s, max_bytes, connections, published=False)
         except AgentGone:
             scan.removed_stale.append(entry.pid)
             return None
 
+    if request == wire.REQUEST_SNAPSHOT:
+        entries = _read_published(entries, max_bytes, scan)
     if not entries:
         return
     # One agent is asked in this thread; several in parallel, on threads kept for the next round (a
     # monitor polling 10 times a second should not start threads each time).
     results = [one(entries[0])] if len(entries) == 1 else list(_pool().map(one, entries))
     scan.results.extend(r for r in results if r is not None)
+
+
+def _read_published(entries: list[SocketEntry], max_bytes: int, scan: AgentScan) -> list[SocketEntry]:
+    """Read the published snapshots, one after another in this thread (a file read waits on nothing a pool would
+    hide); returns the entries that have none, to be asked on their sockets."""
+    unpublished = []
+    for entry in entries:
+        started = time.monotonic()
+        result = AgentResult(entry.pid, entry.path)
+        try:
+            result.snapshot = _published(entry, max_bytes)
+        except AgentQueryError as error:
+            result.error = str(error)
+        except OSError as error:
+            result.error = f"{error.strerror or error}"
+        if result.snapshot is None and result.error is None:
+            unpublished.append(entry)
+            continue
+        result.elapsed_s = time.monotonic() - started
+        scan.results.append(result)
+    return unpublished
 
 
 _executor: DaemonExecutor | None = None
