@@ -1,9 +1,11 @@
 """Publishing the agent's snapshot into a file monitors read, so that reading a job never wakes it.
 
-The snapshot is built and written at a step boundary, in the thread that marked
-the step, when the last one is PUBLISH_INTERVAL_S old or more; a job that marks
-no step (compiling, loading, hung in a collective) is published by the agent's
-own thread every IDLE_PUBLISH_S. The cost to the job is then at most
+A step boundary, when the last publication is PUBLISH_INTERVAL_S old or more,
+wakes the agent's publishing thread (setting an event: a microsecond in the
+thread that marked the step), which builds and writes the snapshot while the
+job goes on with its next step, most of which runs outside the interpreter's
+lock; a job that marks no step (compiling, loading, hung in a collective) is
+published every IDLE_PUBLISH_S. The cost to the job is then at most
 1 / PUBLISH_INTERVAL_S snapshots a second, whatever the number of monitors and
 however often they look. `TPU_TOOLS_SNAPSHOT_FILE=0` turns the file off: monitors
 then ask the socket, as agents before the file did. Nothing here raises into
@@ -40,7 +42,8 @@ class Publisher:
         self._writer = SnapshotWriter(snapshot_file_for(socket), wire.MAX_RESPONSE_BYTES)
         self._last = 0.0
         self._busy = threading.Lock()  # one publication at a time; a step boundary never waits for another
-        self._wake = threading.Event()
+        self._due = threading.Event()  # a step boundary asks for a publication, or stop() for the end
+        self._stopping = False
         self._thread: threading.Thread | None = None
         self.published = 0
         self.last_error: str | None = None
@@ -50,16 +53,17 @@ class Publisher:
         return self._writer.path
 
     def start(self) -> None:
-        """Create the file, publish a first snapshot and start the idle thread; raises OSError when it cannot."""
+        """Create the file, publish a first snapshot and start the publishing thread; raises OSError when it
+        cannot."""
         self._writer.create()
         self.publish()
-        self._thread = threading.Thread(target=self._idle, name="tpu-tools-agent-publish", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="tpu-tools-agent-publish", daemon=True)
         self._thread.start()
 
     def at_step(self, index: int, step_time_s: float | None) -> None:
-        """A step callback: publish when the last publication is PUBLISH_INTERVAL_S old or more."""
+        """A step callback: ask for a publication when the last one is PUBLISH_INTERVAL_S old or more."""
         if time.monotonic() - self._last >= PUBLISH_INTERVAL_S:
-            self.publish()
+            self._due.set()
 
     def publish(self) -> None:
         if not self._busy.acquire(blocking=False):
@@ -79,14 +83,19 @@ class Publisher:
         finally:
             self._busy.release()
 
-    def _idle(self) -> None:
-        while not self._wake.wait(max(0.0, self._last + IDLE_PUBLISH_S - time.monotonic())):
-            if time.monotonic() - self._last >= IDLE_PUBLISH_S:
+    def _run(self) -> None:
+        while True:
+            asked = self._due.wait(max(0.0, self._last + IDLE_PUBLISH_S - time.monotonic()))
+            if self._stopping:
+                return
+            self._due.clear()
+            if asked or time.monotonic() - self._last >= IDLE_PUBLISH_S:
                 self.publish()
 
     def stop(self) -> None:
-        """Stop the idle thread and remove the file (from the process that created it)."""
-        self._wake.set()
+        """Stop the publishing thread and remove the file (from the process that created it)."""
+        self._stopping = True
+        self._due.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         self._thread = None
