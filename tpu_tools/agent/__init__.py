@@ -212,6 +212,7 @@ def _user_name() -> str:
 class _Agent:
     def __init__(self, tag: str, explain_recompiles: bool, figures: JobFigures):
         import tpu_tools
+        from tpu_tools.agent.hardware import HardwareWatch
         from tpu_tools.agent.memory import DeviceMemory
         from tpu_tools.agent.tpusdk import read_sdk_metrics
         from tpu_tools.instrument.cachewatch import watch
@@ -239,6 +240,7 @@ class _Agent:
         self.server: Any = None
         self.publisher: Any = None  # tpu_tools.agent.publish.Publisher, when the snapshot file is on
         self.fault_stacks: Any = None  # tpu_tools.agent.stacks.FaultStacks, when a signal is registered
+        self.hardware = HardwareWatch()  # what happened to the hardware, for the job-end record
         self.figures = figures
 
     def attach_jax(self, jax_module: ModuleType) -> None:
@@ -294,7 +296,7 @@ class _Agent:
             except Exception as error:  # a runtime that fails must not cost the other figures
                 memory_error = f"{type(error).__name__}: {error}"
         figures = self.process.sample()
-        return {
+        snapshot = {
             "schema": self._wire.SNAPSHOT_SCHEMA,
             "pid": self.pid,
             "tag": self.tag,
@@ -322,6 +324,14 @@ class _Agent:
             "metrics": process_metrics().snapshot(),
             "stacks_signal": self.fault_stacks.signal if self.fault_stacks is not None else None,
         }
+        self.hardware.sample(snapshot)
+        return snapshot
+
+    def final_snapshot(self) -> dict[str, Any]:
+        """The last snapshot, with what happened to the hardware during the job (for its job-end record)."""
+        snapshot = self.snapshot()
+        snapshot["hardware"] = self.hardware.record(snapshot)
+        return snapshot
 
     def figures_now(self) -> dict[str, Any]:
         return self.figures.snapshot(self.jax)
@@ -404,7 +414,7 @@ def stop() -> None:
     with _lock:
         agent, _agent = _agent, None
     if agent is not None and agent.pid == os.getpid():
-        write_job_summary(agent.snapshot)
+        write_job_summary(agent.final_snapshot)
     if agent is not None and agent.publisher is not None:
         agent.publisher.stop()
     if agent is not None and agent.fault_stacks is not None:
