@@ -33,7 +33,10 @@ design before the snapshot file) and of the agent publishing its snapshot file,
 in turn (off, socket, file, file, socket, off), under N pollers that each read
 every agent 10 times a second through the monitors' client (`query_agents` with
 kept connections, as tpu-monitor does, without the rest of tpu-monitor's round so
-that 16 of them fit beside the job); per N, each design's figure as above.
+that 16 of them fit beside the job); per N, each design's figure as above, and
+the CPU the agent's own threads (serving, publishing) took per step: what the
+job pays, apart from the pollers' own CPU, which on a 2-core machine competes
+with the job's threads whatever the design.
 Target: the file design at most 1.005 with 16 monitors.
 
     python benchmarks/agent_overhead.py [--processes 3] [--blocks 120] [--steps 10] [--no-monitor | --ping-only]
@@ -92,6 +95,15 @@ TRAIN = textwrap.dedent("""
         except (OSError, AttributeError):
             return 0.0
 
+    def publisher_cpu_s():
+        # CPU time of the agent's publishing thread (building and writing the snapshot file; 0 without it).
+        try:
+            tid = agent._agent.publisher._thread.native_id
+            with open(f"/proc/self/task/{tid}/schedstat") as stat:
+                return int(stat.read().split()[0]) / 1e9
+        except (OSError, AttributeError):
+            return 0.0
+
     answered = []  # (start, end) of every answer, to tell the steps a request landed in from the others
 
     def record_answers():
@@ -130,6 +142,7 @@ TRAIN = textwrap.dedent("""
         times, spans = [], []
         if on:
             cpu_before, served_before = server_cpu_s(), agent._agent.server.counters.served
+            published_before = publisher_cpu_s()
         for _ in range(steps):
             start = time.perf_counter()
             params, value = train_step(params, x, y)
@@ -142,6 +155,7 @@ TRAIN = textwrap.dedent("""
         record = {"on": on, "kind": kind, "median_step_s": statistics.median(times), "step_s": times}
         if on:
             record["server_cpu_s"] = server_cpu_s() - cpu_before
+            record["publisher_cpu_s"] = publisher_cpu_s() - published_before
             record["served"] = agent._agent.server.counters.served - served_before
             record["answered_in_step"] = [any(a < e and b > s for a, b in answered) for s, e in spans]
         result.append(record)
@@ -208,6 +222,7 @@ def compare_designs(counts: list[int], processes: int, blocks: int, steps: int) 
                                         stderr=subprocess.DEVNULL) for _ in range(count)]
             steps_of: dict[str, list[float]] = {"off": [], "socket": [], "file": []}
             served = {"socket": 0, "file": 0}
+            agent_cpu_s = {"socket": 0.0, "file": 0.0}  # the agent's threads: serving and publishing
             pairs: dict[str, list[tuple[list[float], list[float]]]] = {"socket": [], "file": []}
             try:
                 for index in range(processes):
@@ -219,6 +234,8 @@ def compare_designs(counts: list[int], processes: int, blocks: int, steps: int) 
                     for record in records:
                         steps_of[record["kind"]] += record["step_s"]
                         served[record["kind"]] = served.get(record["kind"], 0) + record.get("served", 0)
+                        if record["kind"] in agent_cpu_s:
+                            agent_cpu_s[record["kind"]] += record["server_cpu_s"] + record["publisher_cpu_s"]
                     for cycle in range(0, len(records) - len(DESIGNS_SCHEDULE) + 1, len(DESIGNS_SCHEDULE)):
                         group = records[cycle:cycle + len(DESIGNS_SCHEDULE)]
                         off = [t for r in group if r["kind"] == "off" for t in r["step_s"]]
@@ -237,7 +254,9 @@ def compare_designs(counts: list[int], processes: int, blocks: int, steps: int) 
                     worst = max(worst, ratio)
                 print(f"{count:2d} monitors at 10 Hz, {kind:6s}: {statistics.median(steps_of[kind]) * 1e3:.3f} ms / "
                       f"{off_median * 1e3:.3f} ms = {ratio:.4f} (90% of resamples {low:.4f} .. {high:.4f}); "
-                      f"requests the job served: {served[kind]}", flush=True)
+                      f"requests the job served: {served[kind]}; the agent's threads took "
+                      f"{agent_cpu_s[kind] / len(steps_of[kind]) * 1e3:.3f} ms of CPU per step "
+                      f"({agent_cpu_s[kind] / sum(steps_of[kind]) * 100:.2f}% of the steps' time)", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     verdict = "ok" if worst <= 1.005 else "OVER TARGET"
