@@ -13,9 +13,10 @@ reports it and the bytes and count of live arrays; compile events from
 `jax.monitoring` per function (tracing, lowering, backend compile, persistent
 cache hits and misses); recompilations, with JAX's reason when
 `explain_recompiles` is on; steps the job marks; the process's CPU %, RSS and
-threads. It answers on a Unix socket in a private per-user directory
-(`tpu_tools.metrics.rundir`); between requests only JAX's own monitoring
-callbacks run, and only when JAX compiles.
+threads. It publishes its snapshot into a file monitors read without waking
+it (`tpu_tools.agent.publish`: at most ten times a second) and answers on a
+Unix socket in a private per-user directory (`tpu_tools.metrics.rundir`);
+besides, only JAX's own monitoring callbacks run, and only when JAX compiles.
 
 Step marking works with or without the server running, and is cheap (a clock
 read and two deque appends)::
