@@ -29,6 +29,7 @@ def directory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     os.chmod(path, 0o700)
     monkeypatch.setenv("TPU_TOOLS_RUNTIME_DIR", str(path))
     monkeypatch.delenv("TPU_TOOLS_SNAPSHOT_FILE", raising=False)
+    agent.stop()  # an agent an earlier test of this process left running serves another directory
     yield path
     agent.stop()
     shutil.rmtree(path, ignore_errors=True)
@@ -59,10 +60,11 @@ def write_file(path: Path, document: bytes, *, generation: int = 2, crc: int | N
 
 def test_a_monitor_reads_the_published_snapshot_and_the_agent_serves_nothing(directory):
     agent.start(tag="published")
+    marked = agent.step_count() + 3  # steps are counted per process: earlier tests here may have marked some
     for _ in range(3):
         agent.step()
     served = agent._agent.server.counters.served
-    wait_for(lambda: query_agents(5.0).results[0].snapshot["steps"]["count"] == 3, timeout=10, interval=0.02)
+    wait_for(lambda: query_agents(5.0).results[0].snapshot["steps"]["count"] == marked, timeout=10, interval=0.02)
     scan = query_agents(5.0)
     assert [(r.tag, r.error) for r in scan.results] == [("published", None)]
     snapshot = scan.results[0].snapshot

@@ -76,7 +76,12 @@ def test_valid_report_with_no_accelerator_and_no_agent(rundir, tmp_path):
 def test_agent_figures_in_the_report(jax_job, tmp_path):
     job, path = jax_job
     sysroot.empty_host(tmp_path / "root")  # the job's devices alone, wherever the suite runs
-    report = monitor("--count", "1", rundir=path, TPU_TOOLS_SYSROOT=str(tmp_path / "root"))[0]
+
+    def walked() -> dict | None:  # the job's published snapshot counts its live arrays at most once a second
+        found = monitor("--count", "1", rundir=path, TPU_TOOLS_SYSROOT=str(tmp_path / "root"))[0]
+        return found if all(a["live_array_count"] for a in found["processes"]["agents"]) else None
+
+    report = wait_for(walked, timeout=30)
     [agent] = report["processes"]["agents"]
     assert set(agent) == AGENT_KEYS
     assert agent["pid"] == job.pid and agent["tag"] == "train-a" and agent["error"] is None

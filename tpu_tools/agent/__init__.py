@@ -150,7 +150,9 @@ def metric(name: str, value: Any, *, scope: str | None = None) -> bool:
     agent and the monitors flag it when it is not. Returns whether it was kept
     (a bad name, value or scope is counted and reported, never raised).
     """
-    return process_metrics().record(name, value, scope, _steps.count)
+    kept = process_metrics().record(name, value, scope, _steps.count)
+    _publish_soon()
+    return kept
 
 
 def goodput() -> dict[str, Any]:
@@ -246,6 +248,7 @@ class _Agent:
 
     def attach_jax(self, jax_module: ModuleType) -> None:
         from tpu_tools.agent.goodput import LEDGER_SINK, listen_to_checkpoints, listen_to_programs
+        from tpu_tools.agent.publish import PUBLISH_SINK
         from tpu_tools.instrument.cachewatch import watch
         from tpu_tools.instrument.compiles import listener
 
@@ -255,6 +258,7 @@ class _Agent:
         listen_to_programs()
         watch().install(jax_module)
         self.jax = jax_module
+        listener().add_sink(PUBLISH_SINK)  # each compile published soon, not only at the next step
 
     def answer(self, request: str) -> dict[str, Any]:
         wire = self._wire
@@ -401,6 +405,13 @@ def _register_fault_stacks(agent: _Agent) -> None:
     except (OSError, ValueError, RuntimeError):  # the job goes on without it; its snapshot names no signal
         return
     agent.fault_stacks = fault_stacks
+
+
+def _publish_soon() -> None:
+    """Ask the running agent's publisher for a publication soon (a change outside a step); never raises."""
+    agent = _agent
+    if agent is not None and agent.publisher is not None:
+        agent.publisher.request()
 
 
 def _publish_at_step(index: int, step_time_s: float | None) -> None:
