@@ -96,6 +96,7 @@ class Publisher:
                 document["publish_error"] = self.last_error
             if self._writer.publish(wire.encode_response(document)):
                 self.published += 1
+                self.last_error = None  # said once, in the snapshot just published
             else:
                 self.last_error = "a snapshot larger than the file allows was not published"
         except Exception as error:  # never into the job: the next snapshot (or the socket) says why
