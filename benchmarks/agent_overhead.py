@@ -27,7 +27,20 @@ one-line `ping` reply (pid and tag): the floor of being polled at all, a thread
 of the job woken to read a line and send one, and the monitor's round with an
 agent in it, whatever the answer holds.
 
+`--monitors 1,4,16` compares the two designs side by side: blocks of no agent, of
+the agent answering every poll on its socket (`TPU_TOOLS_SNAPSHOT_FILE=0`, the
+design before the snapshot file) and of the agent publishing its snapshot file,
+in turn (off, socket, file, file, socket, off), under N pollers that each read
+every agent 10 times a second through the monitors' client (`query_agents` with
+kept connections, as tpu-monitor does, without the rest of tpu-monitor's round so
+that 16 of them fit beside the job); per N, each design's figure as above, and
+the CPU the agent's own threads (serving, publishing) took per step: what the
+job pays, apart from the pollers' own CPU, which on a 2-core machine competes
+with the job's threads whatever the design.
+Target: the file design at most 1.005 with 16 monitors.
+
     python benchmarks/agent_overhead.py [--processes 3] [--blocks 120] [--steps 10] [--no-monitor | --ping-only]
+    python benchmarks/agent_overhead.py --monitors 1,4,16 [--processes 2] [--blocks 60]
 """
 
 from __future__ import annotations
@@ -47,8 +60,9 @@ from pathlib import Path
 from harness import script
 
 TRAIN = textwrap.dedent("""
-    import json, random, statistics, sys, time
-    blocks, steps, first_on, polled = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "on", sys.argv[4] == "polled"
+    import json, os, random, statistics, sys, time
+    blocks, steps, polled = int(sys.argv[1]), int(sys.argv[2]), sys.argv[4] == "polled"
+    schedule = sys.argv[3].split(",")  # the kind of each block, in turn: off, socket, file
     ping_only = sys.argv[5] == "ping-only"
     import jax, jax.numpy as jnp
     import tpu_tools.agent as agent
@@ -81,6 +95,15 @@ TRAIN = textwrap.dedent("""
         except (OSError, AttributeError):
             return 0.0
 
+    def publisher_cpu_s():
+        # CPU time of the agent's publishing thread (building and writing the snapshot file; 0 without it).
+        try:
+            tid = agent._agent.publisher._thread.native_id
+            with open(f"/proc/self/task/{tid}/schedstat") as stat:
+                return int(stat.read().split()[0]) / 1e9
+        except (OSError, AttributeError):
+            return 0.0
+
     answered = []  # (start, end) of every answer, to tell the steps a request landed in from the others
 
     def record_answers():
@@ -94,25 +117,32 @@ TRAIN = textwrap.dedent("""
                 answered.append((started, time.perf_counter()))
         server._answer = timed
 
-    result = []
+    def start_agent(kind):
+        # "socket": the agent answers every poll (no snapshot file); "file": monitors read the file it publishes
+        os.environ["TPU_TOOLS_SNAPSHOT_FILE"] = "0" if kind == "socket" else "1"
+        agent.start(tag="bench")
+        record_answers()
+
+    result, running = [], None
     for block in range(blocks):
-        # ABBA: on, off, off, on, on, off, ... (or the mirror image)
-        on = ((block + 1) // 2 % 2 == 0) == first_on
-        if on:
-            if agent._agent is None:
-                agent.start(tag="bench")
-                record_answers()
+        kind = schedule[block % len(schedule)]
+        on = kind != "off"
+        if running != kind:
+            agent.stop()
+            if on:
+                start_agent(kind)
+            running = kind
+        if on and kind == "socket":
             served = agent._agent.server.counters
             deadline = time.monotonic() + 1.0
             while polled and served.served == 0 and time.monotonic() < deadline:  # until the monitor is polling it
                 time.sleep(0.005)
-        else:
-            agent.stop()
         if polled:  # start at a random phase of the monitor's poll, never in step with it (see the docstring)
             time.sleep(random.uniform(0.0, 0.1))
         times, spans = [], []
         if on:
             cpu_before, served_before = server_cpu_s(), agent._agent.server.counters.served
+            published_before = publisher_cpu_s()
         for _ in range(steps):
             start = time.perf_counter()
             params, value = train_step(params, x, y)
@@ -122,12 +152,14 @@ TRAIN = textwrap.dedent("""
             end = time.perf_counter()
             times.append(end - start)
             spans.append((start, end))
-        record = {"on": on, "median_step_s": statistics.median(times), "step_s": times}
+        record = {"on": on, "kind": kind, "median_step_s": statistics.median(times), "step_s": times}
         if on:
             record["server_cpu_s"] = server_cpu_s() - cpu_before
+            record["publisher_cpu_s"] = publisher_cpu_s() - published_before
             record["served"] = agent._agent.server.counters.served - served_before
             record["answered_in_step"] = [any(a < e and b > s for a, b in answered) for s, e in spans]
         result.append(record)
+    agent.stop()
     agent.start(tag="bench")
     # CPU cost of answering one snapshot request in this process (what each poll costs the job).
     cpu = time.process_time()
@@ -156,6 +188,82 @@ def resampled_interval(pairs: list[tuple[list[float], list[float]]]) -> tuple[fl
     return cuts[0], cuts[-1]
 
 
+POLLER = textwrap.dedent("""
+    import random, time
+    from tpu_tools.metrics.agent_client import AgentConnections, query_agents
+    connections = AgentConnections()  # as tpu-monitor keeps them
+    next_at = time.monotonic() + random.uniform(0.0, 0.1)
+    while True:
+        time.sleep(max(0.0, next_at - time.monotonic()))
+        next_at += 0.1
+        query_agents(1.0, connections=connections)
+""")
+
+# Blocks in turn: no agent, the agent answering on its socket, the agent publishing its file (and the mirror
+# image, so drift weighs the same on each kind).
+DESIGNS_SCHEDULE = ["off", "socket", "file", "file", "socket", "off"]
+
+
+def compare_designs(counts: list[int], processes: int, blocks: int, steps: int) -> int:
+    """Per count of pollers: the median step of each design's blocks over that of the no-agent blocks."""
+    workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
+    rundir = workdir / "run"
+    rundir.mkdir(mode=0o700)
+    train, poller = workdir / "train.py", workdir / "poller.py"
+    train.write_text(TRAIN)
+    poller.write_text(POLLER)
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES", "TPU_TOOLS_TAG")}
+    env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir))
+    print(f"# {' '.join([sys.executable, *sys.argv])}")
+    worst = 0.0
+    try:
+        for count in counts:
+            pollers = [subprocess.Popen([sys.executable, str(poller)], env=env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL) for _ in range(count)]
+            steps_of: dict[str, list[float]] = {"off": [], "socket": [], "file": []}
+            served = {"socket": 0, "file": 0}
+            agent_cpu_s = {"socket": 0.0, "file": 0.0}  # the agent's threads: serving and publishing
+            pairs: dict[str, list[tuple[list[float], list[float]]]] = {"socket": [], "file": []}
+            try:
+                for index in range(processes):
+                    shift = (index * 3) % len(DESIGNS_SCHEDULE)
+                    schedule = ",".join(DESIGNS_SCHEDULE[shift:] + DESIGNS_SCHEDULE[:shift])
+                    command = [sys.executable, str(train), str(blocks), str(steps), schedule, "polled", "snapshot"]
+                    result = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=900)
+                    records = json.loads(result.stdout.strip().splitlines()[-1])["blocks"]
+                    for record in records:
+                        steps_of[record["kind"]] += record["step_s"]
+                        served[record["kind"]] = served.get(record["kind"], 0) + record.get("served", 0)
+                        if record["kind"] in agent_cpu_s:
+                            agent_cpu_s[record["kind"]] += record["server_cpu_s"] + record["publisher_cpu_s"]
+                    for cycle in range(0, len(records) - len(DESIGNS_SCHEDULE) + 1, len(DESIGNS_SCHEDULE)):
+                        group = records[cycle:cycle + len(DESIGNS_SCHEDULE)]
+                        off = [t for r in group if r["kind"] == "off" for t in r["step_s"]]
+                        for kind in pairs:
+                            pairs[kind].append(([t for r in group if r["kind"] == kind for t in r["step_s"]], off))
+            finally:
+                for process in pollers:
+                    process.terminate()
+                for process in pollers:
+                    process.wait(timeout=30)
+            off_median = statistics.median(steps_of["off"])
+            for kind in ("socket", "file"):
+                ratio = statistics.median(steps_of[kind]) / off_median
+                low, high = resampled_interval(pairs[kind])
+                if kind == "file":
+                    worst = max(worst, ratio)
+                print(f"{count:2d} monitors at 10 Hz, {kind:6s}: {statistics.median(steps_of[kind]) * 1e3:.3f} ms / "
+                      f"{off_median * 1e3:.3f} ms = {ratio:.4f} (90% of resamples {low:.4f} .. {high:.4f}); "
+                      f"requests the job served: {served[kind]}; the agent's threads took "
+                      f"{agent_cpu_s[kind] / len(steps_of[kind]) * 1e3:.3f} ms of CPU per step "
+                      f"({agent_cpu_s[kind] / sum(steps_of[kind]) * 100:.2f}% of the steps' time)", flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    verdict = "ok" if worst <= 1.005 else "OVER TARGET"
+    print(f"the snapshot file, worst over {counts} monitors: {worst:.4f} (target <= 1.005) {verdict}")
+    return 0 if worst <= 1.005 else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=3, help="training processes, one after another (3)")
@@ -165,7 +273,11 @@ def main() -> int:
     answers.add_argument("--no-monitor", action="store_true", help="nothing polls the agent")
     answers.add_argument("--ping-only", action="store_true",
                          help="the agent answers snapshot requests with its one-line ping reply")
+    answers.add_argument("--monitors", metavar="N,N,...",
+                         help="compare the two designs under N pollers at 10 Hz each (e.g. 1,4,16)")
     args = parser.parse_args()
+    if args.monitors:
+        return compare_designs([int(n) for n in args.monitors.split(",")], args.processes, args.blocks, args.steps)
     workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
     rundir = workdir / "run"
     rundir.mkdir(mode=0o700)
@@ -187,8 +299,10 @@ def main() -> int:
     polling = "unpolled" if args.no_monitor else "polled"
     try:
         for index in range(args.processes):
-            first = "on" if index % 2 == 0 else "off"
-            command = [sys.executable, str(train), str(args.blocks), str(args.steps), first, polling,
+            agent_kind = "socket" if args.ping_only else "file"  # ping-only: the socket's floor
+            abba = [agent_kind, "off", "off", agent_kind]
+            schedule = ",".join(abba if index % 2 == 0 else abba[2:] + abba[:2])
+            command = [sys.executable, str(train), str(args.blocks), str(args.steps), schedule, polling,
                        "ping-only" if args.ping_only else "snapshot"]
             result = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=900)
             document = json.loads(result.stdout.strip().splitlines()[-1])

@@ -18,7 +18,11 @@ Then it feeds tpu-top's History an hour of simulated one-second samples
 minutes) and reports the memory the history holds: bounded by the window,
 not by how long tpu-top runs.
 
-    python benchmarks/top_cpu.py [--seconds 30] [--jobs 20] [--libtpu] [--history-only]
+`--socket` runs the jobs with the snapshot file off (`TPU_TOOLS_SNAPSHOT_FILE=0`):
+tpu-top then asks every agent on its socket, the design before the file; run
+with and without it in turn to compare the two.
+
+    python benchmarks/top_cpu.py [--seconds 30] [--jobs 20] [--libtpu] [--history-only] [--socket]
 """
 
 from __future__ import annotations
@@ -129,6 +133,9 @@ def main() -> int:
     parser.add_argument("--libtpu", action="store_true",
                         help="with the tests' fixture libtpu metrics service answering (--metrics-addr)")
     parser.add_argument("--history-only", action="store_true", help="only the history memory figure")
+    parser.add_argument("--socket", action="store_true",
+                        help="the jobs' agents publish no snapshot file: tpu-top asks each on its socket, as before "
+                             "the file (TPU_TOOLS_SNAPSHOT_FILE=0)")
     args = parser.parse_args()
     print(f"# {' '.join([sys.executable, *sys.argv])}")
     rings, allocated, samples = history_memory(args.jobs)
@@ -146,7 +153,8 @@ def main() -> int:
     (workdir / "job.py").write_text(JOB)
     (workdir / "light.py").write_text(LIGHT_JOB)
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "TPU_TOOLS_TAG")}
-    env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir))
+    env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir),
+               TPU_TOOLS_SNAPSHOT_FILE="0" if args.socket else "1")
     top = " ".join([*script("tpu-top"), "--interval", "1"])
     service = None
     expect = "libtpu: no metrics service"

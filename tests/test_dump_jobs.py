@@ -81,6 +81,9 @@ def test_dump_next_to_an_agent_attached_jax_job(rundir, tmp_path):
     assert snapshot["compiles"]["recompile_count"] >= 1 and snapshot["steps"]["count"] >= 20
     assert SECRET not in snapshot["command"] and "--auth-token=" in snapshot["command"]
     assert SECRET.encode() not in gzip.decompress(output.read_bytes())
+    [stacks] = json.loads(members["accelerators/stacks.json"])["jobs"]
+    assert (stacks["pid"], stacks["source"]) == (job.pid, "agent") and stacks["stacks"]["threads"][0]["main"]
+    assert f"process {job.pid} (agent), main thread in " in members["accelerators/stacks.txt"].decode()
     table = members["accelerators/agents.txt"].decode().splitlines()
     assert table[0].split()[:3] == ["PID", "TAG", "PLATFORM"] and table[1].split()[:3] == [str(job.pid), "dumped",
                                                                                            "cpu"]

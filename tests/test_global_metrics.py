@@ -70,7 +70,14 @@ def test_a_worker_reading_its_own_shard_is_flagged(rundir, tmp_path):  # noqa: F
             return all(path.exists() for path in readies)
 
         wait_for(ready, timeout=120)
-        result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
+
+        def published() -> subprocess.CompletedProcess | None:
+            # the agents publish what the job did last within a second (docs/agent.md)
+            done = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
+            agents = json.loads(done.stdout)["processes"]["agents"] if done.returncode == 0 else []
+            return done if len(agents) == 2 and all(len(a["metrics"]) == 3 for a in agents) else None
+
+        result = wait_for(published, timeout=30)
     finally:
         # Killed, not terminated: jax.distributed's preemption notifier takes SIGTERM as notice of a preemption to
         # pass on to the other workers, and the worker runs on (each waited out a 10-s timeout before).

@@ -28,14 +28,14 @@ DEVICE_KEYS = {"key", "platform", "id", "name", "chip_index", "pci_address", "me
                "memory_total_bytes", "memory_peak_bytes", "live_array_bytes", "live_array_count",
                "utilization_percent", "holders", "holders_source", "processes", "sources", "extra"}
 PROCESSES_KEYS = GROUP_HEADER | {"agents", "holders", "ignored_sockets", "pod_labels_error",
-                                 "global_metric_findings",
+                                 "global_metric_findings", "stall_findings",
                                  "shared_cache_dirs"}
 LIBTPU_KEYS = GROUP_HEADER | {"services", "notes"}
 AGENT_KEYS = {"pid", "tag", "user", "command", "error", "socket", "uptime_s", "jax_version", "platform",
               "cpu_percent", "cpu_time_s", "rss_bytes", "threads", "device_memory_used_bytes", "live_array_bytes",
               "live_array_count", "devices", "compiles", "steps", "tpu_sdk", "query_time_s", "kubernetes",
               "goodput", "process_index", "process_count", "metrics", "metrics_rejected", "metrics_error",
-              "compilation_cache", "slurm_job_id"}
+              "compilation_cache", "slurm_job_id", "stalled_s"}
 COMPILE_KEYS = {"compile_count", "recompile_count", "trace_count", "trace_time_s", "lowering_time_s",
                 "backend_compile_time_s", "cache_hits", "cache_misses", "functions", "recent_recompiles"}
 STEP_KEYS = {"count", "steps_per_second", "last_step_time_s", "p50_step_time_s", "p99_step_time_s",
@@ -75,7 +75,12 @@ def test_valid_report_with_no_accelerator_and_no_agent(rundir, tmp_path):
 def test_agent_figures_in_the_report(jax_job, tmp_path):
     job, path = jax_job
     sysroot.empty_host(tmp_path / "root")  # the job's devices alone, wherever the suite runs
-    report = monitor("--count", "1", rundir=path, TPU_TOOLS_SYSROOT=str(tmp_path / "root"))[0]
+
+    def walked() -> dict | None:  # the job's published snapshot counts its live arrays at most once a second
+        found = monitor("--count", "1", rundir=path, TPU_TOOLS_SYSROOT=str(tmp_path / "root"))[0]
+        return found if all(a["live_array_count"] for a in found["processes"]["agents"]) else None
+
+    report = wait_for(walked, timeout=30)
     [agent] = report["processes"]["agents"]
     assert set(agent) == AGENT_KEYS
     assert agent["pid"] == job.pid and agent["tag"] == "train-a" and agent["error"] is None

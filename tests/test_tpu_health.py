@@ -135,7 +135,8 @@ def test_the_agent_asks_the_sdk_only_for_in_job_metrics_and_a_failed_one_once(ru
         process.wait(10)
     asked = calls.read_text().split()
     assert sorted(set(asked)) == ["hbm_util", "ici_link_health", "tensorcore_util", "tpu_throttle_score"]
-    assert asked.count("hbm_util") == 1 and asked.count("tensorcore_util") == 4  # four reads; the failed one: once
+    # read again and again (at most once a second, whoever asks); the failed one: once
+    assert asked.count("hbm_util") == 1 and asked.count("tensorcore_util") >= 2
     (agent,) = documents[-1]["processes"]["agents"]
     health = agent["tpu_sdk"]["health"]
     assert [(link["location"], link["score"]) for link in health["ici_links"]] == [

@@ -13,7 +13,9 @@
  *   FAKE_NVML_HANG=<index>      every query of that GPU blocks forever (a fallen GPU)
  *   FAKE_NVML_SICK=<index>      that GPU has uncorrected ECC errors, remapped rows pending a reset, and runs
  *                               hot (92 C) with the hardware thermal slowdown active
- *   FAKE_NVML_PROCS=i:pid:bytes;...  compute processes (default "0:425:64409829376", GPU 0's busy job)
+ *   FAKE_NVML_PROCS=i:pid:bytes;...  compute processes (default "0:425:64409829376", GPU 0's busy job); pid 0
+ *                               is the process that calls the library (a job reading NVML itself)
+ *   FAKE_NVML_ENERGY_MW=<mW>    every GPU's energy counter grows at this power from the first read of it
  *   FAKE_NVML_BUSIDS=a,b,...    PCI bus ids (default 00000000:18:00.0,00000000:38:00.0, as tests/sysroot.py)
  *   FAKE_NVML_PCIE_WIDTH=i:n    GPU i's PCIe link runs at n lanes (of 16): a degraded link
  *   FAKE_NVML_REPLAYS=i:n       GPU i's PCIe replay counter (default 0)
@@ -311,9 +313,13 @@ nvmlReturn_t nvmlDeviceGetTemperature(gpu_t *gpu, int sensor, unsigned int *temp
 nvmlReturn_t nvmlDeviceGetPowerUsage(gpu_t *gpu, unsigned int *mw) { CHECK(gpu); *mw = gpu->power_mw; return OK; }
 nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(gpu_t *gpu, unsigned int *mw) { CHECK(gpu); *mw = 700000; return OK; }
 nvmlReturn_t nvmlDeviceGetPowerManagementLimit(gpu_t *gpu, unsigned int *mw) { CHECK(gpu); *mw = 700000; return OK; }
+static double energy_since = -1.0; /* FAKE_NVML_ENERGY_MW: when the counters were first read */
+static double now_s(void);
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(gpu_t *gpu, unsigned long long *mj) {
     CHECK(gpu);
-    *mj = gpu->energy_mj;
+    int mw = env_int("FAKE_NVML_ENERGY_MW", 0);
+    if (energy_since < 0) energy_since = now_s();
+    *mj = gpu->energy_mj + (unsigned long long)(mw * (now_s() - energy_since));
     return OK;
 }
 nvmlReturn_t nvmlDeviceGetClockInfo(gpu_t *gpu, int type, unsigned int *mhz) {
@@ -391,6 +397,7 @@ static unsigned int processes(const gpu_t *gpu, nvmlProcessInfo_t *out, unsigned
         unsigned int pid = 0;
         unsigned long long bytes = 0;
         if (sscanf(spec, "%d:%u:%llu", &index, &pid, &bytes) == 3 && index == gpu->index) {
+            if (pid == 0) pid = (unsigned int)getpid();
             if (out && n < max) {
                 out[n].pid = pid;
                 out[n].usedGpuMemory = bytes;

@@ -13,9 +13,10 @@ reports it and the bytes and count of live arrays; compile events from
 `jax.monitoring` per function (tracing, lowering, backend compile, persistent
 cache hits and misses); recompilations, with JAX's reason when
 `explain_recompiles` is on; steps the job marks; the process's CPU %, RSS and
-threads. It answers on a Unix socket in a private per-user directory
-(`tpu_tools.metrics.rundir`); between requests only JAX's own monitoring
-callbacks run, and only when JAX compiles.
+threads. It publishes its snapshot into a file monitors read without waking
+it (`tpu_tools.agent.publish`: at most ten times a second) and answers on a
+Unix socket in a private per-user directory (`tpu_tools.metrics.rundir`);
+besides, only JAX's own monitoring callbacks run, and only when JAX compiles.
 
 Step marking works with or without the server running, and is cheap (a clock
 read and two deque appends)::
@@ -149,7 +150,9 @@ def metric(name: str, value: Any, *, scope: str | None = None) -> bool:
     agent and the monitors flag it when it is not. Returns whether it was kept
     (a bad name, value or scope is counted and reported, never raised).
     """
-    return process_metrics().record(name, value, scope, _steps.count)
+    kept = process_metrics().record(name, value, scope, _steps.count)
+    _publish_soon()
+    return kept
 
 
 def goodput() -> dict[str, Any]:
@@ -212,6 +215,7 @@ def _user_name() -> str:
 class _Agent:
     def __init__(self, tag: str, explain_recompiles: bool, figures: JobFigures):
         import tpu_tools
+        from tpu_tools.agent.hardware import HardwareWatch
         from tpu_tools.agent.memory import DeviceMemory
         from tpu_tools.agent.tpusdk import read_sdk_metrics
         from tpu_tools.instrument.cachewatch import watch
@@ -237,10 +241,14 @@ class _Agent:
         self._command = sys.executable
         self.jax: ModuleType | None = None
         self.server: Any = None
+        self.publisher: Any = None  # tpu_tools.agent.publish.Publisher, when the snapshot file is on
+        self.fault_stacks: Any = None  # tpu_tools.agent.stacks.FaultStacks, when a signal is registered
+        self.hardware = HardwareWatch()  # what happened to the hardware, for the job-end record
         self.figures = figures
 
     def attach_jax(self, jax_module: ModuleType) -> None:
         from tpu_tools.agent.goodput import LEDGER_SINK, listen_to_checkpoints, listen_to_programs
+        from tpu_tools.agent.publish import PUBLISH_SINK
         from tpu_tools.instrument.cachewatch import watch
         from tpu_tools.instrument.compiles import listener
 
@@ -250,6 +258,7 @@ class _Agent:
         listen_to_programs()
         watch().install(jax_module)
         self.jax = jax_module
+        listener().add_sink(PUBLISH_SINK)  # each compile published soon, not only at the next step
 
     def answer(self, request: str) -> dict[str, Any]:
         wire = self._wire
@@ -257,6 +266,10 @@ class _Agent:
             return {"schema": wire.SNAPSHOT_SCHEMA, "pid": self.pid, "tag": self.tag}
         if request == wire.REQUEST_ARRAYS:
             return {"schema": wire.SNAPSHOT_SCHEMA, "pid": self.pid, "tag": self.tag, **self.arrays()}
+        if request == wire.REQUEST_STACKS:
+            from tpu_tools.agent.stacks import thread_stacks
+
+            return {"schema": wire.SNAPSHOT_SCHEMA, "pid": self.pid, "tag": self.tag, "stacks": thread_stacks()}
         return self.snapshot()
 
     def arrays(self) -> dict[str, Any]:
@@ -288,7 +301,7 @@ class _Agent:
             except Exception as error:  # a runtime that fails must not cost the other figures
                 memory_error = f"{type(error).__name__}: {error}"
         figures = self.process.sample()
-        return {
+        snapshot = {
             "schema": self._wire.SNAPSHOT_SCHEMA,
             "pid": self.pid,
             "tag": self.tag,
@@ -314,7 +327,16 @@ class _Agent:
             "tpu_sdk": self._read_sdk_metrics(),
             "goodput": self.figures_now(),
             "metrics": process_metrics().snapshot(),
+            "stacks_signal": self.fault_stacks.signal if self.fault_stacks is not None else None,
         }
+        self.hardware.sample(snapshot)
+        return snapshot
+
+    def final_snapshot(self) -> dict[str, Any]:
+        """The last snapshot, with what happened to the hardware during the job (for its job-end record)."""
+        snapshot = self.snapshot()
+        snapshot["hardware"] = self.hardware.record(snapshot)
+        return snapshot
 
     def figures_now(self) -> dict[str, Any]:
         return self.figures.snapshot(self.jax)
@@ -351,9 +373,51 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per
             agent.server.start()
         except (RunDirError, OSError) as error:
             raise AgentError(f"the tpu-tools agent could not start: {error}") from error
+        _register_fault_stacks(agent)
+        _start_publishing(agent)
         _agent = agent
     call_when_imported(agent.attach_jax)
     return agent.info()
+
+
+def _start_publishing(agent: _Agent) -> None:
+    """The snapshot file monitors read (tpu_tools.agent.publish); without it they ask the socket."""
+    from tpu_tools.agent.publish import Publisher, publishing_wanted
+
+    if not publishing_wanted():
+        return
+    publisher = Publisher(agent.server.path, agent.snapshot)
+    try:
+        publisher.start()
+    except OSError:  # an unusable file costs the monitors the shortcut, never the job its agent
+        publisher.stop()
+        return
+    agent.publisher = publisher
+
+
+def _register_fault_stacks(agent: _Agent) -> None:
+    """faulthandler on a signal, for the stacks of a job stuck holding its interpreter's lock (agent/stacks.py)."""
+    from tpu_tools.agent.stacks import FaultStacks
+
+    fault_stacks = FaultStacks(agent.server.path.with_suffix(".stacks"))
+    try:
+        fault_stacks.start()
+    except (OSError, ValueError, RuntimeError):  # the job goes on without it; its snapshot names no signal
+        return
+    agent.fault_stacks = fault_stacks
+
+
+def _publish_soon() -> None:
+    """Ask the running agent's publisher for a publication soon (a change outside a step); never raises."""
+    agent = _agent
+    if agent is not None and agent.publisher is not None:
+        agent.publisher.request()
+
+
+def _publish_at_step(index: int, step_time_s: float | None) -> None:
+    agent = _agent
+    if agent is not None and agent.publisher is not None:
+        agent.publisher.at_step(index, step_time_s)
 
 
 def stop() -> None:
@@ -362,7 +426,11 @@ def stop() -> None:
     with _lock:
         agent, _agent = _agent, None
     if agent is not None and agent.pid == os.getpid():
-        write_job_summary(agent.snapshot)
+        write_job_summary(agent.final_snapshot)
+    if agent is not None and agent.publisher is not None:
+        agent.publisher.stop()
+    if agent is not None and agent.fault_stacks is not None:
+        agent.fault_stacks.stop()
     if agent is not None and agent.server is not None:
         agent.server.stop()
 
@@ -382,6 +450,10 @@ def _after_fork_in_child() -> None:
         agent.process.close()  # the parent's stat file
         if agent.server is not None:
             agent.server.forget_after_fork()
+        if agent.publisher is not None:
+            agent.publisher.forget_after_fork()
+        if agent.fault_stacks is not None:
+            agent.fault_stacks.forget_after_fork()
 
 
 def _at_exit() -> None:
@@ -391,5 +463,6 @@ def _at_exit() -> None:
 
 
 _steps.on_step(_ledger_step)
+_steps.on_step(_publish_at_step)
 os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_at_exit)

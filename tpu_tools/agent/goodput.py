@@ -213,7 +213,8 @@ def job_summary(snapshot: dict[str, Any]) -> dict[str, Any]:
             "compile_count": compiles.get("compile_count"), "recompile_count": compiles.get("recompile_count"),
             "compile_time_s": sum(compiles.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s",
                                                                     "backend_compile_time_s")),
-            "device_memory_peak_bytes": max(peaks) if peaks else None, "devices": len(devices)}
+            "device_memory_peak_bytes": max(peaks) if peaks else None, "devices": len(devices),
+            "hardware": snapshot.get("hardware")}
 
 
 def write_job_summary(snapshot: Callable[[], dict[str, Any]]) -> None:

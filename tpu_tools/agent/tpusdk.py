@@ -13,7 +13,8 @@ readers (`tpu_tools.metrics.tpuhealth`).
 
 The SDK's calls block, on a service the agent does not control and with no deadline of the agent's: they
 run in a reader thread of their own, never in the thread that answers monitors. Each request starts a read
-(unless one is under way, which it does not wait for) and waits for it briefly; the answer is the latest
+(unless one is under way, which it does not wait for, or the latest is younger than a second) and waits for
+it briefly; the answer is the latest
 complete reading with its age (`read_age_s`), so a slow or hung SDK costs the monitors only freshness.
 """
 
@@ -35,6 +36,9 @@ IN_JOB_METRICS = (TENSORCORE_UTILIZATION, "hbm_util", "ici_link_health", "tpu_th
 _MAX_VALUES = 1024  # per metric: one per core or link of the largest hosts, with room
 _MAX_TEXT = 200
 _READ_WAIT_S = 0.3  # how long a request waits for the read it started, then answers with the latest reading
+# A reading younger than this is given again rather than read anew: the agent publishes up to ten snapshots a
+# second (tpu_tools.agent.publish), and the SDK's figures are sampled by libtpu far less often than that.
+MIN_READ_INTERVAL_S = 1.0
 
 _failed: dict[str, str] = {}  # metric -> why its read failed: never asked again in this process
 _lock = threading.Lock()
@@ -137,13 +141,14 @@ class _Reader:
     def reading(self, module: Any) -> dict[str, Any]:
         with self._state:
             running = self._running
-            started_here = running is None
-            if running is None:
+            fresh = self._latest is not None and time.monotonic() - self._finished_at < MIN_READ_INTERVAL_S
+            started_here = running is None and not fresh
+            if started_here:
                 running = self._running = threading.Thread(target=self._read, args=(module,), daemon=True,
                                                            name="tpu-tools-agent-sdk")
                 self._started_at = time.monotonic()
                 running.start()
-        if started_here:  # a read that an earlier request started and is still waiting on is not waited for again
+        if started_here and running is not None:  # a read that an earlier request started is not waited for again
             running.join(_READ_WAIT_S)
         with self._state:
             latest, finished_at, started_at = self._latest, self._finished_at, self._started_at

@@ -4,7 +4,11 @@
     query_agent(pid)             -> the agent's snapshot (a dict, schema tpu-tools/agent/v1)
     query_agents(tag_filter=...) -> AgentScan: every agent's snapshot or error, in parallel
 
-Every call has a deadline. Sockets of processes that are gone are removed on
+`query_agents` reads each snapshot from the file the agent publishes beside its
+socket (tpu_tools.metrics.snapfile), which wakes nothing in the job; it asks the
+socket only where there is no such file (an agent with it turned off, or older).
+`query_agent`, on demand, asks the socket: for the arrays, or a snapshot made
+now. Every call has a deadline. Sockets of processes that are gone are removed on
 the way; sockets that are not ours or not private are reported, never used.
 Before sending anything the client checks, with the kernel's peer
 credentials, that the listening process is this user's and has the PID the
@@ -29,6 +33,7 @@ from tpu_tools.errors import first_line
 from tpu_tools.metrics import wire
 from tpu_tools.metrics.agent_snapshot import parse_snapshot
 from tpu_tools.metrics.rundir import SocketEntry, list_socket_entries, pid_alive, remove_stale
+from tpu_tools.metrics.snapfile import Published, SnapshotFileError, read_snapshot_file, snapshot_file_for
 from tpu_tools.records import RecordError
 from tpu_tools.units import format_bytes
 
@@ -193,8 +198,55 @@ def _on_kept(connections: AgentConnections, entry: SocketEntry, line: bytes, dea
     return sock, received
 
 
+def _checked(document: Any) -> dict[str, Any]:
+    try:
+        snapshot = parse_snapshot(document)
+    except RecordError as error:
+        raise AgentQueryError(str(error)) from error
+    if snapshot.get("error"):
+        raise AgentQueryError(f"the agent failed: {first_line(RuntimeError(snapshot['error']), limit=500)}")
+    return snapshot
+
+
+def _published(entry: SocketEntry, max_bytes: int) -> dict[str, Any] | None:
+    """The snapshot the agent published in its file, checked as a socket answer is; None when there is none."""
+    try:
+        published = read_snapshot_file(snapshot_file_for(entry.path), max_bytes)
+    except SnapshotFileError as error:
+        raise AgentQueryError(str(error)) from error
+    if published is None:
+        return None
+    try:
+        document = wire.decode_response(published.document)
+    except (ValueError, RecursionError) as error:
+        raise AgentQueryError("published something that is not JSON") from error
+    snapshot = _checked(document)
+    if snapshot["pid"] != entry.pid:
+        raise AgentQueryError(f"the snapshot file names process {snapshot['pid']}, not {entry.pid}; not using it")
+    _age(snapshot, published)
+    return snapshot
+
+
+def _age(snapshot: dict[str, Any], published: Published) -> None:
+    """Bring the figures that count time since something to now: the file was written up to a second ago."""
+    age = max(0.0, time.time() - published.published_unix_s)
+    snapshot["published_unix_s"] = published.published_unix_s
+    if isinstance(snapshot.get("uptime_s"), float):
+        snapshot["uptime_s"] += age
+    steps = snapshot.get("steps")
+    if isinstance(steps, dict) and isinstance(steps.get("last_step_age_s"), float):
+        steps["last_step_age_s"] += age
+    sdk = snapshot.get("tpu_sdk")
+    if isinstance(sdk, dict) and isinstance(sdk.get("read_age_s"), float):
+        sdk["read_age_s"] += age
+
+
 def _exchange(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int = wire.MAX_RESPONSE_BYTES,
-              connections: AgentConnections | None = None) -> dict[str, Any]:
+              connections: AgentConnections | None = None, published: bool = True) -> dict[str, Any]:
+    if request == wire.REQUEST_SNAPSHOT and published:
+        snapshot = _published(entry, max_bytes)
+        if snapshot is not None:
+            return snapshot
     deadline = time.monotonic() + timeout_s
     line = wire.encode_request(request, keep=connections is not None)
     sock, received = None, bytearray()
@@ -224,21 +276,15 @@ def _exchange(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int
         document = wire.decode_response(received)
     except (ValueError, RecursionError) as error:
         raise AgentQueryError("answered something that is not JSON") from error
-    try:
-        snapshot = parse_snapshot(document)
-    except RecordError as error:
-        raise AgentQueryError(str(error)) from error
-    if snapshot.get("error"):
-        raise AgentQueryError(f"the agent failed: {first_line(RuntimeError(snapshot['error']), limit=500)}")
-    return snapshot
+    return _checked(document)
 
 
 def _ask(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int,
-         connections: AgentConnections | None = None) -> AgentResult:
+         connections: AgentConnections | None = None, published: bool = True) -> AgentResult:
     started = time.monotonic()
     result = AgentResult(entry.pid, entry.path)
     try:
-        result.snapshot = _exchange(entry, request, timeout_s, max_bytes, connections)
+        result.snapshot = _exchange(entry, request, timeout_s, max_bytes, connections, published)
     except AgentGone:
         remove_stale(entry)
         raise
@@ -254,17 +300,40 @@ def _ask_all(entries: list[SocketEntry], request: str, timeout_s: float, scan: A
              max_bytes: int = wire.MAX_RESPONSE_BYTES, connections: AgentConnections | None = None) -> None:
     def one(entry: SocketEntry) -> AgentResult | None:
         try:
-            return _ask(entry, request, timeout_s, max_bytes, connections)
+            return _ask(entry, request, timeout_s, max_bytes, connections, published=False)
         except AgentGone:
             scan.removed_stale.append(entry.pid)
             return None
 
+    if request == wire.REQUEST_SNAPSHOT:
+        entries = _read_published(entries, max_bytes, scan)
     if not entries:
         return
     # One agent is asked in this thread; several in parallel, on threads kept for the next round (a
     # monitor polling 10 times a second should not start threads each time).
     results = [one(entries[0])] if len(entries) == 1 else list(_pool().map(one, entries))
     scan.results.extend(r for r in results if r is not None)
+
+
+def _read_published(entries: list[SocketEntry], max_bytes: int, scan: AgentScan) -> list[SocketEntry]:
+    """Read the published snapshots, one after another in this thread (a file read waits on nothing a pool would
+    hide); returns the entries that have none, to be asked on their sockets."""
+    unpublished = []
+    for entry in entries:
+        started = time.monotonic()
+        result = AgentResult(entry.pid, entry.path)
+        try:
+            result.snapshot = _published(entry, max_bytes)
+        except AgentQueryError as error:
+            result.error = str(error)
+        except OSError as error:
+            result.error = f"{error.strerror or error}"
+        if result.snapshot is None and result.error is None:
+            unpublished.append(entry)
+            continue
+        result.elapsed_s = time.monotonic() - started
+        scan.results.append(result)
+    return unpublished
 
 
 _executor: DaemonExecutor | None = None
@@ -323,8 +392,8 @@ def list_agents(timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None 
 
 def query_agent(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None = None,
                 request: str = wire.REQUEST_SNAPSHOT) -> dict[str, Any]:
-    """The answer of the agent in process `pid` to `request` (its snapshot by default); raises AgentQueryError
-    (AgentGone if it exited)."""
+    """The answer of the agent in process `pid` to `request` (its snapshot by default), asked on its socket: made
+    now, not the one it published last; raises AgentQueryError (AgentGone if it exited)."""
     from tpu_tools.metrics.rundir import check_socket_file, socket_path
 
     path = socket_path(pid, directory)
@@ -335,9 +404,47 @@ def query_agent(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Pa
         raise AgentQueryError(f"{path} {problem}; not using it")
     entry = SocketEntry(pid, path)
     try:
-        return _exchange(entry, request, timeout_s, DEFAULT_MAX_BYTES)
+        return _exchange(entry, request, timeout_s, DEFAULT_MAX_BYTES, published=False)
     except AgentGone:
         remove_stale(entry)
         raise
     except OSError as error:
         raise AgentQueryError(f"{error.strerror or error}") from error
+
+
+@dataclass
+class StacksAnswer:
+    """Where every Python thread of a job is (agent_snapshot.STACKS), how it was read, and its main frame."""
+
+    pid: int
+    stacks: dict[str, Any]
+    source: str  # "agent": its answer; "faulthandler": written on a signal, the job being stuck holding its lock
+    where: str | None
+
+
+def query_stacks(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None = None) -> StacksAnswer:
+    """Every Python thread's stack in the job `pid`: asked on its socket, else (no answer within `timeout_s`: a job
+    stuck holding its interpreter's lock) written by faulthandler on the signal its live agent published that it
+    registered. Raises AgentQueryError (AgentGone if it exited)."""
+    from tpu_tools.metrics.rundir import socket_path
+    from tpu_tools.metrics.stacks import StacksError, read_fault_stacks, where
+
+    try:
+        stacks = query_agent(pid, timeout_s, directory=directory, request=wire.REQUEST_STACKS).get("stacks")
+        if stacks is None:
+            raise AgentQueryError("answered without stacks (an agent of an earlier version)")
+        return StacksAnswer(pid, stacks, "agent", where(stacks))
+    except AgentGone:
+        raise
+    except AgentQueryError as error:
+        unanswered = error
+    entry = SocketEntry(pid, socket_path(pid, directory))
+    published = _published(entry, DEFAULT_MAX_BYTES)
+    number = published.get("stacks_signal") if published is not None else None
+    if number is None:
+        raise AgentQueryError(f"{unanswered}; and its agent publishes no signal for its stacks")
+    try:
+        stacks = read_fault_stacks(pid, number, entry.path.with_suffix(".stacks"), max(timeout_s, 1.0))
+    except StacksError as error:
+        raise AgentQueryError(f"{unanswered}; {error}") from error
+    return StacksAnswer(pid, stacks, "faulthandler", where(stacks))

@@ -92,6 +92,14 @@ ARRAYS = Obj({
     "sites_error": Str(), "elapsed_s": _SECONDS,
 })
 
+# The answer to the "stacks" request (tpu_tools.agent.stacks), also what faulthandler's text is read into
+FRAME = Obj({"file": Str(4096), "line": Int(min=0), "function": Str(1024)})
+STACKS = Obj({
+    "time_unix_s": Float(),
+    "threads": List(Obj({"name": Str(256), "id": Int(), "main": Bool(), "daemon": Bool(),
+                         "frames": List(FRAME, max_items=256)}), max_items=1024),
+})
+
 SNAPSHOT = Obj({
     "schema": Str(64), "pid": Int(min=1), "tag": Str(1024), "user": Str(256), "command": Str(),
     "agent_version": Str(256), "started_unix_s": Float(), "uptime_s": Float(), "jax_version": Str(256),
@@ -114,6 +122,10 @@ SNAPSHOT = Obj({
     "error": AnyJSON(),
     "arrays_report": ARRAYS,
     "arrays_error": Str(),
+    "stacks": STACKS,
+    "stacks_signal": Int(min=1, max=64),  # faulthandler writes the stacks to agent-<pid>.stacks on this signal
+    "published_unix_s": Float(),  # read from the snapshot file (tpu_tools.metrics.snapfile): when it was written
+    "publish_error": Str(512),
 }, required=("schema", "pid"))
 
 

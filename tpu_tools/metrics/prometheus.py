@@ -146,6 +146,11 @@ def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterat
     steps = _counter("process_steps", "Steps marked by the job.", labels)
     device_memory = _gauge("process_device_memory_used_bytes_per_device",
                            "Device memory held by the process on one device.", [*labels, "device"])
+    stalled = _gauge("process_stalled_seconds", "Seconds since the last step of a job whose steps stopped (more "
+                     "than 10 times its median step and 5 s); absent while it steps.", labels)
+    stack = _gauge("process_stack_info", "1 for a stalled job: where its main thread is (function, file and "
+                   "line of its own code) and whether it is inside a library (in_library 1).",
+                   [*labels, "where", "in_library"])
     tensorcore = _gauge("process_tensorcore_utilization_ratio",
                         "TensorCore utilization per core from 0 to 1, read in the job through libtpu's SDK.",
                         [*labels, "core"])
@@ -166,6 +171,10 @@ def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterat
         _add(steps_rate, values, step_stats.get("steps_per_second"))
         for stat in ("last", "p50", "p99"):
             _add(step_time, [*values, stat], step_stats.get(f"{stat}_step_time_s"))
+        _add(stalled, values, agent.get("stalled_s"))
+        where = (agent.get("stack") or {}).get("where")
+        if agent.get("stalled_s") is not None and where:
+            stack.add_metric([*values, label_value(where), "1" if agent["stack"].get("in_library") else "0"], 1.0)
         for device in agent.get("devices") or []:
             used = device.get("memory_used_bytes")
             used = used if used is not None else device.get("live_array_bytes")
@@ -179,6 +188,8 @@ def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterat
     yield compile_time
     yield steps
     yield steps_rate
+    yield stalled
+    yield stack
     yield tensorcore
     yield step_time
     yield device_memory

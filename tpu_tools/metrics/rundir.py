@@ -1,6 +1,9 @@
 """The per-user directory where agents register their sockets, and the checks that keep it private.
 
-Layout: `<dir>/agent-<pid>.sock`, where `<dir>` is `TPU_TOOLS_RUNTIME_DIR`, else
+Layout: `<dir>/agent-<pid>.sock` and the snapshot the agent publishes beside it,
+`<dir>/agent-<pid>.snap` (tpu_tools.metrics.snapfile) and the file faulthandler writes its
+stacks into on a signal, `<dir>/agent-<pid>.stacks` (tpu_tools.agent.stacks), where
+`<dir>` is `TPU_TOOLS_RUNTIME_DIR`, else
 `$XDG_RUNTIME_DIR/tpu-tools` (when that directory is ours), else
 `/tmp/tpu-tools-<uid>`. The directory is created mode 0700 and must be owned by
 this user and not be a symbolic link; each socket is created 0600. A directory
@@ -14,6 +17,7 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,8 +103,13 @@ def check_socket_file(path: Path) -> str | None:
         info = os.lstat(path)
     except OSError as error:
         return f"cannot be read ({error.strerror})"
-    if not stat.S_ISSOCK(info.st_mode):
-        return "is not a socket"
+    return private_file_problem(info, stat.S_ISSOCK, "a socket")
+
+
+def private_file_problem(info: os.stat_result, of_kind: Callable[[int], bool], kind: str) -> str | None:
+    """Why a file of the run directory must not be used (not `of_kind`, not ours, not 0600), or None."""
+    if not of_kind(info.st_mode):
+        return f"is not {kind}"
     if info.st_uid != os.getuid():
         return f"belongs to uid {info.st_uid}, not to this user"
     if info.st_mode & 0o077:
@@ -145,8 +154,20 @@ def remove_stale(entry: SocketEntry) -> bool:
     """Delete the socket of a process that is gone, if it is ours; returns whether it was removed."""
     if entry.problem is not None:
         return False
+    _remove_own_file(entry.path.with_suffix(".snap"))  # its published snapshot (tpu_tools.metrics.snapfile)
+    _remove_own_file(entry.path.with_suffix(".stacks"))  # where faulthandler wrote its stacks (agent/stacks.py)
     try:
         os.unlink(entry.path)
         return True
     except OSError:
         return False
+
+
+def _remove_own_file(path: Path) -> None:
+    """Delete a regular file of this user; anything else there is not ours to touch."""
+    try:
+        info = os.lstat(path)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid():
+            os.unlink(path)
+    except OSError:
+        pass

@@ -33,7 +33,8 @@ SNAPSHOT_SCHEMA = "tpu-tools/agent/v1"
 REQUEST_SNAPSHOT = "snapshot"
 REQUEST_PING = "ping"
 REQUEST_ARRAYS = "arrays"  # device memory by allocation, read on this request only (agent/arrays.py)
-REQUESTS = (REQUEST_SNAPSHOT, REQUEST_PING, REQUEST_ARRAYS)
+REQUEST_STACKS = "stacks"  # every Python thread's stack, made on this request only (agent/stacks.py)
+REQUESTS = (REQUEST_SNAPSHOT, REQUEST_PING, REQUEST_ARRAYS, REQUEST_STACKS)
 
 
 class MalformedRequest(ValueError):

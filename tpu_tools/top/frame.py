@@ -15,6 +15,7 @@ from typing import Any
 from tpu_tools.metrics.libtpu.names import FIELD_METRICS
 from tpu_tools.metrics.libtpu.records import NOT_SERVED
 from tpu_tools.metrics.tpuhealth import short_health
+from tpu_tools.shorten import shorten
 from tpu_tools.top.cacheview import shared_cache_lines
 from tpu_tools.top.drawing import (
     BAR_LOW,
@@ -375,7 +376,9 @@ def _process_cells(row: ProcessRow, now: float, marked: bool = False) -> dict[st
         "compiles": (str(row.compiles) if agent and row.compiles is not None else MISSING, NORMAL),
         "recompiles": (str(row.recompiles) if agent and row.recompiles is not None else MISSING,
                        WARN if agent and row.recompiles else NORMAL),
-        "steps": (format_number(row.steps_per_second) if agent else MISSING, NORMAL),
+        # a job whose steps stopped (tpu_tools.metrics.stall): its last rate would hide it
+        "steps": ("STALL", ERROR) if agent and row.detail.get("stalled_s") is not None
+        else (format_number(row.steps_per_second) if agent else MISSING, NORMAL),
         "sm": (percent_text(row.sm_percent), NORMAL),
         "time": (elapsed_text(None if row.started_unix_s is None else now - row.started_unix_s), NORMAL),
         "health": _health_cell(row),
@@ -386,6 +389,19 @@ def _process_cells(row: ProcessRow, now: float, marked: bool = False) -> dict[st
 def _health_cell(row: ProcessRow) -> tuple[str, str]:
     text, level = short_health((row.detail.get("tpu_sdk") or {}).get("health") if row.has_agent else None)
     return (MISSING if level == "none" else text), {"error": ERROR, "warn": WARN}.get(level, NORMAL)
+
+
+def stall_finding_lines(findings: list[dict[str, Any]], width: int) -> list[Line]:
+    """One line per stalled job whose workers are in different places: the worker that differs, and where."""
+    lines = []
+    for finding in findings:
+        workers = ", ".join(f"{w.get('host')}/{w.get('pid')}" if w.get("host") else str(w.get("pid"))
+                            for w in finding.get("workers") or [])
+        where = (finding.get("workers") or [{}])[0].get("where")
+        text = (f"  stalled job {finding.get('tag') or MISSING}: worker {workers} differs, in {where}; "
+                f"the others in {', '.join(finding.get('others_where') or [])}")
+        lines.append(Line().add(shorten(text, width), ERROR))
+    return lines
 
 
 def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows: int | None,
@@ -405,6 +421,7 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
     lines = [parts_line(title_parts, width)]
     if group.get("error"):
         return [*lines, Line().add(f"  {group['error']}", ERROR)], None
+    lines += stall_finding_lines(group.get("stall_findings") or [], width)
     hosts = _hosts(report)
     # HOST:PORT of a fleet's hosts in full where they fit (up to 22 characters), else cut with a mark
     health = any((a.get("tpu_sdk") or {}).get("health") for a in group.get("agents") or [])

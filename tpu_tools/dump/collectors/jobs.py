@@ -106,6 +106,34 @@ def collect_agents(ctx: CollectContext) -> None:
                       "(see accelerators/agents.json)")
     ctx.add_text("accelerators/agents.txt", plain_table(_agents_table([agent_entry(r) for r in scan.results]))
                  + "\n")
+    _add_stacks(ctx, [r.pid for r in scan.results if r.error is None])
+
+
+def _add_stacks(ctx: CollectContext, pids: list[int]) -> None:
+    """Every job's Python stacks, beside libtpu's runtime state: asked of its agent, or written by faulthandler
+    for a job stuck holding its interpreter's lock (tpu_tools.agent.stacks)."""
+    from tpu_tools.metrics.agent_client import AgentQueryError, query_stacks
+
+    jobs, text = [], []
+    for pid in pids:
+        timeout = (ctx.remaining_s() - _MARGIN_S) / 2  # the socket, then faulthandler: each gets half
+        if timeout <= _MIN_DEADLINE_S:
+            jobs.append({"pid": pid, "error": "no time left in the collector"})
+            continue
+        try:
+            answer = query_stacks(pid, min(_AGENT_TIMEOUT_S, timeout))
+        except AgentQueryError as error:
+            jobs.append({"pid": pid, "error": str(error)})
+            text.append(f"process {pid}: {error}\n")
+            continue
+        jobs.append({"pid": pid, "source": answer.source, "where": answer.where, "stacks": answer.stacks})
+        text.append(f"process {pid} ({answer.source}), main thread in {answer.where}\n")
+        for thread in answer.stacks.get("threads") or []:
+            text.append(f"  thread {thread.get('name')}{' (main)' if thread.get('main') else ''}\n")
+            text += [f"    {f['file']}:{f['line']} in {f['function']}\n" for f in thread.get("frames") or []]
+    if jobs:
+        ctx.add_json("accelerators/stacks.json", {"jobs": jobs})
+        ctx.add_text("accelerators/stacks.txt", "".join(text))
 
 
 def _add_jobs_ended(ctx: CollectContext) -> None:

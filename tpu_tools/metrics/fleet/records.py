@@ -15,6 +15,7 @@ from tpu_tools.metrics.cacheshare import shared_cache_dirs, take_fleet_sample
 from tpu_tools.metrics.fleet.client import Sample
 from tpu_tools.metrics.fleet.outliers import digest_outliers, furthest, median_of
 from tpu_tools.metrics.global_check import global_metric_findings
+from tpu_tools.metrics.stall import stall_findings
 from tpu_tools.parsing import ascii_digits
 
 PREFIX = "tpu_tools_"
@@ -182,6 +183,10 @@ def _take_process(agent: dict[str, Any], figure: str, labels: dict[str, str], va
         agent["steps"]["steps_per_second"] = value
     elif figure == "step_time_seconds":
         agent["steps"][f"{labels.get('stat')}_step_time_s"] = value
+    elif figure == "stalled_seconds":
+        agent["stalled_s"] = value
+    elif figure == "stack_info":
+        agent["stack"] = {"where": labels.get("where") or None, "in_library": labels.get("in_library") == "1"}
     elif figure in _GOODPUT_FIGURES or figure.startswith("metric"):
         _take_goodput(agent, figure, labels, value)
     elif take_fleet_sample(agent, figure, labels, value):
@@ -304,11 +309,12 @@ def build_groups(series: list[Sample], up: list[Sample], summaries: list[Sample]
         found.outlier = sentence if found.outlier is None else f"{found.outlier}; {sentence}"
     agents = [a for h in ordered for a in h.agents.values()]
     findings = global_metric_findings(agents)
+    stalls = stall_findings(agents)
     return {
         "host": _host_group(ordered),
         "devices": {"devices": [d for h in ordered for d in h.devices.values()], "chips": [], "notes": []},
         "processes": {"agents": agents, "holders": [], "ignored_sockets": [],
-                      "global_metric_findings": findings,
+                      "global_metric_findings": findings, "stall_findings": stalls,
                       "shared_cache_dirs": [s.to_dict() for s in shared_cache_dirs(agents)]},
         "libtpu": {"error": None, "notes": [],
                    "services": [{"address": f"{h.name}/{address}", "error": None if ok else "not answering"}
@@ -318,7 +324,7 @@ def build_groups(series: list[Sample], up: list[Sample], summaries: list[Sample]
                   "median_utilization_percent": median_of(utilization), "median_step_time_s": median_of(step_time),
                   "outliers": [asdict(o) for o in outliers], "global_metric_findings": len(findings),
                   "digest_outliers": [asdict(o) for o in differing],
-                  "clusters": _clusters(listed)},
+                  "stall_findings": stalls, "clusters": _clusters(listed)},
     }
 
 

@@ -17,6 +17,7 @@ from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, Device
 from tpu_tools.metrics.process import ProcessSampler
 from tpu_tools.metrics.processfacts import ProcessFacts
 from tpu_tools.metrics.slurm import job_id
+from tpu_tools.metrics.stall import StallStacks, stall_findings, stalled_for
 from tpu_tools.metrics.tpuhealth import health_from_sdk
 from tpu_tools.shorten import shorten
 
@@ -96,6 +97,12 @@ def agent_entry(result: AgentResult) -> dict[str, Any]:
     }
 
 
+def _ask_stacks(pid: int, timeout_s: float) -> Any:
+    from tpu_tools.metrics.agent_client import query_stacks
+
+    return query_stacks(pid, timeout_s)
+
+
 class ProcessesGroup:
     name = "processes"
     reads_agents = True  # the report asks the agents at the start of a round in which this group is due
@@ -109,6 +116,7 @@ class ProcessesGroup:
         root = sysroot()
         self._pods = PodLabeler(PodResourcesClient(socket_path(), options.agent_timeout_s), root)
         self._slurm_jobs = ProcessFacts(lambda pid: job_id(pid, root))
+        self._stalls = StallStacks(lambda pid: _ask_stacks(pid, options.agent_timeout_s))
         self._pod_labels: Any = None
         if options.pod_labels:
             from tpu_tools.metrics.kube.api import PodLabelReader
@@ -122,6 +130,7 @@ class ProcessesGroup:
             for agent in agents:
                 agent["goodput"] = goodput_entry({"goodput": agent["goodput"]}, context.options.price_per_hour)
         agent_pids = {r.pid for r in scan.results}
+        self._mark_stalls(agents)
         holders: dict[int, dict[str, Any]] = {}
         discovery = context.discovery()
         held = context.chip_holders()
@@ -150,7 +159,18 @@ class ProcessesGroup:
             "ignored_sockets": [i.to_dict() for i in scan.ignored],
             "pod_labels_error": pods_error,
             "global_metric_findings": global_metric_findings(agents),
+            "stall_findings": stall_findings(agents),
         }
+
+    def _mark_stalls(self, agents: list[dict[str, Any]]) -> None:
+        """`stalled_s` on every agent entry, and the `stack` of each stalled one (asked once per step count)."""
+        stalled = set()
+        for agent in agents:
+            agent["stalled_s"] = stalled_for(agent.get("steps")) if not agent.get("error") else None
+            if agent["stalled_s"] is not None:
+                stalled.add(agent["pid"])
+                agent["stack"] = self._stalls.stack(agent["pid"], (agent.get("steps") or {}).get("count"))
+        self._stalls.forget_except(stalled)
 
     def _label_pods(self, agents: list[dict[str, Any]], holders: list[dict[str, Any]], discovery: Any,
                     chip_holders: dict[int, DeviceHolders]) -> str | None:

@@ -32,7 +32,12 @@ def _utilization():
 
 
 def _listed(variable, default):
-    return [value for value in os.environ.get(variable, default).split(";") if value]
+    text = os.environ.get(variable, default)
+    changed = os.environ.get(variable + "_FILE")  # a file that, once written, holds the values from then on
+    if changed and os.path.exists(changed):
+        with open(changed) as values:
+            text = values.read().strip()
+    return [value for value in text.split(";") if value]
 
 
 def _metrics():
