@@ -63,6 +63,12 @@ VARIABLES: tuple[Variable, ...] = (
              "Where the pod's service account (token, ca.crt, namespace) is mounted, for --pod-labels' reads of "
              "the Kubernetes API (default /var/run/secrets/kubernetes.io/serviceaccount).", ("tpu-monitor",)),
     Variable("TPU_TOOLS_TAG", "text", "The tag of a job started with the agent (default: its PID).", (AGENT,)),
+    Variable("TPU_TOOLS_SNAPSHOT_FILE", "0, off or 1",
+             "0 or off: the agent publishes no snapshot file in its run directory, and monitors ask its socket "
+             "instead (each poll then wakes a thread of the job).", (AGENT,)),
+    Variable("TPU_TOOLS_STACKS_SIGNAL", "signal name or number, or 0",
+             "The signal on which the agent has faulthandler write every thread's stack to its run directory, for a "
+             "job stuck holding the interpreter's lock (default SIGUSR2; 0: none).", (AGENT,)),
     Variable("TPU_TOOLS_PRICE_PER_HOUR", "number > 0",
              "The job's machine price per hour, for its cost per 1M samples (as --price-per-hour).", (AGENT,)),
     Variable("TPU_TOOLS_PEAK_FLOPS", "number > 0",

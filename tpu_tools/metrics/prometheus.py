@@ -25,6 +25,7 @@ from tpu_tools.metrics.buildinfo import build_info_family
 from tpu_tools.metrics.cacheshare import cache_metrics
 from tpu_tools.metrics.goodput_view import goodput_families
 from tpu_tools.metrics.holders import device_holders
+from tpu_tools.metrics.naming import label_value
 from tpu_tools.metrics.processlabels import process_label_values, process_labels
 from tpu_tools.metrics.prom_health import health_families
 from tpu_tools.metrics.selection import MetricSelection
