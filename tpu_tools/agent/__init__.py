@@ -56,6 +56,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tpu_tools.agent.frontends import JAX, TORCH_XLA, Frontend, FrontendFigures, JaxFrontend, reported
 from tpu_tools.agent.goodput import JobFigures, process_ledger, program_flops, reset_after_fork, write_job_summary
 from tpu_tools.agent.metrics import process_metrics
 from tpu_tools.agent.metrics import reset_after_fork as reset_metrics_after_fork
@@ -214,7 +215,6 @@ class _Agent:
         import tpu_tools
         from tpu_tools.agent.memory import DeviceMemory
         from tpu_tools.agent.tpusdk import read_sdk_metrics
-        from tpu_tools.instrument.cachewatch import watch
         from tpu_tools.metrics import wire
         from tpu_tools.metrics.process import SelfSampler
 
@@ -222,7 +222,6 @@ class _Agent:
         # 15 us of CPU each with cold caches, at 10 requests a second.
         self._wire = wire
         self._read_sdk_metrics = read_sdk_metrics
-        self._cache_watch = watch
         self._version = tpu_tools.__version__
 
         self.pid = os.getpid()
@@ -236,6 +235,7 @@ class _Agent:
         self._argv: list[str] | None = None
         self._command = sys.executable
         self.jax: ModuleType | None = None
+        self.frontends: dict[str, Frontend] = {}  # attached as the job imports them (tpu_tools.agent.frontends)
         self.server: Any = None
         self.figures = figures
 
@@ -250,6 +250,14 @@ class _Agent:
         listen_to_programs()
         watch().install(jax_module)
         self.jax = jax_module
+        self.frontends[JAX] = JaxFrontend(jax_module, self.compiles, self.device_memory, watch)
+
+    def attach_torch_xla(self, torch_xla: ModuleType) -> None:
+        from tpu_tools.agent.torchxla import TorchXlaFrontend
+
+        frontend = TorchXlaFrontend(torch_xla, _steps)
+        frontend.install()
+        self.frontends[TORCH_XLA] = frontend
 
     def answer(self, request: str) -> dict[str, Any]:
         wire = self._wire
@@ -280,13 +288,13 @@ class _Agent:
         return self._command
 
     def snapshot(self) -> dict[str, Any]:
-        runtime, memory_error = None, None
-        devices: list[dict[str, Any]] = []
-        if self.jax is not None:
+        frontend = reported(self.frontends)
+        shown = FrontendFigures(None, [], None, self.compiles.snapshot(), None)
+        if frontend is not None:
             try:
-                runtime, devices = self.device_memory.read(self.jax)
-            except Exception as error:  # a runtime that fails must not cost the other figures
-                memory_error = f"{type(error).__name__}: {error}"
+                shown = frontend.figures()
+            except Exception as error:  # a frontend that fails must not cost the other figures
+                shown.memory_error = f"{type(error).__name__}: {error}"
         figures = self.process.sample()
         return {
             "schema": self._wire.SNAPSHOT_SCHEMA,
@@ -297,19 +305,26 @@ class _Agent:
             "agent_version": self._version,
             "started_unix_s": self.started_unix_s,
             "uptime_s": time.time() - self.started_unix_s,
-            "jax_version": getattr(self.jax, "__version__", None),
+            "frontend": frontend.name if frontend is not None else None,
+            "frontend_version": frontend.version() if frontend is not None else None,
+            # a torch_xla job that loaded jax as a helper is not a JAX job
+            "jax_version": None if frontend is not None and frontend.name != JAX else getattr(self.jax, "__version__",
+                                                                                               None),
             "explain_recompiles": self.explain_recompiles,
-            "runtime": runtime,
-            "devices": devices,
-            "memory_error": memory_error,
+            "runtime": shown.runtime,
+            "devices": shown.devices,
+            "memory_error": shown.memory_error,
             "process": {
                 "cpu_percent": figures.cpu_percent,
                 "cpu_time_s": figures.cpu_time_s,
                 "rss_bytes": figures.rss_bytes,
                 "threads": figures.threads,
             },
-            "compiles": self.compiles.snapshot(),
-            "compilation_cache": self._cache_watch().snapshot() if self.jax is not None else None,
+            "compiles": shown.compiles,
+            "compilation_cache": shown.compilation_cache,
+            "executions": shown.executions,
+            "transfers": shown.transfers,
+            "cpu_fallbacks": shown.cpu_fallbacks,
             "steps": _steps.stats().to_dict(),
             "tpu_sdk": self._read_sdk_metrics(),
             "goodput": self.figures_now(),
@@ -353,6 +368,7 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per
             raise AgentError(f"the tpu-tools agent could not start: {error}") from error
         _agent = agent
     call_when_imported(agent.attach_jax)
+    call_when_imported(agent.attach_torch_xla, TORCH_XLA)
     return agent.info()
 
 
