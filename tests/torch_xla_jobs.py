@@ -19,10 +19,11 @@ from agentjobs import Job, wait_for
 
 # A small MLP: 3 steps at batch 16, then batch 24 (one recompilation at the same line), a `loss.item()`
 # after the sync (a CPU fallback, aten::_local_scalar_dense, and no compile), the loss reported to the agent.
-# Then it waits: on each `ask-N` file it writes torch_xla's counters and metrics to `figures-N.json`.
+# Then it waits (or, with `keep_stepping`, goes on with steps at batch 24): on each `ask-N` file it writes
+# torch_xla's counters and metrics to `figures-N.json`; on an `exit` file it ends normally (the job-end record).
 MLP_JOB = textwrap.dedent("""
     import json, os, sys, time
-    workdir, steps, lifetime = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    workdir, steps, lifetime, keep_stepping = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
     import torch, torch_xla
     import torch_xla.debug.metrics as met
     import tpu_tools.agent as agent
@@ -57,7 +58,10 @@ MLP_JOB = textwrap.dedent("""
 
     open(os.path.join(workdir, "ready"), "w").write(str(os.getpid()))
     deadline, answered = time.time() + lifetime, 0
-    while time.time() < deadline:
+    while time.time() < deadline and not os.path.exists(os.path.join(workdir, "exit")):
+        if keep_stepping:
+            loss = train_step(24)
+            agent.metric("loss", loss)
         ask = os.path.join(workdir, f"ask-{answered}")
         if os.path.exists(ask):
             partial = os.path.join(workdir, f".figures-{answered}")
@@ -83,15 +87,20 @@ class TorchXlaJob(Job):
         figures: dict[str, Any] = json.loads(answer.read_text())
         return figures
 
+    def end(self, timeout: float = 120.0) -> int:
+        """Ask the job to end normally (it leaves its job-end record); its exit status."""
+        (self.workdir / "exit").write_text("")
+        return self.process.wait(timeout=timeout)
+
 
 def start_mlp_job(rundir: Path, *, steps: int = 30, lifetime_s: float = 600.0, options: tuple[str, ...] = (),
-                  devices: int = 1, **env: str | None) -> TorchXlaJob:
+                  keep_stepping: bool = False, devices: int = 1, **env: str | None) -> TorchXlaJob:
     python = torch_xla_env.require()
     workdir = Path(tempfile.mkdtemp(prefix="txj", dir="/tmp"))
     script = workdir / "mlp.py"
     script.write_text(MLP_JOB)
     command = [str(python), "-m", "tpu_tools.agent", *options, str(script), str(workdir), str(steps),
-               str(lifetime_s)]
+               str(lifetime_s), "1" if keep_stepping else "0"]
     process = subprocess.Popen(command, env=torch_xla_env.job_env(devices, TPU_TOOLS_RUNTIME_DIR=str(rundir), **env),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
     return TorchXlaJob(process, workdir / "ready", workdir)

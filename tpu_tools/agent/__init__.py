@@ -236,6 +236,8 @@ class _Agent:
         self._command = sys.executable
         self.jax: ModuleType | None = None
         self.frontends: dict[str, Frontend] = {}  # attached as the job imports them (tpu_tools.agent.frontends)
+        self.torch_xla_debug_file: str | None = None  # torch_xla's description of each compile (explain_recompiles)
+        self.owns_debug_file = False  # named by the agent: removed when the job ends
         self.server: Any = None
         self.figures = figures
 
@@ -255,7 +257,7 @@ class _Agent:
     def attach_torch_xla(self, torch_xla: ModuleType) -> None:
         from tpu_tools.agent.torchxla import TorchXlaFrontend
 
-        frontend = TorchXlaFrontend(torch_xla, _steps)
+        frontend = TorchXlaFrontend(torch_xla, _steps, self.torch_xla_debug_file)
         frontend.install()
         self.frontends[TORCH_XLA] = frontend
 
@@ -345,7 +347,8 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per
     tag: a name for this job in monitors (default: $TPU_TOOLS_TAG, else the PID).
     explain_recompiles: turn on `jax_explain_cache_misses` so each recompilation
     carries JAX's reason (the explanations are kept off the job's log unless the
-    job turned them on itself).
+    job turned them on itself); for torch_xla, imported later, its description
+    of each compile (PT_XLA_DEBUG_LEVEL=1 into a file of the agent's directory).
     price_per_hour, peak_flops_per_s: for the cost per 1M samples and MFU (else
     $TPU_TOOLS_PRICE_PER_HOUR, and $TPU_TOOLS_PEAK_FLOPS or the device table);
     a value that is not a finite number > 0 leaves the figure unknown.
@@ -367,6 +370,10 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per
         except (RunDirError, OSError) as error:
             raise AgentError(f"the tpu-tools agent could not start: {error}") from error
         _agent = agent
+        if explain_recompiles:
+            from tpu_tools.agent.torchxla import prepare_explain
+
+            agent.torch_xla_debug_file, agent.owns_debug_file = prepare_explain(agent.server.path.parent)
     call_when_imported(agent.attach_jax)
     call_when_imported(agent.attach_torch_xla, TORCH_XLA)
     return agent.info()
@@ -379,6 +386,10 @@ def stop() -> None:
         agent, _agent = _agent, None
     if agent is not None and agent.pid == os.getpid():
         write_job_summary(agent.snapshot)
+        if agent.owns_debug_file and agent.torch_xla_debug_file is not None:
+            from tpu_tools.agent.torchxla import remove_explain_file
+
+            remove_explain_file(agent.torch_xla_debug_file)
     if agent is not None and agent.server is not None:
         agent.server.stop()
 

@@ -21,17 +21,31 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tpu_tools.agent.frontends import TORCH_XLA, FrontendFigures
 from tpu_tools.agent.goodput import process_ledger
-from tpu_tools.instrument.compiles import CompileEvent, CompileTracker
+from tpu_tools.instrument.compiles import CacheMiss, CompileEvent, CompileTracker
 from tpu_tools.instrument.steps import StepTracker
-from tpu_tools.instrument.torchxla import TorchXlaReader, fallbacks_record
+from tpu_tools.instrument.torchxla import (
+    CompileBlock,
+    DebugOutputParser,
+    TorchXlaReader,
+    fallbacks_record,
+    frame_path,
+    recompile_reasons,
+)
 
 READ_BEFORE_SYNC = "(a tensor value read before torch_xla.sync)"
 CACHE_PATH_VARIABLE = "XLA_PERSISTENT_CACHE_PATH"
+DEBUG_LEVEL_VARIABLE, DEBUG_FILE_VARIABLE = "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"
 _WRAPPED = "__tpu_tools_step_boundary__"
+
+
+def _ours(path: str) -> bool:
+    """A frame of torch_xla's own code or of this module's (the step boundary): not the job's line."""
+    return f"{os.sep}torch_xla{os.sep}" in path or path == __file__
 
 
 def caller_site(frame: Any) -> str:
@@ -39,10 +53,31 @@ def caller_site(frame: Any) -> str:
     output names frames."""
     while frame is not None:
         path = frame.f_code.co_filename
-        if f"{os.sep}torch_xla{os.sep}" not in path and path != __file__:
+        if not _ours(path):
             return f"{frame.f_code.co_name} ({path}:{frame.f_lineno})"
         frame = frame.f_back
     return "?"
+
+
+def prepare_explain(directory: Path) -> tuple[str | None, bool]:
+    """Ask torch_xla, before it is imported, to describe each compile in a file of the agent's private
+    directory (PT_XLA_DEBUG_LEVEL=1, PT_XLA_DEBUG_FILE; a file the job named itself is read instead). Returns
+    the file (None where torch_xla is imported already: it reads the settings at import) and whether the
+    agent named it (and removes it when the job ends)."""
+    if TORCH_XLA in sys.modules:
+        return None, False
+    os.environ.setdefault(DEBUG_LEVEL_VARIABLE, "1")
+    ours = str(directory / f"torch-xla-compiles-{os.getpid()}.txt")
+    named = os.environ.setdefault(DEBUG_FILE_VARIABLE, ours)
+    return named, named == ours
+
+
+def remove_explain_file(path: str) -> None:
+    """The agent's debug file of a job that ended (best effort: the directory is private either way)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 class TorchXlaFrontend:
@@ -50,7 +85,7 @@ class TorchXlaFrontend:
 
     name = TORCH_XLA
 
-    def __init__(self, torch_xla: Any, steps: StepTracker):
+    def __init__(self, torch_xla: Any, steps: StepTracker, debug_file: str | None = None):
         from torch_xla.debug import metrics  # loaded with torch_xla: no import cost of its own
 
         self._torch_xla = torch_xla
@@ -60,7 +95,12 @@ class TorchXlaFrontend:
         self._lock = threading.Lock()
         self._boundary_steps = 0  # steps marked at a sync; fewer than all steps once the job marks its own
         self._memory_error: str | None = None
-        self.problems: list[str] = []
+        # --explain-recompiles: torch_xla's debug file, read as it grows; its i-th block is the i-th compile
+        self._debug_file = debug_file
+        self._debug_offset = 0
+        self._debug = DebugOutputParser()
+        self._compiles_seen = 0
+        self._last_block: dict[str, CompileBlock] = {}  # the latest graph compiled at each line
 
     def install(self) -> None:
         """Make `torch_xla.sync` (and through it `xm.mark_step`) a step boundary; once per process."""
@@ -91,10 +131,35 @@ class TorchXlaFrontend:
             self._steps.step()
 
     def _take_compiles(self, site: str) -> None:
-        """(under the lock) Credit the compiles torch_xla made since the last look to `site`."""
-        for made in self._reader.new_compiles():
-            self._tracker.add_event(CompileEvent("xla_compile", site, made.seconds, made.time_unix_s))
-            process_ledger().add_compile(made.seconds)
+        """(under the lock) Credit the compiles torch_xla made since the last look to `site` (or, with torch_xla's
+        debug output, to the line its block names, with what differs from the graph compiled there before)."""
+        made = self._reader.new_compiles()
+        if made and self._debug_file is not None:
+            self._read_debug_file()
+        for compile_made in made:
+            index, self._compiles_seen = self._compiles_seen, self._compiles_seen + 1
+            block = self._debug.blocks[index] if index < len(self._debug.blocks) else None
+            where = site
+            if block is not None:
+                where = next((frame for frame in block.frames if not _ours(frame_path(frame))), site)
+                before = self._last_block.get(where)
+                if before is not None:
+                    self._tracker.add_miss(CacheMiss(where, None, where, False, "other",
+                                                     recompile_reasons(block, before, where), compile_made.time_unix_s))
+                self._last_block[where] = block
+            self._tracker.add_event(CompileEvent("xla_compile", where, compile_made.seconds, compile_made.time_unix_s))
+            process_ledger().add_compile(compile_made.seconds)
+
+    def _read_debug_file(self) -> None:
+        assert self._debug_file is not None
+        try:
+            with open(self._debug_file, "rb") as debug:
+                debug.seek(self._debug_offset)
+                text = debug.read(1 << 20)  # bounded: a burst of compiles is read over several looks
+        except OSError:  # not written yet (no compile) or removed: the compiles keep the sync's line
+            return
+        self._debug_offset += len(text)
+        self._debug.feed(text.decode("utf-8", "replace"))
 
     # --- the answer (the agent's thread) ---------------------------------------------------------
 

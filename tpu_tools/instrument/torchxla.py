@@ -11,6 +11,7 @@ its counter says something happened since the last answer.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,3 +137,130 @@ def fallbacks_record(fallbacks: dict[str, int]) -> dict[str, Any]:
     """The agent's `cpu_fallbacks` record: each op with its count, most frequent first, and the total."""
     ops = [{"op": op, "count": count} for op, count in sorted(fallbacks.items(), key=lambda item: (-item[1], item[0]))]
     return {"total": sum(fallbacks.values()), "ops": ops}
+
+
+# --- why it compiled: torch_xla's debug output (PT_XLA_DEBUG_LEVEL=1, PT_XLA_DEBUG_FILE) -------------------
+
+_PREFIX = "Compilation Analysis: "
+_POST_PREFIX = "Post Compilation Analysis: "
+_RULE = "=" * 20
+_FRAME = re.compile(r"^(?P<function>.+?) \((?P<path>.+):(?P<line>\d+)\)$")
+_SIZE = re.compile(r"^(?P<what>Graph input|Graph output|Aliased Input|Intermediate tensor|Compiled program) size: "
+                   r"(?P<gb>[0-9.]+) GB$")
+_SIZE_KEYS = {"Graph input": "input", "Graph output": "output", "Aliased Input": "aliased",
+              "Intermediate tensor": "intermediate", "Compiled program": "program"}
+
+
+@dataclass
+class CompileBlock:
+    """One compile as torch_xla's debug output describes it: why, which graph, from where, how large."""
+
+    cause: str
+    graph_hash: str | None = None
+    inputs: int | None = None
+    outputs: int | None = None
+    frames: list[str] = field(default_factory=list)  # "function (path:line)", innermost first
+    sizes_gb: dict[str, float] = field(default_factory=dict)  # input, output, aliased, intermediate, program
+
+
+class DebugOutputParser:
+    """Turns the debug file's text, fed as it grows, into `CompileBlock`s (one per compile, in order).
+
+    A block's sizes come in the post-compilation part that follows it; they are added to the last block when
+    they arrive. Only whole lines are read: a line still being written waits for the next feed.
+    """
+
+    def __init__(self) -> None:
+        self.blocks: list[CompileBlock] = []
+        self._partial = ""
+        self._current: CompileBlock | None = None
+        self._section = ""
+
+    def feed(self, text: str) -> None:
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._line(line.rstrip())
+
+    def _line(self, line: str) -> None:
+        if line.startswith(_POST_PREFIX):
+            size = _SIZE.match(line[len(_POST_PREFIX):].strip())
+            if size and self.blocks:
+                self.blocks[-1].sizes_gb[_SIZE_KEYS[size["what"]]] = float(size["gb"])
+            return
+        if not line.startswith(_PREFIX):
+            return
+        body = line[len(_PREFIX):]
+        text = body.strip()
+        if text.startswith(_RULE):
+            if self._current is not None and self._section:  # the closing rule: the block is whole
+                self.blocks.append(self._current)
+                self._current, self._section = None, ""
+            return
+        if text == "Compilation Cause":
+            self._current, self._section = CompileBlock(""), "cause"
+        elif self._current is None:
+            return
+        elif text.startswith("Graph Info"):
+            self._section = "graph"
+        elif text.startswith("Python Frame Triggered Execution"):
+            self._section = "frames"
+        elif text.startswith("-" * 20):
+            self._section = "end"
+        elif self._section == "cause":
+            self._current.cause = f"{self._current.cause} {text}".strip()
+        elif self._section == "graph":
+            key, _, value = text.partition(":")
+            value = value.strip()
+            if key == "Graph Hash":
+                self._current.graph_hash = value
+            elif key in ("Number of Graph Inputs", "Number of Graph Outputs") and value.isdigit():
+                if key.endswith("Inputs"):
+                    self._current.inputs = int(value)
+                else:
+                    self._current.outputs = int(value)
+        elif self._section == "frames" and _FRAME.match(text):
+            self._current.frames.append(text)
+
+
+def frame_path(frame: str) -> str:
+    """The file of a frame written `function (path:line)`."""
+    match = _FRAME.match(frame)
+    return match["path"] if match else ""
+
+
+READ_EARLY = "access tensor value before"  # torch_xla's cause for a compile forced by reading a value
+
+
+def recompile_reasons(block: CompileBlock, before: CompileBlock, site: str) -> list[str]:
+    """What differs from the nearest earlier graph compiled at the same line, and the classic cause it points
+    to (torch_xla's own cause names only the trigger)."""
+    reasons: list[str] = []
+    if block.graph_hash and before.graph_hash and block.graph_hash != before.graph_hash:
+        reasons.append(f"graph {before.graph_hash[:12]} before, now {block.graph_hash[:12]}")
+    counts_differ = False
+    for what, now, then in (("inputs", block.inputs, before.inputs), ("outputs", block.outputs, before.outputs)):
+        if now is not None and then is not None and now != then:
+            counts_differ = True
+            reasons.append(f"graph {what}: {then} before, now {now}")
+    # torch_xla writes sizes in GB with 6 decimals: kB is as fine as they go
+    sizes = [f"{key} size {before.sizes_gb[key] * 1e6:g} kB before, now {value * 1e6:g} kB"
+             for key, value in block.sizes_gb.items() if key in before.sizes_gb and before.sizes_gb[key] != value]
+    reasons += sizes
+    callers = [frame for frame in block.frames if frame != site]
+    callers_before = [frame for frame in before.frames if frame != site]
+    if callers and callers_before and callers[-1] != callers_before[-1]:
+        reasons.append(f"called from {callers_before[-1]} before, now {callers[-1]}")
+    if READ_EARLY in block.cause:
+        classic = ("a tensor value read before torch_xla.sync (.item(), print, .cpu()) cuts the graph there; read "
+                   "it after the sync or in xm.add_step_closure")
+    elif counts_differ:
+        classic = "a tensor added to or dropped from the step's graph (a value kept across steps, a branch on data)"
+    elif sizes:
+        classic = ("a dynamic shape (a new batch size, a smaller last batch); pad or bucket the shapes, or drop "
+                   "the last batch")
+    else:
+        classic = ("the same inputs but another graph: a Python scalar that changes every step is traced in as a "
+                   "constant; pass it as a tensor")
+    # the classic cause first: it is what a narrow screen keeps
+    return [f"classic cause: {classic}", f"torch_xla: {block.cause or 'no cause given'}", *reasons]
