@@ -26,6 +26,8 @@ from typing import Any
 
 from tpu_tools.agent.frontends import TORCH_XLA, FrontendFigures
 from tpu_tools.agent.goodput import process_ledger
+from tpu_tools.agent.metrics import process_metrics
+from tpu_tools.agent.xlametrics import XlaMetricTaker
 from tpu_tools.instrument.compiles import CacheMiss, CompileEvent, CompileTracker
 from tpu_tools.instrument.steps import StepTracker
 from tpu_tools.instrument.torchxla import (
@@ -95,6 +97,7 @@ class TorchXlaFrontend:
         self._lock = threading.Lock()
         self._boundary_steps = 0  # steps marked at a sync; fewer than all steps once the job marks its own
         self._memory_error: str | None = None
+        self._metrics = XlaMetricTaker(torch_xla, process_metrics())
         # --explain-recompiles: torch_xla's debug file, read as it grows; its i-th block is the i-th compile
         self._debug_file = debug_file
         self._debug_offset = 0
@@ -103,10 +106,12 @@ class TorchXlaFrontend:
         self._last_block: dict[str, CompileBlock] = {}  # the latest graph compiled at each line
 
     def install(self) -> None:
-        """Make `torch_xla.sync` (and through it `xm.mark_step`) a step boundary; once per process."""
+        """Make `torch_xla.sync` (and through it `xm.mark_step`) a step boundary, where the XLA tensors the job
+        reported as metrics are taken too; once per process."""
         original = self._torch_xla.sync
         if getattr(original, _WRAPPED, False):
             return
+        process_metrics().defer_xla = self._metrics.defer
         self._torch_xla.sync = step_boundary(original, self._before_sync, self._after_sync)
 
     def version(self) -> str | None:
@@ -129,6 +134,7 @@ class TorchXlaFrontend:
                 self._boundary_steps += 1
         if not job_marks_its_own:
             self._steps.step()
+        self._metrics.take()
 
     def _take_compiles(self, site: str) -> None:
         """(under the lock) Credit the compiles torch_xla made since the last look to `site` (or, with torch_xla's
