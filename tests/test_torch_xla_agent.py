@@ -43,6 +43,7 @@ def test_the_job_is_named_a_torch_xla_job_though_jax_is_loaded(mlp: tuple[TorchX
     assert (snapshot["frontend"], snapshot["frontend_version"], snapshot["jax_version"]) == ("torch_xla", "2.9.0",
                                                                                              None)
     assert snapshot["runtime"]["platform"] == "cpu"
+    assert snapshot["startup"] == []  # PJRT_DEVICE=CPU before the import, nothing set late
 
 
 def test_compiles_are_torch_xlas_own_with_the_recompile_at_its_line(mlp: tuple[TorchXlaJob, Any]) -> None:

@@ -68,5 +68,7 @@ def require() -> Path:
 
 def job_env(devices: int = 1, **overrides: str | None) -> dict[str, str]:
     """The environment of a torch_xla job: the CPU platform, tpu_tools and the tests' helpers on the path."""
-    return clean_env(PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(devices), JAX_PLATFORMS="cpu",
-                     PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]), TF_CPP_MIN_LOG_LEVEL="2", **overrides)
+    wanted: dict[str, str | None] = {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices), "JAX_PLATFORMS": "cpu",
+                                     "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)]),
+                                     "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return clean_env(**{**wanted, **overrides})  # an override of None leaves the variable out

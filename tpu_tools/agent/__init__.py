@@ -238,6 +238,7 @@ class _Agent:
         self.frontends: dict[str, Frontend] = {}  # attached as the job imports them (tpu_tools.agent.frontends)
         self.torch_xla_debug_file: str | None = None  # torch_xla's description of each compile (explain_recompiles)
         self.owns_debug_file = False  # named by the agent: removed when the job ends
+        self.before_torch_xla: dict[str, str | None] | None = None  # its settings right before torch_xla ran
         self.server: Any = None
         self.figures = figures
 
@@ -254,10 +255,15 @@ class _Agent:
         self.jax = jax_module
         self.frontends[JAX] = JaxFrontend(jax_module, self.compiles, self.device_memory, watch)
 
+    def note_before_torch_xla(self) -> None:
+        from tpu_tools.agent.xlastartup import environment_now
+
+        self.before_torch_xla = environment_now()
+
     def attach_torch_xla(self, torch_xla: ModuleType) -> None:
         from tpu_tools.agent.torchxla import TorchXlaFrontend
 
-        frontend = TorchXlaFrontend(torch_xla, _steps, self.torch_xla_debug_file)
+        frontend = TorchXlaFrontend(torch_xla, _steps, self.torch_xla_debug_file, self.before_torch_xla)
         frontend.install()
         self.frontends[TORCH_XLA] = frontend
 
@@ -327,6 +333,7 @@ class _Agent:
             "executions": shown.executions,
             "transfers": shown.transfers,
             "cpu_fallbacks": shown.cpu_fallbacks,
+            "startup": shown.startup,
             "steps": _steps.stats().to_dict(),
             "tpu_sdk": self._read_sdk_metrics(),
             "goodput": self.figures_now(),
@@ -375,7 +382,7 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per
 
             agent.torch_xla_debug_file, agent.owns_debug_file = prepare_explain(agent.server.path.parent)
     call_when_imported(agent.attach_jax)
-    call_when_imported(agent.attach_torch_xla, TORCH_XLA)
+    call_when_imported(agent.attach_torch_xla, TORCH_XLA, before=agent.note_before_torch_xla)
     return agent.info()
 
 

@@ -33,6 +33,7 @@ class FrontendFigures:
     executions: dict[str, Any] | None = None  # {count, time_s}
     transfers: dict[str, Any] | None = None  # {to_device: {count, time_s, bytes}, from_device: {...}}
     cpu_fallbacks: dict[str, Any] | None = None  # {total, ops: [{op, count}]}
+    startup: list[dict[str, Any]] | None = None  # the startup contract's findings [{check, message, fix}]
 
 
 class Frontend(Protocol):

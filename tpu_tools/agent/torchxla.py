@@ -28,6 +28,7 @@ from tpu_tools.agent.frontends import TORCH_XLA, FrontendFigures
 from tpu_tools.agent.goodput import process_ledger
 from tpu_tools.agent.metrics import process_metrics
 from tpu_tools.agent.xlametrics import XlaMetricTaker
+from tpu_tools.agent.xlastartup import CACHE_READ_ONLY, StartupContract, environment_now
 from tpu_tools.instrument.compiles import CacheMiss, CompileEvent, CompileTracker
 from tpu_tools.instrument.steps import StepTracker
 from tpu_tools.instrument.torchxla import (
@@ -87,7 +88,8 @@ class TorchXlaFrontend:
 
     name = TORCH_XLA
 
-    def __init__(self, torch_xla: Any, steps: StepTracker, debug_file: str | None = None):
+    def __init__(self, torch_xla: Any, steps: StepTracker, debug_file: str | None = None,
+                 before_import: dict[str, str | None] | None = None):
         from torch_xla.debug import metrics  # loaded with torch_xla: no import cost of its own
 
         self._torch_xla = torch_xla
@@ -98,6 +100,7 @@ class TorchXlaFrontend:
         self._boundary_steps = 0  # steps marked at a sync; fewer than all steps once the job marks its own
         self._memory_error: str | None = None
         self._metrics = XlaMetricTaker(torch_xla, process_metrics())
+        self._startup = StartupContract(torch_xla, self._reader.counter, before_import or environment_now())
         # --explain-recompiles: torch_xla's debug file, read as it grows; its i-th block is the i-th compile
         self._debug_file = debug_file
         self._debug_offset = 0
@@ -140,6 +143,8 @@ class TorchXlaFrontend:
         """(under the lock) Credit the compiles torch_xla made since the last look to `site` (or, with torch_xla's
         debug output, to the line its block names, with what differs from the graph compiled there before)."""
         made = self._reader.new_compiles()
+        if made:
+            self._startup.note_compile()
         if made and self._debug_file is not None:
             self._read_debug_file()
         for compile_made in made:
@@ -180,9 +185,13 @@ class TorchXlaFrontend:
                     "backend_compile_time_s": figures.compile_time_s, "cache_hits": persistent_hits,
                     "cache_misses": figures.persistent_misses, "in_memory_cache_hits": figures.in_memory_cache_hits}
         cache_dir = os.environ.get(CACHE_PATH_VARIABLE) or None
+        read_only = os.environ.get(CACHE_READ_ONLY) in ("1", "true", "True")
         cache = {"listening": True, "dir_configured": cache_dir, "dir_in_use": cache_dir,
                  "lookups": figures.persistent_misses + figures.persistent_loads, "hits": persistent_hits,
-                 "misses": figures.persistent_misses, "deserialize_failures": figures.persistent_deserialize_failures}
+                 "misses": figures.persistent_misses, "deserialize_failures": figures.persistent_deserialize_failures,
+                 # torch_xla writes an entry for each miss unless the cache is read-only: the shared-cache view
+                 # names the directories several processes write
+                 "entries_written": 0 if read_only else figures.persistent_misses}
         return FrontendFigures(
             runtime, devices, memory_error, compiles, cache,
             executions={"count": figures.executions, "time_s": figures.execute_time_s},
@@ -190,7 +199,8 @@ class TorchXlaFrontend:
                                      "bytes": int(figures.to_device_bytes)},
                        "from_device": {"count": figures.from_device.samples, "time_s": figures.from_device.total,
                                        "bytes": int(figures.from_device_bytes)}},
-            cpu_fallbacks=fallbacks_record(figures.fallbacks))
+            cpu_fallbacks=fallbacks_record(figures.fallbacks),
+            startup=[finding.to_dict() for finding in self._startup.findings(runtime["platform"] if runtime else None)])
 
     def _runtime(self) -> tuple[dict[str, Any], list[dict[str, Any]], str | None]:
         """The platform, and the default device's memory where torch_xla gives it (unknown, never 0, where

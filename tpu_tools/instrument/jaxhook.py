@@ -18,10 +18,14 @@ from typing import Any
 
 _lock = threading.Lock()
 _pending: dict[str, list[Callable[[ModuleType], None]]] = {}  # module name -> callbacks waiting for it
+_before: dict[str, list[Callable[[], None]]] = {}  # module name -> called right before its code runs
 
 
-def call_when_imported(callback: Callable[[ModuleType], None], name: str = "jax") -> Callable[[], None]:
-    """`callback(module)` now if the module `name` is imported, else right after its import finishes.
+def call_when_imported(callback: Callable[[ModuleType], None], name: str = "jax",
+                       before: Callable[[], None] | None = None) -> Callable[[], None]:
+    """`callback(module)` now if the module `name` is imported, else right after its import finishes; then
+    `before()` first, right before the module's code runs (what the environment said before the module could
+    change it).
 
     Returns a function that cancels a callback still waiting (a profiled program
     that never imports jax must not leave the finder behind).
@@ -30,6 +34,8 @@ def call_when_imported(callback: Callable[[ModuleType], None], name: str = "jax"
         module = sys.modules.get(name)
         if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
             _pending.setdefault(name, []).append(callback)
+            if before is not None:
+                _before.setdefault(name, []).append(before)
             if not any(isinstance(f, _JaxFinder) for f in sys.meta_path):
                 sys.meta_path.insert(0, _JaxFinder())
             return lambda: _cancel(callback, name)
@@ -60,6 +66,10 @@ class _Loader(importlib.abc.Loader):
         return self._inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
+        with _lock:
+            first = _before.pop(self._name, [])
+        for call in first:
+            call()
         self._inner.exec_module(module)
         with _lock:
             callbacks = _pending.pop(self._name, [])

@@ -113,6 +113,9 @@ SNAPSHOT = Obj({
     "compiles": COMPILES,
     "compilation_cache": COMPILATION_CACHE,
     "executions": EXECUTIONS, "transfers": TRANSFERS, "cpu_fallbacks": CPU_FALLBACKS,
+    # the startup contract's findings (tpu_tools.agent.xlastartup)
+    "startup": List(Obj({"check": Str(64), "message": Str(512), "fix": Str(512)}, required=("message",)),
+                    max_items=16),
     "steps": STEPS,
     # libtpu's SDK metrics read in the job (tpu_tools.agent.tpusdk); checked again where they are used
     "tpu_sdk": Obj({"status": Str(256), "metrics": Map(AnyJSON(), max_items=64),

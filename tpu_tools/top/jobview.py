@@ -132,6 +132,7 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
     lines += _device_section(detail, width)
     lines += arrays_lines(state.arrays.read(row.key), width)
     lines += _health_section(detail, width)
+    lines += startup_lines(detail, width)
     lines += _compile_section(detail, width)
     lines += fallback_lines(detail, width)
     lines += cache_section(detail, width)
@@ -149,6 +150,19 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
 
 
 MAX_FALLBACK_OPS = 6
+
+
+def startup_lines(detail: dict[str, Any], width: int) -> list[Line]:
+    """The startup contract's findings (torch_xla: a setting made too late), each with its fix; none when kept."""
+    findings = [f for f in detail.get("startup") or [] if isinstance(f, dict)]
+    if not findings:
+        return []
+    lines = [Line(), Line().add(" Startup contract", TITLE).add(f"  {len(findings)} broken", DIM)]
+    for finding in findings[:6]:
+        lines += [Line().add(text, ERROR) for text in _wrap(f"! {finding.get('message')}", width, "  ")][:2]
+        lines += [Line().add(text, DIM) for text in _wrap(f"fix: {finding.get('fix')}", width, "    ")][:2]
+    return lines
+
 
 
 def fallback_lines(detail: dict[str, Any], width: int) -> list[Line]:

@@ -96,6 +96,7 @@ def agent_entry(result: AgentResult) -> dict[str, Any]:
         "executions": snapshot.get("executions"),
         "transfers": snapshot.get("transfers"),
         "cpu_fallbacks": snapshot.get("cpu_fallbacks"),
+        "startup": snapshot.get("startup"),
         "tpu_sdk": sdk_figures(snapshot),
         "goodput": goodput_entry(snapshot),
         "process_index": runtime.get("process_index"),
