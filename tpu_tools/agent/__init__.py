@@ -239,6 +239,7 @@ class _Agent:
         self.torch_xla_debug_file: str | None = None  # torch_xla's description of each compile (explain_recompiles)
         self.owns_debug_file = False  # named by the agent: removed when the job ends
         self.before_torch_xla: dict[str, str | None] | None = None  # its settings right before torch_xla ran
+        self.attach_error: str | None = None  # why a frontend could not be followed
         self.server: Any = None
         self.figures = figures
 
@@ -263,8 +264,12 @@ class _Agent:
     def attach_torch_xla(self, torch_xla: ModuleType) -> None:
         from tpu_tools.agent.torchxla import TorchXlaFrontend
 
-        frontend = TorchXlaFrontend(torch_xla, _steps, self.torch_xla_debug_file, self.before_torch_xla)
-        frontend.install()
+        try:
+            frontend = TorchXlaFrontend(torch_xla, _steps, self.torch_xla_debug_file, self.before_torch_xla)
+            frontend.install()
+        except Exception as error:  # runs inside the job's `import torch_xla`: never raise into it
+            self.attach_error = f"torch_xla not followed: {type(error).__name__}: {error}"
+            return
         self.frontends[TORCH_XLA] = frontend
 
     def answer(self, request: str) -> dict[str, Any]:
@@ -297,7 +302,7 @@ class _Agent:
 
     def snapshot(self) -> dict[str, Any]:
         frontend = reported(self.frontends)
-        shown = FrontendFigures(None, [], None, self.compiles.snapshot(), None)
+        shown = FrontendFigures(None, [], self.attach_error, self.compiles.snapshot(), None)
         if frontend is not None:
             try:
                 shown = frontend.figures()
