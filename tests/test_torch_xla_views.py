@@ -60,6 +60,7 @@ def test_the_monitor_shows_the_frontend_compiles_the_recompile_cause_and_the_fal
         report: tuple[dict[str, Any], dict[str, Any]]) -> None:
     document, own = report
     agent = the_agent(document)
+    assert agent["device_memory_used_bytes"] is None and agent["live_array_bytes"] is None  # unknown on CPU
     assert (agent["frontend"], agent["frontend_version"]) == ("torch_xla", "2.9.0")
     compiles = agent["compiles"]
     assert compiles["compile_count"] == own["counters"]["UncachedCompile"] == 2
@@ -104,6 +105,8 @@ def test_tpu_tops_job_screen_shows_them(report: tuple[dict[str, Any], dict[str, 
     document, _ = report
     state = ViewState()
     rows = state.visible_rows(document)
+    [row] = [line for line in frame_text(render(document, state, 160, 30)).splitlines() if "[torch_xla] mlp.py" in line]
+    assert " 0B " not in row  # the list names the frontend; its device memory is unknown, not 0
     handle_key(state, "enter", rows)
     screen = frame_text(render(document, state, 160, 80))
     assert "torch_xla 2.9.0" in screen

@@ -84,7 +84,9 @@ def agent_entry(result: AgentResult) -> dict[str, Any]:
         "frontend_version": snapshot.get("frontend_version"),
         "platform": runtime.get("platform"),
         **{k: process.get(k) for k in PROCESS_KEYS},
-        "device_memory_used_bytes": sum(m for m in memory if m is not None) if devices else None,
+        # unknown, never 0, where no device knows it (torch_xla on the CPU platform)
+        "device_memory_used_bytes": sum(m for m in memory if m is not None) if any(m is not None for m in memory)
+        else None,
         "live_array_bytes": _total(devices, "live_array_bytes"),
         "live_array_count": _total(devices, "live_array_count"),
         "devices": devices,
