@@ -38,12 +38,18 @@ def job() -> Iterator[tuple[TorchXlaJob, Path]]:
 
 
 @pytest.fixture(scope="module")
-def report(job: tuple[TorchXlaJob, Path]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One tpu-monitor report of the job, and torch_xla's own figures taken just before it."""
+def report(job: tuple[TorchXlaJob, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
+                                                                                                 dict[str, Any]]:
+    """One tpu-monitor report of the job, and torch_xla's own figures taken just before it (with the exporter's
+    whole output under "exposition": all read before any test ends the job)."""
     launched, rundir = job
     own = launched.figures()
     result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
     assert result.returncode == 0, result.stderr
+    root = tmp_path_factory.mktemp("host") / "root"
+    empty_host(root)  # the job's figures alone, wherever the suite runs
+    own["exposition"] = exposition(agent_env(rundir, TPU_TOOLS_SYSROOT=str(root)), "--until",
+                                   "^tpu_tools_process_cpu_fallbacks_total")
     return json.loads(result.stdout), own
 
 
@@ -75,13 +81,9 @@ def test_the_monitor_shows_the_frontend_compiles_the_recompile_cause_and_the_fal
     assert loss["name"] == "loss" and loss["value"] > 0
 
 
-def test_prometheus_serves_them_lint_clean(job: tuple[TorchXlaJob, Path], report: tuple[dict[str, Any], dict[str, Any]],
-                                          tmp_path: Path) -> None:
-    _, rundir = job
+def test_prometheus_serves_them_lint_clean(report: tuple[dict[str, Any], dict[str, Any]]) -> None:
     agent = the_agent(report[0])
-    empty_host(tmp_path / "root")  # the job's figures alone, wherever the suite runs
-    text = exposition(agent_env(rundir, TPU_TOOLS_SYSROOT=str(tmp_path / "root")), "--until",
-                      "^tpu_tools_process_cpu_fallbacks_total")
+    text = report[1]["exposition"]
     check(text)  # the exporter's whole output: promtool's lint, the naming rules, every family in --list-metrics
     labels = f'pid="{agent["pid"]}",tag="mlp"'
     assert f'tpu_tools_process_frontend_info{{frontend="torch_xla",{labels},version="2.9.0"}} 1.0' in text
