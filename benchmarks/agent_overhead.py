@@ -46,10 +46,15 @@ from pathlib import Path
 
 from harness import script
 
-TRAIN = textwrap.dedent("""
+# The training process: PREAMBLE, then a frontend's part (its model and `one_step(on)`, one timed step, marked
+# with the agent when `on`), then HARNESS (the blocks, their timing and the agent's answers).
+PREAMBLE = textwrap.dedent("""
     import json, random, statistics, sys, time
     blocks, steps, first_on, polled = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "on", sys.argv[4] == "polled"
     ping_only = sys.argv[5] == "ping-only"
+""")
+
+JAX_STEP = textwrap.dedent("""
     import jax, jax.numpy as jnp
     import tpu_tools.agent as agent
     from tpu_tools.metrics import wire
@@ -72,6 +77,16 @@ TRAIN = textwrap.dedent("""
     for _ in range(10):  # compile and warm up
         params, value = train_step(params, x, y)
         value.block_until_ready()
+
+    def one_step(on):
+        global params
+        params, value = train_step(params, x, y)
+        value.block_until_ready()
+        if on:
+            agent.step()
+""")
+
+HARNESS = textwrap.dedent("""
     def server_cpu_s():
         # CPU time of the agent's serving thread, in ns from the scheduler (Linux; else 0).
         try:
@@ -115,10 +130,7 @@ TRAIN = textwrap.dedent("""
             cpu_before, served_before = server_cpu_s(), agent._agent.server.counters.served
         for _ in range(steps):
             start = time.perf_counter()
-            params, value = train_step(params, x, y)
-            value.block_until_ready()
-            if on:
-                agent.step()
+            one_step(on)
             end = time.perf_counter()
             times.append(end - start)
             spans.append((start, end))
@@ -138,6 +150,8 @@ TRAIN = textwrap.dedent("""
     print(json.dumps({"blocks": result, "snapshot_cpu_s": snapshot_cpu_s}))
 """)
 
+TRAIN = PREAMBLE + JAX_STEP + HARNESS
+
 
 RESAMPLES = 1000
 
@@ -156,9 +170,14 @@ def resampled_interval(pairs: list[tuple[list[float], list[float]]]) -> tuple[fl
     return cuts[0], cuts[-1]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(train_text: str = TRAIN, description: str | None = None, python: str | None = None,
+         env_extra: dict[str, str] | None = None) -> int:
+    """Run the benchmark with `train_text` as the training process (it takes the same arguments and prints the
+    same JSON line); `python` runs it (default: this interpreter, or --python)."""
+    parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=3, help="training processes, one after another (3)")
+    parser.add_argument("--python", default=python or sys.executable,
+                        help="the interpreter of the training processes (default: %(default)s)")
     parser.add_argument("--blocks", type=int, default=120, help="blocks of steps per process, a multiple of 4 (120)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per block (10)")
     answers = parser.add_mutually_exclusive_group()
@@ -170,9 +189,9 @@ def main() -> int:
     rundir = workdir / "run"
     rundir.mkdir(mode=0o700)
     train = workdir / "train.py"
-    train.write_text(TRAIN)
+    train.write_text(train_text)
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES", "TPU_TOOLS_TAG")}
-    env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir))
+    env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir), **(env_extra or {}))
     monitor_out = workdir / "monitor.jsonl"
     print(f"# {' '.join([sys.executable, *sys.argv])}")
     ratios, on_s, off_s, snapshot_s = [], [], [], []
@@ -188,7 +207,7 @@ def main() -> int:
     try:
         for index in range(args.processes):
             first = "on" if index % 2 == 0 else "off"
-            command = [sys.executable, str(train), str(args.blocks), str(args.steps), first, polling,
+            command = [args.python, str(train), str(args.blocks), str(args.steps), first, polling,
                        "ping-only" if args.ping_only else "snapshot"]
             result = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=900)
             document = json.loads(result.stdout.strip().splitlines()[-1])
