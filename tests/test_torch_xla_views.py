@@ -8,6 +8,7 @@ batch 24 for as long as the module runs (one recompilation, at the same line), `
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 from agentjobs import agent_env, make_rundir, remove_rundir
 from conftest import run_tool
-from sysroot import empty_host
+from sysroot import empty_host, v4_host
 from test_exposition import check, exposition
 from torch_xla_jobs import MLP_JOB, TorchXlaJob, seconds, start_mlp_job, started
 
@@ -50,6 +51,12 @@ def report(job: tuple[TorchXlaJob, Path], tmp_path_factory: pytest.TempPathFacto
     empty_host(root)  # the job's figures alone, wherever the suite runs
     own["exposition"] = exposition(agent_env(rundir, TPU_TOOLS_SYSROOT=str(root)), "--until",
                                    "^tpu_tools_process_cpu_fallbacks_total")
+    # a v4 host whose chips 0 and 1 the job holds, chip 2 a process with no agent (this one)
+    host = tmp_path_factory.mktemp("v4") / "root"
+    v4_host(host, holders={launched.process.pid: [0, 1], os.getpid(): [2]})
+    ls_env = agent_env(rundir, TPU_TOOLS_SYSROOT=str(host))
+    ls_env.pop("JAX_PLATFORMS", None)  # the fixture host decides the platform, and nothing opens a device
+    own["ls"] = [run_tool("tpu-ls", *options, env=ls_env) for options in (("--json",), ())]
     return json.loads(result.stdout), own
 
 
@@ -91,6 +98,19 @@ def test_prometheus_serves_them_lint_clean(report: tuple[dict[str, Any], dict[st
     assert f"tpu_tools_process_recompiles_total{{{labels}}} 1.0" in text
     assert f'tpu_tools_process_cpu_fallbacks_total{{op="{FALLBACK}",{labels}}}' in text
     assert f"tpu_tools_process_steps_per_second{{{labels}}}" in text
+
+
+def test_tpu_ls_names_the_frontend_of_a_holder_whose_agent_says_it_and_no_other(
+        job: tuple[TorchXlaJob, Path], report: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    listed, table = report[1]["ls"]
+    assert listed.returncode == 0 and table.returncode == 0, listed.stderr + table.stderr
+    document, pid = json.loads(listed.stdout), job[0].process.pid
+    holders = [[(h["pid"], h["frontend"]) for h in chip["holders"]] for chip in document["chips"]]
+    assert holders == [[(pid, "torch_xla")], [(pid, "torch_xla")], [(os.getpid(), None)], []]
+    assert [(j["pid"], j["frontend"]) for j in document["tpu_health"]] == [(pid, "torch_xla")]
+    rows = {line.split()[0]: line for line in table.stdout.splitlines() if line.split()[:1] in (["0"], ["2"])}
+    assert f"{pid} [torch_xla] python" in rows["0"]
+    assert f"{os.getpid()} [" not in rows["2"] and str(os.getpid()) in rows["2"]
 
 
 def test_tpu_tops_job_screen_shows_them(report: tuple[dict[str, Any], dict[str, Any]]) -> None:
