@@ -16,11 +16,9 @@ own `CompileTime` sample, given to the goodput ledger as compile time.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,29 +35,16 @@ from tpu_tools.instrument.torchxla import (
     TorchXlaReader,
     fallbacks_record,
     frame_path,
+    is_torch_xla_frame,
     recompile_reasons,
+    step_boundary,
+    wrapped_by,
 )
 
 READ_BEFORE_SYNC = "(a tensor value read before torch_xla.sync)"
 CACHE_PATH_VARIABLE = "XLA_PERSISTENT_CACHE_PATH"
 DEBUG_LEVEL_VARIABLE, DEBUG_FILE_VARIABLE = "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE"
-_WRAPPED = "__tpu_tools_step_boundary__"
-
-
-def _ours(path: str) -> bool:
-    """A frame of torch_xla's own code or of this module's (the step boundary): not the job's line."""
-    return f"{os.sep}torch_xla{os.sep}" in path or path == __file__
-
-
-def caller_site(frame: Any) -> str:
-    """`function (path:line)` of the first frame outside torch_xla (and this module), as torch_xla's debug
-    output names frames."""
-    while frame is not None:
-        path = frame.f_code.co_filename
-        if not _ours(path):
-            return f"{frame.f_code.co_name} ({path}:{frame.f_lineno})"
-        frame = frame.f_back
-    return "?"
+AGENT_MARK = "agent"  # the agent's wrapper of torch_xla.sync (the profiler wraps it too)
 
 
 def prepare_explain(directory: Path) -> tuple[str | None, bool]:
@@ -112,10 +97,10 @@ class TorchXlaFrontend:
         """Make `torch_xla.sync` (and through it `xm.mark_step`) a step boundary, where the XLA tensors the job
         reported as metrics are taken too; once per process."""
         original = self._torch_xla.sync
-        if getattr(original, _WRAPPED, False):
+        if wrapped_by(original, AGENT_MARK):
             return
         process_metrics().defer_xla = self._metrics.defer
-        self._torch_xla.sync = step_boundary(original, self._before_sync, self._after_sync)
+        self._torch_xla.sync = step_boundary(original, self._before_sync, self._after_sync, AGENT_MARK)
 
     def version(self) -> str | None:
         return getattr(self._torch_xla, "__version__", None)
@@ -152,7 +137,7 @@ class TorchXlaFrontend:
             block = self._debug.blocks[index] if index < len(self._debug.blocks) else None
             where = site
             if block is not None:
-                where = next((frame for frame in block.frames if not _ours(frame_path(frame))), site)
+                where = next((frame for frame in block.frames if not is_torch_xla_frame(frame_path(frame))), site)
                 before = self._last_block.get(where)
                 if before is not None:
                     self._tracker.add_miss(CacheMiss(where, None, where, False, "other",
@@ -220,24 +205,3 @@ class TorchXlaFrontend:
                 text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
                 self._memory_error = f"torch_xla gives no device memory on {platform}: {text[:200]}"
         return {"platform": platform}, [device], self._memory_error
-
-
-def step_boundary(sync: Callable[..., Any], before: Callable[[], None],
-                  after: Callable[[str], None]) -> Callable[..., Any]:
-    """`sync` with `before()` and `after(caller's site)` around it; neither ever raises into the job."""
-
-    @functools.wraps(sync)
-    def boundary(*args: Any, **kwargs: Any) -> Any:
-        try:
-            before()
-        except Exception:  # the job's step must not fail for its monitoring
-            pass
-        result = sync(*args, **kwargs)
-        try:
-            after(caller_site(sys._getframe(1)))
-        except Exception:
-            pass
-        return result
-
-    setattr(boundary, _WRAPPED, True)
-    return boundary

@@ -11,7 +11,11 @@ its counter says something happened since the last answer.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -264,3 +268,53 @@ def recompile_reasons(block: CompileBlock, before: CompileBlock, site: str) -> l
                    "constant; pass it as a tensor")
     # the classic cause first: it is what a narrow screen keeps
     return [f"classic cause: {classic}", f"torch_xla: {block.cause or 'no cause given'}", *reasons]
+
+
+_MARKS = "__tpu_tools_step_boundary__"  # the marks of each wrapper in a chain of them
+
+
+def is_torch_xla_frame(path: str) -> bool:
+    """A frame of torch_xla's own code or of this module's (the step boundary): not the job's line."""
+    return f"{os.sep}torch_xla{os.sep}" in path or path == __file__
+
+
+def caller_site(frame: Any) -> str:
+    """`function (path:line)` of the first frame outside torch_xla (and this module), as torch_xla's debug
+    output names frames."""
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not is_torch_xla_frame(path):
+            return f"{frame.f_code.co_name} ({path}:{frame.f_lineno})"
+        frame = frame.f_back
+    return "?"
+
+
+def wrapped_by(function: Any, mark: str) -> bool:
+    """Whether `function` is, or wraps, a step boundary made with `mark` (the agent and the profiler each wrap
+    torch_xla.sync once)."""
+    while function is not None:
+        if mark in getattr(function, _MARKS, ()):
+            return True
+        function = getattr(function, "__wrapped__", None)
+    return False
+
+
+def step_boundary(sync: Callable[..., Any], before: Callable[[], None], after: Callable[[str], None],
+                  mark: str) -> Callable[..., Any]:
+    """`sync` with `before()` and `after(caller's site)` around it; neither ever raises into the job."""
+
+    @functools.wraps(sync)
+    def boundary(*args: Any, **kwargs: Any) -> Any:
+        try:
+            before()
+        except Exception:  # the job's step must not fail for its monitoring
+            pass
+        result = sync(*args, **kwargs)
+        try:
+            after(caller_site(sys._getframe(1)))
+        except Exception:
+            pass
+        return result
+
+    setattr(boundary, _MARKS, (mark,))
+    return boundary
