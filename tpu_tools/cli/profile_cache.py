@@ -114,7 +114,7 @@ def doctor_command(directory: Path | None, out: Output) -> int:
 
     DIR defaults to $JAX_COMPILATION_CACHE_DIR. Running jobs with the agent that use another directory are named.
     """
-    from tpu_tools.profile.cachedoctor import ENV_DIR, diagnose, running_job_dirs
+    from tpu_tools.profile.cachedoctor import ENV_DIR, diagnose, running_jobs
     from tpu_tools.render.cache_view import doctor_text
 
     if directory is None:
@@ -122,7 +122,8 @@ def doctor_command(directory: Path | None, out: Output) -> int:
         if not configured or not configured.strip():
             raise UsageError(f"no cache directory: give DIR or set {ENV_DIR}")
         directory = Path(configured)
-    report = diagnose(directory, job_dirs=running_job_dirs())
+    jobs = running_jobs()
+    report = diagnose(directory, job_dirs=jobs.dirs, writers=jobs.writers)
     document = report.to_dict()
     if out.is_json:
         out.json(document)

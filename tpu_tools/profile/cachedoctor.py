@@ -82,21 +82,34 @@ def _number(env: dict[str, str], name: str) -> float | None:
         return None
 
 
-def running_job_dirs(timeout_s: float = 2.0) -> dict[str, str]:
-    """The cache directory each of this user's running agent jobs uses ("pid (tag)" -> directory); never raises."""
+@dataclass(frozen=True)
+class RunningJobs:
+    """This user's running agent jobs: the cache directory each uses, and those that wrote entries into it."""
+
+    dirs: dict[str, str] = field(default_factory=dict)  # "pid (tag)" -> directory
+    writers: frozenset[str] = frozenset()  # the jobs ("pid (tag)") that wrote entries into their directory
+
+
+def running_jobs(timeout_s: float = 2.0) -> RunningJobs:
+    """Ask this user's running agent jobs for their caches; never raises."""
     from tpu_tools.metrics.agent_client import query_agents
 
     try:
         scan = query_agents(timeout_s)
     except Exception:  # an unsafe or missing runtime directory: no jobs to compare with
-        return {}
+        return RunningJobs()
     found: dict[str, str] = {}
+    writers: set[str] = set()
     for result in scan.results:
         cache = (result.snapshot or {}).get("compilation_cache")
         used = cache.get("dir_in_use") if isinstance(cache, dict) else None
         if isinstance(used, str) and used:
-            found[f"{result.pid}" + (f" ({result.tag})" if result.tag else "")] = used
-    return found
+            who = f"{result.pid}" + (f" ({result.tag})" if result.tag else "")
+            found[who] = used
+            written = cache.get("entries_written") if isinstance(cache, dict) else None
+            if isinstance(written, int) and written > 0:  # a reader of a warmed cache writes nothing
+                writers.add(who)
+    return RunningJobs(found, frozenset(writers))
 
 
 def _not_a_directory(path: Path) -> Path | None:
@@ -107,8 +120,10 @@ def _not_a_directory(path: Path) -> Path | None:
     return None
 
 
-def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, str] | None = None) -> DoctorReport:
-    """Every finding for `path`; `job_dirs` maps running jobs ("pid (tag)") to the directory each uses."""
+def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, str] | None = None,
+             writers: frozenset[str] = frozenset()) -> DoctorReport:
+    """Every finding for `path`; `job_dirs` maps running jobs ("pid (tag)") to the directory each uses, `writers`
+    names those of them that wrote entries there."""
     env = dict(os.environ) if env is None else env
     report = DoctorReport(str(path))
     add = report.findings.append
@@ -185,7 +200,8 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
     elif len(result.writers) > 1:
         add(Finding("several_writers", "info", f"{path} was written by {some}{len(result.writers)} processes: "
                     f"{', '.join(result.writers[:8])}", "fine on a local disk; on a shared mount prefer one writer"))
-    _torch_xla_findings(path, result, env, job_dirs or {}, add)
+    _torch_xla_findings(path, result, env, {job: used for job, used in (job_dirs or {}).items() if job in writers},
+                        add)
     jax_entries = [e for e in result.entries if e.frontend == JAX]  # JAX's settings apply to its entries only
     min_time = _number(env, ENV_MIN_TIME)
     largest_time = max((e.compile_time_s for e in jax_entries if e.compile_time_s is not None), default=None)
@@ -229,9 +245,10 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
     return report
 
 
-def _torch_xla_findings(path: Path, result: CacheScan, env: dict[str, str], job_dirs: dict[str, str],
+def _torch_xla_findings(path: Path, result: CacheScan, env: dict[str, str], writer_dirs: dict[str, str],
                         add: Any) -> None:
-    """PyTorch/XLA's traps, where its settings name this directory or it holds torch_xla's entries."""
+    """PyTorch/XLA's traps, where its settings name this directory or it holds torch_xla's entries;
+    `writer_dirs`: the running jobs that wrote entries, and where."""
     torch_dir = env.get(ENV_TORCH_XLA_DIR)
     names_it = bool(torch_dir) and os.path.abspath(str(torch_dir)) == os.path.abspath(path)
     holds = TORCH_XLA in result.frontend_counts
@@ -242,9 +259,9 @@ def _torch_xla_findings(path: Path, result: CacheScan, env: dict[str, str], job_
                     "environment read the cache and never add to it, so a graph not in it is compiled at every "
                     "start", f"leave it set for readers of a warmed cache; unset it for the one job that warms "
                     f"{path}"))
-    users = sorted(job for job, used in job_dirs.items() if os.path.abspath(used) == os.path.abspath(path))
+    users = sorted(job for job, used in writer_dirs.items() if os.path.abspath(used) == os.path.abspath(path))
     if len(users) > 1:
-        add(Finding("torch_xla_shared_writers", "warning", f"{len(users)} running jobs use {path} "
+        add(Finding("torch_xla_shared_writers", "warning", f"{len(users)} running jobs write into {path} "
                     f"({', '.join(users[:8])}): PyTorch/XLA writes an entry in place (no temporary file), so two "
                     "jobs that compile one graph truncate and rewrite the same file while the other may read it",
                     f"let one job warm the cache and start the others with {ENV_TORCH_XLA_READ_ONLY}=1"))
