@@ -4,7 +4,8 @@ doctor`) beside one a job only reads (XLA_PERSISTENT_CACHE_READ_ONLY).
 
 Three jobs share the module, all with XLA_PERSISTENT_CACHE_PATH naming one directory: "switched" is imported
 with PJRT_DEVICE=TPU and sets it to CPU before its runtime starts (torch_xla reads it then: it runs on the CPU),
-"writer" keeps the contract, "reader" keeps it too and only reads the cache.
+"writer" keeps the contract, "reader" keeps it too and only reads the cache. "writer" starts once "switched"
+has written the graph's entry.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def jobs() -> Iterator[tuple[dict[str, Any], dict[str, int], Path, Path]]:
     started: dict[str, Job] = {}
     try:
         for tag, env in JOBS.items():
+            if tag == "writer":  # after switched wrote the graph's entry: writer finds it, cannot read it back
+                started["switched"].wait_ready(300)  # on the CPU platform, and writes it anew (no miss)
             process = subprocess.Popen(
                 [str(python), "-m", "tpu_tools.agent", "--tag", tag, str(workdir / "job.py"),
                  str(workdir / f"ready-{tag}"), "600"],

@@ -174,9 +174,11 @@ class TorchXlaFrontend:
         cache = {"listening": True, "dir_configured": cache_dir, "dir_in_use": cache_dir,
                  "lookups": figures.persistent_misses + figures.persistent_loads, "hits": persistent_hits,
                  "misses": figures.persistent_misses, "deserialize_failures": figures.persistent_deserialize_failures,
-                 # torch_xla writes an entry for each miss unless the cache is read-only: the shared-cache view
-                 # names the directories several processes write
-                 "entries_written": 0 if read_only else figures.persistent_misses}
+                 # torch_xla writes an entry for each miss, and again for each entry it could not read back (it
+                 # unlinks it and writes it anew), unless the cache is read-only: the shared-cache view names the
+                 # directories several processes write
+                 "entries_written": 0 if read_only else (figures.persistent_misses
+                                                         + figures.persistent_deserialize_failures)}
         return FrontendFigures(
             runtime, devices, memory_error, compiles, cache,
             executions={"count": figures.executions, "time_s": figures.execute_time_s},
