@@ -59,11 +59,16 @@ from pathlib import Path
 
 from harness import script
 
-TRAIN = textwrap.dedent("""
+# The training process: PREAMBLE, then a frontend's part (its model and `one_step(on)`, one timed step, marked
+# with the agent when `on`), then HARNESS (the blocks, their timing and the agent's answers).
+PREAMBLE = textwrap.dedent("""
     import json, os, random, statistics, sys, time
     blocks, steps, polled = int(sys.argv[1]), int(sys.argv[2]), sys.argv[4] == "polled"
     schedule = sys.argv[3].split(",")  # the kind of each block, in turn: off, socket, file
     ping_only = sys.argv[5] == "ping-only"
+""")
+
+JAX_STEP = textwrap.dedent("""
     import jax, jax.numpy as jnp
     import tpu_tools.agent as agent
     from tpu_tools.metrics import wire
@@ -86,6 +91,16 @@ TRAIN = textwrap.dedent("""
     for _ in range(10):  # compile and warm up
         params, value = train_step(params, x, y)
         value.block_until_ready()
+
+    def one_step(on):
+        global params
+        params, value = train_step(params, x, y)
+        value.block_until_ready()
+        if on:
+            agent.step()
+""")
+
+HARNESS = textwrap.dedent("""
     def server_cpu_s():
         # CPU time of the agent's serving thread, in ns from the scheduler (Linux; else 0).
         try:
@@ -145,10 +160,7 @@ TRAIN = textwrap.dedent("""
             published_before = publisher_cpu_s()
         for _ in range(steps):
             start = time.perf_counter()
-            params, value = train_step(params, x, y)
-            value.block_until_ready()
-            if on:
-                agent.step()
+            one_step(on)
             end = time.perf_counter()
             times.append(end - start)
             spans.append((start, end))
@@ -169,6 +181,8 @@ TRAIN = textwrap.dedent("""
     agent.stop()
     print(json.dumps({"blocks": result, "snapshot_cpu_s": snapshot_cpu_s}))
 """)
+
+TRAIN = PREAMBLE + JAX_STEP + HARNESS
 
 
 RESAMPLES = 1000
@@ -204,16 +218,17 @@ POLLER = textwrap.dedent("""
 DESIGNS_SCHEDULE = ["off", "socket", "file", "file", "socket", "off"]
 
 
-def compare_designs(counts: list[int], processes: int, blocks: int, steps: int) -> int:
+def compare_designs(counts: list[int], processes: int, blocks: int, steps: int, train_text: str, python: str,
+                    env_extra: dict[str, str]) -> int:
     """Per count of pollers: the median step of each design's blocks over that of the no-agent blocks."""
     workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
     rundir = workdir / "run"
     rundir.mkdir(mode=0o700)
     train, poller = workdir / "train.py", workdir / "poller.py"
-    train.write_text(TRAIN)
+    train.write_text(train_text)
     poller.write_text(POLLER)
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES", "TPU_TOOLS_TAG")}
-    env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir))
+    env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir), **env_extra)
     print(f"# {' '.join([sys.executable, *sys.argv])}")
     worst = 0.0
     try:
@@ -228,7 +243,7 @@ def compare_designs(counts: list[int], processes: int, blocks: int, steps: int) 
                 for index in range(processes):
                     shift = (index * 3) % len(DESIGNS_SCHEDULE)
                     schedule = ",".join(DESIGNS_SCHEDULE[shift:] + DESIGNS_SCHEDULE[:shift])
-                    command = [sys.executable, str(train), str(blocks), str(steps), schedule, "polled", "snapshot"]
+                    command = [python, str(train), str(blocks), str(steps), schedule, "polled", "snapshot"]
                     result = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=900)
                     records = json.loads(result.stdout.strip().splitlines()[-1])["blocks"]
                     for record in records:
@@ -264,9 +279,14 @@ def compare_designs(counts: list[int], processes: int, blocks: int, steps: int) 
     return 0 if worst <= 1.005 else 1
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(train_text: str = TRAIN, description: str | None = None, python: str | None = None,
+         env_extra: dict[str, str] | None = None) -> int:
+    """Run the benchmark with `train_text` as the training process (it takes the same arguments and prints the
+    same JSON line); `python` runs it (default: this interpreter, or --python)."""
+    parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=3, help="training processes, one after another (3)")
+    parser.add_argument("--python", default=python or sys.executable,
+                        help="the interpreter of the training processes (default: %(default)s)")
     parser.add_argument("--blocks", type=int, default=120, help="blocks of steps per process, a multiple of 4 (120)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per block (10)")
     answers = parser.add_mutually_exclusive_group()
@@ -277,14 +297,15 @@ def main() -> int:
                          help="compare the two designs under N pollers at 10 Hz each (e.g. 1,4,16)")
     args = parser.parse_args()
     if args.monitors:
-        return compare_designs([int(n) for n in args.monitors.split(",")], args.processes, args.blocks, args.steps)
+        return compare_designs([int(n) for n in args.monitors.split(",")], args.processes, args.blocks, args.steps,
+                               train_text, args.python, env_extra or {})
     workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
     rundir = workdir / "run"
     rundir.mkdir(mode=0o700)
     train = workdir / "train.py"
-    train.write_text(TRAIN)
+    train.write_text(train_text)
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES", "TPU_TOOLS_TAG")}
-    env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir))
+    env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir), **(env_extra or {}))
     monitor_out = workdir / "monitor.jsonl"
     print(f"# {' '.join([sys.executable, *sys.argv])}")
     ratios, on_s, off_s, snapshot_s = [], [], [], []
@@ -302,7 +323,7 @@ def main() -> int:
             agent_kind = "socket" if args.ping_only else "file"  # ping-only: the socket's floor
             abba = [agent_kind, "off", "off", agent_kind]
             schedule = ",".join(abba if index % 2 == 0 else abba[2:] + abba[:2])
-            command = [sys.executable, str(train), str(args.blocks), str(args.steps), schedule, polling,
+            command = [args.python, str(train), str(args.blocks), str(args.steps), schedule, polling,
                        "ping-only" if args.ping_only else "snapshot"]
             result = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=900)
             document = json.loads(result.stdout.strip().splitlines()[-1])

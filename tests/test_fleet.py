@@ -114,7 +114,7 @@ def test_alert_rules_load_and_evaluate_on_the_scraped_data(stack):
     quiet = {"TpuToolsRecompilationStorm", "TpuToolsExporterDown", "TpuToolsAgentDown", "TpuToolsGpuLost",
              "TpuToolsLibtpuMetricsUnreachable", "TpuToolsDeviceMemoryAlmostFull", "TpuToolsGpuMemoryAlmostFull",
              "TpuToolsGpuXidError", "TpuToolsGpuPcieLinkDegraded", "TpuToolsGpuNvlinkDown",
-             "TpuToolsGlobalMetricDiffers"}
+             "TpuToolsGlobalMetricDiffers", "TpuToolsCpuFallbacks"}
     assert all(matched[name] == [] for name in quiet), {name: matched[name] for name in quiet}
 
 

@@ -105,22 +105,30 @@ def test_gc_in_a_cache_that_holds_user_files_removes_only_the_caches_own_leftove
     assert {name: _listing(home).get(name) for name in user_files} == user_files
 
 
-def test_gc_leaves_a_torch_xla_cache_alone(tmp_path: Path) -> None:
+def test_gc_takes_only_names_of_torch_xlas_form_never_a_link_or_another_decimal_name(tmp_path: Path) -> None:
     torch = tmp_path / "xla-cache"
     torch.mkdir()
-    for name in ("183906451839226123458716", "99081234567890123"):  # PyTorch/XLA names entries by a decimal hash
-        (torch / name).write_bytes(b"a serialised PyTorch/XLA executable")
+    # decimal names that are no 128-bit hash (too short, 2^128 or more, a leading zero): the user's, left alone
+    for name in ("183906451839226123458716", "99081234567890123", str(1 << 128), "0" + "1" * 38):
+        (torch / name).write_bytes(b"not an entry")
         _age(torch / name)
     before = _listing(torch)
     result = run_tool("tpu-profile", "cache", "gc", str(torch), "--max-bytes", "0")
-    assert_one_line_error(result, 1, "holds no JAX compilation cache entry", "2 files named by a decimal hash",
-                          "PyTorch/XLA")
+    assert_one_line_error(result, 1, "holds no JAX compilation cache entry", "nor PyTorch/XLA entry")
     assert _listing(torch) == before
-    jax_entry = _entry(torch, "jit_step", "a")  # a JAX entry beside them: it goes, they stay
-    assert [r["name"] for r in _json("gc", str(torch), "--max-bytes", "0")["removals"]] == [jax_entry.name]
-    assert _listing(torch) == before
-    kinds = {o["name"]: o["kind"] for o in _json("inspect", str(torch))["other_files"]}
-    assert all(kind.startswith("torch_xla entry") for kind in kinds.values()) and len(kinds) == 2
+    entry = torch / "184354644579528543404933651337932998225"  # the name of an entry torch_xla 2.9 wrote
+    entry.write_bytes(b"\n\x00")
+    _age(entry)
+    planted = torch / "62555321448160916123956671191264951424"
+    planted.symlink_to(tmp_path / "precious")
+    (tmp_path / "precious").write_text("kept")
+    document = _json("gc", str(torch), "--max-bytes", "0")
+    assert [r["name"] for r in document["removals"]] == [entry.name] and document["removed"] == 1
+    assert _listing(torch) == {**before, planted.name: _listing(torch)[planted.name]}
+    assert (tmp_path / "precious").read_text() == "kept"
+    inspected = _json("inspect", str(torch))
+    assert {o["name"]: o["kind"] for o in inspected["other_files"]} == {
+        **{name: "unknown" for name in before}, planted.name: "link (never followed; not an entry)"}
 
 
 def test_verify_prune_removes_links_planted_as_entries_never_the_users_links(tmp_path: Path) -> None:

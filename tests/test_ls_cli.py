@@ -88,7 +88,7 @@ def test_no_runtime_reads_a_fixture_host_without_jax(tmp_path):
     assert document["runtime"] is None and document["devices"] == []
     assert set(document["chips"][0]) == CHIP_KEYS
     assert document["chips"][1]["holders"] == [{"pid": 3001, "user": "alice",
-                                               "command": "/usr/bin/python3 train.py --steps 100"}]
+                                               "command": "/usr/bin/python3 train.py --steps 100", "frontend": None}]
 
 
 @pytest.mark.auto_platform  # a held TPU is detected only when the platform is left to JAX

@@ -35,9 +35,11 @@ AGENT_KEYS = {"pid", "tag", "user", "command", "error", "socket", "uptime_s", "j
               "cpu_percent", "cpu_time_s", "rss_bytes", "threads", "device_memory_used_bytes", "live_array_bytes",
               "live_array_count", "devices", "compiles", "steps", "tpu_sdk", "query_time_s", "kubernetes",
               "goodput", "process_index", "process_count", "metrics", "metrics_rejected", "metrics_error",
-              "compilation_cache", "slurm_job_id", "stalled_s"}
+              "compilation_cache", "slurm_job_id", "stalled_s", "frontend", "frontend_version", "executions",
+              "transfers", "cpu_fallbacks", "startup"}
 COMPILE_KEYS = {"compile_count", "recompile_count", "trace_count", "trace_time_s", "lowering_time_s",
-                "backend_compile_time_s", "cache_hits", "cache_misses", "functions", "recent_recompiles"}
+                "backend_compile_time_s", "cache_hits", "cache_misses", "in_memory_cache_hits", "functions",
+                "recent_recompiles"}
 STEP_KEYS = {"count", "steps_per_second", "last_step_time_s", "p50_step_time_s", "p99_step_time_s",
              "last_step_age_s"}
 
@@ -84,6 +86,8 @@ def test_agent_figures_in_the_report(jax_job, tmp_path):
     [agent] = report["processes"]["agents"]
     assert set(agent) == AGENT_KEYS
     assert agent["pid"] == job.pid and agent["tag"] == "train-a" and agent["error"] is None
+    assert agent["frontend"] == "jax" and agent["frontend_version"] == agent["jax_version"]
+    assert agent["cpu_fallbacks"] is None and agent["transfers"] is None  # torch_xla's figures only
     assert agent["rss_bytes"] > 0 and agent["threads"] > 0 and agent["platform"] == "cpu"
     assert agent["device_memory_used_bytes"] >= 2 * 256 * 1024 * 4 and agent["live_array_count"] >= 2
     assert set(agent["compiles"]) == COMPILE_KEYS and agent["compiles"]["recompile_count"] >= 1

@@ -81,6 +81,31 @@ if ! grep -qs "^Tag: cp${wanted/./}-" ".libtpu/libtpu-$LIBTPU_VERSION.dist-info/
     .venv/bin/uv pip install -q --python .venv/bin/python --no-deps --target .libtpu "libtpu==$LIBTPU_VERSION"
 fi
 export TPU_TOOLS_TEST_REQUIRE_LIBTPU=1  # the SDK's tests fail here rather than skip when it cannot run
+# PyTorch/XLA, the second PJRT frontend the agent serves (tests/torch_xla_env.py): torch 2.9.0's PyPI wheel imports
+# only with NVIDIA's CUDA wheels beside it (3 GB to download, 7 GB installed), so it gets an environment of its own
+# outside the clone, made once per user and interpreter and reused by every clone (CI caches the directory). Its
+# `complete` marker is written last: an install cut short is made again. tpu_tools comes from the clone (PYTHONPATH).
+TORCH_XLA_VERSION=2.9.0
+torch_xla_env="${TPU_TOOLS_TORCH_XLA_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tpu-tools/torch-xla-$TORCH_XLA_VERSION-cp${wanted/./}}"
+if [ ! -f "$torch_xla_env/complete" ]; then
+    mkdir -p "$(dirname "$torch_xla_env")"
+    (
+        flock 9  # two clones installing at once: the second waits and finds it complete
+        if [ ! -f "$torch_xla_env/complete" ]; then
+            echo "installing torch and torch_xla $TORCH_XLA_VERSION into $torch_xla_env (3 GB, once)"
+            rm -rf "$torch_xla_env"
+            .venv/bin/uv venv -q --python "$(.venv/bin/python -c 'import sys; print(sys._base_executable)')" \
+                "$torch_xla_env" \
+                && .venv/bin/uv pip install -q --python "$torch_xla_env/bin/python" \
+                    --constraint tools/test-constraints.txt -r pyproject.toml \
+                    "torch==$TORCH_XLA_VERSION" "torch_xla==$TORCH_XLA_VERSION" \
+                && echo "torch==$TORCH_XLA_VERSION torch_xla==$TORCH_XLA_VERSION" > "$torch_xla_env/complete" \
+                || echo "could not install torch_xla into $torch_xla_env; its tests fail"
+        fi
+    ) 9>"$torch_xla_env.lock"
+fi
+export TPU_TOOLS_TEST_TORCH_XLA_PYTHON="$torch_xla_env/bin/python"
+export TPU_TOOLS_TEST_REQUIRE_TORCH_XLA=1  # the torch_xla tests fail here rather than skip when it cannot import
 # Coverage through sys.monitoring where the interpreter has it (3.12+); 3.11 keeps coverage's C tracer.
 if runs_3_12 .venv/bin/python; then
     export COVERAGE_CORE=sysmon

@@ -20,7 +20,7 @@ from typing import Any
 from tpu_tools.accelerators import spec_for_device_kind
 from tpu_tools.metrics import amdsmi
 from tpu_tools.metrics.amdsmi import AmdSmiSnapshot
-from tpu_tools.metrics.chiphealth import HostHealth, read_host_health
+from tpu_tools.metrics.chiphealth import HostHealth, name_frontends, read_host_health
 from tpu_tools.metrics.libtpu import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu import DeviceFigures, LibtpuSnapshot, RuntimeStatus, UsageFigures, read_once
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
@@ -361,6 +361,7 @@ def build_inventory(policy: RuntimePolicy, *, timeout_s: float = isolate.DEFAULT
                                      ask_metadata=bool(discovery.chips_for_platform("tpu")))
     if agent_timeout_s is not None:  # over the agents' sockets, while the runtime child starts
         inventory.tpu_health = read_host_health(discovery, agent_timeout_s, exclude_pids=frozenset({os.getpid()}))
+        name_frontends(discovery, inventory.tpu_health)
     if call is not None:
         _add_runtime(inventory, call.result(), discovery)
     attach_libtpu(inventory, snapshots)

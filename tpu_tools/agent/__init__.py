@@ -57,6 +57,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tpu_tools.agent.frontends import JAX, TORCH_XLA, Frontend, FrontendFigures, JaxFrontend, reported
 from tpu_tools.agent.goodput import JobFigures, process_ledger, program_flops, reset_after_fork, write_job_summary
 from tpu_tools.agent.metrics import process_metrics
 from tpu_tools.agent.metrics import reset_after_fork as reset_metrics_after_fork
@@ -218,7 +219,6 @@ class _Agent:
         from tpu_tools.agent.hardware import HardwareWatch
         from tpu_tools.agent.memory import DeviceMemory
         from tpu_tools.agent.tpusdk import read_sdk_metrics
-        from tpu_tools.instrument.cachewatch import watch
         from tpu_tools.metrics import wire
         from tpu_tools.metrics.process import SelfSampler
 
@@ -226,7 +226,6 @@ class _Agent:
         # 15 us of CPU each with cold caches, at 10 requests a second.
         self._wire = wire
         self._read_sdk_metrics = read_sdk_metrics
-        self._cache_watch = watch
         self._version = tpu_tools.__version__
 
         self.pid = os.getpid()
@@ -240,6 +239,11 @@ class _Agent:
         self._argv: list[str] | None = None
         self._command = sys.executable
         self.jax: ModuleType | None = None
+        self.frontends: dict[str, Frontend] = {}  # attached as the job imports them (tpu_tools.agent.frontends)
+        self.torch_xla_debug_file: str | None = None  # torch_xla's description of each compile (explain_recompiles)
+        self.owns_debug_file = False  # named by the agent: removed when the job ends
+        self.before_torch_xla: dict[str, str | None] | None = None  # its settings right before torch_xla ran
+        self.attach_error: str | None = None  # why a frontend could not be followed
         self.server: Any = None
         self.publisher: Any = None  # tpu_tools.agent.publish.Publisher, when the snapshot file is on
         self.fault_stacks: Any = None  # tpu_tools.agent.stacks.FaultStacks, when a signal is registered
@@ -258,7 +262,24 @@ class _Agent:
         listen_to_programs()
         watch().install(jax_module)
         self.jax = jax_module
+        self.frontends[JAX] = JaxFrontend(jax_module, self.compiles, self.device_memory, watch)
         listener().add_sink(PUBLISH_SINK)  # each compile published soon, not only at the next step
+
+    def note_before_torch_xla(self) -> None:
+        from tpu_tools.agent.xlastartup import environment_now
+
+        self.before_torch_xla = environment_now()
+
+    def attach_torch_xla(self, torch_xla: ModuleType) -> None:
+        from tpu_tools.agent.torchxla import TorchXlaFrontend
+
+        try:
+            frontend = TorchXlaFrontend(torch_xla, _steps, self.torch_xla_debug_file, self.before_torch_xla)
+            frontend.install()
+        except Exception as error:  # runs inside the job's `import torch_xla`: never raise into it
+            self.attach_error = f"torch_xla not followed: {type(error).__name__}: {error}"
+            return
+        self.frontends[TORCH_XLA] = frontend
 
     def answer(self, request: str) -> dict[str, Any]:
         wire = self._wire
@@ -293,13 +314,13 @@ class _Agent:
         return self._command
 
     def snapshot(self) -> dict[str, Any]:
-        runtime, memory_error = None, None
-        devices: list[dict[str, Any]] = []
-        if self.jax is not None:
+        frontend = reported(self.frontends)
+        shown = FrontendFigures(None, [], self.attach_error, self.compiles.snapshot(), None)
+        if frontend is not None:
             try:
-                runtime, devices = self.device_memory.read(self.jax)
-            except Exception as error:  # a runtime that fails must not cost the other figures
-                memory_error = f"{type(error).__name__}: {error}"
+                shown = frontend.figures()
+            except Exception as error:  # a frontend that fails must not cost the other figures
+                shown.memory_error = f"{type(error).__name__}: {error}"
         figures = self.process.sample()
         snapshot = {
             "schema": self._wire.SNAPSHOT_SCHEMA,
@@ -310,19 +331,27 @@ class _Agent:
             "agent_version": self._version,
             "started_unix_s": self.started_unix_s,
             "uptime_s": time.time() - self.started_unix_s,
-            "jax_version": getattr(self.jax, "__version__", None),
+            "frontend": frontend.name if frontend is not None else None,
+            "frontend_version": frontend.version() if frontend is not None else None,
+            # a torch_xla job that loaded jax as a helper is not a JAX job
+            "jax_version": None if frontend is not None and frontend.name != JAX else getattr(self.jax, "__version__",
+                                                                                               None),
             "explain_recompiles": self.explain_recompiles,
-            "runtime": runtime,
-            "devices": devices,
-            "memory_error": memory_error,
+            "runtime": shown.runtime,
+            "devices": shown.devices,
+            "memory_error": shown.memory_error,
             "process": {
                 "cpu_percent": figures.cpu_percent,
                 "cpu_time_s": figures.cpu_time_s,
                 "rss_bytes": figures.rss_bytes,
                 "threads": figures.threads,
             },
-            "compiles": self.compiles.snapshot(),
-            "compilation_cache": self._cache_watch().snapshot() if self.jax is not None else None,
+            "compiles": shown.compiles,
+            "compilation_cache": shown.compilation_cache,
+            "executions": shown.executions,
+            "transfers": shown.transfers,
+            "cpu_fallbacks": shown.cpu_fallbacks,
+            "startup": shown.startup,
             "steps": _steps.stats().to_dict(),
             "tpu_sdk": self._read_sdk_metrics(),
             "goodput": self.figures_now(),
@@ -352,7 +381,8 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per
     tag: a name for this job in monitors (default: $TPU_TOOLS_TAG, else the PID).
     explain_recompiles: turn on `jax_explain_cache_misses` so each recompilation
     carries JAX's reason (the explanations are kept off the job's log unless the
-    job turned them on itself).
+    job turned them on itself); for torch_xla, imported later, its description
+    of each compile (PT_XLA_DEBUG_LEVEL=1 into a file of the agent's directory).
     price_per_hour, peak_flops_per_s: for the cost per 1M samples and MFU (else
     $TPU_TOOLS_PRICE_PER_HOUR, and $TPU_TOOLS_PEAK_FLOPS or the device table);
     a value that is not a finite number > 0 leaves the figure unknown.
@@ -376,7 +406,12 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per
         _register_fault_stacks(agent)
         _start_publishing(agent)
         _agent = agent
+        if explain_recompiles:
+            from tpu_tools.agent.torchxla import prepare_explain
+
+            agent.torch_xla_debug_file, agent.owns_debug_file = prepare_explain(agent.server.path.parent)
     call_when_imported(agent.attach_jax)
+    call_when_imported(agent.attach_torch_xla, TORCH_XLA, before=agent.note_before_torch_xla)
     return agent.info()
 
 
@@ -427,6 +462,10 @@ def stop() -> None:
         agent, _agent = _agent, None
     if agent is not None and agent.pid == os.getpid():
         write_job_summary(agent.final_snapshot)
+        if agent.owns_debug_file and agent.torch_xla_debug_file is not None:
+            from tpu_tools.agent.torchxla import remove_explain_file
+
+            remove_explain_file(agent.torch_xla_debug_file)
     if agent is not None and agent.publisher is not None:
         agent.publisher.stop()
     if agent is not None and agent.fault_stacks is not None:

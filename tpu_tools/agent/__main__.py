@@ -23,7 +23,8 @@ USAGE = (f"usage: {PROG} [--tag TAG] [--explain-recompiles] [--price-per-hour PR
          "[args...]\n"
          "  --tag TAG              name of this job in tpu-monitor and tpu-top "
          "(default: $TPU_TOOLS_TAG, else the PID)\n"
-         "  --explain-recompiles   record JAX's reason for each recompilation (jax_explain_cache_misses)\n"
+         "  --explain-recompiles   record why each recompilation happened (JAX: jax_explain_cache_misses; "
+         "torch_xla: PT_XLA_DEBUG_LEVEL=1)\n"
          "  --price-per-hour PRICE price of the machine per hour, for the cost per 1M samples "
          "(default: $TPU_TOOLS_PRICE_PER_HOUR)\n")
 

@@ -207,8 +207,10 @@ def job_summary(snapshot: dict[str, Any]) -> dict[str, Any]:
     peaks = [d["memory_peak_bytes"] for d in devices if d.get("memory_peak_bytes") is not None]
     compiles = snapshot.get("compiles") or {}
     goodput = snapshot.get("goodput") or {}
-    return {**{key: snapshot.get(key) for key in ("pid", "tag", "user", "command", "jax_version", "runtime",
-                                                  "steps", "goodput", "metrics")},
+    return {**{key: snapshot.get(key) for key in ("pid", "tag", "user", "command", "frontend", "frontend_version",
+                                                  "jax_version", "runtime", "steps", "goodput", "metrics",
+                                                  "cpu_fallbacks")},
+            "recent_recompiles": compiles.get("recent_recompiles") or [],
             "host": os.uname().nodename, "started_unix_s": goodput.get("started_unix_s"), "ended_unix_s": time.time(),
             "compile_count": compiles.get("compile_count"), "recompile_count": compiles.get("recompile_count"),
             "compile_time_s": sum(compiles.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s",

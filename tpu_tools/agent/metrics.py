@@ -9,6 +9,9 @@ reported at and its kind, read from the value itself:
   replica over this process's devices only): in a job of several devices it is one part's view;
 - `host`: a Python or NumPy number: the job computed it on the host, the agent cannot tell how.
 
+A torch_xla tensor is lazy: it is handed to the torch_xla frontend (`tpu_tools.agent.xlametrics`), which
+reads its kind from its graph and its value at the job's next `torch_xla.sync()`.
+
 A metric reported with `scope="global"` claims to be the same on every worker. The agent flags
 it when its kind says otherwise (`suspect`), and the monitors compare it between the workers of
 a job at the same step (`tpu_tools.metrics.global_check`). Nothing here raises into the job: bad
@@ -22,6 +25,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +75,20 @@ def read_value(value: Any) -> tuple[float, str, int | None, int | None]:
     return host_number, "host", None, None
 
 
+def is_xla_tensor(value: Any) -> bool:
+    """A torch tensor on an XLA device: lazy, so reading it here would compile and run its graph."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch is not None and isinstance(value, torch.Tensor) and value.device.type == "xla"
+    except Exception:  # a tensor subclass whose device cannot be read is not ours to take
+        return False
+
+
+# (name, tensor, scope, step): hands an XLA tensor to the torch_xla frontend, which takes its value once the job
+# has run its graph; raises ValueError for what is not one number
+DeferXla = Callable[[str, Any, "str | None", int], None]
+
+
 class MetricStore:
     """The latest value of each metric name; thread-safe; `record` never raises."""
 
@@ -79,6 +97,7 @@ class MetricStore:
         self._values: dict[str, MetricValue] = {}
         self.rejected = 0
         self.last_error: str | None = None
+        self.defer_xla: DeferXla | None = None  # set by the torch_xla frontend once it is attached
 
     def record(self, given: Any, value: Any, given_scope: Any, step: int) -> bool:
         problem: str | None
@@ -89,6 +108,14 @@ class MetricStore:
                 problem = f"more than {MAX_METRICS} metric names; {quoted(given, 40)} was not kept"
             else:
                 problem = self._check(name, given, scope, given_scope)
+            if problem is None and name is not None and is_xla_tensor(value):
+                if self.defer_xla is None:
+                    problem = (f"metric {name}: a torch_xla tensor is taken at the job's next torch_xla.sync, which "
+                               "the agent follows once started (python -m tpu_tools.agent); not read here, as that "
+                               "would compile and run its graph")
+                else:
+                    self.defer_xla(name, value, scope, step)
+                    return True
             if problem is None and name is not None:
                 number, kind, devices, job_devices = read_value(value)
                 suspect = None
@@ -96,17 +123,27 @@ class MetricStore:
                     suspect = f"claims to be global but lives on {devices} of the job's {job_devices} devices"
                 entry = MetricValue(name, number if math.isfinite(number) else math.nan, step, scope, kind, devices,
                                     job_devices, time.time(), suspect)
-                with self._lock:
-                    if name in self._values or len(self._values) < MAX_METRICS:
-                        self._values[name] = entry
-                        return True
-                    problem = f"more than {MAX_METRICS} metric names; {quoted(name, 40)} was not kept"
+                if self.keep(entry):
+                    return True
+                problem = f"more than {MAX_METRICS} metric names; {quoted(name, 40)} was not kept"
         except Exception as error:  # a value that fails to read (a deleted array, a runtime error)
             problem = f"metric {quoted(given, 40)}: {error_text(error)}"
+        self.reject(problem or "")
+        return False
+
+    def keep(self, entry: MetricValue) -> bool:
+        """Keep a value read (here, or by the torch_xla frontend at a step boundary); False when the store is full."""
+        with self._lock:
+            if entry.name in self._values or len(self._values) < MAX_METRICS:
+                self._values[entry.name] = entry
+                return True
+        return False
+
+    def reject(self, problem: str) -> None:
+        """Count a value that could not be kept, with why."""
         with self._lock:
             self.rejected += 1
-            self.last_error = shorten(problem or "", 300)
-        return False
+            self.last_error = shorten(problem, 300)
 
     @staticmethod
     def _check(name: str | None, given: Any, scope: str | None, given_scope: Any) -> str | None:

@@ -18,7 +18,9 @@ MAX_AGE_S = 3650 * 86400.0
 CACHE_MAN = {
     "DESCRIPTION": (
         "The JAX persistent compilation cache (jax_compilation_cache_dir, or JAX_COMPILATION_CACHE_DIR) keeps "
-        "compiled programs between runs. These commands read it from outside, without a job: `inspect` lists "
+        "compiled programs between runs; so does PyTorch/XLA's (XLA_PERSISTENT_CACHE_PATH), whose entries are "
+        "named by a 128-bit hash in decimal: inspect, doctor and gc read both, verify checks JAX's only. "
+        "These commands read it from outside, without a job: `inspect` lists "
         "entries, sizes, ages and the compile seconds each saves; `doctor` names the known traps with their "
         "fixes; `verify` loads every entry in a child process with a deadline; `warm` compiles into it and "
         "proves that a fresh start hits; `gc` removes the oldest entries. The directory is never followed "
@@ -31,7 +33,9 @@ CACHE_MAN = {
         "compile_seconds_saved_per_use_s, stale_entries, broken_entries, installed_jaxlib, jaxlib_versions[], "
         "key_records, key_records_read, partial_figures[], writers[], writer_hosts[], entries[] {name, module, "
         "size_bytes, modified_unix_s, last_used_unix_s, compile_time_s, compression, problem, jaxlib_version, "
-        "platform, writer}, other_files[] {name, kind, size_bytes}, subcaches[] {name, what, owner, mode, files, "
+        "platform, writer, frontend (jax or torch_xla)}, frontends {jax, torch_xla: {entry_count, total_bytes, "
+        "oldest_age_s, newest_age_s}} (the frontends with entries here), "
+        "other_files[] {name, kind, size_bytes}, subcaches[] {name, what, owner, mode, files, "
         "bytes, writable_by_me, truncated (files and bytes count only the first 10000 files)}. Past --limit "
         "entries are counted, not read: partial_figures names the keys computed over the entries_listed only "
         "(ages, compile seconds, stale and broken entries: lower bounds) and, past key_records_read, over part of "
@@ -110,7 +114,7 @@ def doctor_command(directory: Path | None, out: Output) -> int:
 
     DIR defaults to $JAX_COMPILATION_CACHE_DIR. Running jobs with the agent that use another directory are named.
     """
-    from tpu_tools.profile.cachedoctor import ENV_DIR, diagnose, running_job_dirs
+    from tpu_tools.profile.cachedoctor import ENV_DIR, diagnose, running_jobs
     from tpu_tools.render.cache_view import doctor_text
 
     if directory is None:
@@ -118,7 +122,8 @@ def doctor_command(directory: Path | None, out: Output) -> int:
         if not configured or not configured.strip():
             raise UsageError(f"no cache directory: give DIR or set {ENV_DIR}")
         directory = Path(configured)
-    report = diagnose(directory, job_dirs=running_job_dirs())
+    jobs = running_jobs()
+    report = diagnose(directory, job_dirs=jobs.dirs, writers=jobs.writers)
     document = report.to_dict()
     if out.is_json:
         out.json(document)

@@ -152,7 +152,8 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
                        "steps_per_second": (entry.get("steps") or {}).get("steps_per_second"),
                        "last_recompile": ({"function": recent[-1].get("function"), "reason": recent[-1].get("reason")}
                                           if recent else None),
-                       "tpu_health": (entry.get("tpu_sdk") or {}).get("health")})
+                       "tpu_health": (entry.get("tpu_sdk") or {}).get("health"),
+                       "startup": entry.get("startup") or []})
     ignored = document.get("ignored_sockets")
     return {"agents": agents, "ignored_sockets": len(ignored) if isinstance(ignored, list) else 0}
 
@@ -180,6 +181,9 @@ def _job_warnings(summary: Summary, out: list[Finding]) -> None:
             continue
         for line in attention(agent.get("tpu_health")):
             out.append(Finding("tpu_health", f"{who}: {line}"))
+        for broken in agent.get("startup") or []:  # the startup contract (torch_xla), each with its fix
+            if isinstance(broken, dict):
+                out.append(Finding("startup_contract", f"{who}: {broken.get('message')}; {broken.get('fix')}"))
         if agent.get("recompile_count"):
             last = agent.get("last_recompile") or {}
             reason = f"; last: {last.get('function')}" + (f": {last['reason']}" if last.get("reason") else "") \

@@ -28,6 +28,7 @@ import re
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -400,9 +401,14 @@ class Recompile:
 
 
 class CompileTracker:
-    """Aggregates compile events per function; `snapshot()` is read by the agent server on request."""
+    """Aggregates compile events per function; `snapshot()` is read by the agent server on request.
 
-    def __init__(self) -> None:
+    `listening` says whether compiles are being followed (default: JAX's listener is installed); a frontend
+    that hands its events in itself (torch_xla) gives its own.
+    """
+
+    def __init__(self, listening: Callable[[], bool] | None = None) -> None:
+        self._listening = listening or (lambda: _listener.installed)
         self._functions: dict[str, FunctionStats] = {}
         self._recompiles: deque[Recompile] = deque(maxlen=MAX_RECOMPILES)
         self._pending_reasons: dict[str, str] = {}
@@ -458,7 +464,7 @@ class CompileTracker:
         monitor asks 10 times a second, and a job of hundreds of functions would rebuild hundreds of entries
         each time). Read it; do not change it.
         """
-        listening = _listener.installed
+        listening = self._listening()
         with self._lock:
             served = self._served
             if served is not None and served[0] == self._changes and served[1] == listening:

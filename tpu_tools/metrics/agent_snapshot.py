@@ -38,14 +38,21 @@ RECOMPILE = Obj({
 COMPILES = Obj({
     "listening": Bool(), "compile_count": _COUNT, "recompile_count": _COUNT, "trace_count": _COUNT,
     "trace_time_s": _SECONDS, "lowering_time_s": _SECONDS, "backend_compile_time_s": _SECONDS,
-    "cache_hits": _COUNT, "cache_misses": _COUNT,
+    "cache_hits": _COUNT, "cache_misses": _COUNT, "in_memory_cache_hits": _COUNT,  # the last: torch_xla's
     "functions": List(FUNCTION), "recent_recompiles": List(RECOMPILE),
 })
+
+# torch_xla's figures (tpu_tools.agent.torchxla); a JAX job's are null
+_TRANSFER = Obj({"count": _COUNT, "time_s": _SECONDS, "bytes": _BYTES})
+EXECUTIONS = Obj({"count": _COUNT, "time_s": _SECONDS})
+TRANSFERS = Obj({"to_device": _TRANSFER, "from_device": _TRANSFER})
+CPU_FALLBACKS = Obj({"total": _COUNT, "ops": List(Obj({"op": Str(256), "count": _COUNT}, required=("op",)),
+                                                  max_items=1024)})
 
 COMPILATION_CACHE = Obj({
     "listening": Bool(), "dir_configured": Str(4096), "dir_in_use": Str(4096), "lookups": _COUNT, "hits": _COUNT,
     "misses": _COUNT, "entries_written": _COUNT, "seconds_saved_s": _SECONDS, "key_records_written": _COUNT,
-    "key_record_error": Str(512), "host": Str(256),
+    "key_record_error": Str(512), "host": Str(256), "deserialize_failures": _COUNT,
     "recent_misses": List(Obj({"module": Str(1024), "key": Str(1200), "time_unix_s": Float(),
                                "differing": List(Str(64), max_items=32), "explanation": Str(2000)}), max_items=64),
     "set_too_late": List(Obj({"setting": Str(64), "in_effect": Str(4096), "now": Str(4096), "message": Str(512)}),
@@ -103,6 +110,7 @@ STACKS = Obj({
 SNAPSHOT = Obj({
     "schema": Str(64), "pid": Int(min=1), "tag": Str(1024), "user": Str(256), "command": Str(),
     "agent_version": Str(256), "started_unix_s": Float(), "uptime_s": Float(), "jax_version": Str(256),
+    "frontend": Str(32), "frontend_version": Str(256),
     "explain_recompiles": Bool(),
     "runtime": Obj({"platform": Str(256), "platform_version": Str(1024), "process_index": Int(min=0),
                     "process_count": Int(min=1), "live_arrays_age_s": _SECONDS}, required=("platform",)),
@@ -112,6 +120,10 @@ SNAPSHOT = Obj({
                     "threads": _COUNT}),
     "compiles": COMPILES,
     "compilation_cache": COMPILATION_CACHE,
+    "executions": EXECUTIONS, "transfers": TRANSFERS, "cpu_fallbacks": CPU_FALLBACKS,
+    # the startup contract's findings (tpu_tools.agent.xlastartup)
+    "startup": List(Obj({"check": Str(64), "message": Str(512), "fix": Str(512)}, required=("message",)),
+                    max_items=16),
     "steps": STEPS,
     # libtpu's SDK metrics read in the job (tpu_tools.agent.tpusdk); checked again where they are used
     "tpu_sdk": Obj({"status": Str(256), "metrics": Map(AnyJSON(), max_items=64),

@@ -62,10 +62,12 @@ class JobHealth:
     error: str | None = None  # the agent did not answer
     sdk_status: str | None = None
     health: TpuHealth | None = None
+    frontend: str | None = None  # the library that runs the job's programs (jax, torch_xla), None before one loads
 
     def to_dict(self) -> dict[str, Any]:
         health = self.health or TpuHealth()
         return {"pid": self.pid, "tag": self.tag, "chip_indexes": list(self.chip_indexes), "error": self.error,
+                "frontend": self.frontend,
                 "sdk_status": self.sdk_status, "read": self.health is not None,
                 "ici_links": [link.to_dict() for link in health.links],
                 "throttle": [t.to_dict() for t in health.throttle], "problems": list(health.problems)}
@@ -153,6 +155,8 @@ def read_host_health(discovery: Discovery, timeout_s: float,
         if result.error is not None:
             host.notes.append(f"{who} holds TPU chips but its agent did not answer: {result.error}")
             continue
+        frontend = (result.snapshot or {}).get("frontend")
+        job.frontend = shorten(frontend, 32) if isinstance(frontend, str) and frontend else None
         job.sdk_status, job.health = _job_health(result)
         if job.health is None:
             host.notes.append(f"{who}'s agent read no TPU health ({job.sdk_status or 'no libtpu SDK read'})")
@@ -162,6 +166,15 @@ def read_host_health(discovery: Discovery, timeout_s: float,
         host.notes += notes
         host.notes += [f"{who}: health value not read: {problem}" for problem in job.health.problems]
     return host
+
+
+def name_frontends(discovery: Discovery, host: HostHealth) -> None:
+    """Set each TPU holder's frontend to the one its agent named; a holder whose agent did not answer, or that
+    runs none, keeps None (never a guess)."""
+    named = {job.pid: job.frontend for job in host.jobs if job.frontend}
+    nodes = [node for chip in discovery.chips_for_platform("tpu") for node in chip.device_nodes]
+    for holder in [*(h for node in nodes for h in node.holders), *discovery.libtpu_lock_holders]:
+        holder.frontend = named.get(holder.pid, holder.frontend)
 
 
 def link_text(chip: ChipHealth | None) -> str:

@@ -144,6 +144,16 @@ def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterat
         ("cache_misses", "persistent_cache_misses", "Persistent compilation cache misses."),
     ]}
     compile_time = _counter("process_compile_seconds", "Time spent compiling, by phase.", [*labels, "phase"])
+    frontend = _gauge("process_frontend_info", "1 for the frontend that runs the job's programs (jax, torch_xla).",
+                      [*labels, "frontend", "version"])
+    fallbacks = _counter("process_cpu_fallbacks", "Operations the frontend ran on the CPU instead of the device "
+                         "(torch_xla's aten:: fallbacks), by op.", [*labels, "op"])
+    executions = _counter("process_executions", "Programs the frontend executed (torch_xla).", labels)
+    execute_time = _counter("process_execute_seconds", "Time the frontend's executions took (torch_xla).", labels)
+    transfer_bytes = _counter("process_transfer_bytes", "Bytes moved between host and device (torch_xla), by "
+                              "direction.", [*labels, "direction"])
+    transfer_time = _counter("process_transfer_seconds", "Time of host-device transfers (torch_xla), by direction.",
+                             [*labels, "direction"])
     steps = _counter("process_steps", "Steps marked by the job.", labels)
     device_memory = _gauge("process_device_memory_used_bytes_per_device",
                            "Device memory held by the process on one device.", [*labels, "device"])
@@ -167,6 +177,17 @@ def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterat
             _add(counter, values, compiles.get(key))
         for phase in ("trace", "lowering", "backend_compile"):
             _add(compile_time, [*values, phase], compiles.get(f"{phase}_time_s"))
+        if agent.get("frontend"):
+            frontend.add_metric([*values, label_value(str(agent["frontend"])),
+                                 label_value(str(agent.get("frontend_version") or ""))], 1.0)
+        for entry in (agent.get("cpu_fallbacks") or {}).get("ops") or []:
+            _add(fallbacks, [*values, label_value(str(entry.get("op")))], entry.get("count"))
+        ran = agent.get("executions") or {}
+        _add(executions, values, ran.get("count"))
+        _add(execute_time, values, ran.get("time_s"))
+        for direction, moved in (agent.get("transfers") or {}).items():
+            _add(transfer_bytes, [*values, direction], (moved or {}).get("bytes"))
+            _add(transfer_time, [*values, direction], (moved or {}).get("time_s"))
         step_stats = agent.get("steps") or {}
         _add(steps, values, step_stats.get("count"))
         _add(steps_rate, values, step_stats.get("steps_per_second"))
@@ -187,6 +208,7 @@ def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterat
     yield from gauges.values()
     yield from counters.values()
     yield compile_time
+    yield from (frontend, fallbacks, executions, execute_time, transfer_bytes, transfer_time)
     yield steps
     yield steps_rate
     yield stalled

@@ -45,6 +45,7 @@ class Holder:
     pid: int
     user: str
     command: str
+    frontend: str | None = None  # jax or torch_xla, as the process's agent says; None: no agent answered for it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,4 +1,9 @@
-"""A JAX persistent compilation cache directory read from outside: entries, sizes, ages, compile seconds, owners.
+"""A persistent compilation cache directory read from outside: entries, sizes, ages, compile seconds, owners.
+
+JAX's entries are `<module>-<key>-cache` (formats: `cachekeys`); PyTorch/XLA's (`XLA_PERSISTENT_CACHE_PATH`,
+`xr.initialize_cache`) are named by the graph's 128-bit hash in decimal and hold a serialised computation with
+no compile time, key record or companion file. torch_xla 2.9 writes an entry in place (open, truncate, write:
+no temporary name) and, when it cannot read one back, unlinks it and writes it again.
 
 The directory is outside input: it may hold links planted by someone else,
 files of any size, names of any kind, and 10^5 entries. Nothing here follows
@@ -34,10 +39,10 @@ SUBCACHE_LIMIT = 10_000  # files counted in one sub-cache
 JAX_TEMP = re.compile(r"^_temp_.+-[0-9a-f]{64}(-cache)?$")
 TRASH_PREFIX = ".tpu-tools-removing-"
 TRASH = re.compile(r"^\.tpu-tools-removing-[0-9a-f]{12}$")
-# PyTorch/XLA's persistent cache names each entry by a decimal hash (a 128-bit one: up to 39 digits); its format
-# is not JAX's, so such files are told apart, never read as entries nor removed.
-TORCH_XLA_ENTRY = re.compile(r"^[0-9]{10,40}$")
-TORCH_XLA_KIND = "torch_xla entry (PyTorch/XLA's cache: left alone)"
+# A torch_xla entry's name: a 128-bit hash in decimal, which has 30 digits or more but for 1 in 10^8 hashes.
+# Shorter or larger decimal names are no entry of torch_xla's and stay "unknown" (never removed).
+TORCH_XLA_ENTRY = re.compile(r"^[1-9][0-9]{29,38}$")
+JAX, TORCH_XLA = "jax", "torch_xla"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 XLA_SUBCACHES = {"xla_gpu_kernel_cache_file": "XLA GPU kernel cache",
                  "xla_gpu_per_fusion_autotune_cache_dir": "XLA GPU autotune cache"}
@@ -63,6 +68,7 @@ class Entry:
     jaxlib_version: str | None = None  # from its key record
     platform: str | None = None
     writer: str | None = None  # "host:pid" from its key record
+    frontend: str = JAX  # whose entry: jax or torch_xla
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,8 +92,7 @@ class SubCache:
 @dataclass
 class OtherFile:
     name: str
-    kind: str  # "temporary" (jax's or gc's own), "orphan atime", "link", "torch_xla entry", "not a regular file",
-    # "unknown"
+    kind: str  # "temporary" (jax's or gc's own), "orphan atime", "link", "not a regular file", "unknown"
     size_bytes: int
 
     def to_dict(self) -> dict[str, Any]:
@@ -114,6 +119,7 @@ class CacheScan:
     writers: list[str] = field(default_factory=list)  # "host:pid (user)" from key records
     writer_hosts: list[str] = field(default_factory=list)
     jaxlib_versions: list[str] = field(default_factory=list)  # seen in key records
+    frontend_counts: dict[str, list[int]] = field(default_factory=dict)  # frontend -> [entries, bytes], all of them
     scanned_unix_s: float = field(default_factory=time.time)
 
     @property
@@ -168,7 +174,15 @@ class CacheScan:
             "entries": [e.to_dict() for e in self.entries],
             "other_files": [o.to_dict() for o in self.other_files],
             "subcaches": [s.to_dict() for s in self.subcaches],
+            "frontends": {name: self._frontend(name) for name in sorted(self.frontend_counts)},
         }
+
+    def _frontend(self, name: str) -> dict[str, Any]:
+        """One frontend's entries: counted over the whole directory, ages over the entries listed."""
+        ages = [self.scanned_unix_s - e.modified_unix_s for e in self.entries if e.frontend == name]
+        count, size = self.frontend_counts[name]
+        return {"entry_count": count, "total_bytes": size, "oldest_age_s": max(ages) if ages else None,
+                "newest_age_s": min(ages) if ages else None}
 
 
 def is_cache_name(name: str) -> bool:
@@ -368,26 +382,45 @@ def scan(path: Path, limit: int = DEFAULT_LIMIT, heads: bool = True) -> CacheSca
                 pass
             continue
         parts = cachekeys.split_entry_name(name)
+        if parts is None and is_torch_xla_entry(name) and stat.S_ISREG(item_info.st_mode):
+            _count(result, TORCH_XLA, item_info.st_size)
+            if len(result.entries) >= limit:
+                result.truncated = True
+                continue
+            result.entries.append(Entry(name, "", item_info.st_size, item_info.st_mtime, item_info.st_mtime, None,
+                                        None, frontend=TORCH_XLA))
+            continue
         if parts is None:
             base = name[: -len(cachekeys.ATIME_SUFFIX)] + cachekeys.ENTRY_SUFFIX
             if name.endswith(cachekeys.ATIME_SUFFIX) and cachekeys.split_entry_name(base) is not None:
                 if base not in entry_names:
                     result.other_files.append(OtherFile(name, "orphan atime (its entry is gone)", item_info.st_size))
                 continue
-            kind = ("temporary" if JAX_TEMP.match(name) or TRASH.match(name)
-                    else TORCH_XLA_KIND if TORCH_XLA_ENTRY.match(name) else "unknown")
+            kind = "temporary" if JAX_TEMP.match(name) or TRASH.match(name) else "unknown"
             if not stat.S_ISREG(item_info.st_mode):
                 kind = "not a regular file"
             result.other_files.append(OtherFile(name, kind, item_info.st_size))
             continue
-        result.entry_count += 1
-        result.total_bytes += item_info.st_size
+        _count(result, JAX, item_info.st_size)
         if len(result.entries) >= limit:
             result.truncated = True
             continue
         result.entries.append(_entry(path, name, parts[0], item_info, records.get(f"{parts[0]}-{parts[1]}"),
                                      heads))
     return result
+
+
+def is_torch_xla_entry(name: str) -> bool:
+    """A name of torch_xla's form: a 128-bit hash in decimal (below 2^128)."""
+    return bool(TORCH_XLA_ENTRY.match(name)) and int(name) < 1 << 128
+
+
+def _count(result: CacheScan, frontend: str, size: int) -> None:
+    result.entry_count += 1
+    result.total_bytes += size
+    counts = result.frontend_counts.setdefault(frontend, [0, 0])
+    counts[0] += 1
+    counts[1] += size
 
 
 def _entry(folder: Path, name: str, module: str, info: os.stat_result, record: cachekeys.KeyRecord | None,

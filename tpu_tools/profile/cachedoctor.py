@@ -3,7 +3,9 @@
 The settings a job would use come from the environment JAX reads them from
 (JAX_COMPILATION_CACHE_DIR, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS,
 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES, JAX_COMPILATION_CACHE_MAX_SIZE);
-the directory's state from `cachedir.scan`; who writes it from the key records.
+the directory's state from `cachedir.scan`; who writes it from the key records. PyTorch/XLA's settings
+(XLA_PERSISTENT_CACHE_PATH, XLA_PERSISTENT_CACHE_READ_ONLY) are checked where they are set or the directory
+holds its entries; its entries have no key records, so its writers are the running jobs that use the directory.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 
 from tpu_tools.parsing import parse_number
 from tpu_tools.profile.cachedir import (
+    JAX,
+    TORCH_XLA,
     CacheDirError,
     CacheScan,
     is_network_filesystem,
@@ -30,6 +34,8 @@ ENV_DIR = "JAX_COMPILATION_CACHE_DIR"
 ENV_MIN_TIME = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 ENV_MIN_SIZE = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
 ENV_MAX_SIZE = "JAX_COMPILATION_CACHE_MAX_SIZE"
+ENV_TORCH_XLA_DIR = "XLA_PERSISTENT_CACHE_PATH"
+ENV_TORCH_XLA_READ_ONLY = "XLA_PERSISTENT_CACHE_READ_ONLY"
 JAX_DEFAULT_MIN_TIME_S = 1.0
 HIGH_MIN_TIME_S = 60.0  # few programs take longer than this to compile: nearly nothing would be cached
 HIGH_MIN_SIZE = 1 << 30
@@ -76,21 +82,34 @@ def _number(env: dict[str, str], name: str) -> float | None:
         return None
 
 
-def running_job_dirs(timeout_s: float = 2.0) -> dict[str, str]:
-    """The cache directory each of this user's running agent jobs uses ("pid (tag)" -> directory); never raises."""
+@dataclass(frozen=True)
+class RunningJobs:
+    """This user's running agent jobs: the cache directory each uses, and those that wrote entries into it."""
+
+    dirs: dict[str, str] = field(default_factory=dict)  # "pid (tag)" -> directory
+    writers: frozenset[str] = frozenset()  # the jobs ("pid (tag)") that wrote entries into their directory
+
+
+def running_jobs(timeout_s: float = 2.0) -> RunningJobs:
+    """Ask this user's running agent jobs for their caches; never raises."""
     from tpu_tools.metrics.agent_client import query_agents
 
     try:
         scan = query_agents(timeout_s)
     except Exception:  # an unsafe or missing runtime directory: no jobs to compare with
-        return {}
+        return RunningJobs()
     found: dict[str, str] = {}
+    writers: set[str] = set()
     for result in scan.results:
         cache = (result.snapshot or {}).get("compilation_cache")
         used = cache.get("dir_in_use") if isinstance(cache, dict) else None
         if isinstance(used, str) and used:
-            found[f"{result.pid}" + (f" ({result.tag})" if result.tag else "")] = used
-    return found
+            who = f"{result.pid}" + (f" ({result.tag})" if result.tag else "")
+            found[who] = used
+            written = cache.get("entries_written") if isinstance(cache, dict) else None
+            if isinstance(written, int) and written > 0:  # a reader of a warmed cache writes nothing
+                writers.add(who)
+    return RunningJobs(found, frozenset(writers))
 
 
 def _not_a_directory(path: Path) -> Path | None:
@@ -101,8 +120,10 @@ def _not_a_directory(path: Path) -> Path | None:
     return None
 
 
-def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, str] | None = None) -> DoctorReport:
-    """Every finding for `path`; `job_dirs` maps running jobs ("pid (tag)") to the directory each uses."""
+def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, str] | None = None,
+             writers: frozenset[str] = frozenset()) -> DoctorReport:
+    """Every finding for `path`; `job_dirs` maps running jobs ("pid (tag)") to the directory each uses, `writers`
+    names those of them that wrote entries there."""
     env = dict(os.environ) if env is None else env
     report = DoctorReport(str(path))
     add = report.findings.append
@@ -111,6 +132,11 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
         add(Finding("env_differs", "warning", f"{ENV_DIR} is {env_dir}, not {path}: jobs started from this "
                     "environment use the other directory", f"set {ENV_DIR}={path} where the jobs start, or check "
                     "the directory the jobs really use"))
+    torch_dir = env.get(ENV_TORCH_XLA_DIR)
+    if torch_dir and os.path.abspath(torch_dir) != os.path.abspath(path):
+        add(Finding("torch_xla_env_differs", "warning", f"{ENV_TORCH_XLA_DIR} is {torch_dir}, not {path}: "
+                    "PyTorch/XLA jobs started from this environment use the other directory",
+                    f"set {ENV_TORCH_XLA_DIR}={path} where the jobs start (before torch_xla compiles)"))
     for job, used in sorted((job_dirs or {}).items()):
         if os.path.abspath(used) != os.path.abspath(path):
             add(Finding("job_differs", "warning", f"job {job} uses {used}, not {path}",
@@ -174,24 +200,28 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
     elif len(result.writers) > 1:
         add(Finding("several_writers", "info", f"{path} was written by {some}{len(result.writers)} processes: "
                     f"{', '.join(result.writers[:8])}", "fine on a local disk; on a shared mount prefer one writer"))
+    _torch_xla_findings(path, result, env, {job: used for job, used in (job_dirs or {}).items() if job in writers},
+                        add)
+    jax_entries = [e for e in result.entries if e.frontend == JAX]  # JAX's settings apply to its entries only
     min_time = _number(env, ENV_MIN_TIME)
-    largest_time = max((e.compile_time_s for e in result.entries if e.compile_time_s is not None), default=None)
+    largest_time = max((e.compile_time_s for e in jax_entries if e.compile_time_s is not None), default=None)
     if min_time is not None and (min_time >= HIGH_MIN_TIME_S
                                  or (largest_time is not None and min_time > max(largest_time, 1) * 10)):
         add(Finding("min_compile_time_high", "warning", f"{ENV_MIN_TIME}={min_time:g}: only compiles longer than "
                     f"that are cached (the longest entry here took {largest_time} s{read})",
                     f"leave it at jax's default ({JAX_DEFAULT_MIN_TIME_S:g} s) or lower"))
     min_size = _number(env, ENV_MIN_SIZE)
-    largest = max((e.size_bytes for e in result.entries), default=None)
+    largest = max((e.size_bytes for e in jax_entries), default=None)
     if min_size is not None and (min_size >= HIGH_MIN_SIZE or (largest is not None and min_size > largest * 10)):
         add(Finding("min_entry_size_high", "warning", f"{ENV_MIN_SIZE}={min_size:.0f}: entries smaller than that "
                     f"are never written (the largest here is {largest} bytes{read})", f"unset {ENV_MIN_SIZE}"))
     max_size = _number(env, ENV_MAX_SIZE)
+    jax_bytes = result.frontend_counts.get(JAX, [0, 0])[1]
     if max_size is not None and max_size == 0:
         add(Finding("disabled_by_size", "error", f"{ENV_MAX_SIZE}=0 turns the cache off",
                     f"unset {ENV_MAX_SIZE} or give it a size in bytes (-1: no limit)"))
-    elif max_size is not None and max_size > 0 and result.total_bytes >= FULL_FRACTION * max_size:
-        add(Finding("size_limit_reached", "warning", f"{result.total_bytes} bytes of the {max_size:.0f} allowed by "
+    elif max_size is not None and max_size > 0 and jax_bytes >= FULL_FRACTION * max_size:
+        add(Finding("size_limit_reached", "warning", f"{jax_bytes} bytes of the {max_size:.0f} allowed by "
                     f"{ENV_MAX_SIZE}: jax evicts an entry for every new one", f"raise {ENV_MAX_SIZE}, or remove "
                     f"old entries: tpu-profile cache gc {path} --max-age 168h"))
     if len(result.jaxlib_versions) > 1 or result.stale:
@@ -213,3 +243,25 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
         add(Finding("temporary_files", "info", f"{len(temporary)} temporary files of jax or of gc (first: "
                     f"{shorten(temporary[0].name, 80)})", f"tpu-profile cache gc {path} removes those an hour old"))
     return report
+
+
+def _torch_xla_findings(path: Path, result: CacheScan, env: dict[str, str], writer_dirs: dict[str, str],
+                        add: Any) -> None:
+    """PyTorch/XLA's traps, where its settings name this directory or it holds torch_xla's entries;
+    `writer_dirs`: the running jobs that wrote entries, and where."""
+    torch_dir = env.get(ENV_TORCH_XLA_DIR)
+    names_it = bool(torch_dir) and os.path.abspath(str(torch_dir)) == os.path.abspath(path)
+    holds = TORCH_XLA in result.frontend_counts
+    if not (names_it or holds):
+        return
+    if names_it and env.get(ENV_TORCH_XLA_READ_ONLY, "").strip().lower() in ("1", "true"):
+        add(Finding("torch_xla_read_only", "info", f"{ENV_TORCH_XLA_READ_ONLY} is set: PyTorch/XLA jobs from this "
+                    "environment read the cache and never add to it, so a graph not in it is compiled at every "
+                    "start", f"leave it set for readers of a warmed cache; unset it for the one job that warms "
+                    f"{path}"))
+    users = sorted(job for job, used in writer_dirs.items() if os.path.abspath(used) == os.path.abspath(path))
+    if len(users) > 1:
+        add(Finding("torch_xla_shared_writers", "warning", f"{len(users)} running jobs write into {path} "
+                    f"({', '.join(users[:8])}): PyTorch/XLA writes an entry in place (no temporary file), so two "
+                    "jobs that compile one graph truncate and rewrite the same file while the other may read it",
+                    f"let one job warm the cache and start the others with {ENV_TORCH_XLA_READ_ONLY}=1"))

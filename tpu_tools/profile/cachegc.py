@@ -21,7 +21,7 @@ from typing import Any
 
 from tpu_tools.errors import ToolError
 from tpu_tools.instrument import cachekeys
-from tpu_tools.profile.cachedir import TORCH_XLA_KIND, TRASH_PREFIX, CacheDirError, CacheScan
+from tpu_tools.profile.cachedir import TORCH_XLA, TRASH_PREFIX, CacheDirError, CacheScan
 
 SCHEMA = "tpu-tools/cache-gc/v1"
 LEFTOVER_AGE_S = 3600.0  # temporary files younger than this may still be being written
@@ -77,7 +77,9 @@ def plan(scan: CacheScan, max_bytes: int | None, max_age_s: float | None, stale:
         if entry.name in stale_names:
             reason = f"written by jaxlib {entry.jaxlib_version} (installed: {scan.installed_jaxlib})"
         elif max_age_s is not None and now - entry.last_used_unix_s > max_age_s:
-            reason = f"last used {now - entry.last_used_unix_s:.0f} s ago"
+            # torch_xla keeps no use time: its entry's age is since it was written
+            used = "written" if entry.frontend == TORCH_XLA else "last used"
+            reason = f"{used} {now - entry.last_used_unix_s:.0f} s ago"
         elif max_bytes is not None and total > max_bytes:
             reason = f"oldest while the cache is over {max_bytes} bytes"
         if reason is None:
@@ -178,11 +180,8 @@ def collect(scan: CacheScan, max_bytes: int | None, max_age_s: float | None, sta
             dry_run: bool) -> GcResult:
     """Plan and carry out; CacheDirError, with nothing removed, for a directory that holds no cache entry."""
     if not scan.holds_entries:  # a home or work folder given by mistake: nothing there is the cache's to remove
-        torch = sum(o.kind == TORCH_XLA_KIND for o in scan.other_files)
-        whose = (f"; its {torch} files named by a decimal hash look like PyTorch/XLA's cache, which gc leaves alone"
-                 if torch else "")
-        raise CacheDirError(f"{scan.path} holds no JAX compilation cache entry (<module>-<hash>-cache): nothing "
-                            f"removed{whose}")
+        raise CacheDirError(f"{scan.path} holds no JAX compilation cache entry (<module>-<hash>-cache) nor "
+                            "PyTorch/XLA entry (a 128-bit hash in decimal): nothing removed")
     removals, kept, kept_bytes = plan(scan, max_bytes, max_age_s, stale)
     # entries past the limit were not considered: they stay, and count as kept (never an understated total)
     unread = scan.entry_count - len(scan.entries)

@@ -1,11 +1,13 @@
-"""Run a Python program in this process with JAX's profiler and compile recording switched on.
+"""Run a Python program in this process with its frontend's profiler and compile recording switched on.
 
 The program runs as `python script.py` or `python -m module` would run it:
 `__main__`, its own argv and sys.path[0], its stdout and stderr untouched.
 jax is NOT imported before the program imports it, so the program's own
 set-up (environment variables, `jax.config.update` before first use) still
 applies. When the program imports jax, the compile recorder hooks in; when the
-PJRT backends come up, the trace window controller may open the trace.
+PJRT backends come up, the trace window controller may open the trace. A PyTorch/XLA program is traced by
+torch_xla's own profiler from its import on, with its compiles read from torch_xla (`profile.torchxla`); the
+frontend that comes up first owns the trace.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class RunOutcome:
     compile_log: CompileLog
     user_files: frozenset[str] = frozenset()
     notes: list[str] = field(default_factory=list)
+    frontend: str = "jax"  # whose compiles and trace were recorded: jax or torch_xla
 
     def program_dict(self, target: ProgramTarget) -> dict:
         return {
@@ -114,6 +117,19 @@ class JaxTracer:
         jax.profiler.stop_trace()
 
 
+class FrontendTracer:
+    """The tracer of the frontend that brought the runtime up (JAX's until torch_xla's is chosen)."""
+
+    def __init__(self, tracer: Any):
+        self.tracer = tracer
+
+    def start(self) -> None:
+        self.tracer.start()
+
+    def stop(self) -> None:
+        self.tracer.stop()
+
+
 class _ProgramExit(BaseException):
     """The program called os._exit(code) in the main thread."""
 
@@ -128,11 +144,16 @@ class ProgramRunner:
     def __init__(self, target: ProgramTarget, trace_dir: Path, window: WindowSpec, python_trace: bool = True):
         self.target = target
         self.recorder = CompileRecorder()
-        self.controller = TraceController(window, JaxTracer(trace_dir, python_trace))
+        self.trace_dir = trace_dir
+        self.tracer = FrontendTracer(JaxTracer(trace_dir, python_trace))
+        self.controller = TraceController(window, self.tracer)
         self.notes: list[str] = []
+        self._jax_ready = False
+        self._torch_xla: Any = None  # profile.torchxla.TorchXlaCompiles once the program imports torch_xla
 
     def run(self) -> RunOutcome:
         cancel_hook = call_when_imported(self._on_jax_imported)
+        cancel_torch_hook = call_when_imported(self._on_torch_xla_imported, "torch_xla")
         started = time.monotonic()
         self.controller.begin()
         remove_step_hook = self._watch_steps()
@@ -142,6 +163,9 @@ class ProgramRunner:
             status, code, error, trace_text, message = self._execute()
         finally:
             cancel_hook()
+            cancel_torch_hook()
+            if self._torch_xla is not None:
+                self._detach_torch_xla()
             os._exit = real_exit
             remove_step_hook()
             self.recorder.detach()
@@ -153,7 +177,7 @@ class ProgramRunner:
 
         user_files = loaded_user_file_names() | self._target_files()
         return RunOutcome(status, code, error, trace_text, message, wall, window, self.recorder.snapshot(),
-                          user_files, self.notes)
+                          user_files, self.notes, "torch_xla" if self._torch_xla is not None else "jax")
 
     def _os_exit(self, real_exit: Callable[[int], Any]) -> Callable[[int], Any]:
         """os._exit for the program: its end is the end of the profile, not a silent exit with nothing kept.
@@ -205,11 +229,30 @@ class ProgramRunner:
         except Exception as error:
             self.notes.append(f"the device trace could not be hooked to runtime start-up: {error}")
 
+    def _on_torch_xla_imported(self, torch_xla: ModuleType) -> None:
+        # As for jax: a failure here costs the profile only, never the program's `import torch_xla`.
+        try:
+            from tpu_tools.profile.torchxla import TorchXlaCompiles, TorchXlaTracer
+
+            self._torch_xla = TorchXlaCompiles(torch_xla, self.recorder)
+            if not self._jax_ready:  # torch_xla's profiler session needs no runtime: it may trace from here
+                self.tracer.tracer = TorchXlaTracer(self.trace_dir)
+                self.controller.runtime_ready()
+        except Exception as error:
+            self.notes.append(f"torch_xla's compiles or trace could not be recorded: {type(error).__name__}: {error}")
+
+    def _detach_torch_xla(self) -> None:
+        try:
+            self._torch_xla.detach()
+        except Exception as error:
+            self.notes.append(f"torch_xla's last compiles could not be read: {type(error).__name__}: {error}")
+
     def _watch_backends(self) -> None:
         """Open the trace right after jax's PJRT backends are up (jax.profiler needs them first)."""
         from jax._src import xla_bridge
 
         if xla_bridge.backends_are_initialized():
+            self._jax_ready = True
             self.controller.runtime_ready()
             return
         original = xla_bridge.backends
@@ -219,6 +262,7 @@ class ProgramRunner:
             result = original()
             if xla_bridge.backends is backends:
                 xla_bridge.backends = original
+                self._jax_ready = True
                 controller.runtime_ready()
             return result
 

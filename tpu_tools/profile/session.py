@@ -123,7 +123,8 @@ def summarise_run(outcome: RunOutcome, target: ProgramTarget, out: OutputDir, to
     document = build_summary(source="run", trace=trace, compile_log=outcome.compile_log,
                              program=outcome.program_dict(target), window=outcome.window.to_dict(),
                              trace_dir=out.trace_dir if trace is not None else None, top=top,
-                             base_dir=os.getcwd(), notes=notes)
+                             base_dir=os.getcwd(), notes=notes,
+                             compile_source="torch_xla" if outcome.frontend == "torch_xla" else "monitoring")
     write_summary(document, out.path)
     return document
 

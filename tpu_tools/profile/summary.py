@@ -36,8 +36,10 @@ NO_FRAMES_LABEL = "(unknown: the trace has no Python frames)"
 
 def build_summary(*, source: str, trace: TraceData | None = None, compile_log: CompileLog | None = None,
                   program: dict | None = None, window: dict | None = None, trace_dir: Path | None = None,
-                  top: int = TOP_DEFAULT, base_dir: str | None = None, notes: list[str] | None = None) -> dict:
-    """The summary document; `source` is "run", "trace" or "capture"."""
+                  top: int = TOP_DEFAULT, base_dir: str | None = None, notes: list[str] | None = None,
+                  compile_source: str = "monitoring") -> dict:
+    """The summary document; `source` is "run", "trace" or "capture"; `compile_source` says who recorded
+    `compile_log`: "monitoring" (jax.monitoring) or "torch_xla" (its CompileTime samples)."""
     from tpu_tools.versions import stack_versions
 
     notes = list(notes or [])
@@ -73,7 +75,7 @@ def build_summary(*, source: str, trace: TraceData | None = None, compile_log: C
     calls = _call_counts(trace.dispatches) if trace is not None else None
     known_user = None
     if compile_log is not None:
-        document["compile_source"] = "monitoring"
+        document["compile_source"] = compile_source
         document["compiles"] = [asdict(r) for r in compile_rows(compile_log, calls, base_dir)[:top]]
         document["recompilations"] = [asdict(r) for r in recompilations(compile_log, base_dir)]
         known_user = user_functions(compile_log)

@@ -54,7 +54,7 @@ def inspect_blocks(document: dict[str, Any]) -> list[str | TableData]:
                            Column("AGE", "right"), Column("LAST USE", "right"), Column("JAXLIB"),
                            Column("WRITER"), Column("PROBLEM")], title="Entries")
         for entry in entries[:MAX_ROWS]:
-            table.add_row(entry["module"], format_bytes(entry["size_bytes"]),
+            table.add_row(entry["module"] or f"({entry.get('frontend')})", format_bytes(entry["size_bytes"]),
                           "-" if entry["compile_time_s"] is None else entry["compile_time_s"],
                           _age(now - entry["modified_unix_s"]), _age(now - entry["last_used_unix_s"]),
                           entry["jaxlib_version"] or "-", entry["writer"] or "-", entry["problem"] or "")

@@ -55,7 +55,9 @@ def slice_summary(info: SliceInfo) -> str:
 def holders_text(holders: list[Holder]) -> str:
     if not holders:
         return MISSING
-    return ", ".join(f"{h.pid} {_short_command(h.command)}" for h in holders)
+    # the frontend its agent named goes before the command, as in tpu-top: "4242 [torch_xla] python train.py"
+    return ", ".join(f"{h.pid} " + (f"[{h.frontend}] " if h.frontend else "") + _short_command(h.command)
+                     for h in holders)
 
 
 def _short_command(command: str) -> str:

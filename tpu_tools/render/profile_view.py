@@ -102,7 +102,8 @@ def compile_table(doc: dict) -> TableData | None:
     rows = doc.get("compiles") or []
     if not rows:
         return None
-    monitored = doc.get("compile_source") == "monitoring"
+    torch_xla = doc.get("compile_source") == "torch_xla"
+    monitored = doc.get("compile_source") == "monitoring" or torch_xla
     persistent = any(row.get("persistent_cache_hits") for row in rows)
     # Compile events cover the whole run; calls come from the trace, which may be a window of it.
     partial = monitored and (doc.get("window") or {}).get("mode") in ("time", "steps")
@@ -113,7 +114,9 @@ def compile_table(doc: dict) -> TableData | None:
         columns.append(Column("FROM DISK CACHE", "right"))
     if monitored:
         scope = "; over the whole run" if partial else ""
-        title = f"Compilation (jax.monitoring{scope}; compile time = trace + lower + XLA)"
+        title = (f"Compilation (torch_xla's CompileTime{scope}; each graph's XLA compile, at the line that called "
+                 "torch_xla.sync)" if torch_xla else f"Compilation (jax.monitoring{scope}; compile time = trace + "
+                 "lower + XLA)")
     else:
         title = "Compilation (from the trace; lowering + XLA compile)"
     table = TableData(columns, title=title)

@@ -23,10 +23,12 @@ def cache_section(detail: dict[str, Any], width: int) -> list[Line]:
     directory = cache.get("dir_in_use") or cache.get("dir_configured")
     lines = [Line(), Line().add(" Compilation cache", TITLE).add(f"  {directory or 'not set'}", NORMAL if directory
                                                                   else DIM)]
+    written = cache.get("entries_written", 0)
+    failures = cache.get("deserialize_failures")  # torch_xla's: entries found but unreadable
     lines.append(Line().add(
         f"  {cache.get('hits', 0)} hits, {cache.get('misses', 0)} misses of {cache.get('lookups', 0)} lookups, "
-        f"{cache.get('entries_written', 0)} entries written, {seconds_text(cache.get('seconds_saved_s'))} saved",
-        NORMAL))
+        + (f"{written} entries written, {seconds_text(cache.get('seconds_saved_s'))} saved" if written is not None
+           else f"{failures or 0} unreadable entries"), NORMAL))
     for setting in cache.get("set_too_late") or []:
         if isinstance(setting, dict):
             lines += _wrapped(str(setting.get("message")), width, "  ! ", ERROR)

@@ -362,6 +362,9 @@ def elapsed_text(seconds: float | None) -> str:
 def _process_cells(row: ProcessRow, now: float, marked: bool = False) -> dict[str, list[Segment] | tuple[str, str]]:
     agent = row.has_agent and row.error is None
     tail = f"error: {row.error}" if row.error else short_command(row.command)
+    frontend = row.detail.get("frontend") if agent else None
+    if frontend and frontend != "jax":  # a frontend other than JAX is named: [torch_xla] train.py
+        tail = f"[{frontend}] {tail}"
     if row.depth:  # the tree view: under its parent
         tail = "  " * (row.depth - 1) + "`- " + tail
     return {

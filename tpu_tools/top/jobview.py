@@ -111,6 +111,8 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
         facts.append(f"platform {detail['platform']}")
     if detail.get("jax_version"):
         facts.append(f"jax {detail['jax_version']}")
+    elif detail.get("frontend"):  # a frontend other than JAX (torch_xla)
+        facts.append(f"{detail['frontend']} {detail.get('frontend_version') or MISSING}".rstrip())
     if not row.has_agent and detail.get("chips") is not None:
         facts.append(f"holds chips {', '.join(map(str, detail['chips']))}")
     lines.append(Line().add(" " + "  ".join(facts), DIM))
@@ -132,7 +134,9 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
     lines += _device_section(detail, width)
     lines += arrays_lines(state.arrays.read(row.key), width)
     lines += _health_section(detail, width)
+    lines += startup_lines(detail, width)
     lines += _compile_section(detail, width)
+    lines += fallback_lines(detail, width)
     lines += cache_section(detail, width)
     room = None if height is None else height - len(lines) - 1
     if len(steps) > 2 and (room is None or room >= 4):
@@ -144,6 +148,39 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
                            width, min(6, spare + 1), state.unicode)
         index = next(i for i, line in enumerate(lines) if line.text.startswith(" STEP/S "))
         lines[index:index + 1] = tall
+    return lines
+
+
+MAX_FALLBACK_OPS = 6
+
+
+def startup_lines(detail: dict[str, Any], width: int) -> list[Line]:
+    """The startup contract's findings (torch_xla: a setting made too late), each with its fix; none when kept."""
+    findings = [f for f in detail.get("startup") or [] if isinstance(f, dict)]
+    if not findings:
+        return []
+    lines = [Line(), Line().add(" Startup contract", TITLE).add(f"  {len(findings)} broken", DIM)]
+    for finding in findings[:6]:
+        lines += [Line().add(text, ERROR) for text in _wrap(f"! {finding.get('message')}", width, "  ")][:2]
+        lines += [Line().add(text, DIM) for text in _wrap(f"fix: {finding.get('fix')}", width, "    ")][:2]
+    return lines
+
+
+
+def fallback_lines(detail: dict[str, Any], width: int) -> list[Line]:
+    """The ops the frontend ran on the CPU (torch_xla's aten:: fallbacks), most frequent first; none for JAX."""
+    fallbacks = detail.get("cpu_fallbacks")
+    if not isinstance(fallbacks, dict):
+        return []
+    ops = fallbacks.get("ops") or []
+    title = Line().add(" CPU fallbacks", TITLE).add(
+        f"  {fallbacks.get('total', MISSING)} calls of {len(ops)} op{'s' if len(ops) != 1 else ''} ran on the CPU"
+        if ops else "  none: every op ran on the device", DIM)
+    lines = [title]
+    for entry in ops[:MAX_FALLBACK_OPS]:
+        lines.append(Line().add(f"  {entry.get('count', MISSING):>8}  {entry.get('op')}"[:width], WARN))
+    if len(ops) > MAX_FALLBACK_OPS:
+        lines.append(Line().add(f"  ... {len(ops) - MAX_FALLBACK_OPS} more ops (tpu-monitor --json)", DIM))
     return lines
 
 

@@ -24,7 +24,7 @@ from tpu_tools.shorten import shorten
 DEVICE_KEYS = ("id", "platform", "device_kind", "memory_used_bytes", "memory_peak_bytes", "memory_limit_bytes",
                "live_array_bytes", "live_array_count")
 COMPILE_KEYS = ("compile_count", "recompile_count", "trace_count", "trace_time_s", "lowering_time_s",
-                "backend_compile_time_s", "cache_hits", "cache_misses")
+                "backend_compile_time_s", "cache_hits", "cache_misses", "in_memory_cache_hits")
 STEP_KEYS = ("count", "steps_per_second", "last_step_time_s", "p50_step_time_s", "p99_step_time_s",
              "last_step_age_s")
 PROCESS_KEYS = ("cpu_percent", "cpu_time_s", "rss_bytes", "threads")
@@ -58,6 +58,12 @@ def sdk_figures(snapshot: dict[str, Any]) -> dict[str, Any] | None:
             "read_age_s": float(age) if isinstance(age, (int, float)) and not isinstance(age, bool) else None}
 
 
+def _total(devices: list[dict[str, Any]], key: str) -> int | None:
+    """A figure summed over the devices; unknown where no device knows it (torch_xla counts no live arrays)."""
+    known = [d[key] for d in devices if d.get(key) is not None]
+    return sum(known) if known else None
+
+
 def agent_entry(result: AgentResult) -> dict[str, Any]:
     """One entry of the `processes` group from an agent's answer (its figures, or its error); never raises."""
     snapshot = result.snapshot or {}
@@ -75,17 +81,25 @@ def agent_entry(result: AgentResult) -> dict[str, Any]:
         "socket": str(result.socket_path),
         "uptime_s": snapshot.get("uptime_s"),
         "jax_version": snapshot.get("jax_version"),
+        "frontend": snapshot.get("frontend"),
+        "frontend_version": snapshot.get("frontend_version"),
         "platform": runtime.get("platform"),
         **{k: process.get(k) for k in PROCESS_KEYS},
-        "device_memory_used_bytes": sum(m for m in memory if m is not None) if devices else None,
-        "live_array_bytes": sum(d["live_array_bytes"] or 0 for d in devices) if devices else None,
-        "live_array_count": sum(d["live_array_count"] or 0 for d in devices) if devices else None,
+        # unknown, never 0, where no device knows it (torch_xla on the CPU platform)
+        "device_memory_used_bytes": sum(m for m in memory if m is not None) if any(m is not None for m in memory)
+        else None,
+        "live_array_bytes": _total(devices, "live_array_bytes"),
+        "live_array_count": _total(devices, "live_array_count"),
         "devices": devices,
         "compiles": ({**{k: compiles.get(k) for k in COMPILE_KEYS},
                       "functions": compiles.get("functions") or [],
                       "recent_recompiles": compiles.get("recent_recompiles") or []} if snapshot else None),
         "steps": {k: (snapshot.get("steps") or {}).get(k) for k in STEP_KEYS} if snapshot else None,
         "compilation_cache": snapshot.get("compilation_cache"),
+        "executions": snapshot.get("executions"),
+        "transfers": snapshot.get("transfers"),
+        "cpu_fallbacks": snapshot.get("cpu_fallbacks"),
+        "startup": snapshot.get("startup"),
         "tpu_sdk": sdk_figures(snapshot),
         "goodput": goodput_entry(snapshot),
         "process_index": runtime.get("process_index"),
