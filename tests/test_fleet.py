@@ -104,7 +104,7 @@ def test_alert_rules_load_and_evaluate_on_the_scraped_data(stack):
         if rules and all(rule.get("lastEvaluation", "").startswith("20") for rule in rules.values()):
             break
         time.sleep(0.2)
-    assert len(rules) == 19 and {r["health"] for r in every} == {"ok"}, every
+    assert len(rules) == 20 and {r["health"] for r in every} == {"ok"}, every
     matched = {name: stack.prometheus.query(rule["query"]) for name, rule in rules.items()}
     slow = stack.hosts[2].target
     assert sorted((s["metric"]["instance"], s["metric"]["device"]) for s in matched["TpuToolsDeviceIdleWhileHeld"]) \

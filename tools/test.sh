@@ -86,7 +86,7 @@ export TPU_TOOLS_TEST_REQUIRE_LIBTPU=1  # the SDK's tests fail here rather than 
 # outside the clone, made once per user and interpreter and reused by every clone (CI caches the directory). Its
 # `complete` marker is written last: an install cut short is made again. tpu_tools comes from the clone (PYTHONPATH).
 TORCH_XLA_VERSION=2.9.0
-torch_xla_env="${TPU_TOOLS_TORCH_XLA_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tpu-tools/torch-xla-$TORCH_XLA_VERSION-cp${wanted/./}}"
+torch_xla_env="${TPU_TOOLS_TEST_TORCH_XLA_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tpu-tools/torch-xla-$TORCH_XLA_VERSION-cp${wanted/./}}"
 if [ ! -f "$torch_xla_env/complete" ]; then
     mkdir -p "$(dirname "$torch_xla_env")"
     (
