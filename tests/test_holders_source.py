@@ -52,8 +52,10 @@ def _nvidia_ml_py_pids(env: dict[str, str]) -> list[list[int]]:
     return json.loads(result.stdout)
 
 
-def test_gpu_holders_are_nvml_processes_as_nvidia_ml_py_lists_them(fake_nvml_dir, h100_host):
-    env = nvml_env(fake_nvml_dir, h100_host, FAKE_NVML_PROCS=f"0:{JOB}:12190000000")
+def test_gpu_holders_are_nvml_processes_as_nvidia_ml_py_lists_them(fake_nvml_dir, h100_host, tmp_path):
+    # a run directory of its own: no agent job of another test on the host
+    env = nvml_env(fake_nvml_dir, h100_host, FAKE_NVML_PROCS=f"0:{JOB}:12190000000",
+                   TPU_TOOLS_RUNTIME_DIR=str(tmp_path / "run"))
     result = run_tool("tpu-monitor", "--count", "1", env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -69,8 +71,8 @@ def test_gpu_holders_are_nvml_processes_as_nvidia_ml_py_lists_them(fake_nvml_dir
         "gpu:0": 1.0, "gpu:1": 0.0}
 
 
-def test_without_nvml_the_device_nodes_name_the_holders_and_say_so(h100_host):
-    env = nvml_env(h100_host / "nowhere", h100_host, TPU_TOOLS_NVML="0")
+def test_without_nvml_the_device_nodes_name_the_holders_and_say_so(h100_host, tmp_path):
+    env = nvml_env(h100_host / "nowhere", h100_host, TPU_TOOLS_NVML="0", TPU_TOOLS_RUNTIME_DIR=str(tmp_path / "run"))
     result = run_tool("tpu-monitor", "--count", "1", env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -85,7 +87,7 @@ def test_observers_never_hold_a_tpu(tmp_path):
                                      ["/dev/accel1"]))
     host.process(sysroot.FakeProcess(4301, 1000, ["python3", "-m", "tpu_tools.cli.top"], ["/dev/accel2"]))
     host.process(sysroot.FakeProcess(4302, 1000, ["/opt/venv/bin/tpu-dump", "-o", "x.tar.gz"], ["/dev/accel3"]))
-    env = nvml_env(root / "nowhere", root, TPU_TOOLS_NVML="0")
+    env = nvml_env(root / "nowhere", root, TPU_TOOLS_NVML="0", TPU_TOOLS_RUNTIME_DIR=str(tmp_path / "run"))
     listed = run_tool("tpu-ls", "--json", "--no-runtime", env=env, timeout=60)
     assert listed.returncode == 0, listed.stderr
     chips = json.loads(listed.stdout)["chips"]
