@@ -92,6 +92,9 @@ class TorchXlaFrontend:
         self._debug = DebugOutputParser()
         self._compiles_seen = 0
         self._last_block: dict[str, CompileBlock] = {}  # the latest graph compiled at each line
+        # syncs under way in the job: a compile made inside one is the sync's, credited when it returns; an answer
+        # or a publication read in the middle leaves it (else it would be credited to no line, its graph unread)
+        self._syncing = 0
 
     def install(self) -> None:
         """Make `torch_xla.sync` (and through it `xm.mark_step`) a step boundary, where the XLA tensors the job
@@ -113,9 +116,11 @@ class TorchXlaFrontend:
     def _before_sync(self) -> None:
         with self._lock:
             self._take_compiles(READ_BEFORE_SYNC)
+            self._syncing += 1
 
     def _after_sync(self, site: str) -> None:
         with self._lock:
+            self._syncing = max(0, self._syncing - 1)
             self._take_compiles(site)
             job_marks_its_own = self._steps.count != self._boundary_steps
             if not job_marks_its_own:
@@ -161,7 +166,8 @@ class TorchXlaFrontend:
 
     def figures(self) -> FrontendFigures:
         with self._lock:
-            self._take_compiles(READ_BEFORE_SYNC)  # made since the last sync: outside any step boundary
+            if not self._syncing:
+                self._take_compiles(READ_BEFORE_SYNC)  # made since the last sync: outside any step boundary
             figures = self._reader.read()
         started = figures.compiles > 0 or figures.executions > 0  # the runtime is up: asking starts nothing
         runtime, devices, memory_error = self._runtime() if started else (None, [], None)

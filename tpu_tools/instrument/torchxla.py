@@ -309,12 +309,13 @@ def step_boundary(sync: Callable[..., Any], before: Callable[[], None], after: C
             before()
         except Exception:  # the job's step must not fail for its monitoring
             pass
-        result = sync(*args, **kwargs)
         try:
-            after(caller_site(sys._getframe(1)))
-        except Exception:
-            pass
-        return result
+            return sync(*args, **kwargs)
+        finally:  # a sync that raised ends its boundary too: `before` and `after` always come in pairs
+            try:
+                after(caller_site(sys._getframe(1)))
+            except Exception:
+                pass
 
     setattr(boundary, _MARKS, (mark,))
     return boundary
