@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ import tempfile
 import textwrap
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import coverage
 import pytest
@@ -231,3 +233,25 @@ def refused_address() -> Iterator[str]:
 
 
 import isolation  # noqa: E402  (tests/: ports, tmux servers and names a test owns)
+
+
+def report_document(report: Any) -> dict[str, Any]:
+    """A monitor report (a typed record) as the JSON document tpu-monitor writes, to assert on its shape."""
+    from tpu_tools import jsonout
+
+    document: dict[str, Any] = json.loads(jsonout.dumps(report))
+    return document
+
+
+def as_report(document: dict[str, Any]) -> Any:
+    """A monitor report record from a test's document of the report's JSON shape (a header it leaves out is blank),
+    checked as a report from outside is: a group of the wrong shape fails here."""
+    import msgspec
+
+    from tpu_tools.metrics.records.report import SCHEMA, MonitorReport
+
+    if isinstance(document, MonitorReport):
+        return document
+    header = {"schema": SCHEMA, "time": "", "time_unix_s": 0.0, "hostname": "", "sequence": 0,
+              "tpu_tools_version": ""}
+    return msgspec.convert({**header, **document}, MonitorReport)

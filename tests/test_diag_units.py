@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import clean_env, run_tool
+from conftest import as_report, clean_env, run_tool
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -198,7 +198,7 @@ def test_monitor_exports_the_verdict_per_test_and_device_and_top_shows_it(rundir
     report = {"diag": data, "devices": {"devices": [
         {"key": "tpu:1", "platform": "tpu", "id": 1, "name": "TPU v4", "extra": {"diag_status": "fail",
                                                                                  "diag_age_s": 7200}}]}}
-    frame = frame_text(device_lines(report, 160, None))
+    frame = frame_text(device_lines(as_report(report), 160, None))
     assert "diag -r 2 FAIL 2h ago (gemm f32 device 1)" in frame
     assert "DIAG" in frame and "FAIL 2h" in frame
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import sysroot
 from agentjobs import agent_env, rundir, start_job  # noqa: F401 (rundir is a fixture)
-from conftest import TESTS
+from conftest import TESTS, as_report
 from fakeamdsmi import amdsmi_env
 from fakenvml import nvml_env
 from libtpu_server import FIXTURES, FakeMetricsService
@@ -176,7 +176,7 @@ def test_a_distribution_becomes_cumulative_buckets_in_base_units():
 @pytest.mark.parametrize("secure", [False, True], ids=["plain", "web-config"])
 def test_head_answers_like_get_without_the_body(secure):
     collector = ReportCollector({"host": host_metrics})
-    collector.update({"host": {"error": None, "cpu_percent": 12.5, "memory_total_bytes": 1 << 30}})
+    collector.update(as_report({"host": {"error": None, "cpu_percent": 12.5, "memory_total_bytes": 1 << 30}}))
     server = serve_secure(collector, "127.0.0.1", 0, WebConfig()) if secure else serve(collector, "127.0.0.1", 0)
     try:
         connection = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_one_line_error, clean_env, run_tool, tool_command
+from conftest import REPO, as_report, assert_one_line_error, clean_env, report_document, run_tool, tool_command
 from programs import needs, require_program
 from promstack import FleetStack, free_port, http_get
 from test_top import Tmux
@@ -40,7 +40,7 @@ def stack() -> Iterator[FleetStack]:
 # --- against the real stack --------------------------------------------------------------------------------
 
 def test_fleet_report_has_every_host_chip_and_job_and_the_slow_worker(stack):
-    report = FleetSource(stack.prometheus.url, 5.0).build()
+    report = report_document(FleetSource(stack.prometheus.url, 5.0).build())
     targets = sorted(h.target for h in stack.hosts)
     fleet = report["fleet"]
     assert fleet["error"] is None and fleet["stale"] is False
@@ -144,7 +144,7 @@ def test_a_host_whose_exporter_goes_away_is_shown_down(stack):
     gone.exporter.wait(timeout=20)
     try:
         stack.prometheus.wait_for(f'up{{instance="{gone.target}"}} == 0', timeout=30)
-        report = FleetSource(stack.prometheus.url, 5.0).build()
+        report = report_document(FleetSource(stack.prometheus.url, 5.0).build())
         assert report["fleet"]["hosts_down"] == [gone.target]
         assert {h["host"]: h["up"] for h in report["fleet"]["hosts"]}[gone.target] is False
         assert len([d for d in report["devices"]["devices"] if "@" not in d["key"]]) == 16
@@ -183,7 +183,7 @@ def test_the_host_whose_diag_digest_differs_from_the_fleets_is_named(stack, tmp_
         rule = next(r for g in rules for r in g["rules"] if r.get("alert") == "TpuToolsDiagDigestDiffers")
         fired = stack.prometheus.wait_for(rule["expr"])
         assert [(s["metric"]["instance"], s["metric"]["digest"]) for s in fired] == [(odd.target, bad)]
-        fleet = FleetSource(stack.prometheus.url, 5.0).build()["fleet"]
+        fleet = report_document(FleetSource(stack.prometheus.url, 5.0).build())["fleet"]
         assert [(o["host"], o["test"], o["agreeing"], o["hosts"]) for o in fleet["digest_outliers"]] == [
             (odd.target, "gemm f32", 1, 3)]
         assert f"gemm f32 digest {bad} differs from 2 of 3 hosts" in {h["host"]: h for h in fleet["hosts"]}[
@@ -300,14 +300,14 @@ def test_each_fault_is_one_clear_line(handler, fragment):
 def test_down_server_keeps_the_last_figures_marked_stale():
     with _server(_handler(200, GOOD)) as url:
         source = FleetSource(url, 1.0)
-        first = source.build()
+        first = report_document(source.build())
         assert first["devices"]["devices"][0]["utilization_percent"] == 55.5
-    report = source.build()  # the server is gone
+    report = report_document(source.build())  # the server is gone
     assert report["fleet"]["stale"] is True and "connection refused" in report["fleet"]["error"]
     assert report["devices"]["devices"][0]["utilization_percent"] == 55.5 and report["sequence"] == 1
-    lines = frame_text(render(report, ViewState(), 300, None, interactive=False))
+    lines = frame_text(render(as_report(report), ViewState(), 300, None, interactive=False))
     assert "STALE since" in lines and "connection refused" in lines and "55.5" in lines
-    assert source.build()["fleet"]["stale_since"] == report["fleet"]["stale_since"]
+    assert report_document(source.build())["fleet"]["stale_since"] == report["fleet"]["stale_since"]
 
 
 def test_usage_errors():

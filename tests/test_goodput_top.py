@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from conftest import as_report
 from test_top import _report
 
 from tpu_tools.top.frame import frame_text, render
@@ -23,10 +24,10 @@ def _job_screen(agent_update: dict, width: int = 120, height: int = 40) -> tuple
     report = _report()
     report["processes"]["agents"][1].update(agent_update)
     state = ViewState()
-    rows = state.visible_rows(report)
+    rows = state.visible_rows(as_report(report))
     handle_key(state, "end", rows)
     handle_key(state, "enter", rows)
-    lines = render(report, state, width, height)
+    lines = render(as_report(report), state, width, height)
     return frame_text(lines), lines
 
 
@@ -58,7 +59,7 @@ def test_fleet_hosts_show_their_goodput_and_global_metric_findings():
     fleet = {"source": "http://prometheus:9090", "global_metric_findings": 1,
              "hosts": [{"host": "w0", "up": True, "chips": 4, "jobs": 1, "goodput_percent": 81.25},
                        {"host": "w1", "up": True, "chips": 4, "jobs": 1, "goodput_percent": None}]}
-    text = "\n".join(line.text for line in fleet_lines({"fleet": fleet}, 140, None))
+    text = "\n".join(line.text for line in fleet_lines(as_report({"fleet": fleet}), 140, None))
     assert "GOODPUT" in text and "1 global metrics differ between workers" in text
     rows = [line for line in text.splitlines() if line.startswith(" w")]
     assert "81.2" in rows[0] and "81" not in rows[1]

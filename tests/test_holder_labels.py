@@ -8,7 +8,7 @@ import sys
 import pytest
 import sysroot
 from agentjobs import rundir  # noqa: F401 (rundir is a fixture)
-from conftest import TESTS
+from conftest import TESTS, as_report
 from fakenvml import nvml_env
 from hypothesis import given
 from hypothesis import strategies as st
@@ -42,14 +42,14 @@ def _report(tag: str = "train", pod: dict | None = None) -> dict:
 
 def _exposition(report: dict) -> str:
     collector = ReportCollector({"devices": device_metrics, "processes": process_metrics, "nvml": gpu_families})
-    collector.update(report)
+    collector.update(as_report(report))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     return generate_latest(registry).decode()
 
 
 def test_each_label_from_the_first_holder_that_has_it():
-    holders = device_holders(_report())
+    holders = device_holders(as_report(_report()))
     assert holders["tpu:0"] == {"tag": "train", **POD, "slurm_job_id": "4242"}
     assert holders["gpu:0"] == {"slurm_job_id": "4242"}
     assert "tpu:1" not in holders  # nobody holds it

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 from agentjobs import agent_env, rundir, wait_for  # noqa: F401 (rundir is a fixture)
-from conftest import run_tool, tool_command
+from conftest import as_report, run_tool, tool_command
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -36,7 +36,7 @@ def test_the_collector_serves_only_the_selected_families():
     collector = ReportCollector({"host": host_metrics}, MetricSelection(deny=("tpu_tools_host_memory_*",
                                                                                "tpu_tools_group_error",
                                                                                "tpu_tools_build_info")))
-    collector.update({"host": {"error": None, "cpu_percent": 3.0, "memory_total_bytes": 1}})
+    collector.update(as_report({"host": {"error": None, "cpu_percent": 3.0, "memory_total_bytes": 1}}))
     assert [family.name for family in collector.collect()] == ["tpu_tools_host_cpu_percent"]
 
 

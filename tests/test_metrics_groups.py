@@ -1,9 +1,10 @@
-"""Report assembly from pluggable groups: a new source is one collector registered in GROUPS."""
+"""Report assembly from pluggable groups: a source is one collector registered in GROUPS under its group's name."""
 
 from __future__ import annotations
 
 import pytest
 import sysroot
+from conftest import as_report, report_document
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
@@ -19,7 +20,7 @@ from tpu_tools.top.model import ViewState
 class FakeRuntimeSource:
     """Stands in for a runtime metrics service with per-device figures (the shape a libtpu group has)."""
 
-    name = "fakeruntime"
+    name = "libtpu"  # in the place of libtpu's metrics service, whose shape it has
     fail = False
 
     def __init__(self, options: CollectOptions):
@@ -50,29 +51,30 @@ def tpu_host(tmp_path, monkeypatch):
     rundir.mkdir(mode=0o700)
     monkeypatch.setenv("TPU_TOOLS_SYSROOT", str(root))
     monkeypatch.setenv("TPU_TOOLS_RUNTIME_DIR", str(rundir))
-    monkeypatch.setitem(GROUPS, "fakeruntime", "test_metrics_groups:FakeRuntimeSource")
+    monkeypatch.setitem(GROUPS, "libtpu", "test_metrics_groups:FakeRuntimeSource")
     FakeRuntimeSource.fail = False
 
 
 def test_a_registered_source_feeds_its_group_the_devices_and_top(tpu_host):
     builder = ReportBuilder()
     report = builder.build()
-    assert report["schema"] == SCHEMA and list(report)[-9:] == ["host", "devices", "processes", "libtpu", "workload",
-                                                                      "nvml", "amdsmi", "diag", "fakeruntime"]
-    assert report["fakeruntime"]["error"] is None and len(report["fakeruntime"]["devices"]) == 2
-    assert builder.collectors["fakeruntime"].calls == 1  # fetched once per round, shared by two groups
-    devices = {d["key"]: d for d in report["devices"]["devices"]}
+    document = report_document(report)
+    assert document["schema"] == SCHEMA and list(document)[-8:] == ["host", "devices", "processes", "libtpu",
+                                                                    "workload", "nvml", "amdsmi", "diag"]
+    assert document["libtpu"]["error"] is None and len(document["libtpu"]["devices"]) == 2
+    assert builder.collectors["libtpu"].calls == 1  # fetched once per round, shared by two groups
+    devices = {d["key"]: d for d in document["devices"]["devices"]}
     assert devices["tpu:0"]["utilization_percent"] == 87.5 and devices["tpu:0"]["memory_used_bytes"] == 3 << 30
     assert devices["tpu:0"]["sources"] == ["discovery", "fakeruntime"]
     assert devices["tpu:0"]["extra"] == {"hbm_bandwidth_utilization_percent": 40.0}
     assert devices["tpu:5"]["utilization_percent"] is None
-    frame = frame_text(render(report, ViewState(), 120, 40))
+    frame = frame_text(render(as_report(report), ViewState(), 120, 40))
     row = next(line for line in frame.splitlines() if line.startswith(" tpu:0 "))
     assert "3.0 GiB / 16.0 GiB" in row and " 87.5 " in row
     registry = CollectorRegistry(auto_describe=False)
     collector = ReportCollector(exporters_for(builder.collectors))
     registry.register(collector)
-    collector.update(report)
+    collector.update(as_report(report))
     text = generate_latest(registry).decode()
     assert 'tpu_tools_device_utilization_ratio{device="tpu:0",name="TPU v5e",platform="tpu"} 0.875' in text
     assert 'tpu_tools_device_hbm_bandwidth_utilization_ratio{device="tpu:1",name="TPU v5e",platform="tpu"} 0.4' in text
@@ -80,19 +82,19 @@ def test_a_registered_source_feeds_its_group_the_devices_and_top(tpu_host):
 
 def test_a_failing_source_is_its_group_error_only(tpu_host):
     FakeRuntimeSource.fail = True
-    report = ReportBuilder().build()
-    assert report["fakeruntime"]["error"] == "no metrics service answers at localhost:8431"
+    report = report_document(ReportBuilder().build())
+    assert report["libtpu"]["error"] == "no metrics service answers at localhost:8431"
     assert report["devices"]["error"] is None and len(report["devices"]["devices"]) == 8
     assert report["host"]["error"] is None and report["processes"]["error"] is None
 
 
 def test_group_periods_repeat_earlier_figures(tpu_host):
-    builder = ReportBuilder([GroupPlan("fakeruntime", period_s=60.0), GroupPlan("host")],
+    builder = ReportBuilder([GroupPlan("libtpu", period_s=60.0), GroupPlan("host")],
                             report_period_s=0.01)
-    first, second = builder.build(), builder.build()
-    assert builder.collectors["fakeruntime"].calls == 1
-    assert first["fakeruntime"]["sampled_at"] == second["fakeruntime"]["sampled_at"]
-    assert first["fakeruntime"]["period_s"] == 60.0 and second["host"]["period_s"] == 0.01
+    first, second = report_document(builder.build()), report_document(builder.build())
+    assert builder.collectors["libtpu"].calls == 1
+    assert first["libtpu"]["sampled_at"] == second["libtpu"]["sampled_at"]
+    assert first["libtpu"]["period_s"] == 60.0 and second["host"]["period_s"] == 0.01
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("1", 1.0), ("0.5", 0.5), ("500ms", 0.5), ("2s", 2.0), ("1m", 60.0),

@@ -11,7 +11,7 @@ import time
 import pytest
 import sysroot
 from agentjobs import agent_env, rundir, wait_for  # noqa: F401 (rundir is a fixture)
-from conftest import DEFAULT_METRICS_ADDR, tool_command
+from conftest import DEFAULT_METRICS_ADDR, report_document, tool_command
 from libtpu_server import FakeMetricsService, tpu7x_host, v4_host, v5e_host, v6e_host
 from prometheus_client.utils import floatToGoString
 from test_libtpu_client import SNAPSHOT_KEYS
@@ -49,7 +49,7 @@ def test_one_client_for_the_run_figures_in_the_devices_group_and_closed_at_the_e
     sysroot.v5e_host(fixture_host, holders={3001: list(range(8))})
     with FakeMetricsService(v5e_host()) as service:
         builder = ReportBuilder(options=CollectOptions(metrics_addresses=[service.address], metrics_timeout_s=1.0))
-        reports = [builder.build() for _ in range(3)]
+        reports = [report_document(builder.build()) for _ in range(3)]
         assert len(service.servicer.peers) == 1  # one channel, reused by every period
         assert service.servicer.calls["ListSupportedMetrics"] == 3  # one read per period, shared by two groups
         group = reports[-1]["libtpu"]
@@ -89,7 +89,7 @@ def test_service_devices_are_paired_with_the_chips(fixture_host, host, fixtures,
     try:
         options = CollectOptions(metrics_addresses=[s.address for s in services], metrics_timeout_s=1.0)
         builder = ReportBuilder([GroupPlan("devices"), GroupPlan("libtpu")], options)
-        report = builder.build()
+        report = report_document(builder.build())
         builder.close()
     finally:
         for service in services:

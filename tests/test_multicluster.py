@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import as_report, report_document
 from programs import require_program
 from promstack import RECORD_RULES, PrometheusServer, needs_prometheus
 
@@ -64,7 +65,7 @@ class Clusters:
                 collectors = []
                 for index, duty in enumerate(duties):
                     collector = ReportCollector(dict(BUILTIN))
-                    collector.update(host_report(duty, 100 + index))
+                    collector.update(as_report(host_report(duty, 100 + index)))
                     collectors.append(collector)
                 self.exporters[cluster] = [serve_metrics(c, "127.0.0.1", 0, limits=Limits(workers=1))
                                            for c in collectors]
@@ -122,7 +123,7 @@ def until(build, predicate, timeout: float = 60.0) -> dict:
     """Reports from `build()` until one satisfies `predicate` (a deadline, never a fixed sleep)."""
     deadline = time.monotonic() + timeout
     while True:
-        report = build()
+        report = report_document(build())
         if predicate(report):
             return report
         if time.monotonic() > deadline:
@@ -182,9 +183,9 @@ def test_a_silent_cluster_is_named_then_a_lost_store_is_one_line(own_clusters):
     report = until(source.build, lambda r: [s["cluster"] for s in r["fleet"]["silent_clusters"]] == ["west"],
                    timeout=60)
     assert report["fleet"]["silent_clusters"][0]["last_sample_age_s"] >= 3  # rounded to 0.1 s
-    frame = "\n".join(line.text for line in render(report, ViewState(), 200, None, interactive=False))
+    frame = "\n".join(line.text for line in render(as_report(report), ViewState(), 200, None, interactive=False))
     assert "cluster west silent for" in frame  # tpu-top's Hosts title
     clusters.central.stop()  # the store goes away: the last figures stay, marked stale, with one line why
-    stale = source.build()
+    stale = report_document(source.build())
     assert stale["fleet"]["stale"] is True and len(stale["fleet"]["hosts"]) == 6
     assert "\n" not in stale["fleet"]["error"] and "Prometheus at" in stale["fleet"]["error"]

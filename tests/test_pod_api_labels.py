@@ -10,7 +10,7 @@ import threading
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, as_report
 from test_webconfig import certificate
 
 from tpu_tools.errors import RuntimeFailure
@@ -109,7 +109,7 @@ def test_the_holder_series_get_the_pod_labels():
               "processes": {"agents": [], "holders": [{"pid": 5, "kubernetes": {
                   "namespace": "ml", "pod": "train-0", "container": "c", "labels": {"label_team": "vision",
                                                                                    "label_pod": "not-the-pod"}}}]}}
-    assert device_holders(report)["tpu:0"] == {"namespace": "ml", "pod": "train-0", "container": "c",
+    assert device_holders(as_report(report))["tpu:0"] == {"namespace": "ml", "pod": "train-0", "container": "c",
                                                "label_team": "vision", "label_pod": "not-the-pod"}
     assert label_name("app.kubernetes.io/name") == "label_app_kubernetes_io_name"
 
@@ -143,4 +143,4 @@ def test_monitor_pod_labels_end_to_end(api, tmp_path):
     report = json.loads(result.stdout)
     (agent,) = report["processes"]["agents"]
     assert agent["kubernetes"]["labels"] == {"label_team": "vision", "label_app_kubernetes_io_name": "trainer"}
-    assert device_holders(report)["tpu:0"]["label_team"] == "vision"
+    assert device_holders(as_report(report))["tpu:0"]["label_team"] == "vision"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from agentjobs import make_rundir, remove_rundir
+from conftest import report_document
 
 from tpu_tools.agent.server import AgentServer
 from tpu_tools.metrics import wire
@@ -24,7 +25,7 @@ class AskedYet:
     """A group collected before any group that reads the agents: it says whether the agent has been asked yet,
     waiting for that (with a deadline) so that the answer does not depend on which thread runs first."""
 
-    name = "askedyet"
+    name = "diag"  # in the place of a group the report has: it reads no agent
 
     def __init__(self, options: CollectOptions):
         pass
@@ -37,7 +38,7 @@ class AskedYet:
 def agent(monkeypatch) -> Iterator[AgentServer]:
     directory = make_rundir()
     monkeypatch.setenv("TPU_TOOLS_RUNTIME_DIR", str(directory))
-    monkeypatch.setitem(GROUPS, "askedyet", "test_report_agents:AskedYet")
+    monkeypatch.setitem(GROUPS, "diag", "test_report_agents:AskedYet")
     ASKED.clear()
 
     def answer(request: str) -> dict[str, Any]:
@@ -52,13 +53,14 @@ def agent(monkeypatch) -> Iterator[AgentServer]:
 
 
 def test_the_agents_are_asked_before_the_first_group_is_sampled(agent):
-    builder = ReportBuilder([GroupPlan("askedyet"), GroupPlan("host"), GroupPlan("processes")], report_period_s=0.1)
+    builder = ReportBuilder([GroupPlan("diag"), GroupPlan("host"), GroupPlan("processes")], report_period_s=0.1)
     try:
         report = builder.build()
     finally:
         builder.close()
-    assert report["askedyet"]["agent_asked"] is True
-    assert report["processes"]["error"] is None and [a["tag"] for a in report["processes"]["agents"]] == ["early"]
+    document = report_document(report)
+    assert document["diag"]["agent_asked"] is True
+    assert document["processes"]["error"] is None and [a["tag"] for a in document["processes"]["agents"]] == ["early"]
     assert agent.counters.served == 1  # asked once, although two groups read the answer
 
 
@@ -70,7 +72,8 @@ def test_a_round_without_a_group_that_reads_the_agents_does_not_ask_them(agent):
         second = builder.build()  # the processes group is not due: its figures are repeated, nobody is asked
     finally:
         builder.close()
-    assert second["host"] is not first["host"] and second["host"]["error"] is None  # collected again
-    assert second["sequence"] == 1 and [a["tag"] for a in second["processes"]["agents"]] == ["early"]
-    assert second["processes"] is first["processes"]
+    assert second.host is not first.host and report_document(second)["host"]["error"] is None  # collected again
+    document = report_document(second)
+    assert document["sequence"] == 1 and [a["tag"] for a in document["processes"]["agents"]] == ["early"]
+    assert second.processes is first.processes
     assert agent.counters.served == 1

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from agentjobs import agent_env, make_rundir, remove_rundir, wait_for
-from conftest import clean_env, run_tool, tool_command
+from conftest import as_report, clean_env, run_tool, tool_command
 from promstack import PROMETHEUS, PrometheusServer, free_port
 
 from tpu_tools.metrics.stall import STALL_FLOOR_S, stall_findings, stalled_for
@@ -105,7 +105,7 @@ def test_the_worker_loading_data_is_named_with_its_function(stalled_job):
     assert (f"stalled job dist: worker {workers[1].pid} differs, in load_batch (job.py:16); the others in "
             "train (job.py:21)") in once.stdout
 
-    screen = frame_text(job_lines(report, ViewState(job_key=str(workers[1].pid)), None, 120, None))
+    screen = frame_text(job_lines(as_report(report), ViewState(job_key=str(workers[1].pid)), None, 120, None))
     assert "STALLED: no step for " in screen
     assert "main thread in load_batch (job.py:16)  (from its agent)" in screen
     assert "load_batch  job.py:16" in screen and "train  job.py:20" in screen

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from agentjobs import agent_env, make_rundir, remove_rundir, start_job
-from conftest import assert_one_line_error, run_tool, tool_command
+from conftest import as_report, assert_one_line_error, run_tool, tool_command
 from isolation import showing, wait_for_screen
 from programs import require_program
 
@@ -62,7 +62,7 @@ def _tags(frame: str) -> list[str]:
 @pytest.mark.parametrize(("width", "height"), [(80, 24), (200, 60), (40, 12)])
 def test_frame_fits_the_terminal(width, height):
     for report in (_report(), _report(agents=80, devices=40), {"schema": "tpu-tools/monitor/v1"}):
-        lines = render(report, ViewState(), width, height)
+        lines = render(as_report(report), ViewState(), width, height)
         assert len(lines) == height
         assert all(len(line.text) <= width for line in lines)
         assert lines[-1].text.startswith(" q quit")
@@ -71,48 +71,48 @@ def test_frame_fits_the_terminal(width, height):
 def test_process_panel_sorted_by_device_memory_and_keys_act():
     report = _report()
     state = ViewState()
-    text = frame_text(render(report, state, 120, 40))
+    text = frame_text(render(as_report(report), state, 120, 40))
     assert _tags(text) == ["big", "mid", "small"]  # DEV MEM, biggest first
     assert "sorted by DEV MEM" in text
-    handle_key(state, "s", rows_from_report(report))  # next column: COMP
-    handle_key(state, "s", rows_from_report(report))  # RECOMP
-    handle_key(state, "s", rows_from_report(report))  # STEP/S
-    text = frame_text(render(report, state, 120, 40))
+    handle_key(state, "s", rows_from_report(as_report(report)))  # next column: COMP
+    handle_key(state, "s", rows_from_report(as_report(report)))  # RECOMP
+    handle_key(state, "s", rows_from_report(as_report(report)))  # STEP/S
+    text = frame_text(render(as_report(report), state, 120, 40))
     assert "sorted by STEP/S" in text
     assert _tags(text) == ["small", "mid", "big"]
-    handle_key(state, "r", rows_from_report(report))
-    text = frame_text(render(report, state, 120, 40))
+    handle_key(state, "r", rows_from_report(as_report(report)))
+    text = frame_text(render(as_report(report), state, 120, 40))
     assert _tags(text) == ["big", "mid", "small"]
-    handle_key(state, "S", rows_from_report(report))
+    handle_key(state, "S", rows_from_report(as_report(report)))
     assert state.sort.key == "recompiles"
     handle_key(state, "p", [])
-    assert "PAUSED" in frame_text(render(report, state, 120, 40)).splitlines()[0]
+    assert "PAUSED" in frame_text(render(as_report(report), state, 120, 40)).splitlines()[0]
     handle_key(state, "h", [])
-    assert "tpu-top keys" in frame_text(render(report, state, 120, 40))
+    assert "tpu-top keys" in frame_text(render(as_report(report), state, 120, 40))
     handle_key(state, "x", [])
-    assert "tpu-top keys" not in frame_text(render(report, state, 120, 40))
+    assert "tpu-top keys" not in frame_text(render(as_report(report), state, 120, 40))
     assert handle_key(state, "q", []) == "quit"
 
 
 def test_selection_follows_the_process_and_shows_its_recompile():
     report = _report()
     state = ViewState()
-    frame = frame_text(render(report, state, 120, 40))
+    frame = frame_text(render(as_report(report), state, 120, 40))
     assert " 1000 big: steps 100" in frame  # the first row is selected
-    handle_key(state, "down", rows_from_report(report))
-    frame = frame_text(render(report, state, 120, 40))
+    handle_key(state, "down", rows_from_report(as_report(report)))
+    frame = frame_text(render(as_report(report), state, 120, 40))
     assert " 1002 mid: steps 100" in frame and "last recompile: none" in frame
-    handle_key(state, "j", rows_from_report(report))
-    frame = frame_text(render(report, state, 120, 40))
+    handle_key(state, "j", rows_from_report(as_report(report)))
+    frame = frame_text(render(as_report(report), state, 120, 40))
     assert " 1001 small: steps 100" in frame
     assert "last recompile: train_step (400.00 ms): different input types; at x, now f32[16]" in frame
     del report["processes"]["agents"][1]  # the selected process exits: the selection moves to a neighbour
-    frame = frame_text(render(report, state, 120, 40))
+    frame = frame_text(render(as_report(report), state, 120, 40))
     assert "1001" not in frame and " 1002 mid: steps" in frame
 
 
 def test_device_panel_shows_figures_from_other_sources():
-    frame = frame_text(render(_report(devices=2), ViewState(), 120, 40))
+    frame = frame_text(render(as_report(_report(devices=2)), ViewState(), 120, 40))
     device_rows = [line for line in frame.splitlines() if line.startswith(" tpu:")]
     assert len(device_rows) == 2
     assert "2.0 GiB / 16.0 GiB" in device_rows[1] and " 10.0 " in device_rows[1]

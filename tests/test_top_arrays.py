@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from agentjobs import agent_env, running_job, wait_for
-from conftest import tool_command
+from conftest import as_report, tool_command
 from programs import require_program
 from test_top import Tmux
 
@@ -27,13 +27,13 @@ def test_m_reads_a_real_jobs_arrays_in_the_background_with_their_source_lines(mo
         monkeypatch.setenv("TPU_TOOLS_RUNTIME_DIR", str(rundir))
         report = _agent_report(job.pid, "arrays")
         state = ViewState(job_key=str(job.pid))
-        rows = rows_from_report(report)
-        before = frame_text(job_lines(report, state, None, 140, None))
+        rows = rows_from_report(as_report(report))
+        before = frame_text(job_lines(as_report(report), state, None, 140, None))
         assert "Memory by allocation" not in before  # nothing asked yet: the footer offers `m`
         handle_key(state, "m", rows)  # returns at once: the read runs on its own thread
         read = wait_for(lambda: (r := state.arrays.read(str(job.pid))) is not None and not r.pending and r, 30)
     assert read.error is None, read.error
-    frame = frame_text(job_lines(report, state, None, 160, None))
+    frame = frame_text(job_lines(as_report(report), state, None, 160, None))
     assert "Memory by allocation  read at " in frame and "arrays looked at" in frame
     big = next(line for line in frame.splitlines() if "(1024, 1024)" in line)
     # the 1024 x 1024 f32 array on 4 devices, the line of the job's script that put it there
@@ -41,7 +41,7 @@ def test_m_reads_a_real_jobs_arrays_in_the_background_with_their_source_lines(mo
     assert "float32" in big and "job.py:" in big
     assert "Allocation sites" in frame and any("job.py:" in line for line in
                                                frame.split("Allocation sites")[1].splitlines())
-    framed = render(report, state, 100, 30)
+    framed = render(as_report(report), state, 100, 30)
     assert len(framed) == 30 and all(len(line.text) <= 100 for line in framed)
     assert "m arrays" in framed[-1].text
 
@@ -51,20 +51,20 @@ def test_a_job_that_cannot_answer_or_has_no_agent_says_so_on_one_line(monkeypatc
         monkeypatch.setenv("TPU_TOOLS_RUNTIME_DIR", str(rundir))
         state = ViewState(job_key=str(job.pid))
         report = _agent_report(job.pid, "light")
-        handle_key(state, "m", rows_from_report(report))
+        handle_key(state, "m", rows_from_report(as_report(report)))
         wait_for(lambda: not state.arrays.read(str(job.pid)).pending, 20)  # type: ignore[union-attr]
-        section = frame_text(job_lines(report, state, None, 120, None)).split("Memory by allocation")[1]
+        section = frame_text(job_lines(as_report(report), state, None, 120, None)).split("Memory by allocation")[1]
         section = section.split("Compiles by function")[0]
     assert "has not started a JAX backend" in section and len(section.strip().splitlines()) == 2
     holder = {"schema": "tpu-tools/monitor/v1", "processes": {"holders": [{"pid": os.getpid(), "command": "x"}]}}
     state = ViewState(job_key=str(os.getpid()))
-    handle_key(state, "m", rows_from_report(holder))
+    handle_key(state, "m", rows_from_report(as_report(holder)))
     assert state.current_message() is not None and "has no tpu-tools agent" in state.current_message()[0]
     assert state.arrays.read(str(os.getpid())) is None  # nothing was asked
     silent = {"schema": "tpu-tools/monitor/v1",
               "processes": {"agents": [{"pid": 4242, "error": "no complete answer within 1 s"}]}}
     state = ViewState(job_key="4242")
-    handle_key(state, "m", rows_from_report(silent))
+    handle_key(state, "m", rows_from_report(as_report(silent)))
     assert state.current_message() == ("the agent of 4242 does not answer: no complete answer within 1 s", True)
     assert state.arrays.read("4242") is None
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import sysroot
 from agentjobs import agent_env, rundir, wait_for  # noqa: F401 (rundir is a fixture)
-from conftest import run_tool, tool_command
+from conftest import as_report, run_tool, tool_command
 from libtpu_server import DUTY_CYCLE, FakeMetricsService, FakeRuntimeService, v5e_host
 from programs import needs
 from test_monitor_libtpu import fixture_host  # noqa: F401 (a fixture)
@@ -29,7 +29,7 @@ def _device_rows(frame: str) -> dict[str, str]:
 def _frame(addresses: list[str], width: int = 120) -> str:
     builder = ReportBuilder(options=CollectOptions(metrics_addresses=addresses, metrics_timeout_s=1.0))
     try:
-        return frame_text(render(builder.build(), ViewState(), width, 40))
+        return frame_text(render(as_report(builder.build()), ViewState(), width, 40))
     finally:
         builder.close()
 

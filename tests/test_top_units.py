@@ -11,6 +11,7 @@ import threading
 import time
 
 from agentjobs import wait_for
+from conftest import as_report
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_top import _report
@@ -52,8 +53,9 @@ def test_history_grows_then_stays_bounded_and_forgets_gone_jobs():
         sample = _sample(report, n, float(n))
         if n >= 10:  # one job exits after ten samples
             sample["processes"] = {**report["processes"], "agents": report["processes"]["agents"][:2]}
-        assert history.record(sample, rows_from_report(sample))
-        assert not history.record(sample, rows_from_report(sample))  # the same report twice is one sample
+        record = as_report(sample)
+        assert history.record(record, rows_from_report(record))
+        assert not history.record(record, rows_from_report(record))  # the same report twice is one sample
         if n == 5:
             assert history.device("tpu:0", "utilization_percent") == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     assert history.device("tpu:1", "utilization_percent") == [float(n) for n in range(30, 50)]
@@ -62,10 +64,10 @@ def test_history_grows_then_stays_bounded_and_forgets_gone_jobs():
     assert history.nbytes() == (2 * 3 + 2 * 4) * 20 * 8  # devices x series + jobs x series, 8 bytes a sample
 
 
-def test_history_records_reports_without_sequence_or_time_every_time():
+def test_history_records_reports_without_a_time_every_time():
     history = History(interval_s=1.0)
     report = {"devices": {"devices": [{"key": "tpu:0", "host": "vm-a", "utilization_percent": 5.0}]}}
-    assert history.record(report, []) and history.record(report, [])
+    assert history.record(as_report(report), []) and history.record(as_report(report), [])
     assert history.device("vm-a/tpu:0", "utilization_percent") == [5.0, 5.0]
 
 
@@ -74,7 +76,7 @@ def test_history_capacity_is_capped_whatever_the_interval():
     assert History(interval_s=1.0).capacity == 600
     history = History(interval_s=1.0, max_subjects=5)
     report = _report(agents=10, devices=2)
-    history.record(report, rows_from_report(report))
+    history.record(as_report(report), rows_from_report(as_report(report)))
     assert len(history.devices) + len(history.jobs) == 5
 
 
@@ -169,23 +171,23 @@ def test_collector_reports_an_error_with_the_previous_figures():
 def test_text_filter_typed_after_slash_and_command_line_filters():
     report = _report(agents=6)
     state = ViewState()
-    rows = rows_from_report(report)
+    rows = rows_from_report(as_report(report))
     handle_key(state, "/", rows)
     for key in "mid":
         handle_key(state, key, rows)
-    assert state.editing_filter and sorted(r.tag for r in state.visible_rows(report)) == ["mid", "mid5"]
+    assert state.editing_filter and sorted(r.tag for r in state.visible_rows(as_report(report))) == ["mid", "mid5"]
     handle_key(state, "backspace", rows)
     handle_key(state, "enter", rows)
     assert not state.editing_filter and state.filters.text == "mi"
-    frame = frame_text(render(report, state, 120, 40))
+    frame = frame_text(render(as_report(report), state, 120, 40))
     assert "filter: /mi" in frame and " small " not in frame
     handle_key(state, "escape", rows)
-    assert state.filters.text == "" and len(state.visible_rows(report)) == 6
+    assert state.filters.text == "" and len(state.visible_rows(as_report(report))) == 6
     state.filters = Filters(pids=(1001,))
-    assert [r.pid for r in state.visible_rows(report)] == [1001]
+    assert [r.pid for r in state.visible_rows(as_report(report))] == [1001]
     state.filters = Filters(users=("bob",))
-    assert state.visible_rows(report) == []
-    assert "no process matches the filter" in frame_text(render(report, state, 120, 40))
+    assert state.visible_rows(as_report(report)) == []
+    assert "no process matches the filter" in frame_text(render(as_report(report), state, 120, 40))
 
 
 def test_device_filter_and_agents_only_toggle():
@@ -193,14 +195,14 @@ def test_device_filter_and_agents_only_toggle():
     report["devices"]["devices"][1]["processes"] = [{"pid": 1002, "tag": "mid"}]
     report["processes"]["holders"] = [{"pid": 77, "user": "bob", "command": "/usr/bin/holder", "chips": [3]}]
     state = ViewState(filters=Filters(devices=("tpu:1",)))
-    assert [r.pid for r in state.visible_rows(report)] == [1002]
-    frame = frame_text(render(report, state, 120, 40))
+    assert [r.pid for r in state.visible_rows(as_report(report))] == [1002]
+    frame = frame_text(render(as_report(report), state, 120, 40))
     assert " tpu:1 " in frame and " tpu:0 " not in frame
     state = ViewState()
-    assert 77 in [r.pid for r in state.visible_rows(report)]
-    handle_key(state, "a", rows_from_report(report))
-    assert 77 not in [r.pid for r in state.visible_rows(report)]
-    assert "agents only" in frame_text(render(report, state, 120, 40))
+    assert 77 in [r.pid for r in state.visible_rows(as_report(report))]
+    handle_key(state, "a", rows_from_report(as_report(report)))
+    assert 77 not in [r.pid for r in state.visible_rows(as_report(report))]
+    assert "agents only" in frame_text(render(as_report(report), state, 120, 40))
 
 
 def test_enter_opens_the_job_screen_and_escape_goes_back():
@@ -211,30 +213,30 @@ def test_enter_opens_the_job_screen_and_escape_goes_back():
          "last_recompile_reason": "at x, now f32[16] and before f32[8]"}]
     report["processes"]["agents"][1]["uptime_s"] = 60.0
     state = ViewState()
-    rows = state.visible_rows(report)
+    rows = state.visible_rows(as_report(report))
     handle_key(state, "end", rows)  # the last row: small (pid 1001)
     handle_key(state, "enter", rows)
     assert state.job_key == "1001"
     history = History(1.0)
     for n in range(5):
         sample = {**report, "sequence": n}
-        history.record(sample, rows_from_report(sample))
+        history.record(as_report(sample), rows_from_report(as_report(sample)))
     for width, height in ((80, 24), (120, 40), (200, 60)):
-        lines = render(report, state, width, height, history=history)
+        lines = render(as_report(report), state, width, height, history=history)
         frame = frame_text(lines)
         assert len(lines) == height and all(len(line.text) <= width for line in lines)
         assert " 1001 small" in frame and "/usr/bin/python train.py --run small" in frame
         assert "Compiles by function" in frame and "train_step" in frame
         assert "different input types; at x, now f32[16]" in frame  # the recent recompile's reason
         assert "Esc back" in lines[-1].text
-    frame = frame_text(render(report, state, 200, 60, history=history))
+    frame = frame_text(render(as_report(report), state, 200, 60, history=history))
     assert "at x, now f32[16] and before f32[8]" in frame  # the function's reason in the table
     assert "Step time histogram" not in frame and "steady at 100.00 ms over 5 samples" in frame
     handle_key(state, "escape", rows)
-    assert state.job_key is None and "Processes" in frame_text(render(report, state, 120, 40))
+    assert state.job_key is None and "Processes" in frame_text(render(as_report(report), state, 120, 40))
     del report["processes"]["agents"][1]
     state.job_key = "1001"
-    assert "process 1001 is gone" in frame_text(render(report, state, 120, 40))
+    assert "process 1001 is gone" in frame_text(render(as_report(report), state, 120, 40))
 
 
 def test_signal_keys_ask_then_send_and_refuse_what_the_kernel_would():
@@ -244,7 +246,7 @@ def test_signal_keys_ask_then_send_and_refuse_what_the_kernel_would():
         state = ViewState()
         handle_key(state, "T", [row], signals.send, signals.refusal)
         assert state.pending is not None
-        frame = frame_text(render(_report(), state, 120, 40))
+        frame = frame_text(render(as_report(_report()), state, 120, 40))
         assert f"send SIGTERM to {child.pid} (victim)? y / n" in frame
         handle_key(state, "n", [row], signals.send, signals.refusal)
         assert child.poll() is None and "SIGTERM not sent" in state.current_message()[0]
@@ -309,7 +311,7 @@ def test_narrow_terminals_drop_whole_columns_and_never_break_a_header_word():
              "CPU%", "RSS", "DEV", "MEM", "COMP", "RECOMP", "STEP/S", "COMMAND", "tpu-top", "host", "tpu-vm-1",
              "platform", "tpu", "refresh", "1s", "help", "quit", "select", "Processes", "sorted", "by", "TIME", "SM%"}
     for width in range(40, 81, 4):
-        text = frame_text(render(report, ViewState(), width, 24, history=History(1.0)))
+        text = frame_text(render(as_report(report), ViewState(), width, 24, history=History(1.0)))
         lines = text.splitlines()
         header_lines = [lines[0], lines[-1], *[line for line in lines if line.startswith((" DEVICE", "     PID"))]]
         for line in header_lines:
@@ -321,7 +323,7 @@ def test_narrow_terminals_drop_whole_columns_and_never_break_a_header_word():
         assert "1.0 GiB / 16.0 GiB" in device and "0.0" in device  # USED / TOTAL and UTIL% are kept
         process = next(line for line in lines if line.split()[:1] == ["1000"])
         assert "big" in process and "8.0G" in process  # PID, TAG and DEV MEM are kept
-    at_80 = frame_text(render(report, ViewState(), 80, 24, history=History(1.0)))
+    at_80 = frame_text(render(as_report(report), ViewState(), 80, 24, history=History(1.0)))
     assert "USED / TOTAL UTIL%" in at_80 and "RECOMP STEP/S COMMAND" in at_80
 
 
@@ -333,14 +335,14 @@ def test_device_states_temperature_power_and_a_host_column():
     devices[2].update(throttled=True, host="vm-b")
     report["processes"]["agents"][0]["host"] = "vm-a"
     report["processes"]["agents"][1]["host"] = "vm-b"
-    frame = frame_text(render(report, ViewState(), 200, 50))
+    frame = frame_text(render(as_report(report), ViewState(), 200, 50))
     rows = {line.split()[1]: line for line in frame.splitlines() if line.startswith(" vm-")}
     assert "71C" in rows["tpu:0"] and "245W" in rows["tpu:0"]
     assert "LOST" in rows["tpu:1"] and "THROTTLED" in rows["tpu:2"]
     assert " HOST " in frame and "2 hosts" in frame.splitlines()[0]
     process_rows = [line.split() for line in frame.splitlines() if line.split()[1:2] in (["1000"], ["1001"])]
     assert {(r[0], r[1]) for r in process_rows} == {("vm-a", "1000"), ("vm-b", "1001")}
-    one_host = frame_text(render(_report(), ViewState(), 200, 50))
+    one_host = frame_text(render(as_report(_report()), ViewState(), 200, 50))
     assert " HOST " not in one_host and "TEMP" not in one_host and "POWER" not in one_host
 
 
@@ -349,7 +351,7 @@ def test_job_screen_of_a_process_without_agent():
     report["processes"]["holders"] = [{"pid": 77, "user": "bob", "command": "/usr/bin/holder --serve", "chips": [0, 1],
                                        "cpu_percent": 5.0, "rss_bytes": 1 << 20}]
     state = ViewState(job_key="77")
-    frame = frame_text(render(report, state, 100, 30, history=History(1.0)))
+    frame = frame_text(render(as_report(report), state, 100, 30, history=History(1.0)))
     assert " 77" in frame and "no tpu-tools agent" in frame and "holds chips 0, 1" in frame
     assert "/usr/bin/holder --serve" in frame and "user bob" in frame and "Compiles by function" not in frame
 
@@ -375,18 +377,18 @@ def test_history_graphs_grow_taller_with_the_terminal():
         sample = {**report, "sequence": n}
         for index, device in enumerate(sample["devices"]["devices"]):
             sample["devices"]["devices"][index] = {**device, "utilization_percent": n * 2.5}
-        history.record(sample, rows_from_report(sample))
-    tall = _history_panel(frame_text(render(report, ViewState(), 200, 60, history=history)))
+        history.record(as_report(sample), rows_from_report(as_report(sample)))
+    tall = _history_panel(frame_text(render(as_report(report), ViewState(), 200, 60, history=history)))
     first, *rest = tall[:4]
     assert first.startswith(" tpu:0") and " UTIL " in first and " MEM " in first
     assert all(line.startswith(" " * 8) and _cells(line) for line in rest)  # 3 more lines of the same graphs
     assert tall[4].startswith(" tpu:1")
     # Top line first: the climb fills the bottom line more than the top one.
     assert _cells(rest[-1]) > _cells(first)
-    short = _history_panel(frame_text(render(report, ViewState(), 120, 24, history=history)))
+    short = _history_panel(frame_text(render(as_report(report), ViewState(), 120, 24, history=history)))
     assert short[0].startswith(" tpu:0") and short[1].startswith(" tpu:1")  # one line each where room is short
     for width, height in ((80, 24), (120, 26), (200, 60)):
-        lines = render(report, ViewState(), width, height, history=history)
+        lines = render(as_report(report), ViewState(), width, height, history=history)
         assert len(lines) == height and all(len(line.text) <= width for line in lines)
 
 
@@ -408,14 +410,14 @@ def _gpu_report() -> dict:
 
 
 def test_sm_utilization_is_the_busiest_gpus_and_shown_only_with_gpus():
-    rows = {r.pid: r for r in rows_from_report(_gpu_report())}
+    rows = {r.pid: r for r in rows_from_report(as_report(_gpu_report()))}
     assert rows[4242].sm_percent == 80.0 and rows[4343].sm_percent is None and rows[1000].sm_percent is None
-    frame = frame_text(render(_gpu_report(), ViewState(), 200, 40))
+    frame = frame_text(render(as_report(_gpu_report()), ViewState(), 200, 40))
     assert "SM%" in frame
     header = next(line.split() for line in frame.splitlines() if line.split()[:1] == ["PID"])
     row = next(line.split() for line in frame.splitlines() if line.split()[:1] == ["4242"])
     assert row[header.index("SM%") - 1] == "80.0"  # - 1: the header's "DEV MEM" is two words
-    assert "SM%" not in frame_text(render(_report(), ViewState(), 200, 40))
+    assert "SM%" not in frame_text(render(as_report(_report()), ViewState(), 200, 40))
 
 
 def test_elapsed_text_reads_like_ps():
@@ -431,16 +433,16 @@ def test_running_time_comes_from_proc_once_per_pid():
         report["processes"]["holders"] = [{"pid": child.pid, "command": "sleep", "user": "me"}]
         report["time_unix_s"] = time.time() + 3725  # the report is an hour, 2 min and 5 s after now
         state = ViewState(annotate=info.annotate, sort_index=SORT_KEYS.index("time"))
-        rows = state.visible_rows(report)
+        rows = state.visible_rows(as_report(report))
         child_row = next(r for r in rows if r.pid == child.pid)
         assert child_row.started_unix_s is not None and child_row.parent_pid == os.getpid()
         assert len(info) == 2  # the agent's PID 1000 too (read, unknown or not)
-        frame = frame_text(render(report, state, 200, 40))
+        frame = frame_text(render(as_report(report), state, 200, 40))
         line = next(line for line in frame.splitlines() if line.split()[:1] == [str(child.pid)])
         assert " 1:02:0" in line  # 1:02:05, a second more when the child started a second after `now`
         # a PID that leaves the list is forgotten
         report["processes"]["holders"] = []
-        state.visible_rows(report)
+        state.visible_rows(as_report(report))
         assert len(info) == 1
     finally:
         child.kill()
@@ -459,13 +461,14 @@ def test_marked_processes_get_one_signal_after_one_confirmation():
         handle_key(state, "down", rows)
         handle_key(state, " ", rows)  # the third
         assert state.marked == {ordered[0].key, ordered[2].key}
-        frame = frame_text(render(_with_holders(rows), state, 160, 30))
+        frame = frame_text(render(as_report(_with_holders(rows)), state, 160, 30))
         assert f"*{ordered[0].pid}" in frame and f"*{ordered[2].pid}" in frame and f"*{ordered[1].pid}" not in frame
         assert "2 marked (space)" in frame
         handle_key(state, "T", rows, signals.send, signals.refusal)
         assert state.pending is not None and {r.pid for r in state.pending.targets} == \
             {ordered[0].pid, ordered[2].pid}
-        assert "send SIGTERM to 2 marked processes? y / n" in frame_text(render(_with_holders(rows), state, 160, 30))
+        shown = frame_text(render(as_report(_with_holders(rows)), state, 160, 30))
+        assert "send SIGTERM to 2 marked processes? y / n" in shown
         handle_key(state, "y", rows, signals.send, signals.refusal)
         assert state.current_message() == ("SIGTERM sent to 2 of 2 marked processes", False)
         assert children[[c.pid for c in children].index(ordered[0].pid)].wait(10) == -signal.SIGTERM
@@ -524,7 +527,7 @@ def test_tree_puts_children_under_their_parent_sorted_among_siblings():
                                                 (30, 0)]
     handle_key(state, "r", rows)  # reversed: still under the parent, siblings reversed
     assert [(r.pid, r.depth) for r in state.sorted_rows(rows)][:5] == [(21, 0), (10, 0), (11, 1), (12, 1), (13, 2)]
-    frame = frame_text(render(_with_holders(rows), ViewState(tree=True, annotate=_parents(rows)), 160, 30))
+    frame = frame_text(render(as_report(_with_holders(rows)), ViewState(tree=True, annotate=_parents(rows)), 160, 30))
     assert "tree (t)" in frame
     line = next(line for line in frame.splitlines() if line.split()[:1] == ["13"])
     assert line.rstrip().endswith("  `- cmd13")
@@ -555,20 +558,21 @@ def test_environment_screen_shows_redacted_variables_and_esc_returns():
         state = ViewState(read_environment=functools.partial(read_environment, redact=make_redactor(True).env_value))
         handle_key(state, "e", rows)
         assert state.environment is not None and state.environment.error is None
-        frame = frame_text(render(_with_holders(rows), state, 100, 8))
+        frame = frame_text(render(as_report(_with_holders(rows)), state, 100, 8))
         lines = frame.splitlines()
         assert lines[1].startswith(f" Environment of {child.pid} (train) of me") and "5 variables" in lines[1]
         assert " DB_URL=postgres://<redacted>@db:5432/x" in lines and " HF_TOKEN=<redacted>" in lines
         assert "hunter2" not in frame and "hf_abc" not in frame and all(len(line) <= 100 for line in lines)
         assert "Esc back" in lines[-1]
         handle_key(state, "end", rows)  # scrolls to the last screenful: three lines on a 6-line terminal
-        lines = frame_text(render(_with_holders(rows), state, 100, 6)).splitlines()
+        lines = frame_text(render(as_report(_with_holders(rows)), state, 100, 6)).splitlines()
         assert lines[-2] == " XLA_FLAGS=--xla_dump_to=/tmp/d" and lines[2].startswith(" LONG=vvv")
         handle_key(state, "up", rows)
-        assert frame_text(render(_with_holders(rows), state, 100, 6)).splitlines()[2].startswith(" HF_TOKEN=")
+        report = as_report(_with_holders(rows))
+        assert frame_text(render(report, state, 100, 6)).splitlines()[2].startswith(" HF_TOKEN=")
         assert handle_key(state, "T", rows) == IGNORED and state.pending is None  # no signal from this screen
         handle_key(state, "escape", rows)
-        assert state.environment is None and "Processes" in frame_text(render(_with_holders(rows), state, 100, 20))
+        assert state.environment is None and "Processes" in frame_text(render(report, state, 100, 20))
     finally:
         child.kill()
         child.wait()
@@ -596,9 +600,9 @@ def _message_after_e(state: ViewState, rows: list[ProcessRow]) -> str:
 
 def test_a_click_selects_the_row_under_it_and_the_wheel_scrolls():
     report = _report(agents=12, devices=2)
-    rows = rows_from_report(report)
+    rows = rows_from_report(as_report(report))
     state = ViewState(sort_index=SORT_KEYS.index("pid"))
-    lines = frame_text(render(report, state, 160, 40)).splitlines()
+    lines = frame_text(render(as_report(report), state, 160, 40)).splitlines()
     line_of = {pid: next(i for i, line in enumerate(lines) if line.split()[:1] == [str(pid)]) for pid in (1004, 1007)}
     assert state.row_at[line_of[1007]] == "1007" and 0 not in state.row_at
     handle_key(state, f"click:{line_of[1007]}", rows)
@@ -610,7 +614,7 @@ def test_a_click_selects_the_row_under_it_and_the_wheel_scrolls():
     handle_key(state, "wheeldown", rows)
     assert state.selected_key == "1010"
     handle_key(state, "enter", rows)  # the job screen has no rows to click
-    render(report, state, 160, 40)
+    render(as_report(report), state, 160, 40)
     assert state.row_at == {} and handle_key(state, f"click:{line_of[1004]}", rows) == IGNORED
 
 

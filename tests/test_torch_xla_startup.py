@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch_xla_env
 from agentjobs import Job, agent_env, make_rundir, remove_rundir
-from conftest import run_tool
+from conftest import as_report, run_tool
 
 from tpu_tools.top.frame import frame_text, render
 from tpu_tools.top.model import ViewState, handle_key
@@ -76,8 +76,8 @@ def test_the_monitor_names_each_broken_rule_with_its_fix(broken: tuple[dict[str,
 def test_tpu_top_shows_them_on_the_job_screen(broken: tuple[dict[str, Any], Path]) -> None:
     report, _ = broken
     state = ViewState()
-    handle_key(state, "enter", state.visible_rows(report))
-    screen = frame_text(render(report, state, 160, 80))
+    handle_key(state, "enter", state.visible_rows(as_report(report)))
+    screen = frame_text(render(as_report(report), state, 160, 80))
     assert "Startup contract  4 broken" in screen
     assert "! PJRT_DEVICE was not set when torch_xla was imported" in screen
     assert "fix: set PJRT_DEVICE" in screen

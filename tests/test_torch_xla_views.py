@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from agentjobs import agent_env, make_rundir, remove_rundir
-from conftest import run_tool
+from conftest import as_report, run_tool
 from sysroot import empty_host, v4_host
 from test_exposition import check, exposition
 from torch_xla_jobs import MLP_JOB, TorchXlaJob, seconds, start_mlp_job, started
@@ -116,11 +116,12 @@ def test_tpu_ls_names_the_frontend_of_a_holder_whose_agent_says_it_and_no_other(
 def test_tpu_tops_job_screen_shows_them(report: tuple[dict[str, Any], dict[str, Any]]) -> None:
     document, _ = report
     state = ViewState()
-    rows = state.visible_rows(document)
-    [row] = [line for line in frame_text(render(document, state, 160, 30)).splitlines() if "[torch_xla] mlp.py" in line]
+    rows = state.visible_rows(as_report(document))
+    frame = frame_text(render(as_report(document), state, 160, 30))
+    [row] = [line for line in frame.splitlines() if "[torch_xla] mlp.py" in line]
     assert " 0B " not in row  # the list names the frontend; its device memory is unknown, not 0
     handle_key(state, "enter", rows)
-    screen = frame_text(render(document, state, 160, 80))
+    screen = frame_text(render(as_report(document), state, 160, 80))
     assert "torch_xla 2.9.0" in screen
     assert "2 compiles, 1 recompiles" in screen
     assert f"mlp.py:{SYNC_LINE})" in screen and "classic cause: a dynamic shape" in screen

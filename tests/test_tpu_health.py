@@ -13,7 +13,7 @@ from pathlib import Path
 import libtpu_sdk
 import pytest
 from agentjobs import agent_env, rundir, wait_for  # noqa: F401 (rundir is a fixture)
-from conftest import run_tool
+from conftest import as_report, run_tool
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -299,7 +299,8 @@ def test_tpu_top_shows_a_health_column_and_an_unusable_link_stands_out():
     report = {"processes": {"agents": [agent(11, "broken", ["tray1.chip0.ici0.int: 10"], ["0-0"]),
                                        agent(12, "slow", ["tray1.chip0.ici0.int: 0"], ["0-6"]),
                                        agent(13, "fine", ["tray1.chip0.ici0.int: 0"], ["0-0"])]}}
-    lines = render(report, ViewState(), 120, 40, interactive=False)  # no selected row painted over the styles
+    # not interactive: no selected row painted over the styles
+    lines = render(as_report(report), ViewState(), 120, 40, interactive=False)
     text = frame_text(lines)
     assert "HEALTH" in text
     row = {line.text.split()[0]: line for line in lines if "python train.py" in line.text}
@@ -307,9 +308,9 @@ def test_tpu_top_shows_a_health_column_and_an_unusable_link_stands_out():
     (throttled,) = [s for s in row["12"].segments if s.text.strip() == "thr60%"]
     (fine,) = [s for s in row["13"].segments if s.text.strip() == "ok"]
     assert unusable.style != fine.style and throttled.style not in (unusable.style, fine.style)
-    assert "HEALTH" not in frame_text(render({"processes": {"agents": [{**agent(14, "x", [], []), "tpu_sdk": {}}]}},
-                                             ViewState(), 120, 40))
-    job = frame_text(render(report, ViewState(job_key="11"), 120, 40))  # Enter on the job: its links, worst first
+    no_sdk = as_report({"processes": {"agents": [{**agent(14, "x", [], []), "tpu_sdk": {}}]}})
+    assert "HEALTH" not in frame_text(render(no_sdk, ViewState(), 120, 40))
+    job = frame_text(render(as_report(report), ViewState(job_key="11"), 120, 40))  # Enter: links, worst first
     assert "TPU health  1 ICI links, 1 devices" in job
     assert "ICI link tray1.chip0.ici0.int is at 10 of 10 (unusable)" in job
-    assert "all healthy, none throttled" in frame_text(render(report, ViewState(job_key="13"), 120, 40))
+    assert "all healthy, none throttled" in frame_text(render(as_report(report), ViewState(job_key="13"), 120, 40))

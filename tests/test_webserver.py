@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import as_report
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.core import GaugeMetricFamily
@@ -281,13 +282,13 @@ def test_a_report_is_rendered_once_however_many_scrapes():
     from tpu_tools.metrics.webserver import Renderer
 
     collector = ReportCollector(dict(BUILTIN))
-    collector.update({"host": {"error": None, "cpu_percent": 12.0}})
+    collector.update(as_report({"host": {"error": None, "cpu_percent": 12.0}}))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     renderer = Renderer(registry, collector.generation)
     first, _ = renderer.body("", False, time.monotonic())
     assert renderer.body("", False, time.monotonic() + 1)[0] is first  # same report: same body
-    collector.update({"host": {"error": None, "cpu_percent": 34.0}})
+    collector.update(as_report({"host": {"error": None, "cpu_percent": 34.0}}))
     assert b"tpu_tools_host_cpu_percent 34.0" in renderer.body("", False, time.monotonic())[0]
 
 
@@ -299,7 +300,7 @@ def test_scrapes_with_credentials_are_answered_from_the_rendering_of_the_report(
     from tpu_tools.metrics.prometheus import BUILTIN, ReportCollector
 
     collector = ReportCollector(dict(BUILTIN))
-    collector.update({"host": {"error": None, "cpu_percent": 12.0}})
+    collector.update(as_report({"host": {"error": None, "cpu_percent": 12.0}}))
     hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4))
     server = serve_metrics(collector, "127.0.0.1", 0, WebConfig(users={"prom": hashed}))
     port = server.server_address[1]
@@ -311,7 +312,7 @@ def test_scrapes_with_credentials_are_answered_from_the_rendering_of_the_report(
             status, _, body = scrape(port, headers=good, connection=connection)
             assert status == 200 and b"tpu_tools_host_cpu_percent 12.0" in body
             assert scrape(port, "HEAD", headers=bad, connection=connection)[0] == 401
-        collector.update({"host": {"error": None, "cpu_percent": 34.0}})
+        collector.update(as_report({"host": {"error": None, "cpu_percent": 34.0}}))
         assert b"tpu_tools_host_cpu_percent 34.0" in scrape(port, headers=good, connection=connection)[2]
         assert scrape(port, headers={}, connection=connection)[0] == 401
         connection.close()
@@ -324,7 +325,7 @@ def test_a_flood_of_pipelined_scrapes_is_answered_in_turn_with_bounded_buffers()
     from tpu_tools.metrics.prometheus import BUILTIN, ReportCollector
 
     collector = ReportCollector(dict(BUILTIN))
-    collector.update({"host": {"error": None, "cpu_percent": 12.0}})
+    collector.update(as_report({"host": {"error": None, "cpu_percent": 12.0}}))
     server = serve_metrics(collector, "127.0.0.1", 0)
     try:
         flood = socket.create_connection(("127.0.0.1", server.server_address[1]))

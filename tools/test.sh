@@ -104,6 +104,10 @@ if [ ! -f "$torch_xla_env/complete" ]; then
         fi
     ) 9>"$torch_xla_env.lock"
 fi
+if [ -f "$torch_xla_env/complete" ]; then  # a dependency added since the environment was made (quick when none)
+    (flock 9; .venv/bin/uv pip install -q --python "$torch_xla_env/bin/python" \
+        --constraint tools/test-constraints.txt -r pyproject.toml) 9>"$torch_xla_env.lock"
+fi
 export TPU_TOOLS_TEST_TORCH_XLA_PYTHON="$torch_xla_env/bin/python"
 export TPU_TOOLS_TEST_REQUIRE_TORCH_XLA=1  # the torch_xla tests fail here rather than skip when it cannot import
 # Coverage through sys.monitoring where the interpreter has it (3.12+); 3.11 keeps coverage's C tracer.

@@ -11,6 +11,8 @@ import json
 import math
 from typing import Any
 
+import msgspec
+
 
 def finite_document(document: Any) -> tuple[Any, list[str]]:
     """A copy of `document` with every NaN or infinite float replaced by None, and where they were."""
@@ -30,7 +32,11 @@ def finite_document(document: Any) -> tuple[Any, list[str]]:
 
 
 def dumps(document: Any, *, indent: int | None = 2, compact: bool = False) -> str:
-    """`document` as strict JSON text (no trailing newline); non-finite figures become null with a note."""
+    """`document` as strict JSON text (no trailing newline); non-finite figures become null with a note.
+
+    A typed record (a msgspec Struct, a dataclass) is written as its fields, in their declared order."""
+    # Records anywhere in it become their fields; what JSON has no form for is written as its text, as before.
+    document = msgspec.to_builtins(document, enc_hook=str)
     encoder = json.JSONEncoder(indent=None if compact else indent, separators=(",", ":") if compact else None,
                                allow_nan=False, default=str)
     try:  # the common case, a document with no such figure: json's C encoder alone, without a copy to walk

@@ -174,7 +174,7 @@ def top_command(interval: float, once: bool, readonly: bool, sort: str, tag_filt
 
             width = terminal_size(sys.stdout.fileno(), (120, 40)).columns  # COLUMNS, bounded
             report = builder.build()
-            fleet = report.get("fleet") or {}
+            fleet = report.fleet or {}
             if fleet.get("error") and not fleet.get("hosts"):  # --from-prometheus with nothing to show
                 raise RuntimeFailure(fleet["error"])
             frame = frame_text(render(report, state, width, None, interactive=False))

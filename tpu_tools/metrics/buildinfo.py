@@ -16,6 +16,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 
 from tpu_tools.metrics.naming import label_value
+from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 from tpu_tools.versions import StackVersions, stack_versions
 
@@ -29,24 +30,23 @@ def _versions() -> StackVersions:
     return stack_versions()
 
 
-def _accelerators(report: dict[str, Any]) -> list[dict[str, Any]]:
-    devices = (report.get("devices") or {}).get("devices") if isinstance(report.get("devices"), dict) else None
+def _accelerators(report: MonitorReport) -> list[dict[str, Any]]:
+    devices = (report.devices or {}).get("devices") if isinstance(report.devices, dict) else None
     return [d for d in devices or [] if isinstance(d, dict) and d.get("platform") in ("tpu", *GPU_PLATFORMS)]
 
 
-def build_info_values(report: dict[str, Any]) -> dict[str, str]:
+def build_info_values(report: MonitorReport) -> dict[str, str]:
     """The labels' values for one report (see the module's docstring)."""
     versions = _versions()
     libtpu = next((v for name, v in versions.plugins.items() if name.startswith("libtpu")), "")
     driver = ""
-    for group in ("nvml", "amdsmi"):
-        data = report.get(group)
+    for data in (report.nvml, report.amdsmi):
         if isinstance(data, dict) and data.get("driver_version"):
             driver = str(data["driver_version"])
             break
     accelerators = _accelerators(report)
     platform = str(accelerators[0].get("platform")) if accelerators else "cpu"
-    tpu_slice = report.get("tpu_slice") if isinstance(report.get("tpu_slice"), dict) else {}
+    tpu_slice = report.tpu_slice if isinstance(report.tpu_slice, dict) else {}
     accelerator_type = (tpu_slice or {}).get("accelerator_type") or (accelerators[0].get("name") if accelerators
                                                                      else "")
     values = {"version": versions.tpu_tools, "jax": versions.jax or "", "jaxlib": versions.jaxlib or "",
@@ -54,7 +54,7 @@ def build_info_values(report: dict[str, Any]) -> dict[str, str]:
     return {key: label_value(str(value)) for key, value in values.items()}
 
 
-def build_info_family(report: dict[str, Any]) -> GaugeMetricFamily:
+def build_info_family(report: MonitorReport) -> GaugeMetricFamily:
     family = GaugeMetricFamily(NAME, "Which stack this host runs (versions, platform, accelerator type), value 1.",
                                labels=LABELS)
     values = build_info_values(report)

@@ -31,6 +31,7 @@ from tpu_tools.metrics.prometheus import (
     process_metrics,
     sample_families,
 )
+from tpu_tools.metrics.records.report import waiting_report
 
 UNITS = ("bytes_per_second", "seconds", "bytes", "joules", "watts", "celsius", "hertz", "ratio", "percent")
 
@@ -70,8 +71,10 @@ def _filled(record_type: Any, **fixed: Any) -> dict[str, Any]:
 def _example_families() -> Iterable[tuple[str, Metric]]:
     # the host group through the collector itself, which adds the group error family
     collector = ReportCollector({"host": host_metrics})
-    collector.update({"host": {"error": None, "cpu_percent": 1, "memory_total_bytes": 1, "memory_used_bytes": 1,
-                               "memory_available_bytes": 1, "swap_used_bytes": 1, "load_average_1m": 1}})
+    example = waiting_report()
+    example.host = {"error": None, "cpu_percent": 1, "memory_total_bytes": 1, "memory_used_bytes": 1,
+                    "memory_available_bytes": 1, "swap_used_bytes": 1, "load_average_1m": 1}
+    collector.update(example)
     yield from (("host" if f.name.startswith(PREFIX + "host_") else "every report" if f.name == BUILD_INFO
                  else "every group", f) for f in collector.collect())
     device = {"key": "tpu:0", "platform": "tpu", "name": "TPU", "memory_used_bytes": 1, "memory_total_bytes": 1,

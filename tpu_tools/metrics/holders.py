@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpu_tools.metrics.naming import label_value
+from tpu_tools.metrics.records.report import MonitorReport
 
 HOLDER_LABELS = ("tag", "namespace", "pod", "container", "slurm_job_id")
 GPU_GROUPS = ("nvml", "amdsmi")
@@ -27,12 +28,12 @@ def _identity(entry: dict[str, Any]) -> dict[str, str]:
     return {**{key: value for key, value in (pod.get("labels") or {}).items() if key not in labels}, **labels}
 
 
-def _group(report: dict[str, Any], name: str) -> dict[str, Any]:
-    data = report.get(name)
+def _group(report: MonitorReport, name: str) -> dict[str, Any]:
+    data = getattr(report, name)
     return data if isinstance(data, dict) else {}
 
 
-def device_holders(report: dict[str, Any]) -> dict[str, dict[str, str]]:
+def device_holders(report: MonitorReport) -> dict[str, dict[str, str]]:
     """{device key: {label: value}} for every device whose holders tell something (only the labels known)."""
     processes = _group(report, "processes")
     identity: dict[int, dict[str, str]] = {}

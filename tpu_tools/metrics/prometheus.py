@@ -28,6 +28,7 @@ from tpu_tools.metrics.holders import device_holders
 from tpu_tools.metrics.naming import label_value
 from tpu_tools.metrics.processlabels import process_label_values, process_labels
 from tpu_tools.metrics.prom_health import health_families
+from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.metrics.selection import MetricSelection
 from tpu_tools.parsing import port_number
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
@@ -257,9 +258,9 @@ BUILTIN: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {
 }
 
 
-def slice_labels(report: dict[str, Any]) -> dict[str, str]:
+def slice_labels(report: MonitorReport) -> dict[str, str]:
     """`slice` and `worker` of a TPU slice's host (so a fleet view groups a slice's workers); else none."""
-    data = report.get("tpu_slice")
+    data = report.tpu_slice
     labels = data.get("labels") if isinstance(data, dict) else None
     if not isinstance(labels, dict):
         return {}
@@ -290,12 +291,12 @@ class ReportCollector(Collector):
                  selection: MetricSelection | None = None):
         self._exporters = exporters
         self._selection = selection or MetricSelection()
-        self._report: dict[str, Any] | None = None
+        self._report: MonitorReport | None = None
         self._lock = threading.Lock()
         self._generation = 0
         self._ready = threading.Event()
 
-    def update(self, report: dict[str, Any]) -> None:
+    def update(self, report: MonitorReport) -> None:
         with self._lock:
             self._report = report
             self._generation += 1
@@ -321,7 +322,7 @@ class ReportCollector(Collector):
         # Groups may export the same family (nvml and amdsmi: tpu_tools_gpu_*): one family each, samples joined.
         merged: dict[str, Metric] = {}
         for name, export in self._exporters.items():
-            data = report.get(name)
+            data = getattr(report, name)
             if not isinstance(data, dict):
                 continue
             errors.add_metric([name], 1.0 if data.get("error") else 0.0)

@@ -15,15 +15,18 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+import msgspec
+
 import tpu_tools
 from tpu_tools.background import DaemonExecutor
 from tpu_tools.errors import first_line
 from tpu_tools.metrics.agent_client import AgentConnections
 from tpu_tools.metrics.groups import GROUPS
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, GroupCollector, load_collector
+from tpu_tools.metrics.records.report import SCHEMA, GroupRecord, MonitorReport
 from tpu_tools.pjrt.tpuvm import SliceInfo, slice_info
 
-SCHEMA = "tpu-tools/monitor/v1"
+__all__ = ["SCHEMA", "GroupPlan", "ReportBuilder", "iso_time"]
 
 
 def iso_time(unix_s: float) -> str:
@@ -48,7 +51,7 @@ class ReportBuilder:
         self.report_period_s = report_period_s
         self.collectors: dict[str, GroupCollector] = {}
         self.agent_connections = AgentConnections()  # one per agent, kept from round to round
-        self._last: dict[str, dict[str, Any]] = {}
+        self._last: dict[str, Any] = {}  # group name -> its last record
         self._due: dict[str, float] = {}
         self.sequence = 0
         self._early = DaemonExecutor(1, "tpu-tools-agents-early")  # a hung agent never holds the program's exit
@@ -58,19 +61,10 @@ class ReportBuilder:
     def _period(self, group: GroupPlan) -> float | None:
         return group.period_s if group.period_s is not None else self.report_period_s
 
-    def build(self) -> dict[str, Any]:
+    def build(self) -> MonitorReport:
         now = time.time()
         monotonic = time.monotonic()
         context = CollectContext(self.options, self.collectors, self.agent_connections)
-        report: dict[str, Any] = {
-            "schema": SCHEMA,
-            "time": iso_time(now),
-            "time_unix_s": round(now, 3),
-            "hostname": socket.gethostname(),
-            "sequence": self.sequence,
-            "tpu_tools_version": tpu_tools.__version__,
-            "tpu_slice": self.tpu_slice.to_dict(),
-        }
         due_now = [group for group in self.plan if self._is_due(group, monotonic)]
         if any(getattr(self.collectors[group.name], "reads_agents", False) for group in due_now):
             context.ask_agents_early(self._early)
@@ -81,8 +75,10 @@ class ReportBuilder:
                 # Keep to the schedule; after a slow round, start again from now.
                 due = self._due.get(group.name, monotonic) + period
                 self._due[group.name] = due if due > monotonic else monotonic + period
-        for group in self.plan:
-            report[group.name] = self._last[group.name]
+        report = MonitorReport(
+            schema=SCHEMA, time=iso_time(now), time_unix_s=round(now, 3), hostname=socket.gethostname(),
+            sequence=self.sequence, tpu_tools_version=tpu_tools.__version__, tpu_slice=self.tpu_slice.to_dict(),
+            **{group.name: self._last[group.name] for group in self.plan})
         self.sequence += 1
         return report
 
@@ -93,14 +89,20 @@ class ReportBuilder:
         slack = 0.5 * self.report_period_s if self.report_period_s else 0.001
         return due is None or monotonic >= due - slack or group.name not in self._last
 
-    def _collect(self, group: GroupPlan, context: CollectContext) -> dict[str, Any]:
+    def _collect(self, group: GroupPlan, context: CollectContext) -> Any:
         started = time.time()
-        header: dict[str, Any] = {"period_s": self._period(group), "sampled_at": iso_time(started), "error": None}
+        period, sampled = self._period(group), iso_time(started)
+        collector = self.collectors[group.name]
         try:
-            data = self.collectors[group.name].collect(context)
-        except Exception as error:  # the group reports its failure; the report goes on
-            return {**header, "error": first_line(error)}
-        return {**header, **data}
+            data = collector.collect(context)
+        except Exception as error:  # noqa: BLE001 - the group reports its failure; the report goes on
+            record_type = getattr(collector, "record_type", None)
+            if record_type is not None:
+                return record_type(period_s=period, sampled_at=sampled, error=first_line(error))
+            return {"period_s": period, "sampled_at": sampled, "error": first_line(error)}
+        if isinstance(data, GroupRecord):
+            return msgspec.structs.replace(data, period_s=period, sampled_at=sampled, error=None)
+        return {"period_s": period, "sampled_at": sampled, "error": None, **data}
 
     def close(self) -> None:
         self.agent_connections.close()

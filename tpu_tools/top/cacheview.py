@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.top.drawing import DIM, ERROR, NORMAL, TITLE, WARN, Line, seconds_text
 
 MAX_MISSES = 4
@@ -43,9 +44,9 @@ def cache_section(detail: dict[str, Any], width: int) -> list[Line]:
 MAX_SHARED = 2
 
 
-def shared_cache_lines(report: dict[str, Any], width: int) -> list[Line]:
+def shared_cache_lines(report: MonitorReport, width: int) -> list[Line]:
     """One warning line per compilation cache written by more than one process (or host), naming the writers."""
-    group = report.get("processes")
+    group = report.processes
     shared = group.get("shared_cache_dirs") if isinstance(group, dict) else None
     if not isinstance(shared, list):
         return []

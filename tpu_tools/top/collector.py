@@ -13,16 +13,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from tpu_tools.errors import first_line
+from tpu_tools.metrics.records.report import MonitorReport, waiting_report
 
-Collect = Callable[[], dict[str, Any]]
+Collect = Callable[[], MonitorReport]
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    report: dict[str, Any]
+    report: MonitorReport
     sequence: int  # 1 for the first report, +1 for each new one
     collect_s: float  # how long collect() took
     error: str | None = None  # collect() raised: the report is the previous one
@@ -83,7 +83,7 @@ class Collector:
             error = None
         except Exception as exc:  # the screen shows the error and keeps the last figures
             if previous is None:
-                report = {"schema": "tpu-tools/monitor/v1"}
+                report = waiting_report()
             else:
                 report = previous.report
             error = first_line(exc)

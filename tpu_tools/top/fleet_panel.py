@@ -6,8 +6,7 @@ time, the slow worker), then by name; a report that could not be refreshed says 
 
 from __future__ import annotations
 
-from typing import Any
-
+from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.top.drawing import COLUMNS, DIM, ERROR, TITLE, Line, fit, percent_text, seconds_text
 from tpu_tools.units import MISSING, format_bytes_short, format_number
 
@@ -17,8 +16,8 @@ _COLUMNS = (("HOST", 22, False), ("UP", 4, False), ("CHIPS", 5, True), ("UTIL%",
             ("GOODPUT", 7, True))
 
 
-def fleet_lines(report: dict[str, Any], width: int, max_rows: int | None) -> list[Line]:
-    fleet = report.get("fleet")
+def fleet_lines(report: MonitorReport, width: int, max_rows: int | None) -> list[Line]:
+    fleet = report.fleet
     if fleet is None:
         return []
     hosts = fleet.get("hosts") or []

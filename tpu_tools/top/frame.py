@@ -14,6 +14,7 @@ from typing import Any
 
 from tpu_tools.metrics.libtpu.names import FIELD_METRICS
 from tpu_tools.metrics.libtpu.records import NOT_SERVED
+from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.metrics.tpuhealth import short_health
 from tpu_tools.shorten import shorten
 from tpu_tools.top.cacheview import shared_cache_lines
@@ -74,22 +75,22 @@ HELP_LINES = (
 NOT_SERVED_CELL = "n/s"  # the device panel's short form of NOT_SERVED
 
 
-def _hosts(report: dict[str, Any]) -> set[str]:
+def _hosts(report: MonitorReport) -> set[str]:
     """Hosts named by the report's records: a source that reads several hosts sets `host` on each record."""
-    devices = (report.get("devices") or {}).get("devices") or []
-    processes = report.get("processes") or {}
+    devices = (report.devices or {}).get("devices") or []
+    processes = report.processes or {}
     return {r["host"] for r in [*devices, *(processes.get("agents") or []), *(processes.get("holders") or [])]
             if r.get("host")}
 
 
 # --- panels ----------------------------------------------------------------------------------------------
 
-def header_line(report: dict[str, Any], state: ViewState, width: int, interactive: bool) -> Line:
-    devices = (report.get("devices") or {}).get("devices") or []
+def header_line(report: MonitorReport, state: ViewState, width: int, interactive: bool) -> Line:
+    devices = (report.devices or {}).get("devices") or []
     platforms = sorted({d.get("platform") for d in devices if d.get("platform")})
-    clock = time.strftime("%H:%M:%S", time.localtime(report.get("time_unix_s") or time.time()))
+    clock = time.strftime("%H:%M:%S", time.localtime(report.time_unix_s or time.time()))
     hosts = _hosts(report)
-    where = f"{len(hosts)} hosts" if len(hosts) > 1 else f"host {report.get('hostname', '?')}"
+    where = f"{len(hosts)} hosts" if len(hosts) > 1 else f"host {(report.hostname or '?')}"
     right = ("PAUSED " if state.paused else "") + ("h help " if interactive else "")
     left = parts_line([(" tpu-top", HEADER), (where, HEADER), (f"platform {','.join(platforms) or 'none'}", HEADER),
                    (clock, HEADER), (f"refresh {state.interval_s:g}s", HEADER)], max(0, width - len(right) - 1))
@@ -99,8 +100,8 @@ def header_line(report: dict[str, Any], state: ViewState, width: int, interactiv
     return Line(fill=HEADER).add(left.text + " " * gap + right, HEADER)
 
 
-def host_lines(report: dict[str, Any], width: int) -> list[Line]:
-    host = report.get("host")
+def host_lines(report: MonitorReport, width: int) -> list[Line]:
+    host = report.host
     if host is None:
         return []
     if host.get("error"):
@@ -119,7 +120,7 @@ def host_lines(report: dict[str, Any], width: int) -> list[Line]:
         first.add(memory_text)
     loads = [host.get(f"load_average_{w}") for w in ("1m", "5m", "15m")]
     load_text = " ".join(MISSING if v is None else f"{v:.2f}" for v in loads)
-    agents = (report.get("processes") or {}).get("agents")
+    agents = (report.processes or {}).get("agents")
     parts = [(f" LOAD {load_text}", NORMAL), (f"CPUS {host.get('cpu_count') or MISSING}", NORMAL),
              (f"SWAP {format_bytes(host.get('swap_used_bytes'))} / {format_bytes(host.get('swap_total_bytes'))}",
               NORMAL)]
@@ -144,16 +145,16 @@ def _holders_text(device: dict[str, Any], gpu_processes: dict[str, list[dict[str
     return ", ".join(names) or MISSING
 
 
-def _libtpu_not_served(report: dict[str, Any]) -> set[str]:
+def _libtpu_not_served(report: MonitorReport) -> set[str]:
     """Device figures ("duty_cycle_percent", "hbm_used_bytes") that an answering libtpu service does not serve."""
-    answered = [s for s in ((report.get("libtpu") or {}).get("services") or []) if not s.get("error")]
+    answered = [s for s in ((report.libtpu or {}).get("services") or []) if not s.get("error")]
     return {figure for figure in ("duty_cycle_percent", "hbm_used_bytes")
             if any(FIELD_METRICS[figure] in (s.get("not_served_metrics") or []) for s in answered)}
 
 
-def _libtpu_status(report: dict[str, Any], not_served: set[str]) -> Segment | None:
+def _libtpu_status(report: MonitorReport, not_served: set[str]) -> Segment | None:
     """One phrase about libtpu's metrics services: which answered and what they do not serve, or why none did."""
-    group = report.get("libtpu")
+    group = report.libtpu
     if group is None:
         return None
     services = group.get("services") or []
@@ -246,9 +247,9 @@ def diag_cell(extra: dict[str, Any]) -> tuple[str, str]:
     return (f"{str(status).upper()} {age_text(extra.get('diag_age_s'))}", _DIAG_STYLE.get(str(status), NORMAL))
 
 
-def diag_status(report: dict[str, Any]) -> Segment | None:
+def diag_status(report: MonitorReport) -> Segment | None:
     """The host's last tpu-diag run in a phrase, e.g. "diag -r 2 FAIL 3h ago (gemm f32 device 3)"."""
-    last = (report.get("diag") or {}).get("last")
+    last = (report.diag or {}).get("last")
     if not last or last.get("error") or not last.get("status"):
         return None
     text = f"diag -r {last.get('level')} {str(last['status']).upper()} {age_text(last.get('age_s'))} ago"
@@ -261,9 +262,9 @@ def diag_status(report: dict[str, Any]) -> Segment | None:
     return Segment(text, _DIAG_STYLE.get(str(last["status"]), DIM))
 
 
-def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state: ViewState | None = None,
+def device_lines(report: MonitorReport, width: int, max_rows: int | None, state: ViewState | None = None,
                  history: History | None = None) -> list[Line]:
-    group = report.get("devices")
+    group = report.devices
     if group is None:
         return []
     state = state or ViewState()
@@ -285,7 +286,7 @@ def device_lines(report: dict[str, Any], width: int, max_rows: int | None, state
         return [*lines, Line().add(f"  {text}", DIM)]
     columns = layout(_device_columns(devices, len(_hosts(report)) > 1, history is not None), width)
     gpu_processes = {str(gpu.get("device_key")): gpu.get("processes") or []
-                     for source in ("nvml", "amdsmi") for gpu in (report.get(source) or {}).get("gpus") or []
+                     for source in (report.nvml, report.amdsmi) for gpu in (source or {}).get("gpus") or []
                      if gpu.get("device_key")}
     lines.append(column_header(columns))
     history_width = next((size for column, size in columns if column.key == "history"), 0)
@@ -407,10 +408,10 @@ def stall_finding_lines(findings: list[dict[str, Any]], width: int) -> list[Line
     return lines
 
 
-def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows: int | None,
+def process_lines(report: MonitorReport, state: ViewState, width: int, max_rows: int | None,
                   interactive: bool, drawn: dict[int, str] | None = None) -> tuple[list[Line], ProcessRow | None]:
     """The process panel, and the selected row; `drawn` gets id(line) -> row key, for mouse clicks."""
-    group = report.get("processes")
+    group = report.processes
     if group is None:
         return [], None
     direction = "^" if state.sort.descending == state.reversed else "v"
@@ -428,13 +429,13 @@ def process_lines(report: dict[str, Any], state: ViewState, width: int, max_rows
     hosts = _hosts(report)
     # HOST:PORT of a fleet's hosts in full where they fit (up to 22 characters), else cut with a mark
     health = any((a.get("tpu_sdk") or {}).get("health") for a in group.get("agents") or [])
-    gpus = any((report.get(source) or {}).get("gpus") for source in ("nvml", "amdsmi"))
+    gpus = any((source or {}).get("gpus") for source in (report.nvml, report.amdsmi))
     rows = state.visible_rows(report)
     times = any(row.started_unix_s is not None for row in rows)
     columns = layout(_process_columns(len(hosts) > 1, max(4, min(22, max(map(len, hosts), default=4))), health,
                                       gpus, times), width)
     lines.append(column_header(columns, state.sort.key))
-    now = report.get("time_unix_s") or time.time()
+    now = report.time_unix_s or time.time()
     selected = state.resolve_selection(rows) if interactive else None
     if not rows:
         text = "no process matches the filter" if state.filters.active() and (group.get("agents")
@@ -507,7 +508,7 @@ def history_rows_wanted(device_count: int, with_job: bool) -> int:
     return 1 + device_count * MAX_GRAPH_ROWS + (1 if with_job else 0)
 
 
-def history_lines(report: dict[str, Any], state: ViewState, history: History, width: int, max_rows: int,
+def history_lines(report: MonitorReport, state: ViewState, history: History, width: int, max_rows: int,
                   selected: ProcessRow | None) -> list[Line]:
     """The history panel: each device's utilization and memory over the window, and the selected job's
     steps/s. Shown when the terminal has room for it; the graphs grow up to MAX_GRAPH_ROWS tall with it."""
@@ -611,7 +612,7 @@ def _overlay_help(lines: list[Line], width: int, height: int) -> None:
         lines[top + offset] = Line().add(original[:left]).add(text, HEADER).add(original[left + box_width:])
 
 
-def render(report: dict[str, Any], state: ViewState, width: int, height: int | None,
+def render(report: MonitorReport, state: ViewState, width: int, height: int | None,
            interactive: bool = True, history: History | None = None) -> list[Line]:
     """The frame for `report` at `width` x `height` (height None: as tall as needed, for --once)."""
     width = max(20, width)
@@ -643,8 +644,8 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
     else:
         fixed = len(top) + len(footer) + details_budget + 1  # + the blank line between panels
         available = height - fixed
-        shown = len(state.visible_rows(report)) if report.get("processes") else 0
-        device_need = len(state.filters.devices_of(report)) + 2 if report.get("devices") else 0
+        shown = len(state.visible_rows(report)) if report.processes else 0
+        device_need = len(state.filters.devices_of(report)) + 2 if report.devices else 0
         process_need = shown + 2
         # The processes keep at least half the room they ask for; the devices take what is left, and the
         # history panel takes what neither needs, when there is enough of it.
@@ -660,7 +661,7 @@ def render(report: dict[str, Any], state: ViewState, width: int, height: int | N
         if panel and history is not None:
             graphs = history_lines(report, state, history, width, panel, selected)
     lines = [*top, *devices, Line(), *processes]
-    if not any(group in report for group in ("host", "devices", "processes")):
+    if report.host is None and report.devices is None and report.processes is None:
         lines.append(Line().add(" gathering the first report...", DIM))
     if graphs:
         lines += [Line(), *graphs]

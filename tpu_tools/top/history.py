@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.top.model import ProcessRow, device_memory_fraction
 
 WINDOW_S = 600.0  # the last ten minutes
@@ -93,15 +94,15 @@ class History:
         subject.last_seen = self.samples
         return subject
 
-    def record(self, report: dict[str, Any], rows: list[ProcessRow]) -> bool:
+    def record(self, report: MonitorReport, rows: list[ProcessRow]) -> bool:
         """Add one sample from `report` (once per report: a repeated one is ignored). True if added."""
-        marker = (report.get("hostname"), report.get("sequence"), report.get("time_unix_s"))
-        if marker == self._last_sequence and marker[1:] != (None, None):  # a report with neither is always new
+        marker = (report.hostname, report.sequence, report.time_unix_s)
+        if marker == self._last_sequence and report.time_unix_s:  # a report with no time (a blank header) is new
             return False
         self._last_sequence = marker
         self.samples += 1
         seen: set[tuple[str, str]] = set()
-        for device in (report.get("devices") or {}).get("devices") or []:
+        for device in (report.devices or {}).get("devices") or []:
             key = device_key(device)
             subject = self._subject(self.devices, key, DEVICE_SERIES)
             fraction = device_memory_fraction(device)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.metrics.tpuhealth import attention
 from tpu_tools.top.arrays_view import arrays_lines
 from tpu_tools.top.cacheview import cache_section
@@ -90,7 +91,7 @@ def _graph_line(label: str, values: list[float | None], last: str, width: int, t
         .add(f" {last}")
 
 
-def job_lines(report: dict[str, Any], state: ViewState, history: History | None, width: int,
+def job_lines(report: MonitorReport, state: ViewState, history: History | None, width: int,
               height: int | None) -> list[Line]:
     row = next((r for r in rows_from_report(report) if r.key == state.job_key), None)
     if row is None:
@@ -101,7 +102,7 @@ def job_lines(report: dict[str, Any], state: ViewState, history: History | None,
     detail = row.detail
     lines += [Line().add(text) for text in _wrap(row.command or MISSING, width, " ")][:3]
     uptime = detail.get("uptime_s")
-    started = None if uptime is None else (report.get("time_unix_s") or time.time()) - uptime
+    started = None if uptime is None else (report.time_unix_s or time.time()) - uptime
     facts = [f"user {row.user or MISSING}"]
     if started is not None:
         facts.append(f"started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}")

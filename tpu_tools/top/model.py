@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.top.arrays_view import ArraysBoard
 
 
@@ -68,8 +69,8 @@ SORT_KEYS = tuple(c.key for c in SORT_COLUMNS)
 DEFAULT_SORT = "devmem"
 
 
-def rows_from_report(report: dict[str, Any]) -> list[ProcessRow]:
-    processes = report.get("processes") or {}
+def rows_from_report(report: MonitorReport) -> list[ProcessRow]:
+    processes = report.processes or {}
     rows = []
     for agent in processes.get("agents") or []:
         compiles = agent.get("compiles") or {}
@@ -132,10 +133,10 @@ class Filters:
         parts += [] if self.show_all else ["agents only"]
         return parts
 
-    def devices_of(self, report: dict[str, Any]) -> list[dict[str, Any]]:
-        return [d for d in (report.get("devices") or {}).get("devices") or [] if device_matches(d, self.devices)]
+    def devices_of(self, report: MonitorReport) -> list[dict[str, Any]]:
+        return [d for d in (report.devices or {}).get("devices") or [] if device_matches(d, self.devices)]
 
-    def rows(self, report: dict[str, Any], rows: list[ProcessRow]) -> list[ProcessRow]:
+    def rows(self, report: MonitorReport, rows: list[ProcessRow]) -> list[ProcessRow]:
         on_devices: set[int] | None = None
         if self.devices:
             on_devices = set()
@@ -166,13 +167,13 @@ class Pending:
     def targets(self) -> list[ProcessRow]:
         return self.rows or [self.row]
 
-def _add_gpu_processes(rows: list[ProcessRow], report: dict[str, Any]) -> None:
+def _add_gpu_processes(rows: list[ProcessRow], report: MonitorReport) -> None:
     """Every process NVML (or amdsmi) lists on a GPU, agent or not, with the GPU memory it holds (the card's own
     figure)."""
     memory: dict[int, int] = {}
     busy: dict[int, float] = {}
     listed: dict[int, dict[str, Any]] = {}
-    for gpu in [g for group in ("nvml", "amdsmi") for g in (report.get(group) or {}).get("gpus") or []]:
+    for gpu in [g for group in (report.nvml, report.amdsmi) for g in (group or {}).get("gpus") or []]:
         for process in gpu.get("processes") or []:
             listed.setdefault(process["pid"], process)
             if process.get("gpu_memory_bytes") is not None:
@@ -233,14 +234,14 @@ class ViewState:
     def sort(self) -> SortColumn:
         return SORT_COLUMNS[self.sort_index]
 
-    def listed_rows(self, report: dict[str, Any]) -> list[ProcessRow]:
+    def listed_rows(self, report: MonitorReport) -> list[ProcessRow]:
         """The process panel's rows, filtered, not yet sorted."""
         rows = rows_from_report(report)
         if self.annotate is not None:
             self.annotate(rows)
         return self.filters.rows(report, rows)
 
-    def visible_rows(self, report: dict[str, Any]) -> list[ProcessRow]:
+    def visible_rows(self, report: MonitorReport) -> list[ProcessRow]:
         """The process panel's rows: filtered, then sorted."""
         return self.sorted_rows(self.listed_rows(report))
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tpu_tools.errors import UsageError
+from tpu_tools.metrics.records.report import waiting_report
 from tpu_tools.parsing import MAX_COLUMNS, MAX_LINES
 from tpu_tools.sanitize import safe_text
 from tpu_tools.top import signals
@@ -214,7 +215,7 @@ def mouse_key(event: tuple[int, int, int, int, int]) -> str:
 
 
 _WAKE_MS = 100  # how often the loop looks for a new report when no key comes; keys end the wait at once
-_WAITING = {"schema": "tpu-tools/monitor/v1"}  # shown until the first report arrives
+_WAITING = waiting_report()  # shown until the first report arrives
 
 
 def _key_name(code: int) -> str:

@@ -18,6 +18,8 @@ import re
 import time
 from typing import Any
 
+import msgspec
+
 import tpu_tools
 from tpu_tools.errors import RuntimeFailure
 from tpu_tools.metrics.fleet.client import PrometheusAPI, Sample, parse_url
@@ -29,7 +31,8 @@ from tpu_tools.metrics.fleet.records import (
     build_groups,
     host_key,
 )
-from tpu_tools.metrics.report import SCHEMA, iso_time
+from tpu_tools.metrics.records.report import SCHEMA, MonitorReport
+from tpu_tools.metrics.report import iso_time
 
 SERIES_QUERY = '{__name__=~"' + PREFIX + '.+"}'
 SUMMARY_QUERY = '{__name__=~"' + "|".join(SUMMARY_RECORDS) + '"}'
@@ -63,17 +66,15 @@ class FleetSource:
         self._cluster_newest: dict[str, float] = {}  # cluster -> time of its newest sample seen (Unix s)
         self.api = PrometheusAPI(self.endpoint, timeout_s)
         self.sequence = 0
-        self._last: dict[str, Any] | None = None
+        self._last: MonitorReport | None = None
         self._stale_since: float | None = None
 
-    def build(self) -> dict[str, Any]:
+    def build(self) -> MonitorReport:
         now = time.time()
         started = time.monotonic()
-        report: dict[str, Any] = {
-            "schema": SCHEMA, "time": iso_time(now), "time_unix_s": round(now, 3),
-            "hostname": f"fleet {self.endpoint.shown}", "sequence": self.sequence,
-            "tpu_tools_version": tpu_tools.__version__,
-        }
+        report = MonitorReport(schema=SCHEMA, time=iso_time(now), time_unix_s=round(now, 3),
+                               hostname=f"fleet {self.endpoint.shown}", sequence=self.sequence,
+                               tpu_tools_version=tpu_tools.__version__)
         self.sequence += 1
         try:
             up = self.api.query("up")
@@ -94,10 +95,10 @@ class FleetSource:
         for group in groups.values():
             group.update({"period_s": None, "sampled_at": sampled})
             group.setdefault("error", None)
-        groups["host"]["hostname"] = report["hostname"]
+        groups["host"]["hostname"] = report.hostname
         groups["fleet"].update({"source": self.endpoint.shown, "stale": False, "stale_since": None,
                                 "query_time_s": round(time.monotonic() - started, 4)})
-        report.update(groups)
+        report = msgspec.structs.replace(report, **groups)
         self._last, self._stale_since = report, None
         return report
 
@@ -109,19 +110,19 @@ class FleetSource:
         return [{"cluster": cluster, "last_sample_age_s": round(now - newest, 1)}
                 for cluster, newest in sorted(self._cluster_newest.items()) if now - newest > self.silent_after_s]
 
-    def _stale(self, report: dict[str, Any], error: str, now: float) -> dict[str, Any]:
+    def _stale(self, report: MonitorReport, error: str, now: float) -> MonitorReport:
         if self._stale_since is None:
             self._stale_since = now
         if self._last is None:  # nothing to show yet: every group says why
-            failed = {"period_s": None, "sampled_at": report["time"], "error": error}
-            report.update({name: dict(failed) for name in ("host", "devices", "processes")})
-            report["fleet"] = {**failed, "source": self.endpoint.shown, "hosts": [], "hosts_down": [],
-                               "outliers": [], "stale": True, "stale_since": iso_time(self._stale_since)}
-            return report
-        last = copy.deepcopy(self._last)
-        last.update({k: report[k] for k in ("time", "time_unix_s", "sequence")})
-        last["fleet"].update({"error": error, "stale": True, "stale_since": iso_time(self._stale_since)})
-        return last
+            failed = {"period_s": None, "sampled_at": report.time, "error": error}
+            return msgspec.structs.replace(
+                report, host=dict(failed), devices=dict(failed), processes=dict(failed),
+                fleet={**failed, "source": self.endpoint.shown, "hosts": [], "hosts_down": [], "outliers": [],
+                       "stale": True, "stale_since": iso_time(self._stale_since)})
+        last = self._last
+        fleet = {**copy.deepcopy(last.fleet), "error": error, "stale": True, "stale_since": iso_time(self._stale_since)}
+        return msgspec.structs.replace(last, time=report.time, time_unix_s=report.time_unix_s,
+                                       sequence=report.sequence, fleet=fleet)
 
     def close(self) -> None:
         pass

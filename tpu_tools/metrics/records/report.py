@@ -1,0 +1,46 @@
+"""The monitor report (schema `tpu-tools/monitor/v1`) as a typed record, and what every group carries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+SCHEMA = "tpu-tools/monitor/v1"
+
+
+class GroupRecord(msgspec.Struct, kw_only=True):
+    """The part of a report group common to all groups: its sampling period (None: every report), when it was
+    sampled (ISO 8601 UTC) and why it failed (None when it did not: a failed group keeps its other fields at
+    their defaults, or at its last figures where the report repeats them)."""
+
+    period_s: float | None = None
+    sampled_at: str | None = None
+    error: str | None = None
+
+
+# Groups not planned for a report (`--groups`) are left out of its JSON rather than written as null.
+class MonitorReport(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One monitor round: the header, then each planned group in the report's group order."""
+
+    schema: str
+    time: str  # ISO 8601 UTC with milliseconds
+    time_unix_s: float
+    hostname: str
+    sequence: int
+    tpu_tools_version: str
+    tpu_slice: dict[str, Any] | None = None  # this host's place in a TPU slice (pjrt.tpuvm.SliceInfo.to_dict)
+    host: Any = None
+    devices: Any = None
+    processes: Any = None
+    libtpu: Any = None
+    workload: Any = None
+    nvml: Any = None
+    amdsmi: Any = None
+    diag: Any = None
+    fleet: Any = None  # a fleet reader's own group (metrics.fleet)
+
+
+def waiting_report() -> MonitorReport:
+    """What a view shows before its first report arrives: a header with nothing known and no group."""
+    return MonitorReport(schema=SCHEMA, time="", time_unix_s=0.0, hostname="", sequence=0, tpu_tools_version="")
