@@ -18,7 +18,7 @@ from promstack import needs_promtool
 from test_exposition import check
 
 import tpu_tools
-from tpu_tools.metrics.naming import MAX_LABEL_VALUE
+from tpu_tools.metrics.labeltext import MAX_LABEL_VALUE
 from tpu_tools.versions import stack_versions
 
 

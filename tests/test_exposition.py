@@ -28,7 +28,8 @@ from tpu_tools.metrics import naming
 from tpu_tools.metrics.families import exported_families
 from tpu_tools.metrics.libtpu.distribution import DistributionSummary
 from tpu_tools.metrics.libtpu.export import MEGABIT_PER_SECOND, MICROSECOND, histogram
-from tpu_tools.metrics.prometheus import ReportCollector, histogram_families, host_metrics, serve
+from tpu_tools.metrics.prometheus import ReportCollector, host_metrics, serve
+from tpu_tools.metrics.samplefamilies import histogram_families
 from tpu_tools.metrics.webconfig import WebConfig
 from tpu_tools.metrics.webserver import serve_secure
 

@@ -18,7 +18,7 @@ from prometheus_client.registry import CollectorRegistry
 from promstack import PROMTOOL, needs_promtool
 
 from tpu_tools.metrics.holders import device_holders
-from tpu_tools.metrics.naming import MAX_LABEL_VALUE, label_value
+from tpu_tools.metrics.labeltext import MAX_LABEL_VALUE, label_value
 from tpu_tools.metrics.nvml.export import families as gpu_families
 from tpu_tools.metrics.prometheus import ReportCollector, device_metrics, process_metrics
 from tpu_tools.metrics.slurm import job_id

@@ -12,12 +12,11 @@ giving its collector a `prometheus(data)` method.
 from __future__ import annotations
 
 import functools
-import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tpu_tools.errors import UsageError
@@ -25,7 +24,7 @@ from tpu_tools.metrics.buildinfo import build_info_family
 from tpu_tools.metrics.cacheshare import cache_metrics
 from tpu_tools.metrics.goodput_view import goodput_families
 from tpu_tools.metrics.holders import device_holders
-from tpu_tools.metrics.naming import label_value
+from tpu_tools.metrics.labeltext import label_value
 from tpu_tools.metrics.processlabels import process_label_values, process_labels
 from tpu_tools.metrics.prom_health import health_families
 from tpu_tools.metrics.selection import MetricSelection
@@ -218,36 +217,6 @@ def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterat
     yield device_memory
     yield from health_families(data, labels)
     yield from cache_metrics(data)
-
-
-def sample_families(samples: Iterable[Any]) -> Iterator[Metric]:
-    """Gauge families from library-neutral samples (name, documentation, labels, value), one per name."""
-    return _families_by_name(samples, GaugeMetricFamily,
-                             lambda family, values, sample: family.add_metric(values, float(sample.value)))
-
-
-def histogram_families(samples: Iterable[Any]) -> Iterator[Metric]:
-    """Histogram families from library-neutral samples (name, documentation, labels, cumulative buckets, sum)."""
-    def add(family: Any, values: list[str], sample: Any) -> None:
-        buckets = [("+Inf" if upper == math.inf else repr(float(upper)), float(count))
-                   for upper, count in sample.buckets]
-        family.add_metric(values, buckets, sample.sum)
-
-    return _families_by_name(samples, HistogramMetricFamily, add)
-
-
-def _families_by_name(samples: Iterable[Any], kind: Callable[..., Metric],
-                      add: Callable[[Any, list[str], Any], None]) -> Iterator[Metric]:
-    """One family of `kind` per sample name, its labels those of the name's first sample, in order of first use."""
-    families: dict[str, tuple[Metric, list[str]]] = {}
-    for sample in samples:
-        if sample.name not in families:
-            labels = list(sample.labels)
-            families[sample.name] = (kind(sample.name, sample.documentation, labels=labels), labels)
-        family, labels = families[sample.name]
-        add(family, [str(sample.labels.get(label, "")) for label in labels], sample)
-    for family, _ in families.values():
-        yield family
 
 
 BUILTIN: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {
