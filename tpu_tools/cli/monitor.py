@@ -369,17 +369,17 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
         raise UsageError("--process-command-label only makes sense with --prometheus (it labels its series)")
     if (allow_metrics or deny_metrics) and prometheus_address is None and not list_metrics:
         raise UsageError("--allow-metric and --deny-metric only make sense with --prometheus or --list-metrics")
-    from tpu_tools.metrics.selection import MetricSelection, parse_globs
+    from tpu_tools.exporter.selection import MetricSelection, parse_globs
 
     allow, deny = parse_globs(allow_metrics, "--allow-metric"), parse_globs(deny_metrics, "--deny-metric")
     web_config = None
     if web_config_path is not None:
-        from tpu_tools.metrics.webconfig import load_web_config
+        from tpu_tools.exporter.webconfig import load_web_config
 
         web_config = load_web_config(web_config_path)  # every mistake in it stops us here, before serving
     plan = [GroupPlan(name) for name in GROUPS]
     if config_path is not None:
-        from tpu_tools.metrics.config import load_config
+        from tpu_tools.cli.monitor_config import load_config
 
         config = load_config(config_path, list(GROUPS))
         if config.period_s is not None and not explicit(ctx, "period"):
@@ -415,12 +415,12 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
     builder = ReportBuilder(plan, options, report_period_s=period)
     try:
         if prometheus_address is not None:
-            from tpu_tools.metrics.prometheus import ReportCollector, exporters_for, parse_listen_address, serve
+            from tpu_tools.exporter.prometheus import ReportCollector, exporters_for, parse_listen_address, serve
 
             host, port = parse_listen_address(prometheus_address)
             exporter = ReportCollector(exporters_for(builder.collectors, process_command_label), selection)
             if web_config is not None:
-                from tpu_tools.metrics.webserver import serve_secure
+                from tpu_tools.exporter.webserver import serve_secure
 
                 serve_secure(exporter, host, port, web_config)
             else:

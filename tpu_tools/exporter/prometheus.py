@@ -20,14 +20,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from tpu_tools.errors import UsageError
-from tpu_tools.metrics.buildinfo import build_info_family
+from tpu_tools.exporter.buildinfo import build_info_family
+from tpu_tools.exporter.goodput import goodput_families
+from tpu_tools.exporter.health import health_families
+from tpu_tools.exporter.holders import device_holders
+from tpu_tools.exporter.processlabels import process_label_values, process_labels
+from tpu_tools.exporter.selection import MetricSelection
 from tpu_tools.metrics.cacheshare import cache_metrics
-from tpu_tools.metrics.goodput_view import goodput_families
-from tpu_tools.metrics.holders import device_holders
 from tpu_tools.metrics.labeltext import label_value
-from tpu_tools.metrics.processlabels import process_label_values, process_labels
-from tpu_tools.metrics.prom_health import health_families
-from tpu_tools.metrics.selection import MetricSelection
 from tpu_tools.parsing import port_number
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
@@ -323,6 +323,6 @@ def exporters_for(collectors: dict[str, Any], command_label: bool = False,
 def serve(collector: ReportCollector, host: str, port: int) -> Any:
     """Start the /metrics HTTP server (`webserver`: bounded threads and sockets) in daemon threads;
     RuntimeFailure when the port is taken."""
-    from tpu_tools.metrics.webserver import serve_metrics
+    from tpu_tools.exporter.webserver import serve_metrics
 
     return serve_metrics(collector, host, port)
