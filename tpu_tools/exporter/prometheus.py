@@ -2,10 +2,10 @@
 
 Metrics are built from the latest report on every scrape, so the series of a
 process that exited disappear with it. Names start with `tpu_tools_` and carry
-their unit (metrics/naming.py); labels: `device` (e.g. tpu:0, or cpu:0@1234 for a process's own
+their unit (exporter/naming.py); labels: `device` (e.g. tpu:0, or cpu:0@1234 for a process's own
 CPU device), `pid`, `tag`, and `namespace`, `pod`, `container` where processes run in
 Kubernetes pods. Device and GPU series carry their holder's `tag`, `namespace`, `pod`,
-`container` and `slurm_job_id` (metrics/holders.py). A group added later exports its own figures by
+`container` and `slurm_job_id` (exporter/holders.py). A group added later exports its own figures by
 giving its collector a `prometheus(data)` method.
 """
 
@@ -121,7 +121,7 @@ def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
 
 def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterator[Metric]:
     """Prometheus families of the `processes` group (agents), labelled by pid and tag (and pod, and the command
-    where `command_label` asks for it: metrics/processlabels.py)."""
+    where `command_label` asks for it: exporter/processlabels.py)."""
     # Where a process runs in a Kubernetes pod, every process series also names its pod (empty for the others).
     labels = process_labels(data.get("agents") or [], command_label)
     up = _gauge("agent_up", "1 when the process's agent answered, 0 when asking it failed.", labels)
@@ -243,7 +243,7 @@ def with_labels(family: Metric, labels: dict[str, str]) -> Metric:
 
 
 def with_holders(family: Metric, holders: dict[str, dict[str, str]]) -> Metric:
-    """A device or GPU family with its holder's labels (metrics/holders.py) on each sample of a held device;
+    """A device or GPU family with its holder's labels (exporter/holders.py) on each sample of a held device;
     a per-process sample (with a pid) keeps its own."""
     if holders and family.name.startswith((PREFIX + "device_", PREFIX + "gpu_")):
         family.samples = [sample._replace(labels={**holders[sample.labels["device"]], **sample.labels})
@@ -308,7 +308,7 @@ class ReportCollector(Collector):
 def exporters_for(collectors: dict[str, Any], command_label: bool = False,
                   ) -> dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]:
     """The built-in exporter of each group, else the collector's own `prometheus` method. `command_label`: the
-    process series carry their command (metrics/processlabels.py)."""
+    process series carry their command (exporter/processlabels.py)."""
     builtin = dict(BUILTIN)
     if command_label:
         builtin["processes"] = functools.partial(process_metrics, command_label=True)
