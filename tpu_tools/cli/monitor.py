@@ -22,6 +22,10 @@ from tpu_tools.parsing import MIN_PERIOD_S
 
 if TYPE_CHECKING:
     from tpu_tools.cli.monitor_config import MonitorConfig
+    from tpu_tools.exporter.selection import MetricSelection
+    from tpu_tools.exporter.webconfig import WebConfig
+    from tpu_tools.metrics.groups.base import CollectOptions
+    from tpu_tools.metrics.report import ReportBuilder
 
 MAN_SECTIONS = {
     "DESCRIPTION": (
@@ -438,7 +442,7 @@ def _jobs_ended() -> int:
     return print_jobs_ended(Output("json", sys.stdout))
 
 
-def _list_metrics(addresses: list[str], timeout_s: float, agent_timeout: float, selection: Any) -> int:
+def _list_metrics(addresses: list[str], timeout_s: float, agent_timeout: float, selection: MetricSelection) -> int:
     """--list-metrics: every family the exporter can serve and what each source serves, as one JSON document."""
     from tpu_tools.cli.list_metrics import list_metrics
     from tpu_tools.cli.output import Output
@@ -446,7 +450,7 @@ def _list_metrics(addresses: list[str], timeout_s: float, agent_timeout: float, 
     return list_metrics(addresses, timeout_s, agent_timeout, Output("json", sys.stdout), selection)
 
 
-def _report_builder(config: MonitorConfig | None, options: Any, period: float) -> Any:
+def _report_builder(config: MonitorConfig | None, options: CollectOptions, period: float) -> ReportBuilder:
     """The builder of this host's reports: every group, or the config file's groups with their periods."""
     from tpu_tools.metrics.groups import GROUPS
     from tpu_tools.metrics.report import GroupPlan, ReportBuilder
@@ -457,8 +461,8 @@ def _report_builder(config: MonitorConfig | None, options: Any, period: float) -
     return ReportBuilder(plan, options, report_period_s=period)
 
 
-def _serve(builder: Any, period: float, count: int | None, address: str, web_config: Any, selection: Any,
-           command_label: bool, quiet: bool) -> None:
+def _serve(builder: ReportBuilder, period: float, count: int | None, address: str, web_config: WebConfig | None,
+           selection: MetricSelection, command_label: bool, quiet: bool) -> None:
     """--prometheus: serve each report at /metrics (with TLS and basic auth from --web-config), and write it as a
     JSON line unless --quiet."""
     from tpu_tools.exporter.prometheus import ReportCollector, exporters_for, parse_listen_address, serve
