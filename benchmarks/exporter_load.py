@@ -43,12 +43,12 @@ def serve(kind: str, port_file: Path) -> None:
     """The server process: print nothing, write the port, serve until killed."""
     from prometheus_client.registry import CollectorRegistry
 
-    from tpu_tools.metrics.prometheus import BUILTIN, ReportCollector
+    from tpu_tools.exporter.prometheus import BUILTIN, ReportCollector
 
     collector = ReportCollector(dict(BUILTIN))
     collector.update(report())
     if kind == "tpu-tools":
-        from tpu_tools.metrics.webserver import serve_metrics
+        from tpu_tools.exporter.webserver import serve_metrics
 
         port = serve_metrics(collector, "127.0.0.1", 0).server_address[1]
     else:

@@ -43,10 +43,10 @@ from fleet_view import host_report  # noqa: E402
 from prometheus_client.core import Metric  # noqa: E402
 from promstack import PROMETHEUS, PrometheusServer, http_get  # noqa: E402
 
+from tpu_tools.exporter.prometheus import BUILTIN, ReportCollector, with_labels  # noqa: E402
+from tpu_tools.exporter.webserver import serve_metrics  # noqa: E402
 from tpu_tools.metrics.fleet.records import build_groups  # noqa: E402
 from tpu_tools.metrics.fleet.source import SERIES_QUERY, FleetSource  # noqa: E402
-from tpu_tools.metrics.prometheus import BUILTIN, ReportCollector, with_labels  # noqa: E402
-from tpu_tools.metrics.webserver import serve_metrics  # noqa: E402
 from tpu_tools.top.frame import render  # noqa: E402
 from tpu_tools.top.model import ViewState  # noqa: E402
 

@@ -27,8 +27,8 @@ from prometheus_client import start_http_server  # noqa: E402
 from prometheus_client.registry import CollectorRegistry  # noqa: E402
 from promstack import PROMETHEUS, PrometheusServer, free_port  # noqa: E402
 
+from tpu_tools.exporter.prometheus import BUILTIN, ReportCollector  # noqa: E402
 from tpu_tools.metrics.fleet.source import FleetSource  # noqa: E402
-from tpu_tools.metrics.prometheus import BUILTIN, ReportCollector  # noqa: E402
 from tpu_tools.top.frame import render  # noqa: E402
 from tpu_tools.top.model import ViewState  # noqa: E402
 

@@ -17,8 +17,8 @@ import time
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from tpu_tools.exporter.prometheus import ReportCollector, exporters_for
 from tpu_tools.metrics.groups.base import CollectOptions
-from tpu_tools.metrics.prometheus import ReportCollector, exporters_for
 from tpu_tools.metrics.report import ReportBuilder
 
 args = sys.argv[1:]

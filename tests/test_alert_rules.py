@@ -40,8 +40,8 @@ def test_every_alert_has_a_case_where_it_fires():
 
 def exported_names() -> set[str]:
     """The names the exporter serves, from its own code fed one device and one agent."""
+    from tpu_tools.exporter.prometheus import device_metrics, host_metrics, process_metrics
     from tpu_tools.metrics.nvml.export import families as gpu_metrics
-    from tpu_tools.metrics.prometheus import device_metrics, host_metrics, process_metrics
 
     device = {"key": "tpu:0", "platform": "tpu", "name": "TPU v5e", "memory_used_bytes": 1, "memory_total_bytes": 2,
               "live_array_bytes": 1, "utilization_percent": 5.0, "holders": [{"pid": 1}]}

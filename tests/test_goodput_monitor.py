@@ -13,9 +13,9 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 from test_dump_cli import _members
 
+from tpu_tools.cli.monitor_config import load_config
 from tpu_tools.errors import UsageError
-from tpu_tools.metrics.config import load_config
-from tpu_tools.metrics.prometheus import process_metrics
+from tpu_tools.exporter.prometheus import process_metrics
 
 JOB = Path(__file__).with_name("goodput_job.py")
 

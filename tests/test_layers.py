@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     # A user's own function (target, --arg specs, roofline), shared by tpu-profile hlo and tpu-bench fn.
     ("instrument", "workloads", "userfn"),
     ("inventory", "agent", "bench", "collectives", "profile", "top"),  # features: they return data
+    ("exporter",),  # Prometheus exposition of metrics' reports and the /metrics server, apart from the sampling
     ("api",),  # tpu-tools from Python: the features' reads as typed records, for readers outside the job
     ("diag",),  # diagnostics, built on the collectives' exact checks and the probes
     ("render",),  # rich/plain views of the features' data
@@ -289,4 +290,4 @@ def test_the_walk_sees_an_upward_import(tmp_path):
     finally:
         PACKAGE = saved
     assert problems == ["tpu_tools/metrics/sample.py:2: metrics (layer 2) imports tpu_tools.cli "
-                        "(layer 9): imports must point down"]
+                        "(layer 10): imports must point down"]

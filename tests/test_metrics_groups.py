@@ -8,9 +8,9 @@ from conftest import as_report, report_document
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from tpu_tools.exporter.prometheus import ReportCollector, exporters_for, parse_listen_address
 from tpu_tools.metrics.groups import GROUPS
 from tpu_tools.metrics.groups.base import CollectOptions, DeviceFigures
-from tpu_tools.metrics.prometheus import ReportCollector, exporters_for, parse_listen_address
 from tpu_tools.metrics.report import SCHEMA, GroupPlan, ReportBuilder
 from tpu_tools.parsing import parse_duration
 from tpu_tools.top.frame import frame_text, render

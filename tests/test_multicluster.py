@@ -22,9 +22,9 @@ from conftest import as_report, report_document
 from programs import require_program
 from promstack import RECORD_RULES, PrometheusServer, needs_prometheus
 
+from tpu_tools.exporter.prometheus import BUILTIN, ReportCollector
+from tpu_tools.exporter.webserver import Limits, MetricsServer, serve_metrics
 from tpu_tools.metrics.fleet.source import FleetSource
-from tpu_tools.metrics.prometheus import BUILTIN, ReportCollector
-from tpu_tools.metrics.webserver import Limits, MetricsServer, serve_metrics
 from tpu_tools.top.frame import render
 from tpu_tools.top.model import ViewState
 

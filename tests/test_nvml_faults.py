@@ -14,7 +14,7 @@ from agentjobs import rundir, wait_for  # noqa: F401 (rundir is a fixture)
 from conftest import TESTS, run_tool, tool_command
 from fakenvml import nvml_env
 from prometheus_client.parser import text_string_to_metric_families
-from test_exposition import check
+from test_exporter_exposition import check
 from test_monitor_cli import _free_port, _safe_scrape
 
 # The last of the three XID events: its report holds all three (an earlier one may hold two).

@@ -11,12 +11,12 @@ import threading
 import pytest
 import yaml
 from conftest import REPO, as_report
-from test_webconfig import certificate
+from test_exporter_webconfig import certificate
 
 from tpu_tools.errors import RuntimeFailure
-from tpu_tools.metrics.holders import device_holders
+from tpu_tools.exporter.holders import device_holders
 from tpu_tools.metrics.kube.api import MAX_LABELS, PodLabelReader, label_name
-from tpu_tools.metrics.naming import MAX_LABEL_VALUE
+from tpu_tools.metrics.labeltext import MAX_LABEL_VALUE
 
 TOKEN = "sa-token-123"
 

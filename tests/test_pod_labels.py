@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from podresources_server import PodResourcesServer, pod
 
 from tpu_tools.errors import RuntimeFailure
+from tpu_tools.exporter.prometheus import process_metrics
 from tpu_tools.metrics.kube.cgroup import PodRef, parse_cgroup
 from tpu_tools.metrics.kube.podresources import ContainerRef, PodResourcesClient
-from tpu_tools.metrics.prometheus import process_metrics
 
 UID = "6f2c1e4a-93b1-4c1e-8d3a-2b7e0f9c1d55"
 CID = "0123456789abcdef" * 4

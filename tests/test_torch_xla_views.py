@@ -17,7 +17,7 @@ import pytest
 from agentjobs import agent_env, make_rundir, remove_rundir
 from conftest import as_report, run_tool
 from sysroot import empty_host, v4_host
-from test_exposition import check, exposition
+from test_exporter_exposition import check, exposition
 from torch_xla_jobs import MLP_JOB, TorchXlaJob, seconds, start_mlp_job, started
 
 from tpu_tools.top.frame import frame_text, render

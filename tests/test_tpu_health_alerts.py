@@ -9,7 +9,7 @@ import yaml
 from conftest import REPO
 from promstack import check_and_test_rules, needs_promtool, rules_in
 
-from tpu_tools.metrics.prometheus import process_metrics
+from tpu_tools.exporter.prometheus import process_metrics
 
 RULES = REPO / "deploy" / "prometheus" / "alerts_tpu_health.yml"
 RULE_TESTS = REPO / "deploy" / "prometheus" / "alerts_tpu_health_test.yml"

@@ -13,8 +13,8 @@ from conftest import assert_one_line_error, clean_env, run_tool
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tpu_tools.cli.monitor_config import load_config
 from tpu_tools.errors import UsageError
-from tpu_tools.metrics.config import load_config
 from tpu_tools.parsing import MAX_NUMBER_TEXT, MIN_PERIOD_S, parse_duration, parse_number, parse_size
 
 NUMBER_TEXT = st.one_of(

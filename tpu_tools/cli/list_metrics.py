@@ -7,7 +7,7 @@ from typing import Any
 
 from tpu_tools.cli.output import Output
 from tpu_tools.errors import EXIT_OK
-from tpu_tools.metrics.selection import MetricSelection
+from tpu_tools.exporter.selection import MetricSelection
 
 
 def list_metrics(metrics_addresses: Sequence[str], metrics_timeout_s: float, agent_timeout_s: float,
@@ -25,7 +25,7 @@ def list_metrics(metrics_addresses: Sequence[str], metrics_timeout_s: float, age
     if out.is_json:
         document = catalog.to_dict()
         if selection is not None:
-            from tpu_tools.metrics.families import exported_families
+            from tpu_tools.exporter.families import exported_families
 
             document = {"schema": document["schema"],
                         "families": [{**info.to_dict(), "served": selection.selects(info.name)}

@@ -9,15 +9,23 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from tpu_tools.cli.common import ToolCommand, common_options, metrics_options, run_cli
 from tpu_tools.cli.params import Count, Duration, Number, PathParam
 from tpu_tools.errors import EXIT_OK, UsageError
 from tpu_tools.metrics.rundir import MAX_PID
 from tpu_tools.parsing import MIN_PERIOD_S
+
+if TYPE_CHECKING:
+    from tpu_tools.cli.monitor_config import MonitorConfig
+    from tpu_tools.exporter.selection import MetricSelection
+    from tpu_tools.exporter.webconfig import WebConfig
+    from tpu_tools.metrics.groups.base import CollectOptions
+    from tpu_tools.metrics.report import ReportBuilder
 
 MAN_SECTIONS = {
     "DESCRIPTION": (
@@ -128,7 +136,8 @@ MAN_SECTIONS = {
         "notes[] (service devices that could not be paired with this host's chips)."
     ),
     "CONFIGURATION": (
-        "--config FILE (TOML, or JSON when the name ends in .json) chooses groups, periods and agents:\n"
+        "--config FILE (TOML, or JSON when the name ends in .json) chooses groups, periods and agents; each key "
+        "but groups is the default of the option of its name, and an option given on the command line wins:\n"
         "period = \"1s\"  seconds between reports (a number, or with ms, s, m, h); --period overrides it.\n"
         "tag_filter = \"^train\"  only agents whose tag matches this regular expression; --tag-filter "
         "overrides it.\n"
@@ -288,7 +297,30 @@ class Regex(click.ParamType):
 
 
 def explicit(ctx: click.Context, name: str) -> bool:
-    return ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)
+    """Whether the option was given on the command line, not left to its default or to --config's."""
+    return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP, None)
+
+
+def option_defaults(config: MonitorConfig) -> dict[str, Any]:
+    """The config file's values under the names of the options whose defaults they become."""
+    values = {"period": config.period_s, "tag_filter": config.tag_filter, "agent_timeout": config.agent_timeout_s,
+              "metrics_addr": config.metrics_addr, "metrics_timeout_s": config.metrics_timeout_s,
+              "price_per_hour": config.price_per_hour, "allow_metrics": config.metrics_allow,
+              "deny_metrics": config.metrics_deny}
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def load_config_defaults(ctx: click.Context, param: click.Parameter, path: Path | None) -> MonitorConfig | None:
+    """--config, read before the other options (it is eager): its values become their defaults (click's
+    default_map), so an option given on the command line wins. A bad file is a usage error naming it."""
+    if path is None or ctx.resilient_parsing:
+        return None
+    from tpu_tools.cli.monitor_config import load_config
+    from tpu_tools.metrics.groups import GROUPS
+
+    config = load_config(path, list(GROUPS))
+    ctx.default_map = {**(ctx.default_map or {}), **option_defaults(config)}
+    return config
 
 
 @click.command(name="monitor", cls=ToolCommand, man_sections=MAN_SECTIONS)
@@ -296,8 +328,9 @@ def explicit(ctx: click.Context, name: str) -> bool:
               help="Time between reports (seconds, or with ms, s, m: 500ms, 2s).")
 @click.option("--count", type=Count(1, 1 << 62), default=None, metavar="N",
               help="Exit after N reports (default: run until stopped).")
-@click.option("--config", "config_path", type=PathParam(dir_okay=False, readable=True), default=None,
-              metavar="FILE", help="TOML or JSON file choosing groups, their periods and a tag filter.")
+@click.option("--config", "config", type=PathParam(dir_okay=False, readable=True), default=None, is_eager=True,
+              callback=load_config_defaults, metavar="FILE",
+              help="TOML or JSON file choosing groups, their periods and a tag filter.")
 @click.option("--tag-filter", type=Regex(), default=None, metavar="REGEX",
               help="Only agents whose tag matches this regular expression.")
 @click.option("--agent-timeout", type=Duration(), default="1s", show_default=True, metavar="SECONDS",
@@ -339,7 +372,7 @@ def explicit(ctx: click.Context, name: str) -> bool:
 @metrics_options
 @common_options
 @click.pass_context
-def monitor_command(ctx: click.Context, period: float, count: int | None, config_path: Path | None,
+def monitor_command(ctx: click.Context, period: float, count: int | None, config: MonitorConfig | None,
                     tag_filter: re.Pattern[str] | None, agent_timeout: float, prometheus_address: str | None,
                     quiet: bool, web_config_path: Path | None, from_prometheus: str | None,
                     from_prometheus_timeout: float, arrays_pid: int | None, pod_labels: bool,
@@ -349,86 +382,100 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
                     metrics_timeout_s: float) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
     if jobs_ended:
-        from tpu_tools.cli.jobs_ended import print_jobs_ended
-        from tpu_tools.cli.output import Output
-
-        return print_jobs_ended(Output("json", sys.stdout))
+        return _jobs_ended()
     if from_prometheus is not None:
         return _fleet(ctx, from_prometheus, from_prometheus_timeout, period, count)
     if arrays_pid is not None:
         return _arrays(arrays_pid, agent_timeout)
-    from tpu_tools.metrics.groups import GROUPS
-    from tpu_tools.metrics.groups.base import CollectOptions
-    from tpu_tools.metrics.report import GroupPlan, ReportBuilder
+    # the config file's [prometheus] lists are defaults, never a mistake without --prometheus
+    selecting = (explicit(ctx, "allow_metrics") or explicit(ctx, "deny_metrics")) and not list_metrics
+    _refuse_without_prometheus(prometheus_address is not None, quiet=quiet, web_config=web_config_path is not None,
+                               command_label=process_command_label, selecting=selecting)
+    from tpu_tools.exporter.selection import MetricSelection, parse_globs
 
-    if quiet and prometheus_address is None:
-        raise UsageError("--quiet only makes sense with --prometheus (otherwise nothing would be reported)")
-    if web_config_path is not None and prometheus_address is None:
-        raise UsageError("--web-config only makes sense with --prometheus (it secures the /metrics server)")
-    if process_command_label and prometheus_address is None:
-        raise UsageError("--process-command-label only makes sense with --prometheus (it labels its series)")
-    if (allow_metrics or deny_metrics) and prometheus_address is None and not list_metrics:
-        raise UsageError("--allow-metric and --deny-metric only make sense with --prometheus or --list-metrics")
-    from tpu_tools.metrics.selection import MetricSelection, parse_globs
-
-    allow, deny = parse_globs(allow_metrics, "--allow-metric"), parse_globs(deny_metrics, "--deny-metric")
+    selection = MetricSelection(parse_globs(allow_metrics, "--allow-metric"),
+                                parse_globs(deny_metrics, "--deny-metric"))
     web_config = None
     if web_config_path is not None:
-        from tpu_tools.metrics.webconfig import load_web_config
+        from tpu_tools.exporter.webconfig import load_web_config
 
         web_config = load_web_config(web_config_path)  # every mistake in it stops us here, before serving
-    plan = [GroupPlan(name) for name in GROUPS]
-    if config_path is not None:
-        from tpu_tools.metrics.config import load_config
-
-        config = load_config(config_path, list(GROUPS))
-        if config.period_s is not None and not explicit(ctx, "period"):
-            period = config.period_s
-        if config.tag_filter is not None and tag_filter is None:
-            tag_filter = config.tag_filter
-        if config.agent_timeout_s is not None and not explicit(ctx, "agent_timeout"):
-            agent_timeout = config.agent_timeout_s
-        if config.metrics_addr is not None and not explicit(ctx, "metrics_addr"):
-            from tpu_tools.metrics.libtpu.addresses import metrics_addresses as resolve_addresses
-
-            metrics_addresses = resolve_addresses(config.metrics_addr)
-        if config.metrics_timeout_s is not None and not explicit(ctx, "metrics_timeout_s"):
-            metrics_timeout_s = config.metrics_timeout_s
-        if config.price_per_hour is not None and not explicit(ctx, "price_per_hour"):
-            price_per_hour = config.price_per_hour
-        if config.groups is not None:
-            plan = [GroupPlan(name, group.period_s) for name, group in config.groups.items()]
-        # each list of the command line replaces the file's
-        allow = allow if allow_metrics else config.metrics_allow or ()
-        deny = deny if deny_metrics else config.metrics_deny or ()
-    selection = MetricSelection(allow, deny)
     if list_metrics:
-        from tpu_tools.cli.list_metrics import list_metrics as print_metrics
-        from tpu_tools.cli.output import Output
+        return _list_metrics(metrics_addresses, metrics_timeout_s, agent_timeout, selection)
+    from tpu_tools.metrics.groups.base import CollectOptions
 
-        return print_metrics(metrics_addresses, metrics_timeout_s, agent_timeout, Output("json", sys.stdout),
-                             selection)
     options = CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
                              metrics_addresses=metrics_addresses, metrics_timeout_s=metrics_timeout_s,
                              price_per_hour=price_per_hour, pod_labels=pod_labels)
-    exporter = None
-    builder = ReportBuilder(plan, options, report_period_s=period)
+    builder = _report_builder(config, options, period)
     try:
-        if prometheus_address is not None:
-            from tpu_tools.metrics.prometheus import ReportCollector, exporters_for, parse_listen_address, serve
-
-            host, port = parse_listen_address(prometheus_address)
-            exporter = ReportCollector(exporters_for(builder.collectors, process_command_label), selection)
-            if web_config is not None:
-                from tpu_tools.metrics.webserver import serve_secure
-
-                serve_secure(exporter, host, port, web_config)
-            else:
-                serve(exporter, host, port)
-        _loop(builder, period, count, exporter, quiet)
+        if prometheus_address is None:
+            _loop(builder, period, count, None, False)
+        else:
+            _serve(builder, period, count, prometheus_address, web_config, selection, process_command_label, quiet)
     finally:
         builder.close()
     return EXIT_OK
+
+
+def _refuse_without_prometheus(serving: bool, *, quiet: bool, web_config: bool, command_label: bool,
+                               selecting: bool) -> None:
+    """The options of the exporter given without --prometheus (the allow and deny lists also serve
+    --list-metrics): usage errors, never silently ignored."""
+    if serving:
+        return
+    if quiet:
+        raise UsageError("--quiet only makes sense with --prometheus (otherwise nothing would be reported)")
+    if web_config:
+        raise UsageError("--web-config only makes sense with --prometheus (it secures the /metrics server)")
+    if command_label:
+        raise UsageError("--process-command-label only makes sense with --prometheus (it labels its series)")
+    if selecting:
+        raise UsageError("--allow-metric and --deny-metric only make sense with --prometheus or --list-metrics")
+
+
+def _jobs_ended() -> int:
+    """--jobs-ended: the summaries that ended jobs left, as one JSON document."""
+    from tpu_tools.cli.jobs_ended import print_jobs_ended
+    from tpu_tools.cli.output import Output
+
+    return print_jobs_ended(Output("json", sys.stdout))
+
+
+def _list_metrics(addresses: list[str], timeout_s: float, agent_timeout: float, selection: MetricSelection) -> int:
+    """--list-metrics: every family the exporter can serve and what each source serves, as one JSON document."""
+    from tpu_tools.cli.list_metrics import list_metrics
+    from tpu_tools.cli.output import Output
+
+    return list_metrics(addresses, timeout_s, agent_timeout, Output("json", sys.stdout), selection)
+
+
+def _report_builder(config: MonitorConfig | None, options: CollectOptions, period: float) -> ReportBuilder:
+    """The builder of this host's reports: every group, or the config file's groups with their periods."""
+    from tpu_tools.metrics.groups import GROUPS
+    from tpu_tools.metrics.report import GroupPlan, ReportBuilder
+
+    plan = [GroupPlan(name) for name in GROUPS]
+    if config is not None and config.groups is not None:
+        plan = [GroupPlan(name, group.period_s) for name, group in config.groups.items()]
+    return ReportBuilder(plan, options, report_period_s=period)
+
+
+def _serve(builder: ReportBuilder, period: float, count: int | None, address: str, web_config: WebConfig | None,
+           selection: MetricSelection, command_label: bool, quiet: bool) -> None:
+    """--prometheus: serve each report at /metrics (with TLS and basic auth from --web-config), and write it as a
+    JSON line unless --quiet."""
+    from tpu_tools.exporter.prometheus import ReportCollector, exporters_for, parse_listen_address, serve
+
+    host, port = parse_listen_address(address)
+    exporter = ReportCollector(exporters_for(builder.collectors, command_label), selection)
+    if web_config is not None:
+        from tpu_tools.exporter.webserver import serve_secure
+
+        serve_secure(exporter, host, port, web_config)
+    else:
+        serve(exporter, host, port)
+    _loop(builder, period, count, exporter, quiet)
 
 
 def _arrays(pid: int, agent_timeout: float) -> int:
@@ -452,12 +499,11 @@ def _arrays(pid: int, agent_timeout: float) -> int:
 
 def _fleet(ctx: click.Context, url: str, timeout_s: float, period: float, count: int | None) -> int:
     """--from-prometheus: the reports of every host from a Prometheus server, as JSON Lines."""
-    local = [f"--{name.replace('_', '-')}" for name in ("config_path", "prometheus_address", "quiet", "tag_filter",
+    local = [f"--{name.replace('_', '-')}" for name in ("config", "prometheus_address", "quiet", "tag_filter",
                                                           "agent_timeout", "metrics_addr")
              if explicit(ctx, name)]
     if local:
-        names = ", ".join("--config" if n == "--config-path" else "--prometheus" if n == "--prometheus-address"
-                          else n for n in local)
+        names = ", ".join("--prometheus" if n == "--prometheus-address" else n for n in local)
         raise UsageError(f"--from-prometheus reads the figures Prometheus holds; {names} only apply to this host")
     from tpu_tools.metrics.fleet.source import FleetSource
 

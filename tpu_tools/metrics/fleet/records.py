@@ -203,7 +203,7 @@ _GOODPUT_FIGURES = {"goodput_ratio": ("goodput_percent", 100.0), "mfu_ratio": ("
 
 
 def _take_goodput(agent: dict[str, Any], figure: str, labels: dict[str, str], value: float) -> None:
-    """The goodput series and the job's published metrics (tpu_tools.metrics.goodput_view) of one agent."""
+    """The goodput series and the job's published metrics (tpu_tools.exporter.goodput) of one agent."""
     if figure in ("metric", "metric_step"):
         name, scope = labels.get("name", "?"), labels.get("scope") or None
         metrics = agent.setdefault("metrics", [])

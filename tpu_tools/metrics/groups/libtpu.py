@@ -92,7 +92,7 @@ class LibtpuGroup:
                 for position, device in placed]
 
     def prometheus(self, data: dict[str, Any]) -> Iterable[Any]:
-        from tpu_tools.metrics.prometheus import histogram_families, sample_families
+        from tpu_tools.metrics.samplefamilies import histogram_families, sample_families
 
         return [*sample_families(gauge_samples(self._latest)), *histogram_families(histogram_samples(self._latest))]
 

@@ -12,7 +12,7 @@ from typing import Any
 from tpu_tools.metrics.agent_client import AgentResult
 from tpu_tools.metrics.cacheshare import shared_cache_dirs
 from tpu_tools.metrics.global_check import global_metric_findings
-from tpu_tools.metrics.goodput_view import goodput_entry
+from tpu_tools.metrics.goodput import goodput_entry
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceHolders
 from tpu_tools.metrics.process import ProcessSampler
 from tpu_tools.metrics.processfacts import ProcessFacts

@@ -42,7 +42,7 @@ class WorkloadGroup:
 
 def prometheus_families(data: dict[str, Any]) -> Iterable[Any]:
     """The group's families: the job's own samples under tpu_tools_ names, the device plugin's figures."""
-    from tpu_tools.metrics.prometheus import sample_families
+    from tpu_tools.metrics.samplefamilies import sample_families
 
     samples = []
     for endpoint in data.get("endpoints") or []:

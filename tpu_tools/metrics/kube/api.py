@@ -5,7 +5,7 @@ In-cluster configuration: the API server at $KUBERNETES_SERVICE_HOST:$KUBERNETES
 CA certificate of the service account mounted in the pod ($TPU_TOOLS_SERVICEACCOUNT_DIR, else the standard
 folder). Each pod is read at most once a minute. What comes back is bounded: the answer's size, the number
 of labels (the first MAX_LABELS by name), their names (as Prometheus label names, `label_` and the
-sanitised key, as kube-state-metrics names them) and values (naming.label_value).
+sanitised key, as kube-state-metrics names them) and values (labeltext.label_value).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tpu_tools.errors import RuntimeFailure
-from tpu_tools.metrics.naming import label_value
+from tpu_tools.metrics.labeltext import label_value
 
 SERVICEACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 ENV_SERVICEACCOUNT = "TPU_TOOLS_SERVICEACCOUNT_DIR"

@@ -2,7 +2,7 @@
 
 Library-neutral: `gauge_samples` and `histogram_samples` return plain samples (name, help, labels, value or
 buckets) that an exporter turns into its own metric families (with prometheus-client: one family per name).
-Names carry the `tpu_tools_` prefix and their base unit (metrics/naming.py): shares are ratios, libtpu's
+Names carry the `tpu_tools_` prefix and their base unit (exporter/naming.py): shares are ratios, libtpu's
 microsecond latencies are histograms in seconds and its megabit-per-second rates histograms in bytes per
 second, built from the buckets libtpu sends. A figure the runtime does not serve yields no sample at all
 rather than a made-up number.

@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from tpu_tools.metrics.naming import label_value
+from tpu_tools.metrics.labeltext import label_value
 
 PREFIX = "tpu_tools_gpu_"
 GPU_LABELS = ["gpu", "uuid", "pci_bus_id", "device"]

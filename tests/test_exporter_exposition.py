@@ -24,13 +24,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.parser import text_string_to_metric_families
 from promstack import needs_promtool
 
-from tpu_tools.metrics import naming
-from tpu_tools.metrics.families import exported_families
+from tpu_tools.exporter import naming
+from tpu_tools.exporter.families import exported_families
+from tpu_tools.exporter.prometheus import ReportCollector, host_metrics, serve
+from tpu_tools.exporter.webconfig import WebConfig
+from tpu_tools.exporter.webserver import serve_secure
 from tpu_tools.metrics.libtpu.distribution import DistributionSummary
 from tpu_tools.metrics.libtpu.export import MEGABIT_PER_SECOND, MICROSECOND, histogram
-from tpu_tools.metrics.prometheus import ReportCollector, histogram_families, host_metrics, serve
-from tpu_tools.metrics.webconfig import WebConfig
-from tpu_tools.metrics.webserver import serve_secure
+from tpu_tools.metrics.samplefamilies import histogram_families
 
 SYSROOT_HOSTS = {"v4": sysroot.v4_host, "v5e": sysroot.v5e_host, "v5p": sysroot.v5p_host, "v6e": sysroot.v6e_host,
                  "tpu7x": sysroot.tpu7x_host}

@@ -15,23 +15,16 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from tpu_tools.metrics.buildinfo import NAME as BUILD_INFO
+from tpu_tools.exporter.buildinfo import NAME as BUILD_INFO
+from tpu_tools.exporter.prometheus import PREFIX, ReportCollector, device_metrics, host_metrics, process_metrics
 from tpu_tools.metrics.groups.workload import prometheus_families as workload_families
 from tpu_tools.metrics.libtpu.distribution import DistributionSummary
 from tpu_tools.metrics.libtpu.export import gauge_samples, histogram_samples
 from tpu_tools.metrics.libtpu.records import DeliveryRate, DeviceFigures, LibtpuSnapshot, TransferLatency
 from tpu_tools.metrics.nvml.export import families as gpu_families
 from tpu_tools.metrics.nvml.records import GpuProcess, GpuRecord
-from tpu_tools.metrics.prometheus import (
-    PREFIX,
-    ReportCollector,
-    device_metrics,
-    histogram_families,
-    host_metrics,
-    process_metrics,
-    sample_families,
-)
 from tpu_tools.metrics.records.report import waiting_report
+from tpu_tools.metrics.samplefamilies import histogram_families, sample_families
 
 UNITS = ("bytes_per_second", "seconds", "bytes", "joules", "watts", "celsius", "hertz", "ratio", "percent")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from tpu_tools.metrics.processlabels import process_label_values
+from tpu_tools.exporter.processlabels import process_label_values
 
 
 def health_families(data: dict[str, Any], labels: list[str]) -> Iterator[Metric]:

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from test_monitor_cli import _free_port, _safe_scrape
 
+from tpu_tools.cli.monitor_config import load_config
 from tpu_tools.errors import UsageError
-from tpu_tools.metrics import naming
-from tpu_tools.metrics.config import load_config
-from tpu_tools.metrics.families import exported_families, unit_of
-from tpu_tools.metrics.prometheus import ReportCollector, host_metrics
-from tpu_tools.metrics.selection import MetricSelection, parse_globs
+from tpu_tools.exporter import naming
+from tpu_tools.exporter.families import exported_families, unit_of
+from tpu_tools.exporter.prometheus import ReportCollector, host_metrics
+from tpu_tools.exporter.selection import MetricSelection, parse_globs
 
 
 def test_globs_allow_and_deny_counters_by_either_name():

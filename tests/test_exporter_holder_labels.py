@@ -17,10 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 from promstack import PROMTOOL, needs_promtool
 
-from tpu_tools.metrics.holders import device_holders
-from tpu_tools.metrics.naming import MAX_LABEL_VALUE, label_value
+from tpu_tools.exporter.holders import device_holders
+from tpu_tools.exporter.prometheus import ReportCollector, device_metrics, process_metrics
+from tpu_tools.metrics.labeltext import MAX_LABEL_VALUE, label_value
 from tpu_tools.metrics.nvml.export import families as gpu_families
-from tpu_tools.metrics.prometheus import ReportCollector, device_metrics, process_metrics
 from tpu_tools.metrics.slurm import job_id
 
 POD = {"namespace": "ml", "pod": "train-0", "container": "trainer"}

@@ -5,14 +5,14 @@ Drawn from one report: the devices group's holders and agent processes of each d
 processes of each GPU, and the processes group's entries for those pids (tag, pod, Slurm job). Where several
 processes hold a device, each label takes the first value found, agents first, then by pid. Values come
 from outside (a job chooses its tag, a pod its names): every one is made printable and bounded
-(naming.label_value).
+(labeltext.label_value).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tpu_tools.metrics.naming import label_value
+from tpu_tools.metrics.labeltext import label_value
 from tpu_tools.metrics.records.report import MonitorReport
 
 HOLDER_LABELS = ("tag", "namespace", "pod", "container", "slurm_job_id")

@@ -16,11 +16,11 @@ from conftest import as_report
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.core import GaugeMetricFamily
-from test_webconfig import certificate
+from test_exporter_webconfig import certificate
 
 from tpu_tools.errors import RuntimeFailure
-from tpu_tools.metrics.webconfig import TLSConfig, WebConfig
-from tpu_tools.metrics.webserver import Limits, MetricsServer, parse_head, serve_metrics
+from tpu_tools.exporter.webconfig import TLSConfig, WebConfig
+from tpu_tools.exporter.webserver import Limits, MetricsServer, parse_head, serve_metrics
 
 
 class Chips:
@@ -254,7 +254,7 @@ def test_a_taken_port_is_one_sentence():
 def test_renderings_are_shared_but_never_older_than_the_scrape():
     from prometheus_client.registry import CollectorRegistry
 
-    from tpu_tools.metrics.webserver import Renderer
+    from tpu_tools.exporter.webserver import Renderer
 
     chips = Chips()
     registry = CollectorRegistry(auto_describe=False)
@@ -278,8 +278,8 @@ def test_any_head_parses_or_is_refused(head):
 def test_a_report_is_rendered_once_however_many_scrapes():
     from prometheus_client.registry import CollectorRegistry
 
-    from tpu_tools.metrics.prometheus import BUILTIN, ReportCollector
-    from tpu_tools.metrics.webserver import Renderer
+    from tpu_tools.exporter.prometheus import BUILTIN, ReportCollector
+    from tpu_tools.exporter.webserver import Renderer
 
     collector = ReportCollector(dict(BUILTIN))
     collector.update(as_report({"host": {"error": None, "cpu_percent": 12.0}}))
@@ -297,7 +297,7 @@ def test_scrapes_with_credentials_are_answered_from_the_rendering_of_the_report(
 
     import bcrypt
 
-    from tpu_tools.metrics.prometheus import BUILTIN, ReportCollector
+    from tpu_tools.exporter.prometheus import BUILTIN, ReportCollector
 
     collector = ReportCollector(dict(BUILTIN))
     collector.update(as_report({"host": {"error": None, "cpu_percent": 12.0}}))
@@ -322,7 +322,7 @@ def test_scrapes_with_credentials_are_answered_from_the_rendering_of_the_report(
 
 
 def test_a_flood_of_pipelined_scrapes_is_answered_in_turn_with_bounded_buffers():
-    from tpu_tools.metrics.prometheus import BUILTIN, ReportCollector
+    from tpu_tools.exporter.prometheus import BUILTIN, ReportCollector
 
     collector = ReportCollector(dict(BUILTIN))
     collector.update(as_report({"host": {"error": None, "cpu_percent": 12.0}}))

@@ -37,7 +37,7 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tpu_tools.errors import RuntimeFailure
-from tpu_tools.metrics.webconfig import Authenticator, WebConfig, ssl_context
+from tpu_tools.exporter.webconfig import Authenticator, WebConfig, ssl_context
 
 _CHECK_EVERY_S = 0.25  # how often deadlines are looked at (their precision)
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",

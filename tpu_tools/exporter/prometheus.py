@@ -2,34 +2,33 @@
 
 Metrics are built from the latest report on every scrape, so the series of a
 process that exited disappear with it. Names start with `tpu_tools_` and carry
-their unit (metrics/naming.py); labels: `device` (e.g. tpu:0, or cpu:0@1234 for a process's own
+their unit (exporter/naming.py); labels: `device` (e.g. tpu:0, or cpu:0@1234 for a process's own
 CPU device), `pid`, `tag`, and `namespace`, `pod`, `container` where processes run in
 Kubernetes pods. Device and GPU series carry their holder's `tag`, `namespace`, `pod`,
-`container` and `slurm_job_id` (metrics/holders.py). A group added later exports its own figures by
+`container` and `slurm_job_id` (exporter/holders.py). A group added later exports its own figures by
 giving its collector a `prometheus(data)` method.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tpu_tools.errors import UsageError
-from tpu_tools.metrics.buildinfo import build_info_family
+from tpu_tools.exporter.buildinfo import build_info_family
+from tpu_tools.exporter.goodput import goodput_families
+from tpu_tools.exporter.health import health_families
+from tpu_tools.exporter.holders import device_holders
+from tpu_tools.exporter.processlabels import process_label_values, process_labels
+from tpu_tools.exporter.selection import MetricSelection
 from tpu_tools.metrics.cacheshare import cache_metrics
-from tpu_tools.metrics.goodput_view import goodput_families
-from tpu_tools.metrics.holders import device_holders
-from tpu_tools.metrics.naming import label_value
-from tpu_tools.metrics.processlabels import process_label_values, process_labels
-from tpu_tools.metrics.prom_health import health_families
+from tpu_tools.metrics.labeltext import label_value
 from tpu_tools.metrics.records.report import MonitorReport
-from tpu_tools.metrics.selection import MetricSelection
 from tpu_tools.parsing import port_number
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
@@ -123,7 +122,7 @@ def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
 
 def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterator[Metric]:
     """Prometheus families of the `processes` group (agents), labelled by pid and tag (and pod, and the command
-    where `command_label` asks for it: metrics/processlabels.py)."""
+    where `command_label` asks for it: exporter/processlabels.py)."""
     # Where a process runs in a Kubernetes pod, every process series also names its pod (empty for the others).
     labels = process_labels(data.get("agents") or [], command_label)
     up = _gauge("agent_up", "1 when the process's agent answered, 0 when asking it failed.", labels)
@@ -221,36 +220,6 @@ def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterat
     yield from cache_metrics(data)
 
 
-def sample_families(samples: Iterable[Any]) -> Iterator[Metric]:
-    """Gauge families from library-neutral samples (name, documentation, labels, value), one per name."""
-    return _families_by_name(samples, GaugeMetricFamily,
-                             lambda family, values, sample: family.add_metric(values, float(sample.value)))
-
-
-def histogram_families(samples: Iterable[Any]) -> Iterator[Metric]:
-    """Histogram families from library-neutral samples (name, documentation, labels, cumulative buckets, sum)."""
-    def add(family: Any, values: list[str], sample: Any) -> None:
-        buckets = [("+Inf" if upper == math.inf else repr(float(upper)), float(count))
-                   for upper, count in sample.buckets]
-        family.add_metric(values, buckets, sample.sum)
-
-    return _families_by_name(samples, HistogramMetricFamily, add)
-
-
-def _families_by_name(samples: Iterable[Any], kind: Callable[..., Metric],
-                      add: Callable[[Any, list[str], Any], None]) -> Iterator[Metric]:
-    """One family of `kind` per sample name, its labels those of the name's first sample, in order of first use."""
-    families: dict[str, tuple[Metric, list[str]]] = {}
-    for sample in samples:
-        if sample.name not in families:
-            labels = list(sample.labels)
-            families[sample.name] = (kind(sample.name, sample.documentation, labels=labels), labels)
-        family, labels = families[sample.name]
-        add(family, [str(sample.labels.get(label, "")) for label in labels], sample)
-    for family, _ in families.values():
-        yield family
-
-
 BUILTIN: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {
     "host": host_metrics,
     "devices": device_metrics,
@@ -275,7 +244,7 @@ def with_labels(family: Metric, labels: dict[str, str]) -> Metric:
 
 
 def with_holders(family: Metric, holders: dict[str, dict[str, str]]) -> Metric:
-    """A device or GPU family with its holder's labels (metrics/holders.py) on each sample of a held device;
+    """A device or GPU family with its holder's labels (exporter/holders.py) on each sample of a held device;
     a per-process sample (with a pid) keeps its own."""
     if holders and family.name.startswith((PREFIX + "device_", PREFIX + "gpu_")):
         family.samples = [sample._replace(labels={**holders[sample.labels["device"]], **sample.labels})
@@ -340,7 +309,7 @@ class ReportCollector(Collector):
 def exporters_for(collectors: dict[str, Any], command_label: bool = False,
                   ) -> dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]:
     """The built-in exporter of each group, else the collector's own `prometheus` method. `command_label`: the
-    process series carry their command (metrics/processlabels.py)."""
+    process series carry their command (exporter/processlabels.py)."""
     builtin = dict(BUILTIN)
     if command_label:
         builtin["processes"] = functools.partial(process_metrics, command_label=True)
@@ -355,6 +324,6 @@ def exporters_for(collectors: dict[str, Any], command_label: bool = False,
 def serve(collector: ReportCollector, host: str, port: int) -> Any:
     """Start the /metrics HTTP server (`webserver`: bounded threads and sockets) in daemon threads;
     RuntimeFailure when the port is taken."""
-    from tpu_tools.metrics.webserver import serve_metrics
+    from tpu_tools.exporter.webserver import serve_metrics
 
     return serve_metrics(collector, host, port)

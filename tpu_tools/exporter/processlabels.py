@@ -3,7 +3,7 @@
 The command (`tpu-monitor --prometheus --process-command-label`) is off by default: every distinct command line
 is a new series of every process family, and a job whose arguments change from run to run (a timestamp, an
 output folder) leaves a trail of series behind it. It is the agent's command line with its whitespace folded
-to single spaces, control characters made "?" and cut to 128 characters (naming.label_value).
+to single spaces, control characters made "?" and cut to 128 characters (labeltext.label_value).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tpu_tools.metrics.naming import label_value
+from tpu_tools.metrics.labeltext import label_value
 
 POD_LABELS = ("namespace", "pod", "container")
 COMMAND_LABEL = "command"

@@ -15,10 +15,10 @@ from fakenvml import nvml_env
 from libtpu_server import FIXTURES, FakeMetricsService
 from prometheus_client.parser import text_string_to_metric_families
 from promstack import needs_promtool
-from test_exposition import check
+from test_exporter_exposition import check
 
 import tpu_tools
-from tpu_tools.metrics.naming import MAX_LABEL_VALUE
+from tpu_tools.metrics.labeltext import MAX_LABEL_VALUE
 from tpu_tools.versions import stack_versions
 
 
@@ -96,7 +96,7 @@ def test_the_command_label_needs_the_exporter():
 
 @pytest.mark.parametrize("command", ["python train.py", None, "a\tb\n\x00c"])
 def test_command_label_values(command):
-    from tpu_tools.metrics.processlabels import process_label_values, process_labels
+    from tpu_tools.exporter.processlabels import process_label_values, process_labels
 
     agent = {"pid": 7, "tag": "t", "command": command, "kubernetes": {"pod": "p"}}
     labels = process_labels([agent], command=True)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from promstack import free_port
 
 from tpu_tools.errors import UsageError
-from tpu_tools.metrics.webconfig import Authenticator, load_web_config
+from tpu_tools.exporter.webconfig import Authenticator, load_web_config
 
 PASSWORD = "s3cret scrape"
 

@@ -125,7 +125,7 @@ def _addresses(value: Any, path: Path) -> list[str]:
 
 
 def _selection(config: MonitorConfig, table: Any, path: Path) -> None:
-    from tpu_tools.metrics.selection import parse_globs
+    from tpu_tools.exporter.selection import parse_globs
 
     if not isinstance(table, dict):
         raise UsageError(f"config file {path}: prometheus must be a table (allow, deny)")

@@ -15,7 +15,7 @@ from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 
-from tpu_tools.metrics.naming import label_value
+from tpu_tools.metrics.labeltext import label_value
 from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 from tpu_tools.versions import StackVersions, stack_versions

@@ -14,7 +14,7 @@ import pytest
 from agentjobs import agent_env, running_job, wait_for
 from conftest import assert_one_line_error, run_tool, tool_command
 from promstack import free_port
-from test_webconfig import certificate
+from test_exporter_webconfig import certificate
 
 
 def _start(config: Path) -> object:

@@ -21,8 +21,6 @@ from collections.abc import Iterable
 
 from prometheus_client.core import Metric
 
-from tpu_tools.shorten import shorten
-
 PREFIX = "tpu_tools_"
 NAME = re.compile(r"^tpu_tools_[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 LABEL = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -34,16 +32,6 @@ HISTOGRAM_UNITS = ("_seconds", "_bytes", "_bytes_per_second", "_ratio")
 # CPU use as a percent of one core (a process) or of all cores (the host): read by deployed dashboards.
 LEGACY_PERCENT = frozenset({"tpu_tools_host_cpu_percent", "tpu_tools_process_cpu_percent"})
 RESERVED_LABELS = ("le", "quantile")
-MAX_LABEL_VALUE = 128  # characters of a label value that comes from outside (a tag, a pod name)
-# control characters, line separators, and lone surrogates (valid in JSON, not encodable as UTF-8)
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
-
-
-def label_value(text: str) -> str:
-    """A label value from outside, printable and bounded: control characters become "?", and a value longer
-    than MAX_LABEL_VALUE is cut and ends in "..." (a 10 KiB tag must not make every series 10 KiB)."""
-    text = _UNPRINTABLE.sub("?", text)
-    return shorten(text, MAX_LABEL_VALUE)
 
 
 def family_problems(family: Metric) -> list[str]:
