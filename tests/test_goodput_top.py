@@ -5,7 +5,8 @@ from __future__ import annotations
 from test_top import _report
 
 from tpu_tools.top.frame import frame_text, render
-from tpu_tools.top.model import ViewState, handle_key
+from tpu_tools.top.keys import handle_key
+from tpu_tools.top.model import ViewState
 
 GOODPUT = {
     "since_start": {"wall_s": 100.0, "goodput_percent": 60.0, "mfu_percent": None, "samples_per_s": None,

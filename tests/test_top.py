@@ -17,7 +17,8 @@ from isolation import showing, wait_for_screen
 from programs import require_program
 
 from tpu_tools.top.frame import frame_text, render
-from tpu_tools.top.model import ViewState, handle_key, rows_from_report
+from tpu_tools.top.keys import handle_key
+from tpu_tools.top.model import ViewState, rows_from_report
 
 # Two real JAX jobs serve this module's tests: in a parallel run they stay on one worker.
 pytestmark = pytest.mark.xdist_group("top-jobs")

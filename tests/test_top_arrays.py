@@ -14,7 +14,8 @@ from test_top import Tmux
 from tpu_tools.top.arrays_view import ArraysBoard, ArraysRead, arrays_lines
 from tpu_tools.top.frame import frame_text, render
 from tpu_tools.top.jobview import job_lines
-from tpu_tools.top.model import ViewState, handle_key, rows_from_report
+from tpu_tools.top.keys import handle_key
+from tpu_tools.top.model import ViewState, rows_from_report
 
 
 def _agent_report(pid: int, tag: str) -> dict:

@@ -22,7 +22,8 @@ from tpu_tools.top.drawing import Column, layout, sparkline
 from tpu_tools.top.environ import read_environment
 from tpu_tools.top.frame import elapsed_text, frame_text, render
 from tpu_tools.top.history import MAX_SAMPLES, History, Ring
-from tpu_tools.top.model import IGNORED, SORT_KEYS, Filters, ProcessRow, ViewState, handle_key, rows_from_report
+from tpu_tools.top.keys import IGNORED, handle_key
+from tpu_tools.top.model import SORT_KEYS, Filters, ProcessRow, ViewState, rows_from_report
 from tpu_tools.top.procinfo import ProcessInfo
 
 

@@ -19,7 +19,8 @@ from agentjobs import Job, agent_env, make_rundir, remove_rundir
 from conftest import run_tool
 
 from tpu_tools.top.frame import frame_text, render
-from tpu_tools.top.model import ViewState, handle_key
+from tpu_tools.top.keys import handle_key
+from tpu_tools.top.model import ViewState
 
 BROKEN = textwrap.dedent("""
     import os, sys, time

@@ -21,7 +21,8 @@ from test_exposition import check, exposition
 from torch_xla_jobs import MLP_JOB, TorchXlaJob, seconds, start_mlp_job, started
 
 from tpu_tools.top.frame import frame_text, render
-from tpu_tools.top.model import ViewState, handle_key
+from tpu_tools.top.keys import handle_key
+from tpu_tools.top.model import ViewState
 
 SYNC_LINE = MLP_JOB.splitlines().index("    torch_xla.sync()") + 1
 FALLBACK = "aten::_local_scalar_dense"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate man pages (man/) and shell completions (completions/) from the click tree.
+"""Generate man pages (man/) and shell completions (completions/) from the click tree, and the tables of docs/.
 
     python tools/gen_docs.py            # write the files
     python tools/gen_docs.py --check    # exit 1 and name the files that are stale
@@ -26,6 +26,7 @@ import generated  # noqa: E402
 
 from tpu_tools import __version__, environment  # noqa: E402
 from tpu_tools.cli.main import cli  # noqa: E402
+from tpu_tools.top import keys  # noqa: E402
 
 GROUP_PROGRAM = "tpu-tools"
 
@@ -392,6 +393,8 @@ def generated_files() -> dict[Path, str]:
     files[REPO / "completions" / "_tpu-tools"] = zsh_completion(all_programs)
     files[REPO / "completions" / "tpu-tools.fish"] = fish_completion(all_programs)
     files[REPO / "docs" / "environment.md"] = environment.markdown_table()
+    top_screen = REPO / "docs" / "top-screen.md"
+    files[top_screen] = generated.spliced(top_screen, "keys from tpu_tools/top/keys.py", keys.markdown_table())
     return files
 
 
