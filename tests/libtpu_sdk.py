@@ -239,7 +239,8 @@ def _serve_and_read(request: dict[str, Any]) -> int:
     # The service runs in a process of its own: the SDK holds the GIL through its blocking gRPC call.
     server = subprocess.Popen([sys.executable, str(Path(__file__)), "serve", request["fixture"]],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert server.stdout is not None and server.stdout.readline().strip() == "serving", "the service did not start"
+    assert server.stdout is not None, "the service did not start"
+    assert server.stdout.readline().strip() == "serving", "the service did not start"
     from libtpu import sdk
 
     for name in request["metrics"]:

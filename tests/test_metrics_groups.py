@@ -57,18 +57,22 @@ def tpu_host(tmp_path, monkeypatch):
 def test_a_registered_source_feeds_its_group_the_devices_and_top(tpu_host):
     builder = ReportBuilder()
     report = builder.build()
-    assert report["schema"] == SCHEMA and list(report)[-9:] == ["host", "devices", "processes", "libtpu", "workload",
+    assert report["schema"] == SCHEMA
+    assert list(report)[-9:] == ["host", "devices", "processes", "libtpu", "workload",
                                                                       "nvml", "amdsmi", "diag", "fakeruntime"]
-    assert report["fakeruntime"]["error"] is None and len(report["fakeruntime"]["devices"]) == 2
+    assert report["fakeruntime"]["error"] is None
+    assert len(report["fakeruntime"]["devices"]) == 2
     assert builder.collectors["fakeruntime"].calls == 1  # fetched once per round, shared by two groups
     devices = {d["key"]: d for d in report["devices"]["devices"]}
-    assert devices["tpu:0"]["utilization_percent"] == 87.5 and devices["tpu:0"]["memory_used_bytes"] == 3 << 30
+    assert devices["tpu:0"]["utilization_percent"] == 87.5
+    assert devices["tpu:0"]["memory_used_bytes"] == 3 << 30
     assert devices["tpu:0"]["sources"] == ["discovery", "fakeruntime"]
     assert devices["tpu:0"]["extra"] == {"hbm_bandwidth_utilization_percent": 40.0}
     assert devices["tpu:5"]["utilization_percent"] is None
     frame = frame_text(render(report, ViewState(), 120, 40))
     row = next(line for line in frame.splitlines() if line.startswith(" tpu:0 "))
-    assert "3.0 GiB / 16.0 GiB" in row and " 87.5 " in row
+    assert "3.0 GiB / 16.0 GiB" in row
+    assert " 87.5 " in row
     registry = CollectorRegistry(auto_describe=False)
     collector = ReportCollector(exporters_for(builder.collectors))
     registry.register(collector)
@@ -82,8 +86,10 @@ def test_a_failing_source_is_its_group_error_only(tpu_host):
     FakeRuntimeSource.fail = True
     report = ReportBuilder().build()
     assert report["fakeruntime"]["error"] == "no metrics service answers at localhost:8431"
-    assert report["devices"]["error"] is None and len(report["devices"]["devices"]) == 8
-    assert report["host"]["error"] is None and report["processes"]["error"] is None
+    assert report["devices"]["error"] is None
+    assert len(report["devices"]["devices"]) == 8
+    assert report["host"]["error"] is None
+    assert report["processes"]["error"] is None
 
 
 def test_group_periods_repeat_earlier_figures(tpu_host):
@@ -92,7 +98,8 @@ def test_group_periods_repeat_earlier_figures(tpu_host):
     first, second = builder.build(), builder.build()
     assert builder.collectors["fakeruntime"].calls == 1
     assert first["fakeruntime"]["sampled_at"] == second["fakeruntime"]["sampled_at"]
-    assert first["fakeruntime"]["period_s"] == 60.0 and second["host"]["period_s"] == 0.01
+    assert first["fakeruntime"]["period_s"] == 60.0
+    assert second["host"]["period_s"] == 0.01
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("1", 1.0), ("0.5", 0.5), ("500ms", 0.5), ("2s", 2.0), ("1m", 60.0),

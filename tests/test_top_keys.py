@@ -14,8 +14,10 @@ from tpu_tools.top.model import ViewState, rows_from_report
 
 def test_every_binding_has_keys_a_label_help_and_an_action():
     for binding in KEYS:
-        assert binding.keys and binding.label.strip(), binding
-        assert binding.help.strip() and binding.doc.strip(), binding.label
+        assert binding.keys, binding
+        assert binding.label.strip(), binding
+        assert binding.help.strip(), binding.label
+        assert binding.doc.strip(), binding.label
         assert callable(binding.action), binding.label
     labels = [b.label for b in KEYS]
     assert len(set(labels)) == len(labels)
@@ -36,7 +38,8 @@ def _help_box(screen: str) -> list[str]:
     for line in lines[top:]:
         if line[left] == "+":
             return box
-        assert line[left] == "|" and line[right] == "|", line
+        assert line[left] == "|", line
+        assert line[right] == "|", line
         box.append(line[left + 2:right - 1].rstrip())
     raise AssertionError("the help box has no bottom border")
 
