@@ -36,6 +36,8 @@ def _nothing() -> None:
 
 @dataclass
 class StepStats:
+    """A job's steps: how many were marked, the rate lately and the step times (seconds; None when unknown)."""
+
     count: int
     steps_per_second: float | None
     last_step_time_s: float | None
@@ -44,6 +46,7 @@ class StepStats:
     last_step_age_s: float | None  # seconds since the last step ended
 
     def to_dict(self) -> dict[str, float | int | None]:
+        """The figures as the agent's snapshot carries them under "steps"."""
         return dict(vars(self))
 
 
