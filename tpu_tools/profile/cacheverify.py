@@ -190,22 +190,28 @@ def verify(scan: CacheScan, deadline_s: float = DEFAULT_DEADLINE_S, prune: bool 
             judged += 1
             started = None
     if prune:
-        dir_fd = cachegc.open_dir(folder)
-        try:
-            for verdict in result.broken:
-                if _maybe_being_written(dir_fd, verdict):
-                    verdict.prune_error = (f"modified in the last {WRITING_S:g} s: jax may still be writing it "
-                                           "(it writes entries in place); run verify again later")
-                    continue
-                verdict.prune_error = cachegc.remove_file(dir_fd, verdict.name, allow_link=verdict.status == "link")
-                verdict.pruned = verdict.prune_error is None
-                if verdict.pruned and verdict.status != "link":
-                    for extra in cachegc.companions(verdict.name):
-                        cachegc.remove_file(dir_fd, extra)
-                    cachegc.remove_record(folder, verdict.name)
-        finally:
-            os.close(dir_fd)
+        _prune(folder, result)
     return result
+
+
+def _prune(folder: Path, result: VerifyResult) -> None:
+    """Remove the broken entries (and links) judged, with their companions and records; an entry modified
+    moments ago is left, and each verdict says what became of it."""
+    dir_fd = cachegc.open_dir(folder)
+    try:
+        for verdict in result.broken:
+            if _maybe_being_written(dir_fd, verdict):
+                verdict.prune_error = (f"modified in the last {WRITING_S:g} s: jax may still be writing it "
+                                       "(it writes entries in place); run verify again later")
+                continue
+            verdict.prune_error = cachegc.remove_file(dir_fd, verdict.name, allow_link=verdict.status == "link")
+            verdict.pruned = verdict.prune_error is None
+            if verdict.pruned and verdict.status != "link":
+                for extra in cachegc.companions(verdict.name):
+                    cachegc.remove_file(dir_fd, extra)
+                cachegc.remove_record(folder, verdict.name)
+    finally:
+        os.close(dir_fd)
 
 
 def _maybe_being_written(dir_fd: int, verdict: Verdict) -> bool:
