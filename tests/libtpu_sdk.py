@@ -251,7 +251,7 @@ def _serve_and_read(request: dict[str, Any]) -> int:
         try:
             summary = sdk.tpuz.get_core_state_summary(include_hlo_info=True)
             _emit({"runtime_status": json.loads(json.dumps(summary, default=str))})
-        except Exception as error:  # an unimplemented rpc is an answer too
+        except Exception as error:  # noqa: BLE001 an unimplemented rpc is an answer too
             _emit({"runtime_status": None, "error": f"{type(error).__name__}: {error}"})
     return 0
 

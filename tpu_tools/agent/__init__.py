@@ -176,7 +176,7 @@ def goodput() -> dict[str, Any]:
 def _ledger_step(index: int, step_time_s: float | None) -> None:
     try:
         process_ledger().end_step()
-    except Exception:  # the ledger never raises into the training loop
+    except Exception:  # noqa: BLE001 the ledger never raises into the training loop
         pass
 
 
@@ -219,7 +219,7 @@ def _user_name() -> str:
 
     try:
         return getpass.getuser()
-    except Exception:  # no passwd entry for this uid (containers)
+    except (KeyError, OSError):  # no passwd entry for this uid (containers)
         return str(os.getuid())
 
 
@@ -286,7 +286,7 @@ class _Agent:
         try:
             frontend = TorchXlaFrontend(torch_xla, _steps, self.torch_xla_debug_file, self.before_torch_xla)
             frontend.install()
-        except Exception as error:  # runs inside the job's `import torch_xla`: never raise into it
+        except Exception as error:  # noqa: BLE001 runs inside the job's `import torch_xla`: never raise into it
             self.attach_error = f"torch_xla not followed: {type(error).__name__}: {error}"
             return
         self.frontends[TORCH_XLA] = frontend
@@ -312,7 +312,7 @@ class _Agent:
             return {"arrays_report": None, "arrays_error": "the job has not started a JAX backend yet"}
         try:
             return {"arrays_report": largest_arrays(self.jax), "arrays_error": None}
-        except Exception as error:  # never into the job: the answer says why
+        except Exception as error:  # noqa: BLE001 never into the job: the answer says why
             return {"arrays_report": None, "arrays_error": f"{type(error).__name__}: {error}"}
 
     def command(self) -> str:
@@ -329,7 +329,7 @@ class _Agent:
         if frontend is not None:
             try:
                 shown = frontend.figures()
-            except Exception as error:  # a frontend that fails must not cost the other figures
+            except Exception as error:  # noqa: BLE001 a frontend that fails must not cost the other figures
                 shown.memory_error = f"{type(error).__name__}: {error}"
         figures = self.process.sample()
         snapshot = {

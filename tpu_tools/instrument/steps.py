@@ -147,7 +147,7 @@ class StepTracker:
         for callback in list(self._callbacks):
             try:
                 callback(index, step_time_s)
-            except Exception as error:  # never into the training loop: the callback is reported and disabled
+            except Exception as error:  # noqa: BLE001 never into the training loop: the callback is reported and disabled
                 self._disable(callback, index, error)
         return index
 
@@ -159,7 +159,7 @@ class StepTracker:
         try:
             name = str(getattr(callback, "__qualname__", None) or type(callback).__name__)
             reason = f"{type(error).__name__}: {error}"
-        except Exception:  # an exception whose str() raises too
+        except Exception:  # noqa: BLE001 an exception whose str() raises too
             name, reason = type(callback).__name__, type(error).__name__
         line = f"step callback {name} raised at step {index} ({reason}); it is disabled"[:500]
         self.callback_errors.append(line)

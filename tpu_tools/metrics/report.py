@@ -98,7 +98,7 @@ class ReportBuilder:
         header: dict[str, Any] = {"period_s": self._period(group), "sampled_at": iso_time(started), "error": None}
         try:
             data = self.collectors[group.name].collect(context)
-        except Exception as error:  # the group reports its failure; the report goes on
+        except Exception as error:  # noqa: BLE001 the group reports its failure; the report goes on
             return {**header, "error": first_line(error)}
         return {**header, **data}
 
@@ -109,5 +109,5 @@ class ReportBuilder:
             if close is not None:
                 try:
                     close()
-                except Exception:
+                except Exception:  # noqa: BLE001 closing a group is best effort; the others still close
                     pass

@@ -96,7 +96,7 @@ def running_jobs(timeout_s: float = 2.0) -> RunningJobs:
 
     try:
         scan = query_agents(timeout_s)
-    except Exception:  # an unsafe or missing runtime directory: no jobs to compare with
+    except Exception:  # noqa: BLE001 an unsafe or missing runtime directory: no jobs to compare with
         return RunningJobs()
     found: dict[str, str] = {}
     writers: set[str] = set()

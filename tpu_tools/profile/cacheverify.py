@@ -288,7 +288,7 @@ def _read_entry(folder: Path, name: str, max_bytes: int) -> tuple[bytes | None, 
             raw = b"".join(_pieces(handle, zstd))
         except Truncated:
             return None, "truncated: the compressed stream ends early"
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 hostile bytes: whatever the decoder raises, the entry is not valid
             return None, f"not a valid compressed entry ({first_line(error, limit=120)})"
     if len(raw) < 5:
         return None, "too short to hold a compile time and an executable"
@@ -329,7 +329,7 @@ def _child_main() -> int:
                 backend.deserialize_executable(raw[4:], chosen, None)
                 error = None
                 break
-            except Exception as failure:
+            except Exception as failure:  # noqa: BLE001 a runtime refuses an executable its own ways: the verdict names it
                 error = f"does not load on {platform}: {first_line(failure, limit=160)}"
         if error is None:
             say({"name": name, "status": "ok", "compile_time_s": compile_time})
