@@ -20,8 +20,12 @@ Files = dict[Path, "str | bytes"]
 def spliced(path: Path, name: str, body: str) -> str:
     """The text of `path` with what stands between its `<!-- generated: NAME -->` and `<!-- end generated: NAME -->`
     lines replaced by `body`: a generated part of a hand-written document."""
+    return spliced_text(path.read_text(), path, name, body)
+
+
+def spliced_text(text: str, path: Path, name: str, body: str) -> str:
+    """`text` (of `path`) with the part NAME replaced by `body`, as `spliced` does."""
     start, end = f"<!-- generated: {name} -->", f"<!-- end generated: {name} -->"
-    text = path.read_text()
     before, found, rest = text.partition(start + "\n")
     _, found_end, after = rest.partition(end + "\n")
     if not found or not found_end:
