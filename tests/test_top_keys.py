@@ -3,6 +3,8 @@ exactly the table."""
 
 from __future__ import annotations
 
+import re
+
 from conftest import REPO
 from test_top import _report
 
@@ -65,6 +67,16 @@ def test_the_man_page_and_the_docs_list_exactly_the_table():
     screen_doc = (REPO / "docs" / "top-screen.md").read_text()
     assert markdown_table() in screen_doc  # tools/gen_docs.py writes it; tests/test_docs.py checks it is fresh
     assert screen_doc.count("\n| ") - screen_doc.count("\n| ---") >= len(KEYS) + 1
+
+
+def test_the_summary_in_docs_top_names_bound_keys():
+    """docs/top.md names a few keys in passing (the table is docs/top-screen.md's): each is one the table binds."""
+    text = " ".join((REPO / "docs" / "top.md").read_text().split())
+    summary = text[text.index("(keys: "):text.index("all in [top-screen.md]")]
+    named = re.findall(r"`([^`]+)`", summary)
+    assert len(named) >= 8
+    for key in named:
+        assert key in BY_KEY, key
 
 
 def test_each_binding_acts_through_handle_key():
