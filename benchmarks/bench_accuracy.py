@@ -212,7 +212,7 @@ def _row(label: str, unit: str, pairs: list, theirs: float | None) -> tuple:
             ran[-1][2], statistics.median(t / h for t, h, _ in ran))
 
 
-def accelerator_main(args: argparse.Namespace) -> int:
+def accelerator_main(args: argparse.Namespace) -> int:  # noqa: C901 a script's run in order; its helpers close over jax
     from tpu_tools.parsing import parse_size
 
     copy_bytes = GIB if args.copy_bytes is None else parse_size(args.copy_bytes)

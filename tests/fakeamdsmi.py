@@ -64,7 +64,8 @@ print("#include <stdint.h>\n\n" + "\n".join(out))
 
 def _bindings_dir() -> Path:
     spec = importlib.util.find_spec("amdsmi")
-    assert spec and spec.submodule_search_locations, "the amdsmi package is needed (pip install -e '.[test]')"
+    assert spec, "the amdsmi package is needed (pip install -e '.[test]')"
+    assert spec.submodule_search_locations, "the amdsmi package is needed (pip install -e '.[test]')"
     return Path(next(iter(spec.submodule_search_locations)))
 
 

@@ -239,7 +239,8 @@ def _serve_and_read(request: dict[str, Any]) -> int:
     # The service runs in a process of its own: the SDK holds the GIL through its blocking gRPC call.
     server = subprocess.Popen([sys.executable, str(Path(__file__)), "serve", request["fixture"]],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert server.stdout is not None and server.stdout.readline().strip() == "serving", "the service did not start"
+    assert server.stdout is not None, "the service did not start"
+    assert server.stdout.readline().strip() == "serving", "the service did not start"
     from libtpu import sdk
 
     for name in request["metrics"]:
@@ -250,7 +251,7 @@ def _serve_and_read(request: dict[str, Any]) -> int:
         try:
             summary = sdk.tpuz.get_core_state_summary(include_hlo_info=True)
             _emit({"runtime_status": json.loads(json.dumps(summary, default=str))})
-        except Exception as error:  # an unimplemented rpc is an answer too
+        except Exception as error:  # noqa: BLE001 an unimplemented rpc is an answer too
             _emit({"runtime_status": None, "error": f"{type(error).__name__}: {error}"})
     return 0
 

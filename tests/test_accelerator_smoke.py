@@ -28,15 +28,18 @@ def test_ls_lists_the_accelerator_with_its_memory_and_the_probe_passes():
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     devices = document["devices"]
-    assert devices and all(d["platform"] != "cpu" for d in devices), devices
+    assert devices, devices
+    assert all(d["platform"] != "cpu" for d in devices), devices
     assert all(d["probe"] and d["probe"]["ok"] for d in devices), [d["probe"] for d in devices]
     nvml = document["nvml"]
     if nvml and nvml["available"]:  # an NVIDIA host: the card's own figures, tied to the PCI functions
-        assert nvml["gpus"] and all(g["status"] == "ok" for g in nvml["gpus"])
+        assert nvml["gpus"]
+        assert all(g["status"] == "ok" for g in nvml["gpus"])
         assert all(g["memory_total_bytes"] and g["memory_used_bytes"] is not None for g in nvml["gpus"])
         assert all(g["pci_bus_id"] in {c["pci_address"] for c in document["chips"]} for g in nvml["gpus"])
     plain = run_tool("tpu-ls", env=real_env(), timeout=300)
-    assert plain.returncode == 0 and "Traceback" not in plain.stderr
+    assert plain.returncode == 0
+    assert "Traceback" not in plain.stderr
 
 
 def test_monitor_samples_the_devices():
@@ -44,7 +47,8 @@ def test_monitor_samples_the_devices():
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     devices = report["devices"]["devices"]
-    assert devices and report["devices"]["error"] is None
+    assert devices
+    assert report["devices"]["error"] is None
     if report["nvml"].get("available"):
         assert all(d["memory_total_bytes"] for d in devices if d["platform"] in ("gpu", "cuda"))
 

@@ -37,7 +37,8 @@ def test_snapshot_of_a_real_jax_job(jax_job):
 
     snapshot = wait_for(walked, timeout=30)
     assert snapshot["schema"] == "tpu-tools/agent/v1"
-    assert snapshot["pid"] == job.pid and snapshot["tag"] == "trainer"
+    assert snapshot["pid"] == job.pid
+    assert snapshot["tag"] == "trainer"
     assert snapshot["runtime"]["platform"] == "cpu"
     assert 0 <= snapshot["runtime"]["live_arrays_age_s"] < 60  # a job this small is walked at every request
     devices = snapshot["devices"]
@@ -48,7 +49,9 @@ def test_snapshot_of_a_real_jax_job(jax_job):
         assert device["live_array_count"] >= 1
         assert device["memory_used_bytes"] is None  # the CPU platform reports no memory statistics
     process = snapshot["process"]
-    assert process["rss_bytes"] > 50 << 20 and process["threads"] >= 2 and process["cpu_percent"] >= 0
+    assert process["rss_bytes"] > 50 << 20
+    assert process["threads"] >= 2
+    assert process["cpu_percent"] >= 0
     # The agent reads its own figures cheaply; they agree with what psutil sees from outside.
     outside = psutil.Process(job.pid)
     with outside.oneshot():
@@ -57,7 +60,8 @@ def test_snapshot_of_a_real_jax_job(jax_job):
     assert abs(process["threads"] - threads) <= 2
     assert 0 < process["cpu_time_s"] <= cpu + 0.05
     # Launched as `python -m tpu_tools.agent ... job.py`: the job's own command line, not the launcher's.
-    assert snapshot["command"].split()[0].endswith("job.py") and "tpu_tools.agent" not in snapshot["command"]
+    assert snapshot["command"].split()[0].endswith("job.py")
+    assert "tpu_tools.agent" not in snapshot["command"]
     assert snapshot["user"] == pwd.getpwuid(os.getuid()).pw_name
 
 
@@ -66,12 +70,18 @@ def test_compiles_and_the_recompile_reason(jax_job):
     compiles = agent_client.query_agent(job.pid, directory=path)["compiles"]
     functions = {f["name"]: f for f in compiles["functions"]}
     step_fn = functions["train_step"]
-    assert step_fn["compile_count"] == 2 and step_fn["recompile_count"] == 1
-    assert step_fn["trace_time_s"] > 0 and step_fn["lowering_time_s"] > 0 and step_fn["backend_compile_time_s"] > 0
-    assert "f32[16,64]" in step_fn["last_recompile_reason"] and "f32[8,64]" in step_fn["last_recompile_reason"]
+    assert step_fn["compile_count"] == 2
+    assert step_fn["recompile_count"] == 1
+    assert step_fn["trace_time_s"] > 0
+    assert step_fn["lowering_time_s"] > 0
+    assert step_fn["backend_compile_time_s"] > 0
+    assert "f32[16,64]" in step_fn["last_recompile_reason"]
+    assert "f32[8,64]" in step_fn["last_recompile_reason"]
     recent = [r for r in compiles["recent_recompiles"] if r["function"] == "train_step"]
-    assert len(recent) == 1 and "different input types" in recent[0]["reason"]
-    assert compiles["compile_count"] >= 2 and compiles["recompile_count"] >= 1
+    assert len(recent) == 1
+    assert "different input types" in recent[0]["reason"]
+    assert compiles["compile_count"] >= 2
+    assert compiles["recompile_count"] >= 1
 
 
 def test_steps_are_counted_and_timed(jax_job):
@@ -94,7 +104,8 @@ def test_list_agents_and_private_files(jax_job):
     assert [(r.pid, r.tag) for r in records] == [(job.pid, "trainer")]
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
     info = os.stat(records[0].socket_path)
-    assert stat.S_ISSOCK(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600
+    assert stat.S_ISSOCK(info.st_mode)
+    assert stat.S_IMODE(info.st_mode) == 0o600
     assert records[0].socket_path.name == f"agent-{job.pid}.sock"
 
 
@@ -184,7 +195,8 @@ def test_socket_removed_at_exit_and_stale_entries_cleaned(rundir):
         stale = rundir / f"agent-{killed.pid}.sock"
         assert stale.exists()  # SIGKILL leaves it behind
         scan = agent_client.query_agents(directory=rundir)
-        assert scan.results == [] and killed.pid in scan.removed_stale
+        assert scan.results == []
+        assert killed.pid in scan.removed_stale
         assert not stale.exists()
         with pytest.raises(agent_client.AgentGone, match="^no agent is registered for process "):
             agent_client.query_agent(killed.pid, directory=rundir)
@@ -229,7 +241,8 @@ def test_agent_leaves_jax_import_to_the_script(rundir, tmp_path):
         assert process.poll() is None, process.stdout.read()
         snapshot = agent_client.query_agent(process.pid, directory=rundir)
         assert len(snapshot["devices"]) == 3
-        assert snapshot["compiles"]["listening"] and snapshot["compiles"]["compile_count"] >= 1
+        assert snapshot["compiles"]["listening"]
+        assert snapshot["compiles"]["compile_count"] >= 1
     finally:
         process.kill()
         process.wait(timeout=10)
@@ -258,7 +271,8 @@ def test_script_exception_is_reported_like_python(rundir, tmp_path):
                             env=clean_env(TPU_TOOLS_RUNTIME_DIR=str(rundir)), capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 1
-    assert "ValueError: boom" in result.stderr and "Traceback" in result.stderr
+    assert "ValueError: boom" in result.stderr
+    assert "Traceback" in result.stderr
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
@@ -291,8 +305,10 @@ def test_an_unsafe_runtime_directory_is_refused(tmp_path):
                             env=clean_env(TPU_TOOLS_RUNTIME_DIR=str(unsafe)), capture_output=True, text=True,
                             timeout=60)
     # The job runs anyway, with one warning; nothing is created in the unsafe directory.
-    assert result.returncode == 0 and "job ran" in result.stdout
-    assert "warning" in result.stderr and "0755" in result.stderr
+    assert result.returncode == 0
+    assert "job ran" in result.stdout
+    assert "warning" in result.stderr
+    assert "0755" in result.stderr
     assert os.listdir(unsafe) == []
     with pytest.raises(RunDirError, match="has mode 0755, not 0700; not using it"):
         agent_client.query_agents(directory=unsafe)
@@ -316,8 +332,12 @@ def test_steps_and_callbacks_without_the_server():
     document = json.loads(result.stdout)
     calls = document["calls"]
     assert [c[0] for c in calls] == [0, 1, 2]
-    assert calls[0][1] is None and 0.005 < calls[1][1] < 1 and 0.015 < calls[2][1] < 1
-    assert document["count"] == 4 and not document["running"] and not document["jax_imported"]
+    assert calls[0][1] is None
+    assert 0.005 < calls[1][1] < 1
+    assert 0.015 < calls[2][1] < 1
+    assert document["count"] == 4
+    assert not document["running"]
+    assert not document["jax_imported"]
 
 
 def test_persistent_cache_misses_then_hits(rundir, tmp_path):
@@ -345,5 +365,7 @@ def test_persistent_cache_misses_then_hits(rundir, tmp_path):
         finally:
             process.kill()
             process.wait(timeout=10)
-    assert seen[0]["cache_misses"] == 1 and seen[0]["cache_hits"] == 0
-    assert seen[1]["cache_hits"] == 1 and seen[1]["cache_misses"] == 0
+    assert seen[0]["cache_misses"] == 1
+    assert seen[0]["cache_hits"] == 0
+    assert seen[1]["cache_hits"] == 1
+    assert seen[1]["cache_misses"] == 0

@@ -24,7 +24,7 @@ def snapshot(request: str) -> dict[str, Any]:
     return {"schema": wire.SNAPSHOT_SCHEMA, "pid": os.getpid(), "tag": "kept"}
 
 
-@pytest.fixture()
+@pytest.fixture
 def directory() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="ttk", dir="/tmp"))  # short: a socket path has at most 107 bytes
     os.chmod(path, 0o700)
@@ -95,7 +95,8 @@ def test_an_agent_that_closes_after_each_answer_is_still_answered_every_round(di
         for _ in range(3):
             ask(directory, connections)
         thread.join(30)
-        assert len(answered) == 3 and all(b'"keep": true' in line for line in answered)
+        assert len(answered) == 3
+        assert all(b'"keep": true' in line for line in answered)
     finally:
         connections.close()
         listener.close()

@@ -68,18 +68,24 @@ def test_arrays_counted_by_kind_give_what_sizing_each_gives_and_a_dear_walk_is_r
     # JSON turned the device ids into strings; 300 x 64 B on device 0, 200 bf16 (8, 4) arrays split in
     # halves of 32 B on both, 7 x 15 B on device 1, the deleted array nowhere
     assert found["counted"] == found["one_by_one"]
-    assert found["counted"]["0"][1] >= 300 + 200 and found["counted"]["1"][1] >= 200 + 7
-    assert found["counted"]["0"][0] >= 300 * 64 + 200 * 32 and found["counted"]["1"][0] >= 200 * 32 + 7 * 15
+    assert found["counted"]["0"][1] >= 300 + 200
+    assert found["counted"]["1"][1] >= 200 + 7
+    assert found["counted"]["0"][0] >= 300 * 64 + 200 * 32
+    assert found["counted"]["1"][0] >= 200 * 32 + 7 * 15
     # a tally that may always walk again sees the 10 new arrays; one whose walks are dear keeps its first count,
     # and says how old it is
     (fresh_before, fresh_age), (fresh_after, _) = found["first"]["fresh"], found["second"]["fresh"]
-    assert fresh_age == 0.0 and fresh_after["0"][1] == fresh_before["0"][1] + 10
+    assert fresh_age == 0.0
+    assert fresh_after["0"][1] == fresh_before["0"][1] + 10
     (reused_before, reused_age), (reused_after, later_age) = found["first"]["reused"], found["second"]["reused"]
-    assert reused_before == found["counted"] and reused_after == reused_before
-    assert reused_age == 0.0 and later_age > 0.0
+    assert reused_before == found["counted"]
+    assert reused_after == reused_before
+    assert reused_age == 0.0
+    assert later_age > 0.0
     assert found["runtime"]["live_arrays_age_s"] >= later_age - 0.001
     assert found["second"]["hourly"][0] == found["first"]["hourly"][0]  # within its least interval: not walked
-    assert [d["id"] for d in found["devices"]] == [0, 1] and found["runtime"]["process_count"] == 1
+    assert [d["id"] for d in found["devices"]] == [0, 1]
+    assert found["runtime"]["process_count"] == 1
     # the memory fields of a later read are what the platform gives when asked (none on the CPU platform, which
     # the reader then stops asking)
     assert [{k: d[k] for k in asked} for d, asked in zip(found["devices"], found["asked"])] == found["asked"]

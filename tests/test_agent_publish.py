@@ -23,7 +23,7 @@ from tpu_tools.metrics.agent_client import query_agent, query_agents
 from tpu_tools.metrics.snapfile import HEADER, HEADER_SIZE, MAGIC, SnapshotFileError, SnapshotWriter, read_snapshot_file
 
 
-@pytest.fixture()
+@pytest.fixture
 def directory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="ttp", dir="/tmp"))  # short: a socket path has at most 107 bytes
     os.chmod(path, 0o700)
@@ -68,7 +68,8 @@ def test_a_monitor_reads_the_published_snapshot_and_the_agent_serves_nothing(dir
     scan = query_agents(5.0)
     assert [(r.tag, r.error) for r in scan.results] == [("published", None)]
     snapshot = scan.results[0].snapshot
-    assert snapshot["published_unix_s"] > 0 and snapshot["uptime_s"] > 0
+    assert snapshot["published_unix_s"] > 0
+    assert snapshot["uptime_s"] > 0
     assert agent._agent.server.counters.served == served  # nobody woke the job's serving thread
     assert query_agent(os.getpid(), 5.0)["tag"] == "published"  # on demand: made now, on the socket
     assert agent._agent.server.counters.served == served + 1
@@ -106,7 +107,8 @@ def test_a_reader_never_sees_half_a_snapshot(directory):
             if published is None:
                 continue
             document = orjson.loads(published.document)
-            assert document["n"] == document["m"] and len(document["pad"]) == document["n"] * 97 % 300_000
+            assert document["n"] == document["m"]
+            assert len(document["pad"]) == document["n"] * 97 % 300_000
             seen.add(document["n"])
         assert len(seen) > 1
     finally:
@@ -157,7 +159,8 @@ def test_a_hostile_file_is_refused_for_that_agent_alone(directory, kind, message
             fds.append(write_file(path, document, mode=0o644 if kind == "mode" else 0o600,
                                   crc=1 if kind == "crc" else None, length=1 << 30 if kind == "length" else None))
         scan = query_agents(5.0, directory=directory, max_bytes=1 << 20)
-        assert len(scan.results) == 1 and scan.results[0].snapshot is None
+        assert len(scan.results) == 1
+        assert scan.results[0].snapshot is None
         assert message in scan.results[0].error
         assert server.counters.served == 0  # refused, not papered over by asking the socket
     finally:
@@ -188,8 +191,10 @@ def test_a_killed_agent_leaves_no_file_behind_once_a_monitor_looks(directory):
         job.process.send_signal(signal.SIGKILL)
         job.process.wait(timeout=10)
         scan = query_agents(5.0)
-        assert scan.results == [] and scan.removed_stale == [job.pid]
-        assert not snap.exists() and not snap.with_suffix(".sock").exists()
+        assert scan.results == []
+        assert scan.removed_stale == [job.pid]
+        assert not snap.exists()
+        assert not snap.with_suffix(".sock").exists()
     finally:
         job.stop()
 

@@ -27,7 +27,7 @@ def answer(request: str) -> dict[str, Any]:
     return {"schema": wire.SNAPSHOT_SCHEMA, "request": request, "big": BIG if request == "arrays" else None}
 
 
-@pytest.fixture()
+@pytest.fixture
 def server() -> Iterator[AgentServer]:
     directory = Path(tempfile.mkdtemp(prefix="tts", dir="/tmp"))  # short: a socket path has at most 107 bytes
     served = AgentServer(directory / "agent.sock", answer)
@@ -57,7 +57,8 @@ def test_a_request_sent_with_the_connection_is_answered(server):
         with connect(server) as client:
             client.sendall(wire.encode_request("snapshot"))
             assert read_answer(client)["request"] == "snapshot"
-    assert server.counters.served == 20 and server.counters.malformed == 0
+    assert server.counters.served == 20
+    assert server.counters.malformed == 0
 
 
 def test_a_request_in_pieces_is_answered_once_whole(server):
@@ -85,7 +86,8 @@ def test_an_answer_larger_than_the_socket_buffer_reaches_a_slow_reader_whole(ser
         while chunk := slow.recv(1 << 16):
             rest += chunk
     document = json.loads(rest)
-    assert document["request"] == "arrays" and document["big"] == BIG
+    assert document["request"] == "arrays"
+    assert document["big"] == BIG
 
 
 def test_clients_that_leave_early_or_send_garbage_cost_nothing_else(server):
@@ -127,7 +129,8 @@ def test_an_answer_holds_any_figure_a_job_may_have():
     import numpy as np
 
     def strict(line: bytes) -> Any:
-        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        assert line.endswith(b"\n")
+        assert line.count(b"\n") == 1
         return json.loads(line, parse_constant=lambda token: pytest.fail(f"{token} in an answer"))
 
     document = strict(wire.encode_response({"nan": float("nan"), 3: np.float32(1.5), "count": np.int64(7),
@@ -178,7 +181,8 @@ def test_a_kept_connection_is_answered_request_after_request(server):
             assert [json.loads(answers.readline())["request"] for _ in range(2)] == ["ping", "snapshot"]
         client.sendall(wire.encode_request("ping"))  # without keep: the last answer, then the agent closes
         assert read_answer(client)["request"] == "ping"
-    assert server.counters.accepted == 1 and server.counters.served == 6
+    assert server.counters.accepted == 1
+    assert server.counters.served == 6
 
 
 def test_a_kept_connection_left_idle_is_closed_and_is_no_fault():

@@ -39,7 +39,7 @@ JOB = textwrap.dedent("""
 """)
 
 
-@pytest.fixture()
+@pytest.fixture
 def rundir() -> Iterator[Path]:
     path = make_rundir()
     yield path
@@ -69,7 +69,8 @@ def test_the_agent_answers_with_every_threads_stack(tmp_path, rundir):
         assert answer.source == "agent"
         assert answer.where == "load_batch (job.py:11)"
         main = answer.stacks["threads"][0]
-        assert main["main"] and main["name"] == "MainThread"
+        assert main["main"]
+        assert main["name"] == "MainThread"
         assert [f["function"] for f in main["frames"]][-2:] == ["<module>", "load_batch"]
         assert not any(t["name"].startswith("tpu-tools-") for t in answer.stacks["threads"])  # not the agent's
     finally:

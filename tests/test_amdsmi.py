@@ -54,8 +54,11 @@ def test_any_bdf_id_decodes_to_the_sysfs_address_of_its_parts(domain, partition,
     bdf_id = domain << 32 | partition << 28 | bus << 8 | device << 3 | function
     text = pci_bus_id(bdf_id)
     head, dot, tail = text.rpartition(".")
-    assert dot and [int(part, 16) for part in head.split(":")] == [domain, bus, device] and int(tail) == function
-    assert text == text.lower() and len(text) == 12  # the form discovery's PCI addresses have
+    assert dot
+    assert [int(part, 16) for part in head.split(":")] == [domain, bus, device]
+    assert int(tail) == function
+    assert text == text.lower()
+    assert len(text) == 12  # the form discovery's PCI addresses have
 
 
 @given(st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=False), st.text(max_size=5), st.none(),
@@ -71,14 +74,18 @@ def test_ls_json_fills_the_gpu_record_from_amdsmi(fake_amdsmi_dir, amd_root):
     # JAX_PLATFORMS unset: the platform left to JAX, as a plain `tpu-ls` leaves it, also where the suite pins the
     # CPU platform (a host with an accelerator plugin); the fixture host decides, and nothing opens a device
     document = ls_json(fake_amdsmi_dir, amd_root, JAX_PLATFORMS=None)
-    assert document["runtime_status"] == "skipped" and any("amdsmi lists the GPUs" in n for n in document["notes"])
+    assert document["runtime_status"] == "skipped"
+    assert any("amdsmi lists the GPUs" in n for n in document["notes"])
     amd = document["amdsmi"]
-    assert amd["available"] and amd["source"] == "amdsmi" and amd["driver_version"] == "6.12.12"
+    assert amd["available"]
+    assert amd["source"] == "amdsmi"
+    assert amd["driver_version"] == "6.12.12"
     assert amd["bindings_version"] == "7.0.2"
     busy, idle = amd["gpus"]
     assert (busy["name"], busy["pci_bus_id"], busy["chip_index"], idle["numa_node"]) == \
         ("AMD Instinct MI300X", "0000:0c:00.0", 0, 1)
-    assert busy["uuid"] == "e2ff74a1-0000-1000-8000-cd1234567801" and busy["serial"].endswith("8A2F51C0D10B7E01")
+    assert busy["uuid"] == "e2ff74a1-0000-1000-8000-cd1234567801"
+    assert busy["serial"].endswith("8A2F51C0D10B7E01")
     assert (busy["memory_total_bytes"], busy["memory_used_bytes"]) == (196592 * MIB, 58122 * MIB)
     assert busy["memory_free_bytes"] == (196592 - 58122) * MIB
     assert (busy["utilization_gpu_percent"], busy["utilization_memory_percent"]) == (91, 44)
@@ -91,12 +98,15 @@ def test_ls_json_fills_the_gpu_record_from_amdsmi(fake_amdsmi_dir, amd_root):
     assert (busy["ecc_volatile_uncorrected_errors"], idle["ecc_volatile_uncorrected_errors"]) == (0, 2)
     assert (busy["pcie_link_generation"], busy["pcie_link_generation_max"], busy["pcie_link_width"]) == (5, 5, 16)
     # what amdsmi has no figure for is null, never made up
-    assert busy["performance_state"] is None and busy["nvlink_links"] is None and busy["minor_number"] is None
+    assert busy["performance_state"] is None
+    assert busy["nvlink_links"] is None
+    assert busy["minor_number"] is None
     (process,) = busy["processes"]
     assert (process["pid"], process["gpu_memory_bytes"], process["command"], process["user"]) == \
         (4574, 61203283968, "python3 train.py --steps 80", "alice")
     (stranger,) = idle["processes"]
-    assert stranger["pid"] == 999999 and not stranger["visible"]
+    assert stranger["pid"] == 999999
+    assert not stranger["visible"]
 
 
 def test_ls_text_lists_the_amd_gpus_in_the_gpu_table(fake_amdsmi_dir, amd_root):
@@ -113,10 +123,13 @@ def test_ls_text_lists_the_amd_gpus_in_the_gpu_table(fake_amdsmi_dir, amd_root):
 def test_an_unsupported_field_is_null_with_amdsmis_reason(fake_amdsmi_dir, amd_root):
     amd = ls_json(fake_amdsmi_dir, amd_root, FAKE_AMDSMI_UNSUPPORTED="power,temp_edge,ecc")["amdsmi"]
     gpu = amd["gpus"][0]
-    assert gpu["status"] == "ok" and gpu["power_draw_watts"] is None
-    assert "NOT_SUPPORTED" in gpu["unsupported"]["power"] and "ecc" in gpu["unsupported"]
+    assert gpu["status"] == "ok"
+    assert gpu["power_draw_watts"] is None
+    assert "NOT_SUPPORTED" in gpu["unsupported"]["power"]
+    assert "ecc" in gpu["unsupported"]
     assert gpu["temperature_celsius"] == 83  # no edge sensor: the hotspot stands in
-    assert gpu["power_limit_watts"] == 750 and gpu["memory_used_bytes"] == 58122 * MIB
+    assert gpu["power_limit_watts"] == 750
+    assert gpu["memory_used_bytes"] == 58122 * MIB
 
 
 def test_init_failure_is_one_debug_line_and_the_listing_goes_on(fake_amdsmi_dir, amd_root):
@@ -125,7 +138,8 @@ def test_init_failure_is_one_debug_line_and_the_listing_goes_on(fake_amdsmi_dir,
     assert "amdsmi: amdsmi is not available: the amdgpu driver is not loaded" in result.stderr
     assert "Traceback" not in result.stderr
     document = json.loads(result.stdout)
-    assert not document["amdsmi"]["available"] and len(document["chips"]) == 2
+    assert not document["amdsmi"]["available"]
+    assert len(document["chips"]) == 2
 
 
 def test_without_the_library_the_bindings_print_nothing_into_the_json(amd_root, tmp_path):
@@ -138,6 +152,9 @@ def test_without_the_library_the_bindings_print_nothing_into_the_json(amd_root, 
 def test_a_gpu_that_hangs_costs_the_deadline_and_is_placed_by_its_bus_id(fake_amdsmi_dir, amd_root):
     document = ls_json(fake_amdsmi_dir, amd_root, "--timeout", "3", FAKE_AMDSMI_HANG="1")  # ls()'s timeout: the guard
     busy, hung = document["amdsmi"]["gpus"]
-    assert busy["status"] == "ok" and busy["memory_used_bytes"] == 58122 * MIB
-    assert hung["status"] == "not_answering" and hung["pci_bus_id"] == "0000:22:00.0" and hung["chip_index"] == 1
+    assert busy["status"] == "ok"
+    assert busy["memory_used_bytes"] == 58122 * MIB
+    assert hung["status"] == "not_answering"
+    assert hung["pci_bus_id"] == "0000:22:00.0"
+    assert hung["chip_index"] == 1
     assert "did not return in time" in hung["error"]

@@ -32,18 +32,25 @@ def test_monitor_reports_the_amd_gpus_and_places_them_by_pci_bus_id(fake_amdsmi_
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     group = report["amdsmi"]
-    assert group["error"] is None and group["source"] == "amdsmi" and group["driver_version"] == "6.12.12"
+    assert group["error"] is None
+    assert group["source"] == "amdsmi"
+    assert group["driver_version"] == "6.12.12"
     busy, idle = group["gpus"]
     assert (busy["device_key"], idle["device_key"]) == ("gpu:0", "gpu:1")
-    assert busy["processes"][0]["pid"] == 4574 and busy["processes"][0]["tag"] is None
+    assert busy["processes"][0]["pid"] == 4574
+    assert busy["processes"][0]["tag"] is None
     devices = {d["key"]: d for d in report["devices"]["devices"]}
     gpu0 = devices["gpu:0"]
-    assert gpu0["memory_used_bytes"] == BUSY_USED and gpu0["utilization_percent"] == 91
+    assert gpu0["memory_used_bytes"] == BUSY_USED
+    assert gpu0["utilization_percent"] == 91
     assert gpu0["sources"] == ["discovery", "amdsmi"]
-    assert gpu0["extra"]["gpu_name"] == "Instinct MI300X" and gpu0["extra"]["power_draw_watts"] == 612
-    assert gpu0["extra"]["temperature_celsius"] == 61 and gpu0["extra"]["amdsmi_status"] == "ok"
+    assert gpu0["extra"]["gpu_name"] == "Instinct MI300X"
+    assert gpu0["extra"]["power_draw_watts"] == 612
+    assert gpu0["extra"]["temperature_celsius"] == 61
+    assert gpu0["extra"]["amdsmi_status"] == "ok"
     # on a host without NVIDIA GPUs, NVML's absence is a note, not an error
-    assert report["nvml"]["error"] is None and report["nvml"]["notes"]
+    assert report["nvml"]["error"] is None
+    assert report["nvml"]["notes"]
 
 
 def test_a_host_without_amd_gpus_has_no_amdsmi_error(tmp_path):
@@ -52,7 +59,9 @@ def test_a_host_without_amd_gpus_has_no_amdsmi_error(tmp_path):
     result = run_tool("tpu-monitor", "--count", "1", env=amdsmi_env(tmp_path / "nowhere", root), timeout=60)
     assert result.returncode == 0, result.stderr
     group = json.loads(result.stdout)["amdsmi"]
-    assert group["error"] is None and group["available"] is False and "libamd_smi.so" in group["notes"][0]
+    assert group["error"] is None
+    assert group["available"] is False
+    assert "libamd_smi.so" in group["notes"][0]
 
 
 def test_init_failure_on_an_amd_host_is_the_groups_error(fake_amdsmi_dir, amd_root):
@@ -92,7 +101,8 @@ def test_prometheus_exports_the_gpu_series_with_a_vendor_label(fake_amdsmi_dir, 
         assert text.count("# TYPE tpu_tools_gpu_up ") == 1  # one family, whichever groups export it
         monitor.send_signal(signal.SIGTERM)
         _out, err = monitor.communicate(timeout=20)
-        assert monitor.returncode == 0 and err == ""
+        assert monitor.returncode == 0
+        assert err == ""
     finally:
         monitor.kill()
         monitor.wait(timeout=10)
@@ -104,10 +114,13 @@ def test_top_once_shows_the_amd_gpus_and_their_processes(fake_amdsmi_dir, amd_ro
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     gpu0 = next(line for line in lines if line.lstrip().startswith("gpu:0"))
-    assert "Instinct MI" in gpu0 and "56.8 GiB / 192.0 GiB" in gpu0 and "91.0" in gpu0  # the name column is narrow
+    assert "Instinct MI" in gpu0
+    assert "56.8 GiB / 192.0 GiB" in gpu0
+    assert "91.0" in gpu0  # the name column is narrow
     assert gpu0.split()[-4:] == ["61C", "612W", "4574", "python3"]
     job = next(line for line in lines if line.split()[:1] == ["4574"])
-    assert "57.0G" in job and "python3 train.py --steps 80" in job
+    assert "57.0G" in job
+    assert "python3 train.py --steps 80" in job
     hidden = next(line for line in lines if line.split()[:1] == ["999999"])
     assert "(other PID namespace)" in hidden
 
@@ -121,7 +134,8 @@ def test_a_hung_amd_gpu_costs_each_round_the_deadline_only(fake_amdsmi_dir, amd_
     assert len(reports) == 3
     for report in reports:
         answering, hung = report["amdsmi"]["gpus"]
-        assert answering["status"] == "ok" and hung["status"] == "not_answering"
+        assert answering["status"] == "ok"
+        assert hung["status"] == "not_answering"
         devices = {d["key"]: d for d in report["devices"]["devices"]}
         assert devices["gpu:1"]["extra"]["amdsmi_status"] == "not_answering"
 
@@ -142,8 +156,10 @@ def test_a_host_with_both_vendors_lists_both_and_exports_one_family_per_name(fak
     env = amdsmi_env(fake_amdsmi_dir, both_vendors, TPU_TOOLS_NVML=None, LD_LIBRARY_PATH=str(fake_nvml_dir))
     listing = run_tool("tpu-ls", env=env, timeout=60)
     assert listing.returncode == 0, listing.stderr
-    assert "NVIDIA driver 580.159.04" in listing.stdout and "AMD GPU driver (amdgpu) 6.12.12" in listing.stdout
-    assert "H100" in listing.stdout and "AMD Instinct MI300X" in listing.stdout
+    assert "NVIDIA driver 580.159.04" in listing.stdout
+    assert "AMD GPU driver (amdgpu) 6.12.12" in listing.stdout
+    assert "H100" in listing.stdout
+    assert "AMD Instinct MI300X" in listing.stdout
     port = _free_port()
     monitor = subprocess.Popen([*tool_command("tpu-monitor"), "--prometheus", str(port), "--quiet", "--period", "0.5"],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

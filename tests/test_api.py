@@ -52,16 +52,20 @@ def test_the_documented_examples_run_and_never_import_jax(tmp_path, rundir):  # 
     notebook, _, rest = result.stdout.partition("--- logger\n")
     rows = notebook.splitlines()
     assert len(rows) == 9  # eight chips and the free chips' line
-    assert rows[0].split()[:3] == ["0", "TPU", "v5e"] and rows[0].endswith("3001 (alice)")
-    assert rows[2].endswith("free") and rows[3].endswith("3002 (alice)")
+    assert rows[0].split()[:3] == ["0", "TPU", "v5e"]
+    assert rows[0].endswith("3001 (alice)")
+    assert rows[2].endswith("free")
+    assert rows[3].endswith("3002 (alice)")
     assert re.search(r"\d+\.\d / 16\.0 GiB +\d+%", rows[0])  # libtpu's HBM and duty cycle, paired with the chip
     assert rows[8].startswith("tpu: free [2, 4, 5, 6, 7]; a new job on [4, 5, 6, 7]:")
     assert "'TPU_VISIBLE_CHIPS': '4,5,6,7'" in rows[8]
     logged = [line for line in rest.splitlines() if line.startswith("INFO job")]
-    assert len(logged) == 2 and all(f"job {job.process.pid} (logged): " in line for line in logged)
+    assert len(logged) == 2
+    assert all(f"job {job.process.pid} (logged): " in line for line in logged)
     assert re.search(r": \d+ steps, [\d.]+ steps/s", logged[-1])
     figures = json.loads(rest.split("--- job ", 1)[1].splitlines()[0])
-    assert figures["tag"] == "logged" and figures["steps"] >= 1
+    assert figures["tag"] == "logged"
+    assert figures["steps"] >= 1
     assert "--- gone no agent is registered for process 1" in rest
     assert rest.rstrip().endswith("--- jax []")
 

@@ -62,20 +62,26 @@ def test_matmul_pins_the_schema_and_reports_an_unsupported_dtype_while_the_rest_
     assert result.stdout.count("int4 matmul is unsupported on cpu") == 2
 
     document = json.loads((tmp_path / "r.json").read_text())
-    assert set(document) == DOCUMENT_KEYS and document["schema"] == "tpu-tools/bench/v1"
-    assert set(document["environment"]) == ENVIRONMENT_KEYS and set(document["device"]) == DEVICE_KEYS
-    assert document["device"]["kind"] == "cpu" and document["device"]["count"] == 1
-    assert document["environment"]["versions"]["jax"] and document["settings"]["min_time_s"] == 0.02
+    assert set(document) == DOCUMENT_KEYS
+    assert document["schema"] == "tpu-tools/bench/v1"
+    assert set(document["environment"]) == ENVIRONMENT_KEYS
+    assert set(document["device"]) == DEVICE_KEYS
+    assert document["device"]["kind"] == "cpu"
+    assert document["device"]["count"] == 1
+    assert document["environment"]["versions"]["jax"]
+    assert document["settings"]["min_time_s"] == 0.02
     cases = by_id(document)
     assert list(cases) == ["matmul/f32/64", "matmul/f32/32x48x16", "matmul/int8/64",
                            "matmul/int8/32x48x16", "matmul/int4/64", "matmul/int4/32x48x16"]
     for case in cases.values():
         assert set(case) == RESULT_KEYS
     f32 = cases["matmul/f32/64"]
-    assert f32["status"] == "ok" and f32["primary"] == "throughput_tflops"
+    assert f32["status"] == "ok"
+    assert f32["primary"] == "throughput_tflops"
     assert set(f32["stats"]) == {"time_us", "throughput_tflops"}
     for summary in f32["stats"].values():
-        assert set(summary) == SUMMARY_KEYS and summary["count"] >= 3
+        assert set(summary) == SUMMARY_KEYS
+        assert summary["count"] >= 3
         assert summary["p25"] <= summary["median"] <= summary["p75"]
     assert f32["stats"]["throughput_tflops"]["higher_is_better"] is True
     assert f32["values"]["flops_per_call"] == 2 * 64 ** 3
@@ -83,10 +89,13 @@ def test_matmul_pins_the_schema_and_reports_an_unsupported_dtype_while_the_rest_
     assert f32["values"]["percent_of_peak"] is None  # no published peak for a CPU
     # Calls back to back (the calibration itself is tested in test_bench_timing.py: on a busy host one call
     # may already last the 2 ms sample); what ran and what else ran beside it.
-    assert f32["values"]["timing"] == "back_to_back" and f32["values"]["calls_per_sample"] >= 1
+    assert f32["values"]["timing"] == "back_to_back"
+    assert f32["values"]["calls_per_sample"] >= 1
     assert f32["values"]["sample_ms"] > 0
-    assert f32["values"]["repeats"] == 3 and f32["values"]["repeat_spread_percent"] >= 0
-    assert f32["values"]["precision"] == "default" and f32["values"]["arithmetic"] == "fp32"
+    assert f32["values"]["repeats"] == 3
+    assert f32["values"]["repeat_spread_percent"] >= 0
+    assert f32["values"]["precision"] == "default"
+    assert f32["values"]["arithmetic"] == "fp32"
     assert set(f32["values"]["interference"]) == {"other_processes_cpu_percent", "steal_percent",
                                                   "load_average_1m", "cpu_mhz", "cpus"}
     assert isinstance(f32["values"]["noisy"], bool)
@@ -95,7 +104,9 @@ def test_matmul_pins_the_schema_and_reports_an_unsupported_dtype_while_the_rest_
     assert cases["matmul/f32/32x48x16"]["values"]["flops_per_call"] == 2 * 32 * 48 * 16
     assert cases["matmul/int8/64"]["primary"] == "throughput_tops"
     int4 = cases["matmul/int4/64"]
-    assert int4["status"] == "unsupported" and "unsupported on cpu" in int4["message"] and not int4["stats"]
+    assert int4["status"] == "unsupported"
+    assert "unsupported on cpu" in int4["message"]
+    assert not int4["stats"]
 
     suite = ElementTree.parse(tmp_path / "j.xml").getroot()
     assert (suite.get("tests"), suite.get("skipped"), suite.get("failures"), suite.get("errors")) == ("6", "2", "0",
@@ -106,11 +117,14 @@ def test_out_of_memory_is_reported_and_the_suite_goes_on(tmp_path):
     document = bench_json(tmp_path / "r.json", "memory", "--size", "1T,64K", "--op", "copy,triad", *FAST)
     cases = by_id(document)
     huge = cases["memory/copy/1.0TiB"]
-    assert huge["status"] == "out_of_memory" and "out of memory" in huge["message"] and "free" in huge["message"]
+    assert huge["status"] == "out_of_memory"
+    assert "out of memory" in huge["message"]
+    assert "free" in huge["message"]
     assert cases["memory/triad/1.0TiB"]["status"] == "out_of_memory"
     copy, triad = cases["memory/copy/64.0KiB"], cases["memory/triad/64.0KiB"]
     assert copy["status"] == triad["status"] == "ok"
-    assert copy["values"]["bytes_per_call"] == 2 * 65536 and triad["values"]["bytes_per_call"] == 3 * 65536
+    assert copy["values"]["bytes_per_call"] == 2 * 65536
+    assert triad["values"]["bytes_per_call"] == 3 * 65536
     assert copy["values"]["xla_bytes_per_call"] == pytest.approx(2 * 65536, rel=0.1)
     assert copy["stats"]["bandwidth_gbps"]["median"] > 0
 
@@ -134,7 +148,8 @@ def test_transfer_every_direction_and_path_printed_as_json(tmp_path):
     assert list(cases) == [f"transfer/{direction}/{size}" for direction in ("h2d", "d2h", "h2d-pinned", "d2h-pinned")
                            for size in ("4.0KiB", "1.0MiB")]
     for case in cases.values():
-        assert case["status"] == "ok" and case["stats"]["bandwidth_gbps"]["median"] > 0
+        assert case["status"] == "ok"
+        assert case["stats"]["bandwidth_gbps"]["median"] > 0
         assert isinstance(case["values"]["host_memory_aliased"], bool)
         assert case["stats"]["bandwidth_gbps"]["count"] >= 10  # enough samples for a spread, every size
     assert cases["transfer/h2d/1.0MiB"]["values"]["bytes_per_call"] == 1 << 20
@@ -147,10 +162,12 @@ def test_transfer_every_direction_and_path_printed_as_json(tmp_path):
 
 def test_dispatch_with_options_given_before_the_benchmark_name(tmp_path):
     document = bench_json(tmp_path / "r.json", "--min-time", "0.05", "--warmup", "1", "dispatch")
-    assert document["settings"]["min_time_s"] == 0.05 and document["settings"]["benchmarks"] == ["dispatch"]
+    assert document["settings"]["min_time_s"] == 0.05
+    assert document["settings"]["benchmarks"] == ["dispatch"]
     cases = by_id(document)
     compiled, eager = cases["dispatch/compiled"], cases["dispatch/eager"]
-    assert compiled["primary"] == "latency_us" and compiled["values"]["compile_ms"] > 0
+    assert compiled["primary"] == "latency_us"
+    assert compiled["values"]["compile_ms"] > 0
     assert 0 < compiled["stats"]["latency_us"]["median"] < 100_000
     assert eager["stats"]["latency_us"]["count"] >= 3
 
@@ -165,15 +182,19 @@ def test_train_runs_data_parallel_with_mfu_cost_and_a_flop_cross_check(tmp_path)
     (case,) = document["results"]
     assert case["id"] == "train/custom/l1-d32-h2-f64-s16-v64-b2-float32"
     values, stats = case["values"], case["stats"]
-    assert values["devices"] == 2 and values["global_batch"] == 4
+    assert values["devices"] == 2
+    assert values["global_batch"] == 4
     assert set(stats) == {"step_time_ms", "samples_per_s", "tokens_per_s"}
     assert stats["tokens_per_s"]["median"] == pytest.approx(16 * stats["samples_per_s"]["median"])
     assert values["cost_per_1m_samples"] == pytest.approx(3.6 / 3600 * 1e6 / stats["samples_per_s"]["median"])
-    assert values["mfu_percent"] is None and values["compile_ms"] > 0
-    assert values["model_flops_per_step"] > 0 and values["xla_flops_per_step"] > 0
+    assert values["mfu_percent"] is None
+    assert values["compile_ms"] > 0
+    assert values["model_flops_per_step"] > 0
+    assert values["xla_flops_per_step"] > 0
     # a toy model's norms, softmax and optimizer outweigh its matmuls: the cross-check says so
     assert any("XLA's cost analysis counts" in w for w in case["warnings"])
-    assert "warning: train/custom" in result.stdout and "per 1M samples" in result.stdout
+    assert "warning: train/custom" in result.stdout
+    assert "per 1M samples" in result.stdout
 
 
 def test_infer_over_batch_sizes(tmp_path):
@@ -181,9 +202,11 @@ def test_infer_over_batch_sizes(tmp_path):
     cases = by_id(document)
     assert [c["values"]["batch_size"] for c in cases.values()] == [1, 3]
     for case in cases.values():
-        assert case["status"] == "ok" and case["primary"] == "samples_per_s"
+        assert case["status"] == "ok"
+        assert case["primary"] == "samples_per_s"
         latency = case["stats"]["latency_ms"]
-        assert latency["median"] <= latency["p99"] and case["values"]["compile_ms"] > 0
+        assert latency["median"] <= latency["p99"]
+        assert case["values"]["compile_ms"] > 0
 
 
 def test_compile_cold_then_warm_from_the_persistent_cache(tmp_path):
@@ -192,8 +215,10 @@ def test_compile_cold_then_warm_from_the_persistent_cache(tmp_path):
                           *CHEAP_COMPILES)
     (case,) = document["results"]
     assert case["status"] == "ok", case["message"]
-    assert case["values"]["cache_hit_verified"] is True and case["values"]["cache_entries_written"] >= 1
-    assert case["stats"]["cold_compile_ms"]["count"] == 1 and case["stats"]["warm_compile_ms"]["median"] > 0
+    assert case["values"]["cache_hit_verified"] is True
+    assert case["values"]["cache_entries_written"] >= 1
+    assert case["stats"]["cold_compile_ms"]["count"] == 1
+    assert case["stats"]["warm_compile_ms"]["median"] > 0
     assert case["values"]["cold_backend_compile_ms"] > case["values"]["warm_backend_compile_ms"]
     assert list(cache.iterdir()) == []  # the tool removed its cache directory again
 
@@ -264,9 +289,11 @@ def test_a_run_within_tolerance_passes_and_records_the_comparison(baseline, tmp_
     result = bench("dispatch", "--mode", "compiled", "--min-time", "0.1", "--warmup", "1",
                    "--baseline", str(slower), "--tolerance", "60%", "--json", str(document_path))
     assert result.returncode == 0, result.stderr
-    assert "compared with the baseline (tolerance 60%)" in result.stdout and "no regression" in result.stdout
+    assert "compared with the baseline (tolerance 60%)" in result.stdout
+    assert "no regression" in result.stdout
     comparison = json.loads(document_path.read_text())["comparison"]
-    assert comparison["regression_count"] == 0 and comparison["tolerance_percent"] == 60
+    assert comparison["regression_count"] == 0
+    assert comparison["tolerance_percent"] == 60
     assert comparison["changes"][0]["case_id"] == "dispatch/compiled"
 
 
@@ -296,7 +323,8 @@ def test_a_baseline_from_another_device_kind_is_refused_unless_allowed(baseline,
 def test_compare_two_files(baseline, tmp_path):
     same = run_tool("tpu-bench", "compare", str(baseline), str(baseline))
     assert same.returncode == 0, same.stderr
-    assert "dispatch/compiled" in same.stdout and "+0.0%" in same.stdout
+    assert "dispatch/compiled" in same.stdout
+    assert "+0.0%" in same.stdout
     document = json.loads(baseline.read_text())
     document["environment"]["versions"]["jax"] = "0.0.1"
     older = tmp_path / "older.json"
@@ -306,7 +334,8 @@ def test_compare_two_files(baseline, tmp_path):
     assert_one_line_error(worse, 3, "regressed")
     assert json.loads((tmp_path / "c.json").read_text())["regression_count"] == 2  # latency and back to back
     warned = run_tool("tpu-bench", "compare", str(older), str(baseline))
-    assert warned.returncode == 0 and "warning: jax version differs: baseline '0.0.1'" in warned.stdout
+    assert warned.returncode == 0
+    assert "warning: jax version differs: baseline '0.0.1'" in warned.stdout
 
 
 @pytest.mark.parametrize("content", [None, "not json {", json.dumps({"schema": "tpu-tools/ls/v1", "devices": []})])
@@ -342,15 +371,19 @@ def test_ctrl_c_mid_suite_writes_partial_results_and_exits_130(tmp_path):
         out, err = run.finish(signal.SIGINT)
     process = run.process
     assert process.returncode == 130, err
-    assert "interrupted: partial results written to" in err and "Traceback" not in err
+    assert "interrupted: partial results written to" in err
+    assert "Traceback" not in err
     document = json.loads((tmp_path / "r.json").read_text())
-    assert document["interrupted"] is True and any("interrupted" in n for n in document["notes"])
+    assert document["interrupted"] is True
+    assert any("interrupted" in n for n in document["notes"])
     statuses = [r["status"] for r in document["results"]]
     assert statuses[0] == "ok"  # compile finished before the interruption
     finished = statuses.count("ok")
     assert statuses[:finished] == ["ok"] * finished
-    assert set(statuses[finished:]) <= {"interrupted", "not_run"} and statuses[-1] == "not_run"
-    assert statuses.count("interrupted") <= 1 and len(statuses) > 10  # what did not run is listed too
+    assert set(statuses[finished:]) <= {"interrupted", "not_run"}
+    assert statuses[-1] == "not_run"
+    assert statuses.count("interrupted") <= 1
+    assert len(statuses) > 10  # what did not run is listed too
     assert ElementTree.parse(tmp_path / "j.xml").getroot().get("skipped") == str(len(statuses) - finished)
     assert "not run" in out
 
@@ -404,8 +437,12 @@ def test_terminal_shows_a_progress_bar_then_a_rich_table(tmp_path, width, height
         assert "/2" in pane()  # cases done of cases planned
         _wait_for(lambda: "EXIT=" in pane(), 60, "the end of the run")
         screen = pane()
-        assert "EXIT=0" in screen and "BENCHMARK" in screen and "━" not in screen  # the bar went away
-        assert "compiled" in screen and "eager" in screen and " us" in screen
+        assert "EXIT=0" in screen
+        assert "BENCHMARK" in screen
+        assert "━" not in screen  # the bar went away
+        assert "compiled" in screen
+        assert "eager" in screen
+        assert " us" in screen
         assert max(len(line) for line in screen.splitlines()) <= width
     finally:
         kill_tmux_server(server)
@@ -433,10 +470,13 @@ def test_the_checked_in_gpu_baseline_is_a_result_the_gate_reads():
     result = bench("compare", str(baseline), str(baseline))
     assert result.returncode == 0, result.stderr
     document = json.loads(baseline.read_text())
-    assert document["device"]["kind"] == "NVIDIA H100 80GB HBM3" and document["device"]["chip"] == "NVIDIA H100 SXM"
+    assert document["device"]["kind"] == "NVIDIA H100 80GB HBM3"
+    assert document["device"]["chip"] == "NVIDIA H100 SXM"
     assert not document["interrupted"]
     cases = {c["id"]: c for c in document["results"]}
-    assert cases["matmul/bf16/8192"]["status"] == "ok" and cases["matmul/f32/8192"]["values"]["arithmetic"] == "tf32"
+    assert cases["matmul/bf16/8192"]["status"] == "ok"
+    assert cases["matmul/f32/8192"]["values"]["arithmetic"] == "tf32"
     assert "pinned_host" in cases["transfer/d2h-pinned/256.0MiB"]["values"]["path"]
     gpu = cases["matmul/bf16/8192"]["values"]["interference"]["gpu"]  # NVML's reading at the end of the case
-    assert gpu["sm_clock_max_mhz"] == 1980 and gpu["power_limit_watts"] == 700
+    assert gpu["sm_clock_max_mhz"] == 1980
+    assert gpu["power_limit_watts"] == 700

@@ -54,13 +54,15 @@ def gemm_run(workdir) -> dict:
 
 def test_a_user_gemm_is_timed_and_its_flops_come_from_xla(gemm_run):
     (case,) = gemm_run["results"]
-    assert case["status"] == "ok" and case["benchmark"] == "fn"
+    assert case["status"] == "ok"
+    assert case["benchmark"] == "fn"
     assert case["id"] == "fn/userkernels:gemm/f32[256,256],f32[256,256]"
     assert case["params"] == {"target": "userkernels:gemm", "args": ["f32[256,256]", "f32[256,256]"]}
     values = case["values"]
     assert values["xla_flops_per_call"] >= 2 * 256 ** 3  # the matmul, and tanh's work on top
     assert values["xla_bytes_per_call"] >= 3 * 256 * 256 * 4  # two inputs read, one output written
-    assert values["timing"] == "back_to_back" and values["calls_per_sample"] >= 1
+    assert values["timing"] == "back_to_back"
+    assert values["calls_per_sample"] >= 1
     assert case["primary"] == "throughput_tflops"
     time_s = case["stats"]["time_us"]["median"] / 1e6
     rate = case["stats"]["throughput_tflops"]["median"] * 1e12
@@ -71,21 +73,25 @@ def test_a_user_gemm_is_timed_and_its_flops_come_from_xla(gemm_run):
         values["xla_flops_per_call"] / values["xla_bytes_per_call"])
     assert values["peak_dtype"] == "f32"
     # The CPU has no published peak: no % of peak, no roofline, and nothing made up.
-    assert values["percent_of_peak"] is None and values["percent_of_roofline"] is None
+    assert values["percent_of_peak"] is None
+    assert values["percent_of_roofline"] is None
 
 
 def test_the_text_report_shows_the_rate_and_the_compile_time(workdir):
     result = bench(workdir, "userkernels:gemm", "--arg", "f32[128,128]", "--arg", "f32[128,128]")
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if line.startswith("fn "))
-    assert "userkernels:gemm f32[128,128],f32[128,128]" in row and "FLOP/s" in row and "compile" in row
+    assert "userkernels:gemm f32[128,128],f32[128,128]" in row
+    assert "FLOP/s" in row
+    assert "compile" in row
 
 
 def test_a_jitted_function_with_a_pytree_output_is_timed(workdir):
     result = bench(workdir, "userkernels:halves", "--arg", "bf16[512,512]", "--json", "-")
     assert result.returncode == 0, result.stderr
     (case,) = json.loads(result.stdout)["results"]
-    assert case["status"] == "ok" and case["values"]["peak_dtype"] == "bf16"
+    assert case["status"] == "ok"
+    assert case["values"]["peak_dtype"] == "bf16"
     assert case["stats"]["time_us"]["count"] >= 3
 
 
@@ -130,18 +136,22 @@ def test_a_function_that_fails_to_trace_is_a_failed_case_with_its_reason(workdir
     result = bench(workdir, "userkernels:broken", "--arg", "f32[4]", "--json", "-")
     assert result.returncode == 1
     (case,) = json.loads(result.stdout)["results"]
-    assert case["status"] == "failed" and "ValueError: no such thing" in case["message"]
+    assert case["status"] == "failed"
+    assert "ValueError: no such thing" in case["message"]
 
 
 def test_placement_against_the_ceilings():
     # 1 GFLOP and 1 GB in 10 ms on a device of 1 TFLOP/s and 1 TB/s: both ceilings give 1 ms.
     compute_bound = placement(0.010, 4e9, 1e9, 1e12, 1e12)
-    assert compute_bound.predicted_bound == "compute" and compute_bound.measured_bound == "compute"
+    assert compute_bound.predicted_bound == "compute"
+    assert compute_bound.measured_bound == "compute"
     assert compute_bound.compute_percent == pytest.approx(40.0)
     assert compute_bound.bandwidth_percent == pytest.approx(10.0)
     assert compute_bound.best_case_us == pytest.approx(4000.0)
     assert compute_bound.percent_of_roofline == pytest.approx(40.0)
     memory_bound = placement(0.004, 1e9, 2e9, 1e12, 1e12)
-    assert memory_bound.predicted_bound == "memory" and memory_bound.percent_of_roofline == pytest.approx(50.0)
+    assert memory_bound.predicted_bound == "memory"
+    assert memory_bound.percent_of_roofline == pytest.approx(50.0)
     unknown = placement(0.004, 1e9, 2e9, None, None)
-    assert unknown.percent_of_roofline is None and unknown.predicted_bound is None
+    assert unknown.percent_of_roofline is None
+    assert unknown.predicted_bound is None

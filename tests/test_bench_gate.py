@@ -53,7 +53,8 @@ def test_compare_with_nothing_measured_or_cases_missing_fails_the_gate(measured,
     allowed = run_tool("tpu-bench", "compare", base, empty, "--allow-missing", "--json", "-")
     assert allowed.returncode == 0, allowed.stderr
     document = json.loads(allowed.stdout)
-    assert document["missing"] == ["dispatch/compiled"] and document["judged_count"] == 0
+    assert document["missing"] == ["dispatch/compiled"]
+    assert document["judged_count"] == 0
     # a baseline case that was not measured, beside one that was compared and passed
     wider = _write(tmp_path, "wider.json", _with_extra_case(_slower(measured)))
     current = _write(tmp_path, "current.json", measured)

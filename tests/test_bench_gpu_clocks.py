@@ -30,12 +30,15 @@ def test_the_busy_gpu_reads_its_clocks_heat_power_and_the_power_cap(fake_nvml_di
                     "temperature_celsius": 57, "power_draw_watts": pytest.approx(471.191),
                     "power_limit_watts": 700, "clock_event_reasons": ["sw_power_cap"]}
     idle = read_gpu(fake_nvml_dir, 1)
-    assert idle is not None and idle["clock_event_reasons"] == []  # gpu_idle is no slowdown
+    assert idle is not None
+    assert idle["clock_event_reasons"] == []  # gpu_idle is no slowdown
 
 
 def test_a_hot_gpu_and_the_gpu_cuda_shows_under_cuda_visible_devices(fake_nvml_dir):
     hot = read_gpu(fake_nvml_dir, 0, CUDA_VISIBLE_DEVICES="1", FAKE_NVML_SICK="1")
-    assert hot is not None and hot["index"] == 1 and hot["temperature_celsius"] == 92
+    assert hot is not None
+    assert hot["index"] == 1
+    assert hot["temperature_celsius"] == 92
     assert hot["clock_event_reasons"] == ["hw_thermal_slowdown"]
     assert read_gpu(fake_nvml_dir, 1, CUDA_VISIBLE_DEVICES="0") is None  # CUDA sees one GPU: no ordinal 1
 

@@ -50,18 +50,25 @@ def steady_run(workdir) -> dict:
 
 def test_the_reported_steps_per_second_are_the_agents_own(steady_run):
     (case,) = steady_run["results"]
-    assert case["status"] == "ok" and case["id"] == "program/steady.py"
-    assert case["params"]["command"] == ["steady.py"] and case["params"]["duration_s"] == 8
+    assert case["status"] == "ok"
+    assert case["id"] == "program/steady.py"
+    assert case["params"]["command"] == ["steady.py"]
+    assert case["params"]["duration_s"] == 8
     values, rate = case["values"], case["stats"]["steps_per_s"]
-    assert case["primary"] == "steps_per_s" and rate["count"] >= 3
+    assert case["primary"] == "steps_per_s"
+    assert rate["count"] >= 3
     # the same job's figure, read by the agent: the reported median is within 5 % of the agent's last figure
     assert rate["median"] == pytest.approx(values["agent_steps_per_s"], rel=0.05)
-    assert values["steps"] >= 20 and values["ended"] == "stopped at the duration" and values["exit_code"] is None
+    assert values["steps"] >= 20
+    assert values["ended"] == "stopped at the duration"
+    assert values["exit_code"] is None
     # each step sleeps 20 ms: its time is at least that, and the rate at most 50 steps/s
-    assert values["step_time_p50_ms"] >= 20 and values["step_time_p99_ms"] >= values["step_time_p50_ms"]
+    assert values["step_time_p50_ms"] >= 20
+    assert values["step_time_p99_ms"] >= values["step_time_p50_ms"]
     assert rate["median"] <= 50
     assert case["stats"]["step_time_ms"]["median"] >= 20
-    assert values["compile_count"] >= 1 and values["compile_time_s"] > 0
+    assert values["compile_count"] >= 1
+    assert values["compile_time_s"] > 0
     assert values["mfu_percent"] is None  # the CPU has no peak
 
 
@@ -69,7 +76,8 @@ def test_a_program_that_ends_by_itself_is_reported_with_its_exit(workdir):
     result = bench(workdir, "--duration", "120", "--sample-interval", "0.1", "--json", "-", "--", "steady.py", "60")
     assert result.returncode == 0, result.stderr
     (case,) = json.loads(result.stdout)["results"]
-    assert case["values"]["ended"] == "by itself" and case["values"]["exit_code"] == 0
+    assert case["values"]["ended"] == "by itself"
+    assert case["values"]["exit_code"] == 0
     assert case["values"]["steps"] >= 2
     assert "finished" not in result.stdout  # the program's output is its log's, not the JSON's
 
@@ -92,14 +100,16 @@ def test_a_failing_program_is_a_failed_case_with_its_last_line(workdir):
     assert result.returncode == 1
     (case,) = json.loads(result.stdout)["results"]
     assert case["status"] == "failed"
-    assert "exited with status 3" in case["message"] and "loss is nan at step 3" in case["message"]
+    assert "exited with status 3" in case["message"]
+    assert "loss is nan at step 3" in case["message"]
 
 
 def test_a_program_that_marks_no_steps_is_told_how_to(workdir):
     result = bench(workdir, "--duration", "2", "--sample-interval", "0.2", "--json", "-", "--", "idle.py")
     assert result.returncode == 1
     (case,) = json.loads(result.stdout)["results"]
-    assert case["status"] == "failed" and "tpu_tools.agent.step()" in case["message"]
+    assert case["status"] == "failed"
+    assert "tpu_tools.agent.step()" in case["message"]
 
 
 def test_a_missing_program_is_a_usage_error(workdir):
@@ -120,4 +130,5 @@ def test_a_program_whose_agent_never_answers_is_stopped_at_the_timeout(workdir, 
                       "steady.py", cwd=workdir, env=clean_env(TPU_TOOLS_RUNTIME_DIR=str(unusable)), timeout=240)
     assert result.returncode == 1
     (case,) = json.loads(result.stdout)["results"]
-    assert case["status"] == "failed" and "did not answer within --timeout 3 s" in case["message"]
+    assert case["status"] == "failed"
+    assert "did not answer within --timeout 3 s" in case["message"]

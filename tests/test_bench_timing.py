@@ -28,12 +28,15 @@ def test_back_to_back_calibrates_calls_per_sample_and_chains_every_call():
     assert 1 <= measurement.calls_per_sample <= 20
     assert measurement.sample_time_s >= 0.005
     assert all(s > 0.0009 for s in measurement.seconds)  # each call's time is at least its 1 ms sleep
-    assert len(measurement.burst_medians) == 3 and len(measurement.seconds) >= 3
+    assert len(measurement.burst_medians) == 3
+    assert len(measurement.seconds) >= 3
     # Every call took the previous call's output: the last output counts every call made.
     assert measurement.last == measurement.calls
     values = measurement.values()
-    assert values["timing"] == "back_to_back" and values["repeats"] == 3
-    assert values["calls_per_sample"] == measurement.calls_per_sample and not measurement.notes
+    assert values["timing"] == "back_to_back"
+    assert values["repeats"] == 3
+    assert values["calls_per_sample"] == measurement.calls_per_sample
+    assert not measurement.notes
 
 
 class _Output:
@@ -77,7 +80,9 @@ def test_a_calibration_that_cannot_reach_the_sample_length_says_so_instead_of_lo
     measurement = time_back_to_back(lambda previous: previous + 1, 0, lambda output: output, settings)
     assert measurement.calls_per_sample == 64  # capped, not grown towards the 5 s sample
     (note,) = measurement.notes
-    assert "64 back-to-back calls last only" in note and "5.00 s sample length" in note and "e+" not in note
+    assert "64 back-to-back calls last only" in note
+    assert "5.00 s sample length" in note
+    assert "e+" not in note
 
 
 def test_a_calibration_out_of_time_stops_with_a_sentence():
@@ -101,8 +106,10 @@ def test_relative_range_and_burst_quartiles():
     assert relative_range([3.0]) == 0.0
     tight = [100.0, 100.5, 101.0, 99.5, 100.0, 100.2]
     summary = summarize_bursts(tight, [90.0, 100.0, 110.0], higher_is_better=True)
-    assert summary.p25 == 90.0 and summary.p75 == 110.0  # the bursts' spread, not the tight samples'
-    assert summary.median == pytest.approx(100.1) and summary.higher_is_better
+    assert summary.p25 == 90.0
+    assert summary.p75 == 110.0  # the bursts' spread, not the tight samples'
+    assert summary.median == pytest.approx(100.1)
+    assert summary.higher_is_better
 
 
 def test_noise_reasons_come_from_the_repeats_and_from_other_processes():
@@ -131,7 +138,8 @@ def test_interference_counts_another_process_burning_cpu():
     subprocess.run([sys.executable, "-c", spawn], check=True, timeout=30)
     time.sleep(1.0)
     host = interference(before, snapshot())
-    assert host["cpus"] >= 1 and host["load_average_1m"] is not None
+    assert host["cpus"] >= 1
+    assert host["load_average_1m"] is not None
     # At least 0.8 s of one CPU in about 1.1 s on every CPU (more where other work runs too).
     assert host["other_processes_cpu_percent"] > 0.5 * 0.8 / (1.3 * host["cpus"]) * 100
 
@@ -148,7 +156,8 @@ def test_cost_checks_skip_missing_counts_and_library_calls():
     assert mismatch_warning("FLOPs", 100.0, 50.0) == ("FLOPs: XLA's cost analysis counts 50, the analytic count "
                                                      "is 100 (-50%)")
     compiled = jax.jit(jnp.matmul).lower(jnp.ones((8, 8)), jnp.ones((8, 8))).compile()
-    assert library_calls(compiled) == [] and xla_cost(compiled)["flops"] == pytest.approx(2 * 8 ** 3, rel=0.1)
+    assert library_calls(compiled) == []
+    assert xla_cost(compiled)["flops"] == pytest.approx(2 * 8 ** 3, rel=0.1)
     assert cost_check(compiled, "flops", devices=2).xla == pytest.approx(4 * 8 ** 3, rel=0.1)
 
     class GpuProgram:
@@ -162,7 +171,8 @@ def test_cost_checks_skip_missing_counts_and_library_calls():
             return {"flops": -1.0, "bytes accessed": 768.0}
 
     check = cost_check(GpuProgram(), "flops")
-    assert check.xla is None and check.excluded == ["__cublas$gemm"]
+    assert check.xla is None
+    assert check.excluded == ["__cublas$gemm"]
     assert check.values("xla_flops_per_call") == {"xla_flops_per_call": None, "xla_cost_excludes": ["__cublas$gemm"]}
 
 
@@ -178,8 +188,10 @@ def test_the_run_notes_library_calls_once():
     run.results.append(CaseResult(Case("memory", "copy 1GiB")))
     _note_library_calls(run)
     (note,) = run.notes
-    assert "__cublas$gemm, __cublas$lt$matmul$f8" in note and "2 case(s)" in note
-    assert "matmul/bf16/8192" in note and "memory" not in note
+    assert "__cublas$gemm, __cublas$lt$matmul$f8" in note
+    assert "2 case(s)" in note
+    assert "matmul/bf16/8192" in note
+    assert "memory" not in note
 
 
 def test_a_noisy_case_is_still_gated_and_the_comparison_says_it_was_noisy():
@@ -195,7 +207,8 @@ def test_a_noisy_case_is_still_gated_and_the_comparison_says_it_was_noisy():
         return RunResult(environment={}, device=device, settings={}, results=[result]).to_dict()
 
     (change,) = compare(document(1.0, False), document(0.5, True), 0.05).changes
-    assert change.verdict == REGRESSION and change.note == "the current run flagged this case noisy"
+    assert change.verdict == REGRESSION
+    assert change.note == "the current run flagged this case noisy"
     (same,) = compare(document(1.0, True), document(1.0, False), 0.05).changes
     assert same.note is None
 

@@ -24,8 +24,10 @@ from tpu_tools.workloads.transformer import PRESETS, config_for, forward_flops, 
 def test_summary_percentiles_interpolate_like_numpy():
     summary = summarize([4.0, 1.0, 3.0, 2.0, 5.0], higher_is_better=True)
     assert (summary.median, summary.p25, summary.p75, summary.min, summary.max, summary.count) == (3, 2, 4, 1, 5, 5)
-    assert summary.p90 == pytest.approx(4.6) and summary.p99 == pytest.approx(4.96)
-    assert summary.higher_is_better and summary.stdev == pytest.approx(1.5811, rel=1e-4)
+    assert summary.p90 == pytest.approx(4.6)
+    assert summary.p99 == pytest.approx(4.96)
+    assert summary.higher_is_better
+    assert summary.stdev == pytest.approx(1.5811, rel=1e-4)
     assert percentile([10.0, 20.0], 0.5) == 15.0
     assert rates(100.0, [0.5, 2.0]) == [200.0, 50.0]
 
@@ -35,7 +37,8 @@ def test_timed_loop_warms_up_then_samples_until_the_budget():
     samples = time_calls(lambda argument: calls.append(argument), TimingSettings(min_time_s=0.0, warmup=2,
                                                                                  min_samples=4),
                          prepare=lambda: len(calls))
-    assert len(calls) == 6 and len(samples) == 4
+    assert len(calls) == 6
+    assert len(samples) == 4
     assert calls == [0, 1, 2, 3, 4, 5]  # every call got a fresh prepared argument
 
 
@@ -71,7 +74,8 @@ def test_a_rate_regresses_only_beyond_tolerance_and_spread():
     assert cmp.judge("c", "rate", base, _summary(120.0, 2.0), 0.05).verdict == cmp.BETTER
     # 10% worse in the median but the ranges overlap once widened by the tolerance: noise, not a regression
     noisy = cmp.judge("c", "rate", _summary(100.0, 10.0), _summary(90.0, 10.0), 0.05)
-    assert noisy.verdict == cmp.WORSE and noisy.change_percent == pytest.approx(-10.0)
+    assert noisy.verdict == cmp.WORSE
+    assert noisy.change_percent == pytest.approx(-10.0)
 
 
 def test_a_time_regresses_upwards_and_single_samples_are_not_gated():
@@ -112,9 +116,11 @@ def test_comparison_of_documents_flags_lost_cases_and_new_ones():
 
 def test_environments_that_differ_warn_and_other_devices_are_refused():
     errors, warnings = differences(_document([]), _document([], jax="0.9.0"))
-    assert not errors and any("jax version differs" in w for w in warnings)
+    assert not errors
+    assert any("jax version differs" in w for w in warnings)
     errors, _ = differences(_document([], kind="TPU v4"), _document([]))
-    assert errors and "not comparable" in errors[0]
+    assert errors
+    assert "not comparable" in errors[0]
     with pytest.raises(UsageError, match="allow-mismatch"):
         cmp.compare(_document([], kind="TPU v4"), _document([]), 0.05)
     assert cmp.compare(_document([], kind="TPU v4"), _document([]), 0.05, allow_mismatch=True).warnings
@@ -143,7 +149,8 @@ def test_junit_has_a_testcase_per_case_and_failures_for_regressions():
                                                  _result("fp8 8", 0, status="failed")]))
     comparison = cmp.compare(baseline, current_run.to_dict(), 0.05)
     suite = ElementTree.fromstring(junit_xml(current_run, comparison))
-    assert suite.tag == "testsuite" and suite.get("tests") == "4"
+    assert suite.tag == "testsuite"
+    assert suite.get("tests") == "4"
     assert (suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("1", "1", "1")
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     assert cases["f32 8"].find("failure").get("type") == "regression"
@@ -156,7 +163,8 @@ def test_runtime_errors_are_classified():
                     "cpu")[0] == "out_of_memory"
     assert classify(MemoryError(), "cpu")[0] == "out_of_memory"
     status, message = classify(RuntimeError("UNIMPLEMENTED: dot of s4"), "tpu")
-    assert status == "unsupported" and "unsupported on tpu" in message
+    assert status == "unsupported"
+    assert "unsupported on tpu" in message
     assert classify(ValueError("bad"), "cpu") == ("failed", "ValueError: bad")
 
 
@@ -180,8 +188,11 @@ def test_table_shows_statuses_and_percent_of_peak():
     tf32.stats.update({"throughput_tflops": _summary(300.0, 0.01), "time_us": _summary(3.0, 0.1, higher=False)})
     tf32.values.update({"arithmetic": "tf32", "noisy": True})
     text = plain_table(results_table(RunResult.from_dict(_document([ok, skipped, tf32]))))
-    assert "500 TFLOP/s" in text and "50.5%" in text and "int4 matmul is unsupported on cpu" in text
-    assert "ran as tf32" in text and "noisy" in text  # what ran, and a figure not to trust
+    assert "500 TFLOP/s" in text
+    assert "50.5%" in text
+    assert "int4 matmul is unsupported on cpu" in text
+    assert "ran as tf32" in text
+    assert "noisy" in text  # what ran, and a figure not to trust
     assert text.count("ran as") == 1  # bf16 ran as bf16: nothing to say
 
 
@@ -190,11 +201,13 @@ def test_transformer_presets_and_flop_counts():
     base = config_for("base")
     assert 100e6 < parameter_count(base) < 130e6  # a GPT-2-small-like model
     tiny = config_for("tiny", n_layers=1)
-    assert tiny.n_layers == 1 and tiny.d_model == PRESETS["tiny"].d_model
+    assert tiny.n_layers == 1
+    assert tiny.d_model == PRESETS["tiny"].d_model
     # hand count for one layer: projections, attention scores and values, logits
     t, d, f, v, s = 8 * 128, 128, 512, 1024, 128
     expected = 2 * t * (4 * d * d + 2 * d * f) + 4 * 8 * s * s * d + 2 * t * d * v
-    assert forward_flops(tiny, 8) == expected and train_step_flops(tiny, 8) == 3 * expected
+    assert forward_flops(tiny, 8) == expected
+    assert train_step_flops(tiny, 8) == 3 * expected
     with pytest.raises(KeyError, match="huge"):
         config_for("huge")
     with pytest.raises(ValueError, match="multiple of n_heads"):
@@ -231,8 +244,10 @@ def test_percent_of_peak_knows_nvidia_and_tpu_device_kinds(kind, platform, bf16,
     from tpu_tools.bench.environment import device_record, matmul_arithmetic, peak_for_dtype
 
     device = device_record([_StandInDevice(kind, platform)])
-    assert peak_for_dtype(device, "bf16") == bf16 and peak_for_dtype(device, "f16") == bf16
-    assert peak_for_dtype(device, "int8") == int8 and peak_for_dtype(device, "fp8") == fp8
+    assert peak_for_dtype(device, "bf16") == bf16
+    assert peak_for_dtype(device, "f16") == bf16
+    assert peak_for_dtype(device, "int8") == int8
+    assert peak_for_dtype(device, "fp8") == fp8
     assert peak_for_dtype(device, "f32") == pytest.approx(f32) if f32 else peak_for_dtype(device, "f32") is None
     highest = peak_for_dtype(device, "f32", "highest")
     assert highest == pytest.approx(f32_highest) if f32_highest else highest is None
@@ -261,5 +276,7 @@ def test_every_chip_with_a_bf16_peak_has_peaks_for_what_its_matmuls_run_as():
         for precision in PRECISIONS:
             assert spec.peak_for_matmul("f32", precision), (spec.name, precision)
         if spec.vendor == "nvidia":
-            assert spec.peak_tf32_flops and spec.peak_int8_ops and spec.peak_fp32_flops, spec.name
+            assert spec.peak_tf32_flops, spec.name
+            assert spec.peak_int8_ops, spec.name
+            assert spec.peak_fp32_flops, spec.name
             assert spec.peak_tf32_flops < spec.peak_bf16_flops < (spec.peak_fp8_flops or float("inf"))

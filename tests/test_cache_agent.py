@@ -29,8 +29,11 @@ def test_hits_misses_writes_a_shape_change_and_an_xla_flag_explained(tmp_path: P
     # in the key, so a copy at another path would miss).
     cache = tmp_path / "cache"
     first = run_cache_job(tmp_path, cache, "3", name="first")
-    assert first["dir_in_use"] == str(cache) and first["hits"] == 0
-    assert first["misses"] >= 1 and first["entries_written"] >= 1 and first["key_records_written"] >= 1
+    assert first["dir_in_use"] == str(cache)
+    assert first["hits"] == 0
+    assert first["misses"] >= 1
+    assert first["entries_written"] >= 1
+    assert first["key_records_written"] >= 1
     assert first["lookups"] == first["hits"] + first["misses"]
     assert "no entry of this module" in _step_misses(first)[0]["explanation"]
     again = run_cache_job(tmp_path, cache, "3,5", name="again")
@@ -44,7 +47,8 @@ def test_hits_misses_writes_a_shape_change_and_an_xla_flag_explained(tmp_path: P
     flagged = run_cache_job(tmp_path, cache, "3", name="flagged",
                             env=clean_env(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_cpu_enable_fast_math=true"))
     miss = _step_misses(flagged)[-1]
-    assert "XLA flags" in miss["differing"] and "computation" not in miss["differing"], miss
+    assert "XLA flags" in miss["differing"], miss
+    assert "computation" not in miss["differing"], miss
     assert "now also --xla_cpu_enable_fast_math=true" in miss["explanation"]
 
 
@@ -106,24 +110,30 @@ def test_two_jobs_writing_one_directory_are_flagged_with_their_figures(tmp_path:
     pids = sorted(p.pid for p, _ in jobs)
     for agent in agents.values():
         cache_figures = agent["compilation_cache"]
-        assert cache_figures["dir_in_use"] == str(cache) and cache_figures["entries_written"] >= 1
+        assert cache_figures["dir_in_use"] == str(cache)
+        assert cache_figures["entries_written"] >= 1
     shared = processes["shared_cache_dirs"]
-    assert len(shared) == 1 and shared[0]["dir"] == str(cache)
+    assert len(shared) == 1
+    assert shared[0]["dir"] == str(cache)
     assert sorted(w["pid"] for w in shared[0]["writers"]) == pids
     assert all(str(pid) in shared[0]["message"] for pid in pids)
     # tpu-top flags the directory above its panels
     assert top.returncode == 0, top.stderr
     assert f"compilation cache {cache} is written by 2 processes" in top.stdout
     # doctor names the running jobs that use another directory than the one checked
-    assert len(differing) == 2 and all(str(cache) in f["message"] for f in differing)
+    assert len(differing) == 2
+    assert all(str(cache) in f["message"] for f in differing)
     # Prometheus: the figures per job, labelled by directory, and the shared directory's writer count
     families = {f.name: f for f in cache_metrics(processes)}
     written = families["tpu_tools_process_compilation_cache_entries_written"].samples
-    assert {s.labels["cache_dir"] for s in written} == {str(cache)} and len(written) == 2
+    assert {s.labels["cache_dir"] for s in written} == {str(cache)}
+    assert len(written) == 2
     assert families["tpu_tools_compilation_cache_writers"].samples[0].value == 2
     # tpu-top's job screen
     text = "\n".join(line.text for line in cache_section(agents["one"], 100))
-    assert str(cache) in text and "entries written" in text and "miss" in text
+    assert str(cache) in text
+    assert "entries written" in text
+    assert "miss" in text
     # the key records beside the entries name both writers too
     inspected = run_tool("tpu-profile", "cache", "inspect", str(cache), "--json")
     assert inspected.returncode == 0, inspected.stderr
@@ -140,9 +150,11 @@ def test_the_fleet_view_flags_one_directory_written_from_two_hosts() -> None:
                    Sample({"__name__": "tpu_tools_process_compilation_cache_hits_total", **labels}, 2.0)]
     report = build_groups(series, [])
     (found,) = report["processes"]["shared_cache_dirs"]
-    assert found["hosts"] == ["node-1:9100", "node-2:9100"] and "on 2 hosts" in found["message"]
+    assert found["hosts"] == ["node-1:9100", "node-2:9100"]
+    assert "on 2 hosts" in found["message"]
     (line,) = shared_cache_lines(report, 300)
-    assert "node-1:9100:10 (train)" in line.text and "node-2:9100:20 (train)" in line.text
+    assert "node-1:9100:10 (train)" in line.text
+    assert "node-2:9100:20 (train)" in line.text
     agents = []
     for host, pid in (("node-1", 10), ("node-2", 20)):
         agent = {"pid": pid, "tag": "train", "host": host}
@@ -153,7 +165,9 @@ def test_the_fleet_view_flags_one_directory_written_from_two_hosts() -> None:
     assert not take_fleet_sample({}, "steps_total", {}, 1.0)
     (found,) = shared_cache_dirs(agents)
     assert found.hosts == ["node-1", "node-2"]
-    assert "on 2 hosts" in found.message and "node-1:10" in found.message and "node-2:20" in found.message
+    assert "on 2 hosts" in found.message
+    assert "node-1:10" in found.message
+    assert "node-2:20" in found.message
     # a directory one process writes and others only read is the safe pattern: not flagged
     agents[1]["compilation_cache"]["entries_written"] = 0
     assert shared_cache_dirs(agents) == []

@@ -10,7 +10,6 @@ import sys
 import tempfile
 import textwrap
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,17 +58,26 @@ def test_inspect_lists_entries_compile_times_writers_and_other_files(cache: Path
     document = _json("inspect", str(cache))
     assert document["schema"] == "tpu-tools/cache/v1"
     step = [e for e in document["entries"] if e["module"] == "jit_step"]
-    assert len(step) == 2 and all(e["compile_time_s"] == 0 and e["compression"] == "zlib" for e in step)
+    assert len(step) == 2
+    assert all(e["compile_time_s"] == 0 and e["compression"] == "zlib" for e in step)
     assert all(e["problem"] is None and e["jaxlib_version"] == document["installed_jaxlib"] for e in step)
-    assert document["entry_count"] == len(document["entries"]) and document["total_bytes"] > 0
-    assert document["key_records"] == document["entry_count"] and len(document["writers"]) == 1
+    assert document["entry_count"] == len(document["entries"])
+    assert document["total_bytes"] > 0
+    assert document["key_records"] == document["entry_count"]
+    assert len(document["writers"]) == 1
     kinds = {o["name"]: o["kind"] for o in document["other_files"]}
-    assert kinds[f"_temp_jit_step-{'e' * 64}"] == "temporary" and kinds[".write.tmp"] == "unknown"
+    assert kinds[f"_temp_jit_step-{'e' * 64}"] == "temporary"
+    assert kinds[".write.tmp"] == "unknown"
     assert kinds[f"gone-{'c' * 64}-atime"].startswith("orphan")
     (sub,) = document["subcaches"]
-    assert sub["name"] == autotune.name and sub["mode"] == "0755" and sub["owner"] == "root" and sub["files"] == 1
+    assert sub["name"] == autotune.name
+    assert sub["mode"] == "0755"
+    assert sub["owner"] == "root"
+    assert sub["files"] == 1
     text = run_tool("tpu-profile", "cache", "inspect", str(cache))
-    assert text.returncode == 0 and "jit_step" in text.stdout and "XLA GPU autotune cache" in text.stdout
+    assert text.returncode == 0
+    assert "jit_step" in text.stdout
+    assert "XLA GPU autotune cache" in text.stdout
 
 
 def test_bad_directories_are_one_line_errors(tmp_path: Path) -> None:
@@ -91,10 +99,14 @@ def test_a_hundred_thousand_entries_are_bounded_work(tmp_path: Path) -> None:
     try:
         empty_entries(cache, 100_000)  # 10^5 names, no 400 MB of data blocks
         document = _json("inspect", str(cache), "--limit", "50")
-        assert document["entry_count"] == 100_000 and document["entries_listed"] == 50 and document["truncated"]
+        assert document["entry_count"] == 100_000
+        assert document["entries_listed"] == 50
+        assert document["truncated"]
         assert all(e["problem"] == "empty file" for e in document["entries"])
         planned = _json("gc", str(cache), "--max-age", "1s", "--dry-run", "--limit", "50")
-        assert planned["truncated"] and planned["entries_considered"] == 50 and planned["would_remove"] == 50
+        assert planned["truncated"]
+        assert planned["entries_considered"] == 50
+        assert planned["would_remove"] == 50
         assert planned["kept_entries"] == 100_000 - 50  # those past the limit stay, and count
         assert len(os.listdir(cache)) == 100_000
     finally:
@@ -128,10 +140,13 @@ def test_verify_finds_corrupt_truncated_and_hostile_entries_and_prune_removes_on
     assert "truncated" in status[truncated.name]["problem"]
     assert document["ok"] == len(good) - 2
     pruned = _json("verify", str(cache), "--prune", code=1)  # the fresh one stays, so broken entries remain
-    assert pruned["pruned"] == 4 and all(e["pruned"] for e in pruned["entries"]
+    assert pruned["pruned"] == 4
+    assert all(e["pruned"] for e in pruned["entries"]
                                          if e["status"] != "ok" and e["name"] != fresh.name)
     (kept,) = [e for e in pruned["entries"] if e["name"] == fresh.name]
-    assert not kept["pruned"] and "may still be writing it" in kept["prune_error"] and fresh.exists()
+    assert not kept["pruned"]
+    assert "may still be writing it" in kept["prune_error"]
+    assert fresh.exists()
     fresh.unlink()
     assert outside.read_text() == "not a cache entry"  # the link was removed, never followed
     assert not any(p.exists() or p.is_symlink() for p in (corrupt, truncated, sparse, link))
@@ -151,17 +166,21 @@ def test_gc_dry_run_removes_nothing_then_removes_oldest_first_and_never_follows_
     total = sum(e.stat().st_size for e in entries)
     keep = entries[-1].stat().st_size
     planned = _json("gc", str(cache), "--max-bytes", str(keep), "--dry-run")
-    assert planned["would_remove"] == len(entries) - 1 and planned["removed"] == 0
+    assert planned["would_remove"] == len(entries) - 1
+    assert planned["removed"] == 0
     assert [r["name"] for r in planned["removals"]] == [e.name for e in entries[:-1]]
     assert all(e.exists() for e in entries)
     done = _json("gc", str(cache), "--max-bytes", str(keep))
-    assert done["removed"] == len(entries) - 1 and done["removed_bytes"] == total - keep
+    assert done["removed"] == len(entries) - 1
+    assert done["removed_bytes"] == total - keep
     assert [e.exists() for e in entries] == [False] * (len(entries) - 1) + [True]
-    assert link.is_symlink() and outside.read_bytes() == b"x" * 10_000
+    assert link.is_symlink()
+    assert outside.read_bytes() == b"x" * 10_000
     records = list(cachekeys.keys_dir(cache).iterdir())
     assert [r.name for r in records] == [entries[-1].name.removesuffix("-cache") + ".json"]
     text = run_tool("tpu-profile", "cache", "gc", str(cache), "--max-age", "1s")
-    assert text.returncode == 0 and f"removed {entries[-1].name}" in text.stdout
+    assert text.returncode == 0
+    assert f"removed {entries[-1].name}" in text.stdout
 
 
 def test_gc_while_a_job_reads_the_cache(cache: Path, tmp_path: Path) -> None:
@@ -171,7 +190,9 @@ def test_gc_while_a_job_reads_the_cache(cache: Path, tmp_path: Path) -> None:
         _json("gc", str(cache), "--max-bytes", "0")
         assert reader.read() == expected
     again = run_cache_job(tmp_path, cache, "3", name="after-gc")  # and the next start compiles afresh
-    assert again["misses"] >= 1 and again["hits"] == 0 and again["entries_written"] >= 1
+    assert again["misses"] >= 1
+    assert again["hits"] == 0
+    assert again["entries_written"] >= 1
 
 
 def test_doctor_findings_and_exit_status(cache: Path, tmp_path: Path) -> None:
@@ -195,17 +216,18 @@ def test_doctor_findings_and_exit_status(cache: Path, tmp_path: Path) -> None:
     assert _json("inspect", str(cache))["stale_entries"] == 1
     assert _json("gc", str(cache), "--stale")["removed"] == 1
     text = run_tool("tpu-profile", "cache", "doctor", str(tmp_path / "missing"))
-    assert text.returncode == 0 and "jax creates it" in text.stdout
+    assert text.returncode == 0
+    assert "jax creates it" in text.stdout
 
 
 @pytest.fixture(scope="module")
-def other_user() -> Iterator[str]:
+def other_user() -> str:
     if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("runuser"):
         pytest.skip("needs root, useradd and runuser")
     created = subprocess.run(["useradd", "--no-create-home", OTHER_USER], capture_output=True, text=True)
     if created.returncode not in (0, 9):  # 9: the user exists already
         pytest.skip(f"useradd failed: {created.stderr.strip()}")
-    yield OTHER_USER
+    return OTHER_USER
 
 
 # Imported as root before the child becomes the other user: the interpreter and its packages may live where
@@ -284,7 +306,9 @@ def test_warm_a_function_then_prove_the_fresh_start_hits(tmp_path: Path) -> None
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["proven"] and document["fresh_start"]["misses"] == 0 and document["fresh_start"]["hits"] >= 1
+    assert document["proven"]
+    assert document["fresh_start"]["misses"] == 0
+    assert document["fresh_start"]["hits"] >= 1
     assert document["warming"]["entries_written"] >= 1
 
 
@@ -312,9 +336,12 @@ def test_verify_judges_a_garbage_executable_by_its_platform_and_enforces_its_dea
     unknown.write_bytes(garbage)
     document = _json("verify", str(cache), "--prune", code=0)
     status = {e["name"]: e for e in document["entries"]}
-    assert status[claimed.name]["status"] == "broken" and "does not load on cpu" in status[claimed.name]["problem"]
-    assert status[claimed.name]["pruned"] and not claimed.exists()
-    assert status[unknown.name]["status"] == "skipped" and unknown.exists()
+    assert status[claimed.name]["status"] == "broken"
+    assert "does not load on cpu" in status[claimed.name]["problem"]
+    assert status[claimed.name]["pruned"]
+    assert not claimed.exists()
+    assert status[unknown.name]["status"] == "skipped"
+    assert unknown.exists()
     for entry in _entries(cache):
         entry.unlink()
     bomb = cache / f"jit_bomb-{'9' * 64}-cache"  # 64 MiB of zeros: inflating it takes far more than 1 ms
@@ -325,5 +352,6 @@ def test_verify_judges_a_garbage_executable_by_its_platform_and_enforces_its_dea
         handle.write(packer.flush())
     slow = _json("verify", str(cache), "--deadline", "0.001", code=1)
     (verdict,) = slow["entries"]
-    assert verdict["name"] == bomb.name and "did not finish within 0.001 s" in verdict["problem"], verdict
+    assert verdict["name"] == bomb.name, verdict
+    assert "did not finish within 0.001 s" in verdict["problem"], verdict
     assert bomb.exists()

@@ -92,7 +92,9 @@ def test_the_watch_reads_jax_key_lines() -> None:
         watch.on_log(line)
     pending = watch._local.pending
     assert pending.components == {"computation": HEX, "XLA flags": HEX[::-1]}
-    assert pending.flags == ["--xla_a=1"] and pending.module == "jit_f" and pending.key == f"jit_f-{HEX}"
+    assert pending.flags == ["--xla_a=1"]
+    assert pending.module == "jit_f"
+    assert pending.key == f"jit_f-{HEX}"
 
 
 def _entry(name: str, size: int, used: float, jaxlib: str | None = None) -> Entry:
@@ -104,7 +106,8 @@ def test_gc_plans_least_recently_used_first() -> None:
     scan.entries = [_entry("b", 10, 200.0), _entry("a", 10, 100.0), _entry("c", 10, 300.0, jaxlib="0.1")]
     scan.entry_count, scan.total_bytes = 3, 30
     removals, kept, kept_bytes = plan(scan, max_bytes=15, max_age_s=None, stale=False, now=400.0)
-    assert [r.name for r in removals] == ["a", "b"] and (kept, kept_bytes) == (1, 10)
+    assert [r.name for r in removals] == ["a", "b"]
+    assert (kept, kept_bytes) == (1, 10)
     removals, _, _ = plan(scan, max_bytes=None, max_age_s=250.0, stale=True, now=400.0)
     assert [r.name for r in removals] == ["a", "c"]  # too old, and another jaxlib's
     assert plan(scan, None, None, False, now=400.0)[0] == []
@@ -115,8 +118,10 @@ def test_filesystem_of_a_path(tmp_path: Path) -> None:
     mounts.write_text("none / ext4 rw 0 0\nserver:/x /mnt/shared nfs4 rw 0 0\nbad line\n")
     assert filesystem_of(Path("/mnt/shared/jax"), mounts=str(mounts)) == "nfs4"
     assert filesystem_of(Path("/mnt/sharedother"), mounts=str(mounts)) == "ext4"
-    assert is_network_filesystem("nfs4") and is_network_filesystem("fuse.gcsfuse")
-    assert not is_network_filesystem("ext4") and not is_network_filesystem(None)
+    assert is_network_filesystem("nfs4")
+    assert is_network_filesystem("fuse.gcsfuse")
+    assert not is_network_filesystem("ext4")
+    assert not is_network_filesystem(None)
 
 
 def test_a_key_record_is_never_written_through_a_planted_link(tmp_path: Path) -> None:

@@ -159,7 +159,8 @@ def test_the_recorder_sees_the_lines_coverage_sees(tmp_path, sample):
 def test_a_program_ended_by_a_signal_keeps_its_lines_and_dies_of_it(tmp_path, sample, number):
     program = run_recorded(tmp_path, sample, "wait", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert program.stdout is not None
-    assert program.stdout.readline() == "thread ran\n" and program.stdout.readline() == "ready\n"
+    assert program.stdout.readline() == "thread ran\n"
+    assert program.stdout.readline() == "ready\n"
     program.send_signal(number)
     program.wait(timeout=30)
     assert program.returncode == -number
@@ -173,7 +174,8 @@ def test_a_recorder_that_cannot_write_leaves_the_program_as_it_was(tmp_path, sam
     program = run_recorded(tmp_path, sample, record_into=not_a_directory, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE)
     assert program.communicate(timeout=60) == ("thread ran\n", "")
-    assert program.returncode == 0 and not_a_directory.read_text() == ""
+    assert program.returncode == 0
+    assert not_a_directory.read_text() == ""
 
 
 def test_merged_lines_are_coverage_data_without_the_omitted_files(tmp_path):

@@ -33,7 +33,9 @@ def test_a_usage_error_is_one_line_naming_the_program(args, prog, fragment):
 
 def test_a_group_given_nothing_still_shows_its_help():
     result = run_tool("tpu-profile", env=clean_env(), timeout=60)
-    assert result.returncode == 2 and "Commands:" in result.stderr and "cache" in result.stderr
+    assert result.returncode == 2
+    assert "Commands:" in result.stderr
+    assert "cache" in result.stderr
 
 
 # --- --json on a failure path ---------------------------------------------------------------------------
@@ -69,7 +71,8 @@ def test_a_failure_asked_for_json_prints_one_document_with_its_error(tmp_path: P
     message = assert_one_line_error(result, result.returncode)
     document = json.loads(result.stdout)  # one document: json.loads refuses a second one after it
     assert document == {"schema": schema, "error": document["error"], "exit_code": result.returncode}
-    assert document["error"] and message.split(": error: ", 1)[1].startswith(document["error"])
+    assert document["error"]
+    assert message.split(": error: ", 1)[1].startswith(document["error"])
 
 
 def test_a_failure_without_json_prints_nothing_on_stdout(tmp_path: Path):
@@ -83,5 +86,7 @@ def test_a_document_the_command_wrote_is_not_followed_by_another(tmp_path: Path)
     result = run_tool("tpu-collectives-test", "--json", "-", "--platform", "tpu", env=clean_env(), timeout=120)
     assert_one_line_error(result, 1, "tpu platform is not available")
     document = json.loads(result.stdout)
-    assert document["schema"] == "tpu-tools/collectives/v1" and document["status"] == "failed"
-    assert document["exit_code"] == 1 and "tests" in document
+    assert document["schema"] == "tpu-tools/collectives/v1"
+    assert document["status"] == "failed"
+    assert document["exit_code"] == 1
+    assert "tests" in document

@@ -80,7 +80,8 @@ def test_every_op_and_reduction_is_right_in_bf16():
     assert ("broadcast", "masked all-reduce (root 5)", "1") in sections
     assert ("permute", "ppermute (shift 3)", "1") in sections
     table = rows(result.stdout)
-    assert len(table) == 10 and all(r[8] == r[12] == "0" and r[2] == "bf16" for r in table)
+    assert len(table) == 10
+    assert all(r[8] == r[12] == "0" and r[2] == "bf16" for r in table)
     assert table[-1][4] == "5"  # broadcast's root column
     assert result.stdout.count(": wrong values 0 OK, avg busbw") == 10
 
@@ -94,29 +95,38 @@ def test_json_document_schema_is_pinned(tmp_path):
     document = json.loads(path.read_text())
     assert set(document) == TOP_KEYS
     assert document["schema"] == "tpu-tools/collectives/v1"
-    assert document["status"] == "ok" and document["exit_code"] == 0 and document["error"] is None
-    assert set(document["settings"]) == SETTINGS_KEYS and document["settings"]["dtype"] == "u8"
+    assert document["status"] == "ok"
+    assert document["exit_code"] == 0
+    assert document["error"] is None
+    assert set(document["settings"]) == SETTINGS_KEYS
+    assert document["settings"]["dtype"] == "u8"
     assert document["mesh"] == {"shape": [8], "axis_names": ["x"], "axis": "x"}
     assert (document["ranks"], document["groups"], document["process_count"]) == (8, 1, 1)
     assert [set(p) for p in document["processes"]] == [PROCESS_KEYS]
     (test,) = document["tests"]
-    assert set(test) == TEST_KEYS and test["busbw_factor"] == pytest.approx(1.75)
-    assert test["small_message_latency"]["size_bytes"] == 64 and test["small_message_latency"]["in_place_us"] > 0
+    assert set(test) == TEST_KEYS
+    assert test["busbw_factor"] == pytest.approx(1.75)
+    assert test["small_message_latency"]["size_bytes"] == 64
+    assert test["small_message_latency"]["in_place_us"] > 0
     assert [r["size_bytes"] for r in test["results"]] == [64, 256]
     for result_row in test["results"]:
         assert set(result_row) == RESULT_KEYS
         assert set(result_row["stats_us"]) == {"p50", "p99"}
-        assert result_row["wrong"] == 0 and result_row["checked_elements"] == 8 * result_row["count"]
+        assert result_row["wrong"] == 0
+        assert result_row["checked_elements"] == 8 * result_row["count"]
         assert result_row["busbw_gbps"] == pytest.approx(result_row["algbw_gbps"] * 1.75)
         assert result_row["algbw_gbps"] == pytest.approx(result_row["size_bytes"] / result_row["time_us"] / 1e3)
         assert [set(p) for p in result_row["processes"]] == [PROCESS_TIME_KEYS]
         assert result_row["compile_ms"] > 0
         in_place = result_row["in_place"]
-        assert set(in_place) == IN_PLACE_KEYS and set(in_place["stats_us"]) == {"p50", "p99"}
-        assert in_place["wrong"] == 0 and in_place["checked_elements"] == 8 * result_row["count"]
+        assert set(in_place) == IN_PLACE_KEYS
+        assert set(in_place["stats_us"]) == {"p50", "p99"}
+        assert in_place["wrong"] == 0
+        assert in_place["checked_elements"] == 8 * result_row["count"]
         assert in_place["busbw_gbps"] == pytest.approx(in_place["algbw_gbps"] * 1.75)
         # Samples of k back-to-back calls, k calibrated for 5 ms (the default) or more.
-        assert result_row["calls_per_sample"] >= 1 and result_row["calibration_note"] is None
+        assert result_row["calls_per_sample"] >= 1
+        assert result_row["calibration_note"] is None
         assert result_row["sample_ms"] > 0  # (its length against 5 ms depends on the machine's load: not tested)
         assert result_row["time_us"] == pytest.approx(result_row["sample_ms"] * 1e3 / result_row["calls_per_sample"])
         assert result_row["blocking_call_us"] > 0
@@ -144,7 +154,8 @@ def test_json_to_stdout_replaces_the_table(permute_to_stdout_one_call_per_sample
     result = permute_to_stdout_one_call_per_sample
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["tests"][0]["op"] == "permute" and document["wrong"] == 0
+    assert document["tests"][0]["op"] == "permute"
+    assert document["wrong"] == 0
 
 
 def test_check_off_reports_not_applicable(unchecked_all_gather_of_1000_bytes):
@@ -163,7 +174,8 @@ def test_a_2d_mesh_runs_along_the_chosen_axis_and_a_device_subset(device_subset_
     assert document["tests"][0]["busbw_factor"] == pytest.approx(1.0)  # 2(n-1)/n with n = 2
     result = device_subset_run
     assert result.returncode == 0, result.stderr
-    assert "# devices 4 (cpu, ids 0,2,4-5)" in result.stdout and "n = 4 ranks" in result.stdout
+    assert "# devices 4 (cpu, ids 0,2,4-5)" in result.stdout
+    assert "n = 4 ranks" in result.stdout
     assert all(r[-1] == "0" for r in rows(result.stdout))
 
 
@@ -179,10 +191,12 @@ def test_min_busbw_is_a_gate_with_exit_3(tmp_path, device_subset_run):
     path = tmp_path / "gate.json"
     result = collectives("all-reduce", "--min-busbw", "1000000", "--json", str(path), *SMALL)
     message = assert_one_line_error(result, 3)
-    assert "all-reduce (sum): average busbw" in message and "below --min-busbw 1e+06 GB/s" in message
+    assert "all-reduce (sum): average busbw" in message
+    assert "below --min-busbw 1e+06 GB/s" in message
     assert "# Wrong values : 0 OK" in result.stdout
     document = json.loads(path.read_text())
-    assert document["status"] == "below_min_busbw" and document["exit_code"] == 3
+    assert document["status"] == "below_min_busbw"
+    assert document["exit_code"] == 3
     assert device_subset_run.returncode == 0  # a gate below every size's busbw passes
 
 
@@ -191,14 +205,19 @@ def test_a_size_that_fails_leaves_valid_json_with_the_rows_before_it(tmp_path):
     result = collectives("all-reduce", "-b", "64", "-e", "1T", "-f", str(1 << 34), "-n", "1", "-w", "0",
                          "--json", str(path))
     message = assert_one_line_error(result, 1)
-    assert "all-reduce (sum) at 1.0 TiB failed: needs about" in message and "host memory" in message
+    assert "all-reduce (sum) at 1.0 TiB failed: needs about" in message
+    assert "host memory" in message
     assert "ERROR: needs about" in result.stdout
     document = json.loads(path.read_text())
-    assert set(document) == TOP_KEYS and document["status"] == "failed" and document["exit_code"] == 1
+    assert set(document) == TOP_KEYS
+    assert document["status"] == "failed"
+    assert document["exit_code"] == 1
     results = document["tests"][0]["results"]
     assert [r["size_bytes"] for r in results] == [64, 1 << 40]
-    assert results[0]["error"] is None and results[0]["wrong"] == 0
-    assert results[1]["error"].startswith("needs about") and results[1]["time_us"] is None
+    assert results[0]["error"] is None
+    assert results[0]["wrong"] == 0
+    assert results[1]["error"].startswith("needs about")
+    assert results[1]["time_us"] is None
 
 
 # Two checks of the SPMD programs themselves, in one process (one JAX start): each prints its lines under a tag.
@@ -303,10 +322,12 @@ def test_a_sample_length_the_calibration_cannot_reach_is_said_not_looped_for(tmp
                      r"asked \((the calibration's time budget of 2 s would run out|at most 65536 calls per "
                      r"sample)\)", result.stderr)
     if said:  # timed at the k it reached (a timed sample may come out a little over or under the calibration's)
-        assert row["calibration_note"] and row["calls_per_sample"] == int(said.group(1))
+        assert row["calibration_note"]
+        assert row["calls_per_sample"] == int(said.group(1))
     else:  # reached: no note anywhere. (A timed sample can be far shorter than the calibration's last one, which
         # a loaded machine stretched past 2 s: one run timed 276 ms. Its length says nothing here.)
-        assert "note:" not in result.stderr and row["calibration_note"] is None
+        assert "note:" not in result.stderr
+        assert row["calibration_note"] is None
     assert row["wrong"] == 0
 
 
@@ -331,7 +352,8 @@ def test_a_sample_length_the_calibration_cannot_reach_is_said_not_looped_for(tmp
 def test_bad_options_are_one_line_errors_before_any_work(args, code, fragment):
     result = collectives(*args, timeout=30)
     assert result.returncode == code, (result.returncode, result.stderr)
-    assert fragment in result.stderr and "Traceback" not in result.stderr
+    assert fragment in result.stderr
+    assert "Traceback" not in result.stderr
     assert result.stdout == ""
 
 
@@ -382,4 +404,6 @@ def test_a_hung_runtime_is_an_error_within_the_timeout_and_json_stays_valid(hang
     message = assert_one_line_error(result, 1)
     assert "in starting the runtime: the runtime hung (raise --timeout" in message
     document = json.loads(path.read_text())
-    assert set(document) == TOP_KEYS and document["status"] == "failed" and "runtime hung" in document["error"]
+    assert set(document) == TOP_KEYS
+    assert document["status"] == "failed"
+    assert "runtime hung" in document["error"]

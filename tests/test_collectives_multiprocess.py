@@ -42,22 +42,27 @@ def test_launch_runs_a_multi_controller_job_and_times_every_process(tmp_path):
     document = json.loads(path.read_text())
     assert document["process_count"] == 2
     pids = [p["pid"] for p in document["processes"]]
-    assert len(set(pids)) == 2 and os.getpid() not in pids
+    assert len(set(pids)) == 2
+    assert os.getpid() not in pids
     assert [p["device_ids"] for p in document["processes"]] == [[0, 1], [2048, 2049]]
     for row in document["tests"][0]["results"]:
         assert [p["process_id"] for p in row["processes"]] == [0, 1]
-        assert row["wrong"] == 0 and row["checked_elements"] == 4 * row["count"]
+        assert row["wrong"] == 0
+        assert row["checked_elements"] == 4 * row["count"]
         assert row["time_us"] == max(p["time_us"] for p in row["processes"])
         # Every process issued the k calls process 0 calibrated, in both columns, and checked both.
-        assert row["calls_per_sample"] >= 1 and row["in_place"]["wrong"] == 0
+        assert row["calls_per_sample"] >= 1
+        assert row["in_place"]["wrong"] == 0
         assert row["in_place"]["checked_elements"] == 4 * row["count"]
         assert row["in_place"]["time_us"] == max(p["in_place_time_us"] for p in row["processes"])
     # Threshold 0: whoever is over the median is flagged, by process id, host and pid.
     slow = document["slow_processes"]
-    assert slow and {s["pid"] for s in slow} <= set(pids)
+    assert slow
+    assert {s["pid"] for s in slow} <= set(pids)
     table = re.findall(r"^#\s+(\d)\s+(\S+)\s+(\d+)\s+(\S+)\s+([+-][\d.]+%)", result.stdout, re.M)
     assert [(t[0], int(t[2])) for t in table] == [("0", pids[0]), ("1", pids[1])]
-    assert "SLOW" in result.stdout and "# Slow processes : process " in result.stdout
+    assert "SLOW" in result.stdout
+    assert "# Slow processes : process " in result.stdout
 
 
 def _read_until(stream, pattern: str, timeout: float) -> str:
@@ -123,7 +128,8 @@ def test_when_process_0_dies_the_others_are_ended_at_once():
     result, pid = _launch_and_kill(victim=0, timeout_s=600, hang_guard_s=120)
     message = assert_one_line_error(result, 1)
     assert message.startswith(f"tpu-collectives-test: error: process 0 (pid {pid}) was killed by SIGKILL; ")
-    assert "process 1 (pid " in message and "ended by the JAX runtime" in message
+    assert "process 1 (pid " in message
+    assert "ended by the JAX runtime" in message
 
 
 def test_processes_started_by_hand_agree_on_the_verdict():
@@ -140,7 +146,8 @@ def test_processes_started_by_hand_agree_on_the_verdict():
                 process.kill()
     assert [p.returncode for p in processes] == [3, 3]  # process 0's gate verdict, on every process
     assert "# devices 2 (cpu, ids 0,2048)  processes 2 on 1 host" in out0
-    assert "below --min-busbw" in err0 and out1 == ""
+    assert "below --min-busbw" in err0
+    assert out1 == ""
     assert "Traceback" not in err0 + err1
 
 
@@ -161,7 +168,8 @@ def test_process_0_alone_reports_that_the_others_never_joined():
     result = collectives("--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "0",
                          "--timeout", "20", timeout=120)  # the hang guard
     message = assert_one_line_error(result, 1)
-    assert "not every process joined within" in message and f"expected 2 at 127.0.0.1:{port}" in message
+    assert "not every process joined within" in message
+    assert f"expected 2 at 127.0.0.1:{port}" in message
 
 
 @pytest.mark.parametrize("launch", [False, True])

@@ -42,7 +42,8 @@ def test_k_is_calibrated_so_a_sample_lasts_the_length_asked():
     assert device.sample_length(result.calls) >= 5e-3
     assert result.calls <= 2 * 16 * 5e-3 / 10e-6  # not wildly past the length asked
     assert result.blocking_call_us == pytest.approx(90)  # one call waited for: the round trip included
-    assert device.samples[:3] == [1, 1, 1] and device.samples == sorted(device.samples)
+    assert device.samples[:3] == [1, 1, 1]
+    assert device.samples == sorted(device.samples)
     # Per iteration, the round trip is spread over k calls: within 2 % of the device's own 10 us.
     assert per_call_us([device.sample_length(result.calls)], result.calls)[0] == pytest.approx(10, rel=0.02)
 
@@ -62,23 +63,28 @@ def test_sample_ms_0_waits_for_every_call():
 def test_the_calls_per_sample_are_capped_and_the_shortfall_said():
     device = Device(per_call_s=1e-9, overhead_s=1e-6)  # so fast that 5 ms would take millions of calls
     result = calibrate(device.sample, TimingPlan(sample_s=5e-3, budget_s=10.0), alone)
-    assert result.calls == MAX_CALLS and max(device.samples) == MAX_CALLS
-    assert result.short is not None and f"at most {MAX_CALLS} calls per sample" in result.short
+    assert result.calls == MAX_CALLS
+    assert max(device.samples) == MAX_CALLS
+    assert result.short is not None
+    assert f"at most {MAX_CALLS} calls per sample" in result.short
     assert "short of the 5 ms asked" in result.short
 
 
 def test_a_sample_length_out_of_the_budget_is_said_instead_of_looped_for():
     device = Device(per_call_s=1e-3, overhead_s=0)
     result = calibrate(device.sample, TimingPlan(sample_s=1.5, budget_s=1.0), alone)
-    assert result.short is not None and "time budget of 1 s would run out" in result.short
+    assert result.short is not None
+    assert "time budget of 1 s would run out" in result.short
     assert device.spent_s <= 1.0  # it stopped before spending more than its budget
-    assert result.calls == device.samples[-1] and device.sample_length(result.calls) < 1.5
+    assert result.calls == device.samples[-1]
+    assert device.sample_length(result.calls) < 1.5
 
 
 def test_a_shortfall_of_over_a_second_is_said_in_plain_milliseconds():
     device = Device(per_call_s=0.3, overhead_s=0)  # 4 calls last 1.2 s; 8 would pass the 2 s budget
     result = calibrate(device.sample, TimingPlan(sample_s=2.0, budget_s=2.0), alone)
-    assert result.short is not None and "e+" not in result.short
+    assert result.short is not None
+    assert "e+" not in result.short
     assert re.search(r"\d+ calls per sample last \d+\.\d ms, short of the 2000 ms asked", result.short), result.short
 
 
@@ -110,7 +116,9 @@ def test_every_process_follows_process_0s_decisions():
 
     device = Device(per_call_s=1e-6, overhead_s=0)
     result = calibrate(device.sample, TimingPlan(sample_s=5e-3, budget_s=1.0), follow)
-    assert device.samples == [1, 1, 1, 7, 300] and result.calls == 300 and result.short is None
+    assert device.samples == [1, 1, 1, 7, 300]
+    assert result.calls == 300
+    assert result.short is None
     assert [name for name, _ in asked] == ["calibrate/0", "calibrate/1", "calibrate/2"]
 
 

@@ -41,7 +41,9 @@ def test_sizes_round_down_to_whole_elements_per_rank_like_nccl_tests():
     f32 = DTYPES["f32"]
     plans, note = plan_sizes([1000, 1024, 4], OPS["all-gather"], f32, 8)
     assert [(p.size_bytes, p.count) for p in plans] == [(992, 31), (1024, 32), (32, 1)]
-    assert "multiple of 8 ranks x 4 B (f32) = 32 B" in note and "1000 -> 992" in note and "4 -> 32" in note
+    assert "multiple of 8 ranks x 4 B (f32) = 32 B" in note
+    assert "1000 -> 992" in note
+    assert "4 -> 32" in note
     plans, note = plan_sizes([1000, 1002], OPS["all-reduce"], f32, 8)
     assert [(p.size_bytes, p.count) for p in plans] == [(1000, 250)]  # 1002 rounds onto 1000: run once
     assert "1002 -> 1000" in note
@@ -55,14 +57,16 @@ def test_busbw_factors_and_formulas_follow_the_convention():
         assert OPS[name].gathered
     assert OPS["permute"].busbw_factor(8) == OPS["broadcast"].busbw_factor(8) == 1.0
     assert OPS["all-reduce"].busbw_formula(8) == "busbw = algbw * 2(n-1)/n = algbw * 1.750 (n = 8 ranks)"
-    assert OPS["all-gather"].size_bytes(31, 4, 8) == 992 and OPS["all-reduce"].size_bytes(250, 4, 8) == 1000
+    assert OPS["all-gather"].size_bytes(31, 4, 8) == 992
+    assert OPS["all-reduce"].size_bytes(250, 4, 8) == 1000
     assert algbw_gbps(1_000_000, 1000.0) == pytest.approx(1.0)
 
 
 def test_ops_dtypes_and_reductions_parse_with_their_aliases():
     assert [o.name for o in parse_op("all")] == list(OPS)
     assert parse_op("allreduce")[0].name == "all-reduce"
-    assert parse_dtype("float").name == "f32" and parse_dtype("BF16").name == "bf16"
+    assert parse_dtype("float").name == "f32"
+    assert parse_dtype("BF16").name == "bf16"
     with pytest.raises(UsageError, match="unknown op 'reduce'"):
         parse_op("reduce")
     with pytest.raises(UsageError, match="unknown dtype 'f33'"):
@@ -70,7 +74,8 @@ def test_ops_dtypes_and_reductions_parse_with_their_aliases():
     tests, notes = plan_tests(list(OPS.values()), "all")
     assert [t.label for t in tests][:6] == ["all-reduce (sum)", "all-reduce (max)", "all-reduce (min)",
                                             "all-reduce (prod)", "all-reduce (avg)", "all-gather"]
-    assert "reduce-scatter (sum)" in [t.label for t in tests] and not notes
+    assert "reduce-scatter (sum)" in [t.label for t in tests]
+    assert not notes
     tests, notes = plan_tests(list(OPS.values()), "max")
     assert "reduce-scatter (sum)" in [t.label for t in tests]
     assert notes == ["reduce-scatter runs with sum only (JAX's SPMD collective has no max)"]
@@ -146,7 +151,8 @@ def test_stats_parse_and_percentiles():
 def test_slow_processes_are_those_over_the_median_by_the_threshold():
     verdict = slow_processes({0: 100.0, 1: 101.0, 2: 150.0, 3: 99.0}, 0.2)
     assert verdict.median_us == pytest.approx(100.5)
-    assert set(verdict.slow) == {2} and verdict.slow[2] == pytest.approx(150 / 100.5)
+    assert set(verdict.slow) == {2}
+    assert verdict.slow[2] == pytest.approx(150 / 100.5)
     assert slow_processes({0: 100.0}, 0.0).slow == {}
 
 
@@ -159,15 +165,23 @@ def _report(rows: list[SizeResult], check: bool = True) -> CollectivesReport:
 def test_gates_fail_on_wrong_values_then_on_the_bandwidth_floor():
     good = SizeResult(1024, 1024, 256, "f32", "sum", None, time_us=10.0, busbw_gbps=2.0, wrong=0)
     report = _report([good])
-    assert judge(report, None) == 0 and report.status == "ok" and report.error is None
+    assert judge(report, None) == 0
+    assert report.status == "ok"
+    assert report.error is None
     assert judge(report, 1.5) == 0
-    assert judge(report, 3.0) == 3 and report.status == "below_min_busbw" and "below --min-busbw 3" in report.error
+    assert judge(report, 3.0) == 3
+    assert report.status == "below_min_busbw"
+    assert "below --min-busbw 3" in report.error
     wrong = SizeResult(2048, 2048, 512, "f32", "sum", None, time_us=10.0, busbw_gbps=2.0, wrong=5)
     report = _report([good, wrong])
-    assert judge(report, None) == 3 and report.status == "wrong_values" and report.wrong == 5
+    assert judge(report, None) == 3
+    assert report.status == "wrong_values"
+    assert report.wrong == 5
     failed = SizeResult(4096, 4096, 1024, "f32", "sum", None, error="out of memory")
     report = _report([good, wrong, failed])
-    assert judge(report, None) == 1 and report.status == "failed" and "at 4.0 KiB failed: out of memory" in report.error
+    assert judge(report, None) == 1
+    assert report.status == "failed"
+    assert "at 4.0 KiB failed: out of memory" in report.error
     unchecked = SizeResult(1024, 1024, 256, "f32", "sum", None, time_us=10.0, busbw_gbps=2.0, wrong=None)
     assert _report([unchecked], check=False).wrong is None
 
@@ -185,7 +199,8 @@ def test_slow_process_summary_names_host_and_pid():
 
 def test_device_and_mesh_specs():
     assert parse_device_ids("0,1,4-6") == [0, 1, 4, 5, 6]
-    assert parse_mesh_shape("2x4") == (2, 4) and parse_mesh_shape(None) is None
+    assert parse_mesh_shape("2x4") == (2, 4)
+    assert parse_mesh_shape(None) is None
     assert id_ranges([0, 1, 2, 5, 2048, 2049]) == "0-2,5,2048-2049"
     for bad in ("a", "3-1", "1,1"):
         with pytest.raises(UsageError, match=r"^--devices "):
@@ -206,7 +221,8 @@ def test_mesh_positions_split_groups_and_ranks_along_the_chosen_axis():
 
 def test_launch_arguments_and_outcomes():
     assert strip_option(["-b", "1K", "--launch", "2", "--launch=3", "all"], "--launch") == ["-b", "1K", "all"]
-    assert devices_per_process(8, 2) == 4 and devices_per_process(8, 16) == 1
+    assert devices_per_process(8, 2) == 4
+    assert devices_per_process(8, 16) == 1
     killed = RankOutcome(2, 1234, returncode=-9)
     assert killed.describe_death() == "process 2 (pid 1234) was killed by SIGKILL"
     aborted = RankOutcome(1, 99, returncode=-6)

@@ -39,10 +39,12 @@ def test_every_panel_queries_prometheus_through_the_variables():
         for panel in panels:
             assert panel["targets"], panel["title"]
             ref_ids = [t["refId"] for t in panel["targets"]]
-            assert len(set(ref_ids)) == len(ref_ids) and all(ref_ids)
+            assert len(set(ref_ids)) == len(ref_ids)
+            assert all(ref_ids)
             for target in panel["targets"]:
                 assert target["datasource"]["uid"] == "${datasource}"
                 if not target["expr"].startswith("count(up"):  # the exporters' own scrape status
-                    assert "tpu_tools_" in target["expr"] and "$instance" in target["expr"], target["expr"]
+                    assert "tpu_tools_" in target["expr"], target["expr"]
+                    assert "$instance" in target["expr"], target["expr"]
                     assert target["expr"].count("$instance") == target["expr"].count("$cluster"), target["expr"]
     assert sorted(uids) == ["tpu-tools-fleet", "tpu-tools-host", "tpu-tools-jobs"]

@@ -26,16 +26,22 @@ def test_quick_level_passes_prints_json_and_keeps_the_last_result(tmp_path):
                       str(tmp_path / "diag.xml"), env=env)
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["schema"] == "tpu-tools/diag/v1" and document["status"] == "pass"
-    assert document["level"] == 1 and document["device_ids"] == [0, 1, 2, 3]
+    assert document["schema"] == "tpu-tools/diag/v1"
+    assert document["status"] == "pass"
+    assert document["level"] == 1
+    assert document["device_ids"] == [0, 1, 2, 3]
     assert {(c["test"], c["device"]) for c in document["checks"]} == {
         (t, d) for t in ("compile", "known-answer", "transfer") for d in range(4)}
-    assert document["interrupted"] is False and document["exit_code"] == 0
+    assert document["interrupted"] is False
+    assert document["exit_code"] == 0
     kept = json.loads((tmp_path / "run" / "diag-last.json").read_text())
-    assert kept["time"] == document["time"] and kept["status"] == "pass"
+    assert kept["time"] == document["time"]
+    assert kept["status"] == "pass"
     assert oct((tmp_path / "run" / "diag-last.json").stat().st_mode & 0o777) == "0o600"
     xml = (tmp_path / "diag.xml").read_text()
-    assert 'testsuite name="tpu-diag"' in xml and 'tests="12"' in xml and 'errors="0"' in xml
+    assert 'testsuite name="tpu-diag"' in xml
+    assert 'tests="12"' in xml
+    assert 'errors="0"' in xml
 
 
 def test_an_injected_gemm_fault_fails_the_run_naming_the_device(tmp_path):
@@ -45,9 +51,11 @@ def test_an_injected_gemm_fault_fails_the_run_naming_the_device(tmp_path):
                       "--memory-fraction", "0.0001", "--format", "plain", env=env, timeout=300)
     assert result.returncode == 1, result.stderr
     failing = [line for line in result.stdout.splitlines() if " FAIL " in line and not line.startswith("verdict")]
-    assert failing and all(line.startswith("gemm ") and "device 2" in line for line in failing), result.stdout
+    assert failing, result.stdout
+    assert all(line.startswith("gemm ") and "device 2" in line for line in failing), result.stdout
     assert "verdict: FAIL" in result.stdout
-    assert "links exercised: 6" in result.stdout and "dtypes: f32, bf16, f16, int8" in result.stdout
+    assert "links exercised: 6" in result.stdout
+    assert "dtypes: f32, bf16, f16, int8" in result.stdout
     assert "memory tested:" in result.stdout
 
 
@@ -99,8 +107,10 @@ def test_a_hung_runtime_gets_a_verdict(tmp_path, hanging_plugin):
     result = run_tool("tpu-diag", "--timeout", "3", "--json", env=env, timeout=120)
     assert result.returncode == 1
     document = json.loads(result.stdout)
-    assert document["status"] == "fail" and "did not answer within 3 s" in document["error"]
-    assert "tpu-diag: error:" in result.stderr and "Traceback" not in result.stderr
+    assert document["status"] == "fail"
+    assert "did not answer within 3 s" in document["error"]
+    assert "tpu-diag: error:" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def worker_of(pid: int) -> int | None:
@@ -135,7 +145,8 @@ def test_a_signal_keeps_the_results_so_far_marked_interrupted(tmp_path, signum, 
             process.kill()
     assert process.returncode == code, stderr
     document = json.loads(stdout)
-    assert document["interrupted"] is True and isinstance(document["checks"], list)
+    assert document["interrupted"] is True
+    assert isinstance(document["checks"], list)
     assert document["exit_code"] == code
     assert document["status"] == "interrupted"
     # kept as partial when a check ended before the signal; else the record is left as it was (none here)
@@ -164,7 +175,8 @@ def test_launched_processes_compare_every_device_of_every_process(tmp_path):
                       "--inject", "gemm:2049", "--json", env=env, timeout=300)
     assert result.returncode == 1, result.stderr
     document = json.loads(result.stdout)
-    assert document["process_count"] == 2 and document["device_ids"] == [0, 1, 2048, 2049]
+    assert document["process_count"] == 2
+    assert document["device_ids"] == [0, 1, 2048, 2049]
     failed = {(c["test"], c["device"]) for c in document["checks"] if c["status"] == "fail"}
     assert failed == {(f"gemm {t}{exact}", 2049) for t in ("f32", "bf16", "f16", "int8") for exact in ("", " exact")}
     assert {c["process_id"] for c in document["checks"] if c["test"] == "compile"} == {0, 1}
@@ -180,7 +192,8 @@ def test_a_terminal_gets_a_progress_bar_on_stderr_and_a_pipe_does_not(tmp_path):
         stdout, text = run.finish(timeout=180)
     assert run.process.returncode == 0
     assert "known-answer on device" in text or "transfer on device" in text, text[-2000:]
-    assert "\x1b" not in stdout and "verdict: PASS" in stdout
+    assert "\x1b" not in stdout
+    assert "verdict: PASS" in stdout
 
 
 @pytest.mark.auto_platform
@@ -222,14 +235,16 @@ def test_a_saved_reference_catches_a_fault_on_one_device_and_another_key_is_not_
                       env=env)
     assert caught.returncode == 1, caught.stderr
     checks = {c["test"]: c for c in json.loads(caught.stdout)["checks"]}
-    assert checks["gemm f32 reference"]["status"] == "fail" and checks["gemm f32 reference"]["device"] == 0
+    assert checks["gemm f32 reference"]["status"] == "fail"
+    assert checks["gemm f32 reference"]["device"] == 0
     assert "differs from the reference" in checks["gemm f32 reference"]["why"]
     other = run_tool("tpu-diag", "-r", "2", "--platform", "cpu", "--host-devices", "1", "--only", "gemm int8",
                      "--skip", "gemm int8 exact", "--reference", str(reference), "--json",
                      env={**env, "XLA_FLAGS": "--xla_cpu_enable_fast_math=true"})
     assert other.returncode == 3, other.stderr
     check = {c["test"]: c for c in json.loads(other.stdout)["checks"]}["gemm int8 reference"]
-    assert check["status"] == "warn" and check["why"].startswith("not comparable: xla_flags")
+    assert check["status"] == "warn"
+    assert check["why"].startswith("not comparable: xla_flags")
 
 
 def test_every_injection_given_is_applied(tmp_path):

@@ -68,14 +68,16 @@ def test_every_injected_fault_is_caught_and_healthy_repeats_never_fail():
     result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(out["healthy"]) == 20 and all(bad == [] for bad in out["healthy"]), out["healthy"]
+    assert len(out["healthy"]) == 20, out["healthy"]
+    assert all(bad == [] for bad in out["healthy"]), out["healthy"]
     # a healthy long run: nothing fails (the CPU's rates are reported, not judged)
     assert [c for c in out["level3"] if c["status"] == "fail"] == [], out["level3"]
     assert {"compile", "known-answer", "transfer", "gemm f32", "gemm bf16", "gemm f16", "gemm int8", "rate",
             "memory address", "memory walking-ones", "memory walking-zeros", "memory random",
             "collective all-reduce", "collective all-gather", "collective ring +1", "collective ring -1",
             "sustained"} <= set(out["level3_tests"])
-    assert len(out["coverage"]["links"]) == 6 and out["coverage"]["dtypes"] == ["f32", "bf16", "f16", "int8"]
+    assert len(out["coverage"]["links"]) == 6
+    assert out["coverage"]["dtypes"] == ["f32", "bf16", "f16", "int8"]
     assert all(d["memory_tested_bytes"] > 0 for d in out["coverage"]["devices"])
     assert out["memory_placement"] == [[d, d] for d in range(3)]  # each device's memory test runs on it
 
@@ -99,4 +101,5 @@ def test_every_injected_fault_is_caught_and_healthy_repeats_never_fail():
     assert sorted(map(tuple, out["long"])) == sorted((f"memory long {p}", d, "fail" if d == 1 else "pass")
                                          for p in LONG_MEMORY_PATTERNS for d in range(3))
     # a test that runs out of device memory is a skip of that test, not a crash
-    assert out["oom"] and all(c["status"] == "skip" and c["why"].startswith("out of memory") for c in out["oom"])
+    assert out["oom"]
+    assert all(c["status"] == "skip" and c["why"].startswith("out of memory") for c in out["oom"])

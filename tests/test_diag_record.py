@@ -64,7 +64,8 @@ def test_an_injected_run_leaves_the_exported_health_as_it_was(tmp_path, monkeypa
     assert before["tpu_tools_diag_failed"] == 0
     injected = run_tool("tpu-diag", "--platform", "cpu", "--host-devices", "2", "--inject", "kat:0", "--json",
                         env=env, timeout=300)
-    assert injected.returncode == 1 and json.loads(injected.stdout)["status"] == "fail"
+    assert injected.returncode == 1
+    assert json.loads(injected.stdout)["status"] == "fail"
     after = _exported(tmp_path / "run", monkeypatch)
     assert after["tpu_tools_diag_failed"] == 0
     assert after["tpu_tools_diag_last_run_timestamp_seconds"] == before["tpu_tools_diag_last_run_timestamp_seconds"]
@@ -92,7 +93,8 @@ def test_a_run_interrupted_before_its_first_check_leaves_the_record_as_it_was(tm
             process.kill()
     assert process.returncode == 143, stderr
     document = json.loads(stdout)
-    assert document["status"] == "interrupted" and document["checks"] == []
+    assert document["status"] == "interrupted"
+    assert document["checks"] == []
     assert "interrupted before any check ended" in stderr
     assert path.read_bytes() == kept
 
@@ -105,16 +107,22 @@ def test_a_partial_run_keeps_the_failures_it_did_not_rerun_and_does_not_make_the
     complete["last_complete_time"] = complete["time"]
     partial = _document("2026-11-27T10:00:00+00:00", [Check("compile", "pass", device=1)], interrupted=True)
     kept, note = recorded_document(partial, complete)
-    assert kept is not None and note and "1 failure(s)" in note
-    assert kept["status"] == "interrupted" and kept["last_complete_time"] == "2026-11-20T10:00:00+00:00"
+    assert kept is not None
+    assert note
+    assert "1 failure(s)" in note
+    assert kept["status"] == "interrupted"
+    assert kept["last_complete_time"] == "2026-11-20T10:00:00+00:00"
     carried = [c for c in kept["checks"] if c["status"] == "fail"]
     assert [(c["test"], c["device"], c["found_at"]) for c in carried] == [
         ("gemm f32", 1, "2026-11-20T10:00:00+00:00")]
     rerun = _document("2026-11-27T10:00:00+00:00", [Check("gemm f32", "pass", device=1)], interrupted=True)
     kept, _ = recorded_document(rerun, complete)
-    assert kept is not None and [c["status"] for c in kept["checks"]] == ["pass"]  # it re-ran it: its word stands
+    assert kept is not None
+    assert [c["status"] for c in kept["checks"]] == ["pass"]  # it re-ran it: its word stands
     nothing, why = recorded_document(_document("2026-11-27T10:00:00+00:00", [], interrupted=True), complete)
-    assert nothing is None and why and "before any check" in why
+    assert nothing is None
+    assert why
+    assert "before any check" in why
 
 
 def test_a_kept_partial_record_still_exports_the_failure_and_the_age_of_the_complete_run(tmp_path, monkeypatch):
@@ -134,9 +142,11 @@ def test_a_kept_partial_record_still_exports_the_failure_and_the_age_of_the_comp
 def test_the_junit_of_an_interrupted_run_carries_an_error():
     report = DiagReport(level=1, time="2026-11-27T10:00:00+00:00", host="vm",
                         checks=[Check("compile", "pass", "ok", device=0)], interrupted=True)
-    assert report.status == "interrupted" and report.to_dict()["status"] == "interrupted"
+    assert report.status == "interrupted"
+    assert report.to_dict()["status"] == "interrupted"
     xml = junit_xml(report)
-    assert 'errors="1"' in xml and "was interrupted after 1 check(s)" in xml
+    assert 'errors="1"' in xml
+    assert "was interrupted after 1 check(s)" in xml
 
 
 @pytest.mark.parametrize("target", ["folder", "fifo", "/dev/full", "missing", ""])
@@ -163,7 +173,8 @@ def test_a_reader_on_the_junit_fifo_gets_the_whole_document(tmp_path):
         if reader.poll() is None:
             reader.kill()
     assert result.returncode == 0, result.stderr
-    assert xml.decode().rstrip().endswith("</testsuite>") and 'tests="1"' in xml.decode()
+    assert xml.decode().rstrip().endswith("</testsuite>")
+    assert 'tests="1"' in xml.decode()
 
 
 def test_launched_processes_report_their_partial_results_on_sigterm(tmp_path):
@@ -186,7 +197,9 @@ def test_launched_processes_report_their_partial_results_on_sigterm(tmp_path):
             process.kill()
     assert process.returncode == 143, stderr
     document = json.loads(stdout)
-    assert document["interrupted"] is True and document["status"] == "interrupted"
+    assert document["interrupted"] is True
+    assert document["status"] == "interrupted"
     assert ("compile", 0) in {(c["test"], c["device"]) for c in document["checks"]}
     kept = json.loads((tmp_path / "run" / "diag-last.json").read_text())
-    assert kept["status"] == "interrupted" and kept["checks"]
+    assert kept["status"] == "interrupted"
+    assert kept["checks"]

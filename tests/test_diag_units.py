@@ -33,7 +33,8 @@ def test_injection_parses_kind_and_device():
 def test_every_injection_given_applies_and_a_kind_twice_is_refused():
     assert parse_injections(["gemm:0", "kat:1"]) == (Injection("gemm", 0), Injection("kat", 1))
     settings = DiagSettings(level=2, inject=parse_injections(["gemm:0", "kat:1"]))
-    assert settings.injected("gemm") == Injection("gemm", 0) and settings.injected("kat") == Injection("kat", 1)
+    assert settings.injected("gemm") == Injection("gemm", 0)
+    assert settings.injected("kat") == Injection("kat", 1)
     with pytest.raises(UsageError, match="one device per kind"):
         parse_injections(["gemm:0", "gemm:1"])
 
@@ -90,8 +91,10 @@ def test_the_device_that_repeats_a_wrong_digest_is_the_suspect():
     verdicts = {j.device: (j.status, j.why) for j in judge_digests({0: ["a", "a"], 1: ["a", "a"], 2: ["b", "b"],
                                                                      3: ["a", "c"]})}
     assert verdicts[0][0] == verdicts[1][0] == "pass"
-    assert verdicts[2][0] == "fail" and "differs from a" in verdicts[2][1]
-    assert verdicts[3][0] == "warn" and "nondeterministic" in verdicts[3][1]
+    assert verdicts[2][0] == "fail"
+    assert "differs from a" in verdicts[2][1]
+    assert verdicts[3][0] == "warn"
+    assert "nondeterministic" in verdicts[3][1]
     split = judge_digests({0: ["a", "a"], 1: ["b", "b"]})
     assert all(j.status == "fail" and "no majority" in j.why for j in split)
     assert judge_digests({5: ["a", "a"]})[0].status == "skip"  # repeatable is no proof of the bits
@@ -125,12 +128,18 @@ def _report(status: str = "fail") -> DiagReport:
 def test_the_report_round_trips_and_its_status_gives_the_exit_code():
     report = _report()
     document = json.loads(json.dumps(report.to_dict()))
-    assert document["schema"] == "tpu-tools/diag/v1" and document["status"] == "fail" and document["exit_code"] == 1
+    assert document["schema"] == "tpu-tools/diag/v1"
+    assert document["status"] == "fail"
+    assert document["exit_code"] == 1
     assert document["counts"] == {"pass": 2, "warn": 0, "fail": 1, "skip": 1}
     assert DiagReport.from_dict(document).to_dict() == document
-    assert _report("warn").exit_code == 3 and _report("pass").exit_code == 0
+    assert _report("warn").exit_code == 3
+    assert _report("pass").exit_code == 0
     xml = junit_xml(report)
-    assert 'tests="4"' in xml and 'errors="1"' in xml and 'skipped="1"' in xml and "digest differs" in xml
+    assert 'tests="4"' in xml
+    assert 'errors="1"' in xml
+    assert 'skipped="1"' in xml
+    assert "digest differs" in xml
 
 
 @pytest.fixture
@@ -147,7 +156,10 @@ def test_the_last_result_is_kept_and_read_back(rundir):
     write_last(_report().to_dict())
     assert oct(rundir.stat().st_mode & 0o777) == "0o700"
     last = read_last()
-    assert last is not None and last.error is None and last.status == "fail" and last.level == 2
+    assert last is not None
+    assert last.error is None
+    assert last.status == "fail"
+    assert last.level == 2
     assert last.device_status() == {0: "pass", 1: "fail"}
     assert last.age_s(now=last.time_unix_s + 90) == 90
     assert [c.test for c in last.failed()] == ["gemm f32"]
@@ -161,7 +173,9 @@ def test_a_damaged_last_result_is_an_error_not_a_crash(rundir, content):
     rundir.mkdir(mode=0o700)
     (rundir / "diag-last.json").write_text(content)
     last = read_last()
-    assert last is not None and last.error and "diag-last.json" in last.error
+    assert last is not None
+    assert last.error
+    assert "diag-last.json" in last.error
 
 
 def test_monitor_exports_the_verdict_per_test_and_device_and_top_shows_it(rundir):
@@ -178,7 +192,8 @@ def test_monitor_exports_the_verdict_per_test_and_device_and_top_shows_it(rundir
     group = DiagGroup(CollectOptions())
     context = CollectContext(CollectOptions(), {"diag": group})
     data = group.collect(context)
-    assert data["last"]["status"] == "fail" and data["last"]["failed_checks"] == 1
+    assert data["last"]["status"] == "fail"
+    assert data["last"]["failed_checks"] == 1
     figures = {f.device_id: f.extra["diag_status"] for f in group.device_figures(context)}
     assert figures == {0: "pass", 1: "fail"}
 
@@ -191,7 +206,8 @@ def test_monitor_exports_the_verdict_per_test_and_device_and_top_shows_it(rundir
     text = generate_latest(registry).decode()
     assert 'tpu_tools_diag_check_status{device="1",link="",test="gemm f32"} 1.0' in text
     assert 'tpu_tools_diag_check_status{device="0",link="",test="memory random"} 3.0' in text
-    assert "tpu_tools_diag_failed 1.0" in text and "tpu_tools_diag_level 2.0" in text
+    assert "tpu_tools_diag_failed 1.0" in text
+    assert "tpu_tools_diag_level 2.0" in text
     age = float(next(line.split()[1] for line in text.splitlines() if line.startswith("tpu_tools_diag_age_seconds")))
     assert 7100 < age < 7300
     assert diag_cell({"diag_status": "fail", "diag_age_s": 7200}) == ("FAIL 2h", "error")
@@ -200,7 +216,8 @@ def test_monitor_exports_the_verdict_per_test_and_device_and_top_shows_it(rundir
                                                                                  "diag_age_s": 7200}}]}}
     frame = frame_text(device_lines(as_report(report), 160, None))
     assert "diag -r 2 FAIL 2h ago (gemm f32 device 1)" in frame
-    assert "DIAG" in frame and "FAIL 2h" in frame
+    assert "DIAG" in frame
+    assert "FAIL 2h" in frame
 
 
 def test_the_support_bundle_includes_the_last_result(tmp_path):
@@ -216,7 +233,8 @@ def test_the_support_bundle_includes_the_last_result(tmp_path):
         text_name = next(n for n in names if n.endswith("accelerators/diag-last.txt"))
         text = bundle.extractfile(text_name).read().decode()  # type: ignore[union-attr]
     assert any(n.endswith("accelerators/diag-last.json") for n in names)
-    assert "gemm f32" in text and "verdict: FAIL" in text
+    assert "gemm f32" in text
+    assert "verdict: FAIL" in text
     assert os.path.exists(rundir / "diag-last.json")
 
 
@@ -244,7 +262,9 @@ def test_tpu_sensors_during_sustained_load_warn_on_throttling_and_sick_links(mon
     from tpu_tools.diag.telemetry import Telemetry, score_of
 
     assert score_of("tray1.chip0.ici2: 3") == ("tray1.chip0.ici2", 3.0)
-    assert score_of(7) == (None, 7.0) and score_of("n/a") == (None, None) and score_of(True) == (None, None)
+    assert score_of(7) == (None, 7.0)
+    assert score_of("n/a") == (None, None)
+    assert score_of(True) == (None, None)
 
     class Metric:
         def __init__(self, values):
@@ -271,7 +291,8 @@ def test_tpu_sensors_during_sustained_load_warn_on_throttling_and_sick_links(mon
                                     "tpu_throttle_score worst 4 of 10 on chip 1"]
     quiet = Telemetry("cpu")
     quiet.sample()
-    assert quiet.warnings() == [] and quiet.figures()["telemetry_error"] == "no sensor reading on this platform"
+    assert quiet.warnings() == []
+    assert quiet.figures()["telemetry_error"] == "no sensor reading on this platform"
 
 
 SENSORS = r"""

@@ -24,7 +24,8 @@ def test_v4_host_has_four_chips_on_accel_nodes_with_holders(tmp_path):
     assert found.chips[0].holders[0].user == "alice"
     assert found.chips[0].holders[0].command == "/usr/bin/python3 train.py --steps 100"
     assert found.chips[3].holders == []
-    assert found.chips[0].devices_per_chip == 1 and found.chips[0].cores_per_chip == 2
+    assert found.chips[0].devices_per_chip == 1
+    assert found.chips[0].cores_per_chip == 2
     assert [h.pid for h in found.tpu_holders()] == [2001]
     assert found.tpu_holders(exclude_pids={2001}) == []
 
@@ -65,7 +66,8 @@ def test_nvidia_host_maps_minor_numbers_and_skips_audio_functions(tmp_path):
     assert [c.name for c in found.chips] == ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"]
     # minors are reversed against PCI order in the fixture
     assert [c.device_nodes[0].path for c in found.chips] == ["/dev/nvidia1", "/dev/nvidia0"]
-    assert found.chips[1].holders[0].pid == 5005 and found.chips[0].holders == []
+    assert found.chips[1].holders[0].pid == 5005
+    assert found.chips[0].holders == []
     shared = {n.path: [h.pid for h in n.holders] for n in found.shared_nodes}
     assert shared["/dev/nvidiactl"] == [5005]
     assert all(c.platform == "cuda" for c in found.chips)
@@ -86,7 +88,8 @@ def test_empty_host_and_missing_root(tmp_path):
     sysroot.empty_host(tmp_path)
     assert discover(tmp_path).chips == []
     nothing = discover(tmp_path / "does-not-exist")
-    assert nothing.chips == [] and nothing.notes == []
+    assert nothing.chips == []
+    assert nothing.notes == []
 
 
 def test_malformed_and_unreadable_sysfs_files_become_notes(tmp_path):

@@ -65,7 +65,8 @@ def test_the_collector_counts_in_the_dump_docs(tmp_path):
     shown_line = next(line for line in shown if line.startswith("collectors: "))
     ok, skipped = (int(n) for n in re.fullmatch(r"collectors: (\d+) ok, (\d+) skipped", shown_line).groups())
     documented = _not_ok(shown_listing)
-    assert set(documented.values()) == {"skipped"} and len(documented) == skipped  # the two examples agree
+    assert set(documented.values()) == {"skipped"}
+    assert len(documented) == skipped  # the two examples agree
     listing = run_tool("tpu-dump", "show", str(tmp_path / "b.tar.gz"), env=env).stdout
     here = _not_ok(listing.splitlines())
     # every collector does here what the example says, but for those whose outcome is the host's
@@ -221,8 +222,8 @@ def outputs(tmp_path_factory) -> dict[str, list[str]]:
 
 
 @pytest.mark.budget(120)  # eight small runs of real programs, shared by every example that shows them
-@pytest.mark.parametrize("doc, command", sorted({(doc, command) for doc, command, _ in all_examples()
-                                                if command in RUNS}))
+@pytest.mark.parametrize(("doc", "command"), sorted({(doc, command) for doc, command, _ in all_examples()
+                                                    if command in RUNS}))
 def test_the_example_has_the_shape_of_a_real_run(doc, command, outputs):
     shown = next(lines for where, what, lines in all_examples() if (where, what) == (doc, command))
     varies = RUNS[command][1]
@@ -331,4 +332,5 @@ def test_the_agent_examples_have_the_shape_of_a_run_beside_a_job():
             assert result.returncode == 0, result.stderr
             actual = jq(json.loads(result.stdout))
             assert same_shape(shown, actual), (doc, shown, actual)
-            assert json.loads(actual[0])["tag"] == "train" and json.loads(actual[0])["pid"] == job.pid
+            assert json.loads(actual[0])["tag"] == "train"
+            assert json.loads(actual[0])["pid"] == job.pid

@@ -46,7 +46,8 @@ def test_man_pages_render_without_warnings():
         pytest.skip("groff is not installed")
     for page in sorted((REPO / "man").glob("*.1")):
         result = subprocess.run(["groff", "-man", "-Tutf8", "-ww", str(page)], capture_output=True, text=True)
-        assert result.returncode == 0 and not result.stderr.strip(), (page.name, result.stderr)
+        assert result.returncode == 0, (page.name, result.stderr)
+        assert not result.stderr.strip(), (page.name, result.stderr)
 
 
 @pytest.mark.parametrize(("shell", "file"), [("bash", "tpu-tools.bash"), ("zsh", "_tpu-tools"),
@@ -88,8 +89,11 @@ def test_every_command_and_subcommand_answers_dash_h():
                 yield from walk(command.get_command(context, name), [*path, name])
 
     paths = list(walk(cli, []))
-    assert ["bench", "matmul"] in paths and ["dump", "show"] in paths and ["profile", "run"] in paths
+    assert ["bench", "matmul"] in paths
+    assert ["dump", "show"] in paths
+    assert ["profile", "run"] in paths
     runner = CliRunner()
     for path in paths:
         result = runner.invoke(cli, [*path, "-h"], prog_name="tpu-tools")
-        assert result.exit_code == 0 and result.output.startswith("Usage: tpu-tools"), (path, result.output)
+        assert result.exit_code == 0, (path, result.output)
+        assert result.output.startswith("Usage: tpu-tools"), (path, result.output)

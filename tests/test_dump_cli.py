@@ -85,7 +85,8 @@ def test_the_bundle_is_private_complete_and_pinned(planted):
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in path.parent.iterdir() if p.name.startswith(".")] == []  # no temporary left
     manifest = _manifest(path)
-    assert set(manifest) == MANIFEST_KEYS and manifest["schema"] == "tpu-tools/dump/v1"
+    assert set(manifest) == MANIFEST_KEYS
+    assert manifest["schema"] == "tpu-tools/dump/v1"
     assert all(set(c) == COLLECTOR_KEYS for c in manifest["collectors"])
     assert all(set(f) == FILE_KEYS for f in manifest["files"])
     statuses = {c["name"]: c["status"] for c in manifest["collectors"]}
@@ -104,7 +105,8 @@ def test_the_bundle_is_private_complete_and_pinned(planted):
         assert hashlib.sha256(members[entry["name"]]).hexdigest() == entry["sha256"]
         assert len(members[entry["name"]]) == entry["size_bytes"]
     runtime = json.loads(members["accelerators/runtime.json"])
-    assert [d["id"] for d in runtime["devices"]] == [0, 1] and all(d["probe"]["ok"] for d in runtime["devices"])
+    assert [d["id"] for d in runtime["devices"]] == [0, 1]
+    assert all(d["probe"]["ok"] for d in runtime["devices"])
 
 
 def test_planted_secrets_appear_nowhere_in_the_bundle(planted):
@@ -122,12 +124,14 @@ def test_planted_secrets_appear_nowhere_in_the_bundle(planted):
     log = "logs/libtpu/tpu_driver.vm.root.log.INFO.20250101-120000.1"
     assert set(files[log]["redactions"]) >= {"url_credentials", "bearer_token", "secret_value", "high_entropy"}
     added = files["logs/added/1-run-logs/train.log"]["redactions"]
-    assert added["private_key"] == 1 and added["url_credentials"] == 1
+    assert added["private_key"] == 1
+    assert added["url_credentials"] == 1
     assert manifest["redaction"]["redacted_total"] == sum(sum(f["redactions"].values()) for f in files.values())
     # what was skipped is said, without the content
     index = json.loads(members["logs/added/index.json"])["paths"][0]
     reasons = {s["path"]: s["reason"] for s in index["skipped"]}
-    assert reasons["sa.json"] == "a credential file; never collected" and "leaves" in reasons["escape.log"]
+    assert reasons["sa.json"] == "a credential file; never collected"
+    assert "leaves" in reasons["escape.log"]
     assert "MY_SERVICE_PASSWORD" not in members["software/env.txt"].decode()  # not a stack variable
 
 
@@ -140,17 +144,21 @@ def test_show_summarises_without_extracting(planted):
     assert lines[0].startswith(f"bundle     {path} (")
     assert lines[2] == ("devices    2 x cpu on the cpu platform; probe 2 passed, 0 failed; chips: 4 x TPU v4; "
                         "held by 2001 (/usr/bin/python3)")
-    assert lines[3].startswith("versions   jax ") and lines[3].endswith("they agree")
+    assert lines[3].startswith("versions   jax ")
+    assert lines[3].endswith("they agree")
     assert "oom_kills: the OOM killer ended 2 processes in this cgroup" in shown.stdout
     assert "kernel_errors: 1 kernel messages" in shown.stdout
     assert "logs/libtpu/tpu_driver.vm.root.log.INFO.20250101-120000.1" in shown.stdout
     document = json.loads(run_tool("tpu-dump", "show", "--json", str(path), env=env).stdout)
-    assert set(document) == SHOW_KEYS and document["schema"] == "tpu-tools/dump-show/v1"
-    assert document["devices"]["device_count"] == 2 and document["failed_collectors"] == []
+    assert set(document) == SHOW_KEYS
+    assert document["schema"] == "tpu-tools/dump-show/v1"
+    assert document["devices"]["device_count"] == 2
+    assert document["failed_collectors"] == []
     assert document["libtpu"] is None  # no metrics service answered: the collector skipped, no file
     assert {w["kind"] for w in document["warnings"]} == {"oom_kills", "kernel_errors"}
     member = run_tool("tpu-dump", "show", str(path), "--file", "software/packages.txt", env=env)
-    assert member.returncode == 0 and "jax==" in member.stdout
+    assert member.returncode == 0
+    assert "jax==" in member.stdout
     via_group = run_tool("tpu-tools", "dump", "show", str(path), "--file", "manifest.json", env=env)
     assert json.loads(via_group.stdout)["schema"] == "tpu-tools/dump/v1"
     assert sorted(os.listdir(path.parent)) == before
@@ -162,9 +170,11 @@ def test_no_redact_keeps_the_values_and_warns(tmp_path):
     result = run_tool("tpu-dump", "--no-redact", "--only", "software.env,logs", "-o", str(tmp_path / "b.tar.gz"),
                       env=env)
     assert result.returncode == 0, result.stderr
-    assert "warning: --no-redact" in result.stderr and "redaction: OFF" in result.stdout
+    assert "warning: --no-redact" in result.stderr
+    assert "redaction: OFF" in result.stdout
     stream = gzip.decompress((tmp_path / "b.tar.gz").read_bytes())
-    assert SECRETS["env_token"].encode() in stream and SECRETS["bearer"].encode() in stream
+    assert SECRETS["env_token"].encode() in stream
+    assert SECRETS["bearer"].encode() in stream
     shown = run_tool("tpu-dump", "show", str(tmp_path / "b.tar.gz"), env=env)
     assert "not_redacted: this bundle was written with --no-redact" in shown.stdout
 
@@ -197,7 +207,8 @@ def test_a_hanging_runtime_is_reported_and_the_bundle_still_written(tmp_path, ha
                       str(tmp_path / "b.tar.gz"), env=env, timeout=120)  # the hang guard
     assert result.returncode == 0, result.stderr
     runtime = next(c for c in _manifest(tmp_path / "b.tar.gz")["collectors"] if c["name"] == "accelerators.runtime")
-    assert runtime["status"] == "timed_out" and "runtime did not answer within 2 s" in runtime["error"]
+    assert runtime["status"] == "timed_out"
+    assert "runtime did not answer within 2 s" in runtime["error"]
 
 
 def test_a_bad_jax_platforms_is_recorded_not_fatal(tmp_path):
@@ -205,7 +216,8 @@ def test_a_bad_jax_platforms_is_recorded_not_fatal(tmp_path):
     result = run_tool("tpu-dump", "--only", "accelerators.runtime", "-o", str(tmp_path / "b.tar.gz"), env=env)
     assert result.returncode == 0, result.stderr
     runtime = next(c for c in _manifest(tmp_path / "b.tar.gz")["collectors"] if c["name"] == "accelerators.runtime")
-    assert runtime["status"] == "failed" and "JAX_PLATFORMS='garbage' names no known platform" in runtime["error"]
+    assert runtime["status"] == "failed"
+    assert "JAX_PLATFORMS='garbage' names no known platform" in runtime["error"]
 
 
 def test_unreadable_sources_become_notes(tmp_path):
@@ -220,7 +232,8 @@ def test_unreadable_sources_become_notes(tmp_path):
     collectors = {c["name"]: c for c in _manifest(tmp_path / "b.tar.gz")["collectors"]}
     assert collectors["system.os"]["status"] == "ok"
     assert any("is a directory" in n for n in collectors["system.os"]["notes"])
-    assert collectors["system.cpu"]["status"] == "failed" and "cpuinfo" in collectors["system.cpu"]["error"]
+    assert collectors["system.cpu"]["status"] == "failed"
+    assert "cpuinfo" in collectors["system.cpu"]["error"]
     assert collectors["system.cpu"]["files"] == ["errors/system.cpu.txt"]  # the traceback, for whoever fixes it
     assert b"Traceback" in _members(tmp_path / "b.tar.gz")["errors/system.cpu.txt"]
     assert any("dangling.log" in n and "no such file" in n for n in collectors["logs.libtpu"]["notes"])
@@ -243,7 +256,9 @@ def test_ctrl_c_leaves_no_file_and_no_process(tmp_path):
         stdout, stderr = process.communicate(timeout=15)
     finally:
         process.kill()
-    assert process.returncode == 130 and "tpu-dump: interrupted" in stderr and "Traceback" not in stderr
+    assert process.returncode == 130
+    assert "tpu-dump: interrupted" in stderr
+    assert "Traceback" not in stderr
     assert os.listdir(out) == []
     for _ in range(50):
         alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
@@ -276,7 +291,8 @@ def test_an_existing_output_is_refused_unless_forced(tmp_path):
     assert message == f"tpu-dump: error: {target} already exists; use --force to replace it, or choose another --output"
     assert target.read_text() == "keep me"
     forced = run_tool("tpu-dump", "--only", "system.os", "-o", str(target), "--force")
-    assert forced.returncode == 0 and stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert forced.returncode == 0
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert "system/os.json" in _members(target)
 
 
@@ -286,7 +302,9 @@ def test_default_output_name_in_the_current_folder(tmp_path):
     document = json.loads(result.stdout)
     name = Path(document["bundle"]["path"]).name
     assert Path(document["bundle"]["path"]).parent == tmp_path
-    assert name.startswith("tpu-dump-") and name.endswith("Z.tar.gz") and document["schema"] == "tpu-tools/dump/v1"
+    assert name.startswith("tpu-dump-")
+    assert name.endswith("Z.tar.gz")
+    assert document["schema"] == "tpu-tools/dump/v1"
     assert {c["name"]: c["status"] for c in document["collectors"]}["system.cpu"] == "skipped"
 
 
@@ -306,9 +324,11 @@ def test_bad_options_are_usage_errors(tmp_path, args, fragment):
 
 def test_list_collectors():
     result = run_tool("tpu-dump", "--list-collectors")
-    assert result.returncode == 0 and result.stdout.splitlines()[0].split() == ["COLLECTOR", "WHAT", "IT",
+    assert result.returncode == 0
+    assert result.stdout.splitlines()[0].split() == ["COLLECTOR", "WHAT", "IT",
                                                                                 "COLLECTS"]
-    assert "accelerators.runtime" in result.stdout and "logs.kernel" in result.stdout
+    assert "accelerators.runtime" in result.stdout
+    assert "logs.kernel" in result.stdout
 
 
 # --- show on bad and hostile files ----------------------------------------------------------------------
@@ -353,7 +373,8 @@ def test_show_on_a_hostile_archive_reports_and_writes_nothing(planted, tmp_path)
                      "a fifo entry; ignored", "control characters in the name; not read"):
         assert fragment in result.stdout, fragment
     assert "\x1b" not in result.stdout
-    assert os.listdir(run_in) == [] and not (tmp_path / "escaped.txt").exists()
+    assert os.listdir(run_in) == []
+    assert not (tmp_path / "escaped.txt").exists()
     assert not Path("/tmp/absolute-evil.txt").exists()
     refused = run_tool("tpu-dump", "show", str(hostile), "--file", "passwd")
     assert_one_line_error(refused, 1, "is a symbolic link to '/etc/passwd'; not followed")
@@ -383,7 +404,8 @@ def test_bundle_members_are_readable_by_plain_tar(planted, tmp_path):
     result = subprocess.run(["tar", "-xzf", str(planted["path"]), "-C", str(tmp_path)], capture_output=True)
     assert result.returncode == 0, result.stderr
     (folder,) = tmp_path.iterdir()
-    assert (folder / "manifest.json").exists() and (folder / "system/cpu.json").exists()
+    assert (folder / "manifest.json").exists()
+    assert (folder / "system/cpu.json").exists()
 
 
 # --- on a terminal --------------------------------------------------------------------------------------
@@ -417,6 +439,8 @@ def test_progress_line_on_a_terminal_then_a_clean_report(tmp_path, size):
         kill_tmux_server(server)
     assert "waiting for system.memory" in during
     assert all(len(line) <= size[0] for line in during.splitlines())
-    assert "exit=0" in after and "collecting:" not in after  # the progress line is gone
+    assert "exit=0" in after
+    assert "collecting:" not in after  # the progress line is gone
     assert after.lstrip().replace("\n", "").startswith(f"wrote {tmp_path / 'b.tgz'} (")  # a long path wraps
-    assert "system.memory" in after and "TIMED OUT" in after
+    assert "system.memory" in after
+    assert "TIMED OUT" in after

@@ -87,9 +87,11 @@ def test_a_raising_a_hanging_and_a_crashing_collector_cost_only_themselves(tmp_p
     results = {r.name: r for r in run_collectors(collectors, _options(tmp_path, timeout_s=5), Redactor())}
     raised = results["test.raises"]
     assert (raised.status, raised.error) == ("failed", "RuntimeError: the collector broke")
-    assert "Traceback" in raised.traceback and [f.name for f in raised.files] == ["partial/before.txt"]
+    assert "Traceback" in raised.traceback
+    assert [f.name for f in raised.files] == ["partial/before.txt"]
     hung = results["test.hangs"]
-    assert hung.status == "timed_out" and "did not finish within 5 s" in hung.error
+    assert hung.status == "timed_out"
+    assert "did not finish within 5 s" in hung.error
     assert [f.data for f in hung.files] == [b"written before the hang\n"]  # what it sent before hanging is kept
     assert results["test.crashes"].status == "failed"
     assert "killed by SIGSEGV" in results["test.crashes"].error
@@ -121,7 +123,8 @@ def test_a_caller_with_threads_gets_fresh_interpreters_that_keep_every_guarantee
     assert [f.data for f in results["test.hangs"].files] == [b"written before the hang\n"]
     assert "killed by SIGSEGV" in results["test.crashes"].error
     lost = results["test.lambda"]  # a lambda cannot reach another interpreter: that collector alone fails
-    assert lost.status == "failed" and "cannot be sent to a fresh process" in lost.error
+    assert lost.status == "failed"
+    assert "cannot be sent to a fresh process" in lost.error
     _no_children_left()
 
 
@@ -161,15 +164,19 @@ def test_system_collectors_read_the_fixture_root(tmp_path):
     assert _json(results["system.os"], "system/os.json")["pretty_name"] == "Ubuntu 22.04.4 LTS"
     cpu = _json(results["system.cpu"], "system/cpu.json")
     assert (cpu["logical_cpus"], cpu["physical_cores"], cpu["sockets"]) == (8, 8, 2)
-    assert cpu["model"].startswith("Intel(R) Xeon(R) Platinum") and "amx_tile" in cpu["vector_extensions"]
+    assert cpu["model"].startswith("Intel(R) Xeon(R) Platinum")
+    assert "amx_tile" in cpu["vector_extensions"]
     assert _json(results["system.memory"], "system/memory.json")["total_bytes"] == 16384000 * 1024
     cgroup = _json(results["system.cgroup"], "system/cgroup.json")
-    assert cgroup["version"] == 2 and cgroup["limits"]["memory.max"] == "8589934592" and cgroup["oom_kills"] == 2
+    assert cgroup["version"] == 2
+    assert cgroup["limits"]["memory.max"] == "8589934592"
+    assert cgroup["oom_kills"] == 2
     modules = _json(results["system.modules"], "system/modules.json")
     assert [m["name"] for m in modules["loaded"]] == ["vfio_pci", "vfio"]
     pci = _json(results["system.pci"], "system/pci.json")["functions"]
     assert [f["chip"] for f in pci] == ["TPU v4"] * 4
-    assert pci[0]["driver"] == "vfio-pci" and pci[0]["link_current"] == "16.0 GT/s PCIe x16"
+    assert pci[0]["driver"] == "vfio-pci"
+    assert pci[0]["link_current"] == "16.0 GT/s PCIe x16"
     assert _json(results["system.uptime"], "system/uptime.json")["load_1m"] == 1.5
 
 
@@ -198,12 +205,15 @@ def test_libtpu_logs_are_tailed_inside_their_folder_only(tmp_path):
     assert names == ["logs/libtpu/index.json", "logs/libtpu/tpu_driver.vm.root.log.INFO.20250101-120000.1"]
     index = _json(result, "logs/libtpu/index.json")
     reasons = {s["path"]: s["reason"] for s in index["skipped"]}
-    assert "leaves" in reasons["leak.log"] and "not followed" in reasons["leak.log"]
+    assert "leaves" in reasons["leak.log"]
+    assert "not followed" in reasons["leak.log"]
     assert "no such file" in reasons["dangling.log"]
     assert reasons["pipe.log"] == "a FIFO; not read"
     log = next(f for f in result.files if f.name.endswith(".1"))
-    assert b"DEADLINE_EXCEEDED" in log.data and log.trim == TRIM_TAIL
-    assert log.redactions and b"hunter2" not in log.data
+    assert b"DEADLINE_EXCEEDED" in log.data
+    assert log.trim == TRIM_TAIL
+    assert log.redactions
+    assert b"hunter2" not in log.data
     assert any("leaves" in note for note in result.notes)
 
 
@@ -221,7 +231,8 @@ def test_added_folder_follows_links_inside_never_outside_and_skips_credentials(t
     assert contents["logs/added/1-run/sub/train.log"] == b"step 1 loss 2.0\n"
     assert not any(b"outside the tree" in data for data in contents.values())
     skipped = {s["path"]: s["reason"] for s in json.loads(contents["logs/added/index.json"])["paths"][0]["skipped"]}
-    assert "leaves" in skipped["escape.txt"] and "leaves" in skipped["up"]
+    assert "leaves" in skipped["escape.txt"]
+    assert "leaves" in skipped["up"]
     assert skipped["key.pem"] == "a credential file; never collected"
 
 
@@ -240,8 +251,10 @@ def test_stack_checks_find_versions_that_do_not_agree(tmp_path):
         "libtpu": dist("libtpu", "0.0.40"),
     }
     checks = {c["distribution"]: c for c in stack_checks(installed)}
-    assert checks["jaxlib"]["ok"] is False and checks["jaxlib"]["requirement"] == "jaxlib<=0.10.2,>=0.10.2"
-    assert checks["libtpu"]["ok"] is False and checks["libtpu"]["via_extras"] == ["tpu"]
+    assert checks["jaxlib"]["ok"] is False
+    assert checks["jaxlib"]["requirement"] == "jaxlib<=0.10.2,>=0.10.2"
+    assert checks["libtpu"]["ok"] is False
+    assert checks["libtpu"]["via_extras"] == ["tpu"]
     installed["jaxlib"] = dist("jaxlib", "0.10.2")
     installed["libtpu"] = dist("libtpu", "0.0.42.1")
     assert all(c["ok"] for c in stack_checks(installed))
@@ -260,10 +273,12 @@ def test_compile_cache_and_xla_dump_settings(tmp_path, monkeypatch):
     results = _run(["software.compile_cache", "software.xla_dump"], tmp_path)
     document = _json(results["software.compile_cache"], "software/compile_cache.json")
     assert (document["entry_count"], document["size_bytes"], document["writable"]) == (3, 300, True)
-    assert document["owner_uid"] == os.getuid() and document["mode"]
+    assert document["owner_uid"] == os.getuid()
+    assert document["mode"]
     names = [f.name for f in results["software.xla_dump"].files]
     assert "software/xla_dump/files/module_0001.jit_f.before_optimizations.txt" in names
-    assert xla_dump_folder("--xla_dump_to=/a --xla_dump_to=/b") == "/b" and xla_dump_folder("") is None
+    assert xla_dump_folder("--xla_dump_to=/a --xla_dump_to=/b") == "/b"
+    assert xla_dump_folder("") is None
 
 
 # --- fitting --max-size ------------------------------------------------------------------------------
@@ -284,13 +299,15 @@ def test_max_size_trims_the_largest_logs_first_and_says_so(tmp_path):
     assert report.size_bytes <= 300_000 == report.manifest["options"]["max_size_bytes"]
     assert not report.over_max_size
     files = {f["name"]: f for f in report.manifest["files"]}
-    assert files["logs/big.log"]["trimmed_from_bytes"] and files["logs/medium.log"]["trimmed_from_bytes"]
+    assert files["logs/big.log"]["trimmed_from_bytes"]
+    assert files["logs/medium.log"]["trimmed_from_bytes"]
     assert files["logs/small.log"]["trimmed_from_bytes"] is None  # below the common length: untouched
     assert files["facts.json"]["trimmed_from_bytes"] is None
     assert any("trimmed" in note for note in report.manifest["notes"])
     with Bundle(report.path) as opened:
         big = opened.read("logs/big.log").decode()
-        assert big.startswith("[tpu-dump: trimmed to the last ") and big.endswith(" line\n")
+        assert big.startswith("[tpu-dump: trimmed to the last ")
+        assert big.endswith(" line\n")
         assert opened.integrity_problems() == []
 
 
@@ -305,7 +322,8 @@ def test_reader_reports_oversized_members_without_reading_them(tmp_path):
         assert "over the 4096-byte limit" in huge.problem
         with pytest.raises(BundleError, match="over the 4096-byte limit"):
             opened.read("huge.bin")
-        assert opened.top == "b" and top_folder(path) == "b"
+        assert opened.top == "b"
+        assert top_folder(path) == "b"
 
 
 def test_reader_refuses_a_tar_without_manifest(tmp_path):

@@ -43,11 +43,14 @@ def test_dump_next_to_the_metrics_service(rundir, tmp_path):
     members = _members(output)
     document = json.loads(members["accelerators/libtpu.json"])
     refused, ours = document["metrics"]
-    assert "connection refused" in refused["error"] and ours["error"] is None
+    assert "connection refused" in refused["error"]
+    assert ours["error"] is None
     assert [d["hbm_used_bytes"] for d in ours["devices"]][:2] == [int(11.2 * (1 << 30)), int(11.4 * (1 << 30))]
-    assert ours["devices"][0]["duty_cycle_percent"] == 87.5 and ours["devices"][0]["hlo_execution_time_us"]["p50"]
+    assert ours["devices"][0]["duty_cycle_percent"] == 87.5
+    assert ours["devices"][0]["hlo_execution_time_us"]["p50"]
     status = document["runtime_status"][1]
-    assert status["host_name"] == "t1v-n-5e8-w-0" and status["cores"][5]["state"] == "error"
+    assert status["host_name"] == "t1v-n-5e8-w-0"
+    assert status["cores"][5]["state"] == "error"
     assert "aborted" in members["accelerators/libtpu.txt"].decode()
     assert SECRET.encode() not in gzip.decompress(output.read_bytes())  # redacted like every collector's output
     assert next(f for f in manifest["files"] if f["name"] == "accelerators/libtpu.json")["redactions"]
@@ -59,7 +62,8 @@ def test_dump_next_to_the_metrics_service(rundir, tmp_path):
               "0x3fa29c01 aborted: TensorCore halted on an HBM out-of-memory condition"
     assert any(line.startswith(warning) for line in shown.stdout.splitlines())
     summary = json.loads(run_tool("tpu-dump", "show", "--json", str(output), env=env).stdout)
-    assert summary["libtpu"]["core_count"] == 8 and summary["agents"] is None
+    assert summary["libtpu"]["core_count"] == 8
+    assert summary["agents"] is None
     assert [(c["address"], c["global_core_id"]) for c in summary["libtpu"]["cores_in_error"]] == [(service.address, 5)]
 
 
@@ -75,21 +79,29 @@ def test_dump_next_to_an_agent_attached_jax_job(rundir, tmp_path):
     members = _members(output)
     document = json.loads(members["accelerators/agents.json"])
     [agent] = document["agents"]
-    assert agent["pid"] == job.pid and agent["tag"] == "dumped" and agent["error"] is None
+    assert agent["pid"] == job.pid
+    assert agent["tag"] == "dumped"
+    assert agent["error"] is None
     snapshot = agent["snapshot"]
-    assert snapshot["schema"] == "tpu-tools/agent/v1" and snapshot["runtime"]["platform"] == "cpu"
-    assert snapshot["compiles"]["recompile_count"] >= 1 and snapshot["steps"]["count"] >= 20
-    assert SECRET not in snapshot["command"] and "--auth-token=" in snapshot["command"]
+    assert snapshot["schema"] == "tpu-tools/agent/v1"
+    assert snapshot["runtime"]["platform"] == "cpu"
+    assert snapshot["compiles"]["recompile_count"] >= 1
+    assert snapshot["steps"]["count"] >= 20
+    assert SECRET not in snapshot["command"]
+    assert "--auth-token=" in snapshot["command"]
     assert SECRET.encode() not in gzip.decompress(output.read_bytes())
     [stacks] = json.loads(members["accelerators/stacks.json"])["jobs"]
-    assert (stacks["pid"], stacks["source"]) == (job.pid, "agent") and stacks["stacks"]["threads"][0]["main"]
+    assert (stacks["pid"], stacks["source"]) == (job.pid, "agent")
+    assert stacks["stacks"]["threads"][0]["main"]
     assert f"process {job.pid} (agent), main thread in " in members["accelerators/stacks.txt"].decode()
     table = members["accelerators/agents.txt"].decode().splitlines()
-    assert table[0].split()[:3] == ["PID", "TAG", "PLATFORM"] and table[1].split()[:3] == [str(job.pid), "dumped",
+    assert table[0].split()[:3] == ["PID", "TAG", "PLATFORM"]
+    assert table[1].split()[:3] == [str(job.pid), "dumped",
                                                                                            "cpu"]
     shown = run_tool("tpu-dump", "show", str(output)).stdout
     agents_line = next(line for line in shown.splitlines() if line.startswith("agents     "))
-    assert f"{job.pid} (dumped, cpu, " in agents_line and " recompiles)" in agents_line
+    assert f"{job.pid} (dumped, cpu, " in agents_line
+    assert " recompiles)" in agents_line
     assert f"  recompiles: process {job.pid} (dumped) compiled functions again" in shown
     assert "last: train_step: different input types" in shown
 
@@ -104,7 +116,8 @@ def test_dump_next_to_a_hanging_service_is_written_within_budget(rundir, tmp_pat
     assert result.returncode == 0, result.stderr
     manifest = _manifest(output)
     status, error = _statuses(manifest)["accelerators.libtpu"]
-    assert status == "timed_out" and error == f"the metrics service at {service.address} did not answer within 0.3 s"
+    assert status == "timed_out"
+    assert error == f"the metrics service at {service.address} did not answer within 0.3 s"
     # Its own deadlines ended it, not the runner's hard stop at 5 s (that error would say "did not finish").
     document = json.loads(_members(output)["accelerators/libtpu.json"])
     assert "did not answer within 0.3 s" in document["metrics"][1]["error"]

@@ -26,7 +26,8 @@ from tpu_tools.dump.redact import MARK, Redactor, credential_paths, is_secret_na
 def test_each_kind_of_secret_is_replaced_and_counted(text, secret, kind):
     counts = Counter()
     result = Redactor().text(text, counts)
-    assert secret not in result and MARK in result
+    assert secret not in result
+    assert MARK in result
     assert counts[kind] >= 1, counts
 
 
@@ -36,7 +37,8 @@ def test_private_key_blocks_go_whole_even_inside_json():
     assert Redactor().text(f"key file:\n{block}\nafter", counts) == f"key file:\n{MARK}\nafter"
     document = json.dumps({"pem": block, "other": 1})
     redacted = Redactor().text(document, counts)
-    assert "MIIEpAIBAAKCAQEA1234" not in redacted and json.loads(redacted)["other"] == 1
+    assert "MIIEpAIBAAKCAQEA1234" not in redacted
+    assert json.loads(redacted)["other"] == 1
     assert counts["private_key"] == 2
 
 
@@ -80,7 +82,8 @@ def test_environment_values_by_name():
     assert redactor.env_value("TPU_NAME", "my-tpu") == "my-tpu"
     assert redactor.env_value("TPU_PROXY", "http://u:pw@proxy:3128") == f"http://{MARK}@proxy:3128"
     assert redactor.totals == Counter(secret_variable=1, url_credentials=1)
-    assert is_secret_name("aws_secret_access_key") and not is_secret_name("PWD")
+    assert is_secret_name("aws_secret_access_key")
+    assert not is_secret_name("PWD")
 
 
 def test_credential_files_by_variable_and_by_name(tmp_path):
@@ -128,7 +131,8 @@ def test_secrets_in_command_lines_and_names_of_any_prefix(text, secret):
 
 @pytest.mark.parametrize("name", ["TF_VAR_db_pass", "MYSQL_PWD", "my_api_key", "CI_JOB_TOKEN", "db_secret"])
 def test_secret_names_whatever_their_prefix(name):
-    assert is_secret_name(name) and Redactor().env_value(name, "v") == MARK
+    assert is_secret_name(name)
+    assert Redactor().env_value(name, "v") == MARK
 
 
 @pytest.mark.parametrize("text", [
@@ -166,6 +170,8 @@ def test_a_dump_redacts_holders_command_lines_and_keeps_package_pins(tmp_path):
     for label, secret in secrets.items():
         assert secret.encode() not in stream, label
     members = _members(output)
-    assert b"2002" in members["accelerators/discovery.json"] and b"mysql -p <redacted>" in stream
+    assert b"2002" in members["accelerators/discovery.json"]
+    assert b"mysql -p <redacted>" in stream
     packages = members["software/packages.txt"].decode()
-    assert "==" in packages and MARK not in packages
+    assert "==" in packages
+    assert MARK not in packages

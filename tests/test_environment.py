@@ -48,7 +48,8 @@ def test_each_man_page_lists_the_variables_its_program_reads():
         assert listed == {v.name for v in VARIABLES if v.read_by(program)}, program
     group = (REPO / "man" / "tpu-tools.1").read_text()
     assert all(v.name in group for v in VARIABLES if not v.internal)
-    assert "TPU_TOOLS_GCE_METADATA_URL" in group and "TPU_TOOLS_SERVICEACCOUNT_DIR" in group
+    assert "TPU_TOOLS_GCE_METADATA_URL" in group
+    assert "TPU_TOOLS_SERVICEACCOUNT_DIR" in group
 
 
 def test_the_group_help_names_every_program():
@@ -59,4 +60,5 @@ def test_the_group_help_names_every_program():
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())
     named = re.search(r"installed as its own program: ([^.]+)\.", text)
-    assert named and sorted(named.group(1).split(", ")) == programs
+    assert named
+    assert sorted(named.group(1).split(", ")) == programs

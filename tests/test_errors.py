@@ -17,5 +17,7 @@ def test_an_error_without_a_message_gives_its_type_or_the_default():
 
 def test_a_long_line_is_cut_to_the_limit():
     text = first_line(OSError("x" * 500), limit=200)
-    assert len(text) == 200 and text.endswith("...") and text.startswith("x" * 197)
+    assert len(text) == 200
+    assert text.endswith("...")
+    assert text.startswith("x" * 197)
     assert first_line(OSError("y" * 200), limit=200) == "y" * 200

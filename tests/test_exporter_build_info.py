@@ -52,7 +52,8 @@ def test_build_info_of_a_tpu_vm_names_its_platform_and_accelerator_type(tmp_path
         text = exposition(agent_env(rundir, TPU_TOOLS_SYSROOT=str(tmp_path), **environment), service.address)
     check(text)
     (info,) = samples(text, "tpu_tools_build_info")
-    assert info.labels["platform"] == "tpu" and info.labels["accelerator_type"] == "v5litepod-16"
+    assert info.labels["platform"] == "tpu"
+    assert info.labels["accelerator_type"] == "v5litepod-16"
 
 
 @needs_promtool
@@ -61,7 +62,8 @@ def test_build_info_of_a_gpu_host_names_the_driver(fake_nvml_dir, tmp_path, rund
     text = exposition(nvml_env(fake_nvml_dir, tmp_path, TPU_TOOLS_RUNTIME_DIR=str(rundir)))
     check(text)
     (info,) = samples(text, "tpu_tools_build_info")
-    assert info.labels["driver"] == "580.159.04" and info.labels["platform"] == "cuda"
+    assert info.labels["driver"] == "580.159.04"
+    assert info.labels["platform"] == "cuda"
     assert info.labels["accelerator_type"] == "NVIDIA H100 80GB HBM3"
 
 
@@ -84,8 +86,10 @@ def test_the_command_label_is_asked_for_cut_and_printable(tmp_path, rundir):  # 
         (sample,) = samples(labelled, name)
         command = sample.labels["command"]
         assert sample.labels["tag"] == "labelled"
-        assert "job.py" in command and "--note=a?b two spaces --out=xxx" in command
-        assert len(command) == MAX_LABEL_VALUE and command.endswith("...")
+        assert "job.py" in command
+        assert "--note=a?b two spaces --out=xxx" in command
+        assert len(command) == MAX_LABEL_VALUE
+        assert command.endswith("...")
         assert command.isprintable()
 
 
@@ -102,5 +106,6 @@ def test_command_label_values(command):
     labels = process_labels([agent], command=True)
     assert labels == ["pid", "tag", "command", "namespace", "pod", "container"]
     values = dict(zip(labels, process_label_values(agent, labels), strict=True))
-    assert values["pod"] == "p" and values["namespace"] == ""
+    assert values["pod"] == "p"
+    assert values["namespace"] == ""
     assert values["command"] == {"python train.py": "python train.py", None: "", "a\tb\n\x00c": "a b ?c"}[command]

@@ -49,7 +49,8 @@ def check(text: str) -> set[str]:
     where promtool is not installed (tools/test.sh installs it), as the tests marked `needs_promtool` are."""
     promtool = require_program("promtool")
     checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
-    assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stdout + checked.stderr
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout + checked.stderr == "", checked.stdout + checked.stderr
     families = list(text_string_to_metric_families(text))
     assert naming.problems(families) == []
     # every family served is in --list-metrics' list (drawn from the exporters' code)
@@ -69,7 +70,8 @@ def test_tpu_hosts_pass_promtool(generation, tmp_path, rundir):  # noqa: F811
     assert {"tpu_tools_libtpu_up", "tpu_tools_device_memory_used_bytes", "tpu_tools_device_holder_processes"} <= names
     assert "tpu_tools_libtpu_hlo_execution_time_seconds" in names or generation == "tpu7x"  # its libtpu has none
     assert not any(name.endswith(("_us", "_mbps", "_samples")) for name in names)
-    assert "tpu_tools_gpu_up" not in names and "tpu_tools_agent_up" not in names  # no family without samples
+    assert "tpu_tools_gpu_up" not in names
+    assert "tpu_tools_agent_up" not in names  # no family without samples
 
 
 @needs_promtool
@@ -85,7 +87,8 @@ def test_v5p_distributions_are_histograms_in_base_units(tmp_path, rundir):  # no
         family = families[name]
         assert family.type == "histogram"
         counts = [s for s in family.samples if s.name.endswith("_count")]
-        assert counts and any(s.value > 0 for s in counts), name
+        assert counts, name
+        assert any(s.value > 0 for s in counts), name
         assert {s.name for s in family.samples} == {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
     # libtpu's HLO layout is 1 us .. 1 s doubling: its bounds, in seconds
     bounds = {s.labels["le"] for s in families["tpu_tools_libtpu_hlo_execution_time_seconds"].samples
@@ -168,9 +171,11 @@ def test_a_distribution_becomes_cumulative_buckets_in_base_units():
     # a layout that could not be read: the count and sum stay, in the +Inf bucket alone
     unreadable = histogram("tcp_delivery_rate_bytes_per_second", "h", {}, DistributionSummary(count=4, mean=8.0),
                            MEGABIT_PER_SECOND)
-    assert unreadable.buckets == ((math.inf, 4),) and unreadable.sum == pytest.approx(4 * 8.0 * 125000)
+    assert unreadable.buckets == ((math.inf, 4),)
+    assert unreadable.sum == pytest.approx(4 * 8.0 * 125000)
     empty = histogram("hlo_execution_time_seconds", "h", {}, DistributionSummary(count=0), MICROSECOND)
-    assert empty.buckets == ((math.inf, 0),) and empty.sum == 0.0
+    assert empty.buckets == ((math.inf, 0),)
+    assert empty.sum == 0.0
     assert Path(TESTS / "exposition_once.py").is_file()
 
 
@@ -186,9 +191,11 @@ def test_head_answers_like_get_without_the_body(secure):
         body = got.read()
         connection.request("HEAD", "/metrics")
         head = connection.getresponse()
-        assert head.read() == b"" and head.status == got.status == 200
+        assert head.read() == b""
+        assert head.status == got.status == 200
         assert head.getheader("Content-Type") == got.getheader("Content-Type")
-        assert int(head.getheader("Content-Length")) == len(body) and b"tpu_tools_host_cpu_percent 12.5" in body
+        assert int(head.getheader("Content-Length")) == len(body)
+        assert b"tpu_tools_host_cpu_percent 12.5" in body
         connection.close()
     finally:
         server.shutdown()

@@ -63,9 +63,11 @@ def test_device_and_gpu_series_carry_their_holder_and_process_series_keep_their_
         "tag": "train", **POD, "slurm_job_id": "4242"}
     assert "tag" not in next(s for s in used if s.labels["device"] == "tpu:1").labels
     temperature = next(s for s in samples if s.name == "tpu_tools_gpu_temperature_celsius")
-    assert temperature.labels["slurm_job_id"] == "4242" and temperature.labels["device"] == "gpu:0"
+    assert temperature.labels["slurm_job_id"] == "4242"
+    assert temperature.labels["device"] == "gpu:0"
     process = next(s for s in samples if s.name == "tpu_tools_gpu_process_memory_used_bytes")
-    assert process.labels["pid"] == "20" and "slurm_job_id" not in process.labels
+    assert process.labels["pid"] == "20"
+    assert "slurm_job_id" not in process.labels
 
 
 @needs_promtool
@@ -74,15 +76,19 @@ def test_hostile_label_values_are_bounded_and_the_scrape_still_passes_promtool()
     text = _exposition(_report(tag=hostile, pod={"namespace": "\x00ns", "pod": "p" * 10_000, "container": "c"}))
     checked = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "\x1b" not in text and "\x00" not in text and max(len(line) for line in text.splitlines()) < 2000
+    assert "\x1b" not in text
+    assert "\x00" not in text
+    assert max(len(line) for line in text.splitlines()) < 2000
     tags = {s.labels.get("tag") for f in text_string_to_metric_families(text) for s in f.samples} - {None, ""}
-    assert tags == {label_value(hostile)} and len(label_value(hostile)) == MAX_LABEL_VALUE
+    assert tags == {label_value(hostile)}
+    assert len(label_value(hostile)) == MAX_LABEL_VALUE
 
 
 @given(st.text(st.characters(codec=None), max_size=300))
 def test_any_label_value_becomes_printable_bounded_utf8(text):
     value = label_value(text)
-    assert len(value) <= MAX_LABEL_VALUE and len(value.encode("utf-8")) <= 4 * MAX_LABEL_VALUE
+    assert len(value) <= MAX_LABEL_VALUE
+    assert len(value.encode("utf-8")) <= 4 * MAX_LABEL_VALUE
     assert not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value)
 
 

@@ -24,7 +24,8 @@ from tpu_tools.exporter.selection import MetricSelection, parse_globs
 
 def test_globs_allow_and_deny_counters_by_either_name():
     selection = MetricSelection(("tpu_tools_gpu_*", "tpu_tools_process_steps_total"), ("tpu_tools_gpu_process_*",))
-    assert selection.selects("tpu_tools_gpu_up") and selection.selects("tpu_tools_gpu_energy_joules")
+    assert selection.selects("tpu_tools_gpu_up")
+    assert selection.selects("tpu_tools_gpu_energy_joules")
     assert selection.selects("tpu_tools_process_steps")  # a counter as the client library names it
     assert not selection.selects("tpu_tools_gpu_process_memory_used_bytes")  # deny wins
     assert not selection.selects("tpu_tools_host_cpu_percent")
@@ -53,7 +54,8 @@ def test_any_text_is_globs_or_one_usage_error(values):
     try:
         globs = parse_globs(values, "--allow-metric")
     except UsageError as error:
-        assert "\n" not in str(error) and len(str(error)) < 200
+        assert "\n" not in str(error)
+        assert len(str(error)) < 200
     else:
         MetricSelection(globs).selects("tpu_tools_host_cpu_percent")
 
@@ -94,16 +96,20 @@ def test_usage_errors_are_one_line_exit_2():
     for args, fragment in [(["--allow-metric", "tpu_tools_gpu_*", "--count", "1"], "only make sense with"),
                            (["--deny-metric", "bad name", "--list-metrics"], "is not a metric name or glob")]:
         result = run_tool("tpu-monitor", *args)
-        assert result.returncode == 2 and fragment in result.stderr and len(result.stderr.splitlines()) == 1
+        assert result.returncode == 2
+        assert fragment in result.stderr
+        assert len(result.stderr.splitlines()) == 1
 
 
 def test_list_metrics_names_every_family_and_whether_it_is_served(rundir):  # noqa: F811
     result = run_tool("tpu-monitor", "--list-metrics", "--deny-metric", "tpu_tools_gpu_*", env=agent_env(rundir))
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["schema"] == "tpu-tools/list-metrics/v1" and "sources" in document
+    assert document["schema"] == "tpu-tools/list-metrics/v1"
+    assert "sources" in document
     served = {family["name"]: family["served"] for family in document["families"]}
-    assert served["tpu_tools_gpu_up"] is False and served["tpu_tools_host_cpu_percent"] is True
+    assert served["tpu_tools_gpu_up"] is False
+    assert served["tpu_tools_host_cpu_percent"] is True
     assert set(document["families"][0]) == {"name", "type", "unit", "help", "group", "served"}
 
 
@@ -118,7 +124,8 @@ def test_the_exporter_serves_what_the_lists_allow(rundir, tmp_path):  # noqa: F8
         text = wait_for(lambda: _safe_scrape(port), timeout=30)
         names = {family.name for family in text_string_to_metric_families(text)}
         # the file's allow list and the command line's deny list: the host's families but its load average
-        assert "tpu_tools_host_cpu_percent" in names and "tpu_tools_host_memory_total_bytes" in names
+        assert "tpu_tools_host_cpu_percent" in names
+        assert "tpu_tools_host_memory_total_bytes" in names
         assert not names & {"tpu_tools_host_load_average", "tpu_tools_group_error", "tpu_tools_device_holder_processes"}
     finally:
         process.terminate()

@@ -55,7 +55,7 @@ def _hash(password: str) -> str:
     return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()  # cheap rounds: a test
 
 
-@pytest.fixture()
+@pytest.fixture
 def secured(tmp_path, rundir):  # noqa: F811 (the rundir fixture)
     cert, _ = certificate(tmp_path)
     config = tmp_path / "web.yml"
@@ -98,7 +98,8 @@ def test_tls_and_basic_auth_with_a_real_client(secured):
             return None
 
     status, text = wait_for(lambda: (lambda r: r if r and "tpu_tools_host_cpu_percent" in r[1] else None)(answered()))
-    assert status == 200 and "tpu_tools_group_error" in text
+    assert status == 200
+    assert "tpu_tools_group_error" in text
     assert _get(url + "/metrics", context)[0] == 401
     assert _get(url + "/metrics", context, "prometheus", "wrong")[0] == 401
     assert _get(url + "/metrics", context, "nobody", PASSWORD)[0] == 401
@@ -170,9 +171,12 @@ def test_web_config_needs_prometheus_and_an_existing_file(tmp_path):
 def test_authenticator_remembers_only_what_matched():
     auth = Authenticator({"me": _hash("pw").encode()})
     header = "Basic " + base64.b64encode(b"me:pw").decode()
-    assert auth.check(header) and auth.check(header)
+    assert auth.check(header)
+    assert auth.check(header)
     assert not auth.check("Basic " + base64.b64encode(b"me:pw2").decode())
-    assert not auth.check("Basic !!!") and not auth.check(None) and not auth.check("Bearer x")
+    assert not auth.check("Basic !!!")
+    assert not auth.check(None)
+    assert not auth.check("Bearer x")
     assert Authenticator({}).check(None)
 
 
@@ -187,4 +191,5 @@ def test_any_file_loads_or_is_a_usage_error(tmp_path, text):
     try:
         load_web_config(path)
     except UsageError as error:
-        assert "\n" not in str(error) and str(error).startswith(f"--web-config {path}")
+        assert "\n" not in str(error)
+        assert str(error).startswith(f"--web-config {path}")

@@ -41,7 +41,7 @@ def server_threads(port: int) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(f"tpu-tools-metrics:{port}")]
 
 
-@pytest.fixture()
+@pytest.fixture
 def served(request) -> Iterator[tuple[MetricsServer, Chips]]:
     limits = getattr(request, "param", Limits())
     chips = Chips()
@@ -82,18 +82,24 @@ def test_get_head_keep_alive_gzip_and_errors(served):
     server, _ = served
     port = server.server_address[1]
     status, headers, body = scrape(port)
-    assert status == 200 and b'tpu_tools_device_utilization_ratio{device="tpu:7"} 0.9375' in body
-    assert headers["content-type"].startswith("text/plain") and int(headers["content-length"]) == len(body)
+    assert status == 200
+    assert b'tpu_tools_device_utilization_ratio{device="tpu:7"} 0.9375' in body
+    assert headers["content-type"].startswith("text/plain")
+    assert int(headers["content-length"]) == len(body)
     status, head_headers, head_body = scrape(port, "HEAD")
-    assert status == 200 and head_body == b"" and head_headers["content-length"] == headers["content-length"]
+    assert status == 200
+    assert head_body == b""
+    assert head_headers["content-length"] == headers["content-length"]
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     for _ in range(5):  # one connection, several scrapes
         assert scrape(port, connection=connection)[0] == 200
     connection.close()
     status, headers, body = scrape(port, headers={"Accept-Encoding": "gzip"})
-    assert headers["content-encoding"] == "gzip" and b"tpu:7" in gzip.decompress(body)
+    assert headers["content-encoding"] == "gzip"
+    assert b"tpu:7" in gzip.decompress(body)
     status, headers, body = scrape(port, headers={"Accept": "application/openmetrics-text; version=1.0.0"})
-    assert headers["content-type"].startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
+    assert headers["content-type"].startswith("application/openmetrics-text")
+    assert body.endswith(b"# EOF\n")
     assert scrape(port, path="/")[0] == 200
     assert scrape(port, path="/nothing")[0] == 404
     assert scrape(port, "POST")[0] == 405
@@ -120,7 +126,8 @@ def test_concurrent_scrapers_all_answered_by_a_fixed_pool(served):
         client.start()
     for client in clients:
         client.join(timeout=60)
-    assert not failures and statuses == [200] * 320
+    assert not failures
+    assert statuses == [200] * 320
     assert len(server_threads(port)) == threads_before == 1 + Limits().workers  # no thread per connection
     assert chips.renderings <= 320  # concurrent scrapes may share a rendering
 
@@ -220,7 +227,8 @@ def test_pipelined_requests_are_answered_in_order(served):
     while chunk := sock.recv(65536):
         received += chunk
     sock.close()
-    assert received.startswith(b"HTTP/1.1 200") and b"HTTP/1.1 404" in received
+    assert received.startswith(b"HTTP/1.1 200")
+    assert b"HTTP/1.1 404" in received
 
 
 def test_a_stalled_tls_handshake_holds_no_thread(tmp_path: Path):
@@ -262,7 +270,8 @@ def test_renderings_are_shared_but_never_older_than_the_scrape():
     renderer = Renderer(registry)
     arrived = time.monotonic()
     first, _ = renderer.body("", False, arrived)
-    assert renderer.body("", False, arrived)[0] == first and chips.renderings == 1  # rendered after it arrived
+    assert renderer.body("", False, arrived)[0] == first
+    assert chips.renderings == 1  # rendered after it arrived
     renderer.body("", False, time.monotonic() + 1)  # arrived after that rendering started: a new one
     assert chips.renderings == 2
 
@@ -272,7 +281,8 @@ def test_renderings_are_shared_but_never_older_than_the_scrape():
 def test_any_head_parses_or_is_refused(head):
     request = parse_head(head)
     if request is not None:
-        assert request.version.startswith("HTTP/1.") and request.method.isalpha()
+        assert request.version.startswith("HTTP/1.")
+        assert request.method.isalpha()
 
 
 def test_a_report_is_rendered_once_however_many_scrapes():
@@ -310,7 +320,8 @@ def test_scrapes_with_credentials_are_answered_from_the_rendering_of_the_report(
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         for _ in range(20):  # the first checks the password and renders; the others come from the loop
             status, _, body = scrape(port, headers=good, connection=connection)
-            assert status == 200 and b"tpu_tools_host_cpu_percent 12.0" in body
+            assert status == 200
+            assert b"tpu_tools_host_cpu_percent 12.0" in body
             assert scrape(port, "HEAD", headers=bad, connection=connection)[0] == 401
         collector.update(as_report({"host": {"error": None, "cpu_percent": 34.0}}))
         assert b"tpu_tools_host_cpu_percent 34.0" in scrape(port, headers=good, connection=connection)[2]

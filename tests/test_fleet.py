@@ -43,7 +43,8 @@ def test_fleet_report_has_every_host_chip_and_job_and_the_slow_worker(stack):
     report = report_document(FleetSource(stack.prometheus.url, 5.0).build())
     targets = sorted(h.target for h in stack.hosts)
     fleet = report["fleet"]
-    assert fleet["error"] is None and fleet["stale"] is False
+    assert fleet["error"] is None
+    assert fleet["stale"] is False
     assert [h["host"] for h in fleet["hosts"]] == targets
     assert all(h["up"] and h["chips"] == 8 and h["jobs"] == 1 for h in fleet["hosts"])
     by_host = {h["host"]: h for h in fleet["hosts"]}
@@ -59,7 +60,8 @@ def test_fleet_report_has_every_host_chip_and_job_and_the_slow_worker(stack):
     assert len([d for d in devices if "@" not in d["key"]]) == 24  # and the JAX job's own CPU device
     assert {d["key"] for d in devices} >= {f"{t}/tpu:{i}" for t in targets for i in range(8)}
     first = next(d for d in devices if d["key"] == f"{stack.hosts[0].target}/tpu:3")
-    assert first["memory_total_bytes"] == 16 << 30 and first["holder_processes"] == 1
+    assert first["memory_total_bytes"] == 16 << 30
+    assert first["holder_processes"] == 1
     agents = report["processes"]["agents"]
     assert sorted(a["tag"] for a in agents) == ["a-job0", "b-job0", "c-job0"]
     assert all(a["steps"]["count"] > 0 and a["host"] in targets for a in agents)
@@ -73,7 +75,8 @@ def test_top_once_shows_hosts_outlier_first_with_the_host_column(stack):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     hosts = lines.index(next(line for line in lines if line.startswith(" Hosts")))
-    assert "3 from " + stack.prometheus.url in lines[hosts] and "median util 88.0%" in lines[hosts]
+    assert "3 from " + stack.prometheus.url in lines[hosts]
+    assert "median util 88.0%" in lines[hosts]
     rows = lines[hosts + 2:hosts + 5]
     slow = next(row for row in rows if row.split()[0] == stack.hosts[2].target)
     assert "<< utilization 15.0 % vs median 88.0 %" in slow
@@ -104,7 +107,8 @@ def test_alert_rules_load_and_evaluate_on_the_scraped_data(stack):
         if rules and all(rule.get("lastEvaluation", "").startswith("20") for rule in rules.values()):
             break
         time.sleep(0.2)
-    assert len(rules) == 20 and {r["health"] for r in every} == {"ok"}, every
+    assert len(rules) == 20, every
+    assert {r["health"] for r in every} == {"ok"}, every
     matched = {name: stack.prometheus.query(rule["query"]) for name, rule in rules.items()}
     slow = stack.hosts[2].target
     assert sorted((s["metric"]["instance"], s["metric"]["device"]) for s in matched["TpuToolsDeviceIdleWhileHeld"]) \
@@ -207,7 +211,9 @@ def test_step_time_outlier_and_too_few_hosts():
     assert furthest({"a": 10.0, "b": 90.0}, "utilization_percent") is None  # two hosts: no median to judge by
     assert furthest({"a": 0.10, "b": 0.101, "c": 0.104}, "step_time_s") is None  # 4 % off: normal spread
     slow = furthest({"a": 0.10, "b": 0.101, "c": 0.15, "d": 0.099}, "step_time_s")
-    assert slow is not None and slow.host == "c" and slow.sentence == "step time 150.0 ms vs median 100.5 ms"
+    assert slow is not None
+    assert slow.host == "c"
+    assert slow.sentence == "step time 150.0 ms vs median 100.5 ms"
     series = [_series(h, "process_step_time_seconds", t, pid="7", tag="t", stat="p50")
               for h, t in (("a", 0.1), ("b", 0.1), ("c", 0.3))]
     groups = build_groups(series, [])
@@ -235,7 +241,8 @@ def test_unknown_series_make_no_host_and_a_bad_url_is_a_usage_error():
                                              r"of range)"):
             parse_url(bad)
     endpoint = parse_url("https://me:s%40cret@prom.example:9090/sub/")
-    assert endpoint.base_url == "https://prom.example:9090/sub" and endpoint.authorization == "Basic bWU6c0BjcmV0"
+    assert endpoint.base_url == "https://prom.example:9090/sub"
+    assert endpoint.authorization == "Basic bWU6c0BjcmV0"
 
 
 # --- a Prometheus that is down, slow, answers garbage or wants credentials ---------------------------------
@@ -290,8 +297,10 @@ def test_each_fault_is_one_clear_line(handler, fragment):
                           timeout=60)  # the hang guard
         assert result.returncode == 0, result.stderr  # a report is still written, saying why it is empty
         fleet = json.loads(result.stdout)["fleet"]
-        assert fragment in fleet["error"] and fleet["stale"] is True
-        assert result.stderr.count("\n") == 1 and fragment in result.stderr  # one clear line
+        assert fragment in fleet["error"]
+        assert fleet["stale"] is True
+        assert result.stderr.count("\n") == 1
+        assert fragment in result.stderr  # one clear line
         # tpu-top --once has nothing to show: the same sentence, exit 1.
         assert_one_line_error(run_tool("tpu-top", "--from-prometheus", url, "--from-prometheus-timeout", "0.5",
                                        "--once"), 1, fragment)
@@ -303,10 +312,14 @@ def test_down_server_keeps_the_last_figures_marked_stale():
         first = report_document(source.build())
         assert first["devices"]["devices"][0]["utilization_percent"] == 55.5
     report = report_document(source.build())  # the server is gone
-    assert report["fleet"]["stale"] is True and "connection refused" in report["fleet"]["error"]
-    assert report["devices"]["devices"][0]["utilization_percent"] == 55.5 and report["sequence"] == 1
+    assert report["fleet"]["stale"] is True
+    assert "connection refused" in report["fleet"]["error"]
+    assert report["devices"]["devices"][0]["utilization_percent"] == 55.5
+    assert report["sequence"] == 1
     lines = frame_text(render(as_report(report), ViewState(), 300, None, interactive=False))
-    assert "STALE since" in lines and "connection refused" in lines and "55.5" in lines
+    assert "STALE since" in lines
+    assert "connection refused" in lines
+    assert "55.5" in lines
     assert report_document(source.build())["fleet"]["stale_since"] == report["fleet"]["stale_since"]
 
 
@@ -335,7 +348,8 @@ def test_live_view_keeps_its_figures_marked_stale_when_prometheus_goes_away():
         with _server(_handler(200, GOOD)) as url:
             tmux.keys(f"tpu-top --from-prometheus {url} --interval 0.3", "Enter")
             screen = tmux.wait_for(lambda s: "h1/tpu:0" in s and "55.5" in s)
-            assert " Hosts  1 from " + url in screen and "STALE" not in screen
+            assert " Hosts  1 from " + url in screen
+            assert "STALE" not in screen
             tmux.keys("s")  # the usual keys: sort by the next column
             tmux.wait_for(lambda s: "sorted by COMP" in s)
         # the figures kept are in the rows under the stale line: the wait names them (a capture can land

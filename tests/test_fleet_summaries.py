@@ -27,7 +27,8 @@ def test_hosts_come_from_summaries_and_outliers_are_per_cluster():
                    "job": "tpu-tools", "device": "tpu:0", "platform": "tpu", "name": "v5e"}, 0.6)
     groups = build_groups([chip], up, summaries)
     fleet = groups["fleet"]
-    assert len(fleet["hosts"]) == 200 and fleet["hosts_down"] == ["a/n3", "b/n3"]
+    assert len(fleet["hosts"]) == 200
+    assert fleet["hosts_down"] == ["a/n3", "b/n3"]
     by_host = {h["host"]: h for h in fleet["hosts"]}
     assert by_host["b/n5"] == {"host": "b/n5", "up": True, "cluster": "b", "chips": 8, "utilization_percent": 40.0,
                                "memory_used_bytes": 80_000_000_000, "memory_total_bytes": 128_000_000_000,
@@ -36,10 +37,13 @@ def test_hosts_come_from_summaries_and_outliers_are_per_cluster():
     assert sorted(o["host"] for o in fleet["outliers"]) == ["a/n7", "b/n7"]
     assert [d["key"] for d in groups["devices"]["devices"]] == ["a/n7/tpu:0"]
     chosen = detail_hosts(fleet)
-    assert len(chosen) == DETAIL_HOSTS and chosen[:2] == ["a/n7", "b/n7"] and {"a/n3", "b/n3"} <= set(chosen)
+    assert len(chosen) == DETAIL_HOSTS
+    assert chosen[:2] == ["a/n7", "b/n7"]
+    assert {"a/n3", "b/n3"} <= set(chosen)
 
 
 def test_detail_query_quotes_instances_for_promql():
     query = detail_query(["a/10.0.0.1:9400", 'b/odd"name', "plain"])
     assert query == ('{__name__=~"tpu_tools_.+",instance=~"10\\\\.0\\\\.0\\\\.1:9400|odd\\"name|plain"}')
-    assert host_key({"instance": "n1"}) == "n1" and host_key({"instance": "n1", "cluster": "c"}) == "c/n1"
+    assert host_key({"instance": "n1"}) == "n1"
+    assert host_key({"instance": "n1", "cluster": "c"}) == "c/n1"

@@ -91,7 +91,8 @@ def test_a_worker_reading_its_own_shard_is_flagged(rundir, tmp_path):  # noqa: F
     agents = sorted(group["agents"], key=lambda a: a["process_index"])
     assert [a["process_count"] for a in agents] == [2, 2]
     kinds = [{m["name"]: (m["kind"], m["value"], m["step"]) for m in a["metrics"]} for a in agents]
-    assert kinds[0]["loss"] == ("replicated", 1.5, 5) and kinds[1]["loss"] == ("local", 1.0 + 1, 5)
+    assert kinds[0]["loss"] == ("replicated", 1.5, 5)
+    assert kinds[1]["loss"] == ("local", 1.0 + 1, 5)
     assert kinds[0]["accuracy"] == kinds[1]["accuracy"] == ("replicated", 0.75, 5)
     assert kinds[1]["host_loss"][0] == "host"
     findings = group["global_metric_findings"]
@@ -114,7 +115,8 @@ def test_bad_metrics_are_bounded_and_reported_never_raised():
     assert store.record("loss", 2.0, None, 2)  # a name already kept is updated beyond the bound
     snapshot = store.snapshot()
     assert len(snapshot["values"]) == MAX_METRICS  # the names beyond the bound are not kept
-    assert snapshot["rejected"] == 5 + 11 and "\x1b" not in (snapshot["last_error"] or "")
+    assert snapshot["rejected"] == 5 + 11
+    assert "\x1b" not in (snapshot["last_error"] or "")
     assert next(v for v in snapshot["values"] if v["name"] == "m0")["kind"] == "host"
 
 
@@ -166,7 +168,8 @@ def test_the_fleet_view_compares_a_global_metric_between_hosts_and_shows_goodput
                    _series(host, "process_goodput_seconds_total", 40.0, pid="7", tag="train", cause="productive")]
     groups = build_groups(series, [])
     [finding] = groups["processes"]["global_metric_findings"]
-    assert finding["name"] == "loss" and finding["reason"] == "differs between 3 workers at step 100 (2.5 to 2.9)"
+    assert finding["name"] == "loss"
+    assert finding["reason"] == "differs between 3 workers at step 100 (2.5 to 2.9)"
     assert {w["host"]: w["kind"] for w in finding["workers"]}["w2"] == "local"
     assert groups["fleet"]["global_metric_findings"] == 1
     assert [h["goodput_percent"] for h in groups["fleet"]["hosts"]] == [80.0, 80.0, 80.0]

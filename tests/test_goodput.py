@@ -102,7 +102,8 @@ def test_recent_window_covers_only_the_last_window():
         book.begin_step()
         book.end_step()
     recent = book.snapshot()["recent"]
-    assert recent["goodput_percent"] == 0.0 and recent["causes_s"]["data"] == pytest.approx(recent["wall_s"])
+    assert recent["goodput_percent"] == 0.0
+    assert recent["causes_s"]["data"] == pytest.approx(recent["wall_s"])
     assert 10.0 <= recent["wall_s"] <= 12.0
 
 
@@ -117,12 +118,16 @@ def test_bad_input_is_counted_and_reported_never_raised():
     book.begin_step()
     book.end_step()
     figures = book.snapshot()
-    assert figures["rejected"]["flops"] == 2 and figures["rejected"]["samples"] == 2
+    assert figures["rejected"]["flops"] == 2
+    assert figures["rejected"]["samples"] == 2
     assert figures["rejected"]["phase"] == 9
-    assert "\x1b" not in json.dumps(figures["last_error"]) and len(figures["last_error"]) < 200
+    assert "\x1b" not in json.dumps(figures["last_error"])
+    assert len(figures["last_error"]) < 200
     named = set(figures["since_start"]["causes_s"])
-    assert "other" in named and len(named) <= 9 + MAX_CUSTOM_PHASES + 1
-    assert figures["since_start"]["flops"] is None and figures["since_start"]["samples"] is None  # unknown, not 0
+    assert "other" in named
+    assert len(named) <= 9 + MAX_CUSTOM_PHASES + 1
+    assert figures["since_start"]["flops"] is None
+    assert figures["since_start"]["samples"] is None  # unknown, not 0
     with pytest.raises(KeyError, match="the job's"):  # the job's own exception goes through a phase unchanged
         with book.phase("data"):
             raise KeyError("the job's")
@@ -144,9 +149,11 @@ def test_summaries_are_private_bounded_and_checked(tmp_path):
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
     (path.parent / "1-1.json").write_text("{not json")
     records, errors = read_summaries(base)
-    assert len(records) == MAX_RECORDS and records[0]["pid"] == 10 + MAX_RECORDS + 2
+    assert len(records) == MAX_RECORDS
+    assert records[0]["pid"] == 10 + MAX_RECORDS + 2
     assert records[0]["value"] is None  # NaN is not JSON: unknown
-    assert len(errors) == 1 and "1-1.json" in errors[0]
+    assert len(errors) == 1
+    assert "1-1.json" in errors[0]
 
 
 def test_a_real_job_every_cause_within_one_percent_or_20ms():
@@ -172,13 +179,16 @@ def test_a_real_job_every_cause_within_one_percent_or_20ms():
             assert low[cause] - tolerance <= measured[cause] <= high[cause] + tolerance, \
                 (cause, measured[cause], low[cause], high[cause])
         assert measured["startup"] >= truth["startup_sleep"]
-        assert figures["samples"] == 3200 and figures["flops"] == 1e11
+        assert figures["samples"] == 3200
+        assert figures["flops"] == 1e11
         assert figures["mfu_percent"] == pytest.approx(100 * figures["flops_per_s"] / 1e11)
         assert figures["cost_per_million_samples"] == pytest.approx(7.2 / 3600 / figures["samples_per_s"] * 1e6)
         records, errors = read_summaries(rundir)
-        assert not errors and len(records) == 1
+        assert not errors
+        assert len(records) == 1
         summary = records[0]
-        assert summary["tag"] == "truth" and summary["steps"]["count"] == 100
+        assert summary["tag"] == "truth"
+        assert summary["steps"]["count"] == 100
         assert summary["goodput"]["since_start"]["causes_s"]["idle"] >= truth["idle"]
         files = list((rundir / "jobs-ended").iterdir())
         assert [stat.S_IMODE(f.stat().st_mode) for f in files] == [0o600]

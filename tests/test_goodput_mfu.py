@@ -64,8 +64,10 @@ def test_xla_flops_of_the_reference_step_match_the_hand_count_and_make_mfu():
     assert abs(report["xla"] / report["hand"] - 1) < 0.02, report
     figures = report["figures"]
     since = figures["since_start"]
-    assert figures["step_flops_source"] == "xla_cost_analysis" and figures["peak_flops_per_s"] == 2e12
-    assert since["flops"] == 3 * report["xla"] and since["samples"] == 24
+    assert figures["step_flops_source"] == "xla_cost_analysis"
+    assert figures["peak_flops_per_s"] == 2e12
+    assert since["flops"] == 3 * report["xla"]
+    assert since["samples"] == 24
     assert abs(since["mfu_percent"] - 100 * since["flops"] / since["wall_s"] / 2e12) < 1e-9
     assert since["causes_s"]["compile"] > 0  # the agent heard the compile through JAX's monitoring events
 
@@ -120,7 +122,8 @@ def test_flops_of_the_steps_programs_are_read_automatically_and_shown_by_tpu_mon
     assert [p["name"] for p in goodput["step_programs"]] == ["jit_train_step"]
     assert abs(goodput["step_flops"] / hand - 1) < 0.02, (goodput["step_flops"], hand)
     since = goodput["since_start"]
-    assert since["flops"] == 3 * goodput["step_flops"] and since["samples"] == 24
+    assert since["flops"] == 3 * goodput["step_flops"]
+    assert since["samples"] == 24
     assert since["mfu_percent"] > 0
 
 

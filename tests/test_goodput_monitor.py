@@ -46,20 +46,25 @@ def test_live_goodput_in_the_monitor_with_its_price_and_in_prometheus(rundir):  
         job.stop()
     assert from_config.returncode == 0, from_config.stderr
     [agent] = json.loads(from_config.stdout)["processes"]["agents"]
-    assert agent["goodput"]["price_per_hour"] == 7.2 and agent["goodput"]["price_source"] == "monitor"
+    assert agent["goodput"]["price_per_hour"] == 7.2
+    assert agent["goodput"]["price_source"] == "monitor"
     assert result.returncode == 0, result.stderr  # the flag overrides the config file
     [agent] = json.loads(result.stdout)["processes"]["agents"]
     goodput = agent["goodput"]
     since = goodput["since_start"]
-    assert since["wall_s"] > 0 and 0 <= since["goodput_percent"] <= 100
+    assert since["wall_s"] > 0
+    assert 0 <= since["goodput_percent"] <= 100
     assert abs(sum(since["causes_s"].values()) - since["wall_s"]) < 1e-6 * since["wall_s"] + 1e-9
-    assert goodput["price_per_hour"] == 3.6 and goodput["price_source"] == "monitor"
+    assert goodput["price_per_hour"] == 3.6
+    assert goodput["price_source"] == "monitor"
     # the job gives no samples and no FLOPs: unknown, never 0
-    assert since["samples_per_s"] is None and since["cost_per_million_samples"] is None
+    assert since["samples_per_s"] is None
+    assert since["cost_per_million_samples"] is None
     assert since["mfu_percent"] is None
     text = exposition([agent])
     assert f'tpu_tools_process_goodput_seconds_total{{cause="productive",pid="{job.pid}",tag="live"}}' in text
-    assert 'tpu_tools_process_goodput_ratio{pid=' in text and 'window="since_start"' in text
+    assert 'tpu_tools_process_goodput_ratio{pid=' in text
+    assert 'window="since_start"' in text
     assert "tpu_tools_process_mfu_ratio{" not in text  # unknown: no series
     assert "tpu_tools_process_cost_per_million_samples{" not in text
 
@@ -79,7 +84,9 @@ def test_a_bad_price_in_the_config_file_is_one_line(tmp_path, text, fragment):
     path.write_text(text)
     with pytest.raises(UsageError) as caught:
         load_config(path, ["processes"])
-    assert fragment in str(caught.value) and str(path) in str(caught.value) and "\n" not in str(caught.value)
+    assert fragment in str(caught.value)
+    assert str(path) in str(caught.value)
+    assert "\n" not in str(caught.value)
 
 
 def test_the_config_price_is_taken_and_a_bad_one_stops_tpu_monitor(tmp_path):
@@ -111,11 +118,14 @@ def test_jobs_ended_listed_by_the_monitor_and_kept_by_tpu_dump(rundir, tmp_path)
     result = run_tool("tpu-monitor", "--jobs-ended", env=env)
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["schema"] == "tpu-tools/jobs-ended/v1" and document["errors"] == []
+    assert document["schema"] == "tpu-tools/jobs-ended/v1"
+    assert document["errors"] == []
     [job] = document["jobs"]
-    assert job["tag"] == "ended" and job["steps"]["count"] == 20
+    assert job["tag"] == "ended"
+    assert job["steps"]["count"] == 20
     assert job["goodput"]["since_start"]["samples"] == 640
-    assert job["goodput"]["price_per_hour"] == 3.6 and job["goodput"]["since_start"]["cost_per_million_samples"] > 0
+    assert job["goodput"]["price_per_hour"] == 3.6
+    assert job["goodput"]["since_start"]["cost_per_million_samples"] > 0
     assert job["goodput"]["since_start"]["causes_s"]["checkpoint"] > 0.05
     output = tmp_path / "bundle.tar.gz"
     dumped = run_tool("tpu-dump", "--only", "accelerators.agents", "-o", str(output), env=env)

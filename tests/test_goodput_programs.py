@@ -30,7 +30,8 @@ def test_the_programs_compiled_in_a_step_block_are_the_steps_and_set_up_programs
     clock.advance(0.1)
     book.end_step()
     figures = book.snapshot()
-    assert figures["step_flops"] == 1e9 and figures["step_flops_source"] == PROGRAMS_SOURCE
+    assert figures["step_flops"] == 1e9
+    assert figures["step_flops_source"] == PROGRAMS_SOURCE
     assert figures["step_programs"] == [{"name": "jit_train_step", "flops": 1e9}]
     assert figures["since_start"]["flops"] == 2e9
 
@@ -55,7 +56,8 @@ def test_programs_between_blocks_are_dropped_a_recompile_replaces_and_the_job_fi
     book.end_step()
     figures = book.snapshot()
     assert figures["since_start"]["flops"] == 1.2e9 + 4.2e9 + 1.0 + 2.0
-    assert figures["step_flops"] == 2.0 and figures["step_flops_source"] == "given"
+    assert figures["step_flops"] == 2.0
+    assert figures["step_flops_source"] == "given"
 
 
 def test_bare_steps_take_the_programs_of_the_interval_before_the_first_boundary():
@@ -75,7 +77,8 @@ def test_programs_xla_cannot_count_leave_the_flops_unknown_never_zero():
     book.add_program("jit_bad", float("nan"))
     book.end_step()
     figures = book.snapshot()
-    assert figures["step_flops"] is None and figures["since_start"]["flops"] is None
+    assert figures["step_flops"] is None
+    assert figures["since_start"]["flops"] is None
     assert {p["name"] for p in figures["step_programs"]} == {"jit_custom_call", "jit_bad"}
 
 
@@ -85,7 +88,8 @@ def test_xla_counts_one_run_of_a_real_executable():
 
     compiled = jax.jit(lambda a, b: a @ b).lower(jnp.ones((32, 64)), jnp.ones((64, 16))).compile()
     flops, devices = executable_flops(compiled.runtime_executable())
-    assert devices == 1 and flops == 2 * 32 * 64 * 16
+    assert devices == 1
+    assert flops == 2 * 32 * 64 * 16
     copy = jax.jit(lambda a: a.astype(jnp.int32)).lower(jnp.ones(8)).compile()
     assert executable_flops(copy.runtime_executable())[0] is not None  # XLA leaves out a count of 0
     assert executable_flops(object()) == (None, 1)  # not an executable: unknown
@@ -161,7 +165,8 @@ def test_a_program_read_from_the_persistent_compilation_cache_is_counted_too(tmp
             reports.append(json.loads(result.stdout.strip().splitlines()[-1]))
     finally:
         remove_rundir(rundir)
-    assert reports[0]["hits"] == 0 and reports[1]["hits"] > 0
+    assert reports[0]["hits"] == 0
+    assert reports[1]["hits"] > 0
     expected = 2 * 32 * 128 * 64 * 2  # two matrix products; XLA adds the tanh's elementwise work
     for goodput in (report["goodput"] for report in reports):
         assert goodput["step_flops_source"] == "xla_step_programs"

@@ -6,7 +6,8 @@ from conftest import as_report
 from test_top import _report
 
 from tpu_tools.top.frame import frame_text, render
-from tpu_tools.top.model import ViewState, handle_key
+from tpu_tools.top.keys import handle_key
+from tpu_tools.top.model import ViewState
 
 GOODPUT = {
     "since_start": {"wall_s": 100.0, "goodput_percent": 60.0, "mfu_percent": None, "samples_per_s": None,
@@ -37,9 +38,13 @@ def test_job_screen_shows_goodput_a_bar_of_causes_and_suspect_metrics():
     frame, lines = _job_screen({"goodput": GOODPUT, "metrics": metrics})
     assert "GOODPUT 60.0% since start, 75.0% recent  MFU 41.5%  samples/s 1200  cost/1M samples 0.97" in frame
     bar = next(line.text for line in lines if line.text.startswith(" PPPP"))
-    assert len(bar) == 119 and bar.count("P") == round(118 * 0.6)
-    assert bar.count("D") == round(118 * 0.15) and "I" in bar and "C" in bar
-    assert "P productive 60%" in frame and "D data 15%" in frame
+    assert len(bar) == 119
+    assert bar.count("P") == round(118 * 0.6)
+    assert bar.count("D") == round(118 * 0.15)
+    assert "I" in bar
+    assert "C" in bar
+    assert "P productive 60%" in frame
+    assert "D data 15%" in frame
     assert "\x1b" not in frame
     assert "not a finite number > 0; unknown" in frame
     assert "loss 2.50  step 7  global, local  claims to be global" in frame
@@ -60,6 +65,8 @@ def test_fleet_hosts_show_their_goodput_and_global_metric_findings():
              "hosts": [{"host": "w0", "up": True, "chips": 4, "jobs": 1, "goodput_percent": 81.25},
                        {"host": "w1", "up": True, "chips": 4, "jobs": 1, "goodput_percent": None}]}
     text = "\n".join(line.text for line in fleet_lines(as_report({"fleet": fleet}), 140, None))
-    assert "GOODPUT" in text and "1 global metrics differ between workers" in text
+    assert "GOODPUT" in text
+    assert "1 global metrics differ between workers" in text
     rows = [line for line in text.splitlines() if line.startswith(" w")]
-    assert "81.2" in rows[0] and "81" not in rows[1]
+    assert "81.2" in rows[0]
+    assert "81" not in rows[1]

@@ -34,7 +34,8 @@ def test_the_child_started_ahead_is_taken_over_by_the_same_query():
     ahead = headstart._ahead
     assert ahead is not None
     call = headstart.take_or_start(queries.LIST_DEVICES, {"probe": False}, RuntimePolicy(platform="cpu"), 60.0)
-    assert call is ahead.call and headstart._ahead is None
+    assert call is ahead.call
+    assert headstart._ahead is None
     assert call.result()["runtime"]["platform"] == "cpu"
 
 
@@ -43,7 +44,8 @@ def test_a_different_query_gets_its_own_child_and_the_early_one_is_killed():
     early = headstart._ahead.call
     call = headstart.take_or_start(queries.LIST_DEVICES, {"probe": False},
                                    RuntimePolicy(platform="cpu", host_devices=2), 60.0)
-    assert call is not early and _exits(early)
+    assert call is not early
+    assert _exits(early)
     assert len(call.result()["runtime"]["devices"]) == 2
 
 
@@ -68,7 +70,8 @@ def test_cancel_kills_an_unused_child():
     headstart.start_ahead(queries.LIST_DEVICES, {"probe": False}, POLICY, 60.0)
     early = headstart._ahead.call
     headstart.cancel()
-    assert _exits(early) and headstart._ahead is None
+    assert _exits(early)
+    assert headstart._ahead is None
 
 
 def test_plain_tpu_ls_lists_the_cpu_devices_through_its_head_start(tmp_path):

@@ -66,7 +66,8 @@ def test_gpu_holders_are_nvml_processes_as_nvidia_ml_py_lists_them(fake_nvml_dir
                                 text=True, timeout=120)
     assert exposition.returncode == 0, exposition.stderr
     held = [line for line in exposition.stdout.splitlines() if line.startswith("tpu_tools_device_holder_processes{")]
-    assert len(held) == 2 and all('holders_source="nvml"' in line for line in held)
+    assert len(held) == 2
+    assert all('holders_source="nvml"' in line for line in held)
     assert {line.split('device="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1]) for line in held} == {
         "gpu:0": 1.0, "gpu:1": 0.0}
 

@@ -94,7 +94,9 @@ def test_gc_in_a_cache_that_holds_user_files_removes_only_the_caches_own_leftove
                   if name in (*DOTFILES, ".vimrc", "dotfiles", lookalike.name)}
     document = _json("gc", str(home))
     assert sorted(r["name"] for r in document["removals"]) == sorted([jax_temp.name, gc_trash.name, orphan.name])
-    assert document["removed"] == 3 and document["failed"] == 0 and document["kept_entries"] == 1
+    assert document["removed"] == 3
+    assert document["failed"] == 0
+    assert document["kept_entries"] == 1
     after = _listing(home)
     assert {name: after.get(name) for name in user_files} == user_files
     assert kept_entry.exists()
@@ -123,7 +125,8 @@ def test_gc_takes_only_names_of_torch_xlas_form_never_a_link_or_another_decimal_
     planted.symlink_to(tmp_path / "precious")
     (tmp_path / "precious").write_text("kept")
     document = _json("gc", str(torch), "--max-bytes", "0")
-    assert [r["name"] for r in document["removals"]] == [entry.name] and document["removed"] == 1
+    assert [r["name"] for r in document["removals"]] == [entry.name]
+    assert document["removed"] == 1
     assert _listing(torch) == {**before, planted.name: _listing(torch)[planted.name]}
     assert (tmp_path / "precious").read_text() == "kept"
     inspected = _json("inspect", str(torch))
@@ -139,8 +142,10 @@ def test_verify_prune_removes_links_planted_as_entries_never_the_users_links(tmp
     planted_atime.symlink_to(home / ".profile")
     document = _json("verify", str(home), "--prune", "--platform", "cpu")
     assert sorted(e["name"] for e in document["entries"] if e["pruned"]) == sorted([planted.name, planted_atime.name])
-    assert (home / ".vimrc").is_symlink() and (home / ".bashrc").read_text() == ".bashrc of the user\n"
-    assert not planted.is_symlink() and not planted_atime.is_symlink()
+    assert (home / ".vimrc").is_symlink()
+    assert (home / ".bashrc").read_text() == ".bashrc of the user\n"
+    assert not planted.is_symlink()
+    assert not planted_atime.is_symlink()
 
 
 @pytest.fixture
@@ -168,7 +173,8 @@ def test_a_cache_command_on_what_is_not_a_directory_is_one_sentence(
         extra = ["train", "--timeout", "60"] if command == "warm" else []
         result = run_tool("tpu-profile", "cache", command, str(path), *extra)
         message = assert_one_line_error(result, 1, str(path), words)
-        assert "internal error" not in result.stderr and message.startswith("tpu-profile: error: "), (kind, message)
+        assert "internal error" not in result.stderr, (kind, message)
+        assert message.startswith("tpu-profile: error: "), (kind, message)
         assert not path.is_dir(), kind  # nothing was made in its place
 
 
@@ -176,7 +182,8 @@ def test_doctor_names_what_stands_in_the_caches_place(not_directories: dict[str,
     for kind, (path, words) in not_directories.items():
         document = _json("doctor", str(path), code=1)
         (finding,) = [f for f in document["findings"] if f["severity"] == "error"]
-        assert finding["code"] == "not_a_directory" and words in finding["message"], (kind, finding)
+        assert finding["code"] == "not_a_directory", (kind, finding)
+        assert words in finding["message"], (kind, finding)
         assert "remove or rename" in finding["fix"], (kind, finding)
 
 
@@ -197,13 +204,18 @@ UNQUALIFIED = re.compile(r"(?<!at least )(?<!of the )\b\d+ (broken|stale|entries
 
 def test_inspect_over_a_truncated_listing_says_its_figures_are_lower_bounds(many_broken: Path) -> None:
     document = _json("inspect", str(many_broken), "--limit", "50")
-    assert document["entry_count"] == COUNT and document["entries_listed"] == 50 and document["truncated"]
-    assert document["broken_entries"] == 50 and "broken_entries" in document["partial_figures"]
+    assert document["entry_count"] == COUNT
+    assert document["entries_listed"] == 50
+    assert document["truncated"]
+    assert document["broken_entries"] == 50
+    assert "broken_entries" in document["partial_figures"]
     assert {"stale_entries", "compile_seconds_saved_per_use_s"} <= set(document["partial_figures"])
     text = run_tool("tpu-profile", "cache", "inspect", str(many_broken), "--limit", "50").stdout
-    assert f"at least 50 broken of the {COUNT}" in text and not UNQUALIFIED.search(text), text
+    assert f"at least 50 broken of the {COUNT}" in text, text
+    assert not UNQUALIFIED.search(text), text
     whole = _json("inspect", str(many_broken), "--limit", str(COUNT))
-    assert whole["broken_entries"] == COUNT and whole["partial_figures"] == []
+    assert whole["broken_entries"] == COUNT
+    assert whole["partial_figures"] == []
     text = run_tool("tpu-profile", "cache", "inspect", str(many_broken), "--limit", str(COUNT)).stdout
     assert f"0 stale entries (another jaxlib: never read again) and {COUNT} broken of the {COUNT}" in text
 
@@ -212,23 +224,32 @@ def test_doctor_over_more_entries_than_it_reads_says_at_least(many_broken: Path)
     document = _json("doctor", str(many_broken))
     (broken,) = [f for f in document["findings"] if f["code"] == "broken_entries"]
     assert broken["message"].startswith(f"at least 20000 of the {COUNT} entries jax cannot use"), broken
-    assert document["entry_count"] == COUNT and document["entries_read"] == 20000
+    assert document["entry_count"] == COUNT
+    assert document["entries_read"] == 20000
     text = run_tool("tpu-profile", "cache", "doctor", str(many_broken)).stdout
-    assert "at least 20000" in text and not UNQUALIFIED.search(text), text
+    assert "at least 20000" in text, text
+    assert not UNQUALIFIED.search(text), text
 
 
 def test_verify_and_gc_over_a_truncated_listing_count_every_entry(many_broken: Path) -> None:
     document = _json("verify", str(many_broken), "--limit", "20", "--platform", "cpu", code=1)
-    assert document["checked"] == 20 and document["broken"] == 20 and document["entry_count"] == COUNT
-    assert document["entries_listed"] == 20 and "broken" in document["partial_figures"]
+    assert document["checked"] == 20
+    assert document["broken"] == 20
+    assert document["entry_count"] == COUNT
+    assert document["entries_listed"] == 20
+    assert "broken" in document["partial_figures"]
     text = run_tool("tpu-profile", "cache", "verify", str(many_broken), "--limit", "20", "--platform", "cpu").stdout
-    assert f"20 of the {COUNT} entries (--limit) checked" in text and f"other {COUNT - 20} were not read" in text
+    assert f"20 of the {COUNT} entries (--limit) checked" in text
+    assert f"other {COUNT - 20} were not read" in text
     planned = _json("gc", str(many_broken), "--max-age", "87600h", "--dry-run", "--limit", "50")
-    assert planned["would_remove"] == 0 and planned["kept_entries"] == COUNT  # every entry stays, not only 50
-    assert planned["entries_considered"] == 50 and planned["entry_count"] == COUNT
+    assert planned["would_remove"] == 0
+    assert planned["kept_entries"] == COUNT  # every entry stays, not only 50
+    assert planned["entries_considered"] == 50
+    assert planned["entry_count"] == COUNT
     text = run_tool("tpu-profile", "cache", "gc", str(many_broken), "--max-age", "87600h", "--dry-run", "--limit",
                     "50").stdout
-    assert f"{COUNT} entries kept" in text and f"only the first 50 of the {COUNT} entries" in text
+    assert f"{COUNT} entries kept" in text
+    assert f"only the first 50 of the {COUNT} entries" in text
 
 
 MEASURE = textwrap.dedent("""
@@ -268,7 +289,8 @@ def test_verify_refuses_a_decompression_bomb_without_reading_it(tmp_path: Path) 
     measured = _verify_measured(bombed)
     verdicts = {e["name"]: e for e in measured["document"]["entries"]}
     assert verdicts[bomb.name]["status"] == "broken", verdicts[bomb.name]
-    assert "decompression bomb" in verdicts[bomb.name]["problem"] and measured["code"] == 1
+    assert "decompression bomb" in verdicts[bomb.name]["problem"]
+    assert measured["code"] == 1
     assert verdicts[f"jit_small-{'1' * 64}-cache"]["status"] == baseline["document"]["entries"][0]["status"]
     # read whole, this bomb took 400 MiB more than the plain cache; refused while counting, a piece (1 MiB) or so
     grown_mib = (measured["rss_kib"] - baseline["rss_kib"]) / 1024
@@ -287,6 +309,8 @@ def test_a_sub_cache_and_other_files_past_their_limits_are_not_understated(tmp_p
     for index in range(45):  # past the 40 rows of the other files' table
         (cache / f"note-{index}").write_text("x")
     (sub,) = _json("inspect", str(cache))["subcaches"]
-    assert sub["truncated"] and sub["files"] == 10_000
+    assert sub["truncated"]
+    assert sub["files"] == 10_000
     text = run_tool("tpu-profile", "cache", "inspect", str(cache)).stdout
-    assert "at least 10000" in text and "... 5 more (--json)" in text, text
+    assert "at least 10000" in text, text
+    assert "... 5 more (--json)" in text, text

@@ -70,9 +70,12 @@ def test_agent_and_profile_name_every_transformation_the_same_way(tmp_path):
 
 
 def test_function_names_lose_every_wrapper_jax_has_used():
-    assert function_name("jit(shard_map(f))") == "f" and function_name("shard_map(f)") == "f"
-    assert function_name("pjit(train)") == "train" and function_name("jit(jit(step))") == "step"
-    assert function_name("xla_pmap(g)") == "g" and function_name(" jit(<lambda>) ") == "<lambda>"
+    assert function_name("jit(shard_map(f))") == "f"
+    assert function_name("shard_map(f)") == "f"
+    assert function_name("pjit(train)") == "train"
+    assert function_name("jit(jit(step))") == "step"
+    assert function_name("xla_pmap(g)") == "g"
+    assert function_name(" jit(<lambda>) ") == "<lambda>"
     assert function_name("vmap(f)") == "vmap(f)"  # a different program than f: kept apart
     assert function_name("convert_element_type") == "convert_element_type"
 
@@ -84,7 +87,10 @@ def test_the_agent_sink_counts_recompiles_with_the_reason():
                             "  different input types:\n  * at x, now f32[4] and before f32[3]")
     first = parse_cache_miss("TRACING CACHE MISS at /x.py:12 (<module>):\n  never seen function:\n"
                              "    f id=1 defined at /x.py:10")
-    assert first is not None and not first.is_recompile and miss is not None and miss.is_recompile
+    assert first is not None
+    assert not first.is_recompile
+    assert miss is not None
+    assert miss.is_recompile
     tracker.add_miss(first)
     tracker.add_event(CompileEvent("trace", "f", 0.1, 0.0))
     tracker.add_event(CompileEvent("xla_compile", "f", 0.5, 0.0, persistent_cache_miss=True))
@@ -96,7 +102,8 @@ def test_the_agent_sink_counts_recompiles_with_the_reason():
     assert counts == (2, 1, 1, 1)
     assert stats["last_recompile_reason"] == "different input types; at x, now f32[4] and before f32[3]"
     assert snapshot["recent_recompiles"][0]["backend_compile_time_s"] == 0.25
-    assert snapshot["trace_time_s"] == 0.1 and snapshot["recompile_count"] == 1
+    assert snapshot["trace_time_s"] == 0.1
+    assert snapshot["recompile_count"] == 1
 
 
 def test_the_agent_sink_serves_its_last_snapshot_again_until_an_event_arrives():
@@ -109,7 +116,9 @@ def test_the_agent_sink_serves_its_last_snapshot_again_until_an_event_arrives():
     assert tracker.snapshot() is first  # a first compile's explanation changes no figure
     tracker.add_event(CompileEvent("xla_compile", "f", 0.25, 0.0))
     second = tracker.snapshot()
-    assert second is not first and second["compile_count"] == 2 and second["recompile_count"] == 1
+    assert second is not first
+    assert second["compile_count"] == 2
+    assert second["recompile_count"] == 1
     assert first["compile_count"] == 1  # the snapshot served before is left as it was
     assert [f["compile_count"] for f in second["functions"]] == [2]
 
@@ -123,4 +132,5 @@ def test_the_agent_api_and_the_profiler_share_one_step_tracker():
         index = agent.step()
     finally:
         remove()
-    assert seen == [index] and agent.step_count() == process_steps().count
+    assert seen == [index]
+    assert agent.step_count() == process_steps().count

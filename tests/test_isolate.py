@@ -25,7 +25,8 @@ def test_lists_the_cpu_devices_of_a_real_runtime():
     runtime = RuntimeRecord.from_dict(answer["runtime"])
     assert runtime.platform == "cpu"
     assert [d.id for d in runtime.devices] == [0, 1, 2, 3]
-    assert runtime.process_count == 1 and runtime.local_device_count == 4
+    assert runtime.process_count == 1
+    assert runtime.local_device_count == 4
     assert all(d.device_kind == "cpu" and d.process_index == 0 for d in runtime.devices)
 
 

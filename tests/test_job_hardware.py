@@ -33,7 +33,7 @@ JOB = textwrap.dedent("""
 """)
 
 
-@pytest.fixture()
+@pytest.fixture
 def rundir() -> Iterator[Path]:
     path = make_rundir()
     yield path
@@ -71,11 +71,13 @@ def test_a_gpu_job_records_xids_throttling_energy_and_its_peak_memory(tmp_path, 
     env = nvml_env(fake_nvml_dir, TPU_TOOLS_RUNTIME_DIR=str(rundir), FAKE_NVML_PROCS="0:0:1073741824",
                    FAKE_NVML_XID="0:79,1:13", FAKE_NVML_ENERGY_MW="250000")
     hardware, wall = run_job(tmp_path, rundir, "gpu", env)
-    assert hardware["source"] == "nvml" and hardware["error"] is None
+    assert hardware["source"] == "nvml"
+    assert hardware["error"] is None
     assert hardware["xid_events"] == {"79": 1}  # GPU 1's event is another GPU's: the job holds GPU 0 only
     # 250 W over the job's life (sampled every second; at the interpreter's exit the last sample stands)
     assert 250 * 1.0 <= hardware["energy_joules"] <= 250 * wall
-    assert set(hardware["throttled_s"]) == {"sw_power_cap"} and 1.0 <= hardware["throttled_s"]["sw_power_cap"] <= wall
+    assert set(hardware["throttled_s"]) == {"sw_power_cap"}
+    assert 1.0 <= hardware["throttled_s"]["sw_power_cap"] <= wall
     assert hardware["device_memory_peak_bytes"] == 1 << 30  # what the job's process held
     assert hardware["ici_link_changes"] is None
 
@@ -94,7 +96,8 @@ def test_a_tpu_job_records_throttling_and_ici_link_health_changes(tmp_path, rund
         return any(link["location"] == "tray1.chip0.ici0.int" and link["score"] == 8 for link in links)
 
     hardware, wall = run_job(tmp_path, rundir, "tpu", env, before_stop=change_seen)
-    assert hardware["source"] == "libtpu_sdk" and hardware["energy_joules"] is None
+    assert hardware["source"] == "libtpu_sdk"
+    assert hardware["energy_joules"] is None
     assert [(c["link"], c["from"], c["to"], c["state"]) for c in hardware["ici_link_changes"]] == [
         ("tray1.chip0.ici0.int", 0, 8, "persistent problem")]
     throttled = hardware["throttled_s"]  # scores 0, 1, 0, 6: 0 %, 10 %, 0 %, 60 % of the job's time

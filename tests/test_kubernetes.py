@@ -47,13 +47,16 @@ def test_the_exporter_sees_the_node_and_little_else(overlay):
     name, resources = overlay
     daemonset = _by_kind(resources)["DaemonSet"]
     pod = daemonset["spec"]["template"]["spec"]
-    assert pod["hostPID"] is True and pod["automountServiceAccountToken"] is False
-    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+    assert pod["hostPID"] is True
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 1000
     (exporter,) = pod["containers"]
     assert exporter["image"] == "ghcr.io/tpu-tools/tpu-tools:0.1.0"
     assert exporter["securityContext"]["readOnlyRootFilesystem"] is True
     assert exporter["securityContext"]["allowPrivilegeEscalation"] is False
-    assert exporter["resources"]["limits"] and exporter["resources"]["requests"]
+    assert exporter["resources"]["limits"]
+    assert exporter["resources"]["requests"]
     mounts = {m["mountPath"]: m for m in exporter["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     for path in ("/host/sys", "/host/dev", "/host/proc"):
@@ -65,15 +68,18 @@ def test_the_exporter_sees_the_node_and_little_else(overlay):
     assert volumes[mounts["/var/lib/kubelet/pod-resources"]["name"]]["hostPath"]["path"] == \
         "/var/lib/kubelet/pod-resources"
     env = {e["name"]: e["value"] for e in exporter["env"]}
-    assert env["TPU_TOOLS_SYSROOT"] == "/host" and env["TPU_TOOLS_RUNTIME_DIR"] == "/run/tpu-tools"
+    assert env["TPU_TOOLS_SYSROOT"] == "/host"
+    assert env["TPU_TOOLS_RUNTIME_DIR"] == "/run/tpu-tools"
     tolerations = {t["key"] for t in pod["tolerations"]}
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     keys = {e["key"] for term in terms for e in term["matchExpressions"]}
     if name == "tpu":
-        assert tolerations == {"google.com/tpu"} and keys == {"cloud.google.com/gke-tpu-accelerator"}
+        assert tolerations == {"google.com/tpu"}
+        assert keys == {"cloud.google.com/gke-tpu-accelerator"}
         assert pod["hostNetwork"] is True  # libtpu's metrics service listens on the workload's localhost
     else:
-        assert tolerations == {"nvidia.com/gpu"} and keys == {"nvidia.com/gpu.present"}
+        assert tolerations == {"nvidia.com/gpu"}
+        assert keys == {"nvidia.com/gpu.present"}
         assert "hostNetwork" not in pod
 
 
@@ -83,7 +89,8 @@ def test_the_exporter_command_line_is_one_tpu_monitor_accepts(overlay):
     _, resources = overlay
     (exporter,) = _by_kind(resources)["DaemonSet"]["spec"]["template"]["spec"]["containers"]
     context = monitor_command.make_context("tpu-monitor", list(exporter["args"]))
-    assert context.params["prometheus_address"] == "0.0.0.0:9400" and context.params["quiet"] is True
+    assert context.params["prometheus_address"] == "0.0.0.0:9400"
+    assert context.params["quiet"] is True
     port = exporter["ports"][0]
     assert port == {"name": "metrics", "containerPort": 9400, "protocol": "TCP"}
     with pytest.raises(click.UsageError, match="No such option '--prometheus-port'"):
@@ -110,7 +117,8 @@ def test_the_optional_service_monitor_selects_the_service_and_its_port(overlay):
     _, resources = overlay
     service = _by_kind(resources)["Service"]
     monitor = yaml.safe_load((REPO / "deploy" / "kubernetes" / "optional" / "servicemonitor.yaml").read_text())
-    assert monitor["kind"] == "ServiceMonitor" and monitor["metadata"]["namespace"] == "tpu-tools"
+    assert monitor["kind"] == "ServiceMonitor"
+    assert monitor["metadata"]["namespace"] == "tpu-tools"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]}

@@ -41,6 +41,46 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 _SAME_LAYER_ALLOWED = {0}
 
+# What each layer is for, by its first unit: docs/development.md's layer table is written from LAYERS and these
+# (tools/gen_docs.py; tests/test_docs.py fails when the table is stale), so a new layer needs its line here.
+LAYER_JOBS: dict[str, str] = {
+    "tpu_tools": "errors and exit codes, formatting quantities, parsing sizes and durations, PCI ids and chip peaks, "
+                 "versions, outside text cut to a bound, records checked from outside, JSON, terminal text, atomic "
+                 "files, signals, reading files from outside (regular, capped), calls run ahead on daemon threads, "
+                 "the TPU_TOOLS_* variables",
+    "pjrt": "runtime policy before `import jax`, the isolated child, device records, passive discovery, probes, chip "
+            "pairing",
+    "metrics": "host and process sampling, agent client, libtpu's metrics client, report groups "
+               "and the typed records a monitor report is made of",
+    "instrument": "in-process instrumentation shared by the agent and the profiler (compile events, steps, the jax "
+                  "import hook); the reference transformer; a user's own function (MODULE:FUNCTION target, `--arg` "
+                  "specs, roofline), shared by `tpu-profile hlo` and `tpu-bench fn`",
+    "inventory": "the features: they return data, never print",
+    "exporter": "the Prometheus exposition of a monitor report and its serving (HTTP, TLS, basic auth), above the "
+                "features whose records it exposes, as an exporter is apart from the library it reads",
+    "api": "tpu-tools from Python for readers outside the job: the features' reads (devices, free chips, libtpu's "
+           "metrics, the jobs' agents) as typed records, never importing jax",
+    "diag": "the diagnostics (levels, known answers, digests, memory patterns, collective checksums); built on the "
+            "collectives' exact checks, hence above the features",
+    "render": "rich or plain tables and reports from the features' data",
+    "dump": "support bundles; it writes the text views of the other commands into the bundle, hence above `render`",
+    "cli": "options, calls into the layers below, rendering, printing, exit codes",
+    "__main__": "`python -m tpu_tools`",
+}
+
+
+def _unit_file(unit: str) -> str:
+    if unit == "tpu_tools":
+        return "`__init__.py`"
+    return f"`{unit}/`" if (PACKAGE / unit).is_dir() else f"`{unit}.py`"
+
+
+def layer_table() -> str:
+    """docs/development.md's layer table: highest layer first, each with its units and its job."""
+    rows = [f"| {index} | {', '.join(_unit_file(unit) for unit in units)} | {LAYER_JOBS.get(units[0], '')} |"
+            for index, units in reversed(list(enumerate(LAYERS)))]
+    return "\n".join(["| layer | modules | job |", "| --- | --- | --- |", *rows])
+
 
 def unit_of(module: str) -> str:
     """"tpu_tools.metrics.libtpu.client" -> "metrics"; "tpu_tools" -> "tpu_tools"."""
@@ -291,3 +331,11 @@ def test_the_walk_sees_an_upward_import(tmp_path):
         PACKAGE = saved
     assert problems == ["tpu_tools/metrics/sample.py:2: metrics (layer 2) imports tpu_tools.cli "
                         "(layer 10): imports must point down"]
+
+
+def test_every_layer_says_what_it_is_for():
+    assert set(LAYER_JOBS) == {units[0] for units in LAYERS}
+    assert all(job.strip() for job in LAYER_JOBS.values())
+    for units in LAYERS:
+        for unit in units:
+            assert unit == "tpu_tools" or (PACKAGE / unit).is_dir() or (PACKAGE / f"{unit}.py").is_file(), unit

@@ -57,48 +57,63 @@ def snapshot_of(fixture: HostFixture, timeout_s: float = 2.0):
 
 def test_v5e_host_per_device_duty_cycle_int_ordinals_and_no_samples():
     snapshot = snapshot_of(v5e_host())
-    assert snapshot.ok and snapshot.duty_cycle_scope == "device" and snapshot.notes == []
+    assert snapshot.ok
+    assert snapshot.duty_cycle_scope == "device"
+    assert snapshot.notes == []
     document = snapshot.to_dict()
-    assert set(document) == SNAPSHOT_KEYS and set(document["devices"][0]) == DEVICE_KEYS
+    assert set(document) == SNAPSHOT_KEYS
+    assert set(document["devices"][0]) == DEVICE_KEYS
     assert [d.device_id for d in snapshot.devices] == list(range(8))
     first, idle = snapshot.devices[0], snapshot.devices[7]
     assert (first.hbm_used_bytes, first.hbm_total_bytes) == (int(11.2 * GIB), 16 * GIB)
-    assert first.duty_cycle_percent == 87.5 and first.hlo_queue_size == 2
+    assert first.duty_cycle_percent == 87.5
+    assert first.hlo_queue_size == 2
     timing = first.hlo_execution_time_us
-    assert timing.count == 200 and timing.min <= timing.p50 <= timing.p90 <= timing.p99 <= timing.p999 <= timing.max
+    assert timing.count == 200
+    assert timing.min <= timing.p50 <= timing.p90 <= timing.p99 <= timing.p999 <= timing.max
     assert 2000 < timing.p50 < 2900
     # A device that ran nothing yet: an empty distribution is "no samples", not a figure.
-    assert idle.hlo_execution_time_us.count == 0 and idle.hlo_execution_time_us.p50 is None
+    assert idle.hlo_execution_time_us.count == 0
+    assert idle.hlo_execution_time_us.p50 is None
     # Newer metrics this libtpu does not serve: named, not errors.
-    assert HBM_UTILIZATION in snapshot.not_served_metrics and TENSORCORE_IDLE in snapshot.not_served_metrics
-    assert not snapshot.serves_field("hbm_bandwidth_utilization_percent") and snapshot.serves_field("hlo_queue_size")
-    assert first.hbm_bandwidth_utilization_percent is None and snapshot.transfer_latencies == []
+    assert HBM_UTILIZATION in snapshot.not_served_metrics
+    assert TENSORCORE_IDLE in snapshot.not_served_metrics
+    assert not snapshot.serves_field("hbm_bandwidth_utilization_percent")
+    assert snapshot.serves_field("hlo_queue_size")
+    assert first.hbm_bandwidth_utilization_percent is None
+    assert snapshot.transfer_latencies == []
 
 
 def test_v6e_host_newer_metrics_string_ordinals_and_transfer_latencies_by_buffer_size():
     snapshot = snapshot_of(v6e_host())
-    assert snapshot.ok and snapshot.notes == []
+    assert snapshot.ok
+    assert snapshot.notes == []
     device = snapshot.devices[2]
-    assert device.hbm_bandwidth_utilization_percent == 62.3 and device.tensorcore_idle_duration_s == 0.003
-    assert device.hlo_queue_size == 1 and device.hlo_execution_time_us.count == 300  # ordinal "2" read as 2
+    assert device.hbm_bandwidth_utilization_percent == 62.3
+    assert device.tensorcore_idle_duration_s == 0.003
+    assert device.hlo_queue_size == 1
+    assert device.hlo_execution_time_us.count == 300  # ordinal "2" read as 2
     latencies = {(t.name, t.buffer_size): t.latency_us for t in snapshot.transfer_latencies}
     assert [t.buffer_size for t in snapshot.transfer_latencies if t.metric == DCN_LATENCY] == ["1MB", "8MB", "64MB"]
     dcn = latencies[("dcn_transfer_latencies", "8MB")]
     assert dcn.count == 240  # two slices of 120 samples merged bucket by bucket
-    assert 700 < dcn.p50 < 1300 and dcn.p50 <= dcn.p99 <= dcn.max
+    assert 700 < dcn.p50 < 1300
+    assert dcn.p50 <= dcn.p99 <= dcn.max
     assert latencies[("host_to_device_transfer_latencies", "16MB")].count == 90  # linear buckets
     assert latencies[("collective_end_to_end_latencies", "8MB")].count == 60  # explicit buckets
     assert set(snapshot.transfer_latencies[0].to_dict()) == {"metric", "name", "buffer_size", "latency_us"}
     assert set(snapshot.transfer_latencies[0].to_dict()["latency_us"]) == SUMMARY_KEYS
     # A metric name this client does not know is listed as served but unread, never an error.
-    assert snapshot.unread_metrics == [UNKNOWN_METRIC] and UNKNOWN_METRIC in snapshot.served_metrics
+    assert snapshot.unread_metrics == [UNKNOWN_METRIC]
+    assert UNKNOWN_METRIC in snapshot.served_metrics
 
 
 def test_v4_host_duty_cycle_per_chip_and_an_older_metric_set():
     snapshot = snapshot_of(v4_host())
     assert snapshot.duty_cycle_scope == "chip"
     assert [d.duty_cycle_percent for d in snapshot.devices] == [45.0, 47.5, 44.2, 46.8]
-    assert snapshot.devices[3].hlo_queue_size == 3 and snapshot.devices[3].hbm_bandwidth_utilization_percent is None
+    assert snapshot.devices[3].hlo_queue_size == 3
+    assert snapshot.devices[3].hbm_bandwidth_utilization_percent is None
     assert HBM_UTILIZATION in snapshot.not_served_metrics
 
 
@@ -113,12 +128,17 @@ def test_runtime_status_per_core_state_and_errors():
     with FakeMetricsService(fixture) as service, LibtpuClient([service.address]) as client:
         status = client.runtime_status(include_hlo_info=True)[0]
         assert service.servicer.requests[-1][1].include_hlo_info
-    assert status.ok and status.host_name == "t1v-n-5e8-w-0" and len(status.cores) == 8
+    assert status.ok
+    assert status.host_name == "t1v-n-5e8-w-0"
+    assert len(status.cores) == 8
     broken = status.cores[5]
-    assert broken.state == "error" and "HBM out-of-memory" in broken.error_message
+    assert broken.state == "error"
+    assert "HBM out-of-memory" in broken.error_message
     core = status.cores[0]
     assert (core.state, core.chip_id, core.core_type, core.core_index) == ("ok", 0, "tensor_core", 0)
-    assert core.current.program_id == 7 and core.current.pc == 0x1A40 and len(core.queued_programs) == 1
+    assert core.current.program_id == 7
+    assert core.current.pc == 0x1A40
+    assert len(core.queued_programs) == 1
     assert core.program_fingerprint == "3fa29c01"
     assert set(core.to_dict()) >= {"global_core_id", "chip_id", "state", "error_message", "sequencers"}
 
@@ -126,7 +146,9 @@ def test_runtime_status_per_core_state_and_errors():
 def test_runtime_status_of_an_older_runtime_is_not_served():
     with FakeMetricsService(v4_host()) as service, LibtpuClient([service.address]) as client:
         status = client.runtime_status()[0]
-    assert not status.served and status.error is None and status.cores == []
+    assert not status.served
+    assert status.error is None
+    assert status.cores == []
 
 
 # --- channels and deadlines -------------------------------------------------------------------------
@@ -144,7 +166,8 @@ def test_no_service_listening_is_an_error_field_not_an_exception():
         snapshot = client.snapshot()[0]
         status = client.runtime_status()[0]
     assert snapshot.error == "no metrics service at 127.0.0.1:1 (connection refused)"
-    assert status.error == snapshot.error and snapshot.devices == []
+    assert status.error == snapshot.error
+    assert snapshot.devices == []
 
 
 def test_a_hanging_service_costs_its_deadline_and_the_others_carry_on():
@@ -156,7 +179,8 @@ def test_a_hanging_service_costs_its_deadline_and_the_others_carry_on():
             hung, fine = client.snapshot()
             status = client.runtime_status()[0]
     assert hung.error == f"the metrics service at {stalled.address} did not answer within 0.3 s"
-    assert fine.ok and len(fine.devices) == 4  # read within the deadline the stalled one used up: side by side
+    assert fine.ok
+    assert len(fine.devices) == 4  # read within the deadline the stalled one used up: side by side
     assert "did not answer within 0.3 s" in status.error
 
 
@@ -167,14 +191,16 @@ def test_a_service_that_dies_between_refreshes_and_comes_back():
             assert client.snapshot()[0].ok
             service.stop()
             gone = client.snapshot()[0]
-            assert gone.error is not None and gone.devices == []
+            assert gone.error is not None
+            assert gone.devices == []
             service.start()  # same port: the runtime restarted
             deadline = time.monotonic() + 5
             back = client.snapshot()[0]
             while not back.ok and time.monotonic() < deadline:
                 time.sleep(0.1)
                 back = client.snapshot()[0]
-            assert back.ok and len(back.devices) == 8
+            assert back.ok
+            assert len(back.devices) == 8
     finally:
         service.stop()
 
@@ -190,7 +216,8 @@ def test_a_runtime_that_starts_after_the_client_is_read_at_the_next_refresh():
                 assert client.snapshot()[0].error == f"no metrics service at {service.address} (connection refused)"
             service.start()
             back = client.snapshot()[0]
-            assert back.ok and len(back.devices) == 8
+            assert back.ok
+            assert len(back.devices) == 8
     finally:
         service.stop()
 
@@ -208,10 +235,14 @@ def test_the_connection_probe_tells_a_listener_from_a_refusal():
 
 def test_empty_answers():
     nothing_listed = snapshot_of(HostFixture("empty", {}))
-    assert nothing_listed.ok and nothing_listed.devices == [] and nothing_listed.served_metrics == []
+    assert nothing_listed.ok
+    assert nothing_listed.devices == []
+    assert nothing_listed.served_metrics == []
     assert HBM_USAGE in nothing_listed.not_served_metrics
     no_points = snapshot_of(HostFixture("no-points", {HBM_USAGE: [], DUTY_CYCLE: []}))
-    assert no_points.ok and no_points.devices == [] and no_points.duty_cycle_scope is None
+    assert no_points.ok
+    assert no_points.devices == []
+    assert no_points.duty_cycle_scope is None
     assert no_points.notes == [f"served with no data points: {HBM_USAGE}, {DUTY_CYCLE}"]
 
 
@@ -219,16 +250,21 @@ def test_a_listed_metric_the_service_then_does_not_find_is_not_served():
     fixture = HostFixture("liar", {HBM_USAGE: [gauge(int_attr("device-id", 0), GIB)]},
                           listed=[HBM_USAGE, HBM_TOTAL])
     snapshot = snapshot_of(fixture)
-    assert snapshot.ok and snapshot.served_metrics == [HBM_USAGE] and HBM_TOTAL in snapshot.not_served_metrics
+    assert snapshot.ok
+    assert snapshot.served_metrics == [HBM_USAGE]
+    assert HBM_TOTAL in snapshot.not_served_metrics
     assert snapshot.notes == [f"{HBM_TOTAL} is listed but the service answered NOT_FOUND"]
-    assert snapshot.devices[0].hbm_used_bytes == GIB and snapshot.devices[0].hbm_total_bytes is None
+    assert snapshot.devices[0].hbm_used_bytes == GIB
+    assert snapshot.devices[0].hbm_total_bytes is None
 
 
 def test_a_runtime_that_cannot_list_its_metrics_is_asked_for_each_known_one():
     fixture = v4_host()
     fixture.list_unimplemented = True
     snapshot = snapshot_of(fixture)
-    assert snapshot.ok and len(snapshot.devices) == 4 and snapshot.devices[0].duty_cycle_percent == 45.0
+    assert snapshot.ok
+    assert len(snapshot.devices) == 4
+    assert snapshot.devices[0].duty_cycle_percent == 45.0
     assert set(snapshot.served_metrics) == set(fixture.metrics)
     assert "does not list its metrics" in snapshot.notes[0]
 
@@ -252,9 +288,12 @@ def test_malformed_data_points_are_skipped_with_a_note():
     snapshot = snapshot_of(fixture)
     assert snapshot.ok
     figures = {d.device_id: d for d in snapshot.devices}
-    assert figures[0].hbm_used_bytes == 5 * GIB and figures[3].hbm_used_bytes == GIB
-    assert figures[0].hlo_queue_size == 4 and figures[0].hlo_execution_time_us.count == 2
-    assert figures[3].hlo_execution_time_us.count == 1 and figures[3].hlo_execution_time_us.p50 is None
+    assert figures[0].hbm_used_bytes == 5 * GIB
+    assert figures[3].hbm_used_bytes == GIB
+    assert figures[0].hlo_queue_size == 4
+    assert figures[0].hlo_execution_time_us.count == 2
+    assert figures[3].hlo_execution_time_us.count == 1
+    assert figures[3].hlo_execution_time_us.p50 is None
     notes = "\n".join(snapshot.notes)
     assert f"{HBM_USAGE}: skipped 3 data points with no usable device id or value" in notes
     assert f"{HBM_USAGE}: skipped 1 data point repeating a device id" in notes
@@ -271,7 +310,8 @@ def test_mismatched_device_ids_are_kept_and_noted():
     })
     snapshot = snapshot_of(fixture)
     assert [d.device_id for d in snapshot.devices] == [0, 1, 2, 3, 4, 9, 12]
-    assert snapshot.device(3).hbm_total_bytes is None and snapshot.device(9).hbm_used_bytes is None
+    assert snapshot.device(3).hbm_total_bytes is None
+    assert snapshot.device(9).hbm_used_bytes is None
     notes = "\n".join(snapshot.notes)
     assert f"{HBM_TOTAL} has no data for devices 3, 12" in notes
     assert f"{DUTY_CYCLE} reports devices 0, 1, 2, 3, 4 but the HBM metrics report 0, 1, 2, 3, 9" in notes
@@ -314,7 +354,8 @@ def test_read_once_pays_for_grpc_only_when_something_listens():
     assert result.stdout.split(")")[-1].strip() == "False", result.stdout + result.stderr
     with FakeMetricsService(v6e_host()) as service:
         snapshots, statuses = read_once(["127.0.0.1:1", service.address], 1.0, runtime_status=True)
-    assert [s.ok for s in snapshots] == [False, True] and statuses[1].host_name == "t1v-n-6e4-w-3"
+    assert [s.ok for s in snapshots] == [False, True]
+    assert statuses[1].host_name == "t1v-n-6e4-w-3"
 
 
 # --- what monitor and Prometheus consume ------------------------------------------------------------
@@ -325,7 +366,8 @@ def test_report_group_gauge_and_histogram_samples():
     with FakeMetricsService(v5e_host()) as service, LibtpuClient(["127.0.0.1:1", service.address]) as client:
         snapshots = client.snapshot()
     group = report_group(snapshots)
-    assert group["error"] is None and [s["address"] for s in group["services"]] == ["127.0.0.1:1", service.address]
+    assert group["error"] is None
+    assert [s["address"] for s in group["services"]] == ["127.0.0.1:1", service.address]
     assert "connection refused" in report_group(snapshots[:1])["error"]
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in gauge_samples(snapshots)}
     here = ("address", service.address)
@@ -334,9 +376,12 @@ def test_report_group_gauge_and_histogram_samples():
     assert samples[("tpu_tools_libtpu_duty_cycle_ratio", (here, ("device", "1")))] == 0.881
     histograms = {(s.name, tuple(sorted(s.labels.items()))): s for s in histogram_samples(snapshots)}
     hlo = histograms[("tpu_tools_libtpu_hlo_execution_time_seconds", (here, ("device", "0")))]
-    assert hlo.buckets[-1] == (math.inf, 200) and hlo.buckets[0][0] == 1e-6 and hlo.sum > 0
+    assert hlo.buckets[-1] == (math.inf, 200)
+    assert hlo.buckets[0][0] == 1e-6
+    assert hlo.sum > 0
     assert [count for _, count in hlo.buckets] == sorted(count for _, count in hlo.buckets)  # cumulative
     # Not served (bandwidth) and no samples (device 7): no made-up values.
     assert not any(name == "tpu_tools_libtpu_hbm_bandwidth_utilization_ratio" for name, _ in samples)
     empty = histograms[("tpu_tools_libtpu_hlo_execution_time_seconds", (here, ("device", "7")))]
-    assert empty.buckets[-1] == (math.inf, 0) and empty.sum == 0.0
+    assert empty.buckets[-1] == (math.inf, 0)
+    assert empty.sum == 0.0

@@ -116,7 +116,8 @@ def test_without_libtpu_the_files_are_copied_and_said_not_decoded(tmp_path):
     _plant(root)
     output, shown = _dump(tmp_path, root, tmp_path / "nothing")
     index = json.loads(_members(output)["libtpu/diagnostics/index.json"])
-    assert index["decoder"] is None and all(f["copied"] and f["decoded"] is None for f in index["files"])
+    assert index["decoder"] is None
+    assert all(f["copied"] and f["decoded"] is None for f in index["files"])
     (collector,) = [c for c in json.loads(_members(output)["manifest.json"])["collectors"]
                     if c["name"] == "logs.libtpu_diagnostics"]
     assert any("copied, not decoded" in note for note in collector["notes"]), collector

@@ -38,17 +38,20 @@ def test_percentiles_interpolate_within_the_bucket_that_holds_the_rank():
     assert summary.count == 20
     assert summary.p50 == pytest.approx(4.0)  # rank 10: the top of the [2, 4) bucket
     assert summary.p90 == pytest.approx(4.0 + 4.0 * 0.8)  # rank 18: 8 of 10 into [4, 8)
-    assert summary.min is None and summary.max is None  # 0.0 does not agree with the buckets: not trusted
+    assert summary.min is None
+    assert summary.max is None  # 0.0 does not agree with the buckets: not trusted
 
 
 def test_min_and_max_close_the_open_ends_and_clamp_the_percentiles():
     # Everything in the overflow bucket [8, inf): only max can bound it.
     summary = summarize(histogram(exponential(3, 2.0, 1.0), [0, 0, 0, 0, 4], low=9.0, high=13.0))
-    assert summary.p50 == pytest.approx(10.5) and summary.p999 <= 13.0  # rank 2 of 4 in [8, max]
+    assert summary.p50 == pytest.approx(10.5)
+    assert summary.p999 <= 13.0  # rank 2 of 4 in [8, max]
     assert (summary.min, summary.max) == (9.0, 13.0)
     # One sample: every percentile is the sample itself.
     single = summarize(histogram(linear(10, 100.0, 0.0), [0, 0, 0, 1], low=250.0, high=250.0, mean=250.0))
-    assert single.p50 == single.p99 == single.p999 == 250.0 and single.mean == 250.0
+    assert single.p50 == single.p99 == single.p999 == 250.0
+    assert single.mean == 250.0
 
 
 def test_an_empty_distribution_is_no_samples_not_a_number():
@@ -81,7 +84,8 @@ def test_percentiles_of_served_histograms_lie_in_the_right_bucket(layout):
         below = max([b for b in bounds if b <= truth], default=samples[0])
         above = min([b for b in bounds if b > truth], default=samples[-1])
         assert below - 1e-9 <= summary.percentile(name) <= above + 1e-9, (name, truth, summary)
-    assert summary.min == samples[0] and summary.max == samples[-1]
+    assert summary.min == samples[0]
+    assert summary.max == samples[-1]
 
 
 @pytest.mark.parametrize("make", [lambda: exponential(4, 1.0, 1.0), lambda: exponential(4, 2.0, 0.0),
@@ -103,7 +107,8 @@ def test_merge_adds_counts_and_refuses_mixed_layouts():
     layout = exponential(3, 2.0, 1.0)
     merged = merge([histogram(layout, [0, 2], low=1.0, high=1.5, mean=1.2),
                     histogram(layout, [0, 0, 0, 2], low=5.0, high=7.0, mean=6.0)])
-    assert merged.counts == [0, 2, 0, 2] and merged.count == 4
+    assert merged.counts == [0, 2, 0, 2]
+    assert merged.count == 4
     assert (merged.min, merged.max, merged.mean) == (1.0, 7.0, pytest.approx(3.6))
     with pytest.raises(LayoutError, match="different bucket layouts"):
         merge([histogram(layout, [1]), histogram(linear(3, 1.0, 0.0), [1])])

@@ -94,10 +94,12 @@ def test_the_odd_shapes_abort_or_escape_the_sdk_but_the_tpu_tools_client_reads_w
                                "tcp_delivery_rate": []}
     with FakeMetricsService(fixture) as service:
         snapshot = read_once([service.address])[0][0]
-    assert snapshot.ok and [d.hlo_execution_time_us.count for d in snapshot.devices] == [200, 200]
+    assert snapshot.ok
+    assert [d.hlo_execution_time_us.count for d in snapshot.devices] == [200, 200]
     assert all(d.hlo_execution_time_us.p50 for d in snapshot.devices)
     latencies = {t.name: t.latency_us for t in snapshot.transfer_latencies}
-    assert latencies["host_to_device_transfer_latencies"].p90 and latencies["collective_end_to_end_latencies"].p90
+    assert latencies["host_to_device_transfer_latencies"].p90
+    assert latencies["collective_end_to_end_latencies"].p90
     assert snapshot.delivery_rates[0].rate_mbps.p50
 
 
@@ -223,7 +225,8 @@ def test_tpu_ls_runtime_status_names_the_cores_states_and_programs_the_sdk_names
     assert result.returncode == 0, result.stderr
     status = next(s for s in json.loads(result.stdout)["libtpu_runtime_status"] if s["address"] == service.address)
     if reading.runtime_status is None:  # a runtime without the rpc: the SDK raises, tpu-ls says not served
-        assert "Method not found" in str(reading.runtime_status_error) and status["served"] is False
+        assert "Method not found" in str(reading.runtime_status_error)
+        assert status["served"] is False
         return
     summary = reading.runtime_status
     assert status["host_name"] == summary["host_name"]

@@ -31,7 +31,9 @@ def test_default_lists_the_cpu_device_in_plain_text_when_piped():
     result = run_tool("tpu-ls")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("host ") and "platform cpu" in lines[0] and "jax " in lines[0]
+    assert lines[0].startswith("host ")
+    assert "platform cpu" in lines[0]
+    assert "jax " in lines[0]
     assert lines[1].split()[:3] == ["ID", "KIND", "PLATFORM"]
     assert lines[2].split()[:3] == ["0", "cpu", "cpu"]
     assert "\x1b[" not in result.stdout
@@ -47,7 +49,9 @@ def test_json_schema_is_pinned():
     assert len(document["devices"]) == 2
     for device in document["devices"]:
         assert set(device) == DEVICE_KEYS
-        assert device["platform"] == "cpu" and device["holders"] == [] and device["probe"] is None
+        assert device["platform"] == "cpu"
+        assert device["holders"] == []
+        assert device["probe"] is None
         assert device["libtpu"] is None
     assert [s["address"] for s in document["libtpu_metrics"]] == [DEFAULT_METRICS_ADDR]
     assert document["libtpu_runtime_status"] is None
@@ -67,7 +71,9 @@ def test_probe_adds_a_passing_health_column():
     assert result.stdout.count(" pass ") == 2
     document = ls_json("--probe")
     probe = document["devices"][0]["probe"]
-    assert probe["ok"] and probe["compile_ms"] > 0 and probe["execute_us"] > 0
+    assert probe["ok"]
+    assert probe["compile_ms"] > 0
+    assert probe["execute_us"] > 0
 
 
 def test_topology_on_a_platform_without_coordinates_is_a_list():
@@ -83,9 +89,11 @@ def test_no_runtime_reads_a_fixture_host_without_jax(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "runtime skipped" in result.stdout
     assert result.stdout.count("TPU v5e") == 8
-    assert "/dev/vfio/17" in result.stdout and "3001 python3 train.py" in result.stdout
+    assert "/dev/vfio/17" in result.stdout
+    assert "3001 python3 train.py" in result.stdout
     document = ls_json("--no-runtime", env=clean_env(TPU_TOOLS_SYSROOT=str(tmp_path)))
-    assert document["runtime"] is None and document["devices"] == []
+    assert document["runtime"] is None
+    assert document["devices"] == []
     assert set(document["chips"][0]) == CHIP_KEYS
     assert document["chips"][1]["holders"] == [{"pid": 3001, "user": "alice",
                                                "command": "/usr/bin/python3 train.py --steps 100", "frontend": None}]
@@ -102,7 +110,8 @@ def test_a_held_tpu_is_not_opened_and_exits_0(tmp_path):
     assert "--force" in result.stdout
     assert result.stdout.count("TPU v4") == 4
     document = ls_json(env=env)
-    assert document["runtime_status"] == "held" and document["runtime"] is None
+    assert document["runtime_status"] == "held"
+    assert document["runtime"] is None
 
 
 @pytest.mark.auto_platform  # a held TPU keeps the runtime closed only when the platform is left to JAX
@@ -110,15 +119,20 @@ def test_force_opens_the_runtime_anyway(tmp_path):
     sysroot.v4_host(tmp_path, holders={2001: [0]})
     env = clean_env(TPU_TOOLS_SYSROOT=str(tmp_path))
     without = ls_json(env=env)  # the same host and platform without --force: the runtime stays closed
-    assert without["runtime_status"] == "held" and without["runtime"] is None and without["devices"] == []
+    assert without["runtime_status"] == "held"
+    assert without["runtime"] is None
+    assert without["devices"] == []
     document = ls_json("--force", env=env)
-    assert document["runtime_status"] == "ok" and document["runtime"] is not None and document["devices"]
+    assert document["runtime_status"] == "ok"
+    assert document["runtime"] is not None
+    assert document["devices"]
 
 
 def test_cpu_platform_is_not_blocked_by_a_held_tpu(tmp_path):
     sysroot.v4_host(tmp_path, holders={2001: [0]})
     document = ls_json("--platform", "cpu", env=clean_env(TPU_TOOLS_SYSROOT=str(tmp_path)))
-    assert document["runtime_status"] == "ok" and len(document["chips"]) == 4
+    assert document["runtime_status"] == "ok"
+    assert len(document["chips"]) == 4
 
 
 def test_gpu_devices_pair_with_pci_chips_by_order(tmp_path):
@@ -139,7 +153,8 @@ def test_gpu_devices_pair_with_pci_chips_by_order(tmp_path):
 def test_unknown_platform_is_a_usage_error():
     result = run_tool("tpu-ls", "--platform", "quantum")
     assert result.returncode == 2
-    assert "Invalid value for '--platform'" in result.stderr and "Traceback" not in result.stderr
+    assert "Invalid value for '--platform'" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_platform_tpu_without_libtpu_is_one_sentence_and_exit_1():
@@ -156,7 +171,9 @@ def test_garbage_jax_platforms_is_a_usage_error():
 @pytest.mark.parametrize("value", ["0", "-3", "many"])
 def test_bad_host_device_counts_are_usage_errors(value):
     result = run_tool("tpu-ls", "--host-devices", value)
-    assert result.returncode == 2 and "--host-devices" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2
+    assert "--host-devices" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.auto_platform  # the hanging plugin is initialised only when the platform is left to JAX
@@ -174,7 +191,8 @@ def test_a_crashing_runtime_reports_the_signal(crashing_plugin):
 
 def test_debug_shows_the_traceback_of_an_error():
     result = run_tool("tpu-ls", "--platform", "tpu", "--debug")
-    assert result.returncode == 1 and "Traceback" in result.stderr
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr
     result = run_tool("tpu-ls", "--platform", "tpu", env=clean_env(TPU_TOOLS_DEBUG="1"))
     assert "Traceback" in result.stderr
 
@@ -205,7 +223,8 @@ def test_version_names_the_stack():
     assert result.returncode == 0
     lines = result.stdout.splitlines()
     assert lines[0].startswith("tpu-tools (tpu-tools) ")
-    assert lines[1].startswith("jax ") and lines[2].startswith("jaxlib ")
+    assert lines[1].startswith("jax ")
+    assert lines[2].startswith("jaxlib ")
     assert run_tool("tpu-ls", "--version").stdout.startswith("tpu-ls (tpu-tools) ")
 
 

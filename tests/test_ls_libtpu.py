@@ -30,18 +30,28 @@ def test_held_tpu_shows_the_jobs_duty_cycle_and_hbm_per_chip(held_v5e):
         result = run_tool("tpu-ls", "--metrics-addr", service.address, env=held_v5e)
         document = json.loads(run_tool("tpu-ls", "--json", "--metrics-addr", service.address, env=held_v5e).stdout)
     assert result.returncode == 0, result.stderr
-    assert "runtime held" in result.stdout and "DUTY CYCLE" in result.stdout and "HBM USED / TOTAL" in result.stdout
+    assert "runtime held" in result.stdout
+    assert "DUTY CYCLE" in result.stdout
+    assert "HBM USED / TOTAL" in result.stdout
     chip0 = rows(result.stdout, "0")[0]
-    assert "87.5%" in chip0 and "11.2 GiB / 16.0 GiB" in chip0 and "3001 python3 train.py" in chip0
+    assert "87.5%" in chip0
+    assert "11.2 GiB / 16.0 GiB" in chip0
+    assert "3001 python3 train.py" in chip0
     assert result.stderr == ""
-    assert document["runtime_status"] == "held" and document["schema"] == "tpu-tools/ls/v1"
+    assert document["runtime_status"] == "held"
+    assert document["schema"] == "tpu-tools/ls/v1"
     figures = document["chips"][1]["libtpu"]
     assert set(figures) == LIBTPU_FIGURE_KEYS
-    assert figures["address"] == service.address and figures["device_ids"] == [1]
-    assert figures["duty_cycle_percent"] == 88.1 and figures["hbm_total_bytes"] == 16 << 30
+    assert figures["address"] == service.address
+    assert figures["device_ids"] == [1]
+    assert figures["duty_cycle_percent"] == 88.1
+    assert figures["hbm_total_bytes"] == 16 << 30
     default, ours = document["libtpu_metrics"]
-    assert default["address"] == DEFAULT_METRICS_ADDR and "connection refused" in default["error"]
-    assert set(ours) == SNAPSHOT_KEYS and ours["error"] is None and len(ours["devices"]) == 8
+    assert default["address"] == DEFAULT_METRICS_ADDR
+    assert "connection refused" in default["error"]
+    assert set(ours) == SNAPSHOT_KEYS
+    assert ours["error"] is None
+    assert len(ours["devices"]) == 8
 
 
 def test_ports_from_the_environment_and_a_per_chip_duty_cycle(tmp_path):
@@ -62,11 +72,14 @@ def test_runtime_status_shows_per_core_state_and_errors(held_v5e, tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"libtpu runtime status at {service.address}, host t1v-n-5e8-w-0" in result.stdout
     core5 = [line for line in result.stdout.splitlines() if "aborted" in line][0]
-    assert core5.split()[:5] == ["5", "5", "tensor", "core", "0"] and " error " in core5
+    assert core5.split()[:5] == ["5", "5", "tensor", "core", "0"]
+    assert " error " in core5
     assert "HBM out-of-memory" in core5
     statuses = document["libtpu_runtime_status"]
-    assert statuses[0]["error"] and set(statuses[1]) == STATUS_KEYS
-    assert statuses[1]["cores"][5]["state"] == "error" and statuses[1]["cores"][0]["state"] == "ok"
+    assert statuses[0]["error"]
+    assert set(statuses[1]) == STATUS_KEYS
+    assert statuses[1]["cores"][5]["state"] == "error"
+    assert statuses[1]["cores"][0]["state"] == "ok"
 
 
 def test_runtime_status_of_an_older_runtime_and_of_no_runtime(tmp_path):
@@ -84,10 +97,13 @@ def test_runtime_status_of_an_older_runtime_and_of_no_runtime(tmp_path):
 @pytest.mark.auto_platform  # a held TPU is detected only when the platform is left to JAX
 def test_no_service_changes_nothing_and_says_so_only_under_debug(held_v5e):
     quiet = run_tool("tpu-ls", "--metrics-addr", "127.0.0.1:1", env=held_v5e)
-    assert quiet.returncode == 0 and quiet.stderr == "" and "DUTY CYCLE" not in quiet.stdout
+    assert quiet.returncode == 0
+    assert quiet.stderr == ""
+    assert "DUTY CYCLE" not in quiet.stdout
     assert quiet.stdout.count("TPU v5e") == 8
     debug = run_tool("tpu-ls", "--debug", "--metrics-addr", "127.0.0.1:1", env=held_v5e)
-    assert debug.returncode == 0 and debug.stdout == quiet.stdout
+    assert debug.returncode == 0
+    assert debug.stdout == quiet.stdout
     assert debug.stderr.splitlines() == [f"libtpu metrics: no metrics service at {DEFAULT_METRICS_ADDR} (connection "
                                          "refused); no metrics service at 127.0.0.1:1 (connection refused)"]
 
@@ -98,7 +114,9 @@ def test_a_hanging_service_costs_the_metrics_deadline_then_ls_carries_on(held_v5
         service.hang()
         result = run_tool("tpu-ls", "--debug", "--metrics-timeout", "0.3", "--metrics-addr", service.address,
                           env=held_v5e, timeout=120)  # the hang guard: the service never answers
-    assert result.returncode == 0 and result.stdout.count("TPU v5e") == 8 and "DUTY CYCLE" not in result.stdout
+    assert result.returncode == 0
+    assert result.stdout.count("TPU v5e") == 8
+    assert "DUTY CYCLE" not in result.stdout
     assert f"the metrics service at {service.address} did not answer within 0.3 s" in result.stderr
 
 
@@ -108,7 +126,9 @@ def test_service_devices_that_do_not_pair_get_a_table_of_their_own():
     assert result.returncode == 0, result.stderr
     assert "libtpu metrics service" in result.stdout
     table = result.stdout.split("libtpu metrics service", 1)[1]
-    assert len(rows(table, service.address)) == 4 and "99.1%" in table and "27.5 GiB / 32.0 GiB" in table
+    assert len(rows(table, service.address)) == 4
+    assert "99.1%" in table
+    assert "27.5 GiB / 32.0 GiB" in table
     assert "note: the libtpu metrics service reports 4 devices, which do not pair" in result.stdout
 
 
@@ -139,7 +159,8 @@ def test_attach_libtpu_pairs_again_on_every_refresh(tmp_path, monkeypatch):
             assert inventory.chip_libtpu[7].usage.hbm_used_bytes == int(11.5 * (1 << 30))
             service.stop()
             attach_libtpu(inventory, client.snapshot())
-            assert inventory.chip_libtpu == {} and not inventory.libtpu[0].ok
+            assert inventory.chip_libtpu == {}
+            assert not inventory.libtpu[0].ok
             assert inventory.all_notes() == inventory.discovery.notes + inventory.notes
     finally:
         service.stop()

@@ -41,8 +41,11 @@ def test_query_of_a_fixture_host_lists_its_chips_with_their_holders(tmp_path):
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert [row["chip_index"] for row in rows] == [str(i) for i in range(8)]
     assert {row["name"] for row in rows} == {"TPU v5e"}
-    assert rows[1]["holder_pids"] == "3001;3002" and rows[2]["holder_pids"] == "3002" and rows[0]["holder_pids"] == ""
-    assert rows[0]["memory_total_bytes"] == str(16 << 30) and rows[0]["memory_free_bytes"] == ""
+    assert rows[1]["holder_pids"] == "3001;3002"
+    assert rows[2]["holder_pids"] == "3002"
+    assert rows[0]["holder_pids"] == ""
+    assert rows[0]["memory_total_bytes"] == str(16 << 30)
+    assert rows[0]["memory_free_bytes"] == ""
     assert rows[3]["pci_address"] == "0000:00:07.0"
 
 
@@ -75,7 +78,9 @@ def test_a_holder_command_with_a_comma_and_escapes_stays_one_printable_cell(tmp_
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stdout
     rows = list(csv.reader(io.StringIO(result.stdout)))
-    assert len(rows) == 5 and rows[1][0] == "0" and rows[1][1].startswith("python a,b")
+    assert len(rows) == 5
+    assert rows[1][0] == "0"
+    assert rows[1][1].startswith("python a,b")
 
 
 # --- --free --------------------------------------------------------------------------------------------
@@ -106,7 +111,8 @@ def test_free_on_a_partly_held_v5e_host_names_the_held_chips_and_pins_the_free_h
     document = json.loads(run_tool("tpu-ls", "--free", "--json", env=env).stdout)
     assert document["schema"] == "tpu-tools/ls-free/v1"
     (tpu,) = document["platforms"]
-    assert tpu["free"] == [2, 4, 5, 6, 7] and tpu["chosen"] == [4, 5, 6, 7]
+    assert tpu["free"] == [2, 4, 5, 6, 7]
+    assert tpu["chosen"] == [4, 5, 6, 7]
     assert [h["chip_index"] for h in tpu["held"]] == [0, 1, 3]
     assert tpu["held"][0]["holders"][0]["pid"] == 3001
     assert tpu["environment"] == {"TPU_VISIBLE_CHIPS": "4,5,6,7", "TPU_CHIPS_PER_PROCESS_BOUNDS": "2,2,1",
@@ -143,7 +149,8 @@ def test_a_fully_held_host_has_no_environment_and_export_fails_in_one_sentence(t
     assert_one_line_error(result, 1, "no free chip", "every tpu chip is held")
     assert result.stdout == ""
     document = json.loads(run_tool("tpu-ls", "--free", "--json", env=env).stdout)
-    assert document["platforms"][0]["free"] == [] and document["platforms"][0]["environment"] == {}
+    assert document["platforms"][0]["free"] == []
+    assert document["platforms"][0]["environment"] == {}
 
 
 def test_free_never_starts_a_runtime(tmp_path):
@@ -170,5 +177,6 @@ def test_a_gpu_process_only_the_driver_lists_holds_its_gpu(fake_nvml_dir, tmp_pa
     assert query.returncode == 0, query.stderr
     rows = list(csv.DictReader(io.StringIO(query.stdout)))
     assert [row["holder_pids"] for row in rows] == ["4574", ""]
-    assert rows[0]["name"] == "NVIDIA H100 80GB HBM3" and int(rows[0]["memory_total_bytes"]) > 0
+    assert rows[0]["name"] == "NVIDIA H100 80GB HBM3"
+    assert int(rows[0]["memory_total_bytes"]) > 0
     assert rows[0]["utilization_percent"] != ""  # the driver's figure, not PJRT's

@@ -84,12 +84,16 @@ def test_tpu_ls_shows_the_throttle_score_and_ici_links_of_every_chip_a_job_holds
     assert [c["worst_link_score"] for c in chips] == [10, 7, None, None]
     (job,) = document["tpu_health"]
     assert (job["pid"], job["chip_indexes"], job["error"], job["problems"]) == (process.pid, [0, 1, 2, 3], None, [])
-    assert len(job["ici_links"]) == 3 and [t["device"] for t in job["throttle"]] == [0, 1, 2, 3]
+    assert len(job["ici_links"]) == 3
+    assert [t["device"] for t in job["throttle"]] == [0, 1, 2, 3]
     assert table.returncode == 0, table.stderr
     header = table.stdout.splitlines()[1]
-    assert "THROTTLE" in header and "ICI LINKS" in header
+    assert "THROTTLE" in header
+    assert "ICI LINKS" in header
     rows = _rows(table.stdout)
-    assert "ICI 10 tray1.chip0.ici1" in rows["0"] and "1 (10%)" in rows["1"] and "ICI 7 tray1.chip1.ici0" in rows["1"]
+    assert "ICI 10 tray1.chip0.ici1" in rows["0"]
+    assert "1 (10%)" in rows["1"]
+    assert "ICI 7 tray1.chip1.ici0" in rows["1"]
     assert "6 (60%)" in rows["3"]
 
 
@@ -112,15 +116,18 @@ def test_held_chips_of_a_v5e_host_unpaired_links_and_unreadable_values_are_notes
     assert [link["location"] for link in health[2]["ici_links"]] == ["tray1.chip2.ici0.int"]
     assert [link["location"] for link in health[3]["ici_links"]] == ["tray1.chip3.ici2.int"]
     (job,) = document["tpu_health"]  # process 777 has no agent: nothing asked, nothing said
-    assert len(job["problems"]) == 3 and [t["device"] for t in job["throttle"]] == [0, 1, 2]
+    assert len(job["problems"]) == 3
+    assert [t["device"] for t in job["throttle"]] == [0, 1, 2]
     notes = document["notes"]
     assert any("read throttle scores of 3 devices, which do not pair with the 4 TPU chips" in n for n in notes)
     assert any("read 1 ICI links that name no TPU chip it holds" in n for n in notes)
     assert any("health value not read: tpu_throttle_score device 3: score 'nan'" in n for n in notes)
     assert any("health value not read: ici_link_health: unknown link name 'warp.drive'" in n for n in notes)
     rows = _rows(text)
-    assert "ICI 10 tray1.chip3.ici2" in rows["3"] and " ok " in rows["2"]
-    assert "ten" not in text.split("note:")[0] and "nan" not in text.split("note:")[0]
+    assert "ICI 10 tray1.chip3.ici2" in rows["3"]
+    assert " ok " in rows["2"]
+    assert "ten" not in text.split("note:")[0]
+    assert "nan" not in text.split("note:")[0]
 
 
 def test_an_agent_that_does_not_answer_or_read_no_health_is_a_note(rundir, tmp_path):
@@ -142,23 +149,28 @@ def test_an_agent_that_does_not_answer_or_read_no_health_is_a_note(rundir, tmp_p
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     jobs = {job["pid"]: job for job in document["tpu_health"]}
-    assert jobs[hung.pid]["error"] == "no complete answer within 1 s" and jobs[hung.pid]["ici_links"] == []
+    assert jobs[hung.pid]["error"] == "no complete answer within 1 s"
+    assert jobs[hung.pid]["ici_links"] == []
     assert (jobs[quiet.pid]["error"], jobs[quiet.pid]["read"]) == (None, False)
     assert f"process {hung.pid} holds TPU chips but its agent did not answer: no complete answer within 1 s" \
         in document["notes"]
     assert f"process {quiet.pid} (train)'s agent read no TPU health (SDK reads turned off (TPU_TOOLS_AGENT_SDK=0))" \
         in document["notes"]
     assert all(chip["tpu_health"] is None for chip in document["chips"])
-    assert "THROTTLE" not in text and "did not answer" in text
+    assert "THROTTLE" not in text
+    assert "did not answer" in text
 
 
 def test_cells_of_a_chip():
     links = parse_link_health(["tray1.chip0.ici0.int: 0", "tray1.chip0.ici3.int: 3", "tray1.chip0.ici1.int: 10"],
                               [])
     chip = ChipHealth(1, "t", throttle=parse_throttle(["0-4"], []), links=links)
-    assert link_text(chip) == "ICI 10 tray1.chip0.ici1 +1" and throttle_text(chip) == "4 (40%)"
-    assert link_text(ChipHealth(1, None, links=links[:1])) == "ok" and throttle_text(ChipHealth(1, None)) == "-"
-    assert link_text(None) == "-" and throttle_text(ChipHealth(1, None, throttle=parse_throttle(["0-0"], []))) == "0"
+    assert link_text(chip) == "ICI 10 tray1.chip0.ici1 +1"
+    assert throttle_text(chip) == "4 (40%)"
+    assert link_text(ChipHealth(1, None, links=links[:1])) == "ok"
+    assert throttle_text(ChipHealth(1, None)) == "-"
+    assert link_text(None) == "-"
+    assert throttle_text(ChipHealth(1, None, throttle=parse_throttle(["0-0"], []))) == "0"
 
 
 def _chip(index: int) -> Chip:

@@ -59,18 +59,22 @@ def test_a_registered_source_feeds_its_group_the_devices_and_top(tpu_host):
     builder = ReportBuilder()
     report = builder.build()
     document = report_document(report)
-    assert document["schema"] == SCHEMA and list(document)[-8:] == ["host", "devices", "processes", "libtpu",
+    assert document["schema"] == SCHEMA
+    assert list(document)[-8:] == ["host", "devices", "processes", "libtpu",
                                                                     "workload", "nvml", "amdsmi", "diag"]
-    assert document["libtpu"]["error"] is None and len(document["libtpu"]["devices"]) == 2
+    assert document["libtpu"]["error"] is None
+    assert len(document["libtpu"]["devices"]) == 2
     assert builder.collectors["libtpu"].calls == 1  # fetched once per round, shared by two groups
     devices = {d["key"]: d for d in document["devices"]["devices"]}
-    assert devices["tpu:0"]["utilization_percent"] == 87.5 and devices["tpu:0"]["memory_used_bytes"] == 3 << 30
+    assert devices["tpu:0"]["utilization_percent"] == 87.5
+    assert devices["tpu:0"]["memory_used_bytes"] == 3 << 30
     assert devices["tpu:0"]["sources"] == ["discovery", "fakeruntime"]
     assert devices["tpu:0"]["extra"] == {"hbm_bandwidth_utilization_percent": 40.0}
     assert devices["tpu:5"]["utilization_percent"] is None
     frame = frame_text(render(as_report(report), ViewState(), 120, 40))
     row = next(line for line in frame.splitlines() if line.startswith(" tpu:0 "))
-    assert "3.0 GiB / 16.0 GiB" in row and " 87.5 " in row
+    assert "3.0 GiB / 16.0 GiB" in row
+    assert " 87.5 " in row
     registry = CollectorRegistry(auto_describe=False)
     collector = ReportCollector(exporters_for(builder.collectors))
     registry.register(collector)
@@ -84,8 +88,10 @@ def test_a_failing_source_is_its_group_error_only(tpu_host):
     FakeRuntimeSource.fail = True
     report = report_document(ReportBuilder().build())
     assert report["libtpu"]["error"] == "no metrics service answers at localhost:8431"
-    assert report["devices"]["error"] is None and len(report["devices"]["devices"]) == 8
-    assert report["host"]["error"] is None and report["processes"]["error"] is None
+    assert report["devices"]["error"] is None
+    assert len(report["devices"]["devices"]) == 8
+    assert report["host"]["error"] is None
+    assert report["processes"]["error"] is None
 
 
 def test_group_periods_repeat_earlier_figures(tpu_host):
@@ -94,7 +100,8 @@ def test_group_periods_repeat_earlier_figures(tpu_host):
     first, second = report_document(builder.build()), report_document(builder.build())
     assert builder.collectors["libtpu"].calls == 1
     assert first["libtpu"]["sampled_at"] == second["libtpu"]["sampled_at"]
-    assert first["libtpu"]["period_s"] == 60.0 and second["host"]["period_s"] == 0.01
+    assert first["libtpu"]["period_s"] == 60.0
+    assert second["host"]["period_s"] == 0.01
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("1", 1.0), ("0.5", 0.5), ("500ms", 0.5), ("2s", 2.0), ("1m", 60.0),

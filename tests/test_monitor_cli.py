@@ -61,14 +61,20 @@ def monitor(*args: str, rundir: Path, timeout: float = 60, **env: str) -> list[d
 def test_valid_report_with_no_accelerator_and_no_agent(rundir, tmp_path):
     sysroot.empty_host(tmp_path / "root")  # a host without accelerators, wherever the suite runs
     reports = monitor("--count", "2", "--period", "0.2", rundir=rundir, TPU_TOOLS_SYSROOT=str(tmp_path / "root"))
-    assert len(reports) == 2 and [r["sequence"] for r in reports] == [0, 1]
+    assert len(reports) == 2
+    assert [r["sequence"] for r in reports] == [0, 1]
     report = reports[0]
-    assert set(report) == TOP_KEYS and report["schema"] == "tpu-tools/monitor/v1"
-    assert set(report["host"]) == HOST_KEYS and report["host"]["error"] is None
+    assert set(report) == TOP_KEYS
+    assert report["schema"] == "tpu-tools/monitor/v1"
+    assert set(report["host"]) == HOST_KEYS
+    assert report["host"]["error"] is None
     assert report["host"]["memory_total_bytes"] > report["host"]["memory_used_bytes"] > 0
-    assert set(report["devices"]) == DEVICES_KEYS and report["devices"]["devices"] == []
-    assert set(report["processes"]) == PROCESSES_KEYS and report["processes"]["agents"] == []
-    assert set(report["libtpu"]) == LIBTPU_KEYS and report["libtpu"]["notes"] == []
+    assert set(report["devices"]) == DEVICES_KEYS
+    assert report["devices"]["devices"] == []
+    assert set(report["processes"]) == PROCESSES_KEYS
+    assert report["processes"]["agents"] == []
+    assert set(report["libtpu"]) == LIBTPU_KEYS
+    assert report["libtpu"]["notes"] == []
     assert report["libtpu"]["error"] == f"no metrics service at {DEFAULT_METRICS_ADDR} (connection refused)"
     assert [s["address"] for s in report["libtpu"]["services"]] == [DEFAULT_METRICS_ADDR]
     assert all(report[g]["period_s"] == 0.2 for g in ("host", "devices", "processes", "libtpu"))
@@ -85,19 +91,29 @@ def test_agent_figures_in_the_report(jax_job, tmp_path):
     report = wait_for(walked, timeout=30)
     [agent] = report["processes"]["agents"]
     assert set(agent) == AGENT_KEYS
-    assert agent["pid"] == job.pid and agent["tag"] == "train-a" and agent["error"] is None
-    assert agent["frontend"] == "jax" and agent["frontend_version"] == agent["jax_version"]
-    assert agent["cpu_fallbacks"] is None and agent["transfers"] is None  # torch_xla's figures only
-    assert agent["rss_bytes"] > 0 and agent["threads"] > 0 and agent["platform"] == "cpu"
-    assert agent["device_memory_used_bytes"] >= 2 * 256 * 1024 * 4 and agent["live_array_count"] >= 2
-    assert set(agent["compiles"]) == COMPILE_KEYS and agent["compiles"]["recompile_count"] >= 1
+    assert agent["pid"] == job.pid
+    assert agent["tag"] == "train-a"
+    assert agent["error"] is None
+    assert agent["frontend"] == "jax"
+    assert agent["frontend_version"] == agent["jax_version"]
+    assert agent["cpu_fallbacks"] is None
+    assert agent["transfers"] is None  # torch_xla's figures only
+    assert agent["rss_bytes"] > 0
+    assert agent["threads"] > 0
+    assert agent["platform"] == "cpu"
+    assert agent["device_memory_used_bytes"] >= 2 * 256 * 1024 * 4
+    assert agent["live_array_count"] >= 2
+    assert set(agent["compiles"]) == COMPILE_KEYS
+    assert agent["compiles"]["recompile_count"] >= 1
     assert any(f["name"] == "train_step" and f["last_recompile_reason"] for f in agent["compiles"]["functions"])
-    assert set(agent["steps"]) == STEP_KEYS and agent["steps"]["count"] >= 20
+    assert set(agent["steps"]) == STEP_KEYS
+    assert agent["steps"]["count"] >= 20
     devices = report["devices"]["devices"]
     assert [d["key"] for d in devices] == [f"cpu:0@{job.pid}", f"cpu:1@{job.pid}"]
     for device in devices:
         assert set(device) == DEVICE_KEYS
-        assert device["processes"] == [{"pid": job.pid, "tag": "train-a"}] and device["sources"] == ["agent"]
+        assert device["processes"] == [{"pid": job.pid, "tag": "train-a"}]
+        assert device["sources"] == ["agent"]
         assert device["live_array_bytes"] >= 256 * 1024 * 4
 
 
@@ -106,12 +122,16 @@ def test_tpu_host_from_passive_discovery_with_holders(rundir, tmp_path):
     sysroot.v5e_host(root, holders={os.getpid(): [0, 1]})
     report = monitor("--count", "1", rundir=rundir, TPU_TOOLS_SYSROOT=str(root))[0]
     devices = report["devices"]["devices"]
-    assert len(devices) == 8 and all(d["platform"] == "tpu" and d["name"] == "TPU v5e" for d in devices)
+    assert len(devices) == 8
+    assert all(d["platform"] == "tpu" and d["name"] == "TPU v5e" for d in devices)
     assert [d["key"] for d in devices] == [f"tpu:{i}" for i in range(8)]
     assert devices[0]["memory_total_bytes"] == 16 << 30
-    assert [h["pid"] for h in devices[0]["holders"]] == [os.getpid()] and devices[2]["holders"] == []
+    assert [h["pid"] for h in devices[0]["holders"]] == [os.getpid()]
+    assert devices[2]["holders"] == []
     [holder] = report["processes"]["holders"]
-    assert holder["pid"] == os.getpid() and holder["chips"] == [0, 1] and holder["rss_bytes"] > 0
+    assert holder["pid"] == os.getpid()
+    assert holder["chips"] == [0, 1]
+    assert holder["rss_bytes"] > 0
 
 
 def test_config_chooses_groups_periods_and_tags(rundir, tmp_path):
@@ -128,14 +148,16 @@ def test_config_chooses_groups_periods_and_tags(rundir, tmp_path):
                 for r in reports] == [{"processes", "host"}] * 3
         assert list(reports[0])[-2:] == ["host", "processes"]  # the report's own order, whatever the config's
         assert [a["tag"] for a in reports[0]["processes"]["agents"]] == ["train-keep"]
-        assert reports[0]["processes"]["period_s"] == 0.3 and reports[0]["host"]["period_s"] == 30.0
+        assert reports[0]["processes"]["period_s"] == 0.3
+        assert reports[0]["host"]["period_s"] == 30.0
         # The host group is taken once and repeated; processes every report.
         assert len({r["host"]["sampled_at"] for r in reports}) == 1
         assert len({r["processes"]["sampled_at"] for r in reports}) == 3
         json_config = tmp_path / "monitor.json"
         json_config.write_text(json.dumps({"groups": ["processes"], "tag_filter": "drop$"}))
         report = monitor("--config", str(json_config), "--count", "1", rundir=rundir)[0]
-        assert "host" not in report and [a["tag"] for a in report["processes"]["agents"]] == ["eval-drop"]
+        assert "host" not in report
+        assert [a["tag"] for a in report["processes"]["agents"]] == ["eval-drop"]
         # The command line wins over the config.
         report = monitor("--config", str(json_config), "--tag-filter", "keep", "--count", "1", rundir=rundir)[0]
         assert [a["tag"] for a in report["processes"]["agents"]] == ["train-keep"]
@@ -167,7 +189,8 @@ def test_bad_config_is_a_usage_error(rundir, tmp_path, name, text, fragment):
     config.write_text(text)
     result = run_tool("tpu-monitor", "--config", str(config), "--count", "1", env=agent_env(rundir))
     message = assert_one_line_error(result, 2, fragment)
-    assert message.startswith("tpu-monitor: error:") and str(config) in message
+    assert message.startswith("tpu-monitor: error:")
+    assert str(config) in message
     assert result.stdout == ""
 
 
@@ -205,9 +228,11 @@ def test_faulty_sockets_and_agents_do_not_stop_the_report(rundir, tmp_path):
         group = report["processes"]
         assert group["error"] is None
         agents = {a["pid"]: a for a in group["agents"]}
-        assert agents[good.pid]["error"] is None and agents[good.pid]["tag"] == "good"
+        assert agents[good.pid]["error"] is None
+        assert agents[good.pid]["tag"] == "good"
         garbage, hang, wrong = (agents[p.pid] for p in fakes)
-        assert garbage["error"] == "answered something that is not JSON" and garbage["tag"] is None
+        assert garbage["error"] == "answered something that is not JSON"
+        assert garbage["tag"] is None
         assert hang["error"] == "no complete answer within 1.5 s"
         assert wrong["error"] == "answered something that is not an agent snapshot"
         ignored = {Path(i["socket"]).name: i["reason"] for i in group["ignored_sockets"]}
@@ -246,7 +271,8 @@ def test_an_unsafe_runtime_directory_is_a_group_error(tmp_path):
     os.chmod(shared, 0o777)
     report = monitor("--count", "1", rundir=shared)[0]
     assert "has mode 0777, not 0700" in report["processes"]["error"]
-    assert report["host"]["error"] is None and report["devices"]["error"] is not None
+    assert report["host"]["error"] is None
+    assert report["devices"]["error"] is not None
 
 
 def _stream(rundir: Path, *args: str) -> subprocess.Popen:
@@ -278,7 +304,8 @@ def test_processes_come_and_go_and_signals_end_it_cleanly(rundir, sig):
         # Read through the pipes' buffers: communicate() reads the raw descriptors and would miss the part of
         # a report that readline() already buffered, then see half a line.
         out, err = process.stdout.read(), process.stderr.read()
-        assert process.returncode == 0 and err == ""
+        assert process.returncode == 0
+        assert err == ""
         assert out == "" or all(json.loads(line)["schema"] == "tpu-tools/monitor/v1" for line in out.splitlines())
         assert out == "" or out.endswith("\n")
     finally:
@@ -294,7 +321,8 @@ def test_a_closed_pipe_ends_it_quietly(rundir):
     command = " ".join(tool_command("tpu-monitor")) + ' --period 0.1 | head -n 1; exit "${PIPESTATUS[0]}"'
     result = subprocess.run(["bash", "-c", command], env=agent_env(rundir), capture_output=True, text=True,
                             timeout=60)
-    assert result.returncode == 141 and result.stderr == ""  # 128 + SIGPIPE, as coreutils end, and nothing said
+    assert result.returncode == 141
+    assert result.stderr == ""  # 128 + SIGPIPE, as coreutils end, and nothing said
     assert json.loads(result.stdout)["sequence"] == 0
 
 
@@ -335,15 +363,19 @@ def test_prometheus_serves_the_figures_and_drops_exited_processes(rundir):
             _safe_scrape(port)), timeout=30)
         assert f"tpu_tools_agent_up{{{label}}} 1.0" in text
         assert f"tpu_tools_process_steps_total{{{label}}}" in text
-        assert "tpu_tools_host_memory_total_bytes " in text and 'tpu_tools_host_load_average{window="1m"}' in text
+        assert "tpu_tools_host_memory_total_bytes " in text
+        assert 'tpu_tools_host_load_average{window="1m"}' in text
         assert 'tpu_tools_group_error{group="processes"} 0.0' in text
         assert all(line.startswith(("#", "tpu_tools_")) for line in text.splitlines() if line)
         job.stop(signal.SIGKILL)
         wait_for(lambda: f'pid="{job.pid}"' not in _scrape(port), timeout=30)
-        assert process.stdout.read(0) == "" and process.poll() is None
+        assert process.stdout.read(0) == ""
+        assert process.poll() is None
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=20)
-        assert process.returncode == 0 and out == "" and err == ""
+        assert process.returncode == 0
+        assert out == ""
+        assert err == ""
     finally:
         process.kill()
         process.wait(timeout=10)

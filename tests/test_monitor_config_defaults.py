@@ -50,9 +50,11 @@ def test_a_config_value_is_the_option_default_and_the_command_line_wins(tmp_path
     path = tmp_path / "monitor.toml"
     path.write_text(text)
     params, source = _parsed(path)
-    assert _plain(params[name]) == from_file and source(name) is ParameterSource.DEFAULT_MAP
+    assert _plain(params[name]) == from_file
+    assert source(name) is ParameterSource.DEFAULT_MAP
     params, source = _parsed(path, *args)
-    assert _plain(params[name]) == from_command_line and source(name) is ParameterSource.COMMANDLINE
+    assert _plain(params[name]) == from_command_line
+    assert source(name) is ParameterSource.COMMANDLINE
     # without the file, the option's own default
     plain = monitor_command.make_context("tpu-monitor", [])
     assert _plain(plain.params[name]) != from_file
@@ -62,7 +64,8 @@ def test_the_same_file_in_json_gives_the_same_defaults(tmp_path):
     path = tmp_path / "monitor.json"
     path.write_text(json.dumps({"period": 0.5, "tag_filter": "^t", "prometheus": {"deny": "tpu_tools_host_*"}}))
     params, _ = _parsed(path)
-    assert params["period"] == 0.5 and params["tag_filter"].pattern == "^t"
+    assert params["period"] == 0.5
+    assert params["tag_filter"].pattern == "^t"
     assert params["deny_metrics"] == ("tpu_tools_host_*",)
 
 
@@ -70,7 +73,8 @@ def test_the_groups_have_no_option_and_stay_the_files(tmp_path):
     path = tmp_path / "monitor.toml"
     path.write_text('[groups.host]\nperiod = "5s"\n[groups.devices]\n')
     config = _parsed(path)[0]["config"]
-    assert list(config.groups) == ["host", "devices"] and config.groups["host"].period_s == 5.0
+    assert list(config.groups) == ["host", "devices"]
+    assert config.groups["host"].period_s == 5.0
 
 
 def test_a_whole_run_takes_every_key_and_the_lists_need_no_prometheus(tmp_path):
@@ -84,8 +88,10 @@ def test_a_whole_run_takes_every_key_and_the_lists_need_no_prometheus(tmp_path):
     result = run_tool("tpu-monitor", "--config", str(path), "--count", "2", env=env)
     assert result.returncode == 0, result.stderr
     reports = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(reports) == 2 and all(report["processes"]["period_s"] == 0.2 for report in reports)
-    assert {"host", "processes"} <= set(reports[0]) and "devices" not in reports[0]
+    assert len(reports) == 2
+    assert all(report["processes"]["period_s"] == 0.2 for report in reports)
+    assert {"host", "processes"} <= set(reports[0])
+    assert "devices" not in reports[0]
     # given on the command line without --prometheus, a list is still a usage error
     result = run_tool("tpu-monitor", "--config", str(path), "--count", "1", "--allow-metric", "tpu_tools_host_*",
                       env=env)
@@ -98,4 +104,5 @@ def test_a_bad_file_is_refused_whatever_option_comes_first(tmp_path):
     result = run_tool("tpu-monitor", "--period", "1s", "--config", str(path), "--count", "1",
                       env=agent_env(tmp_path))
     message = assert_one_line_error(result, 2, str(path))
-    assert "period" in message and result.stdout == ""
+    assert "period" in message
+    assert result.stdout == ""

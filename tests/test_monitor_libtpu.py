@@ -53,9 +53,12 @@ def test_one_client_for_the_run_figures_in_the_devices_group_and_closed_at_the_e
         assert len(service.servicer.peers) == 1  # one channel, reused by every period
         assert service.servicer.calls["ListSupportedMetrics"] == 3  # one read per period, shared by two groups
         group = reports[-1]["libtpu"]
-        assert set(group) == LIBTPU_KEYS and group["error"] is None and group["notes"] == []
+        assert set(group) == LIBTPU_KEYS
+        assert group["error"] is None
+        assert group["notes"] == []
         [snapshot] = group["services"]
-        assert set(snapshot) == SNAPSHOT_KEYS and len(snapshot["devices"]) == 8
+        assert set(snapshot) == SNAPSHOT_KEYS
+        assert len(snapshot["devices"]) == 8
         devices = _devices(reports[-1])
         assert devices["tpu:0"]["sources"] == ["discovery", "libtpu"]
         assert devices["tpu:0"]["utilization_percent"] == 87.5
@@ -174,7 +177,8 @@ def test_hang_stop_and_restart_of_the_service_with_prometheus(rundir, tmp_path):
         finally:
             process.kill()
             service.stop()
-    assert process.returncode == 0 and process.stderr.read() == ""  # nothing from gRPC's own logs
+    assert process.returncode == 0
+    assert process.stderr.read() == ""  # nothing from gRPC's own logs
 
 
 def test_config_chooses_the_libtpu_group_its_period_and_addresses(rundir, tmp_path):
@@ -188,5 +192,6 @@ def test_config_chooses_the_libtpu_group_its_period_and_addresses(rundir, tmp_pa
         assert service.servicer.calls["ListSupportedMetrics"] == 3  # the devices group reads every report
     assert all(set(r) >= {"devices", "libtpu"} and "host" not in r for r in reports)
     assert [s["address"] for s in reports[0]["libtpu"]["services"]] == [DEFAULT_METRICS_ADDR, service.address]
-    assert reports[0]["libtpu"]["period_s"] == 30.0 and len({r["libtpu"]["sampled_at"] for r in reports}) == 1
+    assert reports[0]["libtpu"]["period_s"] == 30.0
+    assert len({r["libtpu"]["sampled_at"] for r in reports}) == 1
     assert all(_devices(r)["tpu:0"]["utilization_percent"] == 87.5 for r in reports)

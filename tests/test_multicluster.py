@@ -113,7 +113,7 @@ def clusters() -> Iterator[Clusters]:
     yield from _clusters()
 
 
-@pytest.fixture()
+@pytest.fixture
 def own_clusters() -> Iterator[Clusters]:
     """For a test that stops a cluster and the store."""
     yield from _clusters()
@@ -138,14 +138,16 @@ def test_fleet_view_names_hosts_and_outliers_per_cluster(clusters):
     fleet = report["fleet"]
     ports = {cluster: [s.server_address[1] for s in servers] for cluster, servers in clusters.exporters.items()}
     assert {h["host"] for h in fleet["hosts"]} == {f"{c}/127.0.0.1:{p}" for c, ps in ports.items() for p in ps}
-    assert {h["cluster"] for h in fleet["hosts"]} == {"east", "west"} and fleet["hosts_down"] == []
+    assert {h["cluster"] for h in fleet["hosts"]} == {"east", "west"}
+    assert fleet["hosts_down"] == []
     # Each cluster's slow worker, though west's healthy hosts are slower than east's slow one.
     outliers = sorted((o["host"], o["figure"]) for o in fleet["outliers"])
     assert outliers == [(f"east/127.0.0.1:{ports['east'][2]}", "utilization_percent"),
                         (f"west/127.0.0.1:{ports['west'][0]}", "utilization_percent")]
     assert [(c["cluster"], c["hosts"], c["median_utilization_percent"]) for c in fleet["clusters"]] == [
         ("east", 3, 88.0), ("west", 3, 60.0)]
-    assert fleet["silent_clusters"] == [] and fleet["error"] is None
+    assert fleet["silent_clusters"] == []
+    assert fleet["error"] is None
     assert {d["key"].split("/")[0] for d in report["devices"]["devices"]} == {"east", "west"}
 
 
@@ -164,7 +166,8 @@ def test_dashboard_queries_filter_by_cluster(clusters):
                 assert all(s["metric"].get("cluster", "west") == "west" for s in found), (panel["title"], found)
                 queried += 1
                 answered += bool(found)
-    assert queried >= 20 and answered >= 12, (queried, answered)
+    assert queried >= 20, (queried, answered)
+    assert answered >= 12, (queried, answered)
     distance = clusters.central.query(
         'instance:tpu_tools_device_utilization_ratio:distance_from_cluster_median{cluster="east"}')
     assert sorted(round(100 * float(s["value"][1])) for s in distance) == [-48, 0, 2]  # ratios, in points
@@ -187,5 +190,7 @@ def test_a_silent_cluster_is_named_then_a_lost_store_is_one_line(own_clusters):
     assert "cluster west silent for" in frame  # tpu-top's Hosts title
     clusters.central.stop()  # the store goes away: the last figures stay, marked stale, with one line why
     stale = report_document(source.build())
-    assert stale["fleet"]["stale"] is True and len(stale["fleet"]["hosts"]) == 6
-    assert "\n" not in stale["fleet"]["error"] and "Prometheus at" in stale["fleet"]["error"]
+    assert stale["fleet"]["stale"] is True
+    assert len(stale["fleet"]["hosts"]) == 6
+    assert "\n" not in stale["fleet"]["error"]
+    assert "Prometheus at" in stale["fleet"]["error"]

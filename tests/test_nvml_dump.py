@@ -67,11 +67,15 @@ def test_show_flags_ecc_errors_remapped_rows_thermal_slowdown_and_a_lost_gpu(tmp
     assert shown.returncode == 0, shown.stderr
     warnings = {w["kind"]: w["message"] for w in json.loads(shown.stdout)["warnings"]}
     assert "2 since the driver loaded, 5 in its lifetime" in warnings["gpu_ecc_errors"]
-    assert "remapped 3 rows" in warnings["gpu_remapped_rows"] and "waits for a GPU reset" in warnings[
+    assert "remapped 3 rows" in warnings["gpu_remapped_rows"]
+    assert "waits for a GPU reset" in warnings[
         "gpu_remapped_rows"]
-    assert "hw_thermal_slowdown" in warnings["gpu_thermal_slowdown"] and "92.0 C" in warnings["gpu_thermal_slowdown"]
-    assert "GPU 1" in warnings["gpu_lost"] and "0000:38:00.0" in warnings["gpu_lost"]
-    assert "PCIe link at x4 of x16" in warnings["gpu_pcie_degraded"] and "12 PCIe replays" in warnings[
+    assert "hw_thermal_slowdown" in warnings["gpu_thermal_slowdown"]
+    assert "92.0 C" in warnings["gpu_thermal_slowdown"]
+    assert "GPU 1" in warnings["gpu_lost"]
+    assert "0000:38:00.0" in warnings["gpu_lost"]
+    assert "PCIe link at x4 of x16" in warnings["gpu_pcie_degraded"]
+    assert "12 PCIe replays" in warnings[
         "gpu_pcie_replays"]
     text = run_tool("tpu-dump", "show", str(tmp_path / "b.tar.gz"), env=env).stdout
     assert "gpu_lost" in text or "is lost" in text

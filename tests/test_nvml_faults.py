@@ -42,7 +42,9 @@ def test_faults_reach_prometheus_and_pass_promtool(fake_nvml_dir, tmp_path, rund
     assert samples[("tpu_tools_gpu_xid_errors_total", gpu1 | {("code", "13")})] == 1
     (last,) = [s for f in text_string_to_metric_families(result.stdout) for s in f.samples
                if s.name == "tpu_tools_gpu_xid_last_event_timestamp_seconds" and s.labels["gpu"] == "0"]
-    assert last.labels["code"] == "79" and "fallen off the bus" in last.labels["description"] and last.value > 0
+    assert last.labels["code"] == "79"
+    assert "fallen off the bus" in last.labels["description"]
+    assert last.value > 0
     assert samples[("tpu_tools_gpu_pcie_link_width", gpu0)] == 8
     assert samples[("tpu_tools_gpu_pcie_link_width_max", gpu0)] == 16
     assert samples[("tpu_tools_gpu_pcie_replay_errors_total", gpu0)] == 7
@@ -60,7 +62,8 @@ def test_tpu_ls_json_has_the_link_and_fan_figures(fake_nvml_dir, tmp_path):
     assert result.returncode == 0, result.stderr
     first, second = json.loads(result.stdout)["nvml"]["gpus"]
     assert (first["pcie_link_width"], first["pcie_replay_errors"], first["fan_speed_percent"]) == (8, 7, 45)
-    assert second["nvlink_links_down"] == [3] and second["nvlink_crc_errors"] == 0
+    assert second["nvlink_links_down"] == [3]
+    assert second["nvlink_crc_errors"] == 0
     assert first["xid_errors"] is None  # tpu-ls reads once: events are the monitor's
 
 
@@ -84,7 +87,8 @@ def test_an_xid_storm_is_counted_and_every_scrape_answers(fake_nvml_dir, tmp_pat
             assert re.search(r'tpu_tools_group_error\{group="\w+"\} [01]\.0\n\Z', text), text[-200:]
         monitor.send_signal(signal.SIGTERM)
         _out, err = monitor.communicate(timeout=20)
-        assert monitor.returncode == 0 and err == ""
+        assert monitor.returncode == 0
+        assert err == ""
     finally:
         monitor.kill()
         monitor.wait(timeout=10)
@@ -96,7 +100,9 @@ def test_tpu_ls_verbose_shows_a_gpu_health_table(fake_nvml_dir, tmp_path):
     result = run_tool("tpu-ls", "-v", "--no-runtime", env=nvml_env(fake_nvml_dir, root, **FAULTS), timeout=60)
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line for line in result.stdout.splitlines()[-2:]}
-    assert "x8/16 (!)" in rows["0"] and " 7 " in rows["0"] and "45%" in rows["0"]
+    assert "x8/16 (!)" in rows["0"]
+    assert " 7 " in rows["0"]
+    assert "45%" in rows["0"]
     assert "17/18 down: 3" in rows["1"]
     assert "PCIE WIDTH" not in run_tool("tpu-ls", "--no-runtime", env=nvml_env(fake_nvml_dir, root), timeout=60).stdout
 
@@ -127,6 +133,7 @@ def test_mig_instances_that_come_and_go_between_reads_never_fail_a_report(fake_n
         group = json.loads(line)["nvml"]
         assert group["error"] is None
         gpu = group["gpus"][0]
-        assert gpu["status"] == "ok" and gpu["mig_enabled"] is True
+        assert gpu["status"] == "ok"
+        assert gpu["mig_enabled"] is True
         assert len(gpu["mig_instances"]) < 7  # some were gone when asked
         assert all(i["memory_total_bytes"] == 10 << 30 for i in gpu["mig_instances"])

@@ -32,16 +32,22 @@ def test_monitor_reports_every_figure_and_places_the_gpus_by_pci_bus_id(fake_nvm
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     group = report["nvml"]
-    assert group["error"] is None and group["driver_version"] == "580.159.04"
+    assert group["error"] is None
+    assert group["driver_version"] == "580.159.04"
     busy, lost = group["gpus"]
-    assert busy["device_key"] == "gpu:0" and busy["pci_bus_id"] == "0000:18:00.0"
-    assert busy["processes"][0]["pid"] == 4574 and busy["processes"][0]["command"] == "python3 torchjob.py 80"
+    assert busy["device_key"] == "gpu:0"
+    assert busy["pci_bus_id"] == "0000:18:00.0"
+    assert busy["processes"][0]["pid"] == 4574
+    assert busy["processes"][0]["command"] == "python3 torchjob.py 80"
     assert lost["status"] == "lost"
     devices = {d["key"]: d for d in report["devices"]["devices"]}
     gpu0 = devices["gpu:0"]
-    assert gpu0["memory_used_bytes"] == BUSY_USED and gpu0["memory_total_bytes"] == 85520809984
-    assert gpu0["utilization_percent"] == 83 and gpu0["sources"] == ["discovery", "nvml"]
-    assert gpu0["extra"]["temperature_celsius"] == 57 and gpu0["extra"]["power_draw_watts"] == pytest.approx(471.191)
+    assert gpu0["memory_used_bytes"] == BUSY_USED
+    assert gpu0["memory_total_bytes"] == 85520809984
+    assert gpu0["utilization_percent"] == 83
+    assert gpu0["sources"] == ["discovery", "nvml"]
+    assert gpu0["extra"]["temperature_celsius"] == 57
+    assert gpu0["extra"]["power_draw_watts"] == pytest.approx(471.191)
     assert devices["gpu:1"]["extra"]["nvml_status"] == "lost"
     assert gpu0["name"] == devices["gpu:1"]["name"] == "NVIDIA H100 80GB HBM3"  # the driver's name, even when lost
 
@@ -51,7 +57,8 @@ def test_monitor_without_nvml_says_why_in_the_group_and_goes_on(gpu_host):
     result = run_tool("tpu-monitor", "--count", "1", env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert "NVML reading is off" in report["nvml"]["error"] and report["devices"]["error"] is None
+    assert "NVML reading is off" in report["nvml"]["error"]
+    assert report["devices"]["error"] is None
 
 
 def test_a_host_without_nvidia_gpus_has_no_nvml_error(tmp_path):
@@ -61,8 +68,11 @@ def test_a_host_without_nvidia_gpus_has_no_nvml_error(tmp_path):
     result = run_tool("tpu-monitor", "--count", "1", env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     group = json.loads(result.stdout)["nvml"]
-    assert group["error"] is None and group["available"] is False and group["gpus"] == []
-    assert len(group["notes"]) == 1 and "NVML" in group["notes"][0]
+    assert group["error"] is None
+    assert group["available"] is False
+    assert group["gpus"] == []
+    assert len(group["notes"]) == 1
+    assert "NVML" in group["notes"][0]
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -126,7 +136,8 @@ def test_prometheus_names_follow_conventions_and_tag_the_agent_jobs_gpu_memory(f
         assert samples[("tpu_tools_group_error", (("group", "nvml"),))] == 0
         monitor.send_signal(signal.SIGTERM)
         out, err = monitor.communicate(timeout=20)
-        assert monitor.returncode == 0 and err == ""
+        assert monitor.returncode == 0
+        assert err == ""
     finally:
         monitor.kill()
         monitor.wait(timeout=10)
@@ -139,12 +150,18 @@ def test_top_once_shows_the_cards_figures_and_every_gpu_process(fake_nvml_dir, g
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     gpu0 = next(line for line in lines if line.lstrip().startswith("gpu:0"))
-    assert "H100 80GB" in gpu0 and "60.0 GiB / 79.6 GiB" in gpu0 and "83.0" in gpu0
-    assert "57C" in gpu0 and "471W" in gpu0 and "4574 python3" in gpu0
+    assert "H100 80GB" in gpu0
+    assert "60.0 GiB / 79.6 GiB" in gpu0
+    assert "83.0" in gpu0
+    assert "57C" in gpu0
+    assert "471W" in gpu0
+    assert "4574 python3" in gpu0
     torch = next(line for line in lines if line.split()[:1] == ["4574"])
-    assert "11.4G" in torch and "python3 torchjob.py 80" in torch
+    assert "11.4G" in torch
+    assert "python3 torchjob.py 80" in torch
     hidden = next(line for line in lines if line.split()[:1] == ["999999"])
-    assert "60.0G" in hidden and "(other PID namespace)" in hidden
+    assert "60.0G" in hidden
+    assert "(other PID namespace)" in hidden
 
 
 def test_a_gpu_whose_nvml_calls_hang_costs_each_round_the_deadline_only(fake_nvml_dir, gpu_host):
@@ -156,6 +173,7 @@ def test_a_gpu_whose_nvml_calls_hang_costs_each_round_the_deadline_only(fake_nvm
     assert len(reports) == 3
     for report in reports:
         answering, hung = report["nvml"]["gpus"]
-        assert answering["status"] == "ok" and hung["status"] == "not_answering"
+        assert answering["status"] == "ok"
+        assert hung["status"] == "not_answering"
         devices = {d["key"]: d for d in report["devices"]["devices"]}
         assert devices["gpu:1"]["extra"]["nvml_status"] == "not_answering"  # placed on the bus id left over

@@ -63,7 +63,8 @@ def test_a_pipe_closed_midway_ends_the_monitor_with_141(tmp_path):
     command = " ".join(tool_command("tpu-monitor")) + " --period 0.1 | head -n 1"
     result = subprocess.run(["bash", "-c", f"{command}; echo status ${{PIPESTATUS[0]}} >&2"], capture_output=True,
                             text=True, env=clean_env(TPU_TOOLS_RUNTIME_DIR=str(tmp_path)), timeout=60)
-    assert result.stdout.startswith("{") and result.stderr == f"status {CLOSED_PIPE}\n"
+    assert result.stdout.startswith("{")
+    assert result.stderr == f"status {CLOSED_PIPE}\n"
 
 
 # -- narrow terminals -----------------------------------------------------------------------------------------
@@ -94,7 +95,8 @@ def test_no_header_word_is_ever_broken(width):
     Console(file=buffer, width=width, no_color=True).print(rich_table(_table(), width))
     words = buffer.getvalue().split()
     shown = [c.header for c in _table().columns if c.header.split()[0] in words]
-    assert shown and all(word in words for header in shown for word in header.split())
+    assert shown
+    assert all(word in words for header in shown for word in header.split())
     if len(shown) < 5:
         assert "(not shown at this width:" in " ".join(words)
 
@@ -129,7 +131,8 @@ def test_any_terminal_size_in_the_environment_is_bounded(command, size):
     assert result.returncode == 0, result.stderr
     assert "error" not in result.stderr, result.stderr
     lines = result.stdout.splitlines()
-    assert lines and max(len(line) for line in lines) <= MAX_COLUMNS
+    assert lines
+    assert max(len(line) for line in lines) <= MAX_COLUMNS
 
 
 def test_the_size_to_draw_for_is_bounded_and_read_in_ascii_digits(monkeypatch):

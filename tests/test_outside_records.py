@@ -50,9 +50,11 @@ def test_a_nan_figure_fails_the_comparison_with_exit_3(tmp_path, side):
     result = run_tool("tpu-bench", "compare", *files, "--json", str(tmp_path / "cmp.json"), env=clean_env())
     assert_one_line_error(result, 3, "not a finite number")
     text = (tmp_path / "cmp.json").read_text()
-    assert "NaN" not in text and "Infinity" not in text
+    assert "NaN" not in text
+    assert "Infinity" not in text
     document = json.loads(text)
-    assert document["changes"][0]["verdict"] == INVALID and document["regression_count"] == 1
+    assert document["changes"][0]["verdict"] == INVALID
+    assert document["regression_count"] == 1
     assert any("written as null" in note for note in document["notes"])
 
 
@@ -65,7 +67,8 @@ def test_a_figure_written_as_null_reads_back_as_not_finite(tmp_path):
 
 def test_an_infinite_figure_is_a_failed_comparison_in_process():
     comparison = compare(result_document(), with_figure(result_document(), p75=math.inf), 0.05)
-    assert [c.verdict for c in comparison.changes] == [INVALID] and comparison.regressions
+    assert [c.verdict for c in comparison.changes] == [INVALID]
+    assert comparison.regressions
 
 
 @pytest.mark.parametrize(("mutate", "fragment"), [

@@ -60,15 +60,19 @@ def test_bad_agents_are_one_error_each_and_the_healthy_job_is_reported(rundir, t
     finally:
         good.stop()
         _stop(*bad)
-    assert result.returncode == 0 and result.stderr == "", result.stderr
-    assert "NaN" not in result.stdout and "Infinity" not in result.stdout
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "", result.stderr
+    assert "NaN" not in result.stdout
+    assert "Infinity" not in result.stdout
     group = json.loads(result.stdout)["processes"]
     assert group["error"] is None
     agents = {a["pid"]: a for a in group["agents"]}
-    assert agents[good.pid]["error"] is None and agents[good.pid]["tag"] == "healthy"
+    assert agents[good.pid]["error"] is None
+    assert agents[good.pid]["tag"] == "healthy"
     wrong, nan, deep = (agents[p.pid] for p in bad)
     assert wrong["error"] == "answered a malformed snapshot (devices: expected a list, got 'x')"
-    assert wrong["devices"] == [] and wrong["tag"] is None
+    assert wrong["devices"] == []
+    assert wrong["tag"] is None
     assert nan["error"] == "answered a malformed snapshot (uptime_s: expected a finite number, got nan)"
     assert deep["error"] in ("answered something that is not JSON",
                              "answered a malformed snapshot (nested too deeply)")
@@ -87,12 +91,15 @@ def test_a_dump_next_to_bad_agents_keeps_the_healthy_one(rundir, tmp_path):
     assert result.returncode == 0, result.stderr
     members = _members(output)
     text = members["accelerators/agents.json"].decode()
-    assert "NaN" not in text and "Infinity" not in text
+    assert "NaN" not in text
+    assert "Infinity" not in text
     agents = {a["pid"]: a for a in json.loads(text)["agents"]}
-    assert agents[good.pid]["error"] is None and agents[good.pid]["snapshot"]["tag"] == "healthy"
+    assert agents[good.pid]["error"] is None
+    assert agents[good.pid]["snapshot"]["tag"] == "healthy"
     assert all(agents[p.pid]["error"] and agents[p.pid]["snapshot"] is None for p in bad)
     shown = run_tool("tpu-dump", "show", str(output))
-    assert shown.returncode == 0 and f"{good.pid} (healthy" in shown.stdout
+    assert shown.returncode == 0
+    assert f"{good.pid} (healthy" in shown.stdout
 
 
 def test_a_huge_agent_costs_only_itself(rundir, tmp_path):
@@ -156,11 +163,13 @@ def test_any_snapshot_is_a_clean_record_or_one_error(extra, pid):
         snapshot = parse_snapshot(document)
     except RecordError as error:
         message = str(error)
-        assert message.startswith("answered a malformed snapshot (") and "\n" not in message
+        assert message.startswith("answered a malformed snapshot (")
+        assert "\n" not in message
         return
     assert _finite_everywhere(snapshot)
     json.dumps(snapshot, allow_nan=False)  # strict JSON
-    assert isinstance(snapshot["pid"], int) and snapshot["pid"] >= 1
+    assert isinstance(snapshot["pid"], int)
+    assert snapshot["pid"] >= 1
     assert snapshot["devices"] is None or all(isinstance(d, dict) for d in snapshot["devices"])
 
 
@@ -174,7 +183,8 @@ def test_any_value_against_a_spec_is_clean_or_one_error(value):
     except RecordError as error:
         assert "\n" not in str(error)
         return
-    assert isinstance(clean["n"], int) and clean["n"] >= 0
+    assert isinstance(clean["n"], int)
+    assert clean["n"] >= 0
     assert clean["s"] is None or len(clean["s"]) <= 8
     json.dumps(clean, allow_nan=False)
 
@@ -186,7 +196,8 @@ def test_finite_documents_are_strict_json(value):
 
 def test_finite_document_replaces_only_non_finite_numbers():
     cleaned, where = finite_document({"a": [math.nan, 1.5, -math.inf], "b": "NaN", "c": 3})
-    assert cleaned == {"a": [None, 1.5, None], "b": "NaN", "c": 3} and where == ["a[0]", "a[2]"]
+    assert cleaned == {"a": [None, 1.5, None], "b": "NaN", "c": 3}
+    assert where == ["a[0]", "a[2]"]
 
 
 # -- bundle manifests and members: a hostile bundle is one error line or a summary with notes ------------------
@@ -217,7 +228,8 @@ def test_a_malformed_manifest_is_one_error_line(tmp_path, manifest, fragment):
     for args in (("show", str(path)), ("show", "--json", str(path))):
         result = run_tool("tpu-dump", *args)
         message = assert_one_line_error(result, 1, fragment)
-        assert message.startswith("tpu-dump: error: ") and "internal error" not in message
+        assert message.startswith("tpu-dump: error: ")
+        assert "internal error" not in message
 
 
 def test_member_files_of_wrong_types_become_notes(tmp_path):
@@ -229,7 +241,8 @@ def test_member_files_of_wrong_types_become_notes(tmp_path):
         "accelerators/agents.json": b'{"agents": {"pid": 1}}',
     })
     result = run_tool("tpu-dump", "show", "--json", str(path))
-    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
     document = json.loads(result.stdout)
     assert any("could not be summarised" in note for note in document["notes"])
     assert run_tool("tpu-dump", "show", str(path)).returncode == 0
@@ -311,9 +324,11 @@ def test_a_minimal_valid_snapshot_feeds_the_devices_group(rundir, tmp_path):
         _stop(agent)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["devices"]["error"] is None and report["processes"]["error"] is None
+    assert report["devices"]["error"] is None
+    assert report["processes"]["error"] is None
     [entry] = [a for a in report["processes"]["agents"] if a["pid"] == agent.pid]
-    assert entry["error"] is None and entry["live_array_bytes"] == 1024
+    assert entry["error"] is None
+    assert entry["live_array_bytes"] == 1024
     assert any(d["live_array_bytes"] == 1024 for d in report["devices"]["devices"])
 
 
@@ -334,7 +349,8 @@ def test_socket_names_of_impossible_processes_are_ignored(rundir):
             listener.close()
     assert result.returncode == 0, result.stderr
     group = json.loads(result.stdout)["processes"]
-    assert group["error"] is None and group["agents"] == []
+    assert group["error"] is None
+    assert group["agents"] == []
     reasons = sorted(i["reason"] for i in group["ignored_sockets"])
     assert reasons == ["agent-0.sock names no possible process; ignored",
                        "agent-99999999999999999999.sock names no possible process; ignored"]

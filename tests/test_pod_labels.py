@@ -87,7 +87,8 @@ def test_monitor_labels_agents_and_holders_with_their_pods(tmp_path):
         (agent,) = processes["agents"]
         assert agent["kubernetes"] == {"namespace": "ml", "pod": "train-0", "container": "trainer"}
         (holder,) = processes["holders"]
-        assert holder["pid"] == 4001 and holder["kubernetes"]["pod"] == "eval-0"
+        assert holder["pid"] == 4001
+        assert holder["kubernetes"]["pod"] == "eval-0"
         assert processes["pod_labels_error"] is None
         families = {f.name: f for f in process_metrics(processes)}
         (sample,) = families["tpu_tools_agent_up"].samples

@@ -94,19 +94,23 @@ def test_capture_from_a_running_program(captured):
     ok = results["ok"]
     assert ok["rc"] == 0, ok["stderr"]
     document = json.loads(ok["stdout"])  # nothing but the document on stdout
-    assert document["schema"] == "tpu-tools/profile/v1" and document["source"] == "capture"
+    assert document["schema"] == "tpu-tools/profile/v1"
+    assert document["source"] == "capture"
     assert document["top_ops"][0]["module"] == "jit_serve_step"
     assert document["host_dispatch"]["dispatches"] > 0
     assert document["trace"]["duration_us"] >= 0.3e6  # the capture lasted (a loaded machine only lengthens it)
-    assert document["trace"]["perfetto_file"] and Path(document["trace"]["perfetto_file"]).exists()
-    assert (folder / "cap" / "summary.json").exists() and (folder / "cap" / "report.txt").exists()
+    assert document["trace"]["perfetto_file"]
+    assert Path(document["trace"]["perfetto_file"]).exists()
+    assert (folder / "cap" / "summary.json").exists()
+    assert (folder / "cap" / "report.txt").exists()
     assert list((folder / "cap" / "trace" / "plugins" / "profile").glob("*/*.xplane.pb"))
     assert "profile written to cap" in ok["stderr"]
 
 
 def test_capture_when_nothing_listens(captured):
     nobody = captured[0]["nobody"]
-    assert nobody["rc"] == 1 and "Traceback" not in nobody["stderr"]
+    assert nobody["rc"] == 1
+    assert "Traceback" not in nobody["stderr"]
     assert "could not capture a trace from 127.0.0.1:9998" in nobody["stderr"]
     assert "jax.profiler.start_server(9998)" in nobody["stderr"]
     assert nobody["stdout"] == ""

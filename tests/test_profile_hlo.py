@@ -51,10 +51,13 @@ def test_hlo_json_has_files_cost_memory_and_roofline(project):
     result = hlo(project, "model:layer", "--arg", "f32[128,512]", "--arg", "f32[512,256]", "--out", "h", "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert set(document) == HLO_KEYS and document["schema"] == "tpu-tools/profile-hlo/v1"
-    assert set(document["cost"]) == COST_KEYS and set(document["memory"]) == MEMORY_KEYS
+    assert set(document) == HLO_KEYS
+    assert document["schema"] == "tpu-tools/profile-hlo/v1"
+    assert set(document["cost"]) == COST_KEYS
+    assert set(document["memory"]) == MEMORY_KEYS
     assert set(document["roofline"]) == ROOFLINE_KEYS
-    assert document["args"] == ["f32[128,512]", "f32[512,256]"] and document["platform"] == "cpu"
+    assert document["args"] == ["f32[128,512]", "f32[512,256]"]
+    assert document["platform"] == "cpu"
     # The matmul alone is 2*128*512*256 FLOPs; tanh adds the rest.
     assert document["cost"]["flops"] >= 2 * 128 * 512 * 256
     assert document["cost"]["transcendentals"] == 128 * 256
@@ -65,10 +68,13 @@ def test_hlo_json_has_files_cost_memory_and_roofline(project):
                                     "text": "replicated input, no reduction needed"}]  # one device: nothing to reduce
     stablehlo = (project / document["files"]["stablehlo"]).read_text()
     optimized = (project / document["files"]["optimized_hlo"]).read_text()
-    assert "stablehlo.dot_general" in stablehlo and "tensor<128x512xf32>" in stablehlo
+    assert "stablehlo.dot_general" in stablehlo
+    assert "tensor<128x512xf32>" in stablehlo
     assert optimized.startswith("HloModule jit_layer")
     roof = document["roofline"]
-    assert roof["chip"] is None and roof["bound"] is None and "--chip" in roof["note"]
+    assert roof["chip"] is None
+    assert roof["bound"] is None
+    assert "--chip" in roof["note"]
     assert roof["arithmetic_intensity_flops_per_byte"] == pytest.approx(
         document["cost"]["flops"] / document["cost"]["bytes_accessed"])
 
@@ -123,14 +129,16 @@ def test_builtin_train_workload_is_the_bench_train_step(tmp_path):
     assert 0.9 <= document["xla_to_model_flops_ratio"] <= 2.0
     assert document["memory"]["argument_bytes"] > 0
     stablehlo = (tmp_path / "h" / "train_tiny_batch_4.stablehlo.mlir").read_text()
-    assert "func.func public @main" in stablehlo and "stablehlo.dot_general" in stablehlo
+    assert "func.func public @main" in stablehlo
+    assert "stablehlo.dot_general" in stablehlo
 
 
 def test_builtin_infer_workload_renders_the_model_flops(tmp_path):
     result = hlo(tmp_path, "infer", "--out", "h")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("infer[tiny, batch ")
-    assert "model FLOPs" in result.stdout and "(analytic" in result.stdout
+    assert "model FLOPs" in result.stdout
+    assert "(analytic" in result.stdout
 
 
 def test_builtin_workload_bad_input(tmp_path):

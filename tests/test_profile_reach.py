@@ -72,7 +72,8 @@ def test_a_replicated_input_needs_no_reduction(project):
     result = hlo(project, "programs:scaled", "--arg", "f32[8,4]", "--arg", "f32[3]", "--out", "h", "--json")
     assert result.returncode == 0, result.stderr
     [output] = json.loads(result.stdout)["outputs"]
-    assert output["reach"] == "replicated_input" and output["text"] == "replicated input, no reduction needed"
+    assert output["reach"] == "replicated_input"
+    assert output["text"] == "replicated input, no reduction needed"
 
 
 @pytest.mark.parametrize(("attrs", "groups"), [
@@ -117,7 +118,8 @@ def test_mesh_groups_are_the_devices_that_differ_only_along_the_reduced_axes(siz
     header = ",".join(f"{name}={size}" for name, size in zip(names, sizes))
     listed = f"replica_groups=@mesh<{header}>(devices=[{','.join(map(str, sizes))}]{','.join(map(str, order))}) "
     groups = replica_groups(listed + "{" + ",".join(chosen) + "}", total)
-    assert groups is not None and sorted(d for g in groups for d in g) == list(range(total))
+    assert groups is not None
+    assert sorted(d for g in groups for d in g) == list(range(total))
     position = {device: np.unravel_index(index, sizes) for index, device in enumerate(order)}
     for group in groups:
         assert len(group) == math.prod(sizes[names.index(name)] for name in chosen)

@@ -115,9 +115,11 @@ def recompiled(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict, Pat
 def test_recompiling_function_is_named_with_its_count_and_shape_reasons(recompiled):
     result, document, _ = recompiled
     scale = next(row for row in document["compiles"] if row["function"] == "scale")
-    assert scale["compiles"] == 3 and scale["traces"] == 3
+    assert scale["compiles"] == 3
+    assert scale["traces"] == 3
     assert scale["defined_at"] == "prog.py:6"  # the decorator line, as Python numbers a function
-    assert scale["calls"] == 6 and scale["cache_hits"] == 3
+    assert scale["calls"] == 6
+    assert scale["cache_hits"] == 3
     group = next(g for g in document["recompilations"] if g["function"] == "scale")
     assert group["recompiles"] == 2
     reasons = " | ".join(r["reason"] for r in group["reasons"])
@@ -125,7 +127,8 @@ def test_recompiling_function_is_named_with_its_count_and_shape_reasons(recompil
     assert "now f32[5] and before" in reasons
     assert all(site.startswith("prog.py:12") for r in group["reasons"] for site in r["call_sites"])
     report = (recompiled[2] / "out" / "report.txt").read_text()
-    assert "scale (prog.py:6)" in report and "at x, now f32[4] and before f32[3]" in report
+    assert "scale (prog.py:6)" in report
+    assert "at x, now f32[4] and before f32[3]" in report
     assert "at x, now f32[4] and before f32[3]" in result.stderr  # the report, printed after the program
 
 
@@ -135,7 +138,8 @@ def test_program_output_is_left_alone_and_the_location_is_printed(recompiled):
     assert "TRACING CACHE MISS" not in result.stderr  # explanations are recorded, not printed
     assert "tpu-profile: profile written to out (summary.json, report.txt" in result.stderr
     assert "tensorboard --logdir out/trace" in result.stderr
-    assert "ui.perfetto.dev" in result.stderr and "perfetto_trace.json.gz" in result.stderr
+    assert "ui.perfetto.dev" in result.stderr
+    assert "perfetto_trace.json.gz" in result.stderr
 
 
 def test_output_folder_holds_the_trace_as_jax_wrote_it(recompiled):
@@ -153,13 +157,17 @@ def test_output_folder_holds_the_trace_as_jax_wrote_it(recompiled):
 def test_summary_json_schema_is_pinned(recompiled):
     _, document, _ = recompiled
     assert set(document) == SUMMARY_KEYS
-    assert document["schema"] == "tpu-tools/profile/v1" and document["source"] == "run"
+    assert document["schema"] == "tpu-tools/profile/v1"
+    assert document["source"] == "run"
     assert set(document["program"]) == PROGRAM_KEYS
     assert set(document["window"]) == WINDOW_KEYS
     assert set(document["trace"]) == TRACE_KEYS
-    assert document["devices"] and all(set(d) == DEVICE_KEYS for d in document["devices"])
-    assert document["top_ops"] and all(set(o) == OP_KEYS for o in document["top_ops"])
-    assert document["modules"] and all(set(m) == MODULE_KEYS for m in document["modules"])
+    assert document["devices"]
+    assert all(set(d) == DEVICE_KEYS for d in document["devices"])
+    assert document["top_ops"]
+    assert all(set(o) == OP_KEYS for o in document["top_ops"])
+    assert document["modules"]
+    assert all(set(m) == MODULE_KEYS for m in document["modules"])
     assert set(document["host_dispatch"]) == DISPATCH_KEYS
     assert document["compile_source"] == "monitoring"
     assert all(set(row) == COMPILE_KEYS for row in document["compiles"])
@@ -187,11 +195,16 @@ def test_eager_ops_in_a_loop_are_flagged_with_their_call_site(tmp_path):
     assert result.stderr.startswith("to stderr\n")
     eager = summary_of(tmp_path / "out")["eager"]
     ops = {op["name"]: op["count"] for op in eager["ops"]}
-    assert ops["add"] == 25 and ops["tanh"] == 25
+    assert ops["add"] == 25
+    assert ops["tanh"] == 25
     top = eager["call_sites"][0]
-    assert top["function"] == "update" and top["file"] == "loop.py" and top["line"] == 6
-    assert top["dispatches"] == 50 and top["ops"] == {"add": 25, "tanh": 25}
-    assert "update (loop.py:6)" in result.stderr and "candidates for jax.jit" in result.stderr
+    assert top["function"] == "update"
+    assert top["file"] == "loop.py"
+    assert top["line"] == 6
+    assert top["dispatches"] == 50
+    assert top["ops"] == {"add": 25, "tanh": 25}
+    assert "update (loop.py:6)" in result.stderr
+    assert "candidates for jax.jit" in result.stderr
 
 
 def test_jitted_step_top_ops_match_the_program(tmp_path):
@@ -211,12 +224,15 @@ def test_jitted_step_top_ops_match_the_program(tmp_path):
         assert op["count"] == 7  # once per step
     assert sum(op["percent_of_device_time"] for op in document["top_ops"]) == pytest.approx(100, abs=0.1)
     row = next(r for r in document["compiles"] if r["function"] == "train_step")
-    assert row["compiles"] == 1 and row["calls"] == 7 and row["cache_hits"] == 7  # compiled by .lower().compile()
+    assert row["compiles"] == 1
+    assert row["calls"] == 7
+    assert row["cache_hits"] == 7  # compiled by .lower().compile()
     assert document["recompilations"] == []
     assert not any(site["function"] == "train_step" for site in document["eager"]["call_sites"])
     # (a GPU host's trace also holds its GPU's plane, unused by this CPU program: the rows are found by name)
     cpu = next(row for row in document["devices"] if row["device"] == "cpu:0")
-    assert cpu["op_count"] >= 7 and cpu["busy_us"] > 0
+    assert cpu["op_count"] >= 7
+    assert cpu["busy_us"] > 0
     assert cpu["busy_us"] + cpu["idle_us"] == pytest.approx(document["trace"]["duration_us"], rel=1e-3)
 
 
@@ -246,8 +262,10 @@ def test_sys_exit_3_is_passed_through_with_the_partial_profile_summarised(tmp_pa
     result = profile(tmp_path, "--out", "out", "--", "exits.py")
     assert result.returncode == 3, result.stderr
     document = summary_of(tmp_path / "out")
-    assert document["program"]["status"] == "exited" and document["program"]["exit_code"] == 3
-    assert document["top_ops"] and document["window"]["closed_by"] == "program end"
+    assert document["program"]["status"] == "exited"
+    assert document["program"]["exit_code"] == 3
+    assert document["top_ops"]
+    assert document["window"]["closed_by"] == "program end"
     assert "exit 3" in (tmp_path / "out" / "report.txt").read_text()
 
 
@@ -265,7 +283,8 @@ def test_a_script_that_raises_shows_its_traceback_exits_1_and_is_summarised(tmp_
     result = profile(tmp_path, "--out", "out", "--", "raises.py")
     assert result.returncode == 1
     assert result.stderr.startswith("Traceback (most recent call last):\n  File \"raises.py\"")
-    assert "runpy" not in result.stderr and "tpu_tools" not in result.stderr
+    assert "runpy" not in result.stderr
+    assert "tpu_tools" not in result.stderr
     assert "ValueError: the loss diverged" in result.stderr
     document = summary_of(tmp_path / "out")
     assert document["program"]["status"] == "raised"
@@ -303,7 +322,8 @@ def test_an_existing_output_folder_is_refused_unless_forced(tmp_path):
     assert forced.stdout == "no jax here\n"
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
     document = summary_of(tmp_path / "out")
-    assert document["trace"] is None and document["window"]["opened"] is False
+    assert document["trace"] is None
+    assert document["window"]["opened"] is False
     assert any("never started a JAX runtime" in n for n in document["notes"])
 
 
@@ -389,13 +409,18 @@ def test_time_window_traces_only_the_window(tmp_path):
     assert result.returncode == 0, result.stderr
     document = summary_of(tmp_path / "out")
     window = document["window"]
-    assert window["mode"] == "time" and window["opened"] and window["closed_by"] == "duration"
+    assert window["mode"] == "time"
+    assert window["opened"]
+    assert window["closed_by"] == "duration"
     assert window["opened_at_s"] >= 7.9  # at the delay, or later where the runtime came up later
     assert document["trace"]["duration_us"] >= 0.8e6  # the 1 s window, which a loaded machine only lengthens
     modules = {op["module"] for op in document["top_ops"]}
-    assert "jit_late" in modules and "jit_early" not in modules
+    assert "jit_late" in modules
+    assert "jit_early" not in modules
     late = next(r for r in document["compiles"] if r["function"] == "late")
-    assert late["compiles"] == 1 and late["calls"] > 0 and late["cache_hits"] == late["calls"]
+    assert late["compiles"] == 1
+    assert late["calls"] > 0
+    assert late["cache_hits"] == late["calls"]
 
 
 def test_a_window_that_never_opens_still_reports_the_compiles(tmp_path):
@@ -403,7 +428,8 @@ def test_a_window_that_never_opens_still_reports_the_compiles(tmp_path):
     result = profile(tmp_path, "--out", "out", "--delay", "60", "--", "short.py")
     assert result.returncode == 0, result.stderr
     document = summary_of(tmp_path / "out")
-    assert document["window"]["opened"] is False and document["trace"] is None
+    assert document["window"]["opened"] is False
+    assert document["trace"] is None
     assert any("before the trace window opened at 60 s" in n for n in document["notes"])
     assert any(row["function"] == "add" for row in document["compiles"])
     assert "Perfetto" not in result.stderr
@@ -481,7 +507,8 @@ def test_ctrl_c_in_a_real_terminal(tmp_path, size):
         kill_tmux_server(server)
     assert "EXIT=130" in screen, screen
     assert "interrupted; the trace so far is kept" in screen
-    assert "Eager ops" in screen and "multiply" in screen  # the report, drawn for a terminal
+    assert "Eager ops" in screen
+    assert "multiply" in screen  # the report, drawn for a terminal
     assert "Traceback" not in screen
     assert summary_of(tmp_path / "out")["program"]["status"] == "interrupted"
 
@@ -509,10 +536,12 @@ def test_persistent_compilation_cache_hits_are_counted_and_its_log_stays_quiet(t
     second = profile(tmp_path, "--out", "second", "--quiet", "--", "cached.py", str(cache))
     for result in (first, second):
         assert result.returncode == 0, result.stderr
-        assert "persistent" not in result.stderr.lower() and "CACHE MISS" not in result.stderr
+        assert "persistent" not in result.stderr.lower()
+        assert "CACHE MISS" not in result.stderr
     before = next(r for r in summary_of(tmp_path / "first")["compiles"] if r["function"] == "f")
     after = next(r for r in summary_of(tmp_path / "second")["compiles"] if r["function"] == "f")
-    assert before["persistent_cache_hits"] == 0 and after["persistent_cache_hits"] == 1
+    assert before["persistent_cache_hits"] == 0
+    assert after["persistent_cache_hits"] == 1
 
 
 def test_step_window_traces_only_the_marked_steps(tmp_path):
@@ -548,7 +577,9 @@ def test_step_window_traces_only_the_marked_steps(tmp_path):
     assert result.returncode == 0, result.stderr
     document = summary_of(tmp_path / "out")
     window = document["window"]
-    assert window["mode"] == "steps" and window["opened"] and window["closed_by"] == "steps"
+    assert window["mode"] == "steps"
+    assert window["opened"]
+    assert window["closed_by"] == "steps"
     assert (window["first_step"], window["last_step"]) == (2, 3)
     modules = {op["module"] for op in document["top_ops"]}
     assert "jit_measured_step" in modules
@@ -556,7 +587,8 @@ def test_step_window_traces_only_the_marked_steps(tmp_path):
     # Compiles are counted over the whole run (warmup_step compiled before the window), calls in the trace only:
     # the report says which is which.
     compiles = {row["function"]: row for row in document["compiles"]}
-    assert compiles["warmup_step"]["compiles"] == 1 and compiles["warmup_step"]["calls"] == 0
+    assert compiles["warmup_step"]["compiles"] == 1
+    assert compiles["warmup_step"]["calls"] == 0
     assert compiles["measured_step"]["calls"] == 2
     report = (tmp_path / "out" / "report.txt").read_text()
     assert "Compilation (jax.monitoring; over the whole run;" in report

@@ -62,8 +62,10 @@ def plain_summary(plain_trace: Path) -> dict:
 
 def test_summary_of_a_plain_jax_profiler_trace(plain_summary):
     document = plain_summary
-    assert document["schema"] == "tpu-tools/profile/v1" and document["source"] == "trace"
-    assert document["program"] is None and document["window"] is None
+    assert document["schema"] == "tpu-tools/profile/v1"
+    assert document["source"] == "trace"
+    assert document["program"] is None
+    assert document["window"] is None
     # Which op leads is the machine's to say: the step's fusion takes about 100 times the eager multiplies here,
     # but a busy machine has preempted a multiply for longer than that. What each op is, and the order, are not.
     ops = document["top_ops"]
@@ -74,11 +76,15 @@ def test_summary_of_a_plain_jax_profiler_trace(plain_summary):
     # What the trace alone tells about compilation: the compile inside the first call, then cache hits.
     assert document["compile_source"] == "trace"
     step = next(r for r in document["compiles"] if r["function"] == "step")
-    assert step["compiles"] == 1 and step["calls"] == 4 and step["cache_hits"] == 3
-    assert step["compile_time_s"] > 0 and step["traces"] is None
+    assert step["compiles"] == 1
+    assert step["calls"] == 4
+    assert step["cache_hits"] == 3
+    assert step["compile_time_s"] > 0
+    assert step["traces"] is None
     eager = document["eager"]
     assert {op["name"]: op["count"] for op in eager["ops"]} == {"multiply": 6}
-    assert eager["call_sites"][0]["function"] == "update" and eager["call_sites"][0]["file"] == "plain.py"
+    assert eager["call_sites"][0]["function"] == "update"
+    assert eager["call_sites"][0]["file"] == "plain.py"
     assert any("trace alone" in note for note in document["notes"])
 
 

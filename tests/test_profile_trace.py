@@ -37,18 +37,22 @@ def test_tpu_device_planes(tmp_path):
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     devices = {d["device"]: d for d in document["devices"]}
-    assert devices["TPU:0"]["busy_us"] == 700 and devices["TPU:0"]["idle_us"] == 300
-    assert devices["TPU:0"]["busy_percent"] == 70.0 and devices["TPU:0"]["op_count"] == 4
+    assert devices["TPU:0"]["busy_us"] == 700
+    assert devices["TPU:0"]["idle_us"] == 300
+    assert devices["TPU:0"]["busy_percent"] == 70.0
+    assert devices["TPU:0"]["op_count"] == 4
     assert devices["TPU:1"]["busy_us"] == 200
     top = document["top_ops"]
     assert [(o["name"], o["module"], o["count"]) for o in top] == [
         ("convolution.2", "jit_train_step", 2), ("fusion.1", "jit_train_step", 2),
         ("all-reduce.3", "jit_train_step", 1)]
-    assert top[0]["total_us"] == 500 and top[0]["mean_us"] == 250
+    assert top[0]["total_us"] == 500
+    assert top[0]["mean_us"] == 250
     assert top[0]["percent_of_device_time"] == round(100 * 500 / 900, 2)
     assert document["device_time_us"] == 900
     dispatch = document["host_dispatch"]
-    assert dispatch["dispatches"] == 2 and dispatch["dispatch_time_us"] == 90
+    assert dispatch["dispatches"] == 2
+    assert dispatch["dispatch_time_us"] == 90
     assert document["eager"]["dispatches"] == 0
 
 
@@ -64,7 +68,9 @@ def test_gpu_stream_lines_use_the_hlo_op_stats(tmp_path):
     write_xspace(tmp_path, "gpu-host", [gpu], duration_ns=200 * US)
     document = json.loads(run_tool("tpu-profile", "summary", str(tmp_path), "--json").stdout)
     ops = {(o["name"], o["module"]) for o in document["top_ops"]}
-    assert ("dot.3", "jit_f") in ops and ("add.7", "jit_f") in ops and ("MemcpyH2D", None) in ops
+    assert ("dot.3", "jit_f") in ops
+    assert ("add.7", "jit_f") in ops
+    assert ("MemcpyH2D", None) in ops
     assert document["devices"] == [{"device": "GPU:0", "op_count": 3, "busy_us": 100.0, "idle_us": 100.0,
                                     "busy_percent": 50.0}]
 
@@ -78,4 +84,5 @@ def test_nested_ops_count_their_self_time(tmp_path):
     document = json.loads(run_tool("tpu-profile", "summary", str(tmp_path), "--json").stdout)
     times = {o["name"]: o["total_us"] for o in document["top_ops"]}
     assert times == {"fusion.2": 60, "while.1": 40}
-    assert document["devices"][0]["busy_us"] == 100 and document["device_time_us"] == 100
+    assert document["devices"][0]["busy_us"] == 100
+    assert document["device_time_us"] == 100

@@ -34,7 +34,9 @@ REDEFINED = ("TRACING CACHE MISS at /work/prog.py:16:4 (<module>):\n  never seen
 
 def test_parse_first_trace_and_shape_miss():
     first = parse_cache_miss(FIRST)
-    assert first.function == "f" and first.first_trace and first.defined_at == "/work/prog.py:16"
+    assert first.function == "f"
+    assert first.first_trace
+    assert first.defined_at == "/work/prog.py:16"
     shape = parse_cache_miss(SHAPE)
     assert (shape.function, shape.kind, shape.first_trace) == ("f", "types", False)
     assert shape.reasons == ["at x, now f32[4] and before f32[3]"]
@@ -46,7 +48,8 @@ def test_parse_static_argument_and_redefined_function():
     assert static.kind == "pytree"
     assert static.reasons == ["static argument at input path [0][1], now 3 and before 2"]
     redefined = parse_cache_miss(REDEFINED)
-    assert redefined.kind == "redefined" and not redefined.first_trace
+    assert redefined.kind == "redefined"
+    assert not redefined.first_trace
     assert "defined (or wrapped in jax.jit) again every time" in redefined.reasons[0]
 
 
@@ -71,12 +74,15 @@ def test_compile_rows_sum_the_stages_and_use_trace_calls():
     row = rows[0]
     assert (row.function, row.defined_at, row.compiles, row.traces, row.persistent_cache_hits) == \
         ("f", "prog.py:16", 2, 1, 1)
-    assert row.compile_time_s == pytest.approx(0.33) and (row.calls, row.cache_hits) == (9, 7)
+    assert row.compile_time_s == pytest.approx(0.33)
+    assert (row.calls, row.cache_hits) == (9, 7)
 
 
 def test_function_names_lose_their_transformation():
-    assert function_name("jit(f)") == "f" and function_name("jit(jit(step))") == "step"
-    assert function_name("pmap(train)") == "train" and function_name("f") == "f"
+    assert function_name("jit(f)") == "f"
+    assert function_name("jit(jit(step))") == "step"
+    assert function_name("pmap(train)") == "train"
+    assert function_name("f") == "f"
 
 
 class RecordingTracer:
@@ -101,7 +107,9 @@ def test_whole_run_opens_when_the_runtime_is_up_and_closes_at_the_end():
     controller.runtime_ready()
     assert tracer.calls == ["start"]
     result = controller.finish()
-    assert tracer.calls == ["start", "stop"] and result.closed_by == "program end" and result.opened
+    assert tracer.calls == ["start", "stop"]
+    assert result.closed_by == "program end"
+    assert result.opened
 
 
 def test_time_window_waits_for_the_delay_and_stops_after_the_duration():
@@ -115,7 +123,8 @@ def test_time_window_waits_for_the_delay_and_stops_after_the_duration():
         time.sleep(0.02)
     result = controller.finish()
     assert tracer.calls == ["start", "stop"]
-    assert result.closed_by == "duration" and result.opened_at_s >= 0.2
+    assert result.closed_by == "duration"
+    assert result.opened_at_s >= 0.2
     assert result.closed_at_s - result.opened_at_s >= 0.2
 
 
@@ -181,7 +190,8 @@ def test_a_window_that_cannot_start_is_explained():
     controller.begin()
     controller.runtime_ready()
     result = controller.finish()
-    assert not result.opened and "already been started" in result.note
+    assert not result.opened
+    assert "already been started" in result.note
 
 
 def test_window_spec_validation():
@@ -204,7 +214,9 @@ def test_arg_specs():
 
 def test_roofline_verdicts():
     v5e = chip_by_name("v5e")
-    assert v5e.name == "TPU v5e" and chip_by_name("TPU v6e").name == "TPU v6e" and chip_by_name("h100")
+    assert v5e.name == "TPU v5e"
+    assert chip_by_name("TPU v6e").name == "TPU v6e"
+    assert chip_by_name("h100")
     # A big matmul in bf16: 2*4096^3 FLOPs over 3 * 4096^2 * 2 bytes -> far above the ridge point.
     flops, moved = 2 * 4096**3, 3 * 4096**2 * 2
     compute = roofline(flops, moved, v5e, "bf16")
@@ -213,11 +225,16 @@ def test_roofline_verdicts():
     assert compute.ridge_point_flops_per_byte == pytest.approx(197e12 / 819e9)
     # An elementwise add: 1 FLOP per 12 bytes -> memory-bound, time = bytes / bandwidth.
     memory = roofline(1 * GIB, 12 * GIB, v5e, "f32")
-    assert memory.bound == "memory" and memory.peak_dtype == "bf16" and "default precision" in memory.note
+    assert memory.bound == "memory"
+    assert memory.peak_dtype == "bf16"
+    assert "default precision" in memory.note
     assert memory.best_case_time_us == pytest.approx(12 * GIB / 819e9 * 1e6)
     unknown = roofline(100.0, 10.0, None, "f32", "cpu")
-    assert unknown.bound is None and unknown.arithmetic_intensity_flops_per_byte == 10 and "cpu" in unknown.note
-    assert compute_dtype(["bf16", "bf16"]) == "bf16" and compute_dtype(["f32", "bf16"]) == "f32"
+    assert unknown.bound is None
+    assert unknown.arithmetic_intensity_flops_per_byte == 10
+    assert "cpu" in unknown.note
+    assert compute_dtype(["bf16", "bf16"]) == "bf16"
+    assert compute_dtype(["f32", "bf16"]) == "f32"
     assert compute_dtype(["s8", "s8"]) == "int8"
 
 

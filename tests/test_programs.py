@@ -65,7 +65,8 @@ def test_the_test_script_stops_in_ci_when_it_cannot_install_them(tmp_path):
     result = subprocess.run([str(bin_dir / "bash"), str(copy / "tools" / "test.sh")], env=env, capture_output=True,
                             text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 1, (result.stdout, result.stderr)
-    assert result.stderr.strip().endswith("(CI=true)") and "could not install tmux zsh fish prometheus" in result.stderr
+    assert result.stderr.strip().endswith("(CI=true)")
+    assert "could not install tmux zsh fish prometheus" in result.stderr
     assert not (copy / ".venv").exists()
     outside = subprocess.run([str(bin_dir / "bash"), str(copy / "tools" / "test.sh")], env={**env, "CI": ""},
                              capture_output=True, text=True, timeout=60, cwd=tmp_path)

@@ -34,4 +34,5 @@ def test_every_record_is_tested_read_and_built_from_real_series():
     dashboards = " ".join(path.read_text() for path in (REPO / "deploy" / "grafana").glob("*.json"))
     assert "instance:tpu_tools_device_utilization_ratio:distance_from_cluster_median" in dashboards
     used = {name for rule in _rules() for name in re.findall(r"(?<![:\w])(tpu_tools_[a-z_]+)", rule["expr"])}
-    assert used and used - exported_names() == set()
+    assert used
+    assert used - exported_names() == set()

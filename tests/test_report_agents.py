@@ -34,7 +34,7 @@ class AskedYet:
         return {"agent_asked": ASKED.wait(timeout=10.0)}
 
 
-@pytest.fixture()
+@pytest.fixture
 def agent(monkeypatch) -> Iterator[AgentServer]:
     directory = make_rundir()
     monkeypatch.setenv("TPU_TOOLS_RUNTIME_DIR", str(directory))
@@ -60,7 +60,8 @@ def test_the_agents_are_asked_before_the_first_group_is_sampled(agent):
         builder.close()
     document = report_document(report)
     assert document["diag"]["agent_asked"] is True
-    assert document["processes"]["error"] is None and [a["tag"] for a in document["processes"]["agents"]] == ["early"]
+    assert document["processes"]["error"] is None
+    assert [a["tag"] for a in document["processes"]["agents"]] == ["early"]
     assert agent.counters.served == 1  # asked once, although two groups read the answer
 
 
@@ -72,8 +73,10 @@ def test_a_round_without_a_group_that_reads_the_agents_does_not_ask_them(agent):
         second = builder.build()  # the processes group is not due: its figures are repeated, nobody is asked
     finally:
         builder.close()
-    assert second.host is not first.host and report_document(second)["host"]["error"] is None  # collected again
+    assert second.host is not first.host
+    assert report_document(second)["host"]["error"] is None  # collected again
     document = report_document(second)
-    assert document["sequence"] == 1 and [a["tag"] for a in document["processes"]["agents"]] == ["early"]
+    assert document["sequence"] == 1
+    assert [a["tag"] for a in document["processes"]["agents"]] == ["early"]
     assert second.processes is first.processes
     assert agent.counters.served == 1

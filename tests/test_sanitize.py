@@ -48,7 +48,8 @@ def test_escapes_are_visible_and_plain_text_is_unchanged():
 
 @given(st.text())
 def test_sanitised_text_is_always_safe(text):
-    assert is_safe(safe_text(text)) and is_safe(safe_text(text, multiline=True), multiline=True)
+    assert is_safe(safe_text(text))
+    assert is_safe(safe_text(text, multiline=True), multiline=True)
 
 
 def test_tables_escape_cells_headers_and_titles():
@@ -59,8 +60,10 @@ def test_tables_escape_cells_headers_and_titles():
     buffer = io.StringIO()
     Console(file=buffer, width=100, force_terminal=True, color_system="truecolor").print(rich_table(table, 100))
     shown = buffer.getvalue()
-    assert "\x1b]" not in shown and "\x9b" not in shown  # no OSC (title, hyperlink) and no 8-bit CSI
-    assert "[link=http://x.test]click[/link]" in shown and "[red]x[/red]" in shown  # markup shown, not obeyed
+    assert "\x1b]" not in shown
+    assert "\x9b" not in shown  # no OSC (title, hyperlink) and no 8-bit CSI
+    assert "[link=http://x.test]click[/link]" in shown
+    assert "[red]x[/red]" in shown  # markup shown, not obeyed
 
 
 def _hostile_host(root):
@@ -76,7 +79,8 @@ def test_tpu_ls_shows_a_hostile_holder_command_line_inert(tmp_path):
         assert result.returncode == 0, result.stderr
         raw = result.stdout.encode()
         _assert_inert(raw)
-        assert "PWNED" in result.stdout and ("\\x1b]0;PWNED\\x07\\x1b[2Jpython3" in result.stdout or "table" in args)
+        assert "PWNED" in result.stdout
+        assert ("\\x1b]0;PWNED\\x07\\x1b[2Jpython3" in result.stdout or "table" in args)
     document = json.loads(run_tool("tpu-ls", "--no-runtime", "--json", env=env).stdout)
     holders = [h for chip in document["chips"] for h in chip["holders"] if h["pid"] == 3002]
     assert holders[0]["command"].startswith(HOSTILE_ARGV0)  # JSON keeps the data exactly (escaped by JSON)
@@ -91,7 +95,8 @@ def test_tpu_ls_shows_hostile_libtpu_host_name_and_core_error_inert(tmp_path):
         result = run_tool("tpu-ls", "--no-runtime", "--runtime-status", "--metrics-addr", service.address, env=env)
     assert result.returncode == 0, result.stderr
     _assert_inert(result.stdout.encode() + result.stderr.encode())
-    assert "\\x1b]0;PWNED\\x07host\\u202e" in result.stdout and "halted\\x1b[2J\\x9b31m\\u2067" in result.stdout
+    assert "\\x1b]0;PWNED\\x07host\\u202e" in result.stdout
+    assert "halted\\x1b[2J\\x9b31m\\u2067" in result.stdout
 
 
 def test_profile_summary_shows_hostile_op_and_function_names_inert(tmp_path):

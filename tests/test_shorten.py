@@ -15,7 +15,8 @@ def test_a_cut_text_fits_its_limit_and_keeps_its_start(text, limit):
     if len(text) <= limit:
         assert cut == text
     elif limit > len(ELLIPSIS):
-        assert cut.endswith(ELLIPSIS) and text.startswith(cut[: -len(ELLIPSIS)])
+        assert cut.endswith(ELLIPSIS)
+        assert text.startswith(cut[: -len(ELLIPSIS)])
 
 
 def test_a_value_is_quoted_by_its_repr_cut_short():

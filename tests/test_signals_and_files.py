@@ -41,11 +41,13 @@ def test_sigterm_keeps_the_bench_results_and_exits_143(tmp_path):
         _, stderr = run.finish(signal.SIGTERM)
     process = run.process
     assert process.returncode == 143, stderr
-    assert "partial results written to" in stderr and "Traceback" not in stderr
+    assert "partial results written to" in stderr
+    assert "Traceback" not in stderr
     document = json.loads(out.read_text())
     assert document["interrupted"] is True
     statuses = [r["status"] for r in document["results"]]
-    assert "interrupted" in statuses and set(statuses) <= {"ok", "interrupted", "not_run"}
+    assert "interrupted" in statuses
+    assert set(statuses) <= {"ok", "interrupted", "not_run"}
     assert "terminated (SIGTERM)" in [r["message"] for r in document["results"]]
 
 
@@ -92,7 +94,8 @@ def test_sigterm_keeps_the_profile_and_exits_143(tmp_path):
     _, stderr = _terminate(process, 0.5)
     assert process.returncode == 143, stderr
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["program"]["status"] == "interrupted" and summary["program"]["exit_code"] == 143
+    assert summary["program"]["status"] == "interrupted"
+    assert summary["program"]["exit_code"] == 143
     assert any("terminated (SIGTERM)" in note for note in summary["notes"])
     assert summary["top_ops"], "the trace until SIGTERM is summarised"
 
@@ -107,7 +110,8 @@ def test_a_program_ending_in_os_exit_keeps_its_profile(tmp_path):
                       env=clean_env(**CPU))
     assert result.returncode == 5, result.stderr
     summary = json.loads((tmp_path / "p" / "summary.json").read_text())
-    assert summary["program"]["exit_code"] == 5 and any("os._exit(5)" in n for n in summary["notes"])
+    assert summary["program"]["exit_code"] == 5
+    assert any("os._exit(5)" in n for n in summary["notes"])
 
 
 # --- bug 7 and bug 12: what XLA would abort on ------------------------------------------------------------
@@ -126,7 +130,8 @@ def test_an_unknown_xla_flag_is_one_sentence(tmp_path, args):
     (tmp_path / "x.py").write_text("import jax\njax.devices()\n")
     result = run_tool(*args, env=clean_env(XLA_FLAGS="--bogus", **CPU), cwd=tmp_path)
     message = assert_one_line_error(result, 2, "XLA does not know the flag --bogus")
-    assert "F1" not in result.stderr and "parse_flags_from_env" not in result.stderr, message
+    assert "F1" not in result.stderr, message
+    assert "parse_flags_from_env" not in result.stderr, message
 
 
 # --- bug 13: output files ------------------------------------------------------------------------------
@@ -139,7 +144,9 @@ def test_the_atomic_writer_refuses_an_existing_file_and_never_follows_a_link(tmp
     with pytest.raises(UsageError, match="already exists; use --force"):
         write_file(link, "new", force=False, option="--json")
     write_file(link, "new", force=True, option="--json")
-    assert victim.read_text() == "precious" and not link.is_symlink() and link.read_text() == "new"
+    assert victim.read_text() == "precious"
+    assert not link.is_symlink()
+    assert link.read_text() == "new"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
 
 
@@ -157,7 +164,8 @@ def test_bench_json_refuses_an_existing_file_before_running(tmp_path):
     existing.write_text("{}")
     result = run_tool("tpu-bench", "dispatch", "--json", str(existing), env=clean_env(**CPU))
     assert_one_line_error(result, 2, "already exists; use --force to replace it")
-    assert existing.read_text() == "{}" and result.stdout == ""  # refused before running: no table
+    assert existing.read_text() == "{}"
+    assert result.stdout == ""  # refused before running: no table
 
 
 def test_bench_json_with_force_replaces_a_planted_link_not_its_target(tmp_path):

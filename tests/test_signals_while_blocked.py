@@ -109,7 +109,8 @@ def test_a_silent_profiler_server_does_not_hold_a_signal(tmp_path):
             result = _signalled(process, signal.SIGINT)
         finally:
             process.kill()
-    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 def test_a_silent_coordinator_does_not_hold_a_signal():
@@ -121,7 +122,8 @@ def test_a_silent_coordinator_does_not_hold_a_signal():
             result = _signalled(process, signal.SIGTERM)
         finally:
             process.kill()
-    assert result.returncode == 143 and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 143, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 def test_a_silent_prometheus_does_not_hold_a_signal():
@@ -133,7 +135,8 @@ def test_a_silent_prometheus_does_not_hold_a_signal():
             result = _signalled(process, signal.SIGINT)
         finally:
             process.kill()
-    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize(("args", "number", "code"), [(("tpu-monitor", "--count", "1"), signal.SIGTERM, 0),
@@ -151,7 +154,8 @@ def test_a_silent_agent_does_not_hold_a_signal(args, number, code):
                 process.kill()
     finally:
         remove_rundir(rundir)
-    assert result.returncode == code and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 # A process of its own behind each socket (the client checks that the socket's process is the one it is named
@@ -202,4 +206,5 @@ def test_several_silent_agents_asked_side_by_side_do_not_hold_a_signal(args, num
             agent.kill()
             agent.wait()
         remove_rundir(rundir)
-    assert result.returncode == code and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr

@@ -90,25 +90,31 @@ def test_the_worker_loading_data_is_named_with_its_function(stalled_job):
     report = wait_for(lambda: both_stalled(rundir), timeout=60, interval=0.5)
     agents = {a["pid"]: a for a in report["processes"]["agents"]}
     loader, waiter = agents[workers[1].pid], agents[workers[0].pid]
-    assert loader["stalled_s"] > STALL_FLOOR_S and waiter["stalled_s"] > STALL_FLOOR_S
-    assert loader["stack"]["where"] == "load_batch (job.py:16)" and not loader["stack"]["in_library"]
-    assert waiter["stack"]["where"] == "train (job.py:21)" and waiter["stack"]["in_library"]
+    assert loader["stalled_s"] > STALL_FLOOR_S
+    assert waiter["stalled_s"] > STALL_FLOOR_S
+    assert loader["stack"]["where"] == "load_batch (job.py:16)"
+    assert not loader["stack"]["in_library"]
+    assert waiter["stack"]["where"] == "train (job.py:21)"
+    assert waiter["stack"]["in_library"]
     [finding] = report["processes"]["stall_findings"]
-    assert finding["tag"] == "dist" and finding["others_where"] == ["train (job.py:21)"]
+    assert finding["tag"] == "dist"
+    assert finding["others_where"] == ["train (job.py:21)"]
     assert [(w["pid"], w["where"]) for w in finding["workers"]] == [(workers[1].pid, "load_batch (job.py:16)")]
 
     once = run_tool("tpu-top", "--once", env=agent_env(rundir, COLUMNS="200"))
     assert once.returncode == 0, once.stderr
     rows = [line for line in once.stdout.splitlines() if line.split()[:1] in ([str(workers[0].pid)],
                                                                                 [str(workers[1].pid)])]
-    assert len(rows) == 2 and all(" dist " in row and " STALL " in row for row in rows), once.stdout
+    assert len(rows) == 2, once.stdout
+    assert all(" dist " in row and " STALL " in row for row in rows), once.stdout
     assert (f"stalled job dist: worker {workers[1].pid} differs, in load_batch (job.py:16); the others in "
             "train (job.py:21)") in once.stdout
 
     screen = frame_text(job_lines(as_report(report), ViewState(job_key=str(workers[1].pid)), None, 120, None))
     assert "STALLED: no step for " in screen
     assert "main thread in load_batch (job.py:16)  (from its agent)" in screen
-    assert "load_batch  job.py:16" in screen and "train  job.py:20" in screen
+    assert "load_batch  job.py:16" in screen
+    assert "train  job.py:20" in screen
 
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="needs the prometheus binary")

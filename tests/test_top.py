@@ -17,7 +17,8 @@ from isolation import showing, wait_for_screen
 from programs import require_program
 
 from tpu_tools.top.frame import frame_text, render
-from tpu_tools.top.model import ViewState, handle_key, rows_from_report
+from tpu_tools.top.keys import handle_key
+from tpu_tools.top.model import ViewState, rows_from_report
 
 # Two real JAX jobs serve this module's tests: in a parallel run they stay on one worker.
 pytestmark = pytest.mark.xdist_group("top-jobs")
@@ -101,22 +102,26 @@ def test_selection_follows_the_process_and_shows_its_recompile():
     assert " 1000 big: steps 100" in frame  # the first row is selected
     handle_key(state, "down", rows_from_report(as_report(report)))
     frame = frame_text(render(as_report(report), state, 120, 40))
-    assert " 1002 mid: steps 100" in frame and "last recompile: none" in frame
+    assert " 1002 mid: steps 100" in frame
+    assert "last recompile: none" in frame
     handle_key(state, "j", rows_from_report(as_report(report)))
     frame = frame_text(render(as_report(report), state, 120, 40))
     assert " 1001 small: steps 100" in frame
     assert "last recompile: train_step (400.00 ms): different input types; at x, now f32[16]" in frame
     del report["processes"]["agents"][1]  # the selected process exits: the selection moves to a neighbour
     frame = frame_text(render(as_report(report), state, 120, 40))
-    assert "1001" not in frame and " 1002 mid: steps" in frame
+    assert "1001" not in frame
+    assert " 1002 mid: steps" in frame
 
 
 def test_device_panel_shows_figures_from_other_sources():
     frame = frame_text(render(as_report(_report(devices=2)), ViewState(), 120, 40))
     device_rows = [line for line in frame.splitlines() if line.startswith(" tpu:")]
     assert len(device_rows) == 2
-    assert "2.0 GiB / 16.0 GiB" in device_rows[1] and " 10.0 " in device_rows[1]
-    assert "[||" in device_rows[1] and "1000 big" in device_rows[1]
+    assert "2.0 GiB / 16.0 GiB" in device_rows[1]
+    assert " 10.0 " in device_rows[1]
+    assert "[||" in device_rows[1]
+    assert "1000 big" in device_rows[1]
 
 
 def test_not_a_terminal_without_once_is_a_clear_error():
@@ -162,14 +167,19 @@ def test_once_in_a_pipe_shows_the_jobs(jobs):
     result = run_tool("tpu-top", "--once", env=agent_env(path, COLUMNS="80"))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith(" tpu-top  host ") and "platform cpu" in lines[0]
-    assert all(len(line) <= 80 for line in lines) and "\x1b" not in result.stdout
+    assert lines[0].startswith(" tpu-top  host ")
+    assert "platform cpu" in lines[0]
+    assert all(len(line) <= 80 for line in lines)
+    assert "\x1b" not in result.stdout
     rows = _process_rows(lines, big.pid, small.pid)
     assert [r[2] for r in rows] == ["bigjob", "smalljob"]  # sorted by device memory
     big_row = rows[0]
     assert big_row[5] == "2.0M"  # two 1 MiB shards of the job's array, plus small ones rounded away
-    assert int(big_row[6]) >= 2 and int(big_row[7]) >= 1 and float(big_row[8]) > 0
-    assert f"cpu:0@{big.pid}" in result.stdout and f"cpu:1@{big.pid}" in result.stdout
+    assert int(big_row[6]) >= 2
+    assert int(big_row[7]) >= 1
+    assert float(big_row[8]) > 0
+    assert f"cpu:0@{big.pid}" in result.stdout
+    assert f"cpu:1@{big.pid}" in result.stdout
 
 
 # --- in a real terminal --------------------------------------------------------------------------------------
@@ -239,12 +249,15 @@ def test_live_view_in_a_terminal(jobs, terminal_env, width, height):
         # The selected process's details, under the process rows: the frame is painted down to them.
         screen = tmux.wait_for(showing("bigjob", "smalljob", f" {big.pid} bigjob: steps"))
         lines = screen.splitlines()
-        assert len(lines) == height and all(len(line) <= width for line in lines)
-        assert lines[0].startswith(" tpu-top  host ") and lines[0].rstrip().endswith("h help")
+        assert len(lines) == height
+        assert all(len(line) <= width for line in lines)
+        assert lines[0].startswith(" tpu-top  host ")
+        assert lines[0].rstrip().endswith("h help")
         assert "MARKER-BEFORE" not in screen  # the alternate screen
         rows = _process_rows(lines, big.pid, small.pid)
         assert [row[2] for row in rows] == ["bigjob", "smalljob"]
-        assert rows[0][5] == "2.0M" and int(rows[0][7]) >= 1
+        assert rows[0][5] == "2.0M"
+        assert int(rows[0][7]) >= 1
         assert lines[-1].startswith(" q quit")
         # The selected process's details, then down to the next one.
         assert any(line.startswith(f" {big.pid} bigjob: steps") for line in lines)
@@ -420,7 +433,8 @@ def test_sigkill_on_another_users_process_is_refused(tmp_path):
         tmux.keys("K")
         screen = tmux.wait_for(lambda s: f"not permitted to signal {target}" in s)
         assert "y / n" not in screen  # refused before asking
-        assert (other is None or other.poll() is None) and os.path.exists(f"/proc/{target}")
+        assert (other is None or other.poll() is None)
+        assert os.path.exists(f"/proc/{target}")
         tmux.keys("q")
     finally:
         tmux.kill()
@@ -453,7 +467,8 @@ def test_colours_mean_something_and_no_color_turns_them_off(jobs, terminal_env, 
         styled = tmux.run("capture-pane", "-t", "t", "-p", "-e")
         colours = [code for code in ("38;5;34", "38;5;31", "\x1b[32m", "\x1b[36m") if code in styled]
         if no_color:
-            assert not colours and "\x1b[7m" in styled  # reverse video still marks the headers
+            assert not colours
+            assert "\x1b[7m" in styled  # reverse video still marks the headers
         else:
             assert colours  # green bars or cyan titles
         tmux.keys("q")
@@ -518,7 +533,8 @@ def test_marks_tree_environment_and_mouse_in_a_terminal(jobs, terminal_env):
         else:
             pytest.fail(f"a click on the row of {second.pid} never selected it")
         shown = _environment_pages(tmux, screen, second.pid)
-        assert "HF_TOKEN=<redacted>" in shown and "PLAIN_SETTING=plain-value" in shown
+        assert "HF_TOKEN=<redacted>" in shown
+        assert "PLAIN_SETTING=plain-value" in shown
         assert "hf_0123" not in shown
         tmux.keys("e")  # back (as Esc, without its delay); the clicked row is still selected
         tmux.wait_for(lambda s: "Processes" in s)

@@ -14,7 +14,8 @@ from test_top import Tmux
 from tpu_tools.top.arrays_view import ArraysBoard, ArraysRead, arrays_lines
 from tpu_tools.top.frame import frame_text, render
 from tpu_tools.top.jobview import job_lines
-from tpu_tools.top.model import ViewState, handle_key, rows_from_report
+from tpu_tools.top.keys import handle_key
+from tpu_tools.top.model import ViewState, rows_from_report
 
 
 def _agent_report(pid: int, tag: str) -> dict:
@@ -34,15 +35,19 @@ def test_m_reads_a_real_jobs_arrays_in_the_background_with_their_source_lines(mo
         read = wait_for(lambda: (r := state.arrays.read(str(job.pid))) is not None and not r.pending and r, 30)
     assert read.error is None, read.error
     frame = frame_text(job_lines(as_report(report), state, None, 160, None))
-    assert "Memory by allocation  read at " in frame and "arrays looked at" in frame
+    assert "Memory by allocation  read at " in frame
+    assert "arrays looked at" in frame
     big = next(line for line in frame.splitlines() if "(1024, 1024)" in line)
     # the 1024 x 1024 f32 array on 4 devices, the line of the job's script that put it there
     assert "4.0 MiB" in big or "4 MiB" in big or "4.19 MB" in big, big
-    assert "float32" in big and "job.py:" in big
-    assert "Allocation sites" in frame and any("job.py:" in line for line in
+    assert "float32" in big
+    assert "job.py:" in big
+    assert "Allocation sites" in frame
+    assert any("job.py:" in line for line in
                                                frame.split("Allocation sites")[1].splitlines())
     framed = render(as_report(report), state, 100, 30)
-    assert len(framed) == 30 and all(len(line.text) <= 100 for line in framed)
+    assert len(framed) == 30
+    assert all(len(line.text) <= 100 for line in framed)
     assert "m arrays" in framed[-1].text
 
 
@@ -55,11 +60,13 @@ def test_a_job_that_cannot_answer_or_has_no_agent_says_so_on_one_line(monkeypatc
         wait_for(lambda: not state.arrays.read(str(job.pid)).pending, 20)  # type: ignore[union-attr]
         section = frame_text(job_lines(as_report(report), state, None, 120, None)).split("Memory by allocation")[1]
         section = section.split("Compiles by function")[0]
-    assert "has not started a JAX backend" in section and len(section.strip().splitlines()) == 2
+    assert "has not started a JAX backend" in section
+    assert len(section.strip().splitlines()) == 2
     holder = {"schema": "tpu-tools/monitor/v1", "processes": {"holders": [{"pid": os.getpid(), "command": "x"}]}}
     state = ViewState(job_key=str(os.getpid()))
     handle_key(state, "m", rows_from_report(as_report(holder)))
-    assert state.current_message() is not None and "has no tpu-tools agent" in state.current_message()[0]
+    assert state.current_message() is not None
+    assert "has no tpu-tools agent" in state.current_message()[0]
     assert state.arrays.read(str(os.getpid())) is None  # nothing was asked
     silent = {"schema": "tpu-tools/monitor/v1",
               "processes": {"agents": [{"pid": 4242, "error": "no complete answer within 1 s"}]}}
@@ -80,7 +87,8 @@ def test_no_agent_registered_is_an_error_line_not_a_raise(tmp_path, monkeypatch)
 def test_the_keys_never_wait_for_a_slow_agent():
     release = threading.Event()
     board = ArraysBoard(ask=lambda pid: (release.wait(20), {"arrays_report": {"arrays": []}})[1])
-    assert board.ask("7", 7) and board.read("7").pending  # type: ignore[union-attr]
+    assert board.ask("7", 7)
+    assert board.read("7").pending  # type: ignore[union-attr]
     assert not board.ask("7", 7)  # a second press while it runs starts nothing more
     lines = frame_text(arrays_lines(board.read("7"), 100))
     assert "asking the agent of 7" in lines
@@ -101,9 +109,11 @@ def test_rendering_fits_any_width_and_bounds_the_rows():
         lines = arrays_lines(read, width)
         text = frame_text(lines)
         assert all(len(line.text) <= width for line in (line.cut(width) for line in lines))
-        assert "30 more groups" in text and "stopped at its bound" in text
+        assert "30 more groups" in text
+        assert "stopped at its bound" in text
     wide = frame_text(arrays_lines(read, 200))
-    assert "model.py:40 (init_params)" in wide and "/home/u/project" not in wide  # the file, not its directory
+    assert "model.py:40 (init_params)" in wide
+    assert "/home/u/project" not in wide  # the file, not its directory
     assert "model.py:12 (init_params)" in wide.split("Allocation sites")[1]
     failed = frame_text(arrays_lines(ArraysRead(1, 1.0e9, 1.0e9, None, "timed out after 10 s"), 80))
     assert "timed out after 10 s" in failed
@@ -133,7 +143,8 @@ def test_m_in_a_terminal_shows_the_arrays_and_the_keys_keep_working():
             screen = tmux.wait_for(lambda s: "Memory by allocation  read at " in s and "Allocation sites" in s
                                    and "job.py:" in _row_of(s, "(512, 1024)"), 30)
             big = _row_of(screen, "(512, 1024)")
-            assert "float32" in big and "NamedSharding" in big
+            assert "float32" in big
+            assert "NamedSharding" in big
             assert screen.splitlines()[-1].startswith(" Esc back  m arrays")
             tmux.keys("Escape")
             tmux.wait_for(lambda s: " Processes" in s and "Memory by allocation" not in s)

@@ -43,11 +43,14 @@ def test_not_served_is_not_the_same_as_no_service(fixture_host):
     title = next(line for line in frame.splitlines() if line.startswith(" Devices"))
     assert title == f" Devices  libtpu {service.address}; duty cycle not served by this runtime (n/s)"
     row = _device_rows(frame)["tpu:0"]
-    assert "11.2 GiB / 16.0 GiB" in row and row.split()[-3] == "n/s"
+    assert "11.2 GiB / 16.0 GiB" in row
+    assert row.split()[-3] == "n/s"
     frame = _frame(["127.0.0.1:1"])
     assert " Devices  libtpu: no metrics service (127.0.0.1:1)" in frame
     row = _device_rows(frame)["tpu:0"]
-    assert "- / 16.0 GiB" in row and row.split()[-3] == "-" and "n/s" not in frame
+    assert "- / 16.0 GiB" in row
+    assert row.split()[-3] == "-"
+    assert "n/s" not in frame
 
 
 def test_once_shows_the_jobs_duty_cycle_and_hbm(rundir, tmp_path):
@@ -58,7 +61,8 @@ def test_once_shows_the_jobs_duty_cycle_and_hbm(rundir, tmp_path):
                           env=agent_env(rundir, TPU_TOOLS_SYSROOT=str(root), COLUMNS="80"))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert all(len(line) <= 80 for line in lines) and "platform tpu" in lines[0]
+    assert all(len(line) <= 80 for line in lines)
+    assert "platform tpu" in lines[0]
     assert f" Devices  libtpu {service.address}" in lines
     rows = _device_rows(result.stdout)
     assert len(rows) == 8

@@ -23,7 +23,8 @@ from tpu_tools.top.drawing import Column, layout, sparkline
 from tpu_tools.top.environ import read_environment
 from tpu_tools.top.frame import elapsed_text, frame_text, render
 from tpu_tools.top.history import MAX_SAMPLES, History, Ring
-from tpu_tools.top.model import IGNORED, SORT_KEYS, Filters, ProcessRow, ViewState, handle_key, rows_from_report
+from tpu_tools.top.keys import IGNORED, handle_key
+from tpu_tools.top.model import SORT_KEYS, Filters, ProcessRow, ViewState, rows_from_report
 from tpu_tools.top.procinfo import ProcessInfo
 
 
@@ -40,7 +41,8 @@ def test_ring_keeps_the_last_samples_in_order_with_gaps():
     ring = Ring(4)
     for value in (1.0, None, 3.0, 4.0, 5.0, 6.0):
         ring.append(value)
-    assert len(ring) == 4 and ring.values() == [3.0, 4.0, 5.0, 6.0]
+    assert len(ring) == 4
+    assert ring.values() == [3.0, 4.0, 5.0, 6.0]
     assert ring.values(2) == [5.0, 6.0]
     ring.append(None)
     assert ring.values() == [4.0, 5.0, 6.0, None]
@@ -67,7 +69,8 @@ def test_history_grows_then_stays_bounded_and_forgets_gone_jobs():
 def test_history_records_reports_without_a_time_every_time():
     history = History(interval_s=1.0)
     report = {"devices": {"devices": [{"key": "tpu:0", "host": "vm-a", "utilization_percent": 5.0}]}}
-    assert history.record(as_report(report), []) and history.record(as_report(report), [])
+    assert history.record(as_report(report), [])
+    assert history.record(as_report(report), [])
     assert history.device("vm-a/tpu:0", "utilization_percent") == [5.0, 5.0]
 
 
@@ -101,7 +104,8 @@ def test_collector_never_blocks_the_reader_of_the_last_report():
     collector = Collector(slow, interval_s=0.05).start()
     try:
         first = collector.wait_first(5)
-        assert first is not None and first.report == {"sequence": 1}
+        assert first is not None
+        assert first.report == {"sequence": 1}
         wait_for(lambda: len(calls) > 1, timeout=10)  # the second collect is now stuck
         for _ in range(100):  # a read that waited on the stuck collect would wait until release: a hang
             assert collector.latest().report == {"sequence": 1}
@@ -161,7 +165,8 @@ def test_collector_reports_an_error_with_the_previous_figures():
         while (collector.latest() is None or collector.latest().sequence < 2) and time.monotonic() < deadline:
             time.sleep(0.01)
         snapshot = collector.latest()
-        assert snapshot.error == "source gone" and snapshot.report == {"n": 1}
+        assert snapshot.error == "source gone"
+        assert snapshot.report == {"n": 1}
     finally:
         collector.close()
 
@@ -175,14 +180,18 @@ def test_text_filter_typed_after_slash_and_command_line_filters():
     handle_key(state, "/", rows)
     for key in "mid":
         handle_key(state, key, rows)
-    assert state.editing_filter and sorted(r.tag for r in state.visible_rows(as_report(report))) == ["mid", "mid5"]
+    assert state.editing_filter
+    assert sorted(r.tag for r in state.visible_rows(as_report(report))) == ["mid", "mid5"]
     handle_key(state, "backspace", rows)
     handle_key(state, "enter", rows)
-    assert not state.editing_filter and state.filters.text == "mi"
+    assert not state.editing_filter
+    assert state.filters.text == "mi"
     frame = frame_text(render(as_report(report), state, 120, 40))
-    assert "filter: /mi" in frame and " small " not in frame
+    assert "filter: /mi" in frame
+    assert " small " not in frame
     handle_key(state, "escape", rows)
-    assert state.filters.text == "" and len(state.visible_rows(as_report(report))) == 6
+    assert state.filters.text == ""
+    assert len(state.visible_rows(as_report(report))) == 6
     state.filters = Filters(pids=(1001,))
     assert [r.pid for r in state.visible_rows(as_report(report))] == [1001]
     state.filters = Filters(users=("bob",))
@@ -197,7 +206,8 @@ def test_device_filter_and_agents_only_toggle():
     state = ViewState(filters=Filters(devices=("tpu:1",)))
     assert [r.pid for r in state.visible_rows(as_report(report))] == [1002]
     frame = frame_text(render(as_report(report), state, 120, 40))
-    assert " tpu:1 " in frame and " tpu:0 " not in frame
+    assert " tpu:1 " in frame
+    assert " tpu:0 " not in frame
     state = ViewState()
     assert 77 in [r.pid for r in state.visible_rows(as_report(report))]
     handle_key(state, "a", rows_from_report(as_report(report)))
@@ -224,16 +234,21 @@ def test_enter_opens_the_job_screen_and_escape_goes_back():
     for width, height in ((80, 24), (120, 40), (200, 60)):
         lines = render(as_report(report), state, width, height, history=history)
         frame = frame_text(lines)
-        assert len(lines) == height and all(len(line.text) <= width for line in lines)
-        assert " 1001 small" in frame and "/usr/bin/python train.py --run small" in frame
-        assert "Compiles by function" in frame and "train_step" in frame
+        assert len(lines) == height
+        assert all(len(line.text) <= width for line in lines)
+        assert " 1001 small" in frame
+        assert "/usr/bin/python train.py --run small" in frame
+        assert "Compiles by function" in frame
+        assert "train_step" in frame
         assert "different input types; at x, now f32[16]" in frame  # the recent recompile's reason
         assert "Esc back" in lines[-1].text
     frame = frame_text(render(as_report(report), state, 200, 60, history=history))
     assert "at x, now f32[16] and before f32[8]" in frame  # the function's reason in the table
-    assert "Step time histogram" not in frame and "steady at 100.00 ms over 5 samples" in frame
+    assert "Step time histogram" not in frame
+    assert "steady at 100.00 ms over 5 samples" in frame
     handle_key(state, "escape", rows)
-    assert state.job_key is None and "Processes" in frame_text(render(as_report(report), state, 120, 40))
+    assert state.job_key is None
+    assert "Processes" in frame_text(render(as_report(report), state, 120, 40))
     del report["processes"]["agents"][1]
     state.job_key = "1001"
     assert "process 1001 is gone" in frame_text(render(as_report(report), state, 120, 40))
@@ -249,16 +264,19 @@ def test_signal_keys_ask_then_send_and_refuse_what_the_kernel_would():
         frame = frame_text(render(as_report(_report()), state, 120, 40))
         assert f"send SIGTERM to {child.pid} (victim)? y / n" in frame
         handle_key(state, "n", [row], signals.send, signals.refusal)
-        assert child.poll() is None and "SIGTERM not sent" in state.current_message()[0]
+        assert child.poll() is None
+        assert "SIGTERM not sent" in state.current_message()[0]
         handle_key(state, "T", [row], signals.send, signals.refusal)
         handle_key(state, "y", [row], signals.send, signals.refusal)
         assert child.wait(10) == -signal.SIGTERM
         assert state.current_message() == (f"SIGTERM sent to {child.pid} (victim)", False)
         handle_key(state, "K", [row], signals.send, signals.refusal)  # it is gone now
-        assert state.pending is None and "already exited" in state.current_message()[0]
+        assert state.pending is None
+        assert "already exited" in state.current_message()[0]
         remote = ProcessRow(pid=os.getpid(), user="me", tag=None, command="x", host="other-host")
         handle_key(state, "I", [remote], signals.send, signals.refusal)
-        assert state.pending is None and "runs on other-host" in state.current_message()[0]
+        assert state.pending is None
+        assert "runs on other-host" in state.current_message()[0]
     finally:
         child.kill()
         child.wait()
@@ -320,11 +338,14 @@ def test_narrow_terminals_drop_whole_columns_and_never_break_a_header_word():
                                                  "I/T/K", "signal", "s/S", "sort", "r", "reverse", "p", "pause",
                                                  "h") or ":" in word, (width, word, line)
         device = next(line for line in lines if line.startswith(" tpu:0"))
-        assert "1.0 GiB / 16.0 GiB" in device and "0.0" in device  # USED / TOTAL and UTIL% are kept
+        assert "1.0 GiB / 16.0 GiB" in device
+        assert "0.0" in device  # USED / TOTAL and UTIL% are kept
         process = next(line for line in lines if line.split()[:1] == ["1000"])
-        assert "big" in process and "8.0G" in process  # PID, TAG and DEV MEM are kept
+        assert "big" in process
+        assert "8.0G" in process  # PID, TAG and DEV MEM are kept
     at_80 = frame_text(render(as_report(report), ViewState(), 80, 24, history=History(1.0)))
-    assert "USED / TOTAL UTIL%" in at_80 and "RECOMP STEP/S COMMAND" in at_80
+    assert "USED / TOTAL UTIL%" in at_80
+    assert "RECOMP STEP/S COMMAND" in at_80
 
 
 def test_device_states_temperature_power_and_a_host_column():
@@ -337,13 +358,18 @@ def test_device_states_temperature_power_and_a_host_column():
     report["processes"]["agents"][1]["host"] = "vm-b"
     frame = frame_text(render(as_report(report), ViewState(), 200, 50))
     rows = {line.split()[1]: line for line in frame.splitlines() if line.startswith(" vm-")}
-    assert "71C" in rows["tpu:0"] and "245W" in rows["tpu:0"]
-    assert "LOST" in rows["tpu:1"] and "THROTTLED" in rows["tpu:2"]
-    assert " HOST " in frame and "2 hosts" in frame.splitlines()[0]
+    assert "71C" in rows["tpu:0"]
+    assert "245W" in rows["tpu:0"]
+    assert "LOST" in rows["tpu:1"]
+    assert "THROTTLED" in rows["tpu:2"]
+    assert " HOST " in frame
+    assert "2 hosts" in frame.splitlines()[0]
     process_rows = [line.split() for line in frame.splitlines() if line.split()[1:2] in (["1000"], ["1001"])]
     assert {(r[0], r[1]) for r in process_rows} == {("vm-a", "1000"), ("vm-b", "1001")}
     one_host = frame_text(render(as_report(_report()), ViewState(), 200, 50))
-    assert " HOST " not in one_host and "TEMP" not in one_host and "POWER" not in one_host
+    assert " HOST " not in one_host
+    assert "TEMP" not in one_host
+    assert "POWER" not in one_host
 
 
 def test_job_screen_of_a_process_without_agent():
@@ -352,8 +378,12 @@ def test_job_screen_of_a_process_without_agent():
                                        "cpu_percent": 5.0, "rss_bytes": 1 << 20}]
     state = ViewState(job_key="77")
     frame = frame_text(render(as_report(report), state, 100, 30, history=History(1.0)))
-    assert " 77" in frame and "no tpu-tools agent" in frame and "holds chips 0, 1" in frame
-    assert "/usr/bin/holder --serve" in frame and "user bob" in frame and "Compiles by function" not in frame
+    assert " 77" in frame
+    assert "no tpu-tools agent" in frame
+    assert "holds chips 0, 1" in frame
+    assert "/usr/bin/holder --serve" in frame
+    assert "user bob" in frame
+    assert "Compiles by function" not in frame
 
 
 def test_tall_graph_rows_stack_eighths():
@@ -380,16 +410,20 @@ def test_history_graphs_grow_taller_with_the_terminal():
         history.record(as_report(sample), rows_from_report(as_report(sample)))
     tall = _history_panel(frame_text(render(as_report(report), ViewState(), 200, 60, history=history)))
     first, *rest = tall[:4]
-    assert first.startswith(" tpu:0") and " UTIL " in first and " MEM " in first
+    assert first.startswith(" tpu:0")
+    assert " UTIL " in first
+    assert " MEM " in first
     assert all(line.startswith(" " * 8) and _cells(line) for line in rest)  # 3 more lines of the same graphs
     assert tall[4].startswith(" tpu:1")
     # Top line first: the climb fills the bottom line more than the top one.
     assert _cells(rest[-1]) > _cells(first)
     short = _history_panel(frame_text(render(as_report(report), ViewState(), 120, 24, history=history)))
-    assert short[0].startswith(" tpu:0") and short[1].startswith(" tpu:1")  # one line each where room is short
+    assert short[0].startswith(" tpu:0")
+    assert short[1].startswith(" tpu:1")  # one line each where room is short
     for width, height in ((80, 24), (120, 26), (200, 60)):
         lines = render(as_report(report), ViewState(), width, height, history=history)
-        assert len(lines) == height and all(len(line.text) <= width for line in lines)
+        assert len(lines) == height
+        assert all(len(line.text) <= width for line in lines)
 
 
 def _cells(line: str) -> int:
@@ -411,7 +445,9 @@ def _gpu_report() -> dict:
 
 def test_sm_utilization_is_the_busiest_gpus_and_shown_only_with_gpus():
     rows = {r.pid: r for r in rows_from_report(as_report(_gpu_report()))}
-    assert rows[4242].sm_percent == 80.0 and rows[4343].sm_percent is None and rows[1000].sm_percent is None
+    assert rows[4242].sm_percent == 80.0
+    assert rows[4343].sm_percent is None
+    assert rows[1000].sm_percent is None
     frame = frame_text(render(as_report(_gpu_report()), ViewState(), 200, 40))
     assert "SM%" in frame
     header = next(line.split() for line in frame.splitlines() if line.split()[:1] == ["PID"])
@@ -435,7 +471,8 @@ def test_running_time_comes_from_proc_once_per_pid():
         state = ViewState(annotate=info.annotate, sort_index=SORT_KEYS.index("time"))
         rows = state.visible_rows(as_report(report))
         child_row = next(r for r in rows if r.pid == child.pid)
-        assert child_row.started_unix_s is not None and child_row.parent_pid == os.getpid()
+        assert child_row.started_unix_s is not None
+        assert child_row.parent_pid == os.getpid()
         assert len(info) == 2  # the agent's PID 1000 too (read, unknown or not)
         frame = frame_text(render(as_report(report), state, 200, 40))
         line = next(line for line in frame.splitlines() if line.split()[:1] == [str(child.pid)])
@@ -462,10 +499,13 @@ def test_marked_processes_get_one_signal_after_one_confirmation():
         handle_key(state, " ", rows)  # the third
         assert state.marked == {ordered[0].key, ordered[2].key}
         frame = frame_text(render(as_report(_with_holders(rows)), state, 160, 30))
-        assert f"*{ordered[0].pid}" in frame and f"*{ordered[2].pid}" in frame and f"*{ordered[1].pid}" not in frame
+        assert f"*{ordered[0].pid}" in frame
+        assert f"*{ordered[2].pid}" in frame
+        assert f"*{ordered[1].pid}" not in frame
         assert "2 marked (space)" in frame
         handle_key(state, "T", rows, signals.send, signals.refusal)
-        assert state.pending is not None and {r.pid for r in state.pending.targets} == \
+        assert state.pending is not None
+        assert {r.pid for r in state.pending.targets} == \
             {ordered[0].pid, ordered[2].pid}
         shown = frame_text(render(as_report(_with_holders(rows)), state, 160, 30))
         assert "send SIGTERM to 2 marked processes? y / n" in shown
@@ -491,17 +531,21 @@ def test_marks_refused_under_readonly_toggled_and_cleared():
     handle_key(state, " ", rows)  # marks 12, the selection stays on the last row
     assert state.marked == {"12"}
     handle_key(state, "K", rows, lambda row, name: (True, "sent"), lambda row: None)
-    assert state.pending is None and state.current_message()[0].startswith("read-only")
+    assert state.pending is None
+    assert state.current_message()[0].startswith("read-only")
     state.readonly = False
     handle_key(state, "K", rows, lambda row, name: (True, "sent"), lambda row: f"not permitted to signal {row.pid}")
-    assert state.pending is None and state.current_message() == ("not permitted to signal 12", True)
+    assert state.pending is None
+    assert state.current_message() == ("not permitted to signal 12", True)
     handle_key(state, "n", rows)
     handle_key(state, "escape", rows)
     assert state.marked == set()
     handle_key(state, " ", rows)
     assert state.marked == {"12"}
     handle_key(state, "I", [rows[0]], lambda row, name: (True, "sent"), lambda row: None)  # 12 left the list
-    assert state.marked == set() and state.pending is not None and state.pending.targets == [rows[0]]
+    assert state.marked == set()
+    assert state.pending is not None
+    assert state.pending.targets == [rows[0]]
 
 
 def _with_holders(rows: list[ProcessRow]) -> dict:
@@ -553,33 +597,43 @@ def test_environment_screen_shows_redacted_variables_and_esc_returns():
     child = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"], env=env,
                              stdout=subprocess.PIPE, text=True)
     try:
-        assert child.stdout is not None and child.stdout.readline() == "up\n"
+        assert child.stdout is not None
+        assert child.stdout.readline() == "up\n"
         rows = [ProcessRow(pid=child.pid, user="me", tag="train", command="sleep")]
         state = ViewState(read_environment=functools.partial(read_environment, redact=make_redactor(True).env_value))
         handle_key(state, "e", rows)
-        assert state.environment is not None and state.environment.error is None
+        assert state.environment is not None
+        assert state.environment.error is None
         frame = frame_text(render(as_report(_with_holders(rows)), state, 100, 8))
         lines = frame.splitlines()
-        assert lines[1].startswith(f" Environment of {child.pid} (train) of me") and "5 variables" in lines[1]
-        assert " DB_URL=postgres://<redacted>@db:5432/x" in lines and " HF_TOKEN=<redacted>" in lines
-        assert "hunter2" not in frame and "hf_abc" not in frame and all(len(line) <= 100 for line in lines)
+        assert lines[1].startswith(f" Environment of {child.pid} (train) of me")
+        assert "5 variables" in lines[1]
+        assert " DB_URL=postgres://<redacted>@db:5432/x" in lines
+        assert " HF_TOKEN=<redacted>" in lines
+        assert "hunter2" not in frame
+        assert "hf_abc" not in frame
+        assert all(len(line) <= 100 for line in lines)
         assert "Esc back" in lines[-1]
         handle_key(state, "end", rows)  # scrolls to the last screenful: three lines on a 6-line terminal
         lines = frame_text(render(as_report(_with_holders(rows)), state, 100, 6)).splitlines()
-        assert lines[-2] == " XLA_FLAGS=--xla_dump_to=/tmp/d" and lines[2].startswith(" LONG=vvv")
+        assert lines[-2] == " XLA_FLAGS=--xla_dump_to=/tmp/d"
+        assert lines[2].startswith(" LONG=vvv")
         handle_key(state, "up", rows)
         report = as_report(_with_holders(rows))
         assert frame_text(render(report, state, 100, 6)).splitlines()[2].startswith(" HF_TOKEN=")
-        assert handle_key(state, "T", rows) == IGNORED and state.pending is None  # no signal from this screen
+        assert handle_key(state, "T", rows) == IGNORED
+        assert state.pending is None  # no signal from this screen
         handle_key(state, "escape", rows)
-        assert state.environment is None and "Processes" in frame_text(render(report, state, 100, 20))
+        assert state.environment is None
+        assert "Processes" in frame_text(render(report, state, 100, 20))
     finally:
         child.kill()
         child.wait()
         if child.stdout is not None:
             child.stdout.close()
     handle_key(state, "e", rows)  # the process is gone (a zombie's environment is empty, a reaped one missing)
-    assert state.environment is not None and state.environment.error in (
+    assert state.environment is not None
+    assert state.environment.error in (
         f"process {child.pid} has exited", f"{child.pid} (train) of me has an empty environment")
     remote = ProcessRow(pid=1, user=None, tag=None, command="x", host="other")
     assert read_environment(remote, make_redactor(True).env_value).error == \
@@ -587,7 +641,8 @@ def test_environment_screen_shows_redacted_variables_and_esc_returns():
     if os.geteuid() != 0:  # root reads every process's environment
         unreadable = read_environment(ProcessRow(pid=1, user="root", tag=None, command="init"),
                                       make_redactor(True).env_value)
-        assert unreadable.error and "not readable" in unreadable.error
+        assert unreadable.error
+        assert "not readable" in unreadable.error
     assert "no environment screen here" in _message_after_e(ViewState(), rows)
 
 
@@ -604,10 +659,12 @@ def test_a_click_selects_the_row_under_it_and_the_wheel_scrolls():
     state = ViewState(sort_index=SORT_KEYS.index("pid"))
     lines = frame_text(render(as_report(report), state, 160, 40)).splitlines()
     line_of = {pid: next(i for i, line in enumerate(lines) if line.split()[:1] == [str(pid)]) for pid in (1004, 1007)}
-    assert state.row_at[line_of[1007]] == "1007" and 0 not in state.row_at
+    assert state.row_at[line_of[1007]] == "1007"
+    assert 0 not in state.row_at
     handle_key(state, f"click:{line_of[1007]}", rows)
     assert state.selected_key == "1007"
-    assert handle_key(state, "click:0", rows) == IGNORED and state.selected_key == "1007"  # the header
+    assert handle_key(state, "click:0", rows) == IGNORED
+    assert state.selected_key == "1007"  # the header
     handle_key(state, "wheelup", rows)
     assert state.selected_key == "1004"
     handle_key(state, "wheeldown", rows)
@@ -615,7 +672,8 @@ def test_a_click_selects_the_row_under_it_and_the_wheel_scrolls():
     assert state.selected_key == "1010"
     handle_key(state, "enter", rows)  # the job screen has no rows to click
     render(as_report(report), state, 160, 40)
-    assert state.row_at == {} and handle_key(state, f"click:{line_of[1004]}", rows) == IGNORED
+    assert state.row_at == {}
+    assert handle_key(state, f"click:{line_of[1004]}", rows) == IGNORED
 
 
 def test_mouse_events_become_keys():

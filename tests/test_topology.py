@@ -21,8 +21,10 @@ def test_2d_slice_is_one_grid_without_wraparound():
     text = draw_topology(_devices("TPU v5 lite", (2, 4, 1)))
     lines = text.splitlines()
     assert lines[0] == "TPU v5 lite: 8 chips, 8 devices, 2x4"
-    assert "x=0" in lines[1] and "x=1" in lines[1]
-    assert lines[2].startswith("y=0") and "[ 0 ]---[ 1 ]" in lines[2]
+    assert "x=0" in lines[1]
+    assert "x=1" in lines[1]
+    assert lines[2].startswith("y=0")
+    assert "[ 0 ]---[ 1 ]" in lines[2]
     assert "y=3   [ 6 ]---[ 7 ]" in lines
     assert "~" not in text
 
@@ -44,8 +46,11 @@ def test_two_devices_per_chip_share_a_cell():
 
 
 def test_wraparound_rules():
-    assert wraps_around("TPU v4", 4) and not wraps_around("TPU v4", 2) and not wraps_around("TPU v4", 6)
-    assert wraps_around("TPU v5 lite", 16) and not wraps_around("TPU v5 lite", 8)
+    assert wraps_around("TPU v4", 4)
+    assert not wraps_around("TPU v4", 2)
+    assert not wraps_around("TPU v4", 6)
+    assert wraps_around("TPU v5 lite", 16)
+    assert not wraps_around("TPU v5 lite", 8)
     assert not wraps_around("cpu", 8)
 
 

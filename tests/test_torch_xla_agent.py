@@ -55,10 +55,13 @@ def test_compiles_are_torch_xlas_own_with_the_recompile_at_its_line(mlp: tuple[T
     assert compiles["backend_compile_time_s"] == pytest.approx(seconds(own["metrics"]["CompileTime"]), rel=0.05)
     assert compiles["in_memory_cache_hits"] == own["counters"]["CachedCompile"]
     [function] = compiles["functions"]
-    assert function["name"].startswith("train_step (") and function["name"].endswith(f"mlp.py:{SYNC_LINE})")
-    assert function["compile_count"] == 2 and function["recompile_count"] == 1
+    assert function["name"].startswith("train_step (")
+    assert function["name"].endswith(f"mlp.py:{SYNC_LINE})")
+    assert function["compile_count"] == 2
+    assert function["recompile_count"] == 1
     [recompile] = compiles["recent_recompiles"]
-    assert recompile["function"] == function["name"] and recompile["reason"] is None  # no --explain-recompiles
+    assert recompile["function"] == function["name"]
+    assert recompile["reason"] is None  # no --explain-recompiles
 
 
 def test_executions_transfers_and_the_cpu_fallback_by_name(mlp: tuple[TorchXlaJob, Any]) -> None:
@@ -83,7 +86,9 @@ def test_executions_transfers_and_the_cpu_fallback_by_name(mlp: tuple[TorchXlaJo
 def test_the_loss_is_taken_at_the_next_sync_without_a_compile(mlp: tuple[TorchXlaJob, Any]) -> None:
     snapshot = ask(mlp)
     [loss] = snapshot["metrics"]["values"]
-    assert loss["name"] == "loss" and loss["value"] > 0 and loss["kind"] == "replicated"
+    assert loss["name"] == "loss"
+    assert loss["value"] > 0
+    assert loss["kind"] == "replicated"
     # a value is taken at the job's next sync: the last step's waits for one that never comes (the job idles)
     assert loss["step"] == STEPS - 1
     assert snapshot["metrics"]["rejected"] == 0
@@ -98,13 +103,15 @@ def test_steps_are_the_syncs_and_compile_time_is_compile_in_goodput(mlp: tuple[T
     causes = snapshot["goodput"]["since_start"]["causes_s"]
     # each compile is claimed as compile time; the first one within the start-up before the first step
     assert causes["compile"] == pytest.approx(seconds(own["metrics"]["CompileTime"]), rel=0.05)
-    assert causes["startup"] > 0 and causes["productive"] > 0
+    assert causes["startup"] > 0
+    assert causes["productive"] > 0
 
 
 def test_device_memory_is_unknown_on_cpu_never_zero(mlp: tuple[TorchXlaJob, Any]) -> None:
     snapshot = ask(mlp)
     [device] = snapshot["devices"]
-    assert device["memory_used_bytes"] is None and device["memory_limit_bytes"] is None
+    assert device["memory_used_bytes"] is None
+    assert device["memory_limit_bytes"] is None
     assert "GetAllocatorStats is not supported" in snapshot["memory_error"]
 
 

@@ -52,13 +52,15 @@ def cache(written: Path, tmp_path: Path) -> Path:
 
 def _json(*args: str, env: dict[str, str] | None = None) -> dict:
     result = run_tool("tpu-profile", "cache", *args, "--json", env=env)
-    assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode in (0, 1), result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
     return json.loads(result.stdout)
 
 
 def test_torch_xla_writes_entries_named_by_a_128_bit_decimal_hash_and_nothing_else(written: Path) -> None:
     names = sorted(p.name for p in written.iterdir())
-    assert len(names) == 3 and all(is_torch_xla_entry(name) for name in names), names
+    assert len(names) == 3, names
+    assert all(is_torch_xla_entry(name) for name in names), names
 
 
 def test_inspect_counts_its_entries_bytes_and_ages(cache: Path) -> None:
@@ -69,11 +71,15 @@ def test_inspect_counts_its_entries_bytes_and_ages(cache: Path) -> None:
     sizes = sum(p.stat().st_size for p in cache.iterdir())
     assert (document["entry_count"], document["total_bytes"], document["other_files"]) == (3, sizes, [])
     torch = document["frontends"]["torch_xla"]
-    assert (torch["entry_count"], torch["total_bytes"]) == (3, sizes) and "jax" not in document["frontends"]
-    assert torch["oldest_age_s"] == pytest.approx(2 * DAY, abs=600) and torch["newest_age_s"] < 600
+    assert (torch["entry_count"], torch["total_bytes"]) == (3, sizes)
+    assert "jax" not in document["frontends"]
+    assert torch["oldest_age_s"] == pytest.approx(2 * DAY, abs=600)
+    assert torch["newest_age_s"] < 600
     assert {e["name"]: e["frontend"] for e in document["entries"]} == {p.name: "torch_xla" for p in cache.iterdir()}
     table = run_tool("tpu-profile", "cache", "inspect", str(cache))
-    assert table.returncode == 0 and "3 entries" in table.stdout and "(torch_xla)" in table.stdout, table.stderr
+    assert table.returncode == 0, table.stderr
+    assert "3 entries" in table.stdout, table.stderr
+    assert "(torch_xla)" in table.stdout, table.stderr
 
 
 def test_gc_removes_its_entries_by_age_and_by_size_and_nothing_else(cache: Path) -> None:
@@ -86,7 +92,8 @@ def test_gc_removes_its_entries_by_age_and_by_size_and_nothing_else(cache: Path)
     assert [(r["name"], r["reason"].split(" ")[0]) for r in by_age["removals"]] == [(old.name, "written")]
     size = middle.stat().st_size + new.stat().st_size
     by_size = _json("gc", str(cache), "--max-bytes", str(size - 1))
-    assert [r["name"] for r in by_size["removals"]] == [middle.name] and by_size["kept_entries"] == 1
+    assert [r["name"] for r in by_size["removals"]] == [middle.name]
+    assert by_size["kept_entries"] == 1
     assert sorted(p.name for p in cache.iterdir()) == sorted([new.name, "notes.txt"])
 
 

@@ -86,7 +86,8 @@ def test_pjrt_device_saying_tpu_while_the_runtime_runs_on_the_cpu_is_a_finding(j
     assert finding["check"] == "pjrt_device_mismatch"
     assert finding["message"] == "PJRT_DEVICE says TPU but the runtime runs on CPU"
     assert finding["fix"].startswith("set PJRT_DEVICE to the device")
-    assert agents["writer"]["startup"] == [] and agents["reader"]["startup"] == []  # quiet where it agrees
+    assert agents["writer"]["startup"] == []
+    assert agents["reader"]["startup"] == []  # quiet where it agrees
 
 
 def test_the_shared_cache_view_names_the_two_writers_never_the_reader(jobs) -> None:
@@ -108,7 +109,9 @@ def test_doctor_flags_the_writers_and_the_read_only_setting(jobs) -> None:
     assert {"torch_xla_shared_writers", "torch_xla_read_only"} <= set(findings)
     message = findings["torch_xla_shared_writers"]["message"]
     assert message.startswith(f"2 running jobs write into {cache}")
-    assert str(pids["switched"]) in message and str(pids["writer"]) in message and str(pids["reader"]) not in message
+    assert str(pids["switched"]) in message
+    assert str(pids["writer"]) in message
+    assert str(pids["reader"]) not in message
 
 
 def test_doctor_is_quiet_on_one_writer_and_its_readers(jobs) -> None:

@@ -11,7 +11,9 @@ import torch_xla_env
 
 def test_missing_install_is_named_with_where_it_was_looked_for(tmp_path: Path) -> None:
     why = torch_xla_env.unavailable(tmp_path / "bin" / "python")
-    assert why is not None and str(tmp_path) in why and "tools/test.sh" in why
+    assert why is not None
+    assert str(tmp_path) in why
+    assert "tools/test.sh" in why
 
 
 def test_the_tests_fail_rather_than_skip_where_torch_xla_is_required(monkeypatch: pytest.MonkeyPatch,

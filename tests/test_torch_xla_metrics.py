@@ -60,8 +60,10 @@ def test_spmd_metrics_are_taken_at_the_sync_and_a_shards_view_is_flagged() -> No
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "fallbacks []" in ran.stdout  # the agent read the metrics with no CPU fallback (no .item())
     [record] = json.loads(result.stdout)["jobs"]
-    assert record["frontend"] == "torch_xla" and record["jax_version"] is None  # jax came with mark_sharding
-    assert record["compile_count"] == 1 and record["recompile_count"] == 0  # the metrics compiled nothing apart
+    assert record["frontend"] == "torch_xla"
+    assert record["jax_version"] is None  # jax came with mark_sharding
+    assert record["compile_count"] == 1
+    assert record["recompile_count"] == 0  # the metrics compiled nothing apart
     values = {metric["name"]: metric for metric in record["metrics"]["values"]}
     loss = values["loss"]
     rows = [[float(8 * r + c) for c in range(8)] for r in range(16)]  # x
@@ -98,7 +100,9 @@ def test_one_process_per_device_needs_an_all_reduce_over_every_replica_in_the_gr
     assert graph_proof(grouped, spmd=False, job_devices=4) == ("local", 1, None)
     assert graph_proof(LOCAL, spmd=False, job_devices=8) == ("local", 1, None)
     kind, _, why = graph_proof(RAN, spmd=False, job_devices=8)
-    assert kind == "local" and why is not None and why.startswith("unproven")
+    assert kind == "local"
+    assert why is not None
+    assert why.startswith("unproven")
     assert graph_proof(LOCAL, spmd=False, job_devices=1) == ("replicated", 1, None)  # nothing to reduce
 
 

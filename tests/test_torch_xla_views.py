@@ -21,7 +21,8 @@ from test_exporter_exposition import check, exposition
 from torch_xla_jobs import MLP_JOB, TorchXlaJob, seconds, start_mlp_job, started
 
 from tpu_tools.top.frame import frame_text, render
-from tpu_tools.top.model import ViewState, handle_key
+from tpu_tools.top.keys import handle_key
+from tpu_tools.top.model import ViewState
 
 SYNC_LINE = MLP_JOB.splitlines().index("    torch_xla.sync()") + 1
 FALLBACK = "aten::_local_scalar_dense"
@@ -70,7 +71,8 @@ def test_the_monitor_shows_the_frontend_compiles_the_recompile_cause_and_the_fal
         report: tuple[dict[str, Any], dict[str, Any]]) -> None:
     document, own = report
     agent = the_agent(document)
-    assert agent["device_memory_used_bytes"] is None and agent["live_array_bytes"] is None  # unknown on CPU
+    assert agent["device_memory_used_bytes"] is None
+    assert agent["live_array_bytes"] is None  # unknown on CPU
     assert (agent["frontend"], agent["frontend_version"]) == ("torch_xla", "2.9.0")
     compiles = agent["compiles"]
     assert compiles["compile_count"] == own["counters"]["UncachedCompile"] == 2
@@ -85,7 +87,8 @@ def test_the_monitor_shows_the_frontend_compiles_the_recompile_cause_and_the_fal
     causes = agent["goodput"]["since_start"]["causes_s"]
     assert causes["compile"] == pytest.approx(seconds(own["metrics"]["CompileTime"]), rel=0.05)
     [loss] = agent["metrics"]
-    assert loss["name"] == "loss" and loss["value"] > 0
+    assert loss["name"] == "loss"
+    assert loss["value"] > 0
 
 
 def test_prometheus_serves_them_lint_clean(report: tuple[dict[str, Any], dict[str, Any]]) -> None:
@@ -103,14 +106,16 @@ def test_prometheus_serves_them_lint_clean(report: tuple[dict[str, Any], dict[st
 def test_tpu_ls_names_the_frontend_of_a_holder_whose_agent_says_it_and_no_other(
         job: tuple[TorchXlaJob, Path], report: tuple[dict[str, Any], dict[str, Any]]) -> None:
     listed, table = report[1]["ls"]
-    assert listed.returncode == 0 and table.returncode == 0, listed.stderr + table.stderr
+    assert listed.returncode == 0, listed.stderr + table.stderr
+    assert table.returncode == 0, listed.stderr + table.stderr
     document, pid = json.loads(listed.stdout), job[0].process.pid
     holders = [[(h["pid"], h["frontend"]) for h in chip["holders"]] for chip in document["chips"]]
     assert holders == [[(pid, "torch_xla")], [(pid, "torch_xla")], [(os.getpid(), None)], []]
     assert [(j["pid"], j["frontend"]) for j in document["tpu_health"]] == [(pid, "torch_xla")]
     rows = {line.split()[0]: line for line in table.stdout.splitlines() if line.split()[:1] in (["0"], ["2"])}
     assert f"{pid} [torch_xla] python" in rows["0"]
-    assert f"{os.getpid()} [" not in rows["2"] and str(os.getpid()) in rows["2"]
+    assert f"{os.getpid()} [" not in rows["2"]
+    assert str(os.getpid()) in rows["2"]
 
 
 def test_tpu_tops_job_screen_shows_them(report: tuple[dict[str, Any], dict[str, Any]]) -> None:
@@ -124,8 +129,10 @@ def test_tpu_tops_job_screen_shows_them(report: tuple[dict[str, Any], dict[str, 
     screen = frame_text(render(as_report(document), state, 160, 80))
     assert "torch_xla 2.9.0" in screen
     assert "2 compiles, 1 recompiles" in screen
-    assert f"mlp.py:{SYNC_LINE})" in screen and "classic cause: a dynamic shape" in screen
-    assert "CPU fallbacks" in screen and FALLBACK in screen
+    assert f"mlp.py:{SYNC_LINE})" in screen
+    assert "classic cause: a dynamic shape" in screen
+    assert "CPU fallbacks" in screen
+    assert FALLBACK in screen
     assert "STEP/S" in screen
 
 
@@ -138,7 +145,8 @@ def test_the_job_end_record_keeps_them(job: tuple[TorchXlaJob, Path],
     assert result.returncode == 0, result.stderr
     [record] = json.loads(result.stdout)["jobs"]
     assert (record["frontend"], record["frontend_version"], record["tag"]) == ("torch_xla", "2.9.0", "mlp")
-    assert record["compile_count"] == 2 and record["recompile_count"] == 1
+    assert record["compile_count"] == 2
+    assert record["recompile_count"] == 1
     assert record["compile_time_s"] == pytest.approx(seconds(own["metrics"]["CompileTime"]), rel=0.05)
     [recompile] = record["recent_recompiles"]
     assert "classic cause: a dynamic shape" in recompile["reason"]

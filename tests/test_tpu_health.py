@@ -53,31 +53,37 @@ def test_link_health_and_throttle_in_the_sdks_documented_formats():
 def test_a_link_value_outside_the_format_is_reported_never_shown(value, fragment):
     problems: list[str] = []
     assert parse_link_health([value, "tray1.chip0.ici0.int: 3"], problems)[0].score == 3
-    assert len(problems) == 1 and fragment in problems[0], problems
+    assert len(problems) == 1, problems
+    assert fragment in problems[0], problems
 
 
 @pytest.mark.parametrize("value", ["1-nan", "1--1", "1-11", "-1-0", "a-1", "1", "1-1.0", ""])
 def test_a_throttle_value_outside_the_format_is_reported(value):
     problems: list[str] = []
-    assert parse_throttle([value], problems) == [] and len(problems) == 1
+    assert parse_throttle([value], problems) == []
+    assert len(problems) == 1
 
 
 def test_repeats_and_a_million_links_are_reported():
     problems: list[str] = []
     links = parse_link_health(["tray1.chip0.ici0.int: 1", "tray1.chip0.ici0.int: 9"], problems)
-    assert [link.score for link in links] == [1] and "repeated" in problems[0]
+    assert [link.score for link in links] == [1]
+    assert "repeated" in problems[0]
     problems = []
     assert parse_link_health([f"tray1.chip{i}.ici0.int: 0" for i in range(10 ** 6)], problems) == []
     assert problems == [f"ici_link_health: {10 ** 6} links, more than any host has; none read"]
     problems = []
     parse_link_health([f"bad{i}" for i in range(MAX_LINKS)], problems)
-    assert len(problems) == 21 and problems[-1] == f"{MAX_LINKS - 20} more unreadable values"
+    assert len(problems) == 21
+    assert problems[-1] == f"{MAX_LINKS - 20} more unreadable values"
 
 
 def test_health_from_the_agents_read_names_errors_and_dropped_values():
     health = health_from_sdk({"ici_link_health": {"values": ["tray1.chip0.ici0.int: 10"], "dropped": 5},
                               "tpu_throttle_score": {"error": "RuntimeError: boom"}})
-    assert health is not None and health.worst_link is not None and health.worst_link.score == 10
+    assert health is not None
+    assert health.worst_link is not None
+    assert health.worst_link.score == 10
     assert health.problems == ["ici_link_health: 5 more values than the agent reads were left out",
                                "tpu_throttle_score: RuntimeError: boom"]
     assert health_from_sdk({"tensorcore_util": {"values": [1.0]}}) is None
@@ -89,7 +95,8 @@ def test_any_values_give_links_or_problems_never_an_exception(values):
     problems: list[str] = []
     links = parse_link_health(values, problems)
     throttle = parse_throttle(values, problems)
-    assert all(0 <= link.score <= 10 for link in links) and all(0 <= t.score <= 10 for t in throttle)
+    assert all(0 <= link.score <= 10 for link in links)
+    assert all(0 <= t.score <= 10 for t in throttle)
     assert len(links) + len(throttle) + len(problems) >= min(len(values), 1) or not values
 
 
@@ -136,7 +143,8 @@ def test_the_agent_asks_the_sdk_only_for_in_job_metrics_and_a_failed_one_once(ru
     asked = calls.read_text().split()
     assert sorted(set(asked)) == ["hbm_util", "ici_link_health", "tensorcore_util", "tpu_throttle_score"]
     # read again and again (at most once a second, whoever asks); the failed one: once
-    assert asked.count("hbm_util") == 1 and asked.count("tensorcore_util") >= 2
+    assert asked.count("hbm_util") == 1
+    assert asked.count("tensorcore_util") >= 2
     (agent,) = documents[-1]["processes"]["agents"]
     health = agent["tpu_sdk"]["health"]
     assert [(link["location"], link["score"]) for link in health["ici_links"]] == [
@@ -147,7 +155,9 @@ def test_the_agent_asks_the_sdk_only_for_in_job_metrics_and_a_failed_one_once(ru
     assert [(r["pid"], r["location"], r["score"], r["state"]) for r in links["rows"]][1] == (
         process.pid, "tray1.chip0.ici1.int", 10, "unusable")
     assert [(r["device"], r["throttled_percent"]) for r in throttle["rows"]] == [(0, 0), (1, 10), (2, 0), (3, 60)]
-    assert table.returncode == 0 and "tray1.chip0.ici1.int" in table.stdout and "unusable" in table.stdout
+    assert table.returncode == 0
+    assert "tray1.chip0.ici1.int" in table.stdout
+    assert "unusable" in table.stdout
 
 
 def test_an_sdk_that_hangs_costs_the_monitors_only_freshness(rundir, tmp_path):
@@ -166,7 +176,8 @@ def test_an_sdk_that_hangs_costs_the_monitors_only_freshness(rundir, tmp_path):
         for _ in range(2):
             hung = agent_sdk()
             assert hung["status"].startswith("libtpu's SDK has not answered its first read yet"), hung
-            assert not hung["metrics"] and hung["tensorcore_utilization_percent"] is None
+            assert not hung["metrics"]
+            assert hung["tensorcore_utilization_percent"] is None
         hang.unlink()
         answered: list[dict] = []
         wait_for(lambda: answered.append(agent_sdk()) or answered[-1]["status"] == "ok", 60)
@@ -252,11 +263,13 @@ def test_a_job_with_the_real_libtpu_lives_beside_a_service_that_aborts_the_sdk(r
         assert code == 0, stderr
         document = json.loads(stdout)
         (agent,) = document["processes"]["agents"]
-        assert agent["error"] is None and agent["tpu_sdk"]["status"] == "ok", agent
+        assert agent["error"] is None, agent
+        assert agent["tpu_sdk"]["status"] == "ok", agent
         assert set(agent["tpu_sdk"]["metrics"]) | set(agent["tpu_sdk"]["unreadable"]) <= {
             "tensorcore_util", "hbm_util", "ici_link_health", "tpu_throttle_score"}
         (service,) = [s for s in document["libtpu"]["services"] if s["address"] == "localhost:8431"]
-        assert service["error"] is None and service["devices"], service  # tpu-tools read the same service
+        assert service["error"] is None, service
+        assert service["devices"], service  # tpu-tools read the same service
 
 
 # --- tpu-dump show names what needs a look --------------------------------------------------------------------
@@ -281,7 +294,8 @@ def test_tpu_dump_show_names_unusable_links_throttled_devices_and_unreadable_val
         "process 41 (train): health value not read: ici_link_health: unknown link name 'warp.drive'",
         "process 41 (train): health value not read: tpu_throttle_score device 2: score 'NaN' is not an integer 0..10"]
     text = run_tool("tpu-dump", "show", str(path))
-    assert text.returncode == 0 and "tray1.chip3.ici1.int is at 10 of 10 (unusable)" in text.stdout
+    assert text.returncode == 0
+    assert "tray1.chip3.ici1.int is at 10 of 10 (unusable)" in text.stdout
 
 
 # --- tpu-top: a health column where an agent read it, a link at 10 stands out ----------------------------------
@@ -307,7 +321,8 @@ def test_tpu_top_shows_a_health_column_and_an_unusable_link_stands_out():
     (unusable,) = [s for s in row["11"].segments if s.text.strip() == "ICI 10"]
     (throttled,) = [s for s in row["12"].segments if s.text.strip() == "thr60%"]
     (fine,) = [s for s in row["13"].segments if s.text.strip() == "ok"]
-    assert unusable.style != fine.style and throttled.style not in (unusable.style, fine.style)
+    assert unusable.style != fine.style
+    assert throttled.style not in (unusable.style, fine.style)
     no_sdk = as_report({"processes": {"agents": [{**agent(14, "x", [], []), "tpu_sdk": {}}]}})
     assert "HEALTH" not in frame_text(render(no_sdk, ViewState(), 120, 40))
     job = frame_text(render(as_report(report), ViewState(job_key="11"), 120, 40))  # Enter: links, worst first

@@ -46,10 +46,12 @@ def test_tpu_ls_names_the_slice_and_worker_of_every_tpu_vm_generation(tmp_path, 
     text = run_tool("tpu-ls", "--no-runtime", env=env).stdout
     accelerator_type, workers = sysroot.TPU_VMS[generation][1:3]
     info = document["tpu_slice"]
-    assert info["gce_vm"] is True and info["source"] == "environment"
+    assert info["gce_vm"] is True
+    assert info["source"] == "environment"
     assert (info["accelerator_type"], info["worker_id"], len(info["worker_hostnames"])) == (accelerator_type, 1,
                                                                                             workers)
-    assert info["labels"] == {"slice": info["slice"], "worker": "1"} and info["slice"].startswith(accelerator_type)
+    assert info["labels"] == {"slice": info["slice"], "worker": "1"}
+    assert info["slice"].startswith(accelerator_type)
     assert info["notes"] == ["TPU_SKIP_MDS_QUERY is set: the metadata server was not asked"]
     assert f"slice {accelerator_type} ({info['slice']}), worker 1 of {workers}" in text.splitlines()[0]
 
@@ -69,7 +71,10 @@ def test_every_worker_of_a_slice_gets_the_same_slice_label_and_its_own_worker(tm
 def test_a_host_that_is_no_tpu_vm_has_no_slice(tmp_path):
     sysroot.nvidia_host(tmp_path)
     info = slice_info({}, root=tmp_path)
-    assert not info.known and info.labels() == {} and info.source == "none" and not info.gce_vm
+    assert not info.known
+    assert info.labels() == {}
+    assert info.source == "none"
+    assert not info.gce_vm
 
 
 class _MetadataServer:
@@ -120,11 +125,13 @@ def test_a_gce_tpu_vm_without_environment_asks_the_metadata_server(tmp_path):
         info = slice_info({METADATA_URL_VARIABLE: server.url}, root=tmp_path)
     finally:
         server.close()
-    assert info.source == "metadata" and info.notes == []
+    assert info.source == "metadata"
+    assert info.notes == []
     assert (info.accelerator_type, info.worker_id, info.name, info.topology) == ("v6e-16", 2, "train-6e", "4x4")
     assert info.worker_hostnames == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
     assert info.labels() == {"slice": "train-6e", "worker": "2"}
-    assert server.requests and all(flavor == "Google" for _, flavor in server.requests)
+    assert server.requests
+    assert all(flavor == "Google" for _, flavor in server.requests)
 
 
 @pytest.mark.parametrize("case", ["not a GCE VM", "no TPU chips", "TPU_SKIP_MDS_QUERY", "environment complete"])
@@ -159,7 +166,8 @@ def test_a_slow_metadata_server_costs_its_deadline_and_a_note(tmp_path):
     finally:
         server.close()
     assert not info.known  # the answer would come after 3 s and make the slice known: the deadline ended it
-    assert len(info.notes) == 1 and info.notes[0].startswith("the GCE metadata server did not answer")
+    assert len(info.notes) == 1
+    assert info.notes[0].startswith("the GCE metadata server did not answer")
 
 
 # --- every libtpu metric tpu-info reads, through each command's JSON -------------------------------------
@@ -183,7 +191,8 @@ def _check_v5p_service(service: dict) -> None:
     assert latencies["device_to_host_transfer_latencies"]["latency_us"]["count"] == 0  # empty: no samples
     assert latencies["grpc_tcp_min_rtt"]["latency_us"]["count"] == 70
     (rate,) = service["delivery_rates"]
-    assert rate["name"] == "grpc_tcp_delivery_rate" and rate["rate_mbps"]["count"] == 70
+    assert rate["name"] == "grpc_tcp_delivery_rate"
+    assert rate["rate_mbps"]["count"] == 70
     assert 8000 < rate["rate_mbps"]["p50"] < 10500
     assert service["unread_metrics"] == ["megascale.grpc_tcp_something.furlongs.cumulative.distribution"]
     assert any("tpu.runtime.tensorcore.dutycycle.percent: skipped 2 data points" in n for n in service["notes"])
@@ -196,7 +205,8 @@ def test_every_metric_in_tpu_ls_json(v5p_worker):
     with FakeMetricsService(v5p_host()) as service:
         document = json.loads(run_tool("tpu-ls", "--json", "--metrics-addr", service.address, env=env).stdout)
     _check_v5p_service(document["libtpu_metrics"][1])
-    assert document["runtime_status"] == "held" and document["tpu_slice"]["accelerator_type"] == "v5p-32"
+    assert document["runtime_status"] == "held"
+    assert document["tpu_slice"]["accelerator_type"] == "v5p-32"
 
 
 def _exporting_monitor(env: dict[str, str], reports: Path, *args: str) -> tuple[subprocess.Popen, int]:
@@ -244,7 +254,8 @@ def test_every_metric_in_tpu_monitor_json_and_prometheus_with_slice_labels(v5p_w
     slice_label = report["tpu_slice"]["slice"]
     assert report["tpu_slice"]["labels"] == {"slice": slice_label, "worker": "3"}
     series = [line for line in text.splitlines() if line and not line.startswith("#")]
-    assert series and all(f'slice="{slice_label}"' in line and 'worker="3"' in line for line in series)
+    assert series
+    assert all(f'slice="{slice_label}"' in line and 'worker="3"' in line for line in series)
     assert any(line.startswith("tpu_tools_libtpu_tcp_delivery_rate_bytes_per_second_bucket{") for line in series)
     assert any('metric="dcn_inbound_transfer_latencies"' in line for line in series)
 
@@ -275,7 +286,7 @@ def _sdk_job(rundir: Path, tmp_path: Path, library: Path | None) -> subprocess.P
     return process
 
 
-@pytest.mark.parametrize("library, status", [
+@pytest.mark.parametrize(("library", "status"), [
     (FAKE_LIBTPU, "ok"),
     (OLD_LIBTPU, "not served by this runtime (libtpu.sdk: ImportError)"),
     (None, "libtpu is not loaded in this process"),
@@ -312,7 +323,8 @@ def test_the_agent_serves_tensorcore_utilization_from_the_sdk(rundir, tmp_path, 
             "ici_link_health": "read", "tensorcore_util": "read", "tpu_throttle_score": "read",
             "hbm_util": "unreadable: not asked again: RuntimeError: vbar control agent missing"}
     else:
-        assert sdk["tensorcore_utilization_percent"] is None and sdk["metrics"] == []
+        assert sdk["tensorcore_utilization_percent"] is None
+        assert sdk["metrics"] == []
         assert source["error"] == status
 
 
@@ -339,12 +351,15 @@ def test_list_metrics_names_what_each_service_serves_and_what_it_does_not(rundir
         table = run_tool("tpu-ls", "--list-metrics", "--metrics-addr", service.address, env=env)
     assert document["schema"] == "tpu-tools/list-metrics/v1"
     default, ours = document["sources"]
-    assert default["source"] == DEFAULT_METRICS_ADDR and "connection refused" in default["error"]
+    assert default["source"] == DEFAULT_METRICS_ADDR
+    assert "connection refused" in default["error"]
     statuses = {m["name"]: m["status"] for m in ours["metrics"]}
     assert statuses["tpu.runtime.hbm.memory.usage.bytes"] == "read"
     assert statuses["tpu.runtime.sparsecore.future.metric"] == "served, not read"
-    assert statuses[TCP_DELIVERY_RATE] == "not served" and statuses[D2H_LATENCY] == "not served"
-    assert table.returncode == 0 and table.stderr == ""
+    assert statuses[TCP_DELIVERY_RATE] == "not served"
+    assert statuses[D2H_LATENCY] == "not served"
+    assert table.returncode == 0
+    assert table.stderr == ""
     lines = [line.split() for line in table.stdout.splitlines()]
     assert ["libtpu", service.address, "tpu.runtime.sparsecore.future.metric", "served,", "not", "read"] in lines
 
@@ -389,7 +404,8 @@ def test_orbax_and_grain_metrics_in_the_monitor_report_and_prometheus(rundir, tm
         server.close()
     assert status == 0, err
     (endpoint,) = report["workload"]["endpoints"]
-    assert endpoint["error"] is None and endpoint["sources"] == ["orbax", "grain"]
+    assert endpoint["error"] is None
+    assert endpoint["sources"] == ["orbax", "grain"]
     families = {f["name"].removesuffix("_total"): f for f in endpoint["families"]}
     assert set(families) == {"jax_orbax_write_gbytes", "jax_checkpoint_write_async_total_duration_secs",
                              "grain_python_dataset_next_duration_ns", "grain_python_data_sources_bytes_read"}
@@ -416,7 +432,8 @@ def test_an_absent_or_garbled_job_endpoint_is_one_error(rundir):
     finally:
         server.close()
     endpoint = next(e for e in json.loads(garbled.stdout)["workload"]["endpoints"] if e["sources"] == ["orbax"])
-    assert "unreadable text" in endpoint["error"] and endpoint["families"] == []
+    assert "unreadable text" in endpoint["error"]
+    assert endpoint["families"] == []
 
 
 # --- GKE's TPU device plugin -----------------------------------------------------------------------------
@@ -450,11 +467,13 @@ def test_the_gke_tpu_device_plugin_is_one_more_source(rundir, tmp_path):
         server.close()
     assert status == 0, err
     plugin = report["workload"]["device_plugin"]
-    assert plugin["address"] == address and plugin["error"] is None
+    assert plugin["address"] == address
+    assert plugin["error"] is None
     first, second = plugin["accelerators"]
     assert (first["accelerator_id"], first["pod"], first["namespace"], first["container"]) == ("4804-0", "train-0",
                                                                                                "ml", "trainer")
-    assert first["duty_cycle_percent"] == 93.0 and first["memory_used_bytes"] == 1.2e10
+    assert first["duty_cycle_percent"] == 93.0
+    assert first["memory_used_bytes"] == 1.2e10
     assert second["duty_cycle_percent"] is None  # 250 %: unreadable
     assert plugin["notes"] == ["skipped 1 samples with no accelerator id or an unreadable value"]
     assert 'tpu_tools_device_plugin_duty_cycle_ratio{accelerator_id="4804-0",container="trainer",' \
@@ -497,18 +516,25 @@ def test_single_metric_queries_by_tpu_info_name_and_by_libtpu_name(v5p_worker):
     refused = f"no metrics service at {DEFAULT_METRICS_ADDR} (connection refused)"
     assert hbm["notes"] == [f"{DEFAULT_METRICS_ADDR}: {refused}"]
     (rate_row,) = rate["rows"]
-    assert rate_row["count"] == 70 and set(rate_row) == {"service", "label", "count", "mean", "p50", "p90", "p95",
+    assert rate_row["count"] == 70
+    assert set(rate_row) == {"service", "label", "count", "mean", "p50", "p90", "p95",
                                                           "p999"}
-    assert [row["core"] for row in cores["rows"]] == list(range(8)) and cores["rows"][0]["state"] == "ok"
-    assert duty["name"] == "duty_cycle_percent" and [r["duty_cycle_percent"] for r in duty["rows"]][:2] == [91.0,
+    assert [row["core"] for row in cores["rows"]] == list(range(8))
+    assert cores["rows"][0]["state"] == "ok"
+    assert duty["name"] == "duty_cycle_percent"
+    assert [r["duty_cycle_percent"] for r in duty["rows"]][:2] == [91.0,
                                                                                                           92.5]
-    assert table.returncode == 0 and "buffer_transfer_latency" in table.stdout and "8MB" in table.stdout
+    assert table.returncode == 0
+    assert "buffer_transfer_latency" in table.stdout
+    assert "8MB" in table.stdout
 
 
 def test_a_metric_nobody_knows_is_a_usage_error():
     result = run_tool("tpu-ls", "--metric", "hbm_usge")
-    assert result.returncode == 2 and "unknown metric 'hbm_usge'; known: hbm_usage" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert result.returncode == 2
+    assert "unknown metric 'hbm_usge'; known: hbm_usage" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
 
 
 def test_tensorcore_utilization_query_reads_the_agents(rundir, tmp_path):
@@ -544,7 +570,8 @@ def test_the_slice_example_in_the_docs_is_what_tpu_ls_prints(tmp_path):
     docs = (TESTS.parent / "docs" / "tpu.md").read_text()
     header = output.splitlines()[0]
     assert header.split("chips found", 1)[1] in docs  # host name and versions differ between machines
-    assert output.splitlines()[1] in docs and output.splitlines()[2] in docs
+    assert output.splitlines()[1] in docs
+    assert output.splitlines()[2] in docs
 
 
 def test_the_metric_query_example_in_the_docs_is_what_tpu_ls_prints():

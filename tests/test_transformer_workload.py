@@ -55,7 +55,8 @@ def test_train_step_learns_data_parallel_and_flops_agree_with_xla():
     result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=180)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["devices"] == 2 and "data" in report["batch_sharding"]
+    assert report["devices"] == 2
+    assert "data" in report["batch_sharding"]
     assert report["parameters"] == report["expected_parameters"]
     assert report["steps"] == 25
     losses = report["losses"]

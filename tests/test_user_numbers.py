@@ -36,9 +36,12 @@ def test_parse_number_gives_a_finite_number_in_range_or_one_value_error(value, i
         number = parse_number(value, "--x", minimum=minimum, maximum=maximum, integer=integer)
     except ValueError as error:
         message = str(error)
-        assert message.startswith("--x") and "\n" not in message and len(message) < 200
+        assert message.startswith("--x")
+        assert "\n" not in message
+        assert len(message) < 200
         return
-    assert isinstance(number, int if integer else float) and math.isfinite(number)
+    assert isinstance(number, int if integer else float)
+    assert math.isfinite(number)
     assert minimum is None or number >= minimum
     assert maximum is None or number <= maximum
 
@@ -49,9 +52,11 @@ def test_parse_duration_gives_seconds_in_range_or_one_value_error(value, floor):
     try:
         seconds = parse_duration(value, "period", minimum=floor)
     except ValueError as error:
-        assert "\n" not in str(error) and len(str(error)) < 200
+        assert "\n" not in str(error)
+        assert len(str(error)) < 200
         return
-    assert math.isfinite(seconds) and 0 < seconds <= 86400
+    assert math.isfinite(seconds)
+    assert 0 < seconds <= 86400
     assert floor is None or seconds >= floor
 
 
@@ -61,9 +66,11 @@ def test_parse_size_gives_whole_bytes_or_one_value_error(text):
     try:
         size = parse_size(text)
     except ValueError as error:
-        assert "\n" not in str(error) and len(str(error)) < 200
+        assert "\n" not in str(error)
+        assert len(str(error)) < 200
         return
-    assert isinstance(size, int) and 0 <= size <= 1 << 60
+    assert isinstance(size, int)
+    assert 0 <= size <= 1 << 60
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "9" * 400, "", "1" * (MAX_NUMBER_TEXT + 1)])
@@ -118,7 +125,8 @@ def test_hostile_monitor_configs_are_one_usage_error(tmp_path: Path, name, text,
     path.write_text(text)
     with pytest.raises(UsageError) as caught:
         load_config(path, GROUPS)
-    assert fragment in str(caught.value) and "\n" not in str(caught.value)
+    assert fragment in str(caught.value)
+    assert "\n" not in str(caught.value)
 
 
 JSON_VALUES = st.recursive(
@@ -170,7 +178,8 @@ def test_every_other_option_parser_gives_a_value_or_one_error(text):
         try:
             parser(text)
         except (ValueError, UsageError) as error:
-            assert "\n" not in str(error) and len(str(error)) < 400, (parser.__name__, str(error))
+            assert "\n" not in str(error), (parser.__name__, str(error))
+            assert len(str(error)) < 400, (parser.__name__, str(error))
 
 
 def test_a_huge_device_range_is_refused_at_once():
@@ -232,7 +241,8 @@ def test_no_option_reads_a_number_with_clicks_own_types():
             types = param.type.types if isinstance(param.type, click.Tuple) else [param.type]
             if any(isinstance(kind, (click.types.IntParamType, click.types.FloatParamType)) for kind in types):
                 found.append(f"{path} {param.opts[0]} ({param.type!r})")
-    assert len(_click_commands()) > 20 and not found, found
+    assert len(_click_commands()) > 20, found
+    assert not found, found
 
 
 @pytest.mark.parametrize(("program", "args", "fragment"), [

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate man pages (man/) and shell completions (completions/) from the click tree.
+"""Generate man pages (man/) and shell completions (completions/) from the click tree, and the tables of docs/.
 
     python tools/gen_docs.py            # write the files
     python tools/gen_docs.py --check    # exit 1 and name the files that are stale
@@ -12,9 +12,13 @@ checked-in file no longer matches the code.
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -26,6 +30,7 @@ import generated  # noqa: E402
 
 from tpu_tools import __version__, environment  # noqa: E402
 from tpu_tools.cli.main import cli  # noqa: E402
+from tpu_tools.top import keys  # noqa: E402
 
 GROUP_PROGRAM = "tpu-tools"
 
@@ -383,6 +388,63 @@ def fish_completion(all_programs: list[Program]) -> str:
     return "\n".join(out)
 
 
+# --- docs/development.md's tables -------------------------------------------------------------------
+
+def _test_module(name: str) -> Any:
+    """A module of tests/ (its tables are the source of a doc's), loaded by path."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "tests" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _is_struct_base(base: ast.expr, structs: set[str]) -> bool:
+    name = ast.unparse(base)
+    return name in ("msgspec.Struct", "Struct") or name.rpartition(".")[2] in structs
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    return any(ast.unparse(d).split("(")[0].rpartition(".")[2] == "dataclass" for d in node.decorator_list)
+
+
+def record_types() -> list[tuple[str, str, str]]:
+    """(record, module, what) of every record type: each msgspec Struct of the package, and each dataclass of a
+    `records` module or package of a feature or below (the base module tpu_tools/records.py holds validators)."""
+    package = REPO / "tpu_tools"
+    classes = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+            continue
+        relative = path.relative_to(REPO)
+        in_records = len(relative.parts) > 2 and (path.stem == "records" or "records" in relative.parts[:-1])
+        tree = ast.parse(path.read_text())
+        classes += [(node, relative, in_records) for node in tree.body
+                    if isinstance(node, ast.ClassDef) and not node.name.startswith("_")]
+    structs: set[str] = set()
+    while True:  # a Struct may derive from another (a group's record from GroupRecord)
+        more = {node.name for node, _, _ in classes if any(_is_struct_base(b, structs) for b in node.bases)}
+        if more <= structs:
+            break
+        structs |= more
+    found = []
+    for node, relative, in_records in classes:
+        if node.name in structs or (in_records and _is_dataclass(node)):
+            doc = " ".join((ast.get_docstring(node) or "").split())
+            what = re.split(r"(?<=\.)\s", doc, maxsplit=1)[0].rstrip(".")
+            if not what:  # no docstring: its figures say what it holds
+                fields = [f.target.id for f in node.body if isinstance(f, ast.AnnAssign)
+                          and isinstance(f.target, ast.Name)]
+                what = "fields " + ", ".join(f"`{f}`" for f in fields[:8]) + (", ..." if len(fields) > 8 else "")
+            found.append((node.name, str(relative), what.replace("|", "\\|")))
+    return found
+
+
+def record_table() -> str:
+    rows = [f"| `{name}` | `{module}` | {what} |" for name, module, what in record_types()]
+    return "\n".join(["| record | module | what it holds |", "| --- | --- | --- |", *rows])
+
+
 # --- files ------------------------------------------------------------------------------------------
 
 def generated_files() -> dict[Path, str]:
@@ -392,6 +454,12 @@ def generated_files() -> dict[Path, str]:
     files[REPO / "completions" / "_tpu-tools"] = zsh_completion(all_programs)
     files[REPO / "completions" / "tpu-tools.fish"] = fish_completion(all_programs)
     files[REPO / "docs" / "environment.md"] = environment.markdown_table()
+    development = REPO / "docs" / "development.md"
+    text = generated.spliced(development, "layers from tests/test_layers.py", _test_module("test_layers").layer_table())
+    development_text = generated.spliced_text(text, development, "record types", record_table())
+    files[development] = development_text
+    top_screen = REPO / "docs" / "top-screen.md"
+    files[top_screen] = generated.spliced(top_screen, "keys from tpu_tools/top/keys.py", keys.markdown_table())
     return files
 
 

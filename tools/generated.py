@@ -17,6 +17,22 @@ REPO = Path(__file__).resolve().parent.parent
 Files = dict[Path, "str | bytes"]
 
 
+def spliced(path: Path, name: str, body: str) -> str:
+    """The text of `path` with what stands between its `<!-- generated: NAME -->` and `<!-- end generated: NAME -->`
+    lines replaced by `body`: a generated part of a hand-written document."""
+    return spliced_text(path.read_text(), path, name, body)
+
+
+def spliced_text(text: str, path: Path, name: str, body: str) -> str:
+    """`text` (of `path`) with the part NAME replaced by `body`, as `spliced` does."""
+    start, end = f"<!-- generated: {name} -->", f"<!-- end generated: {name} -->"
+    before, found, rest = text.partition(start + "\n")
+    _, found_end, after = rest.partition(end + "\n")
+    if not found or not found_end:
+        raise SystemExit(f"{path.relative_to(REPO)} lacks the lines {start} and {end}")
+    return f"{before}{start}\n{body.rstrip()}\n{end}\n{after}"
+
+
 def _current(path: Path, content: str | bytes) -> bool:
     if not path.exists():
         return False

@@ -36,7 +36,7 @@ fi
 # PATH, or installed by pyenv beside the default), else python3. From 3.12 on, coverage measures through
 # sys.monitoring, which costs nothing in code it does not measure (the standard library, jax, rich, grpc); 3.11's
 # tracer runs on every line of every Python process the tests start, which doubled their CPU
-# (docs/development.md, "Where the suite's time goes"). TPU_TOOLS_TEST_PYTHON names another interpreter.
+# (benchmarks/README.md, "Where the suite's time goes"). TPU_TOOLS_TEST_PYTHON names another interpreter.
 runs_3_12() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; }
 pick_python() {
     if [ -n "${TPU_TOOLS_TEST_PYTHON:-}" ]; then echo "$TPU_TOOLS_TEST_PYTHON"; return; fi

@@ -56,7 +56,7 @@ class DaemonExecutor(Executor):
             if future.set_running_or_notify_cancel():
                 try:
                     value = fn(*args, **kwargs)
-                except BaseException as error:  # handed to the caller, which raises it
+                except BaseException as error:  # noqa: BLE001 handed to the caller, which raises it
                     future.set_exception(error)
                 else:
                     future.set_result(value)

@@ -113,6 +113,7 @@ class DeviceSummary:
     holders: list[Holder] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """The device as a flat dict, its holders as tpu-ls --json writes them."""
         data = asdict(self)
         data["holders"] = [h.to_dict() for h in self.holders]
         return data

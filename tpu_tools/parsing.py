@@ -98,22 +98,9 @@ def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum
     """
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{what} must be a number, not {quoted(value)}")
+    number: float | int
     if isinstance(value, str):
-        text = value  # not stripped: " 7 " is a quoting mistake, and str.strip() takes every script's spaces
-        if len(text) > MAX_NUMBER_TEXT:
-            raise ValueError(f"{what} {quoted(value)} is not a sensible number ({len(text)} characters)")
-        if not text.strip():
-            raise ValueError(f"{what} must not be empty")
-        if integer:
-            if not _INTEGER.fullmatch(text):
-                raise ValueError(f"{what} {quoted(value)} is not a whole number")
-            number: float | int = int(text)
-        elif _DECIMAL.fullmatch(text) or _NOT_FINITE.fullmatch(text):  # NaN and infinities refused below, by name
-            number = float(text)
-            if number == 0 and re.search(r"[1-9]", re.split(r"[eE]", text)[0]):
-                raise ValueError(f"{what} {quoted(value)} is too small to be told from 0")
-        else:
-            raise ValueError(f"{what} {quoted(value)} is not a number")
+        number = _number_from_text(value, what, integer)
     elif integer and isinstance(value, float):
         if not (math.isfinite(value) and value == int(value)):
             raise ValueError(f"{what} {quoted(value)} is not a whole number")
@@ -131,6 +118,25 @@ def parse_number(value: Any, what: str, *, minimum: float | None = None, maximum
     if maximum is not None and number > maximum:
         raise ValueError(f"{what} {quoted(value)} is absurdly large (at most {_bound(maximum)})")
     return int(number) if integer else float(number) + 0.0  # + 0.0: -0 is 0
+
+
+def _number_from_text(text: str, what: str, integer: bool) -> float | int:
+    """parse_number's reading of text (not stripped: " 7 " is a quoting mistake, and str.strip() takes every
+    script's spaces); its range is checked by the caller."""
+    if len(text) > MAX_NUMBER_TEXT:
+        raise ValueError(f"{what} {quoted(text)} is not a sensible number ({len(text)} characters)")
+    if not text.strip():
+        raise ValueError(f"{what} must not be empty")
+    if integer:
+        if not _INTEGER.fullmatch(text):
+            raise ValueError(f"{what} {quoted(text)} is not a whole number")
+        return int(text)
+    if not (_DECIMAL.fullmatch(text) or _NOT_FINITE.fullmatch(text)):  # NaN and infinities refused later, by name
+        raise ValueError(f"{what} {quoted(text)} is not a number")
+    number = float(text)
+    if number == 0 and re.search(r"[1-9]", re.split(r"[eE]", text)[0]):
+        raise ValueError(f"{what} {quoted(text)} is too small to be told from 0")
+    return number
 
 
 def _bound(limit: float) -> str:

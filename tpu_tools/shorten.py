@@ -24,7 +24,7 @@ def quoted(value: object, limit: int = 24) -> str:
     whole, and an object whose repr raises or prints control characters cannot break the message."""
     try:
         text = repr(value)
-    except Exception:
+    except Exception:  # noqa: BLE001 an object's repr may raise anything; the message must still be made
         text = f"<{type(value).__name__}>"
     if not text.isprintable():
         text = "".join(c if c.isprintable() else "?" for c in text)

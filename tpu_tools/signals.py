@@ -109,7 +109,7 @@ def interruptible(function: Callable[[], _T], name: str = "tpu-tools-blocking-ca
     def work() -> None:
         try:
             outcome.append((True, function()))
-        except BaseException as error:  # raised again in the caller's thread
+        except BaseException as error:  # noqa: BLE001 raised again in the caller's thread
             outcome.append((False, error))
         finally:
             running.release()

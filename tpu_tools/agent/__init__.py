@@ -80,7 +80,11 @@ class AgentError(RuntimeError):
 
 @dataclass(frozen=True)
 class AgentInfo:
-    """Where a running agent can be reached."""
+    """Where a running agent can be reached: what `start()` and `current()` return.
+
+    pid: the process; tag: the job's name in monitors; socket_path: the Unix socket monitors ask;
+    explain_recompiles: whether recompilations carry JAX's reason.
+    """
 
     pid: int
     tag: str
@@ -135,7 +139,9 @@ def phase(name: str) -> AbstractContextManager[None]:
 
 def step_flops(program: Any) -> float | None:
     """Set the FLOPs of each later step: a compiled program (`jitted.lower(...).compile()`, read from XLA's
-    cost analysis over all its devices) or a number. Returns the FLOPs taken, None when unknown."""
+    cost analysis over all its devices) or a number. Returns the FLOPs taken, None when unknown (a program XLA
+    gives no cost for, or a value that is not a finite number >= 0: counted and reported in the goodput
+    figures, never raised)."""
     given = isinstance(program, (int, float)) or job_float(program) is not None
     flops = program if given else program_flops(program)
     # A value that is not a finite number >= 0 is counted and reported in the goodput figures; the FLOPs stay unknown.
@@ -157,7 +163,11 @@ def metric(name: str, value: Any, *, scope: str | None = None) -> bool:
 
 
 def goodput() -> dict[str, Any]:
-    """This job's goodput figures now: seconds and % per cause since start and recently, MFU, cost."""
+    """This job's goodput figures now: seconds and % per cause since start and recently, MFU, cost.
+
+    Returns the dict that the agent's snapshot carries under "goodput" (docs/goodput.md); works without
+    `start()` (the figures of the steps and phases marked so far).
+    """
     agent = _agent
     figures = agent.figures if agent is not None else JobFigures()
     return figures.snapshot()
@@ -166,7 +176,7 @@ def goodput() -> dict[str, Any]:
 def _ledger_step(index: int, step_time_s: float | None) -> None:
     try:
         process_ledger().end_step()
-    except Exception:  # the ledger never raises into the training loop
+    except Exception:  # noqa: BLE001 the ledger never raises into the training loop
         pass
 
 
@@ -186,7 +196,7 @@ def on_step(callback: StepCallback) -> Callable[[], None]:
 
 
 def step_count() -> int:
-    """How many steps have been marked in this process."""
+    """How many steps have been marked in this process (by `step()` and `step_context()`); never raises."""
     return _steps.count
 
 
@@ -209,7 +219,7 @@ def _user_name() -> str:
 
     try:
         return getpass.getuser()
-    except Exception:  # no passwd entry for this uid (containers)
+    except (KeyError, OSError):  # no passwd entry for this uid (containers)
         return str(os.getuid())
 
 
@@ -276,7 +286,7 @@ class _Agent:
         try:
             frontend = TorchXlaFrontend(torch_xla, _steps, self.torch_xla_debug_file, self.before_torch_xla)
             frontend.install()
-        except Exception as error:  # runs inside the job's `import torch_xla`: never raise into it
+        except Exception as error:  # noqa: BLE001 runs inside the job's `import torch_xla`: never raise into it
             self.attach_error = f"torch_xla not followed: {type(error).__name__}: {error}"
             return
         self.frontends[TORCH_XLA] = frontend
@@ -302,7 +312,7 @@ class _Agent:
             return {"arrays_report": None, "arrays_error": "the job has not started a JAX backend yet"}
         try:
             return {"arrays_report": largest_arrays(self.jax), "arrays_error": None}
-        except Exception as error:  # never into the job: the answer says why
+        except Exception as error:  # noqa: BLE001 never into the job: the answer says why
             return {"arrays_report": None, "arrays_error": f"{type(error).__name__}: {error}"}
 
     def command(self) -> str:
@@ -319,7 +329,7 @@ class _Agent:
         if frontend is not None:
             try:
                 shown = frontend.figures()
-            except Exception as error:  # a frontend that fails must not cost the other figures
+            except Exception as error:  # noqa: BLE001 a frontend that fails must not cost the other figures
                 shown.memory_error = f"{type(error).__name__}: {error}"
         figures = self.process.sample()
         snapshot = {
@@ -456,7 +466,11 @@ def _publish_at_step(index: int, step_time_s: float | None) -> None:
 
 
 def stop() -> None:
-    """Leave the job's summary in the runtime directory, stop serving and remove the socket (also done at exit)."""
+    """Leave the job's summary in the runtime directory, stop serving and remove the socket (also done at exit).
+
+    Returns nothing; without a running agent it does nothing. A summary that cannot be written is reported on
+    the `tpu_tools.agent` logger, never raised into the job.
+    """
     global _agent
     with _lock:
         agent, _agent = _agent, None
@@ -475,7 +489,8 @@ def stop() -> None:
 
 
 def current() -> AgentInfo | None:
-    """The running agent of this process, or None."""
+    """The running agent of this process (its `AgentInfo`), or None: none started, or it was started in the parent
+    of this forked process. Never raises."""
     agent = _agent
     return agent.info() if agent is not None and agent.pid == os.getpid() else None
 

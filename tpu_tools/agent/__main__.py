@@ -43,6 +43,16 @@ class Launch:
     price_per_hour: float | None = None
 
 
+def _option_value(argv: list[str], index: int, name: str) -> tuple[str, int]:
+    """The value of option `name` at argv[index], written `--name VALUE` or `--name=VALUE`, and the index of its
+    last word; raises LaunchUsageError when the value is missing."""
+    if argv[index] != name:
+        return argv[index].split("=", 1)[1], index
+    if index + 1 >= len(argv):
+        raise LaunchUsageError(f"{name} needs a value")
+    return argv[index + 1], index + 1
+
+
 def parse(argv: list[str]) -> Launch | None:
     """The launch request, or None for --help; raises LaunchUsageError."""
     tag, explain, index, price = None, False, 0, None
@@ -53,23 +63,11 @@ def parse(argv: list[str]) -> Launch | None:
         if arg == "--explain-recompiles":
             explain = True
         elif arg == "--tag" or arg.startswith("--tag="):
-            if arg == "--tag":
-                index += 1
-                if index >= len(argv):
-                    raise LaunchUsageError("--tag needs a value")
-                tag = argv[index]
-            else:
-                tag = arg.split("=", 1)[1]
+            tag, index = _option_value(argv, index, "--tag")
             if not tag.strip():
                 raise LaunchUsageError("--tag must not be empty")
         elif arg == "--price-per-hour" or arg.startswith("--price-per-hour="):
-            if arg == "--price-per-hour":
-                index += 1
-                if index >= len(argv):
-                    raise LaunchUsageError("--price-per-hour needs a value")
-                text = argv[index]
-            else:
-                text = arg.split("=", 1)[1]
+            text, index = _option_value(argv, index, "--price-per-hour")
             price = positive_number(text)
             if price is None:
                 raise LaunchUsageError(f"--price-per-hour must be a finite number > 0, got {quoted(text, 40)}")

@@ -125,7 +125,7 @@ def largest_arrays(jax_module: Any, limit: int = 20, budget_s: float = 0.5) -> d
             size = per_shard * len(devices)
             key = (str(tuple(array.shape)), str(array.dtype), _sharding_text(array.sharding),
                    array_source(array, seen))
-        except Exception:  # deleted while we looked, or an exotic sharding
+        except Exception:  # noqa: BLE001 deleted while we looked, or an exotic sharding
             continue
         groups[key][0] += size
         groups[key][1] += 1
@@ -136,7 +136,7 @@ def largest_arrays(jax_module: Any, limit: int = 20, budget_s: float = 0.5) -> d
         "arrays_looked_at": looked, "truncated": truncated, "sites": [], "sites_error": None}
     try:
         document["sites"] = allocation_sites(jax_module.profiler.device_memory_profile(), limit)
-    except Exception as error:  # a backend without the profile, or one we cannot read
+    except Exception as error:  # noqa: BLE001 a backend without the profile, or one we cannot read
         document["sites_error"] = f"{type(error).__name__}: {error}"
     document["elapsed_s"] = round(time.monotonic() - started, 4)
     return document

@@ -71,7 +71,7 @@ class JaxFrontend:
         devices: list[dict[str, Any]] = []
         try:
             runtime, devices = self._device_memory.read(self.jax)
-        except Exception as error:  # a runtime that fails must not cost the other figures
+        except Exception as error:  # noqa: BLE001 a runtime that fails must not cost the other figures
             memory_error = f"{type(error).__name__}: {error}"
         return FrontendFigures(runtime, devices, memory_error, self._compiles.snapshot(),
                                self._cache_watch().snapshot())

@@ -81,7 +81,7 @@ def listen_to_programs() -> bool:
             return False
         watcher().add_sink(PROGRAM_SINK)
         return True
-    except Exception:  # never into the job
+    except Exception:  # noqa: BLE001 never into the job
         return False
 
 
@@ -96,7 +96,7 @@ def _on_duration(event: str, duration: float, **kwargs: Any) -> None:
     if event in ORBAX_BLOCKING_EVENTS:
         try:
             _ledger.add_claimed("checkpoint", duration)
-        except Exception:  # a listener of JAX's never raises into the job
+        except Exception:  # noqa: BLE001 a listener of JAX's never raises into the job
             pass
 
 
@@ -152,7 +152,7 @@ class JobFigures:
                 chips = len(devices) / max(1, spec.devices_per_chip or 1)  # the table's peaks are per chip
                 self.peak_flops_per_s = spec.peak_bf16_flops * chips
                 self.peak_source = f"{spec.name} bf16 peak x {chips:g} chips"
-        except Exception as error:  # a runtime that fails leaves the peak unknown, nothing else
+        except Exception as error:  # noqa: BLE001 a runtime that fails leaves the peak unknown, nothing else
             self.problems.append(shorten(f"peak unknown: {type(error).__name__}: {error}", 200))
 
     def snapshot(self, jax_module: Any = None) -> dict[str, Any]:
@@ -194,10 +194,10 @@ def program_flops(compiled: Any) -> float | None:
 
             leaves = jax.tree_util.tree_leaves(compiled.input_shardings)
             devices = max((len(s.device_set) for s in leaves), default=1)
-        except Exception:  # a program without shardings runs on one device
+        except Exception:  # noqa: BLE001 a program without shardings runs on one device
             devices = 1
         return per_device * devices  # XLA counts one device's share of an SPMD program
-    except Exception:
+    except Exception:  # noqa: BLE001 XLA's cost analysis may fail any way: the FLOPs are then unknown
         return None
 
 
@@ -225,5 +225,5 @@ def write_job_summary(snapshot: Callable[[], dict[str, Any]]) -> None:
         from tpu_tools.metrics.jobsummary import write_summary
 
         write_summary(job_summary(snapshot()))
-    except Exception as error:  # a job that ends must end
+    except Exception as error:  # noqa: BLE001 a job that ends must end
         sys.stderr.write(f"tpu-tools agent: no job summary written: {type(error).__name__}: {error}\n")

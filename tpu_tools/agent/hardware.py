@@ -63,11 +63,11 @@ class HardwareWatch:
                 self.error = f"{type(error).__name__}: {error}"
             # at the interpreter's exit no thread can start (NVML is read under deadlines, in threads): the
             # figures stand as of the last sample, at most SAMPLE_INTERVAL_S before the end
-        except Exception as error:  # never into the job; the record says why
+        except Exception as error:  # noqa: BLE001 never into the job; the record says why
             self.error = f"{type(error).__name__}: {error}"
         try:
             self._sample_tpu(snapshot.get("tpu_sdk"), elapsed)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 never into the job; the record says why
             self.error = f"{type(error).__name__}: {error}"
         self._last = now
 

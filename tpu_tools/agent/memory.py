@@ -26,7 +26,7 @@ def _initialized_probe() -> Callable[[], bool] | None:
         from jax._src import xla_bridge
 
         return xla_bridge.backends_are_initialized
-    except Exception:  # a jax without this helper: do not risk initialising
+    except Exception:  # noqa: BLE001 a jax without this helper: do not risk initialising
         return None
 
 
@@ -35,7 +35,7 @@ def backends_ready(jax_module: Any) -> bool:
     probe = _initialized_probe()
     try:
         return probe is not None and bool(probe())
-    except Exception:
+    except Exception:  # noqa: BLE001 a jax whose probe fails: do not risk initialising
         return False
 
 
@@ -60,7 +60,7 @@ def live_array_usage(backend: Any) -> dict[int, list[int]]:
             if array.is_deleted():
                 continue
             kind = (id(array.sharding), array.shape, array.dtype)
-        except Exception:  # an array deleted while we looked
+        except Exception:  # noqa: BLE001 an array deleted while we looked
             continue
         seen = kinds.get(kind)
         if seen is None:
@@ -71,7 +71,7 @@ def live_array_usage(backend: Any) -> dict[int, list[int]]:
     for count, example in kinds.values():
         try:
             per_shard, devices = shard_footprint(example)
-        except Exception:  # an exotic sharding
+        except Exception:  # noqa: BLE001 an exotic sharding
             continue
         for device in devices:
             entry = usage.setdefault(device.id, [0, 0])

@@ -80,7 +80,7 @@ def is_xla_tensor(value: Any) -> bool:
     torch = sys.modules.get("torch")
     try:
         return torch is not None and isinstance(value, torch.Tensor) and value.device.type == "xla"
-    except Exception:  # a tensor subclass whose device cannot be read is not ours to take
+    except Exception:  # noqa: BLE001 a tensor subclass whose device cannot be read is not ours to take
         return False
 
 
@@ -126,7 +126,7 @@ class MetricStore:
                 if self.keep(entry):
                     return True
                 problem = f"more than {MAX_METRICS} metric names; {quoted(name, 40)} was not kept"
-        except Exception as error:  # a value that fails to read (a deleted array, a runtime error)
+        except Exception as error:  # noqa: BLE001 a value that fails to read (a deleted array, a runtime error)
             problem = f"metric {quoted(given, 40)}: {error_text(error)}"
         self.reject(problem or "")
         return False

@@ -99,7 +99,7 @@ class Publisher:
                 self.last_error = None  # said once, in the snapshot just published
             else:
                 self.last_error = "a snapshot larger than the file allows was not published"
-        except Exception as error:  # never into the job: the next snapshot (or the socket) says why
+        except Exception as error:  # noqa: BLE001 never into the job: the next snapshot (or the socket) says why
             self.last_error = f"{type(error).__name__}: {error}"
         finally:
             self._busy.release()

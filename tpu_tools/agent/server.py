@@ -268,7 +268,7 @@ class AgentServer:
             return False
         try:
             answer = wire.encode_response(self._answer(request))
-        except Exception as error:  # a bug in a collector, or a figure no JSON can hold, must not take the server down
+        except Exception as error:  # noqa: BLE001 a bug in a collector, or a figure no JSON can hold, must not take the server down
             answer = wire.encode_response({"schema": wire.SNAPSHOT_SCHEMA, "error": f"{type(error).__name__}: {error}"})
         connection.outgoing = memoryview(answer)
         connection.deadline = time.monotonic() + wire.REPLY_TIMEOUT_S

@@ -209,7 +209,7 @@ class TorchXlaFrontend:
                 device.update({"memory_used_bytes": info.get("bytes_used"),
                                "memory_limit_bytes": info.get("bytes_limit"),
                                "memory_peak_bytes": info.get("peak_bytes_used")})
-            except Exception as error:  # UNIMPLEMENTED on CPU
+            except Exception as error:  # noqa: BLE001 UNIMPLEMENTED on CPU
                 text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
                 self._memory_error = f"torch_xla gives no device memory on {platform}: {text[:200]}"
         return {"platform": platform}, [device], self._memory_error

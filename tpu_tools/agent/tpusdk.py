@@ -52,7 +52,7 @@ def _monitoring_module() -> tuple[Any | None, str | None]:
         return None, "libtpu is not loaded in this process"
     try:
         from libtpu import sdk  # type: ignore[import-not-found]
-    except Exception as error:  # an older libtpu without the SDK, or one that fails to load it
+    except Exception as error:  # noqa: BLE001 an older libtpu without the SDK, or one that fails to load it
         return None, f"{NOT_SERVED} (libtpu.sdk: {type(error).__name__})"
     module = getattr(sdk, "tpumonitoring", None) or getattr(sdk, "monitoring", None)
     if module is None or not hasattr(module, "get_metric"):
@@ -102,7 +102,7 @@ def _read_all(module: Any) -> dict[str, Any]:
             return _no_reading(_failed["(list)"])
         try:
             names = _metric_names(module)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 the SDK fails its own ways; the reading says why
             why = f"the SDK could not list its metrics: {type(error).__name__}: {error}"
             _failed["(list)"] = shorten(why, _MAX_TEXT)
             return _no_reading(_failed["(list)"])
@@ -113,7 +113,7 @@ def _read_all(module: Any) -> dict[str, Any]:
                 continue
             try:
                 metrics[name] = _read(module, name)
-            except Exception as error:  # one metric that fails costs only itself, and only once
+            except Exception as error:  # noqa: BLE001 one metric that fails costs only itself, and only once
                 _failed[name] = shorten(f"{type(error).__name__}: {error}", _MAX_TEXT)
                 metrics[name] = {"error": _failed[name]}
     utilization = metrics.get(TENSORCORE_UTILIZATION, {}).get("values")
@@ -160,7 +160,7 @@ class _Reader:
     def _read(self, module: Any) -> None:
         try:
             latest = _read_all(module)
-        except Exception as error:  # never into the job; the next request tries again
+        except Exception as error:  # noqa: BLE001 never into the job; the next request tries again
             latest = _no_reading(shorten(f"the SDK read failed: {type(error).__name__}: {error}", _MAX_TEXT))
         with self._state:
             self._latest, self._finished_at, self._running = latest, time.monotonic(), None

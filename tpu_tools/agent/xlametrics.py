@@ -114,7 +114,7 @@ class XlaMetricTaker:
         for pending in ready:
             try:
                 number = float(pending.tensor.detach().cpu().reshape(()))
-            except Exception as error:  # a tensor the job deleted or a runtime error: reported, never raised
+            except Exception as error:  # noqa: BLE001 a tensor the job deleted or a runtime error: reported, never raised
                 self._store.reject(shorten(f"metric {pending.name}: {type(error).__name__}: {error}", 300))
                 continue
             entry = MetricValue(pending.name, number if math.isfinite(number) else math.nan, pending.step,

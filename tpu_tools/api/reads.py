@@ -70,6 +70,7 @@ class Job:
 
     @property
     def steps_per_s(self) -> float | None:
+        """Steps per second lately, from the agent's step statistics; None when the job marks no steps."""
         return self.steps.steps_per_second if self.steps is not None else None
 
 

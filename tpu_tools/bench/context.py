@@ -53,7 +53,7 @@ class BenchContext:
             return int(psutil.virtual_memory().available)
         try:
             stats = self.devices[0].memory_stats() or {}
-        except Exception:  # some plugins raise instead of returning None
+        except Exception:  # noqa: BLE001 some plugins raise instead of returning None
             return None
         if "bytes_limit" not in stats:
             return None
@@ -79,7 +79,7 @@ def xla_cost(compiled: Any) -> dict[str, float]:
     """
     try:
         analysis = compiled.cost_analysis()
-    except Exception:  # NotImplementedError, or a backend error: the cross-check is then skipped
+    except Exception:  # noqa: BLE001 NotImplementedError, or a backend error: the cross-check is then skipped
         return {}
     if isinstance(analysis, (list, tuple)):
         analysis = analysis[0] if analysis else {}
@@ -94,7 +94,7 @@ def library_calls(compiled: Any) -> list[str]:
     """The library custom calls (cuBLAS, cuDNN) in a compiled program, whose work XLA does not count."""
     try:
         text = compiled.as_text() or ""
-    except Exception:  # a backend without HLO text: nothing known to exclude
+    except Exception:  # noqa: BLE001 a backend without HLO text: nothing known to exclude
         return []
     return sorted(set(_LIBRARY_CALLS.findall(text)))
 

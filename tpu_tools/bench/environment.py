@@ -104,7 +104,7 @@ def _per_device(spec: ChipSpec, chip_figure: float | None) -> float | None:
 def _memory_limit(device: Any) -> int | None:
     try:
         stats = device.memory_stats() or {}
-    except Exception:  # some plugins raise instead of returning None
+    except Exception:  # noqa: BLE001 some plugins raise instead of returning None
         return None
     limit = stats.get("bytes_limit")
     return int(limit) if limit else None

@@ -41,7 +41,7 @@ def snapshot() -> Snapshot:
         own_s = own.user + own.system + own.children_user + own.children_system
         steal = getattr(times, "steal", None)
         return Snapshot(time.perf_counter(), busy, own_s, steal)
-    except Exception:  # no psutil or no /proc: nothing to report
+    except Exception:  # noqa: BLE001 no psutil or no /proc: nothing to report
         return Snapshot(time.perf_counter(), None, None, None)
 
 
@@ -70,7 +70,7 @@ def _cpu_mhz() -> float | None:
 
         frequency = psutil.cpu_freq()
         return float(frequency.current) if frequency and frequency.current else None
-    except Exception:  # not readable in many VMs
+    except Exception:  # noqa: BLE001 not readable in many VMs
         return None
 
 

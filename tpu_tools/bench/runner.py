@@ -158,7 +158,7 @@ def _run_out_of_process(case: Case, request: RunRequest) -> CaseResult:
         result = benchmark_module(case.benchmark).run_out_of_process(case, request.policy, request.timeout_s)
     except PlatformUnavailable:
         raise  # nothing else can run either
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 any failure of a case is classified and recorded; the others run
         status, message = classify(error, _platform_hint(request.policy))
         result = CaseResult(case, status=status, message=message)
     result.duration_s = time.perf_counter() - start
@@ -172,7 +172,7 @@ def _run_in_process(ctx: Any, case: Case) -> CaseResult:
         result = benchmark_module(case.benchmark).run(ctx, case)
     except UsageError:
         raise  # the user's target or arguments are wrong (tpu-bench fn): no case can run
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 any failure of a case is classified and recorded; the others run
         status, message = classify(error, ctx.platform)
         result = CaseResult(case, status=status, message=message)
     result.duration_s = time.perf_counter() - start

@@ -130,7 +130,7 @@ def _aliases(device_array: Any, host_array: Any) -> bool:
     """Whether a device array and a host array share memory (the runtime did not copy)."""
     try:
         return device_array.unsafe_buffer_pointer() == host_array.ctypes.data
-    except Exception:  # arrays without a single buffer pointer are not aliased
+    except Exception:  # noqa: BLE001 arrays without a single buffer pointer are not aliased
         return False
 
 

@@ -360,7 +360,7 @@ def run_cli(command: click.Command, prog_name: str | None = None) -> NoReturn:
         code = _interrupted(prog)
     except ToolError as error:
         code = _fail(program_name(_parsing, prog), str(error), error, error.exit_code)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 the last resort: a bug becomes one line, its traceback under --debug
         if signals.received() is not None:  # the signal's exception turned into another on its way (an import)
             code = _interrupted(prog)
         else:  # a bug: say so in one line, traceback under --debug

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +18,9 @@ from tpu_tools.cli.common import (
 from tpu_tools.cli.output import FORMAT_CHOICES, Output, note, resolve_format
 from tpu_tools.errors import EXIT_FAILURE, EXIT_OK, RuntimeFailure, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
+
+if TYPE_CHECKING:  # imported when needed: tpu-ls starts fast
+    from tpu_tools.inventory import Inventory
 
 MAN_SECTIONS = {
     "DESCRIPTION": (
@@ -248,11 +252,25 @@ def ls_command(probe: bool, topology: bool, verbose: bool, no_runtime: bool, for
                                 metrics_timeout_s=metrics_timeout_s, libtpu_status=runtime_status,
                                 nvml_pending=nvml_pending, agent_timeout_s=min(timeout_s, 2.0))
     if is_debug():
-        _debug_libtpu(inventory)
-        if inventory.nvml is not None and inventory.nvml.error:
-            note(f"nvml: {inventory.nvml.error}")
-        if inventory.amdsmi is not None and inventory.amdsmi.error:
-            note(f"amdsmi: {inventory.amdsmi.error}")
+        _debug_sources(inventory)
+    _write_listing(inventory, names, out, topology, verbose)
+    if probe and inventory.runtime_status != RUNTIME_OK:
+        note("probe not run: " + "; ".join(inventory.notes))
+    return EXIT_FAILURE if inventory.probe_failed else EXIT_OK
+
+
+def _debug_sources(inventory: Inventory) -> None:
+    """--debug: why libtpu's service, NVML or amdsmi gave nothing."""
+    _debug_libtpu(inventory)
+    if inventory.nvml is not None and inventory.nvml.error:
+        note(f"nvml: {inventory.nvml.error}")
+    if inventory.amdsmi is not None and inventory.amdsmi.error:
+        note(f"amdsmi: {inventory.amdsmi.error}")
+
+
+def _write_listing(inventory: Inventory, names: tuple[str, ...] | None, out: Output, topology: bool,
+                   verbose: bool) -> None:
+    """The listing: --query's fields (JSON rows or CSV), else the whole inventory as JSON or a table."""
     if names is not None:
         from tpu_tools.render.query_view import csv_text, rows
 
@@ -264,9 +282,6 @@ def ls_command(probe: bool, topology: bool, verbose: bool, no_runtime: bool, for
         out.json(inventory.to_dict())
     else:
         _render(inventory, topology, out, verbose)
-    if probe and inventory.runtime_status != RUNTIME_OK:
-        note("probe not run: " + "; ".join(inventory.notes))
-    return EXIT_FAILURE if inventory.probe_failed else EXIT_OK
 
 
 def _free(policy: RuntimePolicy, timeout_s: float, out: Output, lines: str | None) -> int:

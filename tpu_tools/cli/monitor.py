@@ -576,7 +576,7 @@ class RoundThread:
             self._asked.get()
             try:
                 self._built.put((self._builder.build(), None))
-            except BaseException as error:  # handed to the main thread, which raises it as before
+            except BaseException as error:  # noqa: BLE001 handed to the main thread, which raises it as before
                 self._built.put((None, error))
 
     def build_unless_stopped(self, stop: threading.Event) -> Any:

@@ -158,6 +158,21 @@ def load_config(path: Path, known_groups: list[str]) -> MonitorConfig:
     document = _load_document(path)
     _unknown(document, TOP_KEYS, "at the top level", path)
     config = MonitorConfig()
+    _durations(document, config, path)
+    if "price_per_hour" in document:
+        config.price_per_hour = _price(document["price_per_hour"], path)
+    if "metrics_addr" in document:
+        config.metrics_addr = _addresses(document["metrics_addr"], path)
+    if "tag_filter" in document:
+        config.tag_filter = _tag_filter(document["tag_filter"], path)
+    if "prometheus" in document:
+        _selection(config, document["prometheus"], path)
+    if "groups" in document:
+        config.groups = _groups(document["groups"], known_groups, path)
+    return config
+
+
+def _durations(document: dict[str, Any], config: MonitorConfig, path: Path) -> None:
     try:
         if "period" in document:
             config.period_s = parse_duration(document["period"], "period", minimum=MIN_PERIOD_S)
@@ -168,43 +183,38 @@ def load_config(path: Path, known_groups: list[str]) -> MonitorConfig:
                                                       maximum=MAX_METRICS_TIMEOUT_S)
     except ValueError as error:
         raise UsageError(f"config file {path}: {error}") from error
-    if "price_per_hour" in document:
-        config.price_per_hour = _price(document["price_per_hour"], path)
-    if "metrics_addr" in document:
-        config.metrics_addr = _addresses(document["metrics_addr"], path)
-    if "tag_filter" in document:
-        pattern = document["tag_filter"]
-        if not isinstance(pattern, str):
-            raise UsageError(f"config file {path}: tag_filter must be a string (a regular expression)")
-        try:
-            config.tag_filter = re.compile(pattern)
-        except re.error as error:
-            raise UsageError(f"config file {path}: tag_filter {pattern!r} is not a valid regular expression: "
-                             f"{error}") from error
-    if "prometheus" in document:
-        _selection(config, document["prometheus"], path)
-    if "groups" in document:
-        groups = document["groups"]
-        if isinstance(groups, list):  # a plain list of names is accepted too
-            groups = {name: {} for name in groups if isinstance(name, str)} if all(
-                isinstance(n, str) for n in groups) else None
-        if not isinstance(groups, dict):
-            raise UsageError(f"config file {path}: groups must be a table of group names (or a list of names)")
-        config.groups = {}
-        for name, settings in groups.items():
-            if name not in known_groups:
-                raise UsageError(f"config file {path}: unknown group {name!r} (known: {', '.join(known_groups)})")
-            if settings is None:
-                settings = {}
-            if not isinstance(settings, dict):
-                raise UsageError(f"config file {path}: groups.{name} must be a table")
-            _unknown(settings, GROUP_KEYS, f"in groups.{name}", path)
-            group = GroupConfig()
-            if "period" in settings:
-                try:
-                    group.period_s = parse_duration(settings["period"], f"groups.{name}.period",
-                                                    minimum=MIN_PERIOD_S)
-                except ValueError as error:
-                    raise UsageError(f"config file {path}: {error}") from error
-            config.groups[name] = group
-    return config
+
+
+def _tag_filter(pattern: Any, path: Path) -> re.Pattern[str]:
+    if not isinstance(pattern, str):
+        raise UsageError(f"config file {path}: tag_filter must be a string (a regular expression)")
+    try:
+        return re.compile(pattern)
+    except re.error as error:
+        raise UsageError(f"config file {path}: tag_filter {pattern!r} is not a valid regular expression: "
+                         f"{error}") from error
+
+
+def _groups(groups: Any, known_groups: list[str], path: Path) -> dict[str, GroupConfig]:
+    if isinstance(groups, list):  # a plain list of names is accepted too
+        groups = {name: {} for name in groups if isinstance(name, str)} if all(
+            isinstance(n, str) for n in groups) else None
+    if not isinstance(groups, dict):
+        raise UsageError(f"config file {path}: groups must be a table of group names (or a list of names)")
+    chosen: dict[str, GroupConfig] = {}
+    for name, settings in groups.items():
+        if name not in known_groups:
+            raise UsageError(f"config file {path}: unknown group {name!r} (known: {', '.join(known_groups)})")
+        if settings is None:
+            settings = {}
+        if not isinstance(settings, dict):
+            raise UsageError(f"config file {path}: groups.{name} must be a table")
+        _unknown(settings, GROUP_KEYS, f"in groups.{name}", path)
+        group = GroupConfig()
+        if "period" in settings:
+            try:
+                group.period_s = parse_duration(settings["period"], f"groups.{name}.period", minimum=MIN_PERIOD_S)
+            except ValueError as error:
+                raise UsageError(f"config file {path}: {error}") from error
+        chosen[name] = group
+    return chosen

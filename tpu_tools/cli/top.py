@@ -15,6 +15,7 @@ from tpu_tools.errors import EXIT_OK, RuntimeFailure, UsageError
 from tpu_tools.parsing import MIN_PERIOD_S, terminal_size
 from tpu_tools.sanitize import safe_text
 from tpu_tools.shorten import quoted
+from tpu_tools.top.keys import man_text
 from tpu_tools.top.model import DEFAULT_SORT, SORT_KEYS
 
 MAX_PID = 1 << 22  # Linux's largest pid_max
@@ -77,22 +78,7 @@ MAN_SECTIONS = {
         "120 columns) and as tall as needed, and exits; it works in a pipe. Without --once, stdin and stdout "
         "must be a terminal."
     ),
-    "KEYS": (
-        "q  quit (Ctrl-C and SIGTERM also quit; the terminal is restored in every case).\n"
-        "up / down, k / j  select a process; PgUp / PgDn move by 10, Home / End to the first or last.\n"
-        "Enter  the selected job's own screen; Esc goes back.\n"
-        "/  filter the processes by text (tag, user, command, PID, host): type, then Enter to keep the filter "
-        "or Esc to clear it; Esc on the main screen also clears it.\n"
-        "a  show or hide processes without the agent (device holders).\n"
-        "I / T / K  send SIGINT / SIGTERM / SIGKILL to the selected process (or the job of the job screen), "
-        "after a confirmation line (y sends, any other key cancels). A process you may not signal (another "
-        "user's, unless you are root; one on another host) is refused with a message; the result is shown on "
-        "the bottom line.\n"
-        "s / S  sort by the next / previous column: PID, USER, TAG, CPU%, RSS, DEV MEM, COMP, RECOMP, STEP/S.\n"
-        "r  reverse the sort order.\n"
-        "p  pause or resume refreshing (no report is gathered while paused).\n"
-        "h or ?  show the keys; any key closes them."
-    ),
+    "KEYS": man_text(),
     "EXAMPLES": (
         "tpu-top\n"
         "tpu-top --interval 0.5 --sort steps\n"

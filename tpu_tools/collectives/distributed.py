@@ -124,7 +124,7 @@ def detected_cluster() -> str | None:
         try:
             if environment.is_env_present() and environment.get_process_count() > 1:
                 return environment.__name__
-        except Exception:  # a half-configured environment is not one to join
+        except Exception:  # noqa: BLE001 a half-configured environment is not one to join
             continue
     return None
 

@@ -31,7 +31,7 @@ def shortfall(devices: list[Any], input_bytes: int, output_bytes: int) -> str | 
     for device in devices:
         try:
             stats = device.memory_stats() or {}
-        except Exception:  # platforms without memory statistics: let the runtime decide
+        except Exception:  # noqa: BLE001 platforms without memory statistics: let the runtime decide
             return None
         limit = stats.get("bytes_limit")
         if limit is None:

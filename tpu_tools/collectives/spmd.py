@@ -82,6 +82,27 @@ def broadcast_implementation(platform: str) -> str:
     return "collective-broadcast" if platform in ("gpu", "cuda", "rocm") else "masked all-reduce"
 
 
+def _all_reduce(axis: Any, redop: str | None, ranks: int, is_integer: bool) -> tuple[Callable[[Any], Any], str]:
+    """The all-reduce of `redop` over the mesh axis, and what it is called in the report."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    if redop == "sum":
+        return (lambda x: lax.psum(x, axis)), "psum"
+    if redop == "max":
+        return (lambda x: lax.pmax(x, axis)), "pmax"
+    if redop == "min":
+        return (lambda x: lax.pmin(x, axis)), "pmin"
+    if redop == "prod":
+        primitive = _pprod_primitive()
+        return (lambda x: primitive.bind(x, axes=(axis,), axis_index_groups=None)), "all-reduce (multiply)"
+    if redop == "avg":
+        if is_integer:  # the mean of integers, truncated as an integer all-reduce average is
+            return (lambda x: lax.div(lax.psum(x, axis), jnp.asarray(ranks, x.dtype))), "psum / n"
+        return (lambda x: lax.psum(x, axis) / jnp.asarray(ranks, x.dtype)), "psum / n"
+    raise ValueError(f"unknown reduction {redop}")
+
+
 def build_collective(jax: Any, test: Case, plan: MeshPlan, *, root: int = 0, shift: int = 1,
                      is_integer: bool = False) -> Collective:
     import jax.numpy as jnp
@@ -92,26 +113,10 @@ def build_collective(jax: Any, test: Case, plan: MeshPlan, *, root: int = 0, shi
     last = len(plan.shape)  # the buffer axis inside each device's block
     op, redop = test.op.name, test.redop
     implementation: str
+    body: Callable[[Any], Any]
 
     if op == "all-reduce":
-        if redop == "sum":
-            body, implementation = (lambda x: lax.psum(x, axis)), "psum"
-        elif redop == "max":
-            body, implementation = (lambda x: lax.pmax(x, axis)), "pmax"
-        elif redop == "min":
-            body, implementation = (lambda x: lax.pmin(x, axis)), "pmin"
-        elif redop == "prod":
-            primitive = _pprod_primitive()
-            body = lambda x: primitive.bind(x, axes=(axis,), axis_index_groups=None)  # noqa: E731
-            implementation = "all-reduce (multiply)"
-        elif redop == "avg":
-            if is_integer:  # the mean of integers, truncated as an integer all-reduce average is
-                body = lambda x: lax.div(lax.psum(x, axis), jnp.asarray(ranks, x.dtype))  # noqa: E731
-            else:
-                body = lambda x: lax.psum(x, axis) / jnp.asarray(ranks, x.dtype)  # noqa: E731
-            implementation = "psum / n"
-        else:
-            raise ValueError(f"unknown reduction {redop}")
+        body, implementation = _all_reduce(axis, redop, ranks, is_integer)
     elif op == "all-gather":
         body, implementation = (lambda x: lax.all_gather(x, axis, axis=last, tiled=True)), "all_gather"
     elif op == "reduce-scatter":
@@ -144,7 +149,8 @@ def build_collective(jax: Any, test: Case, plan: MeshPlan, *, root: int = 0, shi
             return lax.dynamic_update_slice_in_dim(x, reduced, lax.axis_index(axis) * reduced.shape[last],
                                                    axis=last)
     else:
-        in_place_body = body
+        def in_place_body(x: Any) -> Any:  # the same program as out of place
+            return body(x)
 
     spec = PartitionSpec(*plan.names, None)
     mapped = jax.shard_map(body, mesh=plan.mesh, in_specs=spec, out_specs=spec, check_vma=False)

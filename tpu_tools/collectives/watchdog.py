@@ -83,7 +83,7 @@ class Watchdog:
     def _expire(self, activity: str, elapsed: float) -> None:
         try:
             message = self._diagnose(activity, elapsed)
-        except Exception as error:  # the diagnosis is best effort; the exit is not
+        except Exception as error:  # noqa: BLE001 the diagnosis is best effort; the exit is not
             message = plain_diagnosis(activity, elapsed) + f" (diagnosis failed: {error})"
         try:
             self._on_expire(message)
@@ -96,7 +96,7 @@ class Watchdog:
     def _safely(function: Callable[[], None]) -> None:
         try:
             function()
-        except Exception:
+        except Exception:  # noqa: BLE001 the watchdog's exit path must run whatever a step raises
             pass
 
 

@@ -28,7 +28,7 @@ def free_bytes(device: Any, local_devices: int) -> int | None:
     """The device's free memory: its allocator's limit less what is in use, else a share of the host's."""
     try:
         stats = device.memory_stats() or {}
-    except Exception:  # a platform without memory statistics
+    except Exception:  # noqa: BLE001 a platform without memory statistics
         stats = {}
     limit = stats.get("bytes_limit")
     if limit:

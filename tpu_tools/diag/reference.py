@@ -45,7 +45,7 @@ def runtime_key(jax: Any, device: Any) -> dict[str, Any]:
         jaxlib_version = None
     try:
         runtime = str(device.client.platform_version)
-    except Exception:  # a plugin without the attribute: the jaxlib version stands for it
+    except Exception:  # noqa: BLE001 a plugin without the attribute: the jaxlib version stands for it
         runtime = None
     return {"platform": device.platform, "device_kind": device.device_kind, "jax": jax.__version__,
             "jaxlib": jaxlib_version, "runtime": runtime, "xla_flags": xla_flags(os.environ.get("XLA_FLAGS"))}

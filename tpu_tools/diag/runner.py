@@ -157,7 +157,7 @@ class DiagRunner:
         start = time.perf_counter()
         try:
             check = body(device)
-        except Exception as error:  # a device that errors fails its test; an allocation that fails skips it
+        except Exception as error:  # noqa: BLE001 a device that errors fails its test; an allocation that fails skips it
             status = SKIP if is_out_of_memory(error) else FAIL
             prefix = "out of memory: " if status == SKIP else ""
             check = Check(test, status, prefix + f"{type(error).__name__}: {_first_line(error)}")
@@ -250,7 +250,7 @@ class DiagRunner:
                 table.durations[device.id] = round(time.perf_counter() - begun, 4)
                 if dtype == "f32":
                     times[device.id] = statistics.median(samples[1:])  # the first run pays for the compile
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 a device that errors fails its check; the other devices run
                 self._emit(_error_check(test, device.id, error))
         self.coverage.add_dtype(dtype)
         if judged:
@@ -344,7 +344,7 @@ class DiagRunner:
                 wrong = int(wrong_words)
                 digest = digest_text(words_digest)
                 del buffer
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 a device that errors fails its check; the other devices run
                 check = _error_check(test, device.id, error)
                 check.figures = figures
                 self._emit(check)
@@ -374,7 +374,7 @@ class DiagRunner:
         try:
             outcome = run_collective(self.jax, name, self.settings.collective_elements,
                                      target if name == "ring +1" else None)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 a collective that errors fails its check; the other tests run
             self._emit(_error_check(test, None, error))
             return
         for link in outcome.links:
@@ -426,7 +426,7 @@ class DiagRunner:
                         count, _ = check_chunk(buffer, seed, first)
                         wrong += int(count)
                     del buffers
-                except Exception as error:
+                except Exception as error:  # noqa: BLE001 a device that errors fails its check; the other devices run
                     check = _error_check(test, device.id, error)
                     check.figures = figures
                     check.duration_s = round(time.perf_counter() - start, 4)

@@ -87,7 +87,7 @@ class Telemetry:
                 self._nvml()
             else:
                 self._tpu()
-        except Exception as error:  # telemetry is a bonus: its failure never fails the run
+        except Exception as error:  # noqa: BLE001 telemetry is a bonus: its failure never fails the run
             self.error = shorten(f"{type(error).__name__}: {error}", 300)
 
     def _nvml(self) -> None:

@@ -62,7 +62,7 @@ def main() -> None:
         sink.send({"event": "done"})
     except UsageError as error:
         sink.send({"event": "error", "kind": "usage", "message": str(error)})
-    except BaseException as error:  # every failure becomes an event; the supervisor decides what it means
+    except BaseException as error:  # noqa: BLE001 every failure becomes an event; the supervisor decides what it means
         sink.send({"event": "error", "kind": "runtime", "error_type": type(error).__name__,
                    "message": str(error), "traceback": traceback.format_exc()})
     sys.stdout.flush()

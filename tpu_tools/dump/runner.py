@@ -109,11 +109,11 @@ def child_main(collector: Collector, options: DumpOptions, redactor: Redactor, w
             status, error = STATUS_SKIPPED, str(exc)
         except TimedOut as exc:
             status, error = STATUS_TIMED_OUT, str(exc)
-        except BaseException as exc:  # a collector's failure is a result, not the dump's failure
+        except BaseException as exc:  # noqa: BLE001 a collector's failure is a result, not the dump's failure
             status, error, trace = STATUS_FAILED, _error_text(exc), traceback.format_exc()
         _send(write_fd, ("done", status, redactor.text(error) if error else None,
                          redactor.text(trace) if trace else None))
-    except BaseException:
+    except BaseException:  # noqa: BLE001 a forked collector leaves through os._exit, whatever happened
         code = 1
     finally:
         os._exit(code)  # no atexit handlers, no flushing the parent's buffers twice

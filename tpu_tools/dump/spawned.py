@@ -18,7 +18,7 @@ RESULT_FD = 3
 def main() -> None:
     try:
         collector, options, redactor = pickle.load(sys.stdin.buffer)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 a child with no collector to run exits at once
         os._exit(1)
     child_main(collector, options, redactor, RESULT_FD)
 

@@ -330,7 +330,7 @@ class MetricsServer:
         """Run `step` on `conn`; whatever goes wrong closes that connection, never the loop."""
         try:
             step(conn)
-        except Exception:
+        except Exception:  # noqa: BLE001 whatever goes wrong closes that connection, never the loop
             self._close(conn)
 
     def _service(self, conn: _Conn, mask: int) -> None:
@@ -345,7 +345,7 @@ class MetricsServer:
             self._watch(conn, selectors.EVENT_READ)
         except ssl.SSLWantWriteError:
             self._watch(conn, selectors.EVENT_WRITE)
-        except Exception:  # reset, broken pipe, a bad TLS record, or a fault here: that connection goes
+        except Exception:  # noqa: BLE001 reset, broken pipe, a bad TLS record, or a fault here: that connection goes
             self._close(conn)
 
     def _handshake(self, conn: _Conn) -> None:
@@ -463,7 +463,7 @@ class MetricsServer:
             conn, request, close, arrived = item
             try:
                 answer = self.handler(request, arrived)
-            except Exception:  # a collector that fails must not take the server down
+            except Exception:  # noqa: BLE001 a collector that fails must not take the server down
                 answer = Answer(500, b"Internal Server Error\n", close=True)
             close = close or answer.close
             if close and not answer.close:

@@ -121,7 +121,7 @@ class _Capture(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             self.watch.on_log(record.getMessage())
-        except Exception:  # never into the job
+        except Exception:  # noqa: BLE001 never into the job
             pass
         shown = self.level if self.level != logging.NOTSET else (
             self.logger.parent.getEffectiveLevel() if self.logger.parent else logging.WARNING)
@@ -168,7 +168,7 @@ class CacheWatch:
                 logger.filters.insert(0, capture)  # ahead of other filters, which may drop what we need
                 if logger.getEffectiveLevel() > logging.DEBUG:
                     logger.setLevel(logging.DEBUG)
-        except Exception as error:  # a jax without these hooks: figures stay empty
+        except Exception as error:  # noqa: BLE001 a jax without these hooks: figures stay empty
             self.key_record_error = shorten(f"could not listen to jax: {type(error).__name__}: {error}", 300)
 
     # --- callbacks, on the compiling thread -------------------------------------------------------
@@ -215,7 +215,7 @@ class CacheWatch:
                 with self._lock:
                     self.entries_written += 1
                 self._write_record(self._pending())
-        except Exception:
+        except Exception:  # noqa: BLE001 a listener of JAX's never raises into the job
             pass
 
     def _on_duration(self, event: str, duration: float, **kwargs: Any) -> None:
@@ -229,7 +229,7 @@ class CacheWatch:
                 self._local.pending = _Pending()
                 if pending.looked_up and not pending.hit:
                     self._explain(pending)
-        except Exception:
+        except Exception:  # noqa: BLE001 a listener of JAX's never raises into the job
             pass
 
     def _on_lookup(self) -> None:
@@ -251,7 +251,7 @@ class CacheWatch:
     def _configured_dir(self) -> str | None:
         try:
             value = self._jax.config.jax_compilation_cache_dir
-        except Exception:
+        except AttributeError:  # a jax without the option
             return None
         return str(value) if value else None
 
@@ -263,7 +263,7 @@ class CacheWatch:
         platform, platform_version = _platform(self._jax)
         try:
             user: str | None = getpass.getuser()
-        except Exception:
+        except (KeyError, OSError):  # no passwd entry for this uid (containers)
             user = None
         return cachekeys.KeyRecord(pending.key, dict(pending.components), self._versions.get("jax_version"),
                                    self._versions.get("jaxlib_version"), platform, platform_version,
@@ -399,7 +399,7 @@ def _platform(jax_module: Any) -> tuple[str | None, str | None]:
     try:
         backend = importlib.import_module("jax.extend.backend").get_backend()
         return str(backend.platform), shorten(str(backend.platform_version), 1024)
-    except Exception:
+    except Exception:  # noqa: BLE001 a jax without jax.extend's backend, or one not started: unknown
         return None, None
 
 

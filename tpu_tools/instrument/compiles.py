@@ -204,7 +204,7 @@ class _ExplanationCatcher(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
-        except Exception:  # a malformed record is not ours to judge
+        except Exception:  # noqa: BLE001 a malformed record is not ours to judge
             return True
         if message.startswith(_EXPLAIN_ONLY) or (message.startswith("Writing ")
                                                   and "to persistent compilation cache" in message):

@@ -237,7 +237,7 @@ class GoodputLedger:
                 with self._lock:
                     cause = self._phase_cause(name)
                     self._claim(cause, max(0.0, (now - start) - (self._claimed_total - claimed_before)), now)
-            except Exception:  # the job's own exception, if any, goes on; ours never does
+            except Exception:  # noqa: BLE001 the job's own exception, if any, goes on; ours never does
                 pass
 
     # --- figures -------------------------------------------------------------------------------------

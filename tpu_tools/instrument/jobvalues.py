@@ -26,7 +26,7 @@ def job_float(value: Any) -> float | None:
         return float(value)  # a __float__ that returns junk makes float() raise TypeError
     except OverflowError:
         return (math.inf if value > 0 else -math.inf) if type(value) is int else None
-    except Exception:  # whatever the job's __float__ or __index__ raises (or a warning made an error)
+    except Exception:  # noqa: BLE001 whatever the job's __float__ or __index__ raises (or a warning made an error)
         return None
 
 
@@ -47,7 +47,7 @@ def job_flag(value: Any) -> bool:
     """A yes/no setting from the job: True only for a true value whose truth can be asked."""
     try:
         return bool(value)
-    except Exception:
+    except Exception:  # noqa: BLE001 the job's value may raise anything when asked its truth
         return False
 
 
@@ -55,7 +55,7 @@ def error_text(error: BaseException, limit: int = 200) -> str:
     """`Type: message` of an exception raised by the job's value, made even when its `__str__` raises."""
     try:
         message = str(error)
-    except Exception:
+    except Exception:  # noqa: BLE001 the job's exception may raise anything from its __str__
         message = "<no message>"
     text = f"{type(error).__name__}: {message}"
     return one_line("".join(c if c.isprintable() else "?" for c in text), limit)

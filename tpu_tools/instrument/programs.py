@@ -48,7 +48,7 @@ def executable_flops(executable: Any) -> tuple[float | None, int]:
     cannot say. XLA counts one device's share of an SPMD program and leaves out properties that are 0."""
     try:
         devices = max(1, len(executable.local_devices()))
-    except Exception:
+    except Exception:  # noqa: BLE001 a runtime that cannot say: one device
         devices = 1
     try:
         cost = executable.cost_analysis()
@@ -58,7 +58,7 @@ def executable_flops(executable: Any) -> tuple[float | None, int]:
             return None, devices
         flops = cost.get("flops", 0.0)
         value = float(flops)
-    except Exception:
+    except Exception:  # noqa: BLE001 XLA's cost analysis may fail any way: the FLOPs are then unknown
         return None, devices
     if value != value or value < 0 or value == float("inf"):
         return None, devices
@@ -69,7 +69,7 @@ def module_name(computation: Any) -> str:
     """The name of the StableHLO module JAX compiles ("jit_f"); "?" when it cannot be read."""
     try:
         name = str(computation.operation.attributes["sym_name"]).strip('"')
-    except Exception:
+    except Exception:  # noqa: BLE001 MLIR's bindings fail their own ways: the name is unknown
         return "?"
     return shorten(name, 256) if name else "?"
 
@@ -101,7 +101,7 @@ class ProgramWatcher:
             try:
                 compiler = importlib.import_module(self._module)
                 original = getattr(compiler, self._function)
-            except Exception:  # another JAX: the FLOPs stay unknown
+            except Exception:  # noqa: BLE001 another JAX: the FLOPs stay unknown
                 return False
             if not callable(original):
                 return False
@@ -116,7 +116,7 @@ class ProgramWatcher:
             executable = original(*args, **kwargs)
             try:
                 self._publish(executable, args[1] if len(args) > 1 else kwargs.get("computation"))
-            except Exception:  # JAX gets its executable whatever happens here
+            except Exception:  # noqa: BLE001 JAX gets its executable whatever happens here
                 pass
             return executable
 
@@ -133,7 +133,7 @@ class ProgramWatcher:
         for sink in sinks:
             try:
                 sink.add_program(program)
-            except Exception:
+            except Exception:  # noqa: BLE001 a sink never breaks the compile it is told of
                 pass
 
 

@@ -36,6 +36,8 @@ def _nothing() -> None:
 
 @dataclass
 class StepStats:
+    """A job's steps: how many were marked, the rate lately and the step times (seconds; None when unknown)."""
+
     count: int
     steps_per_second: float | None
     last_step_time_s: float | None
@@ -44,6 +46,7 @@ class StepStats:
     last_step_age_s: float | None  # seconds since the last step ended
 
     def to_dict(self) -> dict[str, float | int | None]:
+        """The figures as the agent's snapshot carries them under "steps"."""
         return dict(vars(self))
 
 
@@ -144,7 +147,7 @@ class StepTracker:
         for callback in list(self._callbacks):
             try:
                 callback(index, step_time_s)
-            except Exception as error:  # never into the training loop: the callback is reported and disabled
+            except Exception as error:  # noqa: BLE001 never into the training loop: the callback is reported and disabled
                 self._disable(callback, index, error)
         return index
 
@@ -156,7 +159,7 @@ class StepTracker:
         try:
             name = str(getattr(callback, "__qualname__", None) or type(callback).__name__)
             reason = f"{type(error).__name__}: {error}"
-        except Exception:  # an exception whose str() raises too
+        except Exception:  # noqa: BLE001 an exception whose str() raises too
             name, reason = type(callback).__name__, type(error).__name__
         line = f"step callback {name} raised at step {index} ({reason}); it is disabled"[:500]
         self.callback_errors.append(line)

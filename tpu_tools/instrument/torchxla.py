@@ -214,17 +214,21 @@ class DebugOutputParser:
         elif self._section == "cause":
             self._current.cause = f"{self._current.cause} {text}".strip()
         elif self._section == "graph":
-            key, _, value = text.partition(":")
-            value = value.strip()
-            if key == "Graph Hash":
-                self._current.graph_hash = value
-            elif key in ("Number of Graph Inputs", "Number of Graph Outputs") and value.isdigit():
-                if key.endswith("Inputs"):
-                    self._current.inputs = int(value)
-                else:
-                    self._current.outputs = int(value)
+            _graph_line(self._current, text)
         elif self._section == "frames" and _FRAME.match(text):
             self._current.frames.append(text)
+
+
+def _graph_line(block: CompileBlock, text: str) -> None:
+    """A `key: value` line of a block's Graph Info: its hash and its numbers of inputs and outputs."""
+    key, _, value = text.partition(":")
+    value = value.strip()
+    if key == "Graph Hash":
+        block.graph_hash = value
+    elif key == "Number of Graph Inputs" and value.isdigit():
+        block.inputs = int(value)
+    elif key == "Number of Graph Outputs" and value.isdigit():
+        block.outputs = int(value)
 
 
 def frame_path(frame: str) -> str:
@@ -307,14 +311,14 @@ def step_boundary(sync: Callable[..., Any], before: Callable[[], None], after: C
     def boundary(*args: Any, **kwargs: Any) -> Any:
         try:
             before()
-        except Exception:  # the job's step must not fail for its monitoring
+        except Exception:  # noqa: BLE001 the job's step must not fail for its monitoring
             pass
         try:
             return sync(*args, **kwargs)
         finally:  # a sync that raised ends its boundary too: `before` and `after` always come in pairs
             try:
                 after(caller_site(sys._getframe(1)))
-            except Exception:
+            except Exception:  # noqa: BLE001 the job's sync returns (or raises) as it would without us
                 pass
 
     setattr(boundary, _MARKS, (mark,))

@@ -95,7 +95,7 @@ class ReportBuilder:
         collector = self.collectors[group.name]
         try:
             data = collector.collect(context)
-        except Exception as error:  # noqa: BLE001 - the group reports its failure; the report goes on
+        except Exception as error:  # noqa: BLE001 the group reports its failure; the report goes on
             record_type = getattr(collector, "record_type", None)
             if record_type is not None:
                 return record_type(period_s=period, sampled_at=sampled, error=first_line(error))
@@ -111,5 +111,5 @@ class ReportBuilder:
             if close is not None:
                 try:
                     close()
-                except Exception:
+                except Exception:  # noqa: BLE001 closing a group is best effort; the others still close
                     pass

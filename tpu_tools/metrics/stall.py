@@ -63,7 +63,7 @@ class StallStacks:
             return known[1]
         try:
             summary = stack_summary(self._ask(pid))
-        except Exception as error:  # an agent that cannot say is that job's note, never the report's failure
+        except Exception as error:  # noqa: BLE001 an agent that cannot say is that job's note, never the report's failure
             summary = {"where": None, "error": first_line(error, limit=300)}
         self._known[pid] = (count, summary)
         return summary

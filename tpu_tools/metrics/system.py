@@ -51,7 +51,7 @@ class HostSampler:
             load = (None, None, None)
         try:
             uptime = time.time() - psutil.boot_time()
-        except Exception:
+        except Exception:  # noqa: BLE001 psutil fails its own ways where /proc is odd: uptime unknown
             uptime = None
         return HostFigures(
             hostname=socket.gethostname(),

@@ -44,7 +44,7 @@ def main() -> None:
         module_name, _, function_name = request["target"].partition(":")
         function = getattr(importlib.import_module(module_name), function_name)
         answer = {"ok": True, "value": function(**request.get("params", {}))}
-    except BaseException as exc:  # report everything, including SystemExit from plugins
+    except BaseException as exc:  # noqa: BLE001 report everything, including SystemExit from plugins
         answer = {
             "ok": False,
             "error_type": type(exc).__name__,

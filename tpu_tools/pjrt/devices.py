@@ -69,7 +69,7 @@ def memory_figures(device: Any) -> dict[str, int | None]:
     """The memory fields of a device's record, from its PJRT memory statistics (None where its plugin has none)."""
     try:
         stats = device.memory_stats() or {}
-    except Exception:  # some plugins raise instead of returning None
+    except Exception:  # noqa: BLE001 some plugins raise instead of returning None
         stats = {}
     return {name: stats.get(key) for name, key in _MEMORY_FIGURES.items()}
 

@@ -42,12 +42,15 @@ def sysroot() -> Path:
 
 @dataclass
 class Holder:
+    """A process that holds a device open (found in /proc/*/fd), with its user and command line."""
+
     pid: int
     user: str
     command: str
     frontend: str | None = None  # jax or torch_xla, as the process's agent says; None: no agent answered for it
 
     def to_dict(self) -> dict[str, Any]:
+        """The holder as tpu-ls --json writes it (holders[])."""
         return asdict(self)
 
 

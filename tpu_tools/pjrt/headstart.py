@@ -65,7 +65,7 @@ def start_ahead(target: str, params: dict[str, Any], policy: RuntimePolicy, time
         if _ahead is not None or not starts_first(policy, discover()):
             return
         call = isolate.start_isolated(target, params, policy, timeout_s)
-    except Exception:
+    except Exception:  # noqa: BLE001 the head start is an optimisation: the command starts its runtime itself
         return
     _ahead = _Ahead(_key(target, params, policy, timeout_s), call)
     atexit.register(cancel)

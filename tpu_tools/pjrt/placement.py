@@ -39,6 +39,7 @@ class FreeChips:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """The platform's chips as tpu-ls --free --json writes them."""
         return {"platform": self.platform, "chips": list(self.chip_indexes),
                 "held": [{"chip_index": index, "holders": [h.to_dict() for h in holders]}
                          for index, holders in sorted(self.held.items())],

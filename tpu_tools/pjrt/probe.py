@@ -68,7 +68,7 @@ def probe_device(jax_module: Any, device: Any) -> ProbeResult:
             result = compiled(x).block_until_ready()
             samples.append((time.perf_counter() - start) * 1e6)
         got = np.asarray(result)
-    except Exception as exc:  # a device that fails is a result, not a crash
+    except Exception as exc:  # noqa: BLE001 a device that fails is a result, not a crash
         return ProbeResult(device_id=int(device.id), ok=False, error=shorten(f"{type(exc).__name__}: {exc}", 500))
     wrong = int(np.count_nonzero(got.astype(np.int64) != expected))
     return ProbeResult(

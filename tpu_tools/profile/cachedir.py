@@ -300,7 +300,7 @@ def compile_time_of(head: bytes) -> tuple[int | None, str | None, str | None]:
         try:
             # a reader bounds the output to the 4 bytes wanted: the head of a bomb never expands whole
             raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(head)).read(4)
-        except Exception:
+        except Exception:  # noqa: BLE001 hostile bytes: whatever the decoder raises, the stream is not valid
             return None, "zstd", "not a valid zstd stream"
         return (int.from_bytes(raw[:4], "big"), "zstd", None) if len(raw) >= 4 else (None, "zstd", "truncated")
     try:

@@ -96,7 +96,7 @@ def running_jobs(timeout_s: float = 2.0) -> RunningJobs:
 
     try:
         scan = query_agents(timeout_s)
-    except Exception:  # an unsafe or missing runtime directory: no jobs to compare with
+    except Exception:  # noqa: BLE001 an unsafe or missing runtime directory: no jobs to compare with
         return RunningJobs()
     found: dict[str, str] = {}
     writers: set[str] = set()
@@ -127,38 +127,11 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
     env = dict(os.environ) if env is None else env
     report = DoctorReport(str(path))
     add = report.findings.append
-    env_dir = env.get(ENV_DIR)
-    if env_dir and os.path.abspath(env_dir) != os.path.abspath(path):
-        add(Finding("env_differs", "warning", f"{ENV_DIR} is {env_dir}, not {path}: jobs started from this "
-                    "environment use the other directory", f"set {ENV_DIR}={path} where the jobs start, or check "
-                    "the directory the jobs really use"))
-    torch_dir = env.get(ENV_TORCH_XLA_DIR)
-    if torch_dir and os.path.abspath(torch_dir) != os.path.abspath(path):
-        add(Finding("torch_xla_env_differs", "warning", f"{ENV_TORCH_XLA_DIR} is {torch_dir}, not {path}: "
-                    "PyTorch/XLA jobs started from this environment use the other directory",
-                    f"set {ENV_TORCH_XLA_DIR}={path} where the jobs start (before torch_xla compiles)"))
-    for job, used in sorted((job_dirs or {}).items()):
-        if os.path.abspath(used) != os.path.abspath(path):
-            add(Finding("job_differs", "warning", f"job {job} uses {used}, not {path}",
-                        "start every job of this workload with the same cache directory"))
+    _where_jobs_look(path, env, job_dirs or {}, add)
     try:
         result = scan(path)
     except CacheDirError as error:
-        blocker = _not_a_directory(path)
-        if blocker is not None:
-            where = ", not a directory" if blocker == path else f", so {path} cannot be a directory"
-            add(Finding("not_a_directory", "error", f"{blocker} is {what_is(blocker)}{where}",
-                        f"remove or rename {blocker}, or choose another directory ({ENV_DIR})"))
-        elif not os.path.lexists(path):
-            parent = path.parent
-            writable = os.access(parent, os.W_OK | os.X_OK)
-            add(Finding("missing", "warning" if writable else "error", f"{error}; jax creates it at the first "
-                        "compile" + ("" if writable else f", but {parent} is not writable by "
-                                     f"{user_name(os.geteuid())}"),
-                        f"create it first: mkdir -m 0700 -p {path}"))
-        else:
-            add(Finding("unreadable", "error", str(error), f"fix its permissions or choose another "
-                        f"directory ({ENV_DIR})"))
+        _unscannable(path, error, add)
         return report
     report.scan = result
     # Past the listing's limit entries are counted, not read: a figure over the entries read says so.
@@ -202,6 +175,68 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
                     f"{', '.join(result.writers[:8])}", "fine on a local disk; on a shared mount prefer one writer"))
     _torch_xla_findings(path, result, env, {job: used for job, used in (job_dirs or {}).items() if job in writers},
                         add)
+    _cache_settings(path, result, env, read, add)
+    if len(result.jaxlib_versions) > 1 or result.stale:
+        add(Finding("mixed_versions", "warning", f"entries of jaxlib {', '.join(result.jaxlib_versions)} "
+                    f"(installed: {result.installed_jaxlib}); {at_least}{len(result.stale)} can never be read by this "
+                    f"installation{read}", f"remove them: tpu-profile cache gc {path} --stale"))
+    if result.broken:
+        of = f" of the {result.entry_count}" if result.truncated else ""
+        add(Finding("broken_entries", "warning", f"{at_least}{len(result.broken)}{of} entries jax cannot use{read} "
+                    f"(first: {shorten(result.broken[0].name, 80)}: {result.broken[0].problem})",
+                    f"tpu-profile cache verify {path} --prune"))
+    links = result.planted_links
+    if links:
+        first = shorten(links[0].name, 80)
+        add(Finding("links", "warning", f"{len(links)} links in the cache (first: {first}): a cache "
+                    "holds plain files only", f"tpu-profile cache verify {path} --prune"))
+    temporary = [o for o in result.other_files if o.kind == "temporary"]
+    if temporary:
+        add(Finding("temporary_files", "info", f"{len(temporary)} temporary files of jax or of gc (first: "
+                    f"{shorten(temporary[0].name, 80)})", f"tpu-profile cache gc {path} removes those an hour old"))
+    return report
+
+
+def _where_jobs_look(path: Path, env: dict[str, str], job_dirs: dict[str, str], add: Any) -> None:
+    """The environment's cache settings, or a running job, naming another directory than `path`."""
+    env_dir = env.get(ENV_DIR)
+    if env_dir and os.path.abspath(env_dir) != os.path.abspath(path):
+        add(Finding("env_differs", "warning", f"{ENV_DIR} is {env_dir}, not {path}: jobs started from this "
+                    "environment use the other directory", f"set {ENV_DIR}={path} where the jobs start, or check "
+                    "the directory the jobs really use"))
+    torch_dir = env.get(ENV_TORCH_XLA_DIR)
+    if torch_dir and os.path.abspath(torch_dir) != os.path.abspath(path):
+        add(Finding("torch_xla_env_differs", "warning", f"{ENV_TORCH_XLA_DIR} is {torch_dir}, not {path}: "
+                    "PyTorch/XLA jobs started from this environment use the other directory",
+                    f"set {ENV_TORCH_XLA_DIR}={path} where the jobs start (before torch_xla compiles)"))
+    for job, used in sorted(job_dirs.items()):
+        if os.path.abspath(used) != os.path.abspath(path):
+            add(Finding("job_differs", "warning", f"job {job} uses {used}, not {path}",
+                        "start every job of this workload with the same cache directory"))
+
+
+def _unscannable(path: Path, error: CacheDirError, add: Any) -> None:
+    """Why `path` could not be listed: not a directory, missing, or unreadable."""
+    blocker = _not_a_directory(path)
+    if blocker is not None:
+        where = ", not a directory" if blocker == path else f", so {path} cannot be a directory"
+        add(Finding("not_a_directory", "error", f"{blocker} is {what_is(blocker)}{where}",
+                    f"remove or rename {blocker}, or choose another directory ({ENV_DIR})"))
+    elif not os.path.lexists(path):
+        parent = path.parent
+        writable = os.access(parent, os.W_OK | os.X_OK)
+        add(Finding("missing", "warning" if writable else "error", f"{error}; jax creates it at the first "
+                    "compile" + ("" if writable else f", but {parent} is not writable by "
+                                 f"{user_name(os.geteuid())}"),
+                    f"create it first: mkdir -m 0700 -p {path}"))
+    else:
+        add(Finding("unreadable", "error", str(error), f"fix its permissions or choose another "
+                    f"directory ({ENV_DIR})"))
+
+
+def _cache_settings(path: Path, result: CacheScan, env: dict[str, str], read: str, add: Any) -> None:
+    """JAX's cache settings that keep entries out: a minimum compile time or entry size set high, a size limit
+    reached or 0; `read` says how much of the cache was read."""
     jax_entries = [e for e in result.entries if e.frontend == JAX]  # JAX's settings apply to its entries only
     min_time = _number(env, ENV_MIN_TIME)
     largest_time = max((e.compile_time_s for e in jax_entries if e.compile_time_s is not None), default=None)
@@ -224,25 +259,6 @@ def diagnose(path: Path, env: dict[str, str] | None = None, job_dirs: dict[str, 
         add(Finding("size_limit_reached", "warning", f"{jax_bytes} bytes of the {max_size:.0f} allowed by "
                     f"{ENV_MAX_SIZE}: jax evicts an entry for every new one", f"raise {ENV_MAX_SIZE}, or remove "
                     f"old entries: tpu-profile cache gc {path} --max-age 168h"))
-    if len(result.jaxlib_versions) > 1 or result.stale:
-        add(Finding("mixed_versions", "warning", f"entries of jaxlib {', '.join(result.jaxlib_versions)} "
-                    f"(installed: {result.installed_jaxlib}); {at_least}{len(result.stale)} can never be read by this "
-                    f"installation{read}", f"remove them: tpu-profile cache gc {path} --stale"))
-    if result.broken:
-        of = f" of the {result.entry_count}" if result.truncated else ""
-        add(Finding("broken_entries", "warning", f"{at_least}{len(result.broken)}{of} entries jax cannot use{read} "
-                    f"(first: {shorten(result.broken[0].name, 80)}: {result.broken[0].problem})",
-                    f"tpu-profile cache verify {path} --prune"))
-    links = result.planted_links
-    if links:
-        first = shorten(links[0].name, 80)
-        add(Finding("links", "warning", f"{len(links)} links in the cache (first: {first}): a cache "
-                    "holds plain files only", f"tpu-profile cache verify {path} --prune"))
-    temporary = [o for o in result.other_files if o.kind == "temporary"]
-    if temporary:
-        add(Finding("temporary_files", "info", f"{len(temporary)} temporary files of jax or of gc (first: "
-                    f"{shorten(temporary[0].name, 80)})", f"tpu-profile cache gc {path} removes those an hour old"))
-    return report
 
 
 def _torch_xla_findings(path: Path, result: CacheScan, env: dict[str, str], writer_dirs: dict[str, str],

@@ -190,22 +190,28 @@ def verify(scan: CacheScan, deadline_s: float = DEFAULT_DEADLINE_S, prune: bool 
             judged += 1
             started = None
     if prune:
-        dir_fd = cachegc.open_dir(folder)
-        try:
-            for verdict in result.broken:
-                if _maybe_being_written(dir_fd, verdict):
-                    verdict.prune_error = (f"modified in the last {WRITING_S:g} s: jax may still be writing it "
-                                           "(it writes entries in place); run verify again later")
-                    continue
-                verdict.prune_error = cachegc.remove_file(dir_fd, verdict.name, allow_link=verdict.status == "link")
-                verdict.pruned = verdict.prune_error is None
-                if verdict.pruned and verdict.status != "link":
-                    for extra in cachegc.companions(verdict.name):
-                        cachegc.remove_file(dir_fd, extra)
-                    cachegc.remove_record(folder, verdict.name)
-        finally:
-            os.close(dir_fd)
+        _prune(folder, result)
     return result
+
+
+def _prune(folder: Path, result: VerifyResult) -> None:
+    """Remove the broken entries (and links) judged, with their companions and records; an entry modified
+    moments ago is left, and each verdict says what became of it."""
+    dir_fd = cachegc.open_dir(folder)
+    try:
+        for verdict in result.broken:
+            if _maybe_being_written(dir_fd, verdict):
+                verdict.prune_error = (f"modified in the last {WRITING_S:g} s: jax may still be writing it "
+                                       "(it writes entries in place); run verify again later")
+                continue
+            verdict.prune_error = cachegc.remove_file(dir_fd, verdict.name, allow_link=verdict.status == "link")
+            verdict.pruned = verdict.prune_error is None
+            if verdict.pruned and verdict.status != "link":
+                for extra in cachegc.companions(verdict.name):
+                    cachegc.remove_file(dir_fd, extra)
+                cachegc.remove_record(folder, verdict.name)
+    finally:
+        os.close(dir_fd)
 
 
 def _maybe_being_written(dir_fd: int, verdict: Verdict) -> bool:
@@ -282,7 +288,7 @@ def _read_entry(folder: Path, name: str, max_bytes: int) -> tuple[bytes | None, 
             raw = b"".join(_pieces(handle, zstd))
         except Truncated:
             return None, "truncated: the compressed stream ends early"
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 hostile bytes: whatever the decoder raises, the entry is not valid
             return None, f"not a valid compressed entry ({first_line(error, limit=120)})"
     if len(raw) < 5:
         return None, "too short to hold a compile time and an executable"
@@ -323,7 +329,7 @@ def _child_main() -> int:
                 backend.deserialize_executable(raw[4:], chosen, None)
                 error = None
                 break
-            except Exception as failure:
+            except Exception as failure:  # noqa: BLE001 a runtime refuses an executable its own ways: the verdict names it
                 error = f"does not load on {platform}: {first_line(failure, limit=160)}"
         if error is None:
             say({"name": name, "status": "ok", "compile_time_s": compile_time})

@@ -113,14 +113,14 @@ def _reach(optimized: str, compiled: Any) -> list[dict[str, Any]]:
 
     try:
         return [r.to_dict() for r in output_reach(optimized, mesh_of(compiled))]
-    except Exception:  # HLO text this reader does not follow: the rest of the report stands
+    except Exception:  # noqa: BLE001 HLO text this reader does not follow: the rest of the report stands
         return []
 
 
 def _cost(compiled: Any) -> dict[str, float | None]:
     try:
         analysis = compiled.cost_analysis()
-    except Exception:  # some backends do not implement it
+    except Exception:  # noqa: BLE001 some backends do not implement it
         analysis = None
     if isinstance(analysis, list | tuple):
         analysis = analysis[0] if analysis else None
@@ -137,7 +137,7 @@ def _cost(compiled: Any) -> dict[str, float | None]:
 def _memory(compiled: Any) -> dict[str, int | None]:
     try:
         stats = compiled.memory_analysis()
-    except Exception:
+    except Exception:  # noqa: BLE001 a backend without memory analysis: the figures are unknown
         stats = None
     names = {"argument_bytes": "argument_size_in_bytes", "output_bytes": "output_size_in_bytes",
              "alias_bytes": "alias_size_in_bytes", "temp_bytes": "temp_size_in_bytes",

@@ -210,7 +210,7 @@ def mesh_of(compiled: Any) -> MeshAxes | None:
             import jax
 
             leaves = jax.tree_util.tree_leaves(getattr(compiled, attribute))
-        except Exception:
+        except Exception:  # noqa: BLE001 a program without readable shardings names no mesh
             continue
         for sharding in leaves:
             mesh = getattr(sharding, "mesh", None)

@@ -197,7 +197,7 @@ class ProgramRunner:
             try:
                 self.controller.finish()
                 kept = "the trace so far is kept, with no summary"
-            except Exception as error:  # the process ends now whatever happens
+            except Exception as error:  # noqa: BLE001 the process ends now whatever happens
                 kept = f"the trace could not be closed ({type(error).__name__})"
             sys.stderr.write(f"tpu-profile: the program called os._exit({code}) from a thread: {kept}\n")
             sys.stderr.flush()
@@ -222,11 +222,11 @@ class ProgramRunner:
         # Never let the tool break the program's `import jax`: a failure here costs the profile only.
         try:
             self.recorder.install(jax_module)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 never break the program's import: a failure costs the profile only
             self.notes.append(f"compile events could not be recorded: {type(error).__name__}: {error}")
         try:
             self._watch_backends()
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 never break the program's import: a failure costs the profile only
             self.notes.append(f"the device trace could not be hooked to runtime start-up: {error}")
 
     def _on_torch_xla_imported(self, torch_xla: ModuleType) -> None:
@@ -238,13 +238,13 @@ class ProgramRunner:
             if not self._jax_ready:  # torch_xla's profiler session needs no runtime: it may trace from here
                 self.tracer.tracer = TorchXlaTracer(self.trace_dir)
                 self.controller.runtime_ready()
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 never break the program's import: a failure costs the profile only
             self.notes.append(f"torch_xla's compiles or trace could not be recorded: {type(error).__name__}: {error}")
 
     def _detach_torch_xla(self) -> None:
         try:
             self._torch_xla.detach()
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 the program has ended: a failure costs the profile only
             self.notes.append(f"torch_xla's last compiles could not be read: {type(error).__name__}: {error}")
 
     def _watch_backends(self) -> None:
@@ -292,7 +292,7 @@ class ProgramRunner:
         except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (tpu_tools.signals)
             signals.note_interrupt(error)
             return "interrupted", signals.interrupted_exit_code(), None, None, None
-        except BaseException as error:  # the program's own failure, shown as Python would show it
+        except BaseException as error:  # noqa: BLE001 the program's own failure, shown as Python would show it
             return "raised", 1, f"{type(error).__name__}: {error}", _program_traceback(error), None
         finally:
             sys.argv = saved_argv

@@ -97,7 +97,7 @@ def profile_program(target: ProgramTarget, out: OutputDir, window: WindowSpec, p
         report.summary = summarise_run(outcome, target, out, top)
     except ToolError as error:
         report.summary_error = str(error)
-    except Exception as error:  # a bug in the summary must not replace the program's exit status
+    except Exception as error:  # noqa: BLE001 a bug in the summary must not replace the program's exit status
         report.summary_error = f"internal error: {type(error).__name__}: {error}"
     return report
 

@@ -299,7 +299,7 @@ class _Open:
     compile_event: bool = False
 
 
-def _read_host_line(line, prefix: str, data: TraceData, classifier: FrameClassifier, extent: _Extent) -> None:
+def _read_host_line(line, prefix: str, data: TraceData, classifier: FrameClassifier, extent: _Extent) -> None:  # noqa: C901 one pass: every kind of event reads and pushes the one stack of open events
     thread = line.name
     stack: list[_Open] = []
     current: Dispatch | None = None  # the outermost dispatch open on this line

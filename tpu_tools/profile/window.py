@@ -163,7 +163,7 @@ class TraceController:
             return False
         try:
             self.tracer.start()
-        except Exception as error:  # e.g. the program runs a jax.profiler trace of its own
+        except Exception as error:  # noqa: BLE001 e.g. the program runs a jax.profiler trace of its own
             self.state = DONE
             self.result.note = f"the trace could not start: {error}"
             return False
@@ -187,7 +187,7 @@ class TraceController:
         self.result.closed_by = reason
         try:
             self.tracer.stop()
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 the profiler fails its own ways: the result's note says so
             self.result.note = f"the trace could not be written: {error}"
 
     def _never_opened_reason(self) -> str:

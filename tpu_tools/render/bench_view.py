@@ -80,7 +80,7 @@ def results_table(run: RunResult) -> TableData:
     return table
 
 
-def details(result: CaseResult) -> str:
+def details(result: CaseResult) -> str:  # noqa: C901 one short branch per benchmark kind, read as one table
     stats, values = result.stats, result.values
     benchmark = result.case.benchmark
     parts: list[str] = []

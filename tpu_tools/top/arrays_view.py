@@ -79,7 +79,7 @@ class ArraysBoard:
             report = answer.get("arrays_report")
             if report is None:
                 error = str(answer.get("arrays_error") or "the agent read no arrays")
-        except Exception as exc:  # any failure of one job's agent is that job's one line, never the screen's
+        except Exception as exc:  # noqa: BLE001 any failure of one job's agent is that job's one line, never the screen's
             error = first_line(exc)
         with self._lock:
             self._reads[key] = ArraysRead(pid, asked.asked_unix_s if asked else time.time(), time.time(), report,

@@ -81,7 +81,7 @@ class Collector:
         try:
             report = self._collect()
             error = None
-        except Exception as exc:  # the screen shows the error and keeps the last figures
+        except Exception as exc:  # noqa: BLE001 the screen shows the error and keeps the last figures
             if previous is None:
                 report = waiting_report()
             else:

@@ -47,31 +47,11 @@ from tpu_tools.top.environ import environment_lines
 from tpu_tools.top.fleet_panel import fleet_lines
 from tpu_tools.top.history import History, device_graph_series, device_key
 from tpu_tools.top.jobview import job_lines
+from tpu_tools.top.keys import help_lines
 from tpu_tools.top.model import SORT_COLUMNS, ProcessRow, ViewState, device_memory_fraction
 from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_number
 
-HELP_LINES = (
-    "tpu-top keys",
-    "",
-    "  q            quit",
-    "  up/down j/k  select a process",
-    "  PgUp/PgDn    move the selection by 10",
-    "  mouse        a click selects, the wheel scrolls",
-    "  Enter        the selected job's own screen",
-    "  m            job screen: read its largest arrays once",
-    "  e            the selected process's environment",
-    "  Esc          back (job screen), clear the filter",
-    "  /            filter processes by text",
-    "  a            show / hide processes without agent",
-    "  space        mark / unmark the process (Esc clears)",
-    "  I / T / K    send SIGINT / SIGTERM / SIGKILL to the",
-    "               marked processes, else the selected one",
-    "  s / S        sort by the next / previous column",
-    "  r            reverse the sort order",
-    "  t            tree: children under their parent",
-    "  p            pause / resume refreshing",
-    "  h or ?       this help (any key closes it)",
-)
+HELP_LINES = help_lines()
 NOT_SERVED_CELL = "n/s"  # the device panel's short form of NOT_SERVED
 
 

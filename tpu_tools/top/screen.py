@@ -44,7 +44,8 @@ from tpu_tools.top.drawing import (
 )
 from tpu_tools.top.frame import render
 from tpu_tools.top.history import History
-from tpu_tools.top.model import QUIT, ViewState, handle_key, rows_from_report
+from tpu_tools.top.keys import QUIT, handle_key
+from tpu_tools.top.model import ViewState, rows_from_report
 
 _KEYS = {
     curses.KEY_UP: "up", curses.KEY_DOWN: "down", curses.KEY_PPAGE: "pageup", curses.KEY_NPAGE: "pagedown",

@@ -158,7 +158,7 @@ def collect_stack(ctx: CollectContext) -> None:
 
         entry_points = [{"name": e.name, "value": e.value, "distribution": getattr(e.dist, "name", None)}
                         for e in metadata.entry_points(group="jax_plugins")]
-    except Exception as error:  # broken metadata of some other package must not hide the rest
+    except Exception as error:  # noqa: BLE001 broken metadata of some other package must not hide the rest
         ctx.note(f"could not list jax_plugins entry points: {type(error).__name__}: {error}")
     checks = stack_checks(installed)
     metadata_locations = {name: os.path.dirname(installed[name][1]) for name in ("jax", "jaxlib") if name in installed}

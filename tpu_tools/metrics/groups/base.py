@@ -119,7 +119,7 @@ class CollectContext:
                     continue
                 try:
                     figures.extend(method(self))
-                except Exception:  # its own group reports the error
+                except Exception:  # noqa: BLE001 its own group reports the error
                     continue
             return figures
 

@@ -36,6 +36,7 @@ class DeviceFigures:
     hlo_execution_time_us: DistributionSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The device as tpu-monitor's libtpu group writes it."""
         return {
             "device_id": self.device_id,
             "hbm_used_bytes": self.hbm_used_bytes,
@@ -106,6 +107,8 @@ class UsageFigures:
 
 @dataclass
 class LibtpuSnapshot:
+    """What one libtpu runtime metrics service answered: the metrics it serves and each device's figures."""
+
     address: str
     error: str | None = None  # a sentence: the address did not answer, or answered nothing usable
     served_metrics: list[str] = field(default_factory=list)  # as the service lists them
@@ -120,9 +123,11 @@ class LibtpuSnapshot:
 
     @property
     def ok(self) -> bool:
+        """Whether the service answered with something usable."""
         return self.error is None
 
     def serves(self, metric: str) -> bool:
+        """Whether the service lists `metric` (its full name) among those it serves."""
         return metric in self.served_metrics
 
     def serves_field(self, figure: str) -> bool:
@@ -130,9 +135,11 @@ class LibtpuSnapshot:
         return self.ok and self.serves(names.FIELD_METRICS[figure])
 
     def device(self, device_id: int) -> DeviceFigures | None:
+        """The figures of the device the runtime numbers `device_id`, or None."""
         return next((d for d in self.devices if d.device_id == device_id), None)
 
     def to_dict(self) -> dict[str, Any]:
+        """The snapshot as tpu-monitor's libtpu group writes it."""
         return {
             "address": self.address,
             "error": self.error,
