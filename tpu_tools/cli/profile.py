@@ -331,11 +331,11 @@ def hlo_command(target: str, arg_specs: tuple[str, ...], preset: str | None, bat
         analysis = analyse(target, resolve_target(target), abstract_arguments(specs), chip)
     write_hlo_files(analysis, make_output_dir(folder).path)
     if out.is_json:
-        out.json(analysis.to_dict())
+        out.json(analysis.report())
     else:
         from tpu_tools.render.hlo_view import hlo_text
 
-        out.text(hlo_text(analysis.to_dict()))
+        out.text(hlo_text(analysis.report()))
     return EXIT_OK
 
 
