@@ -156,6 +156,23 @@ SUMMARY_VALUES = st.recursive(
     max_leaves=15)
 
 
+def test_a_summary_read_back_is_the_record_written_and_reports_alike(tmp_path):
+    from tpu_tools.profile.summary import build_summary, write_summary
+    from tpu_tools.profile.window import WindowResult
+    from tpu_tools.render.profile_view import report_text
+
+    window = WindowResult(mode="time", delay_s=1.0, duration_s=2.0, start_step=None, steps=None, opened=True,
+                          opened_at_s=1.0, closed_at_s=3.0, closed_by="duration")
+    written = build_summary(source="run", notes=["a note"], window=window.to_dict(),
+                            program={"argv": ["train.py", "--steps", "3"], "module": None, "status": "exited",
+                                     "exit_code": 3, "error": None, "wall_time_s": 4.25})
+    write_summary(written, tmp_path)
+    read = load_summary(tmp_path)
+    assert read == written and read is not None and read.program is not None and read.program.exit_code == 3
+    text = report_text(read)
+    assert text == report_text(written)
+    assert "program: train.py --steps 3  (exit 3, 4.25 s)" in text and "window 1.0 s to 3.0 s" in text
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fields=st.dictionaries(SUMMARY_KEYS, SUMMARY_VALUES, max_size=5))
 def test_any_summary_json_renders_or_is_one_error(tmp_path, fields):

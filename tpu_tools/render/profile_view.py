@@ -31,8 +31,8 @@ def header_lines(doc: ProfileSummary) -> list[str]:
     lines = []
     program = doc.program
     if program:
-        status = {"exited": f"exit {program.exit_code}", "raised": f"raised {program.error}",
-                  "interrupted": "interrupted"}.get(program.status, program.status)
+        status = (f"exit {program.exit_code}" if program.status == "exited" else
+                  f"raised {program.error}" if program.status == "raised" else program.status)
         argv = program.argv
         head = ("-m " + argv[0]) if program.module else argv[0]
         lines.append(f"program: {' '.join([head, *argv[1:]])}  ({status}, {_seconds(program.wall_time_s)})")
