@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tpu_tools import jsonout
 from tpu_tools.bench.compare import INVALID, compare, load_result
-from tpu_tools.bench.records import Case, CaseResult, RunResult
+from tpu_tools.bench.records import BenchDevice, BenchEnvironment, BenchSettings, Case, CaseResult, RunResult
 from tpu_tools.bench.stats import summarize
 from tpu_tools.errors import RuntimeFailure, UsageError
 from tpu_tools.profile.summary import SCHEMA as SUMMARY_SCHEMA
@@ -24,9 +24,9 @@ from tpu_tools.profile.summary import load_summary
 def result_document(scale: float = 1.0) -> dict:
     case = CaseResult(Case("dispatch", "compiled"), primary="latency_us",
                       stats={"latency_us": summarize([10.0 * scale, 11.0 * scale, 12.0 * scale, 10.5 * scale])})
-    device = {"platform": "cpu", "kind": "cpu", "count": 1}
-    return RunResult(environment={"host": "h", "versions": {}, "variables": {}}, device=device,
-                     settings={"min_time_s": 0.5}, results=[case], suite="quick", time="t").to_dict()
+    device = BenchDevice(platform="cpu", kind="cpu", count=1)
+    return RunResult(environment=BenchEnvironment(host="h"), device=device, settings=BenchSettings(min_time_s=0.5),
+                     results=[case], suite="quick", time="t").to_dict()
 
 
 def with_figure(document: dict, **figures: float) -> dict:
