@@ -177,10 +177,10 @@ def test_cost_checks_skip_missing_counts_and_library_calls():
 
 
 def test_the_run_notes_library_calls_once():
-    from tpu_tools.bench.records import Case, CaseResult, RunResult
+    from tpu_tools.bench.records import BenchEnvironment, BenchSettings, Case, CaseResult, RunResult
     from tpu_tools.bench.runner import _note_library_calls
 
-    run = RunResult(environment={}, device={}, settings={})
+    run = RunResult(environment=BenchEnvironment(), device=None, settings=BenchSettings())
     for name in ("bf16 8192", "f16 8192"):
         result = CaseResult(Case("matmul", name))
         result.values["xla_cost_excludes"] = ["__cublas$lt$matmul$f8", "__cublas$gemm"]
@@ -196,15 +196,16 @@ def test_the_run_notes_library_calls_once():
 
 def test_a_noisy_case_is_still_gated_and_the_comparison_says_it_was_noisy():
     from tpu_tools.bench.compare import REGRESSION, compare
-    from tpu_tools.bench.records import Case, CaseResult, RunResult
+    from tpu_tools.bench.records import BenchDevice, BenchEnvironment, BenchSettings, Case, CaseResult, RunResult
     from tpu_tools.bench.stats import summarize
 
     def document(rate: float, noisy: bool) -> dict:
         result = CaseResult(Case("matmul", "f32 64"), primary="throughput_tflops")
         result.stats["throughput_tflops"] = summarize([rate, rate * 1.01, rate * 0.99], higher_is_better=True)
         result.values["noisy"] = noisy
-        device = {"platform": "cpu", "kind": "cpu", "count": 1}
-        return RunResult(environment={}, device=device, settings={}, results=[result]).to_dict()
+        device = BenchDevice(platform="cpu", kind="cpu", count=1)
+        return RunResult(environment=BenchEnvironment(), device=device, settings=BenchSettings(),
+                         results=[result]).to_dict()
 
     (change,) = compare(document(1.0, False), document(0.5, True), 0.05).changes
     assert change.verdict == REGRESSION

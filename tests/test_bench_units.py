@@ -12,7 +12,16 @@ from tpu_tools.bench.environment import differences
 from tpu_tools.bench.failures import classify
 from tpu_tools.bench.junit import junit_xml
 from tpu_tools.bench.matmul import Shape, parse_shape
-from tpu_tools.bench.records import SCHEMA, Case, CaseResult, RunResult
+from tpu_tools.bench.records import (
+    SCHEMA,
+    BenchDevice,
+    BenchEnvironment,
+    BenchSettings,
+    Case,
+    CaseResult,
+    RecordedVersions,
+    RunResult,
+)
 from tpu_tools.bench.stats import percentile, rates, summarize
 from tpu_tools.bench.timing import TimingSettings, time_calls
 from tpu_tools.errors import UsageError
@@ -87,9 +96,9 @@ def test_a_time_regresses_upwards_and_single_samples_are_not_gated():
 
 
 def _document(results: list[CaseResult], kind: str = "cpu", jax: str = "0.10.2") -> dict:
-    run = RunResult(environment={"host": "h", "cpu_model": "x", "cpu_count": 2,
-                                 "versions": {"jax": jax, "jaxlib": jax}, "variables": {}},
-                    device={"platform": "cpu", "kind": kind, "count": 1}, settings={"min_time_s": 0.5},
+    run = RunResult(environment=BenchEnvironment(host="h", cpu_model="x", cpu_count=2,
+                                                 versions=RecordedVersions(jax=jax, jaxlib=jax)),
+                    device=BenchDevice(platform="cpu", kind=kind, count=1), settings=BenchSettings(min_time_s=0.5),
                     results=results)
     return run.to_dict()
 
@@ -253,8 +262,8 @@ def test_percent_of_peak_knows_nvidia_and_tpu_device_kinds(kind, platform, bf16,
     assert highest == pytest.approx(f32_highest) if f32_highest else highest is None
     arithmetic = matmul_arithmetic(device, "f32", "default")
     assert arithmetic == {"gpu": "tf32", "tpu": "bf16 (1 pass)", "cpu": "fp32"}[platform]
-    assert device["peak_memory_bandwidth_bytes_per_s_per_device"] == bandwidth
-    assert device["memory_bytes"] == 80 * 10**9
+    assert device.peak_memory_bandwidth_bytes_per_s_per_device == bandwidth
+    assert device.memory_bytes == 80 * 10**9
 
 
 @pytest.mark.parametrize(("device_id", "name"), [

@@ -11,6 +11,7 @@ from tpu_tools.collectives.launch import RankOutcome, devices_per_process, strip
 from tpu_tools.collectives.mesh import MeshPlan, id_ranges, parse_device_ids, parse_mesh_shape
 from tpu_tools.collectives.ops import OPS, Case, parse_op, plan_tests
 from tpu_tools.collectives.report import CaseResult, CollectivesReport, ProcessInfo, ProcessTime, SizeResult, judge
+from tpu_tools.collectives.settings import RunSettings
 from tpu_tools.collectives.sizes import plan_sizes, sweep_sizes
 from tpu_tools.collectives.stats import algbw_gbps, parse_stats, slow_processes, summarise
 from tpu_tools.errors import UsageError
@@ -158,8 +159,11 @@ def test_slow_processes_are_those_over_the_median_by_the_threshold():
 
 def _report(rows: list[SizeResult], check: bool = True) -> CollectivesReport:
     test = CaseResult("all-reduce", "sum", None, None, "psum", 8, 1, 1.75, "", rows)
+    settings = RunSettings(dtype="f32", min_bytes=8, max_bytes=8, step_factor=2.0, step_bytes=None, iters=1, warmup=0,
+                           sample_ms=0.0, check=check, stats=[], root=0, shift=1, timeout_s=60.0, min_busbw_gbps=None,
+                           slow_threshold_percent=20.0)
     return CollectivesReport("cmd", "t", "cpu", "cpu", "0", "0", [ProcessInfo(0, "h", 1, [0])], [0], [8], ["x"],
-                             "x", 8, 1, {"check": check}, [test])
+                             "x", 8, 1, settings, [test])
 
 
 def test_gates_fail_on_wrong_values_then_on_the_bandwidth_floor():

@@ -296,14 +296,14 @@ def _big_logs(ctx):
 def test_max_size_trims_the_largest_logs_first_and_says_so(tmp_path):
     report = create_bundle(DumpRequest(output=tmp_path / "b.tar.gz", max_size_bytes=300_000),
                            collectors=[Collector("test.logs", "", _big_logs)])
-    assert report.size_bytes <= 300_000 == report.manifest["options"]["max_size_bytes"]
+    assert report.size_bytes <= 300_000 == report.manifest.options["max_size_bytes"]
     assert not report.over_max_size
-    files = {f["name"]: f for f in report.manifest["files"]}
-    assert files["logs/big.log"]["trimmed_from_bytes"]
-    assert files["logs/medium.log"]["trimmed_from_bytes"]
-    assert files["logs/small.log"]["trimmed_from_bytes"] is None  # below the common length: untouched
-    assert files["facts.json"]["trimmed_from_bytes"] is None
-    assert any("trimmed" in note for note in report.manifest["notes"])
+    files = {f.name: f for f in report.manifest.files or []}
+    assert files["logs/big.log"].trimmed_from_bytes
+    assert files["logs/medium.log"].trimmed_from_bytes
+    assert files["logs/small.log"].trimmed_from_bytes is None  # below the common length: untouched
+    assert files["facts.json"].trimmed_from_bytes is None
+    assert any("trimmed" in (note or "") for note in report.manifest.notes or [])
     with Bundle(report.path) as opened:
         big = opened.read("logs/big.log").decode()
         assert big.startswith("[tpu-dump: trimmed to the last ")

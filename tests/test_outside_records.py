@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tpu_tools import jsonout
 from tpu_tools.bench.compare import INVALID, compare, load_result
-from tpu_tools.bench.records import Case, CaseResult, RunResult
+from tpu_tools.bench.records import BenchDevice, BenchEnvironment, BenchSettings, Case, CaseResult, RunResult
 from tpu_tools.bench.stats import summarize
 from tpu_tools.errors import RuntimeFailure, UsageError
 from tpu_tools.profile.summary import SCHEMA as SUMMARY_SCHEMA
@@ -24,9 +24,9 @@ from tpu_tools.profile.summary import load_summary
 def result_document(scale: float = 1.0) -> dict:
     case = CaseResult(Case("dispatch", "compiled"), primary="latency_us",
                       stats={"latency_us": summarize([10.0 * scale, 11.0 * scale, 12.0 * scale, 10.5 * scale])})
-    device = {"platform": "cpu", "kind": "cpu", "count": 1}
-    return RunResult(environment={"host": "h", "versions": {}, "variables": {}}, device=device,
-                     settings={"min_time_s": 0.5}, results=[case], suite="quick", time="t").to_dict()
+    device = BenchDevice(platform="cpu", kind="cpu", count=1)
+    return RunResult(environment=BenchEnvironment(host="h"), device=device, settings=BenchSettings(min_time_s=0.5),
+                     results=[case], suite="quick", time="t").to_dict()
 
 
 def with_figure(document: dict, **figures: float) -> dict:
@@ -158,6 +158,27 @@ SUMMARY_VALUES = st.recursive(
         inner, max_size=4),
     max_leaves=15)
 
+
+def test_a_summary_read_back_is_the_record_written_and_reports_alike(tmp_path):
+    from tpu_tools.profile.summary import build_summary, write_summary
+    from tpu_tools.profile.window import WindowResult
+    from tpu_tools.render.profile_view import report_text
+
+    window = WindowResult(mode="time", delay_s=1.0, duration_s=2.0, start_step=None, steps=None, opened=True,
+                          opened_at_s=1.0, closed_at_s=3.0, closed_by="duration")
+    written = build_summary(source="run", notes=["a note"], window=window.to_dict(),
+                            program={"argv": ["train.py", "--steps", "3"], "module": None, "status": "exited",
+                                     "exit_code": 3, "error": None, "wall_time_s": 4.25})
+    write_summary(written, tmp_path)
+    read = load_summary(tmp_path)
+    assert read == written
+    assert read is not None
+    assert read.program is not None
+    assert read.program.exit_code == 3
+    text = report_text(read)
+    assert text == report_text(written)
+    assert "program: train.py --steps 3  (exit 3, 4.25 s)" in text
+    assert "window 1.0 s to 3.0 s" in text
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fields=st.dictionaries(SUMMARY_KEYS, SUMMARY_VALUES, max_size=5))

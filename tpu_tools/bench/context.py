@@ -14,6 +14,7 @@ from typing import Any
 
 from tpu_tools.bench.environment import peak_for_dtype
 from tpu_tools.bench.failures import OutOfMemory
+from tpu_tools.bench.records import BenchDevice
 from tpu_tools.bench.timing import TimingSettings
 from tpu_tools.units import format_bytes
 
@@ -24,7 +25,7 @@ MISMATCH_WARNING_FRACTION = 0.10  # analytic vs XLA counts further apart than th
 class BenchContext:
     jax: ModuleType
     devices: list[Any]  # all local devices; single-device benchmarks use the first
-    device: dict[str, Any]  # environment.device_record
+    device: BenchDevice  # environment.device_record
     timing: TimingSettings
     seed: int = 0
     gpu_clocks: Any = None  # gpu_clocks.GpuClocks on an NVIDIA GPU: its clocks and heat beside every case
@@ -32,7 +33,7 @@ class BenchContext:
 
     @property
     def platform(self) -> str:
-        return str(self.device.get("platform"))
+        return str(self.device.platform)
 
     def next_key(self) -> Any:
         """A fresh PRNG key: inputs are random, and different for each case."""
@@ -43,7 +44,7 @@ class BenchContext:
 
     @property
     def peak_bandwidth(self) -> float | None:
-        return self.device.get("peak_memory_bandwidth_bytes_per_s_per_device")
+        return self.device.peak_memory_bandwidth_bytes_per_s_per_device
 
     def memory_available(self) -> int | None:
         """Bytes a new buffer can take on the first device (host memory for the CPU platform)."""

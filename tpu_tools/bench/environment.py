@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tpu_tools.accelerators import F32_ARITHMETIC, PRECISIONS, ChipSpec, spec_for_device_kind
+from tpu_tools.bench.records import BenchDevice, BenchEnvironment, F32Matmul, RecordedVersions
 from tpu_tools.versions import stack_versions
 
 # Matmul dtypes with a published peak somewhere (ChipSpec.peak_for_matmul); f32's is at the default precision.
@@ -44,44 +45,37 @@ def _usable_cpus() -> int | None:
         return os.cpu_count()
 
 
-def environment_record(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def environment_record(env: Mapping[str, str] | None = None) -> BenchEnvironment:
     """Host and software facts; needs no runtime. `env`: the environment the runtime starts with."""
     env = os.environ if env is None else env
-    return {
-        "host": socket.gethostname(),
-        "os": host_platform.platform(),
-        "python": host_platform.python_version(),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": _usable_cpus(),
-        "versions": stack_versions().to_dict(),
-        "variables": {name: env[name] for name in _RECORDED_VARIABLES if name in env},
-        "command": " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
-    }
+    return BenchEnvironment(host=socket.gethostname(), os=host_platform.platform(),
+                            python=host_platform.python_version(), cpu_model=cpu_model(), cpu_count=os.cpu_count(),
+                            cpus_usable=_usable_cpus(), versions=_versions(),
+                            variables={name: env[name] for name in _RECORDED_VARIABLES if name in env},
+                            command=" ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]))
 
 
-def device_record(devices: list[Any], process_count: int = 1) -> dict[str, Any]:
+def _versions() -> RecordedVersions:
+    stack = stack_versions()
+    return RecordedVersions(tpu_tools=stack.tpu_tools, jax=stack.jax, jaxlib=stack.jaxlib, plugins=stack.plugins)
+
+
+def device_record(devices: list[Any], process_count: int = 1) -> BenchDevice:
     """The benchmarked devices and the peaks known for them (per device, not per chip)."""
     first = devices[0]
     spec = spec_for_device_kind(first.device_kind)
-    return {
-        "platform": first.platform,
-        "platform_version": getattr(first.client, "platform_version", None),
-        "kind": first.device_kind,
-        "count": len(devices),
-        "process_count": process_count,
-        "chip": spec.name if spec else None,
-        "devices_per_chip": spec.devices_per_chip if spec else None,
-        "memory_bytes": _memory_limit(first),
-        "peak_ops_per_s_per_device": {dtype: _per_device(spec, spec.peak_for_matmul(dtype)) if spec else None
-                                      for dtype in PEAK_DTYPES},
-        "f32_matmul": {precision: {"arithmetic": f32_arithmetic(first, spec, precision),
-                                   "peak_ops_per_s": _per_device(spec, spec.peak_for_matmul("f32", precision))
-                                   if spec else None}
-                       for precision in PRECISIONS},
-        "peak_memory_bandwidth_bytes_per_s_per_device":
-            _per_device(spec, spec.hbm_bandwidth_bytes_per_s) if spec else None,
-    }
+    return BenchDevice(
+        platform=first.platform, platform_version=getattr(first.client, "platform_version", None),
+        kind=first.device_kind, count=len(devices), process_count=process_count, chip=spec.name if spec else None,
+        devices_per_chip=spec.devices_per_chip if spec else None, memory_bytes=_memory_limit(first),
+        peak_ops_per_s_per_device={dtype: _per_device(spec, spec.peak_for_matmul(dtype)) if spec else None
+                                   for dtype in PEAK_DTYPES},
+        f32_matmul={precision: F32Matmul(arithmetic=f32_arithmetic(first, spec, precision),
+                                         peak_ops_per_s=_per_device(spec, spec.peak_for_matmul("f32", precision))
+                                         if spec else None)
+                    for precision in PRECISIONS},
+        peak_memory_bandwidth_bytes_per_s_per_device=_per_device(spec, spec.hbm_bandwidth_bytes_per_s)
+        if spec else None)
 
 
 def f32_arithmetic(device: Any, spec: ChipSpec | None, precision: str) -> str | None:
@@ -110,21 +104,23 @@ def _memory_limit(device: Any) -> int | None:
     return int(limit) if limit else None
 
 
-def peak_for_dtype(device: dict[str, Any], dtype: str, precision: str = "default") -> float | None:
+def peak_for_dtype(device: BenchDevice, dtype: str, precision: str = "default") -> float | None:
     """Per-device dense peak in (FL)OP/s for a matmul dtype ("bf16", "int8") at a precision, from a `device_record`.
 
     f32 takes the peak of what it runs as at that precision (TF32 on NVIDIA at "default").
     """
     if dtype == "f32" and precision != "default":
-        return ((device.get("f32_matmul") or {}).get(precision) or {}).get("peak_ops_per_s")
-    return (device.get("peak_ops_per_s_per_device") or {}).get(dtype)
+        f32 = device.f32_matmul.get(precision)
+        return f32.peak_ops_per_s if f32 else None
+    return device.peak_ops_per_s_per_device.get(dtype)
 
 
-def matmul_arithmetic(device: dict[str, Any], dtype: str, precision: str) -> str | None:
+def matmul_arithmetic(device: BenchDevice, dtype: str, precision: str) -> str | None:
     """What a matmul of `dtype` runs as at a precision, from a `device_record` (None where unknown)."""
     if dtype != "f32":
         return dtype
-    return ((device.get("f32_matmul") or {}).get(precision) or {}).get("arithmetic")
+    f32 = device.f32_matmul.get(precision)
+    return f32.arithmetic if f32 else None
 
 
 def differences(baseline: dict[str, Any], current: dict[str, Any]) -> tuple[list[str], list[str]]:

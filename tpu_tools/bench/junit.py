@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ElementTree
 from collections import defaultdict
 
 from tpu_tools.bench.compare import Comparison, FigureChange
-from tpu_tools.bench.records import FAILED, OK, CaseResult, RunResult
+from tpu_tools.bench.records import FAILED, OK, BenchDevice, CaseResult, RunResult
 
 SUITE_NAME = "tpu-bench"
 
@@ -22,8 +22,9 @@ def junit_xml(run: RunResult, comparison: Comparison | None = None, suite_name: 
         regressions[change.case_id].append(change)
     suite = ElementTree.Element("testsuite", name=suite_name, timestamp=run.time or "")  # absent in a hand-made file
     properties = ElementTree.SubElement(suite, "properties")
-    for name, value in (("device_kind", run.device.get("kind")), ("platform", run.device.get("platform")),
-                        ("device_count", run.device.get("count")), ("suite", run.suite),
+    device = run.device or BenchDevice()
+    for name, value in (("device_kind", device.kind), ("platform", device.platform),
+                        ("device_count", device.count), ("suite", run.suite),
                         ("interrupted", run.interrupted)):
         ElementTree.SubElement(properties, "property", name=name, value=str(value))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from tpu_tools.bench.stats import Summary
 
 SCHEMA = "tpu-tools/bench/v1"
@@ -23,6 +25,66 @@ FAILED = "failed"
 INTERRUPTED = "interrupted"
 NOT_RUN = "not_run"
 STATUSES = (OK, UNSUPPORTED, OUT_OF_MEMORY, FAILED, INTERRUPTED, NOT_RUN)
+
+
+class RecordedVersions(msgspec.Struct, kw_only=True):
+    """The stack's versions a result was measured with (versions.StackVersions, as written)."""
+
+    tpu_tools: str | None = None
+    jax: str | None = None
+    jaxlib: str | None = None
+    plugins: dict[str, str] = {}  # PJRT plugin distribution -> version
+
+
+class BenchEnvironment(msgspec.Struct, kw_only=True):
+    """Host and software facts a result depends on (environment.environment_record); None where not recorded."""
+
+    host: str | None = None
+    os: str | None = None
+    python: str | None = None
+    cpu_model: str | None = None
+    cpu_count: int | None = None
+    cpus_usable: int | None = None  # CPUs this process may run on (taskset, cpusets)
+    versions: RecordedVersions = msgspec.field(default_factory=RecordedVersions)
+    variables: dict[str, str] = {}  # the environment variables that change what XLA compiles and runs
+    command: str | None = None
+
+
+class F32Matmul(msgspec.Struct, kw_only=True):
+    """What an f32 matmul runs as at one JAX precision, and its per-device peak."""
+
+    arithmetic: str | None = None  # "fp32", "tf32", "bf16_3x (3 passes)"
+    peak_ops_per_s: float | None = None
+
+
+class BenchDevice(msgspec.Struct, kw_only=True):
+    """The benchmarked devices and the peaks known for them, per device (environment.device_record)."""
+
+    platform: str | None = None
+    platform_version: str | None = None
+    kind: str | None = None
+    count: int | None = None
+    process_count: int | None = None
+    chip: str | None = None
+    devices_per_chip: int | None = None
+    memory_bytes: int | None = None
+    peak_ops_per_s_per_device: dict[str, float | None] = {}  # matmul dtype -> dense peak
+    f32_matmul: dict[str, F32Matmul] = {}  # JAX precision -> what f32 runs as
+    peak_memory_bandwidth_bytes_per_s_per_device: float | None = None
+
+
+# A setting not given (benchmarks, outside `tpu-bench run`) is left out of the JSON.
+class BenchSettings(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """How the run measured."""
+
+    min_time_s: float | None = None
+    warmup: int | None = None
+    min_samples: int | None = None
+    seed: int | None = None
+    sample_time_s: float | None = None
+    repeats: int | None = None
+    timeout_s: float | None = None
+    benchmarks: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -81,9 +143,9 @@ class CaseResult:
 
 @dataclass
 class RunResult:
-    environment: dict[str, Any]
-    device: dict[str, Any]
-    settings: dict[str, Any]
+    environment: BenchEnvironment
+    device: BenchDevice | None  # None until the runtime is open (a run that failed before: `{}` in the JSON)
+    settings: BenchSettings
     results: list[CaseResult] = field(default_factory=list)
     suite: str | None = None
     time: str = ""
@@ -101,9 +163,9 @@ class RunResult:
             "time": self.time,
             "suite": self.suite,
             "interrupted": self.interrupted,
-            "settings": self.settings,
-            "environment": self.environment,
-            "device": self.device,
+            "settings": msgspec.to_builtins(self.settings),
+            "environment": msgspec.to_builtins(self.environment),
+            "device": msgspec.to_builtins(self.device) if self.device is not None else {},
             "results": [r.to_dict() for r in self.results],
             "notes": self.notes,
             "comparison": self.comparison,
@@ -111,8 +173,10 @@ class RunResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
-        return cls(environment=data.get("environment") or {}, device=data.get("device") or {},
-                   settings=data.get("settings") or {},
+        device = data.get("device")
+        return cls(environment=msgspec.convert(data.get("environment") or {}, BenchEnvironment),
+                   device=msgspec.convert(device, BenchDevice) if device else None,
+                   settings=msgspec.convert(data.get("settings") or {}, BenchSettings),
                    results=[CaseResult.from_dict(r) for r in data.get("results") or []],
                    suite=data.get("suite"), time=data.get("time", ""), interrupted=bool(data.get("interrupted")),
                    notes=list(data.get("notes") or []), comparison=data.get("comparison"))

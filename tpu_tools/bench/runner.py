@@ -24,7 +24,16 @@ from tpu_tools.bench.failures import classify
 from tpu_tools.bench.interference import interference, noise_reasons, snapshot
 from tpu_tools.bench.interrupts import kept_interrupts, raise_kept_interrupt
 from tpu_tools.bench.names import OUT_OF_PROCESS
-from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, Case, CaseResult, RunResult
+from tpu_tools.bench.records import (
+    INTERRUPTED,
+    NOT_RUN,
+    OK,
+    BenchEnvironment,
+    BenchSettings,
+    Case,
+    CaseResult,
+    RunResult,
+)
 from tpu_tools.bench.timing import TimingSettings
 from tpu_tools.errors import PlatformUnavailable, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
@@ -65,7 +74,7 @@ class RunRequest:
     timing: TimingSettings
     seed: int = 0
     suite: str | None = None
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: BenchEnvironment = field(default_factory=BenchEnvironment)
     # Called with the run once the device is known, before the in-process benchmarks (baseline checks).
     on_device: Callable[[RunResult], None] | None = None
 
@@ -76,11 +85,12 @@ def benchmark_module(benchmark: str) -> Any:
 
 def run_benchmarks(request: RunRequest, progress: Progress | None = None) -> RunResult:
     progress = progress or NoProgress()
-    run = RunResult(environment=request.environment, device={}, suite=request.suite,
-                    settings={"min_time_s": request.timing.min_time_s, "warmup": request.timing.warmup,
-                              "min_samples": request.timing.min_samples, "seed": request.seed,
-                              "sample_time_s": request.timing.sample_time_s, "repeats": request.timing.repeats,
-                              "timeout_s": request.timeout_s},
+    timing = request.timing
+    run = RunResult(environment=request.environment, device=None, suite=request.suite,
+                    settings=BenchSettings(min_time_s=timing.min_time_s, warmup=timing.warmup,
+                                           min_samples=timing.min_samples, seed=request.seed,
+                                           sample_time_s=timing.sample_time_s, repeats=timing.repeats,
+                                           timeout_s=request.timeout_s),
                     time=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     outside = [s for s in request.selections if s.benchmark in OUT_OF_PROCESS]
     inside = [s for s in request.selections if s.benchmark not in OUT_OF_PROCESS]
@@ -105,7 +115,7 @@ def run_benchmarks(request: RunRequest, progress: Progress | None = None) -> Run
                       lambda case: _run_out_of_process(case, request))
             pending.clear()
             ctx = _open_device(request, run)  # also when only compile ran: the result records the device
-            run_cases([case for s in inside for case in s.plan(run.device["platform"])],
+            run_cases([case for s in inside for case in s.plan(ctx.platform)],
                       lambda case: _run_in_process(ctx, case))
             raise_kept_interrupt()
         _note_library_calls(run)
@@ -134,10 +144,10 @@ def _open_device(request: RunRequest, run: RunResult) -> Any:
 
     jax = import_jax(request.policy)
     devices = jax.local_devices()
-    run.device = device_record(devices, process_count=jax.process_count())
+    device = run.device = device_record(devices, process_count=jax.process_count())
     if request.on_device is not None:
         request.on_device(run)
-    return BenchContext(jax=jax, devices=devices, device=run.device, timing=request.timing, seed=request.seed,
+    return BenchContext(jax=jax, devices=devices, device=device, timing=request.timing, seed=request.seed,
                         gpu_clocks=_gpu_clocks(devices[0]))
 
 

@@ -42,7 +42,7 @@ def execute(selections: list, args: RunArgs) -> int:
 def _report(run: Any, selections: list, baseline: dict[str, Any] | None, args: RunArgs) -> int:
     from tpu_tools.bench.compare import compare
 
-    run.settings["benchmarks"] = [s.benchmark for s in selections]
+    run.settings.benchmarks = [s.benchmark for s in selections]
     comparison = None
     if baseline is not None and run.device:
         comparison = compare(baseline, run.to_dict(), args.tolerance, args.allow_mismatch, args.allow_missing)

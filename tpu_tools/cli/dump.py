@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,6 +23,9 @@ from tpu_tools.dump.collectors import COLLECTORS
 from tpu_tools.errors import EXIT_OK, UsageError
 from tpu_tools.parsing import MAX_PERIOD_S
 from tpu_tools.pjrt.runtime import RuntimePolicy
+
+if TYPE_CHECKING:
+    from tpu_tools.dump.findings import Summary
 
 DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_MAX_SIZE = "64M"
@@ -159,7 +162,7 @@ class _ProgressLine:
         from rich.live import Live
         from rich.text import Text
 
-        from tpu_tools.render.dump_view import progress_text
+        from tpu_tools.dump.view import progress_text
 
         text = Text(progress_text(progress.done, progress.total, progress.running), overflow="ellipsis",
                     no_wrap=True)
@@ -210,7 +213,7 @@ def dump_command(ctx: click.Context, output: Path | None, force: bool, only: tup
     if list_collectors:
         return _list_collectors(out)
     from tpu_tools.dump.create import DumpRequest, create_bundle
-    from tpu_tools.render.dump_view import report_lines
+    from tpu_tools.dump.view import report_lines
 
     if no_redact:
         note("warning: --no-redact: the bundle may contain passwords, tokens and keys; review it before you "
@@ -230,13 +233,13 @@ def dump_command(ctx: click.Context, output: Path | None, force: bool, only: tup
     if report.over_max_size:
         note(f"warning: the bundle is {report.size_bytes} bytes, larger than --max-size even with its logs trimmed")
     if out.is_json:
-        out.json(report.to_dict())
+        out.json(report.report())
         return EXIT_OK
     for line in report_lines(report.manifest, str(report.path), report.size_bytes):
         out.text(line)
-    problems = [c for c in report.manifest["collectors"] if c["status"] in ("failed", "timed_out")]
+    problems = [c for c in report.manifest.collectors or [] if c.status in ("failed", "timed_out")]
     if problems:
-        from tpu_tools.render.dump_view import collector_table
+        from tpu_tools.dump.view import collector_table
 
         out.table(collector_table(problems))
     out.text(f"read it with: tpu-dump show {report.path}")
@@ -275,15 +278,15 @@ def show_command(bundle: Path, member: str | None, out: Output) -> int:
             return EXIT_OK
         summary = summarize(opened)
     if out.is_json:
-        out.json(summary.to_dict())
+        out.json(summary)
         return EXIT_OK
-    _render_summary(summary.to_dict(), out)
+    _render_summary(summary, out)
     return EXIT_OK
 
 
 def _print_member(data: bytes) -> None:
     if sys.stdout.isatty():  # a hostile file must not drive the terminal
-        from tpu_tools.render.dump_view import printable
+        from tpu_tools.dump.view import printable
 
         sys.stdout.write(printable(data.decode("utf-8", "replace"), keep_newlines=True))
         sys.stdout.flush()
@@ -292,26 +295,26 @@ def _print_member(data: bytes) -> None:
         sys.stdout.buffer.flush()
 
 
-def _render_summary(summary: dict, out: Output) -> None:
-    from tpu_tools.render.dump_view import collector_table, files_table, printable, summary_header
+def _render_summary(summary: Summary, out: Output) -> None:
+    from tpu_tools.dump.view import collector_table, files_table, printable, summary_header
 
     for line in summary_header(summary):
         out.text(line)
-    failed = [c for c in summary["collectors"] if c["status"] != "ok"]
+    failed = [c for c in summary.collectors if c.status != "ok"]
     if failed:
         out.text("")
         out.table(collector_table(failed))
     out.text("")
-    if summary["warnings"]:
+    if summary.warnings:
         out.text("warnings:")
-        for warning in summary["warnings"]:
-            out.text(f"  {warning['kind']}: {printable(warning['message'])}")
+        for warning in summary.warnings:
+            out.text(f"  {warning.kind}: {printable(warning.message)}")
     else:
         out.text("warnings: none")
-    for line in summary["notes"]:
+    for line in summary.notes:
         out.text(f"note: {printable(line)}")
     out.text("")
-    out.table(files_table(summary["files"]))
+    out.table(files_table(summary.files))
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +16,9 @@ from tpu_tools.errors import EXIT_OK, ToolError, UsageError
 from tpu_tools.parsing import MAX_PERIOD_S
 from tpu_tools.pjrt.runtime import RuntimePolicy
 from tpu_tools.sanitize import safe_text
+
+if TYPE_CHECKING:
+    from tpu_tools.profile.document import ProfileSummary
 
 MAX_CAPTURE_S = 3600.0  # the profiler server holds the whole capture in memory
 
@@ -147,13 +151,13 @@ def _out_options(default: str):
     return decorate
 
 
-def _render(document: dict, out: Output) -> None:
+def _render(document: ProfileSummary, out: Output) -> None:
     from tpu_tools.render.profile_view import report_blocks
 
     out.blocks(report_blocks(document))
 
 
-def _where_lines(document: dict | None, folder: Path) -> list[str]:
+def _where_lines(document: ProfileSummary | None, folder: Path) -> list[str]:
     from tpu_tools.profile.summary import relative_to_cwd
 
     shown = relative_to_cwd(str(folder))
@@ -161,13 +165,13 @@ def _where_lines(document: dict | None, folder: Path) -> list[str]:
         return [f"tpu-profile: what was recorded is in {shown}"]
     lines = [f"tpu-profile: profile written to {shown} (summary.json, report.txt; "
              f"again with: tpu-profile summary {shown})"]
-    trace = document.get("trace")
+    trace = document.trace
     if trace:
-        trace_dir = relative_to_cwd(trace["dir"])
+        trace_dir = relative_to_cwd(trace.dir)
         lines.append(f"  TensorBoard: tensorboard --logdir {trace_dir}  (with tensorboard-plugin-profile; "
                      f"or: xprof --logdir {trace_dir})")
-        if trace.get("perfetto_file"):
-            lines.append(f"  Perfetto:    load {relative_to_cwd(trace['perfetto_file'])} in https://ui.perfetto.dev")
+        if trace.perfetto_file:
+            lines.append(f"  Perfetto:    load {relative_to_cwd(trace.perfetto_file)} in https://ui.perfetto.dev")
     return lines
 
 
@@ -331,11 +335,11 @@ def hlo_command(target: str, arg_specs: tuple[str, ...], preset: str | None, bat
         analysis = analyse(target, resolve_target(target), abstract_arguments(specs), chip)
     write_hlo_files(analysis, make_output_dir(folder).path)
     if out.is_json:
-        out.json(analysis.to_dict())
+        out.json(analysis.report())
     else:
         from tpu_tools.render.hlo_view import hlo_text
 
-        out.text(hlo_text(analysis.to_dict()))
+        out.text(hlo_text(analysis.report()))
     return EXIT_OK
 
 

@@ -97,7 +97,7 @@ def inspect_command(directory: Path, limit: int, out: Output) -> int:
     from tpu_tools.profile.cachedir import scan
     from tpu_tools.render.cache_view import inspect_blocks
 
-    document = scan(directory, limit).to_dict()
+    document = scan(directory, limit).report()
     if out.is_json:
         out.json(document)
         return EXIT_OK
@@ -124,7 +124,7 @@ def doctor_command(directory: Path | None, out: Output) -> int:
         directory = Path(configured)
     jobs = running_jobs()
     report = diagnose(directory, job_dirs=jobs.dirs, writers=jobs.writers)
-    document = report.to_dict()
+    document = report.report()
     if out.is_json:
         out.json(document)
     else:
@@ -154,7 +154,7 @@ def verify_command(directory: Path, prune: bool, deadline_s: float, limit: int, 
 
     apply(policy)  # the child loads entries on this platform
     result = verify(scan(directory, limit), deadline_s, prune)
-    document = result.to_dict()
+    document = result.report()
     if out.is_json:
         out.json(document)
     else:
@@ -189,12 +189,12 @@ def gc_command(directory: Path, max_bytes: int | None, max_age_s: float | None, 
     from tpu_tools.render.cache_view import gc_text
 
     result = collect(scan(directory, limit, heads=False), max_bytes, max_age_s, stale, dry_run)
-    document = result.to_dict()
+    document = result.report()
     if out.is_json:
         out.json(document)
     else:
         out.text(gc_text(document))
-    return EXIT_FAILURE if document["failed"] else EXIT_OK
+    return EXIT_FAILURE if document.failed else EXIT_OK
 
 
 @cache_group.command(name="warm", cls=ToolCommand, json_schema="tpu-tools/cache-warm/v1")
@@ -251,7 +251,7 @@ def warm_command(directory: Path, target: tuple[str, ...], program_module: str |
         raise UsageError("--arg gives the arguments of a MODULE:FUNCTION target")
     apply(policy)
     result = warm(directory, chosen, timeout_s, min_compile_time_s)
-    document = result.to_dict()
+    document = result.report()
     if out.is_json:
         out.json(document)
     else:

@@ -6,6 +6,9 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
+
+from tpu_tools.collectives.settings import RunSettings
 from tpu_tools.errors import EXIT_FAILURE, EXIT_GATE, EXIT_OK
 from tpu_tools.units import format_bytes
 
@@ -15,6 +18,15 @@ STATUS_OK = "ok"
 STATUS_WRONG = "wrong_values"
 STATUS_SLOW = "below_min_busbw"
 STATUS_FAILED = "failed"
+
+
+class SmallMessageLatency(msgspec.Struct, kw_only=True):
+    """A test's smallest size that ran: what one small collective costs."""
+
+    size_bytes: int
+    out_of_place_us: float | None  # back to back
+    in_place_us: float | None
+    blocking_call_us: float | None  # one call issued and waited for
 
 
 @dataclass
@@ -115,15 +127,15 @@ class CaseResult:
         return None if not counts or any(c is None for c in counts) else sum(c or 0 for c in counts)
 
     @property
-    def small_message_latency(self) -> dict[str, Any] | None:
+    def small_message_latency(self) -> SmallMessageLatency | None:
         """The time of the smallest size that ran: what one small collective costs, back to back."""
         rows = [r for r in self.results if r.time_us is not None]
         if not rows:
             return None
         row = min(rows, key=lambda r: r.size_bytes)
-        return {"size_bytes": row.size_bytes, "out_of_place_us": row.time_us,
-                "in_place_us": row.in_place.time_us if row.in_place else None,
-                "blocking_call_us": row.blocking_call_us}
+        return SmallMessageLatency(size_bytes=row.size_bytes, out_of_place_us=row.time_us,
+                                   in_place_us=row.in_place.time_us if row.in_place else None,
+                                   blocking_call_us=row.blocking_call_us)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -157,7 +169,7 @@ class CollectivesReport:
     axis: str
     ranks: int
     groups: int
-    settings: dict[str, Any]
+    settings: RunSettings
     tests: list[CaseResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str | None = None

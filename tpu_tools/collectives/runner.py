@@ -175,7 +175,7 @@ class CollectivesRun:
             axis=plan.axis,
             ranks=plan.ranks,
             groups=plan.groups,
-            settings=self.settings.to_dict(),
+            settings=self.settings.record(),
         )
 
     # --- the sweep ----------------------------------------------------------------------------------

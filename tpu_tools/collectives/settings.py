@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+import msgspec
 
 from tpu_tools.collectives.dtypes import DType
 from tpu_tools.collectives.mesh import parse_device_ids, parse_mesh_shape
@@ -11,6 +12,26 @@ from tpu_tools.collectives.ops import Case, OpSpec, plan_tests
 from tpu_tools.collectives.sizes import sweep_sizes
 from tpu_tools.collectives.stats import parse_stats
 from tpu_tools.errors import UsageError
+
+
+class RunSettings(msgspec.Struct, kw_only=True):
+    """The settings a report records (its `settings`), in their JSON key order."""
+
+    dtype: str
+    min_bytes: int
+    max_bytes: int
+    step_factor: float | None  # None: sizes step by step_bytes
+    step_bytes: int | None
+    iters: int
+    warmup: int
+    sample_ms: float  # 0: each sample is one call, waited for
+    check: bool
+    stats: list[str]
+    root: int
+    shift: int
+    timeout_s: float
+    min_busbw_gbps: float | None
+    slow_threshold_percent: float
 
 
 @dataclass(frozen=True)
@@ -31,16 +52,17 @@ class Settings:
     timeout_s: float = 60.0
     min_busbw_gbps: float | None = None
     slow_threshold: float = 0.2
-    sweep: dict[str, Any] = field(default_factory=dict)  # min/max bytes and step, for the record
+    min_bytes: int = 0  # the sweep asked for, for the record
+    max_bytes: int = 0
+    step_factor: float | None = 2.0
+    step_bytes: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "dtype": self.dtype.name, **self.sweep, "iters": self.iters, "warmup": self.warmup,
-            "sample_ms": self.sample_ms, "check": self.check, "stats": self.stats, "root": self.root,
-            "shift": self.shift,
-            "timeout_s": self.timeout_s, "min_busbw_gbps": self.min_busbw_gbps,
-            "slow_threshold_percent": self.slow_threshold * 100,
-        }
+    def record(self) -> RunSettings:
+        return RunSettings(dtype=self.dtype.name, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
+                           step_factor=self.step_factor, step_bytes=self.step_bytes, iters=self.iters,
+                           warmup=self.warmup, sample_ms=self.sample_ms, check=self.check, stats=self.stats,
+                           root=self.root, shift=self.shift, timeout_s=self.timeout_s,
+                           min_busbw_gbps=self.min_busbw_gbps, slow_threshold_percent=self.slow_threshold * 100)
 
 
 
@@ -67,11 +89,11 @@ def build_settings(*, ops: list[OpSpec], redop: str, dtype: DType, min_bytes: in
         raise UsageError(f"--min-busbw must not be negative, got {min_busbw:g}")
     if slow_threshold_percent < 0:
         raise UsageError(f"--slow-threshold must not be negative, got {slow_threshold_percent:g}")
-    sweep = {"min_bytes": min_bytes, "max_bytes": max_bytes,
-             "step_factor": None if step_bytes is not None else (step_factor or 2.0), "step_bytes": step_bytes}
     settings = Settings(tests=tests, dtype=dtype, sizes=sizes, iters=iters, warmup=warmup, sample_ms=sample_ms,
                         check=check,
                         stats=parse_stats(stats), root=root, shift=shift, device_ids=parse_device_ids(devices),
                         mesh_shape=parse_mesh_shape(mesh), axis=axis, timeout_s=timeout_s,
-                        min_busbw_gbps=min_busbw, slow_threshold=slow_threshold_percent / 100, sweep=sweep)
+                        min_busbw_gbps=min_busbw, slow_threshold=slow_threshold_percent / 100,
+                        min_bytes=min_bytes, max_bytes=max_bytes,
+                        step_factor=None if step_bytes is not None else (step_factor or 2.0), step_bytes=step_bytes)
     return settings, notes

@@ -4,7 +4,17 @@ testcase for a run that was interrupted (what it did not reach is not a pass).""
 from __future__ import annotations
 
 from tpu_tools.bench.junit import junit_xml as bench_junit_xml
-from tpu_tools.bench.records import FAILED, NOT_RUN, OK, Case, CaseResult, RunResult
+from tpu_tools.bench.records import (
+    FAILED,
+    NOT_RUN,
+    OK,
+    BenchDevice,
+    BenchEnvironment,
+    BenchSettings,
+    Case,
+    CaseResult,
+    RunResult,
+)
 from tpu_tools.diag.records import FAIL, SKIP, DiagReport
 
 SUITE_NAME = "tpu-diag"
@@ -22,8 +32,8 @@ def junit_xml(report: DiagReport) -> str:
         results.append(CaseResult(Case("run", "interrupted"), status=FAILED,
                                   message=f"the run was interrupted after {len(report.checks)} check(s): the tests "
                                           "after them did not run"))
-    run = RunResult(environment={}, device={"kind": report.device_kind, "platform": report.platform,
-                                            "count": len(report.device_ids)},
-                    settings=report.settings, results=results, suite=f"-r {report.level}", time=report.time,
+    device = BenchDevice(kind=report.device_kind, platform=report.platform, count=len(report.device_ids))
+    run = RunResult(environment=BenchEnvironment(), device=device,
+                    settings=BenchSettings(), results=results, suite=f"-r {report.level}", time=report.time,
                     interrupted=report.interrupted)
     return bench_junit_xml(run, suite_name=SUITE_NAME)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tpu_tools.atomic import PendingFile, prepare
 from tpu_tools.dump.collector import TRIM_HEAD, TRIM_TAIL
-from tpu_tools.dump.manifest import MANIFEST_NAME, StoredFile
+from tpu_tools.dump.manifest import MANIFEST_NAME, Manifest, StoredFile
 
 DEFAULT_MAX_SIZE_BYTES = 64 << 20
 MIN_MAX_SIZE_BYTES = 64 << 10
@@ -122,13 +122,13 @@ def _common_length(sizes: list[int], ratios: list[float], reduce_by: float) -> i
 class FitResult:
     size_bytes: int
     stored: list[StoredFile]
-    manifest: dict
+    manifest: Manifest
     over_limit: bool
 
 
 def write_within(pending: PendingBundle, top: str, stored: list[StoredFile], max_size_bytes: int, mtime: float,
-                 make_manifest: Callable[[list[StoredFile], list[str]], dict],
-                 encode: Callable[[dict], bytes]) -> FitResult:
+                 make_manifest: Callable[[list[StoredFile], list[str]], Manifest],
+                 encode: Callable[[Manifest], bytes]) -> FitResult:
     """Write the archive, shortening the largest logs until it fits `max_size_bytes`."""
     trimmable = [i for i, item in enumerate(stored) if item.file.trim in (TRIM_TAIL, TRIM_HEAD) and item.file.data]
     ratios = {i: len(zlib.compress(stored[i].file.data, _COMPRESS_LEVEL)) / len(stored[i].file.data)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import msgspec
+
 from tpu_tools import jsonout
 from tpu_tools.dump.bundle import (
     DEFAULT_MAX_SIZE_BYTES,
@@ -26,7 +28,7 @@ from tpu_tools.dump.collector import (
     DumpOptions,
     select,
 )
-from tpu_tools.dump.manifest import StoredFile, build_manifest, skipped_result
+from tpu_tools.dump.manifest import Manifest, StoredFile, build_manifest, skipped_result
 from tpu_tools.dump.redact import make_redactor
 from tpu_tools.dump.runner import CollectorResult, Progress, run_collectors
 from tpu_tools.errors import UsageError
@@ -58,11 +60,24 @@ class DumpRequest:
 class DumpReport:
     path: Path
     size_bytes: int
-    manifest: dict
+    manifest: Manifest
     over_max_size: bool
 
-    def to_dict(self) -> dict:
-        return {**self.manifest, "bundle": {"path": str(self.path), "size_bytes": self.size_bytes}}
+    def report(self) -> DumpDocument:
+        """`tpu-dump --json`: the manifest and where the bundle is."""
+        return DumpDocument(**msgspec.structs.asdict(self.manifest),
+                            bundle=BundleFile(path=str(self.path), size_bytes=self.size_bytes))
+
+
+class BundleFile(msgspec.Struct, kw_only=True):
+    path: str
+    size_bytes: int
+
+
+class DumpDocument(Manifest, kw_only=True):
+    """`tpu-dump --json`: the manifest's fields, then the bundle written."""
+
+    bundle: BundleFile
 
 
 def _check_add_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
@@ -133,14 +148,14 @@ def create_bundle(request: DumpRequest, collectors: list[Collector] | None = Non
             "metrics_addresses": list(request.metrics_addresses), "metrics_timeout_s": request.metrics_timeout_s,
         }
 
-        def make_manifest(current: list[StoredFile], notes: list[str]) -> dict:
+        def make_manifest(current: list[StoredFile], notes: list[str]) -> Manifest:
             return build_manifest(host=host, time=now.isoformat(timespec="seconds").replace("+00:00", "Z"),
                                   duration_s=time.monotonic() - started, command=command, options=option_record,
                                   results=results, stored=current, redaction_enabled=request.redact,
                                   notes=[*([] if request.redact else ["redaction was turned off (--no-redact)"]),
                                          *notes])
 
-        def encode(manifest: dict) -> bytes:
+        def encode(manifest: Manifest) -> bytes:
             return (jsonout.dumps(manifest) + "\n").encode()
 
         top = top_folder(pending.final)

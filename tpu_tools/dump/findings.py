@@ -13,12 +13,15 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from tpu_tools.dump.collectors.diagnostics import INDEX as DIAGNOSTICS_INDEX
 from tpu_tools.dump.collectors.diagnostics import stall_cores
+from tpu_tools.dump.manifest import CollectorStatus, Manifest, RedactionCounts
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
 from tpu_tools.metrics.tpuhealth import attention
@@ -35,32 +38,59 @@ class Finding:
     message: str
 
 
-@dataclass
-class Summary:
-    bundle: dict[str, Any]
+class BundleInfo(msgspec.Struct, kw_only=True):
+    path: str
+    size_bytes: int
+    top: str  # the folder the members are under
+    member_count: int
+
+
+class SoftwareVersions(msgspec.Struct, kw_only=True):
+    """The stack's versions as the bundle recorded them (software/stack.json, software/python.json)."""
+
+    jax: str | None = None
+    jaxlib: str | None = None
+    libtpu: str | None = None
+    plugins: dict[str, str | None] = {}  # PJRT plugin distribution -> version
+    tpu_tools: str | None = None
+    python: str | None = None
+    agree: bool | None = None  # whether the installed versions satisfy each other's requirements
+
+
+class FileSummary(msgspec.Struct, kw_only=True):
+    name: str
+    size_bytes: int
+    collector: str | None
+    redactions: int  # values redacted in it, all kinds
+    trimmed_from_bytes: int | None
+
+
+class UnsafeMember(msgspec.Struct, kw_only=True):
+    name: str
+    type: str
+    problem: str | None
+
+
+class Summary(msgspec.Struct, kw_only=True):
+    """`tpu-dump show`'s document (schema `tpu-tools/dump-show/v1`), in its JSON key order."""
+
+    schema: str = SHOW_SCHEMA
+    bundle: BundleInfo
     host: str | None
     time: str | None
     tool_version: str | None
     duration_s: float | None
-    redaction: dict[str, Any]
-    devices: dict[str, Any]
-    versions: dict[str, Any]
-    libtpu: dict[str, Any] | None  # None: the bundle holds no libtpu figures
-    agents: dict[str, Any] | None  # None: the bundle holds no agent snapshots
-    collectors: list[dict[str, Any]]
-    warnings: list[Finding] = field(default_factory=list)
-    files: list[dict[str, Any]] = field(default_factory=list)
-    unsafe_members: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def failed_collectors(self) -> list[dict[str, Any]]:
-        return [c for c in self.collectors if c.get("status") in ("failed", "timed_out")]
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        return {"schema": SHOW_SCHEMA, **data,
-                "failed_collectors": [c.get("name") for c in self.failed_collectors]}
+    redaction: RedactionCounts
+    devices: dict[str, Any] = {}
+    versions: SoftwareVersions = msgspec.field(default_factory=SoftwareVersions)
+    libtpu: dict[str, Any] | None = None  # None: the bundle holds no libtpu figures
+    agents: dict[str, Any] | None = None  # None: the bundle holds no agent snapshots
+    collectors: list[CollectorStatus]
+    warnings: list[Finding] = []
+    files: list[FileSummary] = []
+    unsafe_members: list[UnsafeMember] = []
+    notes: list[str] = []
+    failed_collectors: list[str | None] = []  # names of the collectors that failed or timed out
 
 
 def _devices(bundle: Bundle) -> dict[str, Any]:
@@ -84,13 +114,14 @@ def _devices(bundle: Bundle) -> dict[str, Any]:
     }
 
 
-def _versions(bundle: Bundle) -> dict[str, Any]:
+def _versions(bundle: Bundle) -> SoftwareVersions:
     stack = bundle.read_json("software/stack.json") or {}
     python = bundle.read_json("software/python.json") or {}
     versions = stack.get("versions") or {}
-    return {"jax": versions.get("jax"), "jaxlib": versions.get("jaxlib"), "libtpu": versions.get("libtpu"),
-            "plugins": versions.get("plugins") or {}, "tpu_tools": versions.get("tpu_tools"),
-            "python": python.get("version"), "agree": stack.get("agree")}
+    return msgspec.convert({"jax": versions.get("jax"), "jaxlib": versions.get("jaxlib"),
+                            "libtpu": versions.get("libtpu"), "plugins": versions.get("plugins") or {},
+                            "tpu_tools": versions.get("tpu_tools"), "python": python.get("version"),
+                            "agree": stack.get("agree")}, SoftwareVersions)
 
 
 def _libtpu(bundle: Bundle) -> dict[str, Any] | None:
@@ -358,39 +389,40 @@ def _system_warnings(bundle: Bundle, out: list[Finding]) -> None:
 
 
 def summarize(bundle: Bundle) -> Summary:
-    manifest = bundle.manifest
-    listed = {str(f.get("name")): f for f in manifest.get("files") or []}
+    # Checked field by field when the bundle was opened: every field here is of its type or absent.
+    manifest = msgspec.convert(bundle.manifest, Manifest)
+    listed = {entry.name: entry for entry in manifest.files or []}
     files = []
     for member in bundle.members:
         if member.problem is None and member.type == "file":
-            entry = listed.get(member.relative, {})
-            files.append({"name": member.relative, "size_bytes": member.size_bytes,
-                          "collector": entry.get("collector"),
-                          "redactions": sum((entry.get("redactions") or {}).values()),
-                          "trimmed_from_bytes": entry.get("trimmed_from_bytes")})
+            entry = listed.get(member.relative)
+            files.append(FileSummary(name=member.relative, size_bytes=member.size_bytes,
+                                     collector=entry.collector if entry else None,
+                                     redactions=sum(count or 0 for count in ((entry.redactions if entry else None)
+                                                                             or {}).values()),
+                                     trimmed_from_bytes=entry.trimmed_from_bytes if entry else None))
+    collectors = [CollectorStatus(name=c.name, status=c.status, error=c.error, duration_s=c.duration_s)
+                  for c in manifest.collectors or []]
     summary = Summary(
-        bundle={"path": str(bundle.path), "size_bytes": bundle.size_bytes, "top": bundle.top,
-                "member_count": len(bundle.members)},
-        host=manifest.get("host"), time=manifest.get("time"), tool_version=manifest.get("tool_version"),
-        duration_s=manifest.get("duration_s"), redaction=manifest.get("redaction") or {},
-        devices={}, versions={}, libtpu=None, agents=None,
-        collectors=[{k: c.get(k) for k in ("name", "status", "error", "duration_s")}
-                    for c in manifest.get("collectors") or []],
-        files=files,
-        unsafe_members=[{"name": m.name, "type": m.type, "problem": m.problem} for m in bundle.members
+        bundle=BundleInfo(path=str(bundle.path), size_bytes=bundle.size_bytes, top=bundle.top,
+                          member_count=len(bundle.members)),
+        host=manifest.host, time=manifest.time, tool_version=manifest.tool_version, duration_s=manifest.duration_s,
+        redaction=manifest.redaction or RedactionCounts(), collectors=collectors, files=files,
+        unsafe_members=[UnsafeMember(name=m.name, type=m.type, problem=m.problem) for m in bundle.members
                         if m.problem is not None],
-        notes=[*(manifest.get("notes") or []), *bundle.notes],
+        notes=[*(note for note in manifest.notes or [] if note is not None), *bundle.notes],
+        failed_collectors=[c.name for c in collectors if c.status in ("failed", "timed_out")],
     )
     summary.devices = _tolerant(_devices, bundle, summary.notes) or {}
-    summary.versions = _tolerant(_versions, bundle, summary.notes) or {}
+    summary.versions = _tolerant(_versions, bundle, summary.notes) or SoftwareVersions()
     summary.libtpu = _tolerant(_libtpu, bundle, summary.notes)
     summary.agents = _tolerant(_agents, bundle, summary.notes)
     warnings = summary.warnings
-    if summary.redaction.get("enabled") is False:
+    if summary.redaction.enabled is False:
         warnings.append(Finding("not_redacted", "this bundle was written with --no-redact: it may contain "
                                                 "passwords, tokens and keys"))
     for unsafe in summary.unsafe_members:
-        warnings.append(Finding("unsafe_member", f"{unsafe['name']!r}: {unsafe['problem']}"))
+        warnings.append(Finding("unsafe_member", f"{unsafe.name!r}: {unsafe.problem}"))
     for problem in bundle.integrity_problems():
         warnings.append(Finding("integrity", problem))
     for check in (_stack_warnings, _holder_warnings, _runtime_warnings, _gpu_warnings, _system_warnings,

@@ -21,10 +21,11 @@ import re
 import stat
 import time
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+
+import msgspec
 
 from tpu_tools.errors import ToolError
 from tpu_tools.instrument import cachekeys
@@ -70,9 +71,6 @@ class Entry:
     writer: str | None = None  # "host:pid" from its key record
     frontend: str = JAX  # whose entry: jax or torch_xla
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class SubCache:
@@ -85,18 +83,12 @@ class SubCache:
     writable_by_me: bool
     truncated: bool = False  # more than SUBCACHE_LIMIT files: files and bytes count only the first ones
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class OtherFile:
     name: str
     kind: str  # "temporary" (jax's or gc's own), "orphan atime", "link", "not a regular file", "unknown"
     size_bytes: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -155,34 +147,71 @@ class CacheScan:
     def broken(self) -> list[Entry]:
         return [e for e in self.entries if e.problem]
 
-    def to_dict(self) -> dict[str, Any]:
+    def report(self) -> CacheReport:
+        """The `tpu-tools/cache/v1` document of this scan."""
         now = self.scanned_unix_s
         ages = [now - e.modified_unix_s for e in self.entries]
         saved = [e.compile_time_s for e in self.entries if e.compile_time_s is not None]
-        return {
-            "schema": SCHEMA,
-            "path": self.path, "owner": self.owner, "owner_uid": self.owner_uid, "mode": self.mode,
-            "filesystem": self.filesystem, "writable_by_me": self.writable_by_me,
-            "entry_count": self.entry_count, "entries_listed": len(self.entries), "truncated": self.truncated,
-            "total_bytes": self.total_bytes,
-            "oldest_age_s": max(ages) if ages else None, "newest_age_s": min(ages) if ages else None,
-            "compile_seconds_saved_per_use_s": sum(saved),
-            "stale_entries": len(self.stale), "broken_entries": len(self.broken),
-            "installed_jaxlib": self.installed_jaxlib, "jaxlib_versions": self.jaxlib_versions,
-            "key_records": self.key_records, "key_records_read": self.key_records_read,
-            "partial_figures": self.partial_figures, "writers": self.writers, "writer_hosts": self.writer_hosts,
-            "entries": [e.to_dict() for e in self.entries],
-            "other_files": [o.to_dict() for o in self.other_files],
-            "subcaches": [s.to_dict() for s in self.subcaches],
-            "frontends": {name: self._frontend(name) for name in sorted(self.frontend_counts)},
-        }
+        return CacheReport(
+            schema=SCHEMA, path=self.path, owner=self.owner, owner_uid=self.owner_uid, mode=self.mode,
+            filesystem=self.filesystem, writable_by_me=self.writable_by_me, entry_count=self.entry_count,
+            entries_listed=len(self.entries), truncated=self.truncated, total_bytes=self.total_bytes,
+            oldest_age_s=max(ages) if ages else None, newest_age_s=min(ages) if ages else None,
+            compile_seconds_saved_per_use_s=sum(saved), stale_entries=len(self.stale),
+            broken_entries=len(self.broken), installed_jaxlib=self.installed_jaxlib,
+            jaxlib_versions=self.jaxlib_versions, key_records=self.key_records,
+            key_records_read=self.key_records_read, partial_figures=self.partial_figures, writers=self.writers,
+            writer_hosts=self.writer_hosts, entries=self.entries, other_files=self.other_files,
+            subcaches=self.subcaches, frontends={name: self._frontend(name) for name in sorted(self.frontend_counts)})
 
-    def _frontend(self, name: str) -> dict[str, Any]:
+    def _frontend(self, name: str) -> FrontendFigures:
         """One frontend's entries: counted over the whole directory, ages over the entries listed."""
         ages = [self.scanned_unix_s - e.modified_unix_s for e in self.entries if e.frontend == name]
         count, size = self.frontend_counts[name]
-        return {"entry_count": count, "total_bytes": size, "oldest_age_s": max(ages) if ages else None,
-                "newest_age_s": min(ages) if ages else None}
+        return FrontendFigures(entry_count=count, total_bytes=size, oldest_age_s=max(ages) if ages else None,
+                               newest_age_s=min(ages) if ages else None)
+
+
+class FrontendFigures(msgspec.Struct, kw_only=True):
+    """One frontend's entries in a cache report."""
+
+    entry_count: int
+    total_bytes: int
+    oldest_age_s: float | None
+    newest_age_s: float | None
+
+
+class CacheReport(msgspec.Struct, kw_only=True):
+    """`tpu-profile cache inspect`'s document (schema `tpu-tools/cache/v1`), in its JSON key order. Over a
+    truncated listing the figures named in `partial_figures` count only the entries read."""
+
+    schema: str
+    path: str
+    owner: str
+    owner_uid: int
+    mode: str
+    filesystem: str | None
+    writable_by_me: bool
+    entry_count: int
+    entries_listed: int
+    truncated: bool
+    total_bytes: int
+    oldest_age_s: float | None
+    newest_age_s: float | None
+    compile_seconds_saved_per_use_s: int  # whole seconds, as jax stores them
+    stale_entries: int
+    broken_entries: int
+    installed_jaxlib: str | None
+    jaxlib_versions: list[str]
+    key_records: int
+    key_records_read: int
+    partial_figures: list[str]
+    writers: list[str]
+    writer_hosts: list[str]
+    entries: list[Entry]
+    other_files: list[OtherFile]
+    subcaches: list[SubCache]
+    frontends: dict[str, FrontendFigures]
 
 
 def is_cache_name(name: str) -> bool:

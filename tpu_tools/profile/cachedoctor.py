@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from tpu_tools.parsing import parse_number
 from tpu_tools.profile.cachedir import (
@@ -49,9 +51,6 @@ class Finding:
     message: str
     fix: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class DoctorReport:
@@ -63,13 +62,26 @@ class DoctorReport:
     def has_error(self) -> bool:
         return any(f.severity == "error" for f in self.findings)
 
-    def to_dict(self) -> dict[str, Any]:
+    def report(self) -> DoctorDocument:
+        """The `tpu-tools/cache-doctor/v1` document."""
         read = self.scan
-        return {"schema": SCHEMA, "path": self.path, "errors": sum(f.severity == "error" for f in self.findings),
-                # how many entries the findings were judged on, of how many (none when DIR could not be read)
-                "entry_count": read.entry_count if read else None, "entries_read": len(read.entries) if read else None,
-                "warnings": sum(f.severity == "warning" for f in self.findings),
-                "findings": [f.to_dict() for f in self.findings]}
+        return DoctorDocument(
+            schema=SCHEMA, path=self.path, errors=sum(f.severity == "error" for f in self.findings),
+            entry_count=read.entry_count if read else None, entries_read=len(read.entries) if read else None,
+            warnings=sum(f.severity == "warning" for f in self.findings), findings=self.findings)
+
+
+class DoctorDocument(msgspec.Struct, kw_only=True):
+    """`tpu-profile cache doctor`'s document, in its JSON key order."""
+
+    schema: str
+    path: str
+    errors: int
+    # how many entries the findings were judged on, of how many (None when DIR could not be read)
+    entry_count: int | None
+    entries_read: int | None
+    warnings: int
+    findings: list[Finding]
 
 
 def _number(env: dict[str, str], name: str) -> float | None:

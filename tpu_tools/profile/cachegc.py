@@ -15,9 +15,10 @@ import os
 import secrets
 import stat
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+import msgspec
 
 from tpu_tools.errors import ToolError
 from tpu_tools.instrument import cachekeys
@@ -35,9 +36,6 @@ class Removal:
     removed: bool = False
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class GcResult:
@@ -50,17 +48,36 @@ class GcResult:
     entry_count: int = 0
     entries_considered: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def report(self) -> GcDocument:
+        """The `tpu-tools/cache-gc/v1` document: removed and would_remove count only what their mode did."""
         done = [r for r in self.removals if r.removed]
-        return {"schema": SCHEMA, "path": self.path, "dry_run": self.dry_run,
-                "removed": len(done) if not self.dry_run else 0,
-                "removed_bytes": sum(r.size_bytes for r in done) if not self.dry_run else 0,
-                "would_remove": len(self.removals) if self.dry_run else 0,
-                "would_remove_bytes": sum(r.size_bytes for r in self.removals) if self.dry_run else 0,
-                "failed": sum(1 for r in self.removals if r.error), "kept_entries": self.kept_entries,
-                "kept_bytes": self.kept_bytes, "truncated": self.truncated, "entry_count": self.entry_count,
-                "entries_considered": self.entries_considered,
-                "removals": [r.to_dict() for r in self.removals]}
+        return GcDocument(
+            schema=SCHEMA, path=self.path, dry_run=self.dry_run, removed=len(done) if not self.dry_run else 0,
+            removed_bytes=sum(r.size_bytes for r in done) if not self.dry_run else 0,
+            would_remove=len(self.removals) if self.dry_run else 0,
+            would_remove_bytes=sum(r.size_bytes for r in self.removals) if self.dry_run else 0,
+            failed=sum(1 for r in self.removals if r.error), kept_entries=self.kept_entries,
+            kept_bytes=self.kept_bytes, truncated=self.truncated, entry_count=self.entry_count,
+            entries_considered=self.entries_considered, removals=self.removals)
+
+
+class GcDocument(msgspec.Struct, kw_only=True):
+    """`tpu-profile cache gc`'s document, in its JSON key order."""
+
+    schema: str
+    path: str
+    dry_run: bool
+    removed: int
+    removed_bytes: int
+    would_remove: int
+    would_remove_bytes: int
+    failed: int
+    kept_entries: int
+    kept_bytes: int
+    truncated: bool
+    entry_count: int
+    entries_considered: int
+    removals: list[Removal]
 
 
 def plan(scan: CacheScan, max_bytes: int | None, max_age_s: float | None, stale: bool,

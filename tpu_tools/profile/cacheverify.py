@@ -25,9 +25,11 @@ import sys
 import time
 import zlib
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import msgspec
 
 from tpu_tools.errors import first_line
 from tpu_tools.profile import cachegc
@@ -56,9 +58,6 @@ class Verdict:
     pruned: bool = False
     prune_error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class VerifyResult:
@@ -74,14 +73,34 @@ class VerifyResult:
     def broken(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.status in ("broken", "link")]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "path": self.path, "platform": self.platform, "checked": len(self.verdicts),
-                "ok": sum(v.status == "ok" for v in self.verdicts), "broken": len(self.broken),
-                "skipped": sum(v.status == "skipped" for v in self.verdicts), "prune": self.pruning,
-                "pruned": sum(v.pruned for v in self.verdicts), "truncated": self.truncated,
-                "entry_count": self.entry_count, "entries_listed": self.entries_listed,
-                "partial_figures": ["ok", "broken", "skipped"] if self.truncated else [],
-                "entries": [v.to_dict() for v in self.verdicts]}
+    def report(self) -> VerifyDocument:
+        """The `tpu-tools/cache-verify/v1` document."""
+        return VerifyDocument(
+            schema=SCHEMA, path=self.path, platform=self.platform, checked=len(self.verdicts),
+            ok=sum(v.status == "ok" for v in self.verdicts), broken=len(self.broken),
+            skipped=sum(v.status == "skipped" for v in self.verdicts), prune=self.pruning,
+            pruned=sum(v.pruned for v in self.verdicts), truncated=self.truncated, entry_count=self.entry_count,
+            entries_listed=self.entries_listed, partial_figures=["ok", "broken", "skipped"] if self.truncated else [],
+            entries=self.verdicts)
+
+
+class VerifyDocument(msgspec.Struct, kw_only=True):
+    """`tpu-profile cache verify`'s document, in its JSON key order."""
+
+    schema: str
+    path: str
+    platform: str | None
+    checked: int
+    ok: int
+    broken: int
+    skipped: int
+    prune: bool
+    pruned: int
+    truncated: bool
+    entry_count: int
+    entries_listed: int
+    partial_figures: list[str]
+    entries: list[Verdict]
 
 
 # --- the parent ------------------------------------------------------------------------------------

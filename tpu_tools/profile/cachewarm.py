@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from tpu_tools.errors import RuntimeFailure
 from tpu_tools.profile.cachedir import make_directory
 from tpu_tools.shorten import shorten
@@ -62,9 +64,6 @@ class WarmRun:
     wall_time_s: float
     miss_explanations: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class WarmResult:
@@ -83,11 +82,26 @@ class WarmResult:
             return None
         return self.proof.compile_time_s / self.warming.compile_time_s
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "path": self.path, "target": self.target, "warming": self.warming.to_dict(),
-                "fresh_start": self.proof.to_dict(), "proven": self.proven,
-                "compile_seconds_saved_s": max(0.0, self.warming.compile_time_s - self.proof.compile_time_s),
-                "warm_to_cold_ratio": self.ratio}
+    def report(self) -> WarmDocument:
+        """The `tpu-tools/cache-warm/v1` document."""
+        return WarmDocument(
+            schema=SCHEMA, path=self.path, target=self.target, warming=self.warming, fresh_start=self.proof,
+            proven=self.proven,
+            compile_seconds_saved_s=max(0.0, self.warming.compile_time_s - self.proof.compile_time_s),
+            warm_to_cold_ratio=self.ratio)
+
+
+class WarmDocument(msgspec.Struct, kw_only=True):
+    """`tpu-profile cache warm`'s document, in its JSON key order."""
+
+    schema: str
+    path: str
+    target: str
+    warming: WarmRun
+    fresh_start: WarmRun
+    proven: bool
+    compile_seconds_saved_s: float
+    warm_to_cold_ratio: float | None
 
 
 def run_child(directory: Path, target: WarmTarget, timeout_s: float, min_compile_time_s: float = 0.0) -> WarmRun:

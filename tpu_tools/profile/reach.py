@@ -236,9 +236,6 @@ class OutputReach:
     devices: int
     text: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
-
 
 class _Walk:
     def __init__(self, computations: dict[str, Computation], devices: int, mesh: MeshAxes | None):

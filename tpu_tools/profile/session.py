@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpu_tools.errors import ToolError, UsageError
+from tpu_tools.profile.document import ProfileSummary
 from tpu_tools.profile.summary import REPORT_FILE, SUMMARY_FILE, build_summary, load_summary, write_summary
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def prepare_output_dir(requested: Path | None, force: bool, prefix: str = "tpu-p
 class RunReport:
     outcome: RunOutcome
     out: OutputDir
-    summary: dict | None
+    summary: ProfileSummary | None
     summary_error: str | None = None
 
 
@@ -102,7 +103,7 @@ def profile_program(target: ProgramTarget, out: OutputDir, window: WindowSpec, p
     return report
 
 
-def summarise_run(outcome: RunOutcome, target: ProgramTarget, out: OutputDir, top: int) -> dict:
+def summarise_run(outcome: RunOutcome, target: ProgramTarget, out: OutputDir, top: int) -> ProfileSummary:
     """summary.json for a run; what was recorded is kept even when the trace cannot be read."""
     from tpu_tools.profile.frames import FrameClassifier
     from tpu_tools.profile.trace import read_trace
@@ -129,7 +130,7 @@ def summarise_run(outcome: RunOutcome, target: ProgramTarget, out: OutputDir, to
     return document
 
 
-def summarise_path(path: Path, top: int = 15) -> dict:
+def summarise_path(path: Path, top: int = 15) -> ProfileSummary:
     """The summary of a folder: tpu-profile's own summary.json when there is one, else the trace alone."""
     if path.is_dir():
         document = load_summary(path)
@@ -148,7 +149,7 @@ def write_report(text: str, out: OutputDir) -> Path:
                       what=REPORT_FILE)
 
 
-def summarise_capture(out: OutputDir, address: str, duration_s: float, top: int = 15) -> dict:
+def summarise_capture(out: OutputDir, address: str, duration_s: float, top: int = 15) -> ProfileSummary:
     """The summary of a trace captured from another process, written into its folder."""
     from tpu_tools.profile.trace import read_trace
 

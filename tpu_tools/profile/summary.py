@@ -18,13 +18,15 @@ from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
+import msgspec
+
 from tpu_tools import jsonout
 from tpu_tools.errors import RuntimeFailure, first_line
 from tpu_tools.infile import InputFileError, read_input_file
 from tpu_tools.instrument.compiles import CompileLog
 from tpu_tools.profile.compiles import compile_rows, recompilations, user_functions
+from tpu_tools.profile.document import ProfileSummary
 from tpu_tools.profile.trace import Dispatch, TraceData
-from tpu_tools.records import AnyJSON, Float, Int, List, Map, Obj, RecordError, Str, parse
 
 SCHEMA = "tpu-tools/profile/v1"
 SUMMARY_FILE = "summary.json"
@@ -37,7 +39,7 @@ NO_FRAMES_LABEL = "(unknown: the trace has no Python frames)"
 def build_summary(*, source: str, trace: TraceData | None = None, compile_log: CompileLog | None = None,
                   program: dict | None = None, window: dict | None = None, trace_dir: Path | None = None,
                   top: int = TOP_DEFAULT, base_dir: str | None = None, notes: list[str] | None = None,
-                  compile_source: str = "monitoring") -> dict:
+                  compile_source: str = "monitoring") -> ProfileSummary:
     """The summary document; `source` is "run", "trace" or "capture"; `compile_source` says who recorded
     `compile_log`: "monitoring" (jax.monitoring) or "torch_xla" (its CompileTime samples)."""
     from tpu_tools.versions import stack_versions
@@ -88,7 +90,7 @@ def build_summary(*, source: str, trace: TraceData | None = None, compile_log: C
                          "run the program under `tpu-profile run` for JAX's compile events and recompile reasons")
     if trace is not None:
         document["eager"] = _eager_section(trace, known_user, top)
-    return document
+    return msgspec.convert(document, ProfileSummary)
 
 
 def _call_counts(dispatches: list[Dispatch]) -> dict[str, tuple[int, int]]:
@@ -292,7 +294,7 @@ def _eager_section(trace: TraceData, user: set[str] | None, top: int) -> dict:
 
 # --- files ---------------------------------------------------------------------------------------
 
-def write_summary(document: dict, folder: Path) -> Path:
+def write_summary(document: ProfileSummary, folder: Path) -> Path:
     from tpu_tools.atomic import write_file
 
     # Inside the output folder (which may be reused with --force): replaced whole, a planted link not followed.
@@ -301,60 +303,11 @@ def write_summary(document: dict, folder: Path) -> Path:
 
 MAX_SUMMARY_BYTES = 256 << 20
 
-# Top-level sections may be missing or null (the report uses .get); inside them every field is present, and
-# only the nullable ones may be null: the report indexes them directly.
-_STR, _INT, _NUM = Str(nullable=False), Int(nullable=False), Float(nullable=False)
-_OPT_STR, _OPT_INT, _OPT_NUM = Str(), Int(), Float()
-
-
-def _section(fields: dict, optional: tuple[str, ...] = (), nullable: bool = True) -> Obj:
-    """An object whose fields must all be present (`optional` ones excepted); unknown ones are kept."""
-    return Obj(fields, present=tuple(name for name in fields if name not in optional), others=AnyJSON(),
-               nullable=nullable)
-
-
-def _rows(fields: dict, optional: tuple[str, ...] = (), nullable: bool = False) -> List:
-    """A list of such objects, none of them null."""
-    return List(_section(fields, optional, nullable=False), nullable=nullable)
-
-
-SUMMARY_SPEC = Obj({
-    "program": _section({"argv": List(_STR, min_items=1, nullable=False), "module": _OPT_STR, "status": _STR,
-                         "exit_code": _OPT_INT, "error": _OPT_STR, "wall_time_s": _OPT_NUM}),
-    "window": _section({"mode": _OPT_STR, "delay_s": _NUM, "duration_s": _OPT_NUM, "opened_at_s": _OPT_NUM,
-                        "closed_at_s": _OPT_NUM, "first_step": _OPT_INT, "last_step": _OPT_INT,
-                        "closed_by": _OPT_STR, "note": _OPT_STR}),
-    "trace": _section({"dir": _STR, "run_dir": _OPT_STR, "perfetto_file": _OPT_STR, "duration_us": _NUM,
-                       "hosts": List(_STR, nullable=False)}),
-    "devices": _rows({"device": _STR, "op_count": _INT, "busy_us": _NUM, "idle_us": _OPT_NUM,
-                      "busy_percent": _OPT_NUM}, nullable=True),
-    "device_time_us": Float(),
-    "top_ops": _rows({"name": _STR, "module": _OPT_STR, "count": _INT, "total_us": _NUM, "mean_us": _NUM,
-                      "percent_of_device_time": _OPT_NUM}, nullable=True),
-    "modules": _rows({"name": _STR, "op_count": _INT, "total_us": _NUM, "percent_of_device_time": _OPT_NUM},
-                     nullable=True),
-    "host_dispatch": _section({"dispatches": _INT, "dispatch_time_us": _OPT_NUM, "mean_dispatch_us": _OPT_NUM,
-                               "compiling_dispatches": _INT, "compiling_dispatch_time_us": _OPT_NUM}),
-    "compile_source": Str(),
-    "compiles": _rows({"function": _STR, "defined_at": _OPT_STR, **{k: _OPT_INT for k in (
-        "compiles", "traces", "persistent_cache_hits", "calls", "cache_hits")}, **{k: _OPT_NUM for k in (
-        "compile_time_s", "trace_time_s", "lowering_time_s", "xla_compile_time_s")}}, nullable=True),
-    "recompilations": _rows({"function": _STR, "defined_at": _OPT_STR, "recompiles": _INT,
-                             "reasons": _rows({"reason": _STR, "count": _INT,
-                                               "call_sites": List(_STR, nullable=False)})}, nullable=True),
-    "eager": _section({"dispatches": _INT, "host_time_us": _NUM,
-                       "ops": _rows({"name": _STR, "count": _INT, "host_time_us": _NUM}),
-                       "call_sites": _rows({"call_site": _OPT_STR, "function": _OPT_STR, "file": _OPT_STR,
-                                            "line": _OPT_INT, "dispatches": _INT, "host_time_us": _NUM,
-                                            "ops": Map(AnyJSON())}, optional=("ops",))}),
-    "notes": List(_STR),
-}, others=AnyJSON())
-
-
-def load_summary(path: Path) -> dict | None:
+def load_summary(path: Path) -> ProfileSummary | None:
     """The summary.json in a folder written by tpu-profile, or None when there is none.
 
-    Read as an outside record: bounded in size, and every field the report uses checked for its type.
+    Read as an outside record: bounded in size, and decoded into the summary's records (every field the report
+    uses checked for its type; sections it does not have are None).
     """
     file = path / SUMMARY_FILE if path.is_dir() else None
     if file is None or not file.exists():
@@ -374,12 +327,10 @@ def load_summary(path: Path) -> dict | None:
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         raise RuntimeFailure(f"{file} is not a tpu-profile summary (schema {SCHEMA}){remove}")
     try:
-        parse(SUMMARY_SPEC, document, "summary")
-    except RecordError as error:
-        raise RuntimeFailure(f"{file} is a damaged tpu-profile summary ({error}){remove}") from None
-    # The document as written (its absent sections stay absent for the report's .get); every field it reads
-    # has just been checked.
-    return document
+        return msgspec.convert(document, ProfileSummary)
+    except msgspec.ValidationError as error:
+        where = first_line(error, limit=300).replace("`$", "`summary")  # the path from the top: summary.devices
+        raise RuntimeFailure(f"{file} is a damaged tpu-profile summary ({where}){remove}") from None
 
 
 def relative_to_cwd(path: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tpu_tools.bench.compare import Comparison
-from tpu_tools.bench.records import OK, CaseResult, RunResult
+from tpu_tools.bench.records import OK, BenchDevice, CaseResult, RunResult
 from tpu_tools.bench.stats import Summary
 from tpu_tools.render.table import Column, TableData
 from tpu_tools.units import MISSING, format_duration_us, format_percent, format_si
@@ -33,16 +33,20 @@ def format_figure(key: str, value: float | None) -> str:
 
 
 def header_lines(run: RunResult) -> list[str]:
-    device, environment = run.device, run.environment
-    versions = environment.get("versions") or {}
+    device, environment = run.device or BenchDevice(), run.environment
+    versions = environment.versions
     settings = [f"suite {run.suite}"] if run.suite else []
-    settings.append(f"min-time {run.settings.get('min_time_s')} s")
+    settings.append(f"min-time {run.settings.min_time_s} s")
     return [
-        f"device {device.get('kind', '?')} x{device.get('count', '?')} ({device.get('platform', '?')})  "
-        f"jax {versions.get('jax') or '-'}, jaxlib {versions.get('jaxlib') or '-'}",
-        f"host {environment.get('host', '?')}: {environment.get('cpu_model', '?')}, "
-        f"{environment.get('cpu_count', '?')} CPUs  " + "  ".join(settings),
+        f"device {_known(device.kind)} x{_known(device.count)} ({_known(device.platform)})  "
+        f"jax {versions.jax or '-'}, jaxlib {versions.jaxlib or '-'}",
+        f"host {_known(environment.host)}: {_known(environment.cpu_model)}, {_known(environment.cpu_count)} CPUs  "
+        + "  ".join(settings),
     ]
+
+
+def _known(value: object) -> str:
+    return "?" if value is None else str(value)
 
 
 def spread_text(summary: Summary) -> str:

@@ -12,6 +12,7 @@ import statistics
 
 from tpu_tools.collectives.mesh import id_ranges
 from tpu_tools.collectives.report import CaseResult, CollectivesReport, SizeResult
+from tpu_tools.collectives.settings import RunSettings
 from tpu_tools.shorten import shorten
 from tpu_tools.units import format_bytes
 
@@ -47,8 +48,8 @@ def header_lines(report: CollectivesReport, title: str) -> list[str]:
     processes = report.processes
     hosts = sorted({p.host for p in processes})
     mesh = "x".join(map(str, report.mesh_shape)) + f" ({','.join(report.mesh_axes)})"
-    sweep = (f"step x{settings['step_factor']:g}" if settings.get("step_bytes") is None
-             else f"step +{format_bytes(settings['step_bytes'])}")
+    sweep = (f"step x{settings.step_factor:g}" if settings.step_bytes is None
+             else f"step +{format_bytes(settings.step_bytes)}")
     return [
         f"# {title}  jax {report.jax_version}, jaxlib {report.jaxlib_version}",
         f"# devices {len(report.device_ids)} ({_kind(report)}, ids "
@@ -56,19 +57,19 @@ def header_lines(report: CollectivesReport, title: str) -> list[str]:
         f"host{'s' if len(hosts) != 1 else ''} ({', '.join(hosts)})",
         f"# mesh {mesh}  axis {report.axis}: {report.ranks} ranks per group, {report.groups} "
         f"group{'s' if report.groups != 1 else ''}",
-        f"# sizes {format_bytes(settings['min_bytes'])} to {format_bytes(settings['max_bytes'])}, {sweep}  "
-        f"dtype {settings['dtype']}  iters {settings['iters']}  warmup {settings['warmup']}  "
-        f"check {'on' if settings['check'] else 'off'}",
+        f"# sizes {format_bytes(settings.min_bytes)} to {format_bytes(settings.max_bytes)}, {sweep}  "
+        f"dtype {settings.dtype}  iters {settings.iters}  warmup {settings.warmup}  "
+        f"check {'on' if settings.check else 'off'}",
         _timing_line(settings),
     ]
 
 
-def _timing_line(settings: dict) -> str:
-    if not settings.get("sample_ms"):
-        return (f"# timing: {settings['iters']} calls per size, each waited for (--sample-ms 0): time includes "
+def _timing_line(settings: RunSettings) -> str:
+    if not settings.sample_ms:
+        return (f"# timing: {settings.iters} calls per size, each waited for (--sample-ms 0): time includes "
                 "the host's launch-and-wait round trip")
-    return (f"# timing: {settings['iters']} samples per size, each k calls back to back and one wait, k calibrated "
-            f"for samples of {settings['sample_ms']:g} ms or more; time = sample / k")
+    return (f"# timing: {settings.iters} samples per size, each k calls back to back and one wait, k calibrated "
+            f"for samples of {settings.sample_ms:g} ms or more; time = sample / k")
 
 
 def section_lines(test: CaseResult, stats: list[str]) -> list[str]:
@@ -113,7 +114,7 @@ def section_footer(test: CaseResult) -> str:
 def footer_lines(report: CollectivesReport) -> list[str]:
     wrong = report.wrong
     if wrong is None:
-        verdict = "N/A (--check off)" if not report.settings["check"] else "N/A (no size completed)"
+        verdict = "N/A (--check off)" if not report.settings.check else "N/A (no size completed)"
     else:
         verdict = f"{wrong} OK" if wrong == 0 else f"{wrong} FAILED"
     lines = ["#", *latency_lines(report), f"# Wrong values : {verdict}",
@@ -130,17 +131,17 @@ def latency_lines(report: CollectivesReport) -> list[str]:
         latency = test.small_message_latency
         if latency is None:
             continue
-        in_place = latency["in_place_us"]
-        lines.append(f"# Latency {test.label} at {format_bytes(latency['size_bytes'])} : "
-                     f"{_time(latency['out_of_place_us'])} us out-of-place, "
+        in_place = latency.in_place_us
+        lines.append(f"# Latency {test.label} at {format_bytes(latency.size_bytes)} : "
+                     f"{_time(latency.out_of_place_us)} us out-of-place, "
                      f"{'-' if in_place is None else _time(in_place)} us in-place; "
-                     f"{_time(latency['blocking_call_us'])} us for one call waited for")
+                     f"{_time(latency.blocking_call_us)} us for one call waited for")
     return lines
 
 
 def process_lines(report: CollectivesReport) -> list[str]:
     """Each process's own time, relative to the median of all processes at the same size."""
-    threshold = report.settings["slow_threshold_percent"]
+    threshold = report.settings.slow_threshold_percent
     ratios: dict[int, list[float]] = {p.process_id: [] for p in report.processes}
     flagged: dict[int, int] = {p.process_id: 0 for p in report.processes}
     for test in report.tests:

@@ -6,8 +6,13 @@ tables on a terminal) and `report_text` lays them out as plain text for report.t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tpu_tools.render.table import Column, TableData, plain_table
 from tpu_tools.units import MISSING, format_duration_us, format_percent
+
+if TYPE_CHECKING:
+    from tpu_tools.profile.document import ProfileSummary, WindowRecord
 
 Block = str | TableData
 
@@ -22,91 +27,87 @@ def _count(value: int | None) -> str:
     return MISSING if value is None else str(value)
 
 
-def header_lines(doc: dict) -> list[str]:
+def header_lines(doc: ProfileSummary) -> list[str]:
     lines = []
-    program = doc.get("program")
+    program = doc.program
     if program:
-        status = {"exited": f"exit {program['exit_code']}", "raised": f"raised {program['error']}",
-                  "interrupted": "interrupted"}.get(program["status"], program["status"])
-        argv = program["argv"]
-        head = ("-m " + argv[0]) if program.get("module") else argv[0]
-        lines.append(f"program: {' '.join([head, *argv[1:]])}  ({status}, {_seconds(program['wall_time_s'])})")
-    trace = doc.get("trace")
-    window = doc.get("window")
+        status = (f"exit {program.exit_code}" if program.status == "exited" else
+                  f"raised {program.error}" if program.status == "raised" else program.status)
+        argv = program.argv
+        head = ("-m " + argv[0]) if program.module else argv[0]
+        lines.append(f"program: {' '.join([head, *argv[1:]])}  ({status}, {_seconds(program.wall_time_s)})")
+    trace = doc.trace
+    window = doc.window
     if trace:
-        span = format_duration_us(trace["duration_us"])
+        span = format_duration_us(trace.duration_us)
         what = f" ({_window_text(window)})" if window else ""
-        devices = ", ".join(d["device"] for d in doc.get("devices", [])) or "none"
-        lines.append(f"trace: {span}{what}, {len(trace['hosts'])} host(s), devices: {devices}")
+        devices = ", ".join(d.device for d in doc.devices or []) or "none"
+        lines.append(f"trace: {span}{what}, {len(trace.hosts)} host(s), devices: {devices}")
     elif window:
         lines.append(f"trace: none ({_window_text(window)} was never traced)")
     return lines
 
 
-def _window_text(window: dict) -> str:
-    mode = window.get("mode")
-    if mode == "time":
-        opened = window.get("opened_at_s")
-        closed = window.get("closed_at_s")
+def _window_text(window: WindowRecord) -> str:
+    if window.mode == "time":
+        opened, closed = window.opened_at_s, window.closed_at_s
         if opened is not None and closed is not None:
             return f"window {opened:.1f} s to {closed:.1f} s of the run"
-        return f"window from {window.get('delay_s', 0):g} s"
-    if mode == "steps":
-        return f"steps {window.get('first_step')} to {window.get('last_step')}"
+        return f"window from {window.delay_s:g} s"
+    if window.mode == "steps":
+        return f"steps {window.first_step} to {window.last_step}"
     return "the whole run"
 
 
-def device_table(doc: dict) -> TableData | None:
-    devices = doc.get("devices") or []
-    if not devices:
+def device_table(doc: ProfileSummary) -> TableData | None:
+    if not doc.devices:
         return None
     table = TableData([Column("DEVICE"), Column("OPS", "right"), Column("BUSY", "right"), Column("IDLE", "right"),
                        Column("BUSY %", "right")], title="Devices: busy and idle over the trace")
-    for d in devices:
-        table.add_row(d["device"], d["op_count"], format_duration_us(d["busy_us"]), format_duration_us(d["idle_us"]),
-                      format_percent(d["busy_percent"]))
+    for d in doc.devices:
+        table.add_row(d.device, d.op_count, format_duration_us(d.busy_us), format_duration_us(d.idle_us),
+                      format_percent(d.busy_percent))
     return table
 
 
-def top_ops_table(doc: dict) -> TableData | None:
-    ops = doc.get("top_ops") or []
-    if not ops:
+def top_ops_table(doc: ProfileSummary) -> TableData | None:
+    if not doc.top_ops:
         return None
-    total = format_duration_us(doc.get("device_time_us"))
+    total = format_duration_us(doc.device_time_us)
     table = TableData([Column("OP", max_width=48), Column("PROGRAM", max_width=32), Column("COUNT", "right"),
                        Column("TOTAL", "right"), Column("MEAN", "right"), Column("% DEVICE", "right")],
                       title=f"Top ops by device time (all devices: {total})")
-    for op in ops:
-        table.add_row(op["name"], op["module"] or MISSING, op["count"], format_duration_us(op["total_us"]),
-                      format_duration_us(op["mean_us"]), format_percent(op["percent_of_device_time"]))
+    for op in doc.top_ops:
+        table.add_row(op.name, op.module or MISSING, op.count, format_duration_us(op.total_us),
+                      format_duration_us(op.mean_us), format_percent(op.percent_of_device_time))
     return table
 
 
-def dispatch_line(doc: dict) -> str | None:
-    host = doc.get("host_dispatch")
+def dispatch_line(doc: ProfileSummary) -> str | None:
+    host = doc.host_dispatch
     if not host:
         return None
-    if not host["dispatches"]:
+    if not host.dispatches:
         return "Host dispatch: no calls into jitted code in the trace"
-    steady = host["dispatches"] - host["compiling_dispatches"]
-    text = (f"Host dispatch: {host['dispatches']} calls into jitted code; {steady} ran compiled code and spent "
-            f"{format_duration_us(host['dispatch_time_us'])} on the host "
-            f"(mean {format_duration_us(host['mean_dispatch_us'])} a call)")
-    if host["compiling_dispatches"]:
-        text += (f"; {host['compiling_dispatches']} compiled first, "
-                 f"{format_duration_us(host['compiling_dispatch_time_us'])}")
+    steady = host.dispatches - host.compiling_dispatches
+    text = (f"Host dispatch: {host.dispatches} calls into jitted code; {steady} ran compiled code and spent "
+            f"{format_duration_us(host.dispatch_time_us)} on the host "
+            f"(mean {format_duration_us(host.mean_dispatch_us)} a call)")
+    if host.compiling_dispatches:
+        text += (f"; {host.compiling_dispatches} compiled first, "
+                 f"{format_duration_us(host.compiling_dispatch_time_us)}")
     return text
 
 
-def compile_table(doc: dict) -> TableData | None:
-    rows = doc.get("compiles") or []
+def compile_table(doc: ProfileSummary) -> TableData | None:
+    rows = doc.compiles
     if not rows:
         return None
-    torch_xla = doc.get("compile_source") == "torch_xla"
-    monitored = doc.get("compile_source") == "monitoring" or torch_xla
-    persistent = any(row.get("persistent_cache_hits") for row in rows)
+    torch_xla = doc.compile_source == "torch_xla"
+    monitored = doc.compile_source == "monitoring" or torch_xla
+    persistent = any(row.persistent_cache_hits for row in rows)
     # Compile events cover the whole run; calls come from the trace, which may be a window of it.
-    partial = monitored and (doc.get("window") or {}).get("mode") in ("time", "steps")
+    partial = monitored and doc.window is not None and doc.window.mode in ("time", "steps")
     calls_heading = "CALLS IN TRACE" if partial else "CALLS"
     columns = [Column("FUNCTION", max_width=40), Column("DEFINED AT", max_width=40), Column("COMPILES", "right"),
                Column("COMPILE TIME", "right"), Column(calls_heading, "right"), Column("CACHE HITS", "right")]
@@ -121,66 +122,64 @@ def compile_table(doc: dict) -> TableData | None:
         title = "Compilation (from the trace; lowering + XLA compile)"
     table = TableData(columns, title=title)
     for row in rows:
-        cells = [row["function"], row.get("defined_at") or MISSING, row["compiles"], _seconds(row["compile_time_s"]),
-                 _count(row.get("calls")), _count(row.get("cache_hits"))]
+        cells = [row.function, row.defined_at or MISSING, _count(row.compiles), _seconds(row.compile_time_s),
+                 _count(row.calls), _count(row.cache_hits)]
         if persistent:
-            cells.append(_count(row.get("persistent_cache_hits")))
+            cells.append(_count(row.persistent_cache_hits))
         table.add_row(*cells)
     return table
 
 
-def recompile_table(doc: dict) -> TableData | None:
-    groups = doc.get("recompilations") or []
-    if not groups:
+def recompile_table(doc: ProfileSummary) -> TableData | None:
+    if not doc.recompilations:
         return None
     table = TableData([Column("FUNCTION", max_width=40), Column("RECOMPILES", "right"), Column("TIMES", "right"),
                        Column("REASON (as JAX states it)", max_width=70), Column("CALLED AT", max_width=40)],
                       title="Recompilations, grouped by function and where it is defined")
-    for group in groups:
-        name = group["function"] + (f" ({group['defined_at']})" if group.get("defined_at") else "")
-        for index, reason in enumerate(group["reasons"]):
-            table.add_row(name if index == 0 else "", group["recompiles"] if index == 0 else "", reason["count"],
-                          reason["reason"], ", ".join(reason["call_sites"]) or MISSING)
+    for group in doc.recompilations:
+        name = group.function + (f" ({group.defined_at})" if group.defined_at else "")
+        for index, reason in enumerate(group.reasons):
+            table.add_row(name if index == 0 else "", group.recompiles if index == 0 else "", reason.count,
+                          reason.reason, ", ".join(reason.call_sites) or MISSING)
     return table
 
 
-def eager_blocks(doc: dict) -> list[Block]:
-    eager = doc.get("eager")
-    if not eager or not eager["dispatches"]:
+def eager_blocks(doc: ProfileSummary) -> list[Block]:
+    eager = doc.eager
+    if not eager or not eager.dispatches:
         return ["Op-by-op dispatch: none (every call went into jitted code)"] if eager else []
-    blocks: list[Block] = [f"Op-by-op (eager) dispatch: {eager['dispatches']} JAX operations called one at a time "
-                           f"outside jit, {format_duration_us(eager['host_time_us'])} on the host"]
+    blocks: list[Block] = [f"Op-by-op (eager) dispatch: {eager.dispatches} JAX operations called one at a time "
+                           f"outside jit, {format_duration_us(eager.host_time_us)} on the host"]
     ops = TableData([Column("OP"), Column("DISPATCHES", "right"), Column("HOST TIME", "right")],
                     title="Eager ops")
-    for op in eager["ops"]:
-        ops.add_row(op["name"], op["count"], format_duration_us(op["host_time_us"]))
+    for op in eager.ops:
+        ops.add_row(op.name, op.count, format_duration_us(op.host_time_us))
     blocks.append(ops)
     sites = TableData([Column("CALLED FROM (function, file:line where defined)", max_width=60),
                        Column("DISPATCHES", "right"), Column("OPS", max_width=50)],
                       title="Top call sites: candidates for jax.jit")
-    for site in eager["call_sites"]:
-        ops_text = ", ".join(f"{name} x{count}" for name, count in list(site["ops"].items())[:6])
-        sites.add_row(site["call_site"], site["dispatches"], ops_text)
+    for site in eager.call_sites:
+        ops_text = ", ".join(f"{name} x{count}" for name, count in list(site.ops.items())[:6])
+        sites.add_row(site.call_site, site.dispatches, ops_text)
     blocks.append(sites)
     return blocks
 
 
-def report_blocks(doc: dict) -> list[Block]:
+def report_blocks(doc: ProfileSummary) -> list[Block]:
     header = header_lines(doc)
     blocks: list[Block] = ["\n".join(header)] if header else []
     for block in (device_table(doc), top_ops_table(doc), dispatch_line(doc), compile_table(doc),
                   recompile_table(doc)):
         if block is not None:
             blocks.append(block)
-    if doc.get("compiles") == [] and doc.get("compile_source"):
+    if doc.compiles == [] and doc.compile_source:
         blocks.append("Compilation: nothing was compiled during the trace")
     blocks += eager_blocks(doc)
-    for note in doc.get("notes") or []:
-        blocks.append(f"note: {note}")
+    blocks += [f"note: {note}" for note in doc.notes or []]
     return blocks
 
 
-def report_text(doc: dict) -> str:
+def report_text(doc: ProfileSummary) -> str:
     parts = []
     for block in report_blocks(doc):
         parts.append(plain_table(block) if isinstance(block, TableData) else block)

@@ -8,6 +8,7 @@ both ends of its rows or columns. Devices without coordinates are listed.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import NamedTuple
 
 from tpu_tools.pjrt.devices import DeviceRecord
 
@@ -15,6 +16,14 @@ from tpu_tools.pjrt.devices import DeviceRecord
 # of 4 (whole cubes); 2-D "lite" chips wrap only across a full 16-chip side.
 _THREE_D_TORUS = ("TPU v4", "TPU v5", "TPU7")
 _LITE_FULL_SIDE = 16
+
+
+class Wraps(NamedTuple):
+    """Which dimensions of the mesh wrap around (a torus link joins their two ends)."""
+
+    x: bool
+    y: bool
+    z: bool
 
 
 def wraps_around(device_kind: str, extent: int) -> bool:
@@ -39,7 +48,7 @@ def draw_topology(devices: list[DeviceRecord]) -> str:
     ys = sorted({c[1] for c in chips})
     zs = sorted({c[2] for c in chips})
     kind = devices[0].device_kind
-    wrap = {axis: wraps_around(kind, len(values)) for axis, values in zip("xyz", (xs, ys, zs))}
+    wrap = Wraps(*(wraps_around(kind, len(values)) for values in (xs, ys, zs)))
     labels = {coords: "/".join(str(d.id) for d in sorted(group, key=lambda d: (d.core_on_chip or 0, d.id)))
               for coords, group in chips.items()}
     cell = max(len(label) for label in labels.values()) + 2
@@ -47,35 +56,35 @@ def draw_topology(devices: list[DeviceRecord]) -> str:
              f"{len(xs)}x{len(ys)}" + (f"x{len(zs)}" if len(zs) > 1 else "")]
     for z in zs:
         if len(zs) > 1:
-            lines.append(f"z={z}" + ("  (~ wraps to the other end of z)" if wrap["z"] else ""))
+            lines.append(f"z={z}" + ("  (~ wraps to the other end of z)" if wrap.z else ""))
         lines.extend(_grid(labels, xs, ys, z, cell, wrap))
-    marked = [axis for axis in "xy" if wrap[axis]]
+    marked = [axis for axis, wraps in (("x", wrap.x), ("y", wrap.y)) if wraps]
     if marked:
         lines.append("~ marks a wrap-around link along " + " and ".join(marked))
     lines.append("device ids per chip are separated by /; '-' and '|' are links between neighbours")
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _grid(labels: dict, xs: list[int], ys: list[int], z: int, cell: int, wrap: dict[str, bool]) -> list[str]:
+def _grid(labels: dict, xs: list[int], ys: list[int], z: int, cell: int, wrap: Wraps) -> list[str]:
     link = "---"
-    left = "~ " if wrap["x"] else "  "
+    left = "~ " if wrap.x else "  "
     prefix = max(len(f"y={y}") for y in ys) + 1
     header = " " * (prefix + len(left)) + (" " * len(link)).join(f"x={x}".center(cell + 2) for x in xs)
     rows = [header]
     column_marks = " " * (prefix + len(left)) + (" " * len(link)).join(
-        ("~" if wrap["y"] else "").center(cell + 2) for _ in xs)
-    if wrap["y"]:
+        ("~" if wrap.y else "").center(cell + 2) for _ in xs)
+    if wrap.y:
         rows.append(column_marks)
     for i, y in enumerate(ys):
         cells = []
         for x in xs:
             label = labels.get((x, y, z))
             cells.append(f"[{label.center(cell)}]" if label is not None else " " * (cell + 2))
-        right = " ~" if wrap["x"] else ""
+        right = " ~" if wrap.x else ""
         rows.append(f"y={y}".ljust(prefix) + left + link.join(cells) + right)
         if i < len(ys) - 1:
             rows.append(" " * (prefix + len(left)) + (" " * len(link)).join("|".center(cell + 2) for _ in xs))
-    if wrap["y"]:
+    if wrap.y:
         rows.append(column_marks)
     return rows
 

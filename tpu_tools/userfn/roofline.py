@@ -8,7 +8,7 @@ below it the bandwidth is. The best case is the larger of the two times.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from tpu_tools.accelerators import GPU_SPECS, TPU_BY_PCI_ID, ChipSpec
 from tpu_tools.errors import UsageError
@@ -30,9 +30,6 @@ class Roofline:
     memory_time_us: float | None
     best_case_time_us: float | None
     note: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def known_chips() -> list[ChipSpec]:

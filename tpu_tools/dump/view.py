@@ -1,4 +1,5 @@
-"""Text views for `tpu-dump`: the run's report, the progress line, and `show`'s summary.
+"""Text views for `tpu-dump`: the run's report, the progress line, and `show`'s summary (the dump sits
+above render, so its views live with its records).
 
 Strings that come from a bundle (names, errors, commands) may come from a
 hostile archive: they are shown with control characters escaped, so a member
@@ -8,8 +9,11 @@ name cannot move the cursor or recolour the terminal.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
+from tpu_tools.dump.findings import FileSummary, SoftwareVersions, Summary
+from tpu_tools.dump.manifest import CollectorStatus, Manifest, RedactionCounts
 from tpu_tools.render.table import Column, TableData
 from tpu_tools.sanitize import safe_text
 from tpu_tools.units import MISSING, format_bytes, format_percent
@@ -22,8 +26,8 @@ def printable(value: Any, keep_newlines: bool = False) -> str:
     return safe_text(value, multiline=keep_newlines)
 
 
-def status_counts(collectors: list[dict[str, Any]]) -> str:
-    counts = Counter(c.get("status") for c in collectors)
+def status_counts(collectors: Sequence[CollectorStatus]) -> str:
+    counts = Counter(c.status for c in collectors)
     parts = [f"{counts.get(s, 0)} {w.lower()}" for s, w in _STATUS_WORDS.items() if counts.get(s)]
     return ", ".join(parts) or "none"
 
@@ -35,32 +39,30 @@ def progress_text(done: int, total: int, running: list[tuple[str, float]]) -> st
     return f"collecting: {done}/{total} done; waiting for {waiting}{more}"
 
 
-def collector_table(collectors: list[dict[str, Any]], only_problems: bool = False) -> TableData:
+def collector_table(collectors: Sequence[CollectorStatus], only_problems: bool = False) -> TableData:
     table = TableData([Column("COLLECTOR"), Column("STATUS"), Column("TIME", align="right"),
                        Column("DETAIL", max_width=70)])
     for entry in collectors:
-        if only_problems and entry.get("status") == "ok":
+        if only_problems and entry.status == "ok":
             continue
-        duration = entry.get("duration_s")
-        status = entry.get("status")
-        table.add_row(printable(entry.get("name")), _STATUS_WORDS.get(str(status), printable(status)),
-                      MISSING if duration is None else f"{duration:.1f} s", printable(entry.get("error") or ""))
+        duration, status = entry.duration_s, entry.status
+        table.add_row(printable(entry.name), _STATUS_WORDS.get(str(status), printable(status)),
+                      MISSING if duration is None else f"{duration:.1f} s", printable(entry.error or ""))
     return table
 
 
-def report_lines(report: dict[str, Any], path: str, size_bytes: int) -> list[str]:
+def report_lines(manifest: Manifest, path: str, size_bytes: int) -> list[str]:
     """What `tpu-dump` prints after writing a bundle."""
-    collectors = report.get("collectors") or []
-    redaction = report.get("redaction") or {}
-    files = report.get("files") or []
-    lines = [f"wrote {path} ({format_bytes(size_bytes)}, {len(files)} files) in {report.get('duration_s', 0):.1f} s",
-             f"collectors: {status_counts(collectors)}"]
-    if redaction.get("enabled"):
-        redacted_files = sum(1 for f in files if f.get("redactions"))
-        lines.append(f"redaction: {redaction.get('redacted_total', 0)} values redacted in {redacted_files} files")
+    redaction = manifest.redaction or RedactionCounts()
+    files = manifest.files or []
+    lines = [f"wrote {path} ({format_bytes(size_bytes)}, {len(files)} files) in {manifest.duration_s or 0:.1f} s",
+             f"collectors: {status_counts(manifest.collectors or [])}"]
+    if redaction.enabled:
+        redacted_files = sum(1 for f in files if f.redactions)
+        lines.append(f"redaction: {redaction.redacted_total or 0} values redacted in {redacted_files} files")
     else:
         lines.append("redaction: OFF (--no-redact); review the bundle before you share it")
-    lines += [f"note: {note}" for note in report.get("notes") or []]
+    lines += [f"note: {note}" for note in manifest.notes or []]
     return lines
 
 
@@ -86,12 +88,13 @@ def _devices_line(devices: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _versions_line(versions: dict[str, Any]) -> str:
-    parts = [f"{name} {printable(versions.get(name) or MISSING)}" for name in ("jax", "jaxlib", "libtpu")]
-    parts += [f"{printable(name)} {printable(version)}" for name, version in (versions.get("plugins") or {}).items()]
-    if versions.get("python"):
-        parts.append(f"python {printable(versions['python'])}")
-    agree = versions.get("agree")
+def _versions_line(versions: SoftwareVersions) -> str:
+    parts = [f"{name} {printable(version or MISSING)}"
+             for name, version in (("jax", versions.jax), ("jaxlib", versions.jaxlib), ("libtpu", versions.libtpu))]
+    parts += [f"{printable(name)} {printable(version)}" for name, version in versions.plugins.items()]
+    if versions.python:
+        parts.append(f"python {printable(versions.python)}")
+    agree = versions.agree
     tail = "" if agree is None else ("; they agree" if agree else "; they DO NOT agree")
     return ", ".join(parts) + tail
 
@@ -135,34 +138,30 @@ def _agents_line(agents: dict[str, Any]) -> str:
     return ", ".join(parts) or "none answered"
 
 
-def summary_header(summary: dict[str, Any]) -> list[str]:
-    bundle = summary["bundle"]
-    redaction = summary.get("redaction") or {}
-    redacted = (f"on, {redaction.get('redacted_total', 0)} values redacted"
-                if redaction.get("enabled") else "OFF (--no-redact)")
-    duration = summary.get("duration_s")
+def summary_header(summary: Summary) -> list[str]:
+    bundle, redaction, duration = summary.bundle, summary.redaction, summary.duration_s
+    redacted = f"on, {redaction.redacted_total or 0} values redacted" if redaction.enabled else "OFF (--no-redact)"
     return [
-        f"bundle     {printable(bundle['path'])} ({format_bytes(bundle['size_bytes'])}, "
-        f"{bundle['member_count']} members)",
-        f"host       {printable(summary.get('host'))}, written {printable(summary.get('time'))} by tpu-tools "
-        f"{printable(summary.get('tool_version'))}" + (f" in {duration:.1f} s" if duration is not None else ""),
-        f"devices    {_devices_line(summary.get('devices') or {})}",
-        f"versions   {_versions_line(summary.get('versions') or {})}",
-        *([f"libtpu     {_libtpu_line(summary['libtpu'])}"] if summary.get("libtpu") else []),
-        *([f"agents     {_agents_line(summary['agents'])}"] if summary.get("agents") else []),
+        f"bundle     {printable(bundle.path)} ({format_bytes(bundle.size_bytes)}, {bundle.member_count} members)",
+        f"host       {printable(summary.host)}, written {printable(summary.time)} by tpu-tools "
+        f"{printable(summary.tool_version)}" + (f" in {duration:.1f} s" if duration is not None else ""),
+        f"devices    {_devices_line(summary.devices)}",
+        f"versions   {_versions_line(summary.versions)}",
+        *([f"libtpu     {_libtpu_line(summary.libtpu)}"] if summary.libtpu else []),
+        *([f"agents     {_agents_line(summary.agents)}"] if summary.agents else []),
         f"redaction  {redacted}",
-        f"collectors {status_counts(summary.get('collectors') or [])}",
+        f"collectors {status_counts(summary.collectors)}",
     ]
 
 
-def files_table(files: list[dict[str, Any]]) -> TableData:
+def files_table(files: list[FileSummary]) -> TableData:
     table = TableData([Column("FILE"), Column("SIZE", align="right"), Column("COLLECTOR"), Column("NOTE")])
     for entry in files:
         notes = []
-        if entry.get("redactions"):
-            notes.append(f"{entry['redactions']} redacted")
-        if entry.get("trimmed_from_bytes"):
-            notes.append(f"trimmed from {format_bytes(entry['trimmed_from_bytes'])}")
-        table.add_row(printable(entry.get("name")), format_bytes(entry.get("size_bytes")),
-                      printable(entry.get("collector") or MISSING), ", ".join(notes))
+        if entry.redactions:
+            notes.append(f"{entry.redactions} redacted")
+        if entry.trimmed_from_bytes:
+            notes.append(f"trimmed from {format_bytes(entry.trimmed_from_bytes)}")
+        table.add_row(printable(entry.name), format_bytes(entry.size_bytes), printable(entry.collector or MISSING),
+                      ", ".join(notes))
     return table
