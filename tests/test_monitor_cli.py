@@ -36,7 +36,7 @@ AGENT_KEYS = {"pid", "tag", "user", "command", "error", "socket", "uptime_s", "j
               "live_array_count", "devices", "compiles", "steps", "tpu_sdk", "query_time_s", "kubernetes",
               "goodput", "process_index", "process_count", "metrics", "metrics_rejected", "metrics_error",
               "compilation_cache", "slurm_job_id", "stalled_s", "frontend", "frontend_version", "executions",
-              "transfers", "cpu_fallbacks", "startup"}
+              "transfers", "cpu_fallbacks", "startup", "job"}
 COMPILE_KEYS = {"compile_count", "recompile_count", "trace_count", "trace_time_s", "lowering_time_s",
                 "backend_compile_time_s", "cache_hits", "cache_misses", "in_memory_cache_hits", "functions",
                 "recent_recompiles"}

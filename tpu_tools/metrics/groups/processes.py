@@ -107,6 +107,7 @@ def agent_entry(result: AgentResult) -> dict[str, Any]:
         "metrics": (snapshot.get("metrics") or {}).get("values") or [],
         "metrics_rejected": (snapshot.get("metrics") or {}).get("rejected"),
         "metrics_error": (snapshot.get("metrics") or {}).get("last_error"),
+        "job": snapshot.get("job"),  # the job across restarts (tpu_tools.agent.joblog), null without one
         "query_time_s": result.elapsed_s,
     }
 

@@ -1,0 +1,121 @@
+"""A job's goodput across restarts, end to end: a real JAX training loop, checkpointing with the agent's API, is
+killed (SIGKILL) and restarted from its last checkpoint twice; `tpu-monitor --job` reports what the job lost and
+how long it took to recover, against the truth the job and the test recorded."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from agentjobs import make_rundir, remove_rundir, wait_for
+from conftest import clean_env, run_tool
+from test_doc_examples import all_examples, same_shape
+
+SCRIPT = Path(__file__).with_name("joblife_job.py")
+JOB = "train-life"
+EVERY, TOTAL, STEP_S = 5, 40, 0.1
+DOC_EXAMPLE = f"tpu-monitor --job {JOB} | jq -c '.goodput, .disruptions[]'"
+
+
+def truth_lines(path: Path) -> list[dict]:
+    """The truth so far; a line being written (no newline yet) is not read."""
+    if not path.exists():
+        return []
+    text = path.read_text()
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line]
+
+
+def within(reported: float, truth: float) -> bool:
+    """The done-when's tolerance: 2 %, or 0.5 s."""
+    return abs(reported - truth) <= max(0.02 * abs(truth), 0.5)
+
+
+@pytest.mark.budget(150)  # three JAX processes started one after the other, two of them killed
+def test_a_job_killed_twice_reports_lost_progress_and_recovery(tmp_path: Path) -> None:
+    rundir = make_rundir()
+    ckpt, truth, jobs = tmp_path / "ckpt", tmp_path / "truth.jsonl", tmp_path / "jobs"
+    ckpt.mkdir()
+    env = clean_env(TPU_TOOLS_RUNTIME_DIR=str(rundir), TPU_TOOLS_JOB_DIR=str(jobs), TPU_TOOLS_JOB_HEARTBEAT_S="0.1",
+                    JAX_PLATFORMS="cpu")
+    command = [sys.executable, "-m", "tpu_tools.agent", "--job", JOB, str(SCRIPT), str(ckpt), str(truth), str(EVERY),
+               str(TOTAL), str(STEP_S)]
+    pids, kills = [], []
+    try:
+        for attempt in range(3):
+            process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                       stdin=subprocess.DEVNULL)
+            pids.append(process.pid)
+            if attempt == 2:
+                output, _ = process.communicate(timeout=300)
+                assert process.returncode == 0, output
+                break
+
+            def past_its_checkpoint(pid: int = process.pid, running: subprocess.Popen = process) -> bool:
+                assert running.poll() is None, running.communicate()[0]
+                mine = [line for line in truth_lines(truth) if line["pid"] == pid]
+                saved = [line["step"] for line in mine if line["event"] == "checkpoint"]
+                steps = [line["step"] for line in mine if line["event"] == "step"]
+                return bool(saved) and steps[-1] >= saved[-1] + 3  # some progress the next process repeats
+
+            wait_for(past_its_checkpoint, timeout=240)
+            kills.append(time.time())
+            process.kill()
+            process.wait(timeout=30)
+            process.stdout.close()  # type: ignore[union-attr]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        remove_rundir(rundir)
+
+    lines = truth_lines(truth)
+    result = run_tool("tpu-monitor", "--job", JOB, env=env)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["schema"] == "tpu-tools/job/v1" and document["job"] == JOB
+    assert document["processes"] == 3 and document["state"] == "ended" and document["last_step"] == TOTAL
+    (host,) = document["hosts"]
+    assert [p["pid"] for p in host["processes"]] == pids
+    assert [p["state"] for p in host["processes"]] == ["died", "died", "ended"]
+    assert len(document["disruptions"]) == 2
+
+    truths: list[dict] = []
+    for index, (killed, successor, killed_at) in enumerate(zip(pids, pids[1:], kills)):
+        mine = [line for line in lines if line["pid"] == killed]
+        resumed = next(line["step"] for line in lines if line["pid"] == successor and line["event"] == "start")
+        last = max((line for line in mine if line["event"] == "step"), key=lambda line: line["step"])
+        saved_at = next(line["t"] for line in mine if line["event"] == "checkpoint" and line["step"] == resumed)
+        first_step_at = next(line["t"] for line in lines if line["pid"] == successor and line["event"] == "step")
+        truth_lost_steps, truth_lost_s = last["step"] - resumed, last["t"] - saved_at
+        truth_recovery_s = first_step_at - killed_at
+        step_s = statistics.median(b["t"] - a["t"] for a, b in zip(mine, mine[1:])
+                                   if a["event"] == b["event"] == "step")
+
+        truths.append({"lost_progress_steps": truth_lost_steps, "lost_progress_s": truth_lost_s,
+                       "recovery_s": truth_recovery_s})
+        disruption = document["disruptions"][index]
+        process = host["processes"][index]
+        for reported in (disruption, process):
+            assert within(reported["lost_progress_s"], truth_lost_s), (reported, truth_lost_s)
+            assert within(reported["recovery_s"], truth_recovery_s), (reported, truth_recovery_s)
+            # a step the log did not see yet is at most the tolerance's worth of steps
+            missed_s = abs(reported["lost_progress_steps"] - truth_lost_steps) * step_s
+            assert missed_s <= max(0.02 * truth_lost_s, 0.5), (reported, truth_lost_steps)
+        assert truth_lost_steps >= 3 and host["processes"][index + 1]["restored_step"] == resumed
+
+    goodput = document["goodput"]
+    assert goodput["disruptions"] == 2
+    assert goodput["lost_progress_s"] == pytest.approx(sum(d["lost_progress_s"] for d in document["disruptions"]))
+    assert goodput["recovery_s"] == pytest.approx(sum(d["recovery_s"] for d in document["disruptions"]))
+    assert goodput["causes_s"]["lost_progress"] == pytest.approx(goodput["lost_progress_s"])
+    assert 0 < goodput["goodput_percent"] < 100
+    print(json.dumps({"truth": truths, "reported": document["disruptions"]}))
+    # the example of docs/goodput.md has the shape of this run
+    (shown,) = [lines for doc, command, lines in all_examples() if command == DOC_EXAMPLE]
+    actual = [json.dumps(value) for value in (document["goodput"], *document["disruptions"])]
+    assert same_shape(shown, actual), (shown, actual)

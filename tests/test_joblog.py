@@ -1,0 +1,174 @@
+"""The job log: a job's identity, many writers, a torn line, compaction, the figures read from it, and
+tpu-monitor --job's errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from agentjobs import make_rundir, remove_rundir, wait_for
+from conftest import assert_one_line_error, clean_env, run_tool
+
+from tpu_tools.metrics.joblife import job_life
+from tpu_tools.metrics.joblog import MAX_LOG_BYTES, JobEvent, append, decode, job_identity, log_path, read_log
+
+
+def test_the_identity_given_wins_then_kubernetes_then_slurm(tmp_path: Path) -> None:
+    labels = tmp_path / "labels"
+    labels.write_text('batch.kubernetes.io/job-name="train"\nbatch.kubernetes.io/controller-uid="3f1c2a9e-77"\n')
+    env = {"SLURM_JOB_ID": "881", "TPU_WORKER_ID": "3"}
+    assert job_identity(env, tmp_path / "none") == job_identity(env, tmp_path / "none")
+    slurm = job_identity(env, tmp_path / "none")
+    assert slurm is not None and (slurm.job, slurm.source, slurm.worker) == ("slurm-881", "slurm", "3")
+    job = job_identity(env, labels)
+    assert job is not None and (job.job, job.source) == ("train-3f1c2a9e", "kubernetes-job")
+    jobset = job_identity({**env, "JOBSET_NAME": "llm"}, labels)
+    assert jobset is not None and (jobset.job, jobset.source) == ("llm", "kubernetes-jobset")
+    given = job_identity({**env, "TPU_TOOLS_JOB": "mine"}, labels)
+    assert given is not None and (given.job, given.source) == ("mine", "given")
+    assert job_identity({**env, "TPU_TOOLS_JOB": "mine"}, labels, given="flag").job == "flag"  # type: ignore[union-attr]
+    assert job_identity({"TPU_TOOLS_JOB": "bad\x1b[2J"}, tmp_path / "none") is None  # not printable: not a name
+    assert job_identity({}, tmp_path / "none") is None
+
+
+def test_a_name_that_is_not_a_safe_file_name_gets_one_of_its_own(tmp_path: Path) -> None:
+    assert log_path("train-1", tmp_path) == tmp_path / "train-1.log"
+    odd = {log_path(name, tmp_path) for name in ("a/b", "a_b", "a b", "../x", ".hidden")}
+    assert len(odd) == 5 and all(path.parent == tmp_path for path in odd)
+
+
+def event(kind: str, t: float, process: str = "h/1/0", **fields) -> JobEvent:
+    return JobEvent(kind, t, process, "h", int(process.split("/")[1]), **fields)  # type: ignore[arg-type]
+
+
+def test_a_torn_last_line_is_skipped_and_a_malformed_one_counted() -> None:
+    good = json.dumps({"event": "start", "time_unix_s": 1.0, "process": "h/1/0", "host": "h", "pid": 1})
+    read = decode(f'{good}\n{{"event": "nonsense"}}\n{good}\n{good[:20]}'.encode())
+    assert len(read.events) == 2 and read.malformed == 1
+
+
+@pytest.mark.budget(30)  # four processes appending 300 lines each, under one lock
+def test_many_writers_never_interleave(tmp_path: Path) -> None:
+    path = tmp_path / "job.log"
+    code = ("import sys; from tpu_tools.metrics.joblog import JobEvent, append; from pathlib import Path\n"
+            "for i in range(300):\n"
+            "    append(Path(sys.argv[1]), JobEvent('alive', float(i), 'h/%s/0' % sys.argv[2], 'h', int(sys.argv[2]),"
+            " step=i, causes_s={'productive': 1.0, 'x' * 60: 2.0}))\n")
+    writers = [subprocess.Popen([sys.executable, "-c", code, str(path), str(pid)], env=clean_env())
+               for pid in range(1, 5)]
+    assert [writer.wait(timeout=120) for writer in writers] == [0, 0, 0, 0]
+    read = read_log(path)
+    assert read.malformed == 0 and len(read.events) == 1200
+    for pid in range(1, 5):  # each writer's lines whole and in its order
+        assert [e.step for e in read.events if e.pid == pid] == list(range(300))
+
+
+def test_the_log_is_compacted_and_keeps_what_the_figures_need(tmp_path: Path) -> None:
+    path = tmp_path / "job.log"
+    append(path, event("start", 1.0, started_unix_s=1.0))
+    append(path, event("checkpoint", 2.0, step=10))
+    line = len(json.dumps({"event": "alive", "time_unix_s": 3.0, "process": "h/1/0", "host": "h", "pid": 1,
+                           "step": 11, "step_unix_s": 3.0}))
+    for index in range(MAX_LOG_BYTES // line + 200):
+        append(path, event("alive", 3.0 + index, step=11 + index, step_unix_s=3.0 + index))
+    assert path.stat().st_size <= MAX_LOG_BYTES
+    events = read_log(path).events
+    kinds = [e.event for e in events]
+    assert kinds[:2] == ["start", "checkpoint"] and kinds.count("checkpoint") == 1
+    assert events[-1].step == 11 + MAX_LOG_BYTES // line + 199  # the newest line is kept, none lost after it
+
+
+def test_the_figures_of_two_hosts_restarted_once() -> None:
+    events = []
+    for place, died_at, first_at in (("0", 20.0, 31.0), ("1", 21.0, 33.0)):
+        old, new = f"h{place}/1/0", f"h{place}/2/0"
+        events += [JobEvent("start", 0.0, old, f"h{place}", 1, place, started_unix_s=0.0),
+                   JobEvent("first_step", 5.0, old, f"h{place}", 1, place, step=1, step_unix_s=5.0),
+                   JobEvent("checkpoint", 10.0, old, f"h{place}", 1, place, step=50),
+                   JobEvent("alive", died_at, old, f"h{place}", 1, place, step=60 + int(place) * 5,
+                            step_unix_s=died_at),
+                   JobEvent("start", 25.0, new, f"h{place}b", 2, place, started_unix_s=25.0),
+                   JobEvent("restore", 28.0, new, f"h{place}b", 2, place, step=50),
+                   JobEvent("first_step", first_at, new, f"h{place}b", 2, place, step=51, step_unix_s=first_at),
+                   JobEvent("end", 40.0, new, f"h{place}b", 2, place, step=70, step_unix_s=40.0)]
+    life = job_life(events, lambda process: False)
+    assert [p.place for p in life.places] == ["0", "1"]
+    assert [[p.state for p in place.processes] for place in life.places] == [["died", "ended"]] * 2
+    first, second = (place.processes[0] for place in life.places)
+    assert (first.lost_steps, first.lost_s, first.recovery_s) == (10, 10.0, 11.0)
+    assert (second.lost_steps, second.lost_s, second.recovery_s) == (15, 11.0, 12.0)
+    (disruption,) = life.disruptions
+    # the job: the most any host lost, from the first death to the last host stepping again
+    assert (disruption.lost_steps, disruption.lost_s, disruption.recovery_s) == (15, 11.0, 13.0)
+    assert life.places[0].figures.causes_s["down"] == 5.0 and life.last_step == 70
+
+
+def test_tpu_monitor_job_errors_are_one_line(tmp_path: Path) -> None:
+    env = clean_env(TPU_TOOLS_JOB_DIR=str(tmp_path / "missing"))
+    assert_one_line_error(run_tool("tpu-monitor", "--job", "x", env=env), 1, "no job log directory")
+    (tmp_path / "jobs").mkdir()
+    append(log_path("known", tmp_path / "jobs"), event("start", 1.0))
+    env = clean_env(TPU_TOOLS_JOB_DIR=str(tmp_path / "jobs"))
+    assert_one_line_error(run_tool("tpu-monitor", "--job", "other", env=env), 2, "no job 'other'", "known")
+    assert_one_line_error(run_tool("tpu-monitor", "--job", "a\x1b[2Jb", env=env), 2, "is not a job name")
+    os.mkdir(log_path("dir", tmp_path / "jobs"))
+    assert_one_line_error(run_tool("tpu-monitor", "--job", "dir", env=env), 1, "cannot read the log of job")
+    result = run_tool("tpu-monitor", "--job", "known", env=env)
+    assert result.returncode == 0 and json.loads(result.stdout)["processes"] == 1
+
+
+def test_the_launcher_refuses_a_job_that_is_not_a_name() -> None:
+    result = subprocess.run([sys.executable, "-m", "tpu_tools.agent", "--job", "", "x.py"], capture_output=True,
+                            text=True, env=clean_env())
+    assert result.returncode == 2 and "--job must be printable text" in result.stderr
+
+
+JOB = """
+import json, sys, tpu_tools.agent as agent
+agent.start()
+agent.step(); agent.step()
+bad = [agent.checkpoint_saved(-1), agent.checkpoint_saved(1.5), agent.checkpoint_saved(True)]
+print(json.dumps({"bad": bad, "saved": agent.checkpoint_saved(2), "job": agent.current() is not None}))
+"""
+
+
+def test_a_job_log_that_cannot_be_written_never_reaches_the_job(tmp_path: Path) -> None:
+    rundir = make_rundir()
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    try:
+        env = clean_env(TPU_TOOLS_RUNTIME_DIR=str(rundir), TPU_TOOLS_JOB="j", TPU_TOOLS_JOB_DIR=str(blocked / "jobs"))
+        result = subprocess.run([sys.executable, "-c", JOB], capture_output=True, text=True, env=env, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout) == {"bad": [False, False, False], "saved": True, "job": True}
+        assert result.stderr == ""
+    finally:
+        remove_rundir(rundir)
+
+
+def test_the_snapshot_names_the_job_and_its_log(tmp_path: Path) -> None:
+    rundir = make_rundir()
+    script = tmp_path / "job.py"
+    script.write_text("import time, tpu_tools.agent as agent\nagent.checkpoint_restored(7)\n"
+                      "for i in range(3000):\n    agent.step(); time.sleep(0.02)\n")
+    env = clean_env(TPU_TOOLS_RUNTIME_DIR=str(rundir), TPU_TOOLS_JOB_DIR=str(tmp_path / "jobs"))
+    process = subprocess.Popen([sys.executable, "-m", "tpu_tools.agent", "--job", "named", str(script)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def job_seen():
+            result = run_tool("tpu-monitor", "--count", "1", env=env)
+            agents = json.loads(result.stdout)["processes"]["agents"] if result.returncode == 0 else []
+            jobs = [a.get("job") for a in agents if a.get("pid") == process.pid]
+            return jobs[0] if jobs and jobs[0] and jobs[0]["step"] else None
+
+        job = wait_for(job_seen, timeout=60)
+        assert (job["id"], job["source"], job["log"]) == ("named", "given", str(tmp_path / "jobs" / "named.log"))
+        assert job["step"] > 7 and job["log_error"] is None  # counted on from the state restored
+    finally:
+        process.kill()
+        process.wait()
+        remove_rundir(rundir)
