@@ -71,8 +71,14 @@ def test_a_job_killed_twice_reports_lost_progress_and_recovery(tmp_path: Path) -
         if process.poll() is None:
             process.kill()
             process.wait()
+    try:
+        check_the_figures(truth, env, pids, kills)
+        check_what_the_exporter_serves(env)
+    finally:
         remove_rundir(rundir)
 
+
+def check_the_figures(truth: Path, env: dict[str, str], pids: list[int], kills: list[float]) -> None:
     lines = truth_lines(truth)
     result = run_tool("tpu-monitor", "--job", JOB, env=env)
     assert result.returncode == 0, result.stderr
@@ -119,3 +125,40 @@ def test_a_job_killed_twice_reports_lost_progress_and_recovery(tmp_path: Path) -
     (shown,) = [lines for doc, command, lines in all_examples() if command == DOC_EXAMPLE]
     actual = [json.dumps(value) for value in (document["goodput"], *document["disruptions"])]
     assert same_shape(shown, actual), (shown, actual)
+
+
+LIGHT = """
+import sys, time, tpu_tools.agent as agent
+agent.start(job=sys.argv[1])
+agent.checkpoint_restored(40)
+while True:
+    agent.step(); time.sleep(0.05)
+"""
+
+
+def check_what_the_exporter_serves(env: dict[str, str]) -> None:
+    """A fourth process of the job runs beside the exporter: the job's figures over its life are served."""
+    document = json.loads(run_tool("tpu-monitor", "--job", JOB, env=env).stdout)["goodput"]
+    process = subprocess.Popen([sys.executable, "-c", LIGHT, JOB], env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        result = subprocess.run([sys.executable, str(SCRIPT.with_name("exposition_once.py")), "--until",
+                                 r"^tpu_tools_job_recovery_seconds\{"], env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 0, result.stderr
+        served = {line.split(" ")[0]: float(line.split(" ")[1]) for line in result.stdout.splitlines()
+                  if line.startswith(("tpu_tools_job_", "tpu_tools_process_job_info"))}
+        label = f'{{job_id="{JOB}"}}'
+        assert served[f"tpu_tools_job_disruptions{label}"] == 2
+        assert served[f"tpu_tools_job_lost_progress_steps{label}"] == document["lost_progress_steps"]
+        assert served[f"tpu_tools_job_lost_progress_seconds{label}"] == pytest.approx(document["lost_progress_s"])
+        assert served[f"tpu_tools_job_recovery_seconds{label}"] == pytest.approx(document["recovery_s"])
+        assert 0 < served[f"tpu_tools_job_goodput_ratio{label}"] < 1
+        (info,) = [name for name in served if name.startswith("tpu_tools_process_job_info")]
+        assert f'pid="{process.pid}"' in info and f'job_id="{JOB}"' in info
+        report = json.loads(run_tool("tpu-monitor", "--count", "1", env=env).stdout)
+        (job,) = report["processes"]["jobs"]
+        assert (job["job"], job["state"], job["processes"]) == (JOB, "running", 4)
+    finally:
+        process.kill()
+        process.wait()

@@ -29,7 +29,7 @@ DEVICE_KEYS = {"key", "platform", "id", "name", "chip_index", "pci_address", "me
                "utilization_percent", "holders", "holders_source", "processes", "sources", "extra"}
 PROCESSES_KEYS = GROUP_HEADER | {"agents", "holders", "ignored_sockets", "pod_labels_error",
                                  "global_metric_findings", "stall_findings",
-                                 "shared_cache_dirs"}
+                                 "shared_cache_dirs", "jobs"}
 LIBTPU_KEYS = GROUP_HEADER | {"services", "notes"}
 AGENT_KEYS = {"pid", "tag", "user", "command", "error", "socket", "uptime_s", "jax_version", "platform",
               "cpu_percent", "cpu_time_s", "rss_bytes", "threads", "device_memory_used_bytes", "live_array_bytes",

@@ -7,18 +7,12 @@ from typing import Any
 
 from tpu_tools.cli.output import Output
 from tpu_tools.errors import EXIT_OK, RuntimeFailure, UsageError
-from tpu_tools.metrics.joblife import Figures, JobLife, ProcessLife, job_life
+from tpu_tools.metrics.joblife import ProcessLife, job_life
 from tpu_tools.metrics.joblog import LOG_SUFFIX, clean_job_id, host_name, job_dir, log_path, read_log
 from tpu_tools.metrics.rundir import pid_alive
 from tpu_tools.shorten import quoted
 
 SCHEMA = "tpu-tools/job/v1"
-
-
-def _goodput(figures: Figures) -> dict[str, Any]:
-    return {"wall_s": figures.wall_s, "goodput_percent": figures.goodput_percent, "causes_s": figures.causes_s,
-            "disruptions": figures.disruptions, "lost_progress_steps": figures.lost_steps,
-            "lost_progress_s": figures.lost_s, "recovery_s": figures.recovery_s}
 
 
 def _process(life: ProcessLife) -> dict[str, Any]:
@@ -29,12 +23,6 @@ def _process(life: ProcessLife) -> dict[str, Any]:
             "last_checkpoint_step": life.last_checkpoint_step, "ended_unix_s": life.ended_unix_s,
             "died_unix_s": life.died_unix_s, "lost_progress_steps": life.lost_steps, "lost_progress_s": life.lost_s,
             "recovery_s": life.recovery_s, "successor": life.successor}
-
-
-def _state(life: JobLife) -> str:
-    """running while any place's newest process runs; died when one's newest died; else ended."""
-    newest = [place.processes[-1].state for place in life.places]
-    return "running" if "running" in newest else "died" if "died" in newest else "ended"
 
 
 def job_document(job: str) -> dict[str, Any]:
@@ -60,15 +48,15 @@ def job_document(job: str) -> dict[str, Any]:
     started = min((p.started_unix_s for p in life.processes), default=None)
     return {
         "schema": SCHEMA, "job": job, "log": str(path), "malformed_lines": read.malformed,
-        "truncated": read.truncated, "state": _state(life) if life.places else None,
+        "truncated": read.truncated, "state": life.state,
         "started_unix_s": started,
         "last_seen_unix_s": max((p.last_seen_unix_s for p in life.processes), default=None),
         "last_step": life.last_step, "processes": len(life.processes),
-        "goodput": _goodput(life.figures),
+        "goodput": life.figures.to_dict(),
         "disruptions": [{"index": d.index, "died_unix_s": d.died_unix_s, "recovered_unix_s": d.recovered_unix_s,
                          "lost_progress_steps": d.lost_steps, "lost_progress_s": d.lost_s,
                          "recovery_s": d.recovery_s} for d in life.disruptions],
-        "hosts": [{"host": place.place, "host_names": place.hosts, "goodput": _goodput(place.figures),
+        "hosts": [{"host": place.place, "host_names": place.hosts, "goodput": place.figures.to_dict(),
                    "processes": [_process(p) for p in place.processes]} for place in life.places],
     }
 

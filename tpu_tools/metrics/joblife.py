@@ -74,6 +74,11 @@ class Figures:
     lost_s: float
     recovery_s: float
 
+    def to_dict(self) -> dict[str, object]:
+        return {"wall_s": self.wall_s, "goodput_percent": self.goodput_percent, "causes_s": self.causes_s,
+                "disruptions": self.disruptions, "lost_progress_steps": self.lost_steps,
+                "lost_progress_s": self.lost_s, "recovery_s": self.recovery_s}
+
 
 @dataclass
 class PlaceLife:
@@ -100,6 +105,15 @@ class JobLife:
     disruptions: list[Disruption]
     figures: Figures
     last_step: int | None
+
+    @property
+    def state(self) -> str | None:
+        """running while any place's newest process runs; died when one's newest died; else ended (None: no
+        process yet)."""
+        newest = [place.processes[-1].state for place in self.places]
+        if not newest:
+            return None
+        return "running" if "running" in newest else "died" if "died" in newest else "ended"
 
 
 def _processes(events: list[JobEvent]) -> dict[str, ProcessLife]:

@@ -25,6 +25,7 @@ from tpu_tools.metrics.buildinfo import build_info_family
 from tpu_tools.metrics.cacheshare import cache_metrics
 from tpu_tools.metrics.goodput_view import goodput_families
 from tpu_tools.metrics.holders import device_holders
+from tpu_tools.metrics.jobseries import job_families
 from tpu_tools.metrics.naming import label_value
 from tpu_tools.metrics.processlabels import process_label_values, process_labels
 from tpu_tools.metrics.prom_health import health_families
@@ -205,6 +206,7 @@ def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterat
             _add(tensorcore, [*values, str(core)], value / 100 if isinstance(value, (int, float)) else None)
     yield up
     yield from goodput_families(data.get("agents") or [], labels, lambda agent: process_label_values(agent, labels))
+    yield from job_families(data, labels, lambda agent: process_label_values(agent, labels))
     yield from gauges.values()
     yield from counters.values()
     yield compile_time
