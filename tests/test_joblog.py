@@ -172,3 +172,19 @@ def test_the_snapshot_names_the_job_and_its_log(tmp_path: Path) -> None:
         process.kill()
         process.wait()
         remove_rundir(rundir)
+
+
+def test_the_fleet_takes_each_jobs_worst_host() -> None:
+    from tpu_tools.metrics.fleet.client import Sample
+    from tpu_tools.metrics.fleet.records import build_groups
+
+    def sample(name: str, host: str, value: float) -> Sample:
+        return Sample({"__name__": f"tpu_tools_job_{name}", "instance": host, "job": "tpu-tools",
+                       "job_id": "llm"}, value)
+
+    series = [sample("goodput_ratio", "h1", 0.9), sample("goodput_ratio", "h2", 0.8),
+              sample("lost_progress_seconds", "h1", 3.0), sample("lost_progress_seconds", "h2", 5.0),
+              sample("recovery_seconds", "h2", 40.0), sample("disruptions", "h1", 2.0)]
+    (job,) = build_groups(series, [])["processes"]["jobs"]
+    assert job["job"] == "llm" and job["hosts"] == ["h1", "h2"]
+    assert job["goodput"] == {"goodput_percent": 80.0, "lost_progress_s": 5.0, "recovery_s": 40.0, "disruptions": 2}
