@@ -16,6 +16,11 @@ from agentjobs import make_rundir, remove_rundir, wait_for
 from conftest import clean_env, run_tool
 from test_doc_examples import all_examples, same_shape
 
+from tpu_tools.top.drawing import seconds_text
+from tpu_tools.top.frame import frame_text
+from tpu_tools.top.jobview import job_lines
+from tpu_tools.top.model import ViewState
+
 SCRIPT = Path(__file__).with_name("joblife_job.py")
 JOB = "train-life"
 EVERY, TOTAL, STEP_S = 5, 40, 0.1
@@ -159,6 +164,11 @@ def check_what_the_exporter_serves(env: dict[str, str]) -> None:
         report = json.loads(run_tool("tpu-monitor", "--count", "1", env=env).stdout)
         (job,) = report["processes"]["jobs"]
         assert (job["job"], job["state"], job["processes"]) == (JOB, "running", 4)
+        # tpu-top's job screen of the fourth process: its job, and the job's life
+        screen = frame_text(job_lines(report, ViewState(job_key=str(process.pid)), None, 160, None))
+        assert f"JOB {JOB} (given)" in screen and "last checkpoint -" in screen
+        lost = seconds_text(document["lost_progress_s"])
+        assert f"2 disruptions  lost {lost} ({document['lost_progress_steps']} steps)" in screen, screen
     finally:
         process.kill()
         process.wait()
