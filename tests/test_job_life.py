@@ -15,6 +15,7 @@ import pytest
 from agentjobs import make_rundir, remove_rundir, wait_for
 from conftest import clean_env, run_tool
 from test_doc_examples import all_examples, same_shape
+from test_dump_cli import _members
 
 from tpu_tools.top.drawing import seconds_text
 from tpu_tools.top.frame import frame_text
@@ -169,6 +170,12 @@ def check_what_the_exporter_serves(env: dict[str, str]) -> None:
         assert f"JOB {JOB} (given)" in screen and "last checkpoint -" in screen
         lost = seconds_text(document["lost_progress_s"])
         assert f"2 disruptions  lost {lost} ({document['lost_progress_steps']} steps)" in screen, screen
+        # and tpu-dump keeps it beside the agents
+        bundle = Path(env["TPU_TOOLS_JOB_DIR"]).parent / "bundle.tar.gz"
+        dumped = run_tool("tpu-dump", "--only", "accelerators", "-o", str(bundle), env=env)
+        assert dumped.returncode == 0, dumped.stderr
+        (kept,) = json.loads(_members(bundle)["accelerators/jobs.json"])["jobs"]
+        assert kept["job"] == JOB and kept["goodput"]["disruptions"] == 2
     finally:
         process.kill()
         process.wait()
