@@ -188,3 +188,26 @@ def test_the_fleet_takes_each_jobs_worst_host() -> None:
     (job,) = build_groups(series, [])["processes"]["jobs"]
     assert job["job"] == "llm" and job["hosts"] == ["h1", "h2"]
     assert job["goodput"] == {"goodput_percent": 80.0, "lost_progress_s": 5.0, "recovery_s": 40.0, "disruptions": 2}
+
+
+def test_a_hostile_log_is_read_as_far_as_it_is_a_log(tmp_path: Path) -> None:
+    directory = tmp_path / "jobs"
+    directory.mkdir()
+    env = clean_env(TPU_TOOLS_JOB_DIR=str(directory))
+    path = log_path("odd", directory)
+    good = {"event": "start", "time_unix_s": 1.0, "process": "h/1/0", "host": "h", "pid": 1, "started_unix_s": 1.0}
+    bad = [{**good, "step": -1}, {**good, "pid": 0}, {**good, "event": "rm -rf"}, {**good, "time_unix_s": "x"},
+           {**good, "process": "p" * 5000}]
+    text = "\n".join([json.dumps(good), *map(json.dumps, bad), "NaN", "\x1b[2J", "{" * 100000]) + "\n"
+    path.write_text(text + "a" * (5 << 20))  # and a torn tail longer than what is read
+    result = run_tool("tpu-monitor", "--job", "odd", env=env)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["processes"] == 1 and document["malformed_lines"] == 8 and document["truncated"] is True
+    link = log_path("link", directory)
+    link.symlink_to(path)
+    assert_one_line_error(run_tool("tpu-monitor", "--job", "link", env=env), 1, "cannot read the log of job 'link'")
+    fifo = log_path("fifo", directory)
+    os.mkfifo(fifo)
+    assert_one_line_error(run_tool("tpu-monitor", "--job", "fifo", env=env, timeout=60), 1,
+                          "cannot read the log of job 'fifo'")
