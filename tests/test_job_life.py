@@ -46,7 +46,7 @@ def test_a_job_killed_twice_reports_lost_progress_and_recovery(tmp_path: Path) -
     rundir = make_rundir()
     ckpt, truth, jobs = tmp_path / "ckpt", tmp_path / "truth.jsonl", tmp_path / "jobs"
     ckpt.mkdir()
-    env = clean_env(TPU_TOOLS_RUNTIME_DIR=str(rundir), TPU_TOOLS_JOB_DIR=str(jobs), TPU_TOOLS_JOB_HEARTBEAT_S="0.1",
+    env = clean_env(TPU_TOOLS_RUNTIME_DIR=str(rundir), TPU_TOOLS_JOB_DIR=str(jobs), TPU_TOOLS_JOB_HEARTBEAT_S="0.05",
                     JAX_PLATFORMS="cpu")
     command = [sys.executable, "-m", "tpu_tools.agent", "--job", JOB, str(SCRIPT), str(ckpt), str(truth), str(EVERY),
                str(TOTAL), str(STEP_S)]

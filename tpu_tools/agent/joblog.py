@@ -4,7 +4,8 @@ The job's calls (`checkpoint_saved`, `checkpoint_restored`) and its step boundar
 (a clock read, a deque append, an event set); a thread of the agent writes the lines: the process's start, and
 the death of a predecessor in its place it finds without an end; its first step; each checkpoint saved and
 restored; every `heartbeat_s` its last step seen (its last sign of life, so a death is known to within that
-period) with its goodput ledger's figures, written right after a step that ends a period without one; its end.
+period), with its goodput ledger's figures at most every CAUSES_EVERY_S (they cost a third of a line's time),
+written right after a step that ends a period without one; its end.
 A write that fails (a full disk, a lost shared filesystem) is kept for the snapshot and tried again with the
 next line; nothing raises into the job.
 """
@@ -25,6 +26,7 @@ from tpu_tools.parsing import parse_number
 
 ENV_HEARTBEAT = "TPU_TOOLS_JOB_HEARTBEAT_S"
 DEFAULT_HEARTBEAT_S = 1.0
+CAUSES_EVERY_S = 1.0
 END_TIMEOUT_S = 2.0  # what the job's exit waits at most for its last lines
 
 
@@ -131,19 +133,24 @@ class JobLogWriter:
                         self.identity.worker or self._host):
                     self._pending.append(self.event("died", of_process=process.process))
 
-    def _alive(self) -> JobEvent:
-        try:
-            causes = self._causes()
-        except Exception:  # the ledger's figures are a bonus of the line, never its cost
-            causes = None
+    def _alive(self, with_causes: bool = True) -> JobEvent:
+        causes = None
+        if with_causes:
+            try:
+                causes = self._causes()
+            except Exception:  # the ledger's figures are a bonus of the line, never its cost
+                causes = None
         return self.event("alive", step=self._step, step_unix_s=self._step_unix_s, causes_s=causes)
 
     def _run(self) -> None:
         self._predecessors_died()
+        last_causes = -CAUSES_EVERY_S
         while not self._stopping.is_set():
             self._flush()
-            self._write(self._alive())
-            self._alive_written = time.monotonic()
+            now = self._alive_written = time.monotonic()  # before writing: a step meanwhile asks for no other
+            with_causes = now - last_causes >= CAUSES_EVERY_S * 0.95  # a heartbeat of 1 s a little early
+            if self._write(self._alive(with_causes)) and with_causes:
+                last_causes = now
             self._wake.wait(self.period_s)
             self._wake.clear()
 
