@@ -211,3 +211,14 @@ def test_a_hostile_log_is_read_as_far_as_it_is_a_log(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     assert_one_line_error(run_tool("tpu-monitor", "--job", "fifo", env=env, timeout=60), 1,
                           "cannot read the log of job 'fifo'")
+
+
+def test_a_process_that_stopped_writing_is_silent_not_dead() -> None:
+    events = [JobEvent("start", 0.0, "far/1/0", "far", 1, "0", started_unix_s=0.0, heartbeat_s=1.0),
+              JobEvent("alive", 30.0, "far/1/0", "far", 1, "0", step=5, step_unix_s=30.0)]
+    assert job_life(events, lambda process: False, now=80.0).state == "running"  # within a minute
+    life = job_life(events, lambda process: False, now=91.0)
+    assert life.state == "silent" and life.figures.disruptions == 0
+    slow = [JobEvent("start", 0.0, "far/1/0", "far", 1, "0", started_unix_s=0.0, heartbeat_s=30.0), events[1]]
+    assert job_life(slow, lambda process: False, now=200.0).state == "running"  # ten of its heartbeats: 300 s
+    assert job_life(events, lambda process: True, now=91.0).state == "died"  # gone from this host: dead

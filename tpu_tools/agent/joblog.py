@@ -75,7 +75,7 @@ class JobLogWriter:
 
     def start(self) -> None:
         self._pending.append(self.event("start", started_unix_s=self._started,
-                                        identity_source=self.identity.source))
+                                        identity_source=self.identity.source, heartbeat_s=self.period_s))
         self._thread = threading.Thread(target=self._run, name="tpu-tools-joblog", daemon=True)
         self._thread.start()
 

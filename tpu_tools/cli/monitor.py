@@ -273,7 +273,7 @@ MAN_SECTIONS = {
         "--job JOB prints one JSON document, schema \"tpu-tools/job/v1\", the job's goodput over its whole life "
         "from its log in $TPU_TOOLS_JOB_DIR (else <runtime dir>/jobs), which every process of the job with the "
         "agent appends to (python -m tpu_tools.agent --job JOB, or $TPU_TOOLS_JOB, or found: the Kubernetes JobSet "
-        "or Job, the Slurm job): schema, job, log, malformed_lines, truncated, state (running, died or ended), "
+        "or Job, the Slurm job): schema, job, log, malformed_lines, truncated, state (running, silent, died or ended), "
         "started_unix_s, last_seen_unix_s, last_step, processes, goodput {wall_s, goodput_percent, causes_s (the "
         "processes' causes, plus lost_progress, down: no process ran, unreported: not in a process's last "
         "figures), disruptions, lost_progress_steps, lost_progress_s, recovery_s}, disruptions[] {index, "

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from tpu_tools.cli.output import Output
 from tpu_tools.errors import EXIT_OK, RuntimeFailure, UsageError
 from tpu_tools.metrics.joblife import ProcessLife, job_life
-from tpu_tools.metrics.joblog import LOG_SUFFIX, clean_job_id, host_name, job_dir, log_path, read_log
-from tpu_tools.metrics.rundir import pid_alive
+from tpu_tools.metrics.joblog import LOG_SUFFIX, clean_job_id, job_dir, log_path, read_log
+from tpu_tools.metrics.jobreport import local_pid_gone
 from tpu_tools.shorten import quoted
 
 SCHEMA = "tpu-tools/job/v1"
@@ -43,8 +44,7 @@ def job_document(job: str) -> dict[str, Any]:
     except OSError as error:
         raise RuntimeFailure(f"cannot read the log of job {quoted(job, 60)} ({path}): "
                              f"{error.strerror or error}") from None
-    here = host_name()
-    life = job_life(read.events, lambda p: p.host == here and not pid_alive(p.pid))
+    life = job_life(read.events, local_pid_gone, time.time())
     started = min((p.started_unix_s for p in life.processes), default=None)
     return {
         "schema": SCHEMA, "job": job, "log": str(path), "malformed_lines": read.malformed,

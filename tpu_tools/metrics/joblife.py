@@ -4,6 +4,8 @@ Definitions (docs/goodput.md, "A job's whole life"):
 - A process's *place* is its worker (TPU worker, indexed Job completion index, Slurm task) where known, else its
   host: a restarted pod gets a new host name but keeps its place. Its *successor* is the next process started in
   its place.
+- A process whose newest line is older than SILENT_AFTER_S (or ten of its heartbeats) without an end is *silent*:
+  hung, or dead where no reader can tell (another host, no successor yet); it is not counted as a disruption.
 - A process *died* when the log says so (its successor saw it without an end), when a successor started in its
   place while it had not ended, or when it ran on this host and its PID is gone; its death is its last sign of life
   (its last line).
@@ -31,6 +33,7 @@ PRODUCTIVE = "productive"
 LOST = "lost_progress"
 DOWN = "down"
 UNREPORTED = "unreported"
+SILENT_AFTER_S = 60.0
 
 
 @dataclass
@@ -41,7 +44,8 @@ class ProcessLife:
     place: str
     started_unix_s: float
     last_seen_unix_s: float
-    state: str = "running"  # running, ended, died
+    state: str = "running"  # running, silent, ended, died
+    heartbeat_s: float | None = None
     restored_step: int | None = None
     restored_unix_s: float | None = None
     first_step_unix_s: float | None = None
@@ -108,12 +112,10 @@ class JobLife:
 
     @property
     def state(self) -> str | None:
-        """running while any place's newest process runs; died when one's newest died; else ended (None: no
-        process yet)."""
+        """running while any place's newest process runs, else silent, else died when one's newest died; else
+        ended (None: no process yet)."""
         newest = [place.processes[-1].state for place in self.places]
-        if not newest:
-            return None
-        return "running" if "running" in newest else "died" if "died" in newest else "ended"
+        return next((state for state in ("running", "silent", "died", "ended") if state in newest), None)
 
 
 def _processes(events: list[JobEvent]) -> dict[str, ProcessLife]:
@@ -129,8 +131,9 @@ def _processes(events: list[JobEvent]) -> dict[str, ProcessLife]:
         life.last_seen_unix_s = max(life.last_seen_unix_s, event.time_unix_s)
         if event.worker is not None:
             life.place = event.worker
-        if event.event == "start" and event.started_unix_s is not None:
-            life.started_unix_s = event.started_unix_s
+        if event.event == "start":
+            life.started_unix_s = life.started_unix_s if event.started_unix_s is None else event.started_unix_s
+            life.heartbeat_s = event.heartbeat_s
         elif event.event == "restore" and event.step is not None:
             life.restored_step, life.restored_unix_s = event.step, event.time_unix_s
         elif event.event == "first_step":
@@ -191,8 +194,9 @@ def _figures(processes: list[ProcessLife], down_s: float, wall_s: float) -> Figu
                    sum(life.recovery_s or 0.0 for life in died))
 
 
-def job_life(events: list[JobEvent], pid_gone: Callable[[ProcessLife], bool]) -> JobLife:
-    """The job's life from its log's events; `pid_gone(process)` says whether a process of this host is gone."""
+def job_life(events: list[JobEvent], pid_gone: Callable[[ProcessLife], bool], now: float | None = None) -> JobLife:
+    """The job's life from its log's events; `pid_gone(process)` says whether a process of this host is gone;
+    `now` (Unix s), where given, finds the silent ones."""
     found = _processes(events)
     by_place: dict[str, list[ProcessLife]] = {}
     for life in sorted(found.values(), key=lambda p: p.started_unix_s):
@@ -204,6 +208,9 @@ def job_life(events: list[JobEvent], pid_gone: Callable[[ProcessLife], bool]) ->
             successor = lives[index + 1] if index + 1 < len(lives) else None
             if life.state == "running" and (successor is not None or pid_gone(life)):
                 life.state = "died"
+            elif life.state == "running" and now is not None and now - life.last_seen_unix_s > max(
+                    SILENT_AFTER_S, 10 * (life.heartbeat_s or 0.0)):
+                life.state = "silent"
             if life.state != "died":
                 continue
             life.died_unix_s = life.last_seen_unix_s

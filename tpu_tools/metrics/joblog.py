@@ -64,6 +64,7 @@ class JobEvent(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
     causes_s: dict[Annotated[str, msgspec.Meta(max_length=64)], _Seconds] | None = None  # its goodput ledger
     of_process: Annotated[str, msgspec.Meta(max_length=300)] | None = None  # died: the process seen dead
     identity_source: Annotated[str, msgspec.Meta(max_length=64)] | None = None  # start: where the job's id came from
+    heartbeat_s: _Seconds | None = None  # start: how often the process writes its last step
 
 
 @dataclass(frozen=True)

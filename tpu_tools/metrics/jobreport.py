@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpu_tools.metrics.joblife import Figures, job_life
+from tpu_tools.metrics.joblife import Figures, ProcessLife, job_life
 from tpu_tools.metrics.joblog import host_name, read_log
 from tpu_tools.metrics.rundir import pid_alive
 
@@ -36,6 +36,11 @@ class JobReport:
                 "error": self.error}
 
 
+def local_pid_gone(process: ProcessLife) -> bool:
+    """Whether a process of this host is gone (one of another host: unknown here, so not)."""
+    return process.host == host_name() and not pid_alive(process.pid)
+
+
 def read_job(job: str, log: str) -> JobReport:
     """The job's life from its log; a log that cannot be read gives `error`."""
     report = JobReport(job, log)
@@ -44,8 +49,7 @@ def read_job(job: str, log: str) -> JobReport:
     except OSError as error:
         report.error = f"cannot read the job's log {log}: {error.strerror or error}"
         return report
-    here = host_name()
-    life = job_life(read.events, lambda p: p.host == here and not pid_alive(p.pid))
+    life = job_life(read.events, local_pid_gone, time.time())
     report.state, report.processes, report.last_step = life.state, len(life.processes), life.last_step
     report.figures = life.figures
     return report
