@@ -222,3 +222,70 @@ def test_a_process_that_stopped_writing_is_silent_not_dead() -> None:
     slow = [JobEvent("start", 0.0, "far/1/0", "far", 1, "0", started_unix_s=0.0, heartbeat_s=30.0), events[1]]
     assert job_life(slow, lambda process: False, now=200.0).state == "running"  # ten of its heartbeats: 300 s
     assert job_life(events, lambda process: True, now=91.0).state == "died"  # gone from this host: dead
+
+
+WORKER = """
+import os, sys, time, tpu_tools.agent as agent
+agent.start()
+resumed = int(sys.argv[1])
+if resumed:
+    agent.checkpoint_restored(resumed)
+step = resumed
+while True:
+    time.sleep(0.02)
+    step += 1
+    agent.step()
+    if step % 10 == 0:
+        agent.checkpoint_saved(step)
+        with open(sys.argv[2], "a") as truth:
+            truth.write(f"{step}\\n")
+"""
+
+
+@pytest.mark.budget(60)  # four agent processes, two of them killed
+def test_two_workers_share_one_log_and_the_job_counts_their_disruption_once(tmp_path: Path) -> None:
+    rundir = make_rundir()
+    env = clean_env(TPU_TOOLS_RUNTIME_DIR=str(rundir), TPU_TOOLS_JOB_DIR=str(tmp_path / "jobs"),
+                    TPU_TOOLS_JOB="pair", TPU_TOOLS_JOB_HEARTBEAT_S="0.05")
+    running: list[subprocess.Popen] = []
+
+    def start(worker: int, resumed: int) -> subprocess.Popen:
+        process = subprocess.Popen([sys.executable, "-c", WORKER, str(resumed), str(tmp_path / f"saved-{worker}")],
+                                   env={**env, "TPU_WORKER_ID": str(worker)}, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        running.append(process)
+        return process
+
+    def saved(worker: int) -> list[int]:
+        path = tmp_path / f"saved-{worker}"
+        return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+    try:
+        first = [start(0, 0), start(1, 0)]
+        wait_for(lambda: all(saved(w) for w in (0, 1)), timeout=60)
+        for process in first:
+            process.kill()
+            process.wait()
+        second = [start(w, max(saved(w))) for w in (0, 1)]
+
+        def both_stepping() -> dict | None:
+            result = run_tool("tpu-monitor", "--job", "pair", env=env)
+            document = json.loads(result.stdout) if result.returncode == 0 else None
+            recovered = document and document["disruptions"] and document["disruptions"][0]["recovered_unix_s"]
+            return document if recovered else None
+
+        document = wait_for(both_stepping, timeout=60)
+        assert [host["host"] for host in document["hosts"]] == ["0", "1"]
+        (disruption,) = document["disruptions"]
+        deaths = [host["processes"][0]["died_unix_s"] for host in document["hosts"]]
+        firsts = [host["processes"][1]["first_step_unix_s"] for host in document["hosts"]]
+        assert disruption["died_unix_s"] == min(deaths) and disruption["recovered_unix_s"] == max(firsts)
+        assert disruption["lost_progress_steps"] == max(h["goodput"]["lost_progress_steps"] for h in document["hosts"])
+        assert document["goodput"]["disruptions"] == 1 and document["state"] == "running"
+        assert [p.pid for p in second] == [host["processes"][1]["pid"] for host in document["hosts"]]
+        assert read_log(log_path("pair", tmp_path / "jobs")).malformed == 0
+    finally:
+        for process in running:
+            process.kill()
+            process.wait()
+        remove_rundir(rundir)

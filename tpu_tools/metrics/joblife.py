@@ -235,6 +235,7 @@ def job_life(events: list[JobEvent], pid_gone: Callable[[ProcessLife], bool], no
     everyone = [life for p in places for life in p.processes]
     job = _figures(everyone, sum(p.figures.causes_s.get(DOWN, 0.0) for p in places),
                    sum(p.figures.wall_s for p in places))
+    job.disruptions = len(disruptions)
     job.lost_steps = sum(d.lost_steps for d in disruptions)
     job.lost_s = sum(d.lost_s for d in disruptions)
     job.recovery_s = sum(d.recovery_s or 0.0 for d in disruptions)
