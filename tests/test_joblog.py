@@ -51,20 +51,38 @@ def test_a_torn_last_line_is_skipped_and_a_malformed_one_counted() -> None:
     assert len(read.events) == 2 and read.malformed == 1
 
 
+WRITER = ("import sys; from tpu_tools.metrics.joblog import JobEvent, append; from pathlib import Path\n"
+          "for i in range(int(sys.argv[3])):\n"
+          "    append(Path(sys.argv[1]), JobEvent('alive', float(i), 'h/%s/0' % sys.argv[2], 'h', int(sys.argv[2]),"
+          " step=i, causes_s={'productive': 1.0, 'x' * 60: 2.0}))\n")
+
+
+def write_together(path: Path, lines: int) -> None:
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(pid), str(lines)], env=clean_env())
+               for pid in range(1, 5)]
+    assert [writer.wait(timeout=240) for writer in writers] == [0, 0, 0, 0]
+
+
 @pytest.mark.budget(30)  # four processes appending 300 lines each, under one lock
 def test_many_writers_never_interleave(tmp_path: Path) -> None:
     path = tmp_path / "job.log"
-    code = ("import sys; from tpu_tools.metrics.joblog import JobEvent, append; from pathlib import Path\n"
-            "for i in range(300):\n"
-            "    append(Path(sys.argv[1]), JobEvent('alive', float(i), 'h/%s/0' % sys.argv[2], 'h', int(sys.argv[2]),"
-            " step=i, causes_s={'productive': 1.0, 'x' * 60: 2.0}))\n")
-    writers = [subprocess.Popen([sys.executable, "-c", code, str(path), str(pid)], env=clean_env())
-               for pid in range(1, 5)]
-    assert [writer.wait(timeout=120) for writer in writers] == [0, 0, 0, 0]
+    write_together(path, 300)
     read = read_log(path)
     assert read.malformed == 0 and len(read.events) == 1200
     for pid in range(1, 5):  # each writer's lines whole and in its order
         assert [e.step for e in read.events if e.pid == pid] == list(range(300))
+
+
+@pytest.mark.budget(60)  # four processes appending 1.6 MB together: compacted while they write
+def test_many_writers_through_compactions_lose_no_newest_line(tmp_path: Path) -> None:
+    path = tmp_path / "job.log"
+    write_together(path, 2500)
+    read = read_log(path)
+    assert read.malformed == 0 and path.stat().st_size <= MAX_LOG_BYTES and len(read.events) < 4 * 2500  # compacted
+    assert not [name for name in os.listdir(tmp_path) if name != "job.log"]  # no compaction left a file behind
+    for pid in range(1, 5):  # what a writer appended after a compaction replaced the file is in the new one
+        steps = [e.step for e in read.events if e.pid == pid]
+        assert steps[-1] == 2499 and steps == sorted(steps)
 
 
 def test_the_log_is_compacted_and_keeps_what_the_figures_need(tmp_path: Path) -> None:
