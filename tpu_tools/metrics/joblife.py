@@ -194,6 +194,11 @@ def _figures(processes: list[ProcessLife], down_s: float, wall_s: float) -> Figu
                    sum(life.recovery_s or 0.0 for life in died))
 
 
+def _place_order(place: str) -> tuple[int, str]:
+    """Workers by their number (2 before 10), then host names."""
+    return (int(place), "") if place.isascii() and place.isdigit() and len(place) < 19 else (1 << 62, place)
+
+
 def job_life(events: list[JobEvent], pid_gone: Callable[[ProcessLife], bool], now: float | None = None) -> JobLife:
     """The job's life from its log's events; `pid_gone(process)` says whether a process of this host is gone;
     `now` (Unix s), where given, finds the silent ones."""
@@ -202,7 +207,7 @@ def job_life(events: list[JobEvent], pid_gone: Callable[[ProcessLife], bool], no
     for life in sorted(found.values(), key=lambda p: p.started_unix_s):
         by_place.setdefault(life.place, []).append(life)
     places = []
-    for place, lives in by_place.items():
+    for place, lives in sorted(by_place.items(), key=lambda item: _place_order(item[0])):
         down = 0.0
         for index, life in enumerate(lives):
             successor = lives[index + 1] if index + 1 < len(lives) else None
