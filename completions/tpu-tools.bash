@@ -26,8 +26,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-tools|monitor')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --process-command-label --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
-            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --arrays --allow-metric --deny-metric --price-per-hour --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --process-command-label --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --job --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --arrays --allow-metric --deny-metric --price-per-hour --job --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-tools|top')
             opts='--interval --once --readonly --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
@@ -256,8 +256,8 @@ _tpu_tools_complete() {
             esac
             ;;
         'tpu-monitor|')
-            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --process-command-label --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
-            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --arrays --allow-metric --deny-metric --price-per-hour --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
+            opts='--period --count --config --tag-filter --agent-timeout --prometheus --quiet -q --web-config --from-prometheus --from-prometheus-timeout --arrays --pod-labels --process-command-label --allow-metric --deny-metric --list-metrics --price-per-hour --jobs-ended --job --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''
+            valopts='--period --count --config --tag-filter --agent-timeout --prometheus --web-config --from-prometheus --from-prometheus-timeout --arrays --allow-metric --deny-metric --price-per-hour --job --metrics-addr --metrics-timeout'; pathopts='--config --web-config'
             ;;
         'tpu-top|')
             opts='--interval --once --readonly --sort --tag-filter --user --pid --device --agent-timeout --from-prometheus --from-prometheus-timeout --metrics-addr --metrics-timeout --debug --version -h --help'; subs=''

@@ -172,7 +172,9 @@ class FixtureHost:
         # The first host runs a real JAX job (live arrays, compiles, a recompilation); the others light ones.
         # The JAX job compiles through a persistent compilation cache, for the cache series and panels.
         cache = {"JAX_COMPILATION_CACHE_DIR": str(self.rundir / "jax-cache"),
-                 "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+                 "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                 # one job across restarts per host, for the job series and panels
+                 "TPU_TOOLS_JOB": f"{self.name}-train", "TPU_TOOLS_JOB_DIR": str(self.rundir / "jobs")}
         self.jobs = [start_job(self.rundir, light=self.name != "a", tag=f"{self.name}-job{i}", lifetime_s=600,
                                extra_env=cache) for i in range(jobs)]
         for job in self.jobs:

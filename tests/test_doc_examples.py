@@ -118,6 +118,9 @@ CHECKED_ELSEWHERE = {  # run in this file by a test of its own, which compares m
     DUMP_SHOW: "test_the_collector_counts_in_the_dump_docs",
     "tpu-monitor --list-metrics --deny-metric 'tpu_tools_gpu_*' | jq -c '.families[] | select(.name | "
     "test(\"hlo_exec|gpu_up\"))'": "test_the_list_metrics_example_has_the_families_and_keys_shown",
+    # a job killed twice and restarted: its figures against the truth, and this example's shape
+    "tpu-monitor --job train-life | jq -c '.goodput, .disruptions[]'":
+        "tests/test_job_life.py::test_a_job_killed_twice_reports_lost_progress_and_recovery",
 }
 NOT_RUN = {  # what each needs that a cheap run on the CPU platform has not
     "COLUMNS=80 tpu-top --once | tail -3": "units and a command that are the job's (tests/test_top.py: the frame)",

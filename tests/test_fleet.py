@@ -65,6 +65,14 @@ def test_fleet_report_has_every_host_chip_and_job_and_the_slow_worker(stack):
     agents = report["processes"]["agents"]
     assert sorted(a["tag"] for a in agents) == ["a-job0", "b-job0", "c-job0"]
     assert all(a["steps"]["count"] > 0 and a["host"] in targets for a in agents)
+    # each host's job across restarts (tests/promstack.py), named by its process and with its figures
+    assert sorted(a["job"]["id"] for a in agents) == ["a-train", "b-train", "c-train"]
+    jobs = {job["job"]: job for job in report["processes"]["jobs"]}
+    assert sorted(jobs) == ["a-train", "b-train", "c-train"]
+    assert jobs["a-train"]["hosts"] == [stack.hosts[0].target]
+    assert jobs["a-train"]["goodput"]["disruptions"] == 0
+    assert jobs["a-train"]["goodput"]["lost_progress_s"] == 0
+    assert 0 <= jobs["a-train"]["goodput"]["goodput_percent"] <= 100
     answered = [s["address"] for s in report["libtpu"]["services"] if s["error"] is None]
     assert answered == [f"{h.target}/{h.service.address}" for h in sorted(stack.hosts, key=lambda h: h.target)]
     assert all(s["error"] == "not answering" for s in report["libtpu"]["services"] if "8431" in s["address"])

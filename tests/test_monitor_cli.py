@@ -29,14 +29,14 @@ DEVICE_KEYS = {"key", "platform", "id", "name", "chip_index", "pci_address", "me
                "utilization_percent", "holders", "holders_source", "processes", "sources", "extra"}
 PROCESSES_KEYS = GROUP_HEADER | {"agents", "holders", "ignored_sockets", "pod_labels_error",
                                  "global_metric_findings", "stall_findings",
-                                 "shared_cache_dirs"}
+                                 "shared_cache_dirs", "jobs"}
 LIBTPU_KEYS = GROUP_HEADER | {"services", "notes"}
 AGENT_KEYS = {"pid", "tag", "user", "command", "error", "socket", "uptime_s", "jax_version", "platform",
               "cpu_percent", "cpu_time_s", "rss_bytes", "threads", "device_memory_used_bytes", "live_array_bytes",
               "live_array_count", "devices", "compiles", "steps", "tpu_sdk", "query_time_s", "kubernetes",
               "goodput", "process_index", "process_count", "metrics", "metrics_rejected", "metrics_error",
               "compilation_cache", "slurm_job_id", "stalled_s", "frontend", "frontend_version", "executions",
-              "transfers", "cpu_fallbacks", "startup"}
+              "transfers", "cpu_fallbacks", "startup", "job"}
 COMPILE_KEYS = {"compile_count", "recompile_count", "trace_count", "trace_time_s", "lowering_time_s",
                 "backend_compile_time_s", "cache_hits", "cache_misses", "in_memory_cache_hits", "functions",
                 "recent_recompiles"}

@@ -6,7 +6,8 @@
 
 Three dashboards read the series of `tpu-monitor --prometheus` (and of the GPU group): the fleet
 (every host and chip: duty cycle / utilization, HBM, power, the host furthest from the median), the
-jobs (step time, steps/s, compiles and recompiles, live memory) and one host. Every query filters on
+jobs (step time, steps/s, compiles and recompiles, live memory, and each job's goodput, lost progress and
+recovery across its restarts) and one host. Every query filters on
 the `instance` variable; the test suite runs each one against a real Prometheus scraping real
 exporters and requires data.
 """
@@ -141,7 +142,26 @@ def jobs() -> dashboard.Dashboard:
             .with_panel(_series("Where the time goes (seconds per second, by cause)", "s",
                                 _query(f"sum by (tag, cause) "
                                        f"(rate(tpu_tools_process_goodput_seconds_total{HOSTS}[$__rate_interval]))",
-                                       "{{tag}} {{cause}}"))))
+                                       "{{tag}} {{cause}}")))
+            # A job across restarts, from its log (docs/goodput.md): every host that reads a shared log serves
+            # the same figures, so each panel takes the largest per job.
+            .with_row(dashboard.Row("Jobs across restarts"))
+            .with_panel(_series("Job goodput over its whole life", "percentunit",
+                                _query(f"max by (job_id) (tpu_tools_job_goodput_ratio{HOSTS})", "{{job_id}}"),
+                                width=6, description="Productive share of the job's life across its restarts and "
+                                                     "hosts, less the progress its restarts lost."))
+            .with_panel(_series("Lost progress", "s",
+                                _query(f"max by (job_id) (tpu_tools_job_lost_progress_seconds{HOSTS})",
+                                       "{{job_id}}"),
+                                width=6, description="Time spent on steps after the checkpoint the next process "
+                                                     "resumed from, which it repeated; summed over the job's life."))
+            .with_panel(_series("Recovery time", "s",
+                                _query(f"max by (job_id) (tpu_tools_job_recovery_seconds{HOSTS})", "{{job_id}}"),
+                                width=6, description="From each death of a process of the job to the first step "
+                                                     "of its successors, summed over the job's life."))
+            .with_panel(_series("Disruptions", "none",
+                                _query(f"max by (job_id) (tpu_tools_job_disruptions{HOSTS})", "{{job_id}}"),
+                                width=6, description="Processes of the job that died, on the host with the most.")))
 
 
 def host() -> dashboard.Dashboard:

@@ -63,6 +63,16 @@ VARIABLES: tuple[Variable, ...] = (
              "Where the pod's service account (token, ca.crt, namespace) is mounted, for --pod-labels' reads of "
              "the Kubernetes API (default /var/run/secrets/kubernetes.io/serviceaccount).", ("tpu-monitor",)),
     Variable("TPU_TOOLS_TAG", "text", "The tag of a job started with the agent (default: its PID).", (AGENT,)),
+    Variable("TPU_TOOLS_JOB", "text",
+             "The job a process with the agent belongs to, across its restarts and hosts (as --job of python -m "
+             "tpu_tools.agent); default: the Kubernetes JobSet or Job of its pod, else $SLURM_JOB_ID, else none "
+             "(no job log).", (AGENT,)),
+    Variable("TPU_TOOLS_JOB_DIR", "directory",
+             "Where jobs' logs are written and read (a shared filesystem for a job of many hosts); default "
+             "<runtime dir>/jobs.", (AGENT, "tpu-monitor")),
+    Variable("TPU_TOOLS_JOB_HEARTBEAT_S", "seconds, 0.05 to 3600",
+             "How often the agent writes a job's last step seen into its log: a death is known to within this "
+             "(default 1).", (AGENT,)),
     Variable("TPU_TOOLS_SNAPSHOT_FILE", "0, off or 1",
              "0 or off: the agent publishes no snapshot file in its run directory, and monitors ask its socket "
              "instead (each poll then wakes a thread of the job).", (AGENT,)),

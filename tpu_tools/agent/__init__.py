@@ -39,6 +39,12 @@ Goodput, MFU and cost (`docs/goodput.md`): label the time between steps, give a 
 
 Without either, a step's FLOPs are XLA's cost analysis of the programs compiled during a step.
 
+A job across restarts (`docs/goodput.md`): name it (`start(job=...)`, `--job`, $TPU_TOOLS_JOB, else its
+Kubernetes or Slurm job) and say what its checkpoints hold; its log then gives the progress each restart lost::
+
+    tpu_tools.agent.checkpoint_restored(step)    # this process resumed from the state after `step` steps
+    tpu_tools.agent.checkpoint_saved(step)       # the state after `step` steps is saved
+
 Importing this package does not import jax: the agent attaches to jax once the
 job imports it, so environment set by the script before `import jax` applies.
 """
@@ -66,8 +72,8 @@ from tpu_tools.instrument.steps import StepCallback, process_steps
 
 ENV_TAG = "TPU_TOOLS_TAG"
 
-__all__ = ["AgentError", "AgentInfo", "ENV_TAG", "current", "goodput", "metric", "on_step", "phase", "start", "step",
-           "step_context", "step_count", "step_flops", "stop"]
+__all__ = ["AgentError", "AgentInfo", "ENV_TAG", "checkpoint_restored", "checkpoint_saved", "current", "goodput",
+           "metric", "on_step", "phase", "start", "step", "step_context", "step_count", "step_flops", "stop"]
 
 _steps = process_steps()
 _lock = threading.Lock()
@@ -160,6 +166,46 @@ def metric(name: str, value: Any, *, scope: str | None = None) -> bool:
     kept = process_metrics().record(name, value, scope, _steps.count)
     _publish_soon()
     return kept
+
+
+def checkpoint_saved(step: int) -> bool:
+    """Say that the job's state after `step` steps is saved, so a process that dies later loses only the steps
+    after it (its job's log, docs/goodput.md). Call it once the save is durable. Returns whether it was noted
+    (False without a running agent that has a job, or for a step that is not a whole number >= 0; never raises)."""
+    writer = _job_writer()
+    if writer is None or not _good_step(step):
+        return False
+    writer.checkpoint_saved(int(step))
+    return True
+
+
+def checkpoint_restored(step: int) -> bool:
+    """Say that this process resumed from the state after `step` steps: its later steps are counted from there
+    in its job's log, and its predecessor's steps after `step` are the progress the job lost. Returns whether it
+    was noted (as `checkpoint_saved`)."""
+    writer = _job_writer()
+    if writer is None or not _good_step(step):
+        return False
+    writer.checkpoint_restored(int(step), _steps.count)
+    return True
+
+
+def _good_step(step: Any) -> bool:
+    return isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= 1 << 62
+
+
+def _job_writer() -> Any:
+    agent = _agent
+    return agent.joblog if agent is not None and agent.pid == os.getpid() else None
+
+
+def _job_at_step(index: int, step_time_s: float | None) -> None:
+    writer = _job_writer()
+    if writer is not None:
+        try:
+            writer.at_step(index + 1)
+        except Exception:  # noqa: BLE001 never into the training loop
+            pass
 
 
 def goodput() -> dict[str, Any]:
@@ -258,6 +304,7 @@ class _Agent:
         self.publisher: Any = None  # tpu_tools.agent.publish.Publisher, when the snapshot file is on
         self.fault_stacks: Any = None  # tpu_tools.agent.stacks.FaultStacks, when a signal is registered
         self.hardware = HardwareWatch()  # what happened to the hardware, for the job-end record
+        self.joblog: Any = None  # tpu_tools.agent.joblog.JobLogWriter, when the process belongs to a named job
         self.figures = figures
 
     def attach_jax(self, jax_module: ModuleType) -> None:
@@ -367,6 +414,7 @@ class _Agent:
             "goodput": self.figures_now(),
             "metrics": process_metrics().snapshot(),
             "stacks_signal": self.fault_stacks.signal if self.fault_stacks is not None else None,
+            "job": self.joblog.snapshot() if self.joblog is not None else None,
         }
         self.hardware.sample(snapshot)
         return snapshot
@@ -385,7 +433,7 @@ class _Agent:
 
 
 def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per_hour: float | None = None,
-          peak_flops_per_s: float | None = None) -> AgentInfo:
+          peak_flops_per_s: float | None = None, job: str | None = None) -> AgentInfo:
     """Start the agent in this process (once; later calls return the running agent's info).
 
     tag: a name for this job in monitors (default: $TPU_TOOLS_TAG, else the PID).
@@ -396,6 +444,8 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per
     price_per_hour, peak_flops_per_s: for the cost per 1M samples and MFU (else
     $TPU_TOOLS_PRICE_PER_HOUR, and $TPU_TOOLS_PEAK_FLOPS or the device table);
     a value that is not a finite number > 0 leaves the figure unknown.
+    job: the job this process is one process of, across restarts and hosts (default: $TPU_TOOLS_JOB, else the
+    Kubernetes JobSet or Job, else the Slurm job): its events go to the job's log (docs/goodput.md).
     Raises AgentError when the socket cannot be created.
     """
     global _agent
@@ -414,6 +464,7 @@ def start(tag: str | None = None, *, explain_recompiles: bool = False, price_per
         except (RunDirError, OSError) as error:
             raise AgentError(f"the tpu-tools agent could not start: {error}") from error
         _register_fault_stacks(agent)
+        _start_job_log(agent, job)
         _start_publishing(agent)
         _agent = agent
         if explain_recompiles:
@@ -438,6 +489,27 @@ def _start_publishing(agent: _Agent) -> None:
         publisher.stop()
         return
     agent.publisher = publisher
+
+
+def _start_job_log(agent: _Agent, given: str | None) -> None:
+    """The job's log (tpu_tools.agent.joblog), when the process belongs to a job it can name."""
+    from tpu_tools.agent.joblog import JobLogWriter
+    from tpu_tools.metrics.joblog import job_identity
+
+    try:
+        identity = job_identity(given=given if isinstance(given, str) else None)
+        if identity is None:
+            return
+        writer = JobLogWriter(identity, process_ledger().start_unix_s, _ledger_causes)
+        writer.start()
+    except Exception:  # noqa: BLE001 a job that cannot be logged still runs, and still has its agent
+        return
+    agent.joblog = writer
+
+
+def _ledger_causes() -> dict[str, float]:
+    causes: dict[str, float] = process_ledger().snapshot()["since_start"]["causes_s"]
+    return causes
 
 
 def _register_fault_stacks(agent: _Agent) -> None:
@@ -475,6 +547,8 @@ def stop() -> None:
     with _lock:
         agent, _agent = _agent, None
     if agent is not None and agent.pid == os.getpid():
+        if agent.joblog is not None:
+            agent.joblog.stop()
         write_job_summary(agent.final_snapshot)
         if agent.owns_debug_file and agent.torch_xla_debug_file is not None:
             from tpu_tools.agent.torchxla import remove_explain_file
@@ -508,6 +582,8 @@ def _after_fork_in_child() -> None:
             agent.publisher.forget_after_fork()
         if agent.fault_stacks is not None:
             agent.fault_stacks.forget_after_fork()
+        if agent.joblog is not None:
+            agent.joblog.forget_after_fork()
 
 
 def _at_exit() -> None:
@@ -518,5 +594,6 @@ def _at_exit() -> None:
 
 _steps.on_step(_ledger_step)
 _steps.on_step(_publish_at_step)
+_steps.on_step(_job_at_step)
 os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_at_exit)

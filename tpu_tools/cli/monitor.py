@@ -110,12 +110,16 @@ MAN_SECTIONS = {
         "devices, job_devices, time_unix_s, suspect} (what the job published with tpu_tools.agent.metric), "
         "metrics_rejected, metrics_error, compilation_cache {dir_configured, dir_in_use, lookups, hits, misses, "
         "entries_written, seconds_saved_s, recent_misses[] {module, key, differing[], explanation}, set_too_late[] "
-        "{setting, in_effect, now, message}} (docs/cache.md), query_time_s, kubernetes, slurm_job_id}; "
+        "{setting, in_effect, now, message}} (docs/cache.md), job {id, source, worker, log, step, "
+        "last_checkpoint_step, log_error} (the job across restarts, see JOB; null without one), query_time_s, "
+        "kubernetes, slurm_job_id}; "
         "global_metric_findings[] {tag, name, step, reason, workers[] {host, pid, process_index, value, kind, step}} "
         "(a metric published as global that "
         "lives on only some of the job's devices, or differs between the workers of a job at the same step); "
         "shared_cache_dirs[] {dir, writers[] {pid, tag, host, entries_written}, hosts[], message}: a compilation "
         "cache written by more than one process; "
+        "jobs[] {job, log, state, processes, last_step, goodput {as --job's}, error}: the jobs across restarts "
+        "the agents name, read from their logs; "
         "holders[] {pid, user, command, chips[], cpu_percent, cpu_time_s, rss_bytes, threads, kubernetes, "
         "slurm_job_id} (device holders without an agent); slurm_job_id is SLURM_JOB_ID from the process's "
         "environment where it can be read, else null; ignored_sockets[] {socket, reason}; "
@@ -199,6 +203,10 @@ MAN_SECTIONS = {
         "the label window (since_start or recent); a figure that is unknown has no series. The job's own "
         "scalars: tpu_tools_process_metric (labels name, scope, kind) and tpu_tools_process_metric_step (labels "
         "name, scope).\n"
+        "A job across restarts (see JOB): tpu_tools_process_job_info (label job_id) for each process that names "
+        "its job, and from the job's log, labelled job_id: tpu_tools_job_goodput_ratio (over its whole life), "
+        "tpu_tools_job_lost_progress_seconds, tpu_tools_job_lost_progress_steps, tpu_tools_job_recovery_seconds "
+        "and tpu_tools_job_disruptions.\n"
         "libtpu (label address; series of a service that stops answering disappear): tpu_tools_libtpu_up, and "
         "with label device: tpu_tools_libtpu_hbm_used_bytes, tpu_tools_libtpu_hbm_total_bytes, "
         "tpu_tools_libtpu_duty_cycle_ratio, tpu_tools_libtpu_hbm_bandwidth_utilization_ratio, "
@@ -270,6 +278,21 @@ MAN_SECTIONS = {
         "that only apply to this host (--config, --prometheus, --quiet, --tag-filter, --agent-timeout, "
         "--metrics-addr) are usage errors with it."
     ),
+    "JOB": (
+        "--job JOB prints one JSON document, schema \"tpu-tools/job/v1\", the job's goodput over its whole life "
+        "from its log in $TPU_TOOLS_JOB_DIR (else <runtime dir>/jobs), which every process of the job with the "
+        "agent appends to (python -m tpu_tools.agent --job JOB, or $TPU_TOOLS_JOB, or found: the Kubernetes JobSet "
+        "or Job, the Slurm job): schema, job, log, malformed_lines, truncated, state (running, silent, died or ended), "
+        "started_unix_s, last_seen_unix_s, last_step, processes, goodput {wall_s, goodput_percent, causes_s (the "
+        "processes' causes, plus lost_progress, down: no process ran, unreported: not in a process's last "
+        "figures), disruptions, lost_progress_steps, lost_progress_s, recovery_s}, disruptions[] {index, "
+        "died_unix_s, recovered_unix_s, lost_progress_steps, lost_progress_s, recovery_s}, hosts[] {host (the "
+        "worker, else the host name), host_names, goodput, processes[] {process, host_name, pid, state, "
+        "started_unix_s, first_step_unix_s, last_seen_unix_s, restored_step, last_step, checkpoints, "
+        "last_checkpoint_step, ended_unix_s, died_unix_s, lost_progress_steps, lost_progress_s, recovery_s, "
+        "successor}}. A job with no log is an error (exit 2) naming the jobs there; a directory or log that "
+        "cannot be read, exit 1."
+    ),
     "EXAMPLES": (
         "tpu-monitor --count 3\n"
         "tpu-monitor --period 0.5 | jq -c '.processes.agents[] | {tag, steps: .steps.steps_per_second}'\n"
@@ -279,7 +302,8 @@ MAN_SECTIONS = {
         "python -m tpu_tools.agent --tag train train.py & tpu-monitor --tag-filter '^train$' --count 1\n"
         "tpu-monitor --from-prometheus http://prometheus:9090 --count 1 | jq '.fleet.outliers'\n"
         "tpu-monitor --count 1 --price-per-hour 4.2 | jq '.processes.agents[].goodput.recent'\n"
-        "tpu-monitor --jobs-ended | jq '.jobs[] | {tag, goodput: .goodput.since_start.goodput_percent}'"
+        "tpu-monitor --jobs-ended | jq '.jobs[] | {tag, goodput: .goodput.since_start.goodput_percent}'\n"
+        "tpu-monitor --job train-llm | jq '.goodput | {goodput_percent, lost_progress_s, recovery_s}'"
     ),
 }
 
@@ -369,6 +393,10 @@ def load_config_defaults(ctx: click.Context, param: click.Parameter, path: Path 
 @click.option("--jobs-ended", is_flag=True,
               help="Print the summaries that jobs with the agent left when they ended (schema "
                    "tpu-tools/jobs-ended/v1), newest first; then exit.")
+@click.option("--job", "job", default=None, metavar="JOB",
+              help="Print the goodput of job JOB over its whole life, across its processes' restarts and hosts, "
+                   "from its log in $TPU_TOOLS_JOB_DIR (schema tpu-tools/job/v1: lost progress, recovery, per host); "
+                   "then exit.")
 @metrics_options
 @common_options
 @click.pass_context
@@ -379,8 +407,13 @@ def monitor_command(ctx: click.Context, period: float, count: int | None, config
                     process_command_label: bool, allow_metrics: tuple[str, ...], deny_metrics: tuple[str, ...],
                     list_metrics: bool,
                     price_per_hour: float | None, jobs_ended: bool, metrics_addresses: list[str],
-                    metrics_timeout_s: float) -> int:
+                    metrics_timeout_s: float, job: str | None) -> int:
     """Report host, device and agent figures every period as JSON Lines, or for Prometheus."""
+    if job is not None:
+        from tpu_tools.cli.monitor_job import print_job
+        from tpu_tools.cli.output import Output
+
+        return print_job(job, Output("json", sys.stdout))
     if jobs_ended:
         return _jobs_ended()
     if from_prometheus is not None:

@@ -83,8 +83,10 @@ def _example_families() -> Iterable[tuple[str, Metric]]:
              "devices": [{"platform": "tpu", "id": 0, "memory_used_bytes": 1}],
              "tpu_sdk": {"tensorcore_utilization_percent": [1]}, "frontend": "torch_xla", "frontend_version": "1",
              "cpu_fallbacks": {"ops": [{"op": "aten::nonzero", "count": 1}]}, "executions": {"count": 1, "time_s": 1},
-             "transfers": {"to_device": {"bytes": 1, "time_s": 1}}}
-    yield from (("processes", f) for f in process_metrics({"agents": [agent]}))
+             "transfers": {"to_device": {"bytes": 1, "time_s": 1}}, "job": {"id": "j"}}
+    job = {"job": "j", "goodput": {key: 1 for key in ("goodput_percent", "lost_progress_s", "lost_progress_steps",
+                                                      "recovery_s", "disruptions")}}
+    yield from (("processes", f) for f in process_metrics({"agents": [agent], "jobs": [job]}))
     summary = DistributionSummary(count=1, mean=1.0, buckets=((1.0, 1), (float("inf"), 0)))
     device_figures = DeviceFigures(**{**{k: v for k, v in _filled(DeviceFigures, device_id=0).items()
                                          if k != "hlo_execution_time_us"}, "hlo_execution_time_us": summary})

@@ -24,6 +24,7 @@ from tpu_tools.exporter.buildinfo import build_info_family
 from tpu_tools.exporter.goodput import goodput_families
 from tpu_tools.exporter.health import health_families
 from tpu_tools.exporter.holders import device_holders
+from tpu_tools.exporter.jobs import job_families
 from tpu_tools.exporter.processlabels import process_label_values, process_labels
 from tpu_tools.exporter.selection import MetricSelection
 from tpu_tools.metrics.cacheshare import cache_metrics
@@ -205,6 +206,7 @@ def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterat
             _add(tensorcore, [*values, str(core)], value / 100 if isinstance(value, (int, float)) else None)
     yield up
     yield from goodput_families(data.get("agents") or [], labels, lambda agent: process_label_values(agent, labels))
+    yield from job_families(data, labels, lambda agent: process_label_values(agent, labels))
     yield from gauges.values()
     yield from counters.values()
     yield compile_time

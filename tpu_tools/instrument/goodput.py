@@ -68,10 +68,11 @@ def process_start_unix_s() -> float | None:
         with open("/proc/self/stat", "rb") as stat:
             fields = stat.read().rsplit(b")", 1)[1].split()
         start_ticks = int(fields[19])  # field 22 of stat(5); fields after the command name start at 3
-        with open("/proc/stat", "rb") as system:
-            boot = next(int(line.split()[1]) for line in system if line.startswith(b"btime "))
-        return boot + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        # The start is in ticks since boot; /proc/stat's btime is in whole seconds (up to 1 s early), so the age
+        # is taken on the boot-time clock instead and subtracted from now.
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
         return None
 
 

@@ -138,6 +138,9 @@ SNAPSHOT = Obj({
     "stacks_signal": Int(min=1, max=64),  # faulthandler writes the stacks to agent-<pid>.stacks on this signal
     "published_unix_s": Float(),  # read from the snapshot file (tpu_tools.metrics.snapfile): when it was written
     "publish_error": Str(512),
+    # the job the process is one process of, across restarts and hosts (tpu_tools.agent.joblog)
+    "job": Obj({"id": Str(200), "source": Str(64), "worker": Str(64), "log": Str(4096), "step": _COUNT,
+                "last_checkpoint_step": _COUNT, "log_error": Str(512)}, required=("id",)),
 }, required=("schema", "pid"))
 
 

@@ -35,6 +35,7 @@ from tpu_tools.top.drawing import (
 )
 from tpu_tools.top.goodput_panel import goodput_lines
 from tpu_tools.top.history import History
+from tpu_tools.top.jobpanel import job_life_lines
 from tpu_tools.top.model import ProcessRow, ViewState, rows_from_report
 from tpu_tools.top.stallview import stall_lines
 from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_number
@@ -132,6 +133,7 @@ def job_lines(report: MonitorReport, state: ViewState, history: History | None, 
     lines += steps[:2]  # the percentiles and the steps/s graph near the top: always in view
     lines += stall_lines(detail, width)
     lines += goodput_lines(detail, width)
+    lines += job_life_lines(detail, report, width)
     lines += _device_section(detail, width)
     lines += arrays_lines(state.arrays.read(row.key), width)
     lines += _health_section(detail, width)

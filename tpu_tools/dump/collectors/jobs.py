@@ -104,8 +104,9 @@ def collect_agents(ctx: CollectContext) -> None:
     if not scan.results:
         raise Skipped(f"no agent answered; {len(scan.ignored)} sockets in {directory} were ignored "
                       "(see accelerators/agents.json)")
-    ctx.add_text("accelerators/agents.txt", plain_table(_agents_table([agent_entry(r) for r in scan.results]))
-                 + "\n")
+    entries = [agent_entry(r) for r in scan.results]
+    ctx.add_text("accelerators/agents.txt", plain_table(_agents_table(entries)) + "\n")
+    _add_job_lives(ctx, entries)
     _add_stacks(ctx, [r.pid for r in scan.results if r.error is None])
 
 
@@ -134,6 +135,16 @@ def _add_stacks(ctx: CollectContext, pids: list[int]) -> None:
     if jobs:
         ctx.add_json("accelerators/stacks.json", {"jobs": jobs})
         ctx.add_text("accelerators/stacks.txt", "".join(text))
+
+
+def _add_job_lives(ctx: CollectContext, entries: list[dict]) -> None:
+    """The jobs across restarts the agents name, over their whole lives, read from their logs
+    (`tpu-monitor --job`), when any agent names one."""
+    from tpu_tools.metrics.jobreport import JobLogs
+
+    reports = JobLogs().reports(entries)
+    if reports:
+        ctx.add_json("accelerators/jobs.json", {"jobs": [report.to_dict() for report in reports]})
 
 
 def _add_jobs_ended(ctx: CollectContext) -> None:

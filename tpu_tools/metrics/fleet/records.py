@@ -13,6 +13,7 @@ from typing import Any
 
 from tpu_tools.metrics.cacheshare import shared_cache_dirs, take_fleet_sample
 from tpu_tools.metrics.fleet.client import Sample
+from tpu_tools.metrics.fleet.jobs import fleet_jobs
 from tpu_tools.metrics.fleet.outliers import digest_outliers, furthest, median_of
 from tpu_tools.metrics.global_check import global_metric_findings
 from tpu_tools.metrics.stall import stall_findings
@@ -118,7 +119,7 @@ def _agent(host: _Host, labels: dict[str, str]) -> dict[str, Any]:
 def known(sample: Sample) -> bool:
     """A series of the exporter's host, device, process or libtpu groups (others, e.g. GPU series, are left)."""
     name = sample.name[len(PREFIX):]
-    return sample.name.startswith(PREFIX) and (name.startswith(("host_", "device_", "process_", "libtpu_"))
+    return sample.name.startswith(PREFIX) and (name.startswith(("host_", "device_", "process_", "libtpu_", "job_"))
                                                or name in ("agent_up", "diag_digest_info"))
 
 
@@ -185,6 +186,8 @@ def _take_process(agent: dict[str, Any], figure: str, labels: dict[str, str], va
         agent["steps"][f"{labels.get('stat')}_step_time_s"] = value
     elif figure == "stalled_seconds":
         agent["stalled_s"] = value
+    elif figure == "job_info":
+        agent["job"] = {"id": labels.get("job_id") or None}
     elif figure == "stack_info":
         agent["stack"] = {"where": labels.get("where") or None, "in_library": labels.get("in_library") == "1"}
     elif figure in _GOODPUT_FIGURES or figure.startswith("metric"):
@@ -315,7 +318,8 @@ def build_groups(series: list[Sample], up: list[Sample], summaries: list[Sample]
         "devices": {"devices": [d for h in ordered for d in h.devices.values()], "chips": [], "notes": []},
         "processes": {"agents": agents, "holders": [], "ignored_sockets": [],
                       "global_metric_findings": findings, "stall_findings": stalls,
-                      "shared_cache_dirs": [s.to_dict() for s in shared_cache_dirs(agents)]},
+                      "shared_cache_dirs": [s.to_dict() for s in shared_cache_dirs(agents)],
+                      "jobs": fleet_jobs(series, host_key)},
         "libtpu": {"error": None, "notes": [],
                    "services": [{"address": f"{h.name}/{address}", "error": None if ok else "not answering"}
                                 for h in ordered for address, ok in sorted(h.libtpu.items())]},

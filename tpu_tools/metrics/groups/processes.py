@@ -14,6 +14,7 @@ from tpu_tools.metrics.cacheshare import shared_cache_dirs
 from tpu_tools.metrics.global_check import global_metric_findings
 from tpu_tools.metrics.goodput import goodput_entry
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceHolders
+from tpu_tools.metrics.jobreport import JobLogs
 from tpu_tools.metrics.process import ProcessSampler
 from tpu_tools.metrics.processfacts import ProcessFacts
 from tpu_tools.metrics.slurm import job_id
@@ -107,6 +108,7 @@ def agent_entry(result: AgentResult) -> dict[str, Any]:
         "metrics": (snapshot.get("metrics") or {}).get("values") or [],
         "metrics_rejected": (snapshot.get("metrics") or {}).get("rejected"),
         "metrics_error": (snapshot.get("metrics") or {}).get("last_error"),
+        "job": snapshot.get("job"),  # the job across restarts (tpu_tools.agent.joblog), null without one
         "query_time_s": result.elapsed_s,
     }
 
@@ -131,6 +133,7 @@ class ProcessesGroup:
         self._pods = PodLabeler(PodResourcesClient(socket_path(), options.agent_timeout_s), root)
         self._slurm_jobs = ProcessFacts(lambda pid: job_id(pid, root))
         self._stalls = StallStacks(lambda pid: _ask_stacks(pid, options.agent_timeout_s))
+        self._jobs = JobLogs()  # the jobs across restarts the agents belong to (metrics/jobreport.py)
         self._pod_labels: Any = None
         if options.pod_labels:
             from tpu_tools.metrics.kube.api import PodLabelReader
@@ -174,6 +177,7 @@ class ProcessesGroup:
             "pod_labels_error": pods_error,
             "global_metric_findings": global_metric_findings(agents),
             "stall_findings": stall_findings(agents),
+            "jobs": [job.to_dict() for job in self._jobs.reports(agents)],
         }
 
     def _mark_stalls(self, agents: list[dict[str, Any]]) -> None:
