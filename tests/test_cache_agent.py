@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from agentjobs import agent_env, make_rundir, remove_rundir
 from cachejobs import AGENT_CACHE_JOB, run_cache_job
-from conftest import clean_env, run_tool
+from conftest import as_report, clean_env, run_tool
 
 from tpu_tools.metrics.cacheshare import cache_metrics, shared_cache_dirs, take_fleet_sample
 from tpu_tools.metrics.fleet.client import Sample
@@ -141,7 +141,7 @@ def test_the_fleet_view_flags_one_directory_written_from_two_hosts() -> None:
     report = build_groups(series, [])
     (found,) = report["processes"]["shared_cache_dirs"]
     assert found["hosts"] == ["node-1:9100", "node-2:9100"] and "on 2 hosts" in found["message"]
-    (line,) = shared_cache_lines(report, 300)
+    (line,) = shared_cache_lines(as_report(report), 300)
     assert "node-1:9100:10 (train)" in line.text and "node-2:9100:20 (train)" in line.text
     agents = []
     for host, pid in (("node-1", 10), ("node-2", 20)):

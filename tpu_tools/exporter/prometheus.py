@@ -28,7 +28,7 @@ from tpu_tools.exporter.processlabels import process_label_values, process_label
 from tpu_tools.exporter.selection import MetricSelection
 from tpu_tools.metrics.cacheshare import cache_metrics
 from tpu_tools.metrics.labeltext import label_value
-from tpu_tools.metrics.records.report import MonitorReport
+from tpu_tools.metrics.records.report import GroupRecord, MonitorReport
 from tpu_tools.parsing import port_number
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
@@ -292,10 +292,14 @@ class ReportCollector(Collector):
         merged: dict[str, Metric] = {}
         for name, export in self._exporters.items():
             data = getattr(report, name)
-            if not isinstance(data, dict):
+            if isinstance(data, GroupRecord):
+                error = data.error
+            elif isinstance(data, dict):  # a group not yet a record of its own
+                error = data.get("error")
+            else:
                 continue
-            errors.add_metric([name], 1.0 if data.get("error") else 0.0)
-            if not data.get("error"):
+            errors.add_metric([name], 1.0 if error else 0.0)
+            if not error:
                 for family in export(data):
                     first = merged.setdefault(family.name, family)
                     if first is not family:

@@ -100,8 +100,8 @@ class ReportBuilder:
             if record_type is not None:
                 return record_type(period_s=period, sampled_at=sampled, error=first_line(error))
             return {"period_s": period, "sampled_at": sampled, "error": first_line(error)}
-        if isinstance(data, GroupRecord):
-            return msgspec.structs.replace(data, period_s=period, sampled_at=sampled, error=None)
+        if isinstance(data, GroupRecord):  # its error is the collector's (a group that answered in part)
+            return msgspec.structs.replace(data, period_s=period, sampled_at=sampled)
         return {"period_s": period, "sampled_at": sampled, "error": None, **data}
 
     def close(self) -> None:

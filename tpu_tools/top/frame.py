@@ -147,9 +147,9 @@ def _holders_text(device: dict[str, Any], gpu_processes: dict[str, list[dict[str
 
 def _libtpu_not_served(report: MonitorReport) -> set[str]:
     """Device figures ("duty_cycle_percent", "hbm_used_bytes") that an answering libtpu service does not serve."""
-    answered = [s for s in ((report.libtpu or {}).get("services") or []) if not s.get("error")]
+    answered = [s for s in (report.libtpu.services if report.libtpu is not None else []) if not s.error]
     return {figure for figure in ("duty_cycle_percent", "hbm_used_bytes")
-            if any(FIELD_METRICS[figure] in (s.get("not_served_metrics") or []) for s in answered)}
+            if any(FIELD_METRICS[figure] in s.not_served_metrics for s in answered)}
 
 
 def _libtpu_status(report: MonitorReport, not_served: set[str]) -> Segment | None:
@@ -157,20 +157,19 @@ def _libtpu_status(report: MonitorReport, not_served: set[str]) -> Segment | Non
     group = report.libtpu
     if group is None:
         return None
-    services = group.get("services") or []
-    answered = [s["address"] for s in services if not s.get("error")]
+    services = group.services
+    answered = [s.address for s in services if not s.error]
     if answered:
         missing = [label for figure, label in (("duty_cycle_percent", "duty cycle"), ("hbm_used_bytes", "HBM use"))
                    if figure in not_served]
         text = f"libtpu {', '.join(answered)}" + (f"; {' and '.join(missing)} {NOT_SERVED} ({NOT_SERVED_CELL})"
                                                   if missing else "")
         return Segment(text, DIM)
-    errors = [s.get("error") or "" for s in services]
+    errors = [s.error or "" for s in services]
     if services and all("connection refused" in e for e in errors):
-        return Segment(f"libtpu: no metrics service ({', '.join(s['address'] for s in services)})", DIM)
+        return Segment(f"libtpu: no metrics service ({', '.join(s.address for s in services)})", DIM)
     informative = [e for e in errors if "connection refused" not in e]
-    return Segment(f"libtpu: {informative[0] if informative else group.get('error') or 'no metrics service'}",
-                   ERROR)
+    return Segment(f"libtpu: {informative[0] if informative else group.error or 'no metrics service'}", ERROR)
 
 
 def _first(device: dict[str, Any], *names: str) -> Any:
