@@ -248,17 +248,17 @@ def diag_cell(extra: dict[str, Any]) -> tuple[str, str]:
 
 def diag_status(report: MonitorReport) -> Segment | None:
     """The host's last tpu-diag run in a phrase, e.g. "diag -r 2 FAIL 3h ago (gemm f32 device 3)"."""
-    last = (report.diag or {}).get("last")
-    if not last or last.get("error") or not last.get("status"):
+    last = report.diag.last if report.diag is not None else None
+    if last is None or last.error or not last.status:
         return None
-    text = f"diag -r {last.get('level')} {str(last['status']).upper()} {age_text(last.get('age_s'))} ago"
-    failed = [c for c in last.get("checks") or [] if c.get("status") == "fail"]
+    text = f"diag -r {last.level} {last.status.upper()} {age_text(last.age_s)} ago"
+    failed = [c for c in last.checks if c.status == "fail"]
     if failed:
         first = failed[0]
-        where = f" link {first['link']}" if first.get("link") else (
-            f" device {first['device']}" if first.get("device") is not None else "")
-        text += f" ({first.get('test')}{where}" + (f", +{len(failed) - 1} more" if len(failed) > 1 else "") + ")"
-    return Segment(text, _DIAG_STYLE.get(str(last["status"]), DIM))
+        where = f" link {first.link}" if first.link else (f" device {first.device}" if first.device is not None
+                                                          else "")
+        text += f" ({first.test}{where}" + (f", +{len(failed) - 1} more" if len(failed) > 1 else "") + ")"
+    return Segment(text, _DIAG_STYLE.get(last.status, DIM))
 
 
 def device_lines(report: MonitorReport, width: int, max_rows: int | None, state: ViewState | None = None,

@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 
+from tpu_tools.metrics.records.diag import DiagGroup
 from tpu_tools.metrics.records.fleet import FleetGroup
 from tpu_tools.metrics.records.group import GroupRecord
 from tpu_tools.metrics.records.libtpu import LibtpuGroup
@@ -33,7 +34,7 @@ class MonitorReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     workload: Any = None
     nvml: Any = None
     amdsmi: Any = None
-    diag: Any = None
+    diag: DiagGroup | None = None
     fleet: FleetGroup | None = None  # a fleet reader's own group (metrics.fleet)
 
 

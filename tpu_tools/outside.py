@@ -1,0 +1,47 @@
+"""What comes from outside the program (files, other programs' answers) decoded into typed records.
+
+The records are msgspec Structs whose annotations carry the bounds (`msgspec.Meta(ge=0, max_length=...)`):
+decoding checks every field against them and names the first bad one by its path, so one bad record is one
+`OutsideError` sentence ("Expected `int` >= 0 - at `$.checks[3].device`"), never a crash. Nesting deeper than
+Python's recursion limit is the same error. Strings a reader cuts rather than refuses are cut with `cut`, in the
+record's `__post_init__` (which decoding runs).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+
+class OutsideError(ValueError):
+    """A record from outside is malformed; the message names the field and what was wrong."""
+
+
+def decode_json(data: bytes | str, record_type: type[T]) -> T:
+    """`data` (JSON text) as a `record_type`; raises OutsideError."""
+    try:
+        return msgspec.json.decode(data, type=record_type)
+    except msgspec.ValidationError as error:
+        raise OutsideError(str(error)) from None
+    except msgspec.DecodeError as error:
+        raise OutsideError(f"is not JSON ({error})") from None
+    except RecursionError:
+        raise OutsideError("is nested too deeply") from None
+
+
+def convert(value: Any, record_type: type[T]) -> T:
+    """A value already parsed (JSON types) as a `record_type`; raises OutsideError."""
+    try:
+        return msgspec.convert(value, record_type)
+    except msgspec.ValidationError as error:
+        raise OutsideError(str(error)) from None
+    except RecursionError:
+        raise OutsideError("is nested too deeply") from None
+
+
+def cut(text: str | None, limit: int) -> str | None:
+    """`text` cut to `limit` characters: a label or a message from outside, shown, never a payload."""
+    return text if text is None or len(text) <= limit else text[:limit]
