@@ -229,11 +229,8 @@ BUILTIN: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {
 
 def slice_labels(report: MonitorReport) -> dict[str, str]:
     """`slice` and `worker` of a TPU slice's host (so a fleet view groups a slice's workers); else none."""
-    data = report.tpu_slice
-    labels = data.get("labels") if isinstance(data, dict) else None
-    if not isinstance(labels, dict):
-        return {}
-    return {str(key): str(value) for key, value in labels.items() if key in ("slice", "worker")}
+    labels = report.tpu_slice.labels if report.tpu_slice is not None else {}
+    return {key: value for key, value in labels.items() if key in ("slice", "worker")}
 
 
 def with_labels(family: Metric, labels: dict[str, str]) -> Metric:

@@ -10,6 +10,7 @@ from tpu_tools.metrics.records.diag import DiagGroup
 from tpu_tools.metrics.records.fleet import FleetGroup
 from tpu_tools.metrics.records.group import GroupRecord
 from tpu_tools.metrics.records.libtpu import LibtpuGroup
+from tpu_tools.metrics.records.slice import TpuSlice
 
 __all__ = ["SCHEMA", "GroupRecord", "MonitorReport", "waiting_report"]
 
@@ -26,7 +27,7 @@ class MonitorReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     hostname: str
     sequence: int
     tpu_tools_version: str
-    tpu_slice: dict[str, Any] | None = None  # this host's place in a TPU slice (pjrt.tpuvm.SliceInfo.to_dict)
+    tpu_slice: TpuSlice | None = None  # this host's place in a TPU slice
     host: Any = None
     devices: Any = None
     processes: Any = None
