@@ -17,8 +17,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from tpu_tools.dump.collectors.diagnostics import INDEX as DIAGNOSTICS_INDEX
 from tpu_tools.dump.collectors.diagnostics import stall_cores
+from tpu_tools.dump.libtpusummary import LibtpuSummary, libtpu_summary
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
 from tpu_tools.metrics.tpuhealth import attention
@@ -45,7 +48,7 @@ class Summary:
     redaction: dict[str, Any]
     devices: dict[str, Any]
     versions: dict[str, Any]
-    libtpu: dict[str, Any] | None  # None: the bundle holds no libtpu figures
+    libtpu: LibtpuSummary | None  # None: the bundle holds no libtpu figures
     agents: dict[str, Any] | None  # None: the bundle holds no agent snapshots
     collectors: list[dict[str, Any]]
     warnings: list[Finding] = field(default_factory=list)
@@ -59,6 +62,7 @@ class Summary:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["libtpu"] = msgspec.to_builtins(self.libtpu)
         return {"schema": SHOW_SCHEMA, **data,
                 "failed_collectors": [c.get("name") for c in self.failed_collectors]}
 
@@ -93,28 +97,9 @@ def _versions(bundle: Bundle) -> dict[str, Any]:
             "python": python.get("version"), "agree": stack.get("agree")}
 
 
-def _libtpu(bundle: Bundle) -> dict[str, Any] | None:
+def _libtpu(bundle: Bundle) -> LibtpuSummary | None:
     document = bundle.read_json("accelerators/libtpu.json")
-    if not isinstance(document, dict):
-        return None
-    from tpu_tools.metrics.libtpu import DeviceFigures, UsageFigures
-
-    services = []
-    for snapshot in document.get("metrics") or []:
-        devices = [DeviceFigures(d.get("device_id"), **{k: d.get(k) for k in (
-            "hbm_used_bytes", "hbm_total_bytes", "duty_cycle_percent")}) for d in snapshot.get("devices") or []]
-        usage = UsageFigures.combine(devices).to_dict()  # HBM summed, duty cycle averaged, as tpu-ls per chip
-        if usage["duty_cycle_percent"] is not None:
-            usage["duty_cycle_percent"] = round(usage["duty_cycle_percent"], 2)
-        services.append({"address": snapshot.get("address"), "error": snapshot.get("error"),
-                         "device_count": len(devices), **usage,
-                         "not_served_metrics": snapshot.get("not_served_metrics") or []})
-    cores = [(status.get("address"), core) for status in document.get("runtime_status") or []
-             for core in status.get("cores") or []]
-    return {"services": services, "core_count": len(cores),
-            "cores_in_error": [{"address": address, **{k: core.get(k) for k in (
-                "global_core_id", "chip_id", "core_type", "error_message")}}
-                for address, core in cores if core.get("state") == "error" or core.get("error_message")]}
+    return libtpu_summary(document) if isinstance(document, dict) else None
 
 
 def _agents(bundle: Bundle) -> dict[str, Any] | None:
@@ -169,11 +154,10 @@ def _tolerant(read: Any, bundle: Any, notes: list[str], *args: Any) -> Any:
 
 
 def _job_warnings(summary: Summary, out: list[Finding]) -> None:
-    for core in (summary.libtpu or {}).get("cores_in_error") or []:
-        kind = str(core.get("core_type") or "core").replace("_", " ")
-        out.append(Finding("libtpu_core_error", f"core {core.get('global_core_id')} (chip {core.get('chip_id')}, "
-                                                f"{kind}) at {core.get('address')} is in error: "
-                                                f"{core.get('error_message')}"))
+    for core in summary.libtpu.cores_in_error if summary.libtpu is not None else []:
+        kind = (core.core_type or "core").replace("_", " ")
+        out.append(Finding("libtpu_core_error", f"core {core.global_core_id} (chip {core.chip_id}, {kind}) at "
+                                                f"{core.address} is in error: {core.error_message}"))
     for agent in (summary.agents or {}).get("agents") or []:
         who = f"process {agent['pid']}" + (f" ({agent['tag']})" if agent.get("tag") else "")
         if agent.get("error"):
