@@ -9,6 +9,7 @@ record's `__post_init__` (which decoding runs).
 
 from __future__ import annotations
 
+import math
 from typing import Any, TypeVar
 
 import msgspec
@@ -42,6 +43,27 @@ def convert(value: Any, record_type: type[T]) -> T:
         raise OutsideError("is nested too deeply") from None
 
 
-def cut(text: str | None, limit: int) -> str | None:
+MAX_STRING = 1 << 16  # characters: a command line or an error message, not a payload
+
+
+def cut(text: str | None, limit: int = MAX_STRING) -> str | None:
     """`text` cut to `limit` characters: a label or a message from outside, shown, never a payload."""
     return text if text is None or len(text) <= limit else text[:limit]
+
+
+def cut_all(texts: list[str] | None, limit: int = MAX_STRING) -> list[str] | None:
+    return None if texts is None else [text[:limit] for text in texts]
+
+
+def cut_fields(record: Any, limits: dict[str, int]) -> None:
+    """Cut the record's string fields named in `limits` (a `__post_init__` calls it)."""
+    for name, limit in limits.items():
+        setattr(record, name, cut(getattr(record, name), limit))
+
+
+def check_finite(record: Any, *names: str) -> None:
+    """A ValueError (which decoding reports with the record's path) for a field that is NaN or infinite."""
+    for name in names:
+        value = getattr(record, name)
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{name}: expected a finite number")

@@ -22,6 +22,7 @@ import msgspec
 from tpu_tools.dump.collectors.diagnostics import INDEX as DIAGNOSTICS_INDEX
 from tpu_tools.dump.collectors.diagnostics import stall_cores
 from tpu_tools.dump.libtpusummary import LibtpuSummary, libtpu_summary
+from tpu_tools.dump.manifest import FileEntry
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
 from tpu_tools.metrics.tpuhealth import attention
@@ -343,27 +344,26 @@ def _system_warnings(bundle: Bundle, out: list[Finding]) -> None:
 
 def summarize(bundle: Bundle) -> Summary:
     manifest = bundle.manifest
-    listed = {str(f.get("name")): f for f in manifest.get("files") or []}
+    listed = {f.name: f for f in manifest.files or []}
     files = []
     for member in bundle.members:
         if member.problem is None and member.type == "file":
-            entry = listed.get(member.relative, {})
-            files.append({"name": member.relative, "size_bytes": member.size_bytes,
-                          "collector": entry.get("collector"),
-                          "redactions": sum((entry.get("redactions") or {}).values()),
-                          "trimmed_from_bytes": entry.get("trimmed_from_bytes")})
+            entry = listed.get(member.relative, FileEntry(member.relative))
+            files.append({"name": member.relative, "size_bytes": member.size_bytes, "collector": entry.collector,
+                          "redactions": sum((entry.redactions or {}).values()),
+                          "trimmed_from_bytes": entry.trimmed_from_bytes})
     summary = Summary(
         bundle={"path": str(bundle.path), "size_bytes": bundle.size_bytes, "top": bundle.top,
                 "member_count": len(bundle.members)},
-        host=manifest.get("host"), time=manifest.get("time"), tool_version=manifest.get("tool_version"),
-        duration_s=manifest.get("duration_s"), redaction=manifest.get("redaction") or {},
+        host=manifest.host, time=manifest.time, tool_version=manifest.tool_version,
+        duration_s=manifest.duration_s, redaction=msgspec.to_builtins(manifest.redaction) or {},
         devices={}, versions={}, libtpu=None, agents=None,
-        collectors=[{k: c.get(k) for k in ("name", "status", "error", "duration_s")}
-                    for c in manifest.get("collectors") or []],
+        collectors=[{"name": c.name, "status": c.status, "error": c.error, "duration_s": c.duration_s}
+                    for c in manifest.collectors or []],
         files=files,
         unsafe_members=[{"name": m.name, "type": m.type, "problem": m.problem} for m in bundle.members
                         if m.problem is not None],
-        notes=[*(manifest.get("notes") or []), *bundle.notes],
+        notes=[*(manifest.notes or []), *bundle.notes],
     )
     summary.devices = _tolerant(_devices, bundle, summary.notes) or {}
     summary.versions = _tolerant(_versions, bundle, summary.notes) or {}

@@ -9,30 +9,80 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from tpu_tools import __version__
 from tpu_tools.dump.collector import STATUS_SKIPPED, CollectedFile
 from tpu_tools.dump.runner import CollectorResult
-from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, Str
+from tpu_tools.outside import MAX_STRING, check_finite, cut_all, cut_fields
 
 SCHEMA = "tpu-tools/dump/v1"
 MANIFEST_NAME = "manifest.json"
 
-# What a reader accepts: a bundle may come from anyone, so `tpu-dump show` checks its manifest field by field
-# (records.parse) before summarising it; a manifest that does not fit is one error naming the field.
-_COUNTS = Map(Int(min=0), max_items=1000)
-MANIFEST = Obj({
-    "schema": Str(64), "tool": Str(64), "tool_version": Str(64), "host": Str(1024), "time": Str(64),
-    "duration_s": Float(min=0.0), "command": List(Str(), max_items=10_000), "options": AnyJSON(),
-    "redaction": Obj({"enabled": Bool(), "redacted_total": Int(min=0), "by_kind": _COUNTS}),
-    "collectors": List(Obj({"name": Str(256), "status": Str(32), "error": Str(), "duration_s": Float(min=0.0),
-                            "files": List(Str(4096)), "notes": List(Str())}), max_items=1000),
-    "files": List(Obj({"name": Str(4096), "collector": Str(256), "size_bytes": Int(min=0), "sha256": Str(64),
-                       "redactions": _COUNTS, "source": Str(), "source_size_bytes": Int(min=0),
-                       "trimmed_from_bytes": Int(min=0)}, required=("name",))),
-    "notes": List(Str()),
-}, required=("schema",))
+# What a reader accepts: a bundle may come from anyone, so `tpu-dump show` decodes its manifest into these records
+# (bounded, strings cut) before summarising it; a manifest that does not fit is one error naming the field.
+# Every field may be null or absent (a bundle of an older version) but the schema and each file's name.
+_NOT_NEGATIVE = msgspec.Meta(ge=0)
+Count = Annotated[int, _NOT_NEGATIVE]
+Counts = Annotated[dict[str, Count], msgspec.Meta(max_length=1000)]  # redactions by kind
+
+
+class Redaction(msgspec.Struct):
+    enabled: bool | None = None
+    redacted_total: Count | None = None
+    by_kind: Counts | None = None
+
+
+class CollectorEntry(msgspec.Struct):
+    name: str | None = None
+    status: str | None = None
+    error: str | None = None
+    duration_s: Annotated[float, _NOT_NEGATIVE] | None = None
+    files: Annotated[list[str], msgspec.Meta(max_length=100_000)] | None = None
+    notes: Annotated[list[str], msgspec.Meta(max_length=100_000)] | None = None
+
+    def __post_init__(self) -> None:
+        check_finite(self, "duration_s")
+        cut_fields(self, {"name": 256, "status": 32, "error": MAX_STRING})
+        self.files, self.notes = cut_all(self.files, 4096), cut_all(self.notes)
+
+
+class FileEntry(msgspec.Struct):
+    name: str
+    collector: str | None = None
+    size_bytes: Count | None = None
+    sha256: str | None = None
+    redactions: Counts | None = None
+    source: str | None = None
+    source_size_bytes: Count | None = None
+    trimmed_from_bytes: Count | None = None
+
+    def __post_init__(self) -> None:
+        cut_fields(self, {"name": 4096, "collector": 256, "sha256": 64, "source": MAX_STRING})
+
+
+class Manifest(msgspec.Struct):
+    schema: str
+    tool: str | None = None
+    tool_version: str | None = None
+    host: str | None = None
+    time: str | None = None
+    duration_s: Annotated[float, _NOT_NEGATIVE] | None = None
+    command: Annotated[list[str], msgspec.Meta(max_length=10_000)] | None = None
+    options: Any = None  # the options as given, shown as they are
+    redaction: Redaction | None = None
+    collectors: Annotated[list[CollectorEntry], msgspec.Meta(max_length=1000)] | None = None
+    files: Annotated[list[FileEntry], msgspec.Meta(max_length=100_000)] | None = None
+    notes: Annotated[list[str], msgspec.Meta(max_length=100_000)] | None = None
+
+    def __post_init__(self) -> None:
+        check_finite(self, "duration_s")
+        cut_fields(self, {"schema": 64, "tool": 64, "tool_version": 64, "host": 1024, "time": 64})
+        self.command, self.notes = cut_all(self.command), cut_all(self.notes)
+
+
 STATUSES = ("ok", "failed", "timed_out", "skipped")
 
 
