@@ -44,6 +44,8 @@ def convert(value: Any, record_type: type[T]) -> T:
 
 
 MAX_STRING = 1 << 16  # characters: a command line or an error message, not a payload
+MAX_ITEMS = 100_000
+MAX_DEPTH = 64
 
 
 def cut(text: str | None, limit: int = MAX_STRING) -> str | None:
@@ -67,3 +69,25 @@ def check_finite(record: Any, *names: str) -> None:
         value = getattr(record, name)
         if value is not None and not math.isfinite(value):
             raise ValueError(f"{name}: expected a finite number")
+
+
+def plain_json(value: Any, where: str = "$", depth: int = 0) -> Any:
+    """A clean copy of parsed JSON kept as data (a record's free-form part): strings and keys cut, containers of at
+    most MAX_ITEMS, nested at most MAX_DEPTH deep; OutsideError naming the place otherwise. (Non-finite numbers
+    are left to the record's types: jsonout writes them as null.)"""
+    if isinstance(value, str):
+        return value[:MAX_STRING]
+    if not isinstance(value, (dict, list)):
+        return value
+    if depth >= MAX_DEPTH:
+        raise OutsideError(f"nested deeper than {MAX_DEPTH} levels - at `{where}`")
+    if len(value) > MAX_ITEMS:
+        raise OutsideError(f"has {len(value)} entries, more than {MAX_ITEMS} - at `{where}`")
+    if isinstance(value, list):
+        return [plain_json(item, f"{where}[{index}]", depth + 1) for index, item in enumerate(value)]
+    return {str(key)[:MAX_STRING]: plain_json(item, f"{where}.{_key(key)}", depth + 1) for key, item in value.items()}
+
+
+def _key(key: object) -> str:
+    text = str(key)[:40]  # a key is outside data too: an error sentence stays one printable line
+    return text if text.isprintable() else repr(text)
