@@ -33,12 +33,13 @@ def decode_json(data: bytes | str, record_type: type[T]) -> T:
         raise OutsideError("is nested too deeply") from None
 
 
-def convert(value: Any, record_type: type[T]) -> T:
-    """A value already parsed (JSON types) as a `record_type`; raises OutsideError."""
+def convert(value: Any, record_type: type[T], root: str = "$") -> T:
+    """A value already parsed (JSON types) as a `record_type`; raises OutsideError, whose path starts at `root`
+    ("$.devices[3].id", or "summary.devices[3].id" with root "summary")."""
     try:
         return msgspec.convert(value, record_type)
     except msgspec.ValidationError as error:
-        raise OutsideError(str(error)) from None
+        raise OutsideError(str(error).replace("`$", f"`{root}")) from None
     except RecursionError:
         raise OutsideError("is nested too deeply") from None
 

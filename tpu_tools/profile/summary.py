@@ -17,14 +17,17 @@ import socket
 from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
 
 from tpu_tools import jsonout
 from tpu_tools.errors import RuntimeFailure, first_line
 from tpu_tools.infile import InputFileError, read_input_file
 from tpu_tools.instrument.compiles import CompileLog
+from tpu_tools.outside import OutsideError, convert, plain_json
 from tpu_tools.profile.compiles import compile_rows, recompilations, user_functions
 from tpu_tools.profile.trace import Dispatch, TraceData
-from tpu_tools.records import AnyJSON, Float, Int, List, Map, Obj, RecordError, Str, parse
 
 SCHEMA = "tpu-tools/profile/v1"
 SUMMARY_FILE = "summary.json"
@@ -301,54 +304,134 @@ def write_summary(document: dict, folder: Path) -> Path:
 
 MAX_SUMMARY_BYTES = 256 << 20
 
-# Top-level sections may be missing or null (the report uses .get); inside them every field is present, and
-# only the nullable ones may be null: the report indexes them directly.
-_STR, _INT, _NUM = Str(nullable=False), Int(nullable=False), Float(nullable=False)
-_OPT_STR, _OPT_INT, _OPT_NUM = Str(), Int(), Float()
+# What the report reads of a summary.json. Top-level sections may be missing or null (the report uses .get);
+# inside them every field without a default must be present, and only those typed `| None` may be null: the
+# report indexes them directly. Unknown fields are left alone.
+class _Program(msgspec.Struct):
+    argv: Annotated[list[str], msgspec.Meta(min_length=1)]
+    module: str | None
+    status: str
+    exit_code: int | None
+    error: str | None
+    wall_time_s: float | None
 
 
-def _section(fields: dict, optional: tuple[str, ...] = (), nullable: bool = True) -> Obj:
-    """An object whose fields must all be present (`optional` ones excepted); unknown ones are kept."""
-    return Obj(fields, present=tuple(name for name in fields if name not in optional), others=AnyJSON(),
-               nullable=nullable)
+class _Window(msgspec.Struct):
+    mode: str | None
+    delay_s: float
+    duration_s: float | None
+    opened_at_s: float | None
+    closed_at_s: float | None
+    first_step: int | None
+    last_step: int | None
+    closed_by: str | None
+    note: str | None
 
 
-def _rows(fields: dict, optional: tuple[str, ...] = (), nullable: bool = False) -> List:
-    """A list of such objects, none of them null."""
-    return List(_section(fields, optional, nullable=False), nullable=nullable)
+class _Trace(msgspec.Struct):
+    dir: str
+    run_dir: str | None
+    perfetto_file: str | None
+    duration_us: float
+    hosts: list[str]
 
 
-SUMMARY_SPEC = Obj({
-    "program": _section({"argv": List(_STR, min_items=1, nullable=False), "module": _OPT_STR, "status": _STR,
-                         "exit_code": _OPT_INT, "error": _OPT_STR, "wall_time_s": _OPT_NUM}),
-    "window": _section({"mode": _OPT_STR, "delay_s": _NUM, "duration_s": _OPT_NUM, "opened_at_s": _OPT_NUM,
-                        "closed_at_s": _OPT_NUM, "first_step": _OPT_INT, "last_step": _OPT_INT,
-                        "closed_by": _OPT_STR, "note": _OPT_STR}),
-    "trace": _section({"dir": _STR, "run_dir": _OPT_STR, "perfetto_file": _OPT_STR, "duration_us": _NUM,
-                       "hosts": List(_STR, nullable=False)}),
-    "devices": _rows({"device": _STR, "op_count": _INT, "busy_us": _NUM, "idle_us": _OPT_NUM,
-                      "busy_percent": _OPT_NUM}, nullable=True),
-    "device_time_us": Float(),
-    "top_ops": _rows({"name": _STR, "module": _OPT_STR, "count": _INT, "total_us": _NUM, "mean_us": _NUM,
-                      "percent_of_device_time": _OPT_NUM}, nullable=True),
-    "modules": _rows({"name": _STR, "op_count": _INT, "total_us": _NUM, "percent_of_device_time": _OPT_NUM},
-                     nullable=True),
-    "host_dispatch": _section({"dispatches": _INT, "dispatch_time_us": _OPT_NUM, "mean_dispatch_us": _OPT_NUM,
-                               "compiling_dispatches": _INT, "compiling_dispatch_time_us": _OPT_NUM}),
-    "compile_source": Str(),
-    "compiles": _rows({"function": _STR, "defined_at": _OPT_STR, **{k: _OPT_INT for k in (
-        "compiles", "traces", "persistent_cache_hits", "calls", "cache_hits")}, **{k: _OPT_NUM for k in (
-        "compile_time_s", "trace_time_s", "lowering_time_s", "xla_compile_time_s")}}, nullable=True),
-    "recompilations": _rows({"function": _STR, "defined_at": _OPT_STR, "recompiles": _INT,
-                             "reasons": _rows({"reason": _STR, "count": _INT,
-                                               "call_sites": List(_STR, nullable=False)})}, nullable=True),
-    "eager": _section({"dispatches": _INT, "host_time_us": _NUM,
-                       "ops": _rows({"name": _STR, "count": _INT, "host_time_us": _NUM}),
-                       "call_sites": _rows({"call_site": _OPT_STR, "function": _OPT_STR, "file": _OPT_STR,
-                                            "line": _OPT_INT, "dispatches": _INT, "host_time_us": _NUM,
-                                            "ops": Map(AnyJSON())}, optional=("ops",))}),
-    "notes": List(_STR),
-}, others=AnyJSON())
+class _Device(msgspec.Struct):
+    device: str
+    op_count: int
+    busy_us: float
+    idle_us: float | None
+    busy_percent: float | None
+
+
+class _Op(msgspec.Struct):
+    name: str
+    module: str | None
+    count: int
+    total_us: float
+    mean_us: float
+    percent_of_device_time: float | None
+
+
+class _Module(msgspec.Struct):
+    name: str
+    op_count: int
+    total_us: float
+    percent_of_device_time: float | None
+
+
+class _HostDispatch(msgspec.Struct):
+    dispatches: int
+    dispatch_time_us: float | None
+    mean_dispatch_us: float | None
+    compiling_dispatches: int
+    compiling_dispatch_time_us: float | None
+
+
+class _Compile(msgspec.Struct):
+    function: str
+    defined_at: str | None
+    compiles: int | None
+    traces: int | None
+    persistent_cache_hits: int | None
+    calls: int | None
+    cache_hits: int | None
+    compile_time_s: float | None
+    trace_time_s: float | None
+    lowering_time_s: float | None
+    xla_compile_time_s: float | None
+
+
+class _Reason(msgspec.Struct):
+    reason: str
+    count: int
+    call_sites: list[str]
+
+
+class _Recompilation(msgspec.Struct):
+    function: str
+    defined_at: str | None
+    recompiles: int
+    reasons: list[_Reason]
+
+
+class _EagerOp(msgspec.Struct):
+    name: str
+    count: int
+    host_time_us: float
+
+
+class _CallSite(msgspec.Struct):
+    call_site: str | None
+    function: str | None
+    file: str | None
+    line: int | None
+    dispatches: int
+    host_time_us: float
+    ops: dict[str, Any] | None = None
+
+
+class _Eager(msgspec.Struct):
+    dispatches: int
+    host_time_us: float
+    ops: list[_EagerOp]
+    call_sites: list[_CallSite]
+
+
+class _Summary(msgspec.Struct):
+    program: _Program | None = None
+    window: _Window | None = None
+    trace: _Trace | None = None
+    devices: list[_Device] | None = None
+    device_time_us: float | None = None
+    top_ops: list[_Op] | None = None
+    modules: list[_Module] | None = None
+    host_dispatch: _HostDispatch | None = None
+    compile_source: str | None = None
+    compiles: list[_Compile] | None = None
+    recompilations: list[_Recompilation] | None = None
+    eager: _Eager | None = None
+    notes: list[str] | None = None
 
 
 def load_summary(path: Path) -> dict | None:
@@ -374,8 +457,8 @@ def load_summary(path: Path) -> dict | None:
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         raise RuntimeFailure(f"{file} is not a tpu-profile summary (schema {SCHEMA}){remove}")
     try:
-        parse(SUMMARY_SPEC, document, "summary")
-    except RecordError as error:
+        convert(plain_json(document), _Summary, root="summary")
+    except OutsideError as error:
         raise RuntimeFailure(f"{file} is a damaged tpu-profile summary ({error}){remove}") from None
     # The document as written (its absent sections stay absent for the report's .get); every field it reads
     # has just been checked.
