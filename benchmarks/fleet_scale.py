@@ -43,6 +43,7 @@ from fleet_view import host_report  # noqa: E402
 from prometheus_client.core import Metric  # noqa: E402
 from promstack import PROMETHEUS, PrometheusServer, http_get  # noqa: E402
 
+from tpu_tools import jsonout  # noqa: E402
 from tpu_tools.exporter.prometheus import BUILTIN, ReportCollector, with_labels  # noqa: E402
 from tpu_tools.exporter.webserver import serve_metrics  # noqa: E402
 from tpu_tools.metrics.fleet.records import build_groups  # noqa: E402
@@ -129,10 +130,10 @@ def measure(hosts: int, chips: int, interval: float, settle: float, refreshes: i
             top_times.append(time.perf_counter() - started)
             build_times.append(built - started)
             started = time.perf_counter()
-            line = json.dumps(source.build(), separators=(",", ":"))
+            line = jsonout.dumps(source.build(), compact=True)
             report_times.append(time.perf_counter() - started)
-        assert report["fleet"]["error"] is None, report["fleet"]["error"]
-        assert len(report["fleet"]["hosts"]) == hosts, len(report["fleet"]["hosts"])
+        assert report.fleet is not None and report.fleet.error is None, report.fleet
+        assert len(report.fleet.hosts) == hosts, len(report.fleet.hosts)
         started = time.perf_counter()  # what reading every series would cost (the path up to 64 hosts)
         build_groups(source.api.query(SERIES_QUERY), source.api.query("up"))
         every_series = time.perf_counter() - started
@@ -145,7 +146,7 @@ def measure(hosts: int, chips: int, interval: float, settle: float, refreshes: i
                 "top_max": max(top_times), "build_median": statistics.median(build_times),
                 "report_median": statistics.median(report_times), "report_max": max(report_times),
                 "report_bytes": len(line), "every_series": every_series, "peak_bytes": peak, "panels": panels,
-                "outliers": [o["host"] for o in report["fleet"]["outliers"]]}
+                "outliers": [o.host for o in report.fleet.outliers]}
     finally:
         prometheus.stop()
         server.shutdown()

@@ -29,13 +29,14 @@ from promstack import PROMETHEUS, PrometheusServer, free_port  # noqa: E402
 
 from tpu_tools.exporter.prometheus import BUILTIN, ReportCollector  # noqa: E402
 from tpu_tools.metrics.fleet.source import FleetSource  # noqa: E402
+from tpu_tools.metrics.records.report import SCHEMA, MonitorReport  # noqa: E402
 from tpu_tools.top.frame import render  # noqa: E402
 from tpu_tools.top.model import ViewState  # noqa: E402
 
 GIB = 1 << 30
 
 
-def host_report(index: int, chips: int) -> dict:
+def host_report(index: int, chips: int) -> MonitorReport:
     duty = 40.0 if index == 17 else 85.0 + (index % 5)  # host 17 is the slow worker
     devices = [{"key": f"tpu:{c}", "platform": "tpu", "name": "TPU v5e", "memory_used_bytes": 11 * GIB + c,
                 "memory_total_bytes": 16 * GIB, "live_array_bytes": 10 * GIB, "utilization_percent": duty,
@@ -47,9 +48,11 @@ def host_report(index: int, chips: int) -> dict:
              "steps": {"count": 5000, "steps_per_second": 2.0 * duty / 85, "p50_step_time_s": 0.5 * 85 / duty,
                        "last_step_time_s": 0.5, "p99_step_time_s": 0.7},
              "devices": [{"id": c, "platform": "tpu", "memory_used_bytes": 11 * GIB} for c in range(chips)]}
-    return {"host": {"error": None, "cpu_percent": 30.0, "memory_total_bytes": 400 * GIB,
-                     "memory_used_bytes": 100 * GIB, "load_average_1m": 8.0},
-            "devices": {"error": None, "devices": devices}, "processes": {"error": None, "agents": [agent]}}
+    return MonitorReport(schema=SCHEMA, time="", time_unix_s=0.0, hostname=f"host-{index}", sequence=0,
+                         tpu_tools_version="",
+                         host={"error": None, "cpu_percent": 30.0, "memory_total_bytes": 400 * GIB,
+                               "memory_used_bytes": 100 * GIB, "load_average_1m": 8.0},
+                         devices={"error": None, "devices": devices}, processes={"error": None, "agents": [agent]})
 
 
 def main() -> int:
@@ -81,10 +84,10 @@ def main() -> int:
             report = source.build()
             render(report, state, 200, 60)
             times.append(time.perf_counter() - started)
-        assert report["fleet"]["error"] is None and len(report["fleet"]["hosts"]) == args.hosts
-        outliers = [o["host"] for o in report["fleet"]["outliers"]]
+        assert report.fleet is not None and report.fleet.error is None and len(report.fleet.hosts) == args.hosts
+        outliers = [o.host for o in report.fleet.outliers]
         print(f"# benchmarks/fleet_view.py --hosts {args.hosts} --chips {args.chips} --refreshes {args.refreshes}"
-              f"  (Prometheus {prometheus.url}, {len(report['devices']['devices'])} chips, outliers {outliers})")
+              f"  (Prometheus {prometheus.url}, {len(report.devices['devices'])} chips, outliers {outliers})")
         print(f"fleet view refresh (queries + records + frame): median {statistics.median(times) * 1e3:.0f} ms, "
               f"max {max(times) * 1e3:.0f} ms (target < 1000 ms)")
     finally:

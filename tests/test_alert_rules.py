@@ -51,10 +51,12 @@ def exported_names() -> set[str]:
                 *process_metrics({"agents": [agent]}), *gpu_metrics({"gpus": [GPU_RECORD]})]
     from tpu_tools.metrics.groups.base import CollectOptions
     from tpu_tools.metrics.groups.diag import DiagGroup
+    from tpu_tools.metrics.records.diag import DiagCheck, DiagResult
+    from tpu_tools.metrics.records.diag import DiagGroup as DiagGroupRecord
 
-    last = {"error": None, "status": "fail", "age_s": 1.0, "time_unix_s": 1.0, "level": 1,
-            "checks": [{"test": "compile", "device": 0, "link": None, "status": "fail"}]}
-    families += list(DiagGroup(CollectOptions()).prometheus({"last": last}))
+    last = DiagResult(path="diag-last.json", status="fail", age_s=1.0, time_unix_s=1.0, level=1,
+                      checks=[DiagCheck(test="compile", device=0, status="fail")])
+    families += list(DiagGroup(CollectOptions()).prometheus(DiagGroupRecord(last=last)))
     names = set()
     for family in families:
         names.add(family.name + ("_total" if family.type == "counter" else ""))

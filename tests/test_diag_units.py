@@ -178,6 +178,32 @@ def test_a_damaged_last_result_is_an_error_not_a_crash(rundir, content):
     assert "diag-last.json" in last.error
 
 
+def test_a_hostile_last_result_is_cut_or_refused_with_the_field_named(rundir):
+    from tpu_tools.metrics.diagstate import read_last
+
+    rundir.mkdir(mode=0o700)
+    path = rundir / "diag-last.json"
+    head = '{"schema": "tpu-tools/diag/v1", "time": "2026-11-22T19:49:51+00:00", "status": "fail", '
+    check = {"test": "t" * 500, "status": "fail", "device": 1, "why": "w" * 5000, "figures": {"digest": "d" * 99}}
+    path.write_text(head + '"checks": [' + json.dumps(check) + "]}")
+    last = read_last()
+    assert last is not None
+    assert last.error is None
+    (found,) = last.checks
+    assert (len(found.test), len(found.why), found.digest) == (80, 300, "d" * 16)  # shown, so cut, not refused
+    path.write_text(head + '"checks": [{"test": "gemm", "status": "fail", "device": -1}]}')
+    last = read_last()
+    assert last is not None
+    assert last.error
+    assert "$.checks[0].device" in last.error
+    assert ">= 0" in last.error
+    path.write_text(head + '"extra": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    last = read_last()
+    assert last is not None
+    assert last.error
+    assert "nested too deeply" in last.error
+
+
 def test_monitor_exports_the_verdict_per_test_and_device_and_top_shows_it(rundir):
     from prometheus_client import CollectorRegistry, generate_latest
 
@@ -192,8 +218,9 @@ def test_monitor_exports_the_verdict_per_test_and_device_and_top_shows_it(rundir
     group = DiagGroup(CollectOptions())
     context = CollectContext(CollectOptions(), {"diag": group})
     data = group.collect(context)
-    assert data["last"]["status"] == "fail"
-    assert data["last"]["failed_checks"] == 1
+    assert data.last is not None
+    assert data.last.status == "fail"
+    assert data.last.failed_checks == 1
     figures = {f.device_id: f.extra["diag_status"] for f in group.device_figures(context)}
     assert figures == {0: "pass", 1: "fail"}
 

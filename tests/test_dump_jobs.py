@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
 import sysroot
 from agentjobs import agent_env, rundir, start_job  # noqa: F401 (rundir is a fixture)
 from conftest import DEFAULT_METRICS_ADDR, assert_one_line_error, run_tool
@@ -133,3 +134,21 @@ def test_bad_metrics_address_is_a_usage_error(tmp_path):
     result = run_tool("tpu-dump", "--metrics-addr", "nonsense", "-o", str(tmp_path / "b.tar.gz"))
     assert_one_line_error(result, 2, "metrics address 'nonsense' is not HOST:PORT")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bundles_libtpu_file_is_summarised_or_refused_with_the_field_named():
+    from tpu_tools.dump.libtpusummary import libtpu_summary
+    from tpu_tools.outside import OutsideError
+
+    device = {"device_id": 0, "hbm_used_bytes": 1 << 30, "hbm_total_bytes": 16 << 30, "duty_cycle_percent": 43.777}
+    document = {"metrics": [{"address": "a:1", "devices": [device, {**device, "device_id": 1}]}],
+                "runtime_status": [{"address": "a:1", "cores": [{"global_core_id": 3, "state": "error",
+                                                                   "error_message": "halted"}, {"state": "ok"}]}]}
+    summary = libtpu_summary(document)
+    (service,) = summary.services
+    assert (service.device_count, service.hbm_used_bytes, service.duty_cycle_percent) == (2, 2 << 30, 43.78)
+    assert summary.core_count == 2
+    assert [c.global_core_id for c in summary.cores_in_error] == [3]
+    document["metrics"][0]["devices"][1]["device_id"] = "1"
+    with pytest.raises(OutsideError, match=r"got `str` - at `\$\.metrics\[0\]\.devices\[1\]\.device_id`"):
+        libtpu_summary(document)

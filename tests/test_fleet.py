@@ -225,8 +225,8 @@ def test_step_time_outlier_and_too_few_hosts():
     series = [_series(h, "process_step_time_seconds", t, pid="7", tag="t", stat="p50")
               for h, t in (("a", 0.1), ("b", 0.1), ("c", 0.3))]
     groups = build_groups(series, [])
-    assert [o["host"] for o in groups["fleet"]["outliers"]] == ["c"]
-    assert groups["fleet"]["median_step_time_s"] == pytest.approx(0.1)
+    assert [o.host for o in groups["fleet"].outliers] == ["c"]
+    assert groups["fleet"].median_step_time_s == pytest.approx(0.1)
 
 
 def test_a_digest_held_by_fewer_than_half_the_hosts_of_its_key_names_the_host():
@@ -236,14 +236,14 @@ def test_a_digest_held_by_fewer_than_half_the_hosts_of_its_key_names_the_host():
     series = [digest("a", "aa"), digest("b", "aa"), digest("c", "cc"), digest("d", "dd", key="k2"),
               digest("a", "x", test="gemm bf16"), digest("b", "y", test="gemm bf16")]  # two: no majority
     fleet = build_groups(series, [])["fleet"]
-    assert [(o["host"], o["test"], o["key"], o["agreeing"], o["hosts"]) for o in fleet["digest_outliers"]] == [
+    assert [(o.host, o.test, o.key, o.agreeing, o.hosts) for o in fleet.digest_outliers] == [
         ("c", "gemm f32", "k1", 1, 3)]
-    assert {h["host"]: h["outlier"] for h in fleet["hosts"]}["c"] == "gemm f32 digest cc differs from 2 of 3 hosts"
+    assert {h.host: h.outlier for h in fleet.hosts}["c"] == "gemm f32 digest cc differs from 2 of 3 hosts"
 
 
 def test_unknown_series_make_no_host_and_a_bad_url_is_a_usage_error():
     groups = build_groups([_series("x", "future_thing", 1.0)], [])
-    assert groups["fleet"]["hosts"] == []
+    assert groups["fleet"].hosts == []
     for bad in ("prometheus:9090", "ftp://host/", "http://", "http://host:99999"):
         with pytest.raises(UsageError, match=r"^--from-prometheus '.*': (expected an http:// or https:// URL|Port out "
                                              r"of range)"):

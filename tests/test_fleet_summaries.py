@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from tpu_tools.metrics.fleet.client import Sample
 from tpu_tools.metrics.fleet.records import SUMMARY_RECORDS, build_groups, host_key
 from tpu_tools.metrics.fleet.source import DETAIL_HOSTS, detail_hosts, detail_query
@@ -27,14 +29,14 @@ def test_hosts_come_from_summaries_and_outliers_are_per_cluster():
                    "job": "tpu-tools", "device": "tpu:0", "platform": "tpu", "name": "v5e"}, 0.6)
     groups = build_groups([chip], up, summaries)
     fleet = groups["fleet"]
-    assert len(fleet["hosts"]) == 200
-    assert fleet["hosts_down"] == ["a/n3", "b/n3"]
-    by_host = {h["host"]: h for h in fleet["hosts"]}
-    assert by_host["b/n5"] == {"host": "b/n5", "up": True, "cluster": "b", "chips": 8, "utilization_percent": 40.0,
-                               "memory_used_bytes": 80_000_000_000, "memory_total_bytes": 128_000_000_000,
-                               "jobs": 1, "steps_per_second": 2.0, "step_time_s": 0.5, "recompiles": 0,
-                               "goodput_percent": None, "outlier": None}
-    assert sorted(o["host"] for o in fleet["outliers"]) == ["a/n7", "b/n7"]
+    assert len(fleet.hosts) == 200
+    assert fleet.hosts_down == ["a/n3", "b/n3"]
+    by_host = {h.host: h for h in fleet.hosts}
+    assert msgspec.to_builtins(by_host["b/n5"]) == {
+        "host": "b/n5", "up": True, "cluster": "b", "chips": 8, "utilization_percent": 40.0,
+        "memory_used_bytes": 80_000_000_000, "memory_total_bytes": 128_000_000_000, "jobs": 1,
+        "steps_per_second": 2.0, "step_time_s": 0.5, "recompiles": 0, "goodput_percent": None, "outlier": None}
+    assert sorted(o.host for o in fleet.outliers) == ["a/n7", "b/n7"]
     assert [d["key"] for d in groups["devices"]["devices"]] == ["a/n7/tpu:0"]
     chosen = detail_hosts(fleet)
     assert len(chosen) == DETAIL_HOSTS

@@ -171,7 +171,7 @@ def test_the_fleet_view_compares_a_global_metric_between_hosts_and_shows_goodput
     assert finding["name"] == "loss"
     assert finding["reason"] == "differs between 3 workers at step 100 (2.5 to 2.9)"
     assert {w["host"]: w["kind"] for w in finding["workers"]}["w2"] == "local"
-    assert groups["fleet"]["global_metric_findings"] == 1
-    assert [h["goodput_percent"] for h in groups["fleet"]["hosts"]] == [80.0, 80.0, 80.0]
+    assert groups["fleet"].global_metric_findings == 1
+    assert [h.goodput_percent for h in groups["fleet"].hosts] == [80.0, 80.0, 80.0]
     agent = groups["processes"]["agents"][0]
     assert agent["goodput"]["since_start"]["causes_s"] == {"productive": 40.0}

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     # (the only layer where that is allowed: they are single modules, not packages).
     # Checking and writing what comes from or goes outside (records, terminal text, JSON, files, signals).
     ("tpu_tools", "errors", "units", "parsing", "accelerators", "versions", "shorten",
-     "records", "jsonout", "sanitize", "atomic", "signals", "infile", "background", "environment"),
+     "records", "outside", "jsonout", "sanitize", "atomic", "signals", "infile", "background", "environment"),
     ("pjrt",),  # the PJRT client layer: platform policy, isolation, devices, discovery, probes
     ("metrics",),  # sampling and exposition; reads PJRT device records
     # Libraries below the features: in-process instrumentation shared by the agent and the profiler,

@@ -366,9 +366,9 @@ def test_report_group_gauge_and_histogram_samples():
     with FakeMetricsService(v5e_host()) as service, LibtpuClient(["127.0.0.1:1", service.address]) as client:
         snapshots = client.snapshot()
     group = report_group(snapshots)
-    assert group["error"] is None
-    assert [s["address"] for s in group["services"]] == ["127.0.0.1:1", service.address]
-    assert "connection refused" in report_group(snapshots[:1])["error"]
+    assert group.error is None
+    assert [s.address for s in group.services] == ["127.0.0.1:1", service.address]
+    assert "connection refused" in (report_group(snapshots[:1]).error or "")
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in gauge_samples(snapshots)}
     here = ("address", service.address)
     assert samples[("tpu_tools_libtpu_up", (("address", "127.0.0.1:1"),))] == 0.0

@@ -113,11 +113,12 @@ CASE = {"id": "x/a", "benchmark": "x", "name": "a", "status": "ok", "params": {}
 RESULT = {"schema": "tpu-tools/bench/v1", "device": {"platform": "cpu", "kind": "cpu"}, "results": [CASE]}
 DAMAGED = [
     ('"count": 5', '"count": ' + "9" * 5000, "a number too long to read"),
-    ('"median": 2.0', '"median": 1' + "0" * 400, "beyond any number"),
-    ('"count": 5', '"count": 1' + "0" * 30, "is out of range"),
+    ('"median": 2.0', '"median": 1' + "0" * 400, "Number out of range - at `$.results[0].stats[...].median`"),
+    ('"count": 5', '"count": 1' + "0" * 30, "Expected `int` <= 9223372036854775807"),
     ('"median": 2.0', '"median": -2.0', "median: -2 is not above 0"),
     ('"p25": 1.0', '"p25": 0', "p25: 0 is not above 0"),
-    ('"higher_is_better": false', '"higher_is_better": "no"', "higher_is_better: expected true or false"),
+    ('"higher_is_better": false', '"higher_is_better": "no"', "Expected `bool`, got `str` - at "
+                                                              "`$.results[0].stats[...].higher_is_better`"),
 ]
 
 

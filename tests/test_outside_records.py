@@ -72,8 +72,8 @@ def test_an_infinite_figure_is_a_failed_comparison_in_process():
 
 
 @pytest.mark.parametrize(("mutate", "fragment"), [
-    (lambda d: d.update(environment=5), "environment: expected an object"),
-    (lambda d: d["results"][0]["stats"]["latency_us"].update(median="fast"), "median: expected a number"),
+    (lambda d: d.update(environment=5), "Expected `object | null`, got `int` - at `$.environment`"),
+    (lambda d: d["results"][0]["stats"]["latency_us"].update(median="fast"), "got `str` - at `$.results[0].stats"),
     (lambda d: d["results"][0]["stats"]["latency_us"].update(count=True), "count"),
     (lambda d: d["results"][0].update(status="great"), "status"),
     (lambda d: d.update(results={"a": 1}), "results"),

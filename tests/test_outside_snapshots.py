@@ -213,10 +213,11 @@ def _bundle(path: Path, manifest: object, extra: dict[str, bytes] | None = None)
 
 
 @pytest.mark.parametrize(("manifest", "fragment"), [
-    ({"schema": "tpu-tools/dump/v1", "files": "x"}, "manifest.json is malformed (files: expected a list, got 'x')"),
-    ({"schema": "tpu-tools/dump/v1", "collectors": [{"name": 5}]}, "collectors[0].name: expected a string"),
+    ({"schema": "tpu-tools/dump/v1", "files": "x"},
+     "manifest.json is malformed (Expected `array | null`, got `str` - at `$.files`)"),
+    ({"schema": "tpu-tools/dump/v1", "collectors": [{"name": 5}]}, "got `int` - at `$.collectors[0].name`"),
     ({"schema": "tpu-tools/dump/v1", "duration_s": math.inf}, "duration_s: expected a finite number"),
-    ({"schema": "tpu-tools/dump/v1", "files": [{"size_bytes": 1}]}, "files[0]: name is missing"),
+    ({"schema": "tpu-tools/dump/v1", "files": [{"size_bytes": 1}]}, "missing required field `name` - at `$.files[0]`"),
     (b'{"schema": "tpu-tools/dump/v1", "notes": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "manifest.json is"),
 ], ids=["files-not-a-list", "name-not-a-string", "infinite-duration", "file-without-name", "nested-100000-deep"])
 # (named: the last one's own id would be its 200 KB, which pytest puts in PYTEST_CURRENT_TEST, and the programs the
@@ -256,15 +257,18 @@ _manifest_values = st.fixed_dictionaries({"schema": st.just("tpu-tools/dump/v1")
 @settings(max_examples=200, deadline=None)
 @given(_manifest_values)
 def test_any_manifest_is_a_clean_record_or_one_error(manifest):
-    from tpu_tools.dump.manifest import MANIFEST
+    import msgspec
+
+    from tpu_tools.dump.manifest import Manifest
+    from tpu_tools.outside import OutsideError, convert
 
     try:
-        clean = parse(MANIFEST, manifest)
-    except RecordError as error:
+        clean = convert(manifest, Manifest)
+    except OutsideError as error:
         assert "\n" not in str(error)
         return
-    json.dumps(clean, allow_nan=False)
-    assert clean["files"] is None or all(isinstance(f["name"], str) for f in clean["files"])
+    json.dumps(msgspec.to_builtins(clean), allow_nan=False)
+    assert clean.files is None or all(isinstance(f.name, str) for f in clean.files)
 
 
 @given(st.dictionaries(st.text(max_size=6), _scalars, min_size=1, max_size=3))
@@ -358,11 +362,12 @@ def test_socket_names_of_impossible_processes_are_ignored(rundir):
 
 def test_a_null_where_a_list_holds_objects_is_one_error():
     """Found by the manifest property test: readers index every item of a list of objects."""
-    from tpu_tools.dump.manifest import MANIFEST
+    from tpu_tools.dump.manifest import Manifest
     from tpu_tools.metrics.agent_snapshot import parse_snapshot
+    from tpu_tools.outside import OutsideError, convert
 
-    with pytest.raises(RecordError, match=r"files\[0\]: is null"):
-        parse(MANIFEST, {"schema": "tpu-tools/dump/v1", "files": [None]})
+    with pytest.raises(OutsideError, match=r"got `null` - at `\$\.files\[0\]`"):
+        convert({"schema": "tpu-tools/dump/v1", "files": [None]}, Manifest)
     with pytest.raises(RecordError, match=r"devices\[0\]: is null"):
         parse_snapshot({"schema": "tpu-tools/agent/v1", "pid": 7, "devices": [None]})
     assert parse(List(Float()), [1.0, None]) == [1.0, None]  # a missing figure in a list of numbers stays null

@@ -18,15 +18,17 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from tpu_tools.bench.environment import differences
 from tpu_tools.bench.records import INTERRUPTED, NOT_RUN, OK, SCHEMA, STATUSES, RunResult
 from tpu_tools.bench.stats import Summary
 from tpu_tools.errors import UsageError
 from tpu_tools.infile import InputFileError, read_input_file
+from tpu_tools.outside import OutsideError, convert, plain_json
 from tpu_tools.parsing import parse_number
-from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, RecordError, Spec, Str, parse
 from tpu_tools.shorten import quoted, shorten
 
 MIN_GATED_SAMPLES = 3
@@ -148,24 +150,57 @@ def load_result(path: str | Path, role: str = "baseline") -> dict[str, Any]:
     return document
 
 
-def _figure_spec() -> Obj:
-    # every statistic present; a null one is how tpu_tools.jsonout writes a non-finite figure (judged as such)
-    fields: dict[str, Spec] = {name: Float(finite=False) for name in Summary.__dataclass_fields__}
-    fields.update(count=Int(min=0, nullable=False), higher_is_better=Bool(nullable=False))
-    return Obj(fields, present=tuple(fields), others=AnyJSON(), nullable=False)
+# What a comparison reads of a result file (its other fields are kept as data, see `plain_json`).
+class _Figure(msgspec.Struct):
+    """Every statistic present; a null one is how tpu_tools.jsonout writes a non-finite figure (judged as such)."""
+
+    median: float | None
+    p25: float | None
+    p75: float | None
+    p90: float | None
+    p99: float | None
+    min: float | None
+    max: float | None
+    mean: float | None
+    stdev: float | None
+    count: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]  # samples: no run takes more
+    higher_is_better: bool
 
 
-_CASE_SPEC = Obj({
-    "benchmark": Str(nullable=False), "name": Str(nullable=False), "status": Str(one_of=STATUSES, nullable=False),
-    "params": Map(AnyJSON()), "stats": Map(_figure_spec()), "values": Map(AnyJSON()), "primary": Str(),
-    "warnings": List(Str()), "message": Str(), "duration_s": Float(),
-}, others=AnyJSON(), nullable=False)
+class _Case(msgspec.Struct):
+    benchmark: str
+    name: str
+    status: str
+    params: dict[str, Any] | None = None
+    stats: dict[str, _Figure] | None = None
+    values: dict[str, Any] | None = None
+    primary: str | None = None
+    warnings: list[str] | None = None
+    message: str | None = None
+    duration_s: float | None = None
 
-RESULT_SPEC = Obj({
-    "environment": Obj({"versions": Map(AnyJSON()), "variables": Map(AnyJSON())}, others=AnyJSON()),
-    "device": Obj({"peak_ops_per_s_per_device": Map(AnyJSON())}, others=AnyJSON()),
-    "settings": Map(AnyJSON()), "notes": List(Str()), "time": Str(), "suite": Str(), "results": List(_CASE_SPEC),
-}, others=AnyJSON())
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status: {quoted(self.status, 40)} is not one of {', '.join(STATUSES)}")
+
+
+class _Environment(msgspec.Struct):
+    versions: dict[str, Any] | None = None
+    variables: dict[str, Any] | None = None
+
+
+class _Device(msgspec.Struct):
+    peak_ops_per_s_per_device: dict[str, Any] | None = None
+
+
+class _Result(msgspec.Struct):
+    environment: _Environment | None = None
+    device: _Device | None = None
+    settings: dict[str, Any] | None = None
+    notes: list[str] | None = None
+    time: str | None = None
+    suite: str | None = None
+    results: list[_Case] | None = None
 
 
 # Every figure is a time, a rate or a size: its location statistics are above 0. A zero or negative median
@@ -174,16 +209,17 @@ _LOCATION_FIGURES = ("median", "p25", "p75", "mean")
 
 
 def check_result_document(document: dict[str, Any]) -> dict[str, Any]:
-    """The clean copy of a result document, or RecordError naming the first field that does not fit."""
-    clean: dict[str, Any] = parse(RESULT_SPEC, document)
-    for index, result in enumerate(clean["results"] or []):
-        for figure, summary in (result["stats"] or {}).items():
+    """The clean copy of a result document, or OutsideError naming the first field that does not fit."""
+    clean: dict[str, Any] = plain_json(document)
+    convert(clean, _Result)
+    for index, result in enumerate(clean.get("results") or []):
+        for figure, summary in (result.get("stats") or {}).items():
             for name, value in summary.items():
                 if value is None and name in Summary.__dataclass_fields__:
                     summary[name] = math.nan
                 elif name in _LOCATION_FIGURES and isinstance(value, (int, float)) and value <= 0:
                     where = f"results[{index}].stats.{shorten(str(figure), 40)}.{name}"
-                    raise RecordError(f"{where}: {value:g} is not above 0; no figure of a benchmark is")
+                    raise OutsideError(f"{where}: {value:g} is not above 0; no figure of a benchmark is")
     return clean
 
 

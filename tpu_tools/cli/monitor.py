@@ -574,7 +574,7 @@ def _loop(builder: Any, period: float, count: int | None, exporter: Any, quiet: 
         if reason != pods_reason and reason and is_debug():  # why process metrics carry no pod labels
             sys.stderr.write(f"tpu-monitor: no pod labels: {reason}\n")
         pods_reason = reason
-        fleet_error = (report.fleet or {}).get("error")
+        fleet_error = report.fleet.error if report.fleet is not None else None
         if fleet_error != last_fleet_error and fleet_error:  # --from-prometheus: one line each time it changes
             sys.stderr.write(f"tpu-monitor: {fleet_error} (repeating the last figures, marked stale)\n")
         last_fleet_error = fleet_error

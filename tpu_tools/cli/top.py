@@ -160,9 +160,9 @@ def top_command(interval: float, once: bool, readonly: bool, sort: str, tag_filt
 
             width = terminal_size(sys.stdout.fileno(), (120, 40)).columns  # COLUMNS, bounded
             report = builder.build()
-            fleet = report.fleet or {}
-            if fleet.get("error") and not fleet.get("hosts"):  # --from-prometheus with nothing to show
-                raise RuntimeFailure(fleet["error"])
+            fleet = report.fleet
+            if fleet is not None and fleet.error and not fleet.hosts:  # --from-prometheus with nothing to show
+                raise RuntimeFailure(fleet.error)
             frame = frame_text(render(report, state, width, None, interactive=False))
             sys.stdout.write(safe_text(frame, multiline=True) + "\n")
             sys.stdout.flush()

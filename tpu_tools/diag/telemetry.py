@@ -15,8 +15,9 @@ import math
 import re
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from tpu_tools.shorten import shorten
 
@@ -42,12 +43,13 @@ def score_of(item: Any) -> tuple[str | None, float | None]:
     return name, value if math.isfinite(value) else None
 
 
-@dataclass
-class GpuPeaks:
+class GpuPeaks(msgspec.Struct, kw_only=True):
+    """What one GPU's readings reached during sustained load (dcgmi diag's figures)."""
+
     temperature_peak_celsius: float | None = None
     power_peak_watts: float | None = None
     clock_sm_lowest_hz: float | None = None
-    throttle_seconds: dict[str, float] = field(default_factory=dict)
+    throttle_seconds: dict[str, float] = msgspec.field(default_factory=dict)  # reason -> seconds seen
 
     def add(self, temperature: float | None, power: float | None, clock: float | None, reasons: list[str],
             seconds: float) -> None:
@@ -60,9 +62,24 @@ class GpuPeaks:
         for reason in reasons:
             self.throttle_seconds[reason] = round(self.throttle_seconds.get(reason, 0.0) + seconds, 3)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"temperature_peak_celsius": self.temperature_peak_celsius, "power_peak_watts": self.power_peak_watts,
-                "clock_sm_lowest_hz": self.clock_sm_lowest_hz, "throttle_seconds": dict(self.throttle_seconds)}
+
+class WorstScore(msgspec.Struct, kw_only=True):
+    where: str  # the chip or ICI link
+    score: float  # 0 .. 10
+
+
+class SustainedTelemetry(msgspec.Struct, kw_only=True):
+    """The sensor figures of the sustained test's check (its `figures` hold them with the iterations)."""
+
+    telemetry_source: str | None = None  # "nvml" or "libtpu.sdk"; None when nothing could be read
+    telemetry_error: str | None = None
+    sensors: dict[str, GpuPeaks] = msgspec.field(default_factory=dict)  # NVML index -> peaks
+    tpu_worst: dict[str, WorstScore] = msgspec.field(default_factory=dict)  # SDK metric -> worst score
+
+    @classmethod
+    def of(cls, figures: dict[str, Any]) -> SustainedTelemetry:
+        """From a sustained check's figures (as this module wrote them)."""
+        return msgspec.convert(figures, cls)
 
 
 class Telemetry:
@@ -139,7 +156,7 @@ class Telemetry:
         return {"telemetry_source": self.source if not self.error else None, "telemetry_error": self.error,
                 "telemetry_samples": self.readings, "telemetry_last": self.last,
                 "throttle_reasons": sorted(self.reasons),
-                "sensors": {index: peaks.to_dict() for index, peaks in sorted(self.peaks.items())},
+                "sensors": {index: msgspec.to_builtins(peaks) for index, peaks in sorted(self.peaks.items())},
                 "tpu_worst": {metric: {"where": where, "score": score}
                               for metric, (where, score) in sorted(self.tpu_worst.items())}}
 

@@ -21,7 +21,8 @@ import msgspec
 
 from tpu_tools.dump.collectors.diagnostics import INDEX as DIAGNOSTICS_INDEX
 from tpu_tools.dump.collectors.diagnostics import stall_cores
-from tpu_tools.dump.manifest import CollectorStatus, Manifest, RedactionCounts
+from tpu_tools.dump.libtpusummary import LibtpuSummary, libtpu_summary
+from tpu_tools.dump.manifest import CollectorStatus, RedactionCounts
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
 from tpu_tools.metrics.tpuhealth import attention
@@ -83,7 +84,7 @@ class Summary(msgspec.Struct, kw_only=True):
     redaction: RedactionCounts
     devices: dict[str, Any] = {}
     versions: SoftwareVersions = msgspec.field(default_factory=SoftwareVersions)
-    libtpu: dict[str, Any] | None = None  # None: the bundle holds no libtpu figures
+    libtpu: LibtpuSummary | None = None  # None: the bundle holds no libtpu figures
     agents: dict[str, Any] | None = None  # None: the bundle holds no agent snapshots
     collectors: list[CollectorStatus]
     warnings: list[Finding] = []
@@ -124,28 +125,9 @@ def _versions(bundle: Bundle) -> SoftwareVersions:
                             "agree": stack.get("agree")}, SoftwareVersions)
 
 
-def _libtpu(bundle: Bundle) -> dict[str, Any] | None:
+def _libtpu(bundle: Bundle) -> LibtpuSummary | None:
     document = bundle.read_json("accelerators/libtpu.json")
-    if not isinstance(document, dict):
-        return None
-    from tpu_tools.metrics.libtpu import DeviceFigures, UsageFigures
-
-    services = []
-    for snapshot in document.get("metrics") or []:
-        devices = [DeviceFigures(d.get("device_id"), **{k: d.get(k) for k in (
-            "hbm_used_bytes", "hbm_total_bytes", "duty_cycle_percent")}) for d in snapshot.get("devices") or []]
-        usage = UsageFigures.combine(devices).to_dict()  # HBM summed, duty cycle averaged, as tpu-ls per chip
-        if usage["duty_cycle_percent"] is not None:
-            usage["duty_cycle_percent"] = round(usage["duty_cycle_percent"], 2)
-        services.append({"address": snapshot.get("address"), "error": snapshot.get("error"),
-                         "device_count": len(devices), **usage,
-                         "not_served_metrics": snapshot.get("not_served_metrics") or []})
-    cores = [(status.get("address"), core) for status in document.get("runtime_status") or []
-             for core in status.get("cores") or []]
-    return {"services": services, "core_count": len(cores),
-            "cores_in_error": [{"address": address, **{k: core.get(k) for k in (
-                "global_core_id", "chip_id", "core_type", "error_message")}}
-                for address, core in cores if core.get("state") == "error" or core.get("error_message")]}
+    return libtpu_summary(document) if isinstance(document, dict) else None
 
 
 def _agents(bundle: Bundle) -> dict[str, Any] | None:
@@ -200,11 +182,10 @@ def _tolerant(read: Any, bundle: Any, notes: list[str], *args: Any) -> Any:
 
 
 def _job_warnings(summary: Summary, out: list[Finding]) -> None:
-    for core in (summary.libtpu or {}).get("cores_in_error") or []:
-        kind = str(core.get("core_type") or "core").replace("_", " ")
-        out.append(Finding("libtpu_core_error", f"core {core.get('global_core_id')} (chip {core.get('chip_id')}, "
-                                                f"{kind}) at {core.get('address')} is in error: "
-                                                f"{core.get('error_message')}"))
+    for core in summary.libtpu.cores_in_error if summary.libtpu is not None else []:
+        kind = (core.core_type or "core").replace("_", " ")
+        out.append(Finding("libtpu_core_error", f"core {core.global_core_id} (chip {core.chip_id}, {kind}) at "
+                                                f"{core.address} is in error: {core.error_message}"))
     for agent in (summary.agents or {}).get("agents") or []:
         who = f"process {agent['pid']}" + (f" ({agent['tag']})" if agent.get("tag") else "")
         if agent.get("error"):
@@ -389,8 +370,7 @@ def _system_warnings(bundle: Bundle, out: list[Finding]) -> None:
 
 
 def summarize(bundle: Bundle) -> Summary:
-    # Checked field by field when the bundle was opened: every field here is of its type or absent.
-    manifest = msgspec.convert(bundle.manifest, Manifest)
+    manifest = bundle.manifest  # decoded into its record, bounded, when the bundle was opened
     listed = {entry.name: entry for entry in manifest.files or []}
     files = []
     for member in bundle.members:

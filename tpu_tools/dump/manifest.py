@@ -9,41 +9,34 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
 from tpu_tools import __version__
 from tpu_tools.dump.collector import STATUS_SKIPPED, CollectedFile
 from tpu_tools.dump.runner import CollectorResult
-from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, Str
+from tpu_tools.outside import MAX_STRING, check_finite, cut_all, cut_fields
 
 SCHEMA = "tpu-tools/dump/v1"
 MANIFEST_NAME = "manifest.json"
 
-# What a reader accepts: a bundle may come from anyone, so `tpu-dump show` checks its manifest field by field
-# (records.parse) before summarising it; a manifest that does not fit is one error naming the field.
-_COUNTS = Map(Int(min=0), max_items=1000)
-MANIFEST = Obj({
-    "schema": Str(64), "tool": Str(64), "tool_version": Str(64), "host": Str(1024), "time": Str(64),
-    "duration_s": Float(min=0.0), "command": List(Str(), max_items=10_000), "options": AnyJSON(),
-    "redaction": Obj({"enabled": Bool(), "redacted_total": Int(min=0), "by_kind": _COUNTS}),
-    "collectors": List(Obj({"name": Str(256), "status": Str(32), "error": Str(), "duration_s": Float(min=0.0),
-                            "files": List(Str(4096)), "notes": List(Str())}), max_items=1000),
-    "files": List(Obj({"name": Str(4096), "collector": Str(256), "size_bytes": Int(min=0), "sha256": Str(64),
-                       "redactions": _COUNTS, "source": Str(), "source_size_bytes": Int(min=0),
-                       "trimmed_from_bytes": Int(min=0)}, required=("name",))),
-    "notes": List(Str()),
-}, required=("schema",))
+# A bundle may come from anyone, so `tpu-dump show` decodes its manifest into these same records, bounded and with
+# strings cut, before summarising it; a manifest that does not fit is one error naming the field. Every field may
+# be null or absent (a bundle of an older version) but the schema and each file's name.
 STATUSES = ("ok", "failed", "timed_out", "skipped")
+_NOT_NEGATIVE = msgspec.Meta(ge=0)
+Count = Annotated[int, _NOT_NEGATIVE]
+Counts = Annotated[dict[str, Count | None], msgspec.Meta(max_length=1000)]  # redactions by kind
+Texts = Annotated[list[str], msgspec.Meta(max_length=100_000)]
 
 
 class RedactionCounts(msgspec.Struct, kw_only=True, omit_defaults=True):
     """How many values were redacted, by kind (never the values). A bundle's manifest may lack any of it."""
 
     enabled: bool | None = None
-    redacted_total: int | None = None
-    by_kind: dict[str, int | None] | None = None
+    redacted_total: Count | None = None
+    by_kind: Counts | None = None
 
 
 class CollectorStatus(msgspec.Struct, kw_only=True):
@@ -52,14 +45,22 @@ class CollectorStatus(msgspec.Struct, kw_only=True):
     name: str | None = None
     status: str | None = None  # one of STATUSES
     error: str | None = None
-    duration_s: float | None = None
+    duration_s: Annotated[float, _NOT_NEGATIVE] | None = None
+
+    def __post_init__(self) -> None:
+        check_finite(self, "duration_s")
+        cut_fields(self, {"name": 256, "status": 32, "error": MAX_STRING})
 
 
 class CollectorEntry(CollectorStatus, kw_only=True):
     """A collector in the manifest: its status and the files and notes it made."""
 
-    files: list[str | None] | None = None
-    notes: list[str | None] | None = None
+    files: Texts | None = None
+    notes: Texts | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.files, self.notes = cut_all(self.files, 4096), cut_all(self.notes)
 
 
 class FileEntry(msgspec.Struct, kw_only=True):
@@ -67,30 +68,37 @@ class FileEntry(msgspec.Struct, kw_only=True):
 
     name: str
     collector: str | None = None
-    size_bytes: int | None = None
+    size_bytes: Count | None = None
     sha256: str | None = None
-    redactions: dict[str, int | None] | None = None  # kind -> values redacted
+    redactions: Counts | None = None  # kind -> values redacted
     source: str | None = None
-    source_size_bytes: int | None = None
-    trimmed_from_bytes: int | None = None
+    source_size_bytes: Count | None = None
+    trimmed_from_bytes: Count | None = None
+
+    def __post_init__(self) -> None:
+        cut_fields(self, {"name": 4096, "collector": 256, "sha256": 64, "source": MAX_STRING})
 
 
 class Manifest(msgspec.Struct, kw_only=True):
-    """manifest.json in its JSON key order. Read back from a bundle (checked against MANIFEST first), any field
-    but the schema may be missing or null."""
+    """manifest.json in its JSON key order."""
 
     schema: str
     tool: str | None = None
     tool_version: str | None = None
     host: str | None = None
     time: str | None = None
-    duration_s: float | None = None
-    command: list[str | None] | None = None
-    options: Any = None  # the run's options as given
+    duration_s: Annotated[float, _NOT_NEGATIVE] | None = None
+    command: Texts | None = None
+    options: Any = None  # the run's options as given, shown as they are
     redaction: RedactionCounts | None = None
-    collectors: list[CollectorEntry] | None = None
-    files: list[FileEntry] | None = None
-    notes: list[str | None] | None = None
+    collectors: Annotated[list[CollectorEntry], msgspec.Meta(max_length=1000)] | None = None
+    files: Annotated[list[FileEntry], msgspec.Meta(max_length=100_000)] | None = None
+    notes: Texts | None = None
+
+    def __post_init__(self) -> None:
+        check_finite(self, "duration_s")
+        cut_fields(self, {"schema": 64, "tool": 64, "tool_version": 64, "host": 1024, "time": 64})
+        self.command, self.notes = cut_all(self.command), cut_all(self.notes)
 
 
 @dataclass

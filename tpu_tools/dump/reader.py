@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tpu_tools.dump.manifest import MANIFEST, MANIFEST_NAME, SCHEMA
+from tpu_tools.dump.manifest import MANIFEST_NAME, SCHEMA, Manifest
 from tpu_tools.errors import ToolError, first_line
-from tpu_tools.records import RecordError, parse
+from tpu_tools.outside import OutsideError, convert
 
 MAX_MEMBER_BYTES = 256 << 20
 MAX_TOTAL_BYTES = 4 << 30
@@ -221,19 +221,18 @@ class Bundle:
                 member.relative = member.name[len(top):]
         return top.rstrip("/")
 
-    def _read_manifest(self) -> dict[str, Any]:
+    def _read_manifest(self) -> Manifest:
         data = self.read(MANIFEST_NAME)
         try:
-            manifest = json.loads(data)
+            manifest = json.loads(data)  # NaN and infinities too, which the record refuses by name
         except (ValueError, RecursionError) as error:
             raise BundleError(f"{self.path}: {MANIFEST_NAME} is not valid JSON ({_short(error)})") from None
         if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
             raise BundleError(f"{self.path}: {MANIFEST_NAME} is not a {SCHEMA} manifest")
         try:
-            checked: dict[str, Any] = parse(MANIFEST, manifest)
-        except RecordError as error:
+            return convert(manifest, Manifest)
+        except OutsideError as error:
             raise BundleError(f"{self.path}: {MANIFEST_NAME} is malformed ({_short(error)})") from None
-        return checked
 
     def member(self, name: str) -> Member | None:
         """A member by its name inside the bundle (or its full stored name)."""
@@ -265,8 +264,8 @@ class Bundle:
         """Files whose bytes do not match the manifest, files it lists that are missing, and extra files."""
         problems = []
         listed = set()
-        for entry in self.manifest.get("files") or []:
-            name = str(entry.get("name"))
+        for entry in self.manifest.files or []:
+            name = entry.name
             listed.add(name)
             member = self.member(name)
             if member is None:
@@ -279,7 +278,7 @@ class Bundle:
             except BundleError as error:
                 problems.append(str(error))
                 continue
-            if digest != entry.get("sha256"):
+            if digest != entry.sha256:
                 problems.append(f"{name}: its sha256 does not match the manifest (changed after it was written)")
         for member in self.members:
             if member.type == "file" and member.problem is None and member.relative != MANIFEST_NAME \

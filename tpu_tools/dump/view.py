@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpu_tools.dump.findings import FileSummary, SoftwareVersions, Summary
+from tpu_tools.dump.libtpusummary import LibtpuSummary
 from tpu_tools.dump.manifest import CollectorStatus, Manifest, RedactionCounts
 from tpu_tools.render.table import Column, TableData
 from tpu_tools.sanitize import safe_text
@@ -99,27 +100,24 @@ def _versions_line(versions: SoftwareVersions) -> str:
     return ", ".join(parts) + tail
 
 
-def _libtpu_line(libtpu: dict[str, Any]) -> str:
+def _libtpu_line(libtpu: LibtpuSummary) -> str:
     parts = []
-    services = libtpu.get("services") or []
-    answered = any(not service.get("error") for service in services)
-    for service in services:
-        address = printable(service.get("address"))
-        if answered and "connection refused" in str(service.get("error") or ""):
+    answered = any(not service.error for service in libtpu.services)
+    for service in libtpu.services:
+        address = printable(service.address)
+        if answered and "connection refused" in (service.error or ""):
             continue  # nothing listens there, and another address answered: not worth a word
-        if service.get("error"):
-            parts.append(f"{address}: {printable(service['error'])}")
+        if service.error:
+            parts.append(f"{address}: {printable(service.error)}")
             continue
-        figures = [f"{service.get('device_count', 0)} devices"]
-        if service.get("duty_cycle_percent") is not None:
-            figures.append(f"duty cycle {format_percent(service['duty_cycle_percent'])}")
-        if service.get("hbm_total_bytes") is not None:
-            figures.append(f"HBM {format_bytes(service.get('hbm_used_bytes'))} / "
-                           f"{format_bytes(service['hbm_total_bytes'])}")
+        figures = [f"{service.device_count} devices"]
+        if service.duty_cycle_percent is not None:
+            figures.append(f"duty cycle {format_percent(service.duty_cycle_percent)}")
+        if service.hbm_total_bytes is not None:
+            figures.append(f"HBM {format_bytes(service.hbm_used_bytes)} / {format_bytes(service.hbm_total_bytes)}")
         parts.append(f"{address}: {', '.join(figures)}")
-    cores, failed = libtpu.get("core_count") or 0, len(libtpu.get("cores_in_error") or [])
-    if cores:
-        parts.append(f"runtime status: {cores} cores, {failed} in error")
+    if libtpu.core_count:
+        parts.append(f"runtime status: {libtpu.core_count} cores, {len(libtpu.cores_in_error)} in error")
     return "; ".join(parts) or "no service figures"
 
 

@@ -46,9 +46,8 @@ def build_info_values(report: MonitorReport) -> dict[str, str]:
             break
     accelerators = _accelerators(report)
     platform = str(accelerators[0].get("platform")) if accelerators else "cpu"
-    tpu_slice = report.tpu_slice if isinstance(report.tpu_slice, dict) else {}
-    accelerator_type = (tpu_slice or {}).get("accelerator_type") or (accelerators[0].get("name") if accelerators
-                                                                     else "")
+    accelerator_type = (report.tpu_slice.accelerator_type if report.tpu_slice is not None else None) or (
+        accelerators[0].get("name") if accelerators else "")
     values = {"version": versions.tpu_tools, "jax": versions.jax or "", "jaxlib": versions.jaxlib or "",
               "libtpu": libtpu, "driver": driver, "platform": platform, "accelerator_type": accelerator_type or ""}
     return {key: label_value(str(value)) for key, value in values.items()}

@@ -29,7 +29,7 @@ from tpu_tools.exporter.processlabels import process_label_values, process_label
 from tpu_tools.exporter.selection import MetricSelection
 from tpu_tools.metrics.cacheshare import cache_metrics
 from tpu_tools.metrics.labeltext import label_value
-from tpu_tools.metrics.records.report import MonitorReport
+from tpu_tools.metrics.records.report import GroupRecord, MonitorReport
 from tpu_tools.parsing import port_number
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
@@ -231,11 +231,8 @@ BUILTIN: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {
 
 def slice_labels(report: MonitorReport) -> dict[str, str]:
     """`slice` and `worker` of a TPU slice's host (so a fleet view groups a slice's workers); else none."""
-    data = report.tpu_slice
-    labels = data.get("labels") if isinstance(data, dict) else None
-    if not isinstance(labels, dict):
-        return {}
-    return {str(key): str(value) for key, value in labels.items() if key in ("slice", "worker")}
+    labels = report.tpu_slice.labels if report.tpu_slice is not None else {}
+    return {key: value for key, value in labels.items() if key in ("slice", "worker")}
 
 
 def with_labels(family: Metric, labels: dict[str, str]) -> Metric:
@@ -294,10 +291,14 @@ class ReportCollector(Collector):
         merged: dict[str, Metric] = {}
         for name, export in self._exporters.items():
             data = getattr(report, name)
-            if not isinstance(data, dict):
+            if isinstance(data, GroupRecord):
+                error = data.error
+            elif isinstance(data, dict):  # a group not yet a record of its own
+                error = data.get("error")
+            else:
                 continue
-            errors.add_metric([name], 1.0 if data.get("error") else 0.0)
-            if not data.get("error"):
+            errors.add_metric([name], 1.0 if error else 0.0)
+            if not error:
                 for family in export(data):
                     first = merged.setdefault(family.name, family)
                     if first is not family:

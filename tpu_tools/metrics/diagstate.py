@@ -19,40 +19,65 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 from tpu_tools import jsonout
 from tpu_tools.atomic import write_file
+from tpu_tools.metrics.records.diag import DiagCheck, DiagResult
 from tpu_tools.metrics.rundir import RunDirError, check_private_dir, ensure_private_dir, runtime_dir
-from tpu_tools.records import Bool, Int, List, Obj, RecordError, Str, parse
+from tpu_tools.outside import OutsideError, cut, decode_json
 
 FILE_NAME = "diag-last.json"
 MAX_BYTES = 8 << 20
 STATUS_VALUES = {"pass": 0, "fail": 1, "warn": 2, "skip": 3}
 SCHEMA = "tpu-tools/diag/v1"
-_STATUS = Str(one_of=tuple(STATUS_VALUES), nullable=False)
-_RUN_STATUS = Str(one_of=(*STATUS_VALUES, "interrupted"), nullable=False)
-
-# What the readers use of the document; the rest of it is kept in the file for tpu-dump.
-CHECK = Obj({"test": Str(80, nullable=False), "status": _STATUS, "device": Int(min=0), "link": Str(40),
-             "why": Str(300), "found_at": Str(64), "figures": Obj({"digest": Str(16), "key": Str(16)})},
-            required=("test", "status"))
-DOCUMENT = Obj({"schema": Str(one_of=(SCHEMA,), nullable=False), "time": Str(64, nullable=False),
-                "level": Int(min=1, max=4), "platform": Str(20), "status": _RUN_STATUS, "interrupted": Bool(),
-                "last_complete_time": Str(64), "checks": List(CHECK, max_items=100_000)},
-               required=("schema", "time", "status"))
+Status = Literal["pass", "fail", "warn", "skip"]
+_NOT_NEGATIVE = msgspec.Meta(ge=0)
 
 
-@dataclass
-class LastCheck:
-    test: str
-    status: str
-    device: int | None
-    link: str | None
-    why: str
-    found_at: str | None = None  # an earlier run's failure, kept by a partial run that did not re-run it
-    digest: str | None = None  # a GEMM's digest and its comparability key (see diag.reference)
+# What the readers use of the document (the rest of it is kept in the file for tpu-dump); strings are cut, as
+# what reads them shows them.
+class _Figures(msgspec.Struct):
+    digest: str | None = None
     key: str | None = None
+
+
+class _Check(msgspec.Struct):
+    test: str
+    status: Status
+    device: Annotated[int, _NOT_NEGATIVE] | None = None
+    link: str | None = None
+    why: str | None = None
+    found_at: str | None = None
+    figures: _Figures | None = None
+
+    def __post_init__(self) -> None:
+        self.test = self.test[:80]
+        self.link, self.why, self.found_at = cut(self.link, 40), cut(self.why, 300), cut(self.found_at, 64)
+
+    def record(self) -> DiagCheck:
+        figures = self.figures or _Figures()
+        return DiagCheck(test=self.test, status=self.status, device=self.device, link=self.link, why=self.why or "",
+                         found_at=self.found_at, digest=cut(figures.digest, 16), key=cut(figures.key, 16))
+
+
+class _Document(msgspec.Struct):
+    schema: Literal["tpu-tools/diag/v1"]
+    time: str
+    status: Literal["pass", "fail", "warn", "skip", "interrupted"]
+    level: Annotated[int, msgspec.Meta(ge=1, le=4)] | None = None
+    platform: str | None = None
+    interrupted: bool | None = None
+    # absent: a document written before partial runs were kept apart
+    last_complete_time: str | None | msgspec.UnsetType = msgspec.UNSET
+    checks: Annotated[list[_Check], msgspec.Meta(max_length=100_000)] | None = None
+
+    def __post_init__(self) -> None:
+        self.time, self.platform = self.time[:64], cut(self.platform, 20)
+        if isinstance(self.last_complete_time, str):
+            self.last_complete_time = self.last_complete_time[:64]
 
 
 @dataclass
@@ -66,7 +91,7 @@ class LastDiag:
     status: str | None = None
     interrupted: bool = False
     complete_unix_s: float | None = None  # when the last complete run started (None: none was)
-    checks: list[LastCheck] = field(default_factory=list)
+    checks: list[DiagCheck] = field(default_factory=list)
 
     def age_s(self, now: float | None = None) -> float | None:
         """Seconds since the last complete run started: a partial run does not make the record younger."""
@@ -86,15 +111,15 @@ class LastDiag:
                 worst[check.device] = check.status
         return worst
 
-    def failed(self) -> list[LastCheck]:
+    def failed(self) -> list[DiagCheck]:
         return [c for c in self.checks if c.status == "fail"]
 
-    def to_dict(self, now: float | None = None) -> dict[str, Any]:
+    def to_record(self, now: float | None = None) -> DiagResult:
         age = self.age_s(now)
-        return {"path": self.path, "error": self.error, "time": self.time, "time_unix_s": self.time_unix_s,
-                "age_s": None if age is None else round(age, 1), "level": self.level, "platform": self.platform,
-                "status": self.status, "interrupted": self.interrupted, "failed_checks": len(self.failed()),
-                "complete_time_unix_s": self.complete_unix_s, "checks": [vars(c) for c in self.checks]}
+        return DiagResult(path=self.path, error=self.error, time=self.time, time_unix_s=self.time_unix_s,
+                          age_s=None if age is None else round(age, 1), level=self.level, platform=self.platform,
+                          status=self.status, interrupted=self.interrupted, failed_checks=len(self.failed()),
+                          complete_time_unix_s=self.complete_unix_s, checks=list(self.checks))
 
 
 def last_path(directory: Path | None = None) -> Path:
@@ -166,29 +191,26 @@ def read_last(directory: Path | None = None) -> LastDiag | None:
             raise ValueError("is not a regular file")
         if path.stat().st_size > MAX_BYTES:
             raise ValueError(f"is larger than {MAX_BYTES >> 20} MiB")
-        document = json.loads(path.read_text(encoding="utf-8"))
-        _fill(last, document)
-    except (OSError, RunDirError, ValueError) as error:  # RecordError is a ValueError
+        _fill(last, decode_json(path.read_bytes(), _Document))
+    except (OSError, RunDirError, ValueError) as error:  # OutsideError is a ValueError
         last.error = f"{path}: {error}"
     return last
 
 
-def _fill(last: LastDiag, document: Any) -> None:
-    record = parse(DOCUMENT, document)
-    last.time = record["time"]
+def _unix_time(text: str, name: str) -> float:
     try:
-        last.time_unix_s = datetime.fromisoformat(record["time"]).timestamp()
+        return datetime.fromisoformat(text).timestamp()
     except ValueError:
-        raise RecordError(f"time: {record['time']!r} is not an ISO 8601 time") from None
-    last.level, last.platform, last.status = record["level"], record["platform"], record["status"]
-    last.interrupted = record["interrupted"] is True
+        raise OutsideError(f"{name}: {text!r} is not an ISO 8601 time") from None
+
+
+def _fill(last: LastDiag, document: _Document) -> None:
+    last.time = document.time
+    last.time_unix_s = _unix_time(document.time, "time")
+    last.level, last.platform, last.status = document.level, document.platform, document.status
+    last.interrupted = document.interrupted is True
     # A document without the field was written before partial runs were kept apart: its own time, if complete.
-    complete = record["last_complete_time"] if "last_complete_time" in document else (
-        None if last.interrupted else record["time"])
-    try:
-        last.complete_unix_s = datetime.fromisoformat(complete).timestamp() if complete else None
-    except ValueError:
-        raise RecordError(f"last_complete_time: {complete!r} is not an ISO 8601 time") from None
-    last.checks = [LastCheck(c["test"], c["status"], c["device"], c["link"], c["why"] or "", c["found_at"],
-                             (c["figures"] or {}).get("digest"), (c["figures"] or {}).get("key"))
-                   for c in record["checks"] or []]
+    complete = document.last_complete_time if document.last_complete_time is not msgspec.UNSET else (
+        None if last.interrupted else document.time)
+    last.complete_unix_s = _unix_time(complete, "last_complete_time") if complete else None
+    last.checks = [check.record() for check in document.checks or []]

@@ -24,6 +24,7 @@ from tpu_tools.metrics.agent_client import AgentConnections
 from tpu_tools.metrics.groups import GROUPS
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, GroupCollector, load_collector
 from tpu_tools.metrics.records.report import SCHEMA, GroupRecord, MonitorReport
+from tpu_tools.metrics.records.slice import TpuSlice
 from tpu_tools.pjrt.tpuvm import SliceInfo, slice_info
 
 __all__ = ["SCHEMA", "GroupPlan", "ReportBuilder", "iso_time"]
@@ -47,6 +48,7 @@ class ReportBuilder:
         # Read once: a host does not change slices while it runs (the metadata server only on a GCE VM).
         self.tpu_slice = tpu_slice if tpu_slice is not None else slice_info(
             metadata_timeout_s=min(self.options.metrics_timeout_s, 1.0))
+        self._slice_record = TpuSlice.of(self.tpu_slice)
         self.plan = plan if plan is not None else [GroupPlan(name) for name in GROUPS]
         self.report_period_s = report_period_s
         self.collectors: dict[str, GroupCollector] = {}
@@ -77,7 +79,7 @@ class ReportBuilder:
                 self._due[group.name] = due if due > monotonic else monotonic + period
         report = MonitorReport(
             schema=SCHEMA, time=iso_time(now), time_unix_s=round(now, 3), hostname=socket.gethostname(),
-            sequence=self.sequence, tpu_tools_version=tpu_tools.__version__, tpu_slice=self.tpu_slice.to_dict(),
+            sequence=self.sequence, tpu_tools_version=tpu_tools.__version__, tpu_slice=self._slice_record,
             **{group.name: self._last[group.name] for group in self.plan})
         self.sequence += 1
         return report
@@ -100,8 +102,8 @@ class ReportBuilder:
             if record_type is not None:
                 return record_type(period_s=period, sampled_at=sampled, error=first_line(error))
             return {"period_s": period, "sampled_at": sampled, "error": first_line(error)}
-        if isinstance(data, GroupRecord):
-            return msgspec.structs.replace(data, period_s=period, sampled_at=sampled, error=None)
+        if isinstance(data, GroupRecord):  # its error is the collector's (a group that answered in part)
+            return msgspec.structs.replace(data, period_s=period, sampled_at=sampled)
         return {"period_s": period, "sampled_at": sampled, "error": None, **data}
 
     def close(self) -> None:

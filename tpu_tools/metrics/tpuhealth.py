@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpu_tools.records import Int, RecordError, parse
+from tpu_tools.outside import OutsideError
 from tpu_tools.shorten import quoted, shorten
 
 LINK_HEALTH = "ici_link_health"
@@ -25,7 +25,7 @@ THROTTLE_SCORE = "tpu_throttle_score"
 MAX_LINKS = 1024  # a host has a few chips of up to 6 ICI ports each: far fewer
 MAX_DEVICES = 256
 MAX_PROBLEMS = 20
-_SCORE = Int(min=0, max=10, nullable=False)
+MAX_SCORE = 10
 _LOCATION = re.compile(r"tray(\d{1,6})\.chip(\d{1,6})\.ici(\d{1,6})\.([a-z][a-z0-9_]{0,15})", re.ASCII)
 _LINK = re.compile(r"(\S{1,200}):\s*(\S{1,40})")
 _THROTTLE = re.compile(r"(\d{1,6})-(\S{1,40})", re.ASCII)
@@ -94,10 +94,12 @@ class TpuHealth:
 
 
 def _score(text: str) -> int:
-    """An integer score 0..10; RecordError for anything else (a NaN, 1.5, -1, 11, text)."""
+    """An integer score 0..10; OutsideError for anything else (a NaN, 1.5, -1, 11, text)."""
     if not _INTEGER.fullmatch(text):
-        raise RecordError(f"score {quoted(text, 60)} is not an integer 0..10")
-    value: int = parse(_SCORE, int(text), "score")
+        raise OutsideError(f"score {quoted(text, 60)} is not an integer 0..10")
+    value = int(text)
+    if not 0 <= value <= MAX_SCORE:
+        raise OutsideError(f"score: {value} is out of range")
     return value
 
 
@@ -137,7 +139,7 @@ def parse_link_health(values: Sequence[object], problems: list[str]) -> list[Lin
             continue
         try:
             score = _score(score_text)
-        except RecordError as error:
+        except OutsideError as error:
             report.add(f"{LINK_HEALTH} {location}: {error}")
             continue
         if location in links:
@@ -165,7 +167,7 @@ def parse_throttle(values: Sequence[object], problems: list[str]) -> list[Thrott
         device = int(match.group(1))
         try:
             score = _score(match.group(2))
-        except RecordError as error:
+        except OutsideError as error:
             report.add(f"{THROTTLE_SCORE} device {device}: {error}")
             continue
         if device in scores:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tpu_tools.diag.records import LEVEL_NAMES, STATUSES, DiagReport
+from tpu_tools.diag.telemetry import SustainedTelemetry
 from tpu_tools.render.table import Column, TableData
 from tpu_tools.units import format_bytes
 
@@ -48,27 +49,26 @@ def coverage_lines(report: DiagReport) -> list[str]:
 def sensor_lines(report: DiagReport) -> list[str]:
     """What the device's sensors reached during sustained load, per GPU, as dcgmi diag reports it."""
     lines = []
-    for check in report.checks:
-        sensors = check.figures.get("sensors") if check.test == "sustained" else None
-        for index, peaks in sorted((sensors or {}).items()):
+    for check in [c for c in report.checks if c.test == "sustained"]:
+        telemetry = SustainedTelemetry.of(check.figures)
+        for index, peaks in sorted(telemetry.sensors.items()):
             parts = []
-            if peaks.get("temperature_peak_celsius") is not None:
-                parts.append(f"peak {peaks['temperature_peak_celsius']:.0f} C")
-            if peaks.get("power_peak_watts") is not None:
-                parts.append(f"peak {peaks['power_peak_watts']:.1f} W")
-            if peaks.get("clock_sm_lowest_hz") is not None:
-                parts.append(f"lowest SM clock {peaks['clock_sm_lowest_hz'] / 1e6:.0f} MHz")
-            throttled = peaks.get("throttle_seconds") or {}
+            if peaks.temperature_peak_celsius is not None:
+                parts.append(f"peak {peaks.temperature_peak_celsius:.0f} C")
+            if peaks.power_peak_watts is not None:
+                parts.append(f"peak {peaks.power_peak_watts:.1f} W")
+            if peaks.clock_sm_lowest_hz is not None:
+                parts.append(f"lowest SM clock {peaks.clock_sm_lowest_hz / 1e6:.0f} MHz")
+            throttled = peaks.throttle_seconds
             parts.append("throttled: " + ", ".join(f"{reason} {seconds:.1f} s" for reason, seconds in
                                                    sorted(throttled.items())) if throttled else "not throttled")
-            lines.append(f"sensors GPU {index} ({check.figures.get('telemetry_source')}): {', '.join(parts)}")
-        if check.test == "sustained" and check.figures.get("telemetry_source") == "libtpu.sdk":
-            worst = check.figures.get("tpu_worst") or {}
-            parts = [f"{metric} worst {found['score']:g} of 10 on {found['where']}"
-                     for metric, found in sorted(worst.items())]
+            lines.append(f"sensors GPU {index} ({telemetry.telemetry_source}): {', '.join(parts)}")
+        if telemetry.telemetry_source == "libtpu.sdk":
+            parts = [f"{metric} worst {found.score:g} of 10 on {found.where}"
+                     for metric, found in sorted(telemetry.tpu_worst.items())]
             lines.append(f"sensors (libtpu.sdk): {'; '.join(parts) or 'every throttle and link score 0'}")
-        if check.test == "sustained" and check.figures.get("telemetry_error") and not sensors:
-            lines.append(f"sensors: {check.figures['telemetry_error']}")
+        if telemetry.telemetry_error and not telemetry.sensors:
+            lines.append(f"sensors: {telemetry.telemetry_error}")
     return lines
 
 

@@ -20,44 +20,42 @@ def fleet_lines(report: MonitorReport, width: int, max_rows: int | None) -> list
     fleet = report.fleet
     if fleet is None:
         return []
-    hosts = fleet.get("hosts") or []
-    title = Line().add(" Hosts", TITLE).add(f"  {len(hosts)} from {fleet.get('source')}", DIM)
-    median = fleet.get("median_utilization_percent")
-    if median is not None:
-        title.add(f"  median util {median:.1f}%", DIM)
-    if fleet.get("median_step_time_s") is not None:
-        title.add(f"  median step {seconds_text(fleet['median_step_time_s'])}", DIM)
-    if fleet.get("digest_outliers"):  # tpu-diag: the fleet as the reference of each host's GEMM digests
-        named = sorted({o.get("host") for o in fleet["digest_outliers"]})
-        title.add(f"  diag digest differs on {', '.join(map(str, named))}", ERROR)
-    if fleet.get("global_metric_findings"):
-        title.add(f"  {fleet['global_metric_findings']} global metrics differ between workers", ERROR)
-    for silent in fleet.get("silent_clusters") or []:  # many clusters writing to one store: one stopped
-        title.add(f"  cluster {silent.get('cluster')} silent for {silent.get('last_sample_age_s'):.0f} s", ERROR)
-    if fleet.get("stale"):
-        since = str(fleet.get("stale_since") or "")[11:19]  # HH:MM:SS of the ISO time (UTC)
-        title.add(f"  STALE since {since} UTC: {fleet.get('error')}", ERROR)
-    elif fleet.get("error"):
-        title.add(f"  {fleet['error']}", ERROR)
+    hosts = fleet.hosts
+    title = Line().add(" Hosts", TITLE).add(f"  {len(hosts)} from {fleet.source}", DIM)
+    if fleet.median_utilization_percent is not None:
+        title.add(f"  median util {fleet.median_utilization_percent:.1f}%", DIM)
+    if fleet.median_step_time_s is not None:
+        title.add(f"  median step {seconds_text(fleet.median_step_time_s)}", DIM)
+    if fleet.digest_outliers:  # tpu-diag: the fleet as the reference of each host's GEMM digests
+        named = sorted({o.host for o in fleet.digest_outliers})
+        title.add(f"  diag digest differs on {', '.join(named)}", ERROR)
+    if fleet.global_metric_findings:
+        title.add(f"  {fleet.global_metric_findings} global metrics differ between workers", ERROR)
+    for silent in fleet.silent_clusters:  # many clusters writing to one store: one stopped
+        title.add(f"  cluster {silent.cluster} silent for {silent.last_sample_age_s:.0f} s", ERROR)
+    if fleet.stale:
+        since = (fleet.stale_since or "")[11:19]  # HH:MM:SS of the ISO time (UTC)
+        title.add(f"  STALE since {since} UTC: {fleet.error}", ERROR)
+    elif fleet.error:
+        title.add(f"  {fleet.error}", ERROR)
     lines = [title]
     if not hosts:
         return lines
     header = " " + " ".join(fit(name, size, right) for name, size, right in _COLUMNS) + " NOTE"
     lines.append(Line(fill=COLUMNS).add(header, COLUMNS))
-    ordered = sorted(hosts, key=lambda h: (h.get("outlier") is None, h.get("host") or ""))
+    ordered = sorted(hosts, key=lambda h: (h.outlier is None, h.host))
     shown = ordered if max_rows is None or len(ordered) <= max_rows else ordered[: max(1, max_rows - 1)]
     for host in shown:
-        cells = [str(host.get("host")), "yes" if host.get("up") else "DOWN", str(host.get("chips", 0)),
-                 percent_text(host.get("utilization_percent")), format_bytes_short(host.get("memory_used_bytes")),
-                 format_bytes_short(host.get("memory_total_bytes")), str(host.get("jobs", 0)),
-                 format_number(host.get("steps_per_second")), seconds_text(host.get("step_time_s")),
-                 percent_text(host.get("goodput_percent"))]
+        cells = [host.host, "yes" if host.up else "DOWN", str(host.chips), percent_text(host.utilization_percent),
+                 format_bytes_short(host.memory_used_bytes), format_bytes_short(host.memory_total_bytes),
+                 str(host.jobs), format_number(host.steps_per_second), seconds_text(host.step_time_s),
+                 percent_text(host.goodput_percent)]
         text = " " + " ".join(fit(cell, size, right) for cell, (_, size, right) in zip(cells, _COLUMNS, strict=True))
-        line = Line().add(text + " ", ERROR if not host.get("up") else "normal")
-        if host.get("outlier"):
-            line.add(f"{OUTLIER_MARK} {host['outlier']}", ERROR)
+        line = Line().add(text + " ", ERROR if not host.up else "normal")
+        if host.outlier:
+            line.add(f"{OUTLIER_MARK} {host.outlier}", ERROR)
         else:
-            line.add(MISSING if host.get("up") else "exporter not scraped", DIM)
+            line.add(MISSING if host.up else "exporter not scraped", DIM)
         lines.append(line)
     if len(shown) < len(ordered):
         lines.append(Line().add(f"  ... {len(ordered) - len(shown)} more hosts (tpu-monitor lists them all)", DIM))

@@ -127,9 +127,9 @@ def _holders_text(device: dict[str, Any], gpu_processes: dict[str, list[dict[str
 
 def _libtpu_not_served(report: MonitorReport) -> set[str]:
     """Device figures ("duty_cycle_percent", "hbm_used_bytes") that an answering libtpu service does not serve."""
-    answered = [s for s in ((report.libtpu or {}).get("services") or []) if not s.get("error")]
+    answered = [s for s in (report.libtpu.services if report.libtpu is not None else []) if not s.error]
     return {figure for figure in ("duty_cycle_percent", "hbm_used_bytes")
-            if any(FIELD_METRICS[figure] in (s.get("not_served_metrics") or []) for s in answered)}
+            if any(FIELD_METRICS[figure] in s.not_served_metrics for s in answered)}
 
 
 def _libtpu_status(report: MonitorReport, not_served: set[str]) -> Segment | None:
@@ -137,20 +137,19 @@ def _libtpu_status(report: MonitorReport, not_served: set[str]) -> Segment | Non
     group = report.libtpu
     if group is None:
         return None
-    services = group.get("services") or []
-    answered = [s["address"] for s in services if not s.get("error")]
+    services = group.services
+    answered = [s.address for s in services if not s.error]
     if answered:
         missing = [label for figure, label in (("duty_cycle_percent", "duty cycle"), ("hbm_used_bytes", "HBM use"))
                    if figure in not_served]
         text = f"libtpu {', '.join(answered)}" + (f"; {' and '.join(missing)} {NOT_SERVED} ({NOT_SERVED_CELL})"
                                                   if missing else "")
         return Segment(text, DIM)
-    errors = [s.get("error") or "" for s in services]
+    errors = [s.error or "" for s in services]
     if services and all("connection refused" in e for e in errors):
-        return Segment(f"libtpu: no metrics service ({', '.join(s['address'] for s in services)})", DIM)
+        return Segment(f"libtpu: no metrics service ({', '.join(s.address for s in services)})", DIM)
     informative = [e for e in errors if "connection refused" not in e]
-    return Segment(f"libtpu: {informative[0] if informative else group.get('error') or 'no metrics service'}",
-                   ERROR)
+    return Segment(f"libtpu: {informative[0] if informative else group.error or 'no metrics service'}", ERROR)
 
 
 def _first(device: dict[str, Any], *names: str) -> Any:
@@ -229,17 +228,17 @@ def diag_cell(extra: dict[str, Any]) -> tuple[str, str]:
 
 def diag_status(report: MonitorReport) -> Segment | None:
     """The host's last tpu-diag run in a phrase, e.g. "diag -r 2 FAIL 3h ago (gemm f32 device 3)"."""
-    last = (report.diag or {}).get("last")
-    if not last or last.get("error") or not last.get("status"):
+    last = report.diag.last if report.diag is not None else None
+    if last is None or last.error or not last.status:
         return None
-    text = f"diag -r {last.get('level')} {str(last['status']).upper()} {age_text(last.get('age_s'))} ago"
-    failed = [c for c in last.get("checks") or [] if c.get("status") == "fail"]
+    text = f"diag -r {last.level} {last.status.upper()} {age_text(last.age_s)} ago"
+    failed = [c for c in last.checks if c.status == "fail"]
     if failed:
         first = failed[0]
-        where = f" link {first['link']}" if first.get("link") else (
-            f" device {first['device']}" if first.get("device") is not None else "")
-        text += f" ({first.get('test')}{where}" + (f", +{len(failed) - 1} more" if len(failed) > 1 else "") + ")"
-    return Segment(text, _DIAG_STYLE.get(str(last["status"]), DIM))
+        where = f" link {first.link}" if first.link else (f" device {first.device}" if first.device is not None
+                                                          else "")
+        text += f" ({first.test}{where}" + (f", +{len(failed) - 1} more" if len(failed) > 1 else "") + ")"
+    return Segment(text, _DIAG_STYLE.get(last.status, DIM))
 
 
 def device_lines(report: MonitorReport, width: int, max_rows: int | None, state: ViewState | None = None,

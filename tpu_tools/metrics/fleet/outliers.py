@@ -5,27 +5,14 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+
+from tpu_tools.metrics.records.fleet import DigestOutlier, Outlier
 
 # Below these distances from the median a host is not called an outlier: hosts of a healthy slice differ a
 # little, and with fewer than three hosts the median cannot tell which one is off.
 MIN_HOSTS = 3
 UTILIZATION_POINTS = 10.0  # percentage points of the report's utilization_percent (the series' ratio x 100)
 STEP_TIME_FRACTION = 0.10  # of the median step time
-
-
-@dataclass(frozen=True)
-class Outlier:
-    host: str
-    figure: str  # "utilization_percent" or "step_time_s"
-    value: float
-    median: float
-
-    @property
-    def sentence(self) -> str:
-        if self.figure == "utilization_percent":
-            return f"utilization {self.value:.1f} % vs median {self.median:.1f} %"
-        return f"step time {self.value * 1e3:.1f} ms vs median {self.median * 1e3:.1f} ms"
 
 
 def furthest(values: dict[str, float], figure: str) -> Outlier | None:
@@ -44,20 +31,6 @@ def furthest(values: dict[str, float], figure: str) -> Outlier | None:
 
 def median_of(values: dict[str, float]) -> float | None:
     return statistics.median(values.values()) if values else None
-
-
-@dataclass(frozen=True)
-class DigestOutlier:
-    host: str
-    test: str  # "gemm f32"
-    key: str  # the comparability key's id (tpu_tools.diag.reference)
-    digest: str
-    agreeing: int  # hosts with this digest under this key, the host included
-    hosts: int  # hosts with this key
-
-    @property
-    def sentence(self) -> str:
-        return f"{self.test} digest {self.digest} differs from {self.hosts - self.agreeing} of {self.hosts} hosts"
 
 
 def digest_outliers(digests: dict[str, set[tuple[str, str, str]]]) -> list[DigestOutlier]:

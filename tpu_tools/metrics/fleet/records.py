@@ -2,13 +2,14 @@
 
 The report has the shape of `tpu-tools/monitor/v1` (see `tpu_tools.metrics.report`) so tpu-top and
 tpu-monitor show it as they show the local host; device keys are prefixed with the host ("node-3/tpu:0")
-and every device and agent carries a `host` field. A `fleet` group adds one summary per host.
+and every device and agent carries a `host` field. A `fleet` group (metrics.records.fleet) adds one summary
+per host.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpu_tools.metrics.cacheshare import shared_cache_dirs, take_fleet_sample
@@ -16,6 +17,8 @@ from tpu_tools.metrics.fleet.client import Sample
 from tpu_tools.metrics.fleet.jobs import fleet_jobs
 from tpu_tools.metrics.fleet.outliers import digest_outliers, furthest, median_of
 from tpu_tools.metrics.global_check import global_metric_findings
+from tpu_tools.metrics.records.fleet import ClusterSummary, FleetGroup, FleetHost
+from tpu_tools.metrics.records.libtpu import LibtpuGroup, LibtpuService
 from tpu_tools.metrics.stall import stall_findings
 from tpu_tools.parsing import ascii_digits
 
@@ -54,23 +57,6 @@ def host_key(labels: dict[str, str]) -> str:
     instance = labels.get(HOST_LABEL, "?")
     cluster = labels.get(CLUSTER_LABEL)
     return f"{cluster}/{instance}" if cluster else instance
-
-
-@dataclass
-class HostSummary:
-    host: str
-    up: bool
-    cluster: str | None = None
-    chips: int = 0
-    utilization_percent: float | None = None  # mean over the host's devices that report it
-    memory_used_bytes: int | None = None
-    memory_total_bytes: int | None = None
-    jobs: int = 0
-    steps_per_second: float | None = None  # all the host's jobs together
-    step_time_s: float | None = None  # median of its jobs' p50 step times
-    recompiles: int | None = None
-    goodput_percent: float | None = None  # median of its jobs' recent goodput (since start where no recent)
-    outlier: str | None = None  # why this host is the slice's outlier
 
 
 @dataclass
@@ -229,10 +215,10 @@ def _take_goodput(agent: dict[str, Any], figure: str, labels: dict[str, str], va
         goodput[window][key] = value * scale
 
 
-def _summary(host: _Host, up: bool) -> HostSummary:
+def _summary(host: _Host, up: bool) -> FleetHost:
     if host.summary or not (host.devices or host.agents):  # read from the recording rules (or nothing known)
         figures = {"chips": 0, "jobs": 0, **host.summary}
-        return HostSummary(host=host.name, up=up, cluster=host.cluster, **figures)
+        return FleetHost(host=host.name, up=up, cluster=host.cluster, **figures)
     devices = list(host.devices.values())
     utilizations = [d["utilization_percent"] for d in devices if d["utilization_percent"] is not None]
     used = [d["memory_used_bytes"] for d in devices if d["memory_used_bytes"] is not None]
@@ -242,7 +228,7 @@ def _summary(host: _Host, up: bool) -> HostSummary:
     step_times = [a["steps"]["p50_step_time_s"] for a in agents if a["steps"].get("p50_step_time_s") is not None]
     recompiles = [a["compiles"]["recompile_count"] for a in agents if "recompile_count" in a["compiles"]]
     goodputs = [figure for a in agents if (figure := _recent_goodput(a)) is not None]
-    return HostSummary(
+    return FleetHost(
         host=host.name, up=up, cluster=host.cluster, chips=sum(1 for d in devices if "@" not in d["key"]),
         utilization_percent=statistics.fmean(utilizations) if utilizations else None,
         memory_used_bytes=int(sum(used)) if used else None, memory_total_bytes=int(sum(total)) if total else None,
@@ -273,7 +259,7 @@ def _host_group(hosts: list[_Host]) -> dict[str, Any]:
 
 
 def build_groups(series: list[Sample], up: list[Sample], summaries: list[Sample] | None = None
-                 ) -> dict[str, dict[str, Any]]:
+                 ) -> dict[str, Any]:
     """The host, devices, processes, libtpu and fleet groups from `tpu_tools_*` series and `up` of their jobs.
 
     With `summaries` (the recording rules' series of every host), the Hosts figures come from them and
@@ -320,24 +306,23 @@ def build_groups(series: list[Sample], up: list[Sample], summaries: list[Sample]
                       "global_metric_findings": findings, "stall_findings": stalls,
                       "shared_cache_dirs": [s.to_dict() for s in shared_cache_dirs(agents)],
                       "jobs": fleet_jobs(series, host_key)},
-        "libtpu": {"error": None, "notes": [],
-                   "services": [{"address": f"{h.name}/{address}", "error": None if ok else "not answering"}
-                                for h in ordered for address, ok in sorted(h.libtpu.items())]},
-        "fleet": {"hosts": [asdict(s) for s in listed], "hosts_down": sorted(n for n, ok in target_up.items()
-                                                                               if not ok),
-                  "median_utilization_percent": median_of(utilization), "median_step_time_s": median_of(step_time),
-                  "outliers": [asdict(o) for o in outliers], "global_metric_findings": len(findings),
-                  "digest_outliers": [asdict(o) for o in differing],
-                  "stall_findings": stalls, "clusters": _clusters(listed)},
+        "libtpu": LibtpuGroup(services=[LibtpuService(address=f"{h.name}/{address}",
+                                                      error=None if ok else "not answering")
+                                        for h in ordered for address, ok in sorted(h.libtpu.items())]),
+        "fleet": FleetGroup(hosts=listed, hosts_down=sorted(n for n, ok in target_up.items() if not ok),
+                            median_utilization_percent=median_of(utilization),
+                            median_step_time_s=median_of(step_time), outliers=outliers,
+                            global_metric_findings=len(findings), digest_outliers=differing, stall_findings=stalls,
+                            clusters=_clusters(listed)),
     }
 
 
-def _clusters(listed: list[HostSummary]) -> list[dict[str, Any]]:
+def _clusters(listed: list[FleetHost]) -> list[ClusterSummary]:
     """Per cluster (where hosts carry one): its hosts, those down and its median duty cycle."""
     found = []
     for cluster in sorted({s.cluster for s in listed if s.cluster}):
         members = [s for s in listed if s.cluster == cluster]
         utilization = {s.host: s.utilization_percent for s in members if s.utilization_percent is not None}
-        found.append({"cluster": cluster, "hosts": len(members), "hosts_down": sum(1 for s in members if not s.up),
-                      "median_utilization_percent": median_of(utilization)})
+        found.append(ClusterSummary(cluster=cluster, hosts=len(members), hosts_down=sum(1 for s in members if not s.up),
+                                    median_utilization_percent=median_of(utilization)))
     return found

@@ -13,7 +13,6 @@ is older than `silent_after_s` is named in `fleet.silent_clusters`.
 
 from __future__ import annotations
 
-import copy
 import re
 import time
 from typing import Any
@@ -31,6 +30,8 @@ from tpu_tools.metrics.fleet.records import (
     build_groups,
     host_key,
 )
+from tpu_tools.metrics.records.fleet import FleetGroup, SilentCluster
+from tpu_tools.metrics.records.group import GroupRecord
 from tpu_tools.metrics.records.report import SCHEMA, MonitorReport
 from tpu_tools.metrics.report import iso_time
 
@@ -43,13 +44,12 @@ DETAIL_HOSTS = 16
 SILENT_AFTER_S = 120.0  # a few remote-write batches and scrapes of any usual interval
 
 
-def detail_hosts(fleet: dict[str, Any], limit: int = DETAIL_HOSTS) -> list[str]:
+def detail_hosts(fleet: FleetGroup, limit: int = DETAIL_HOSTS) -> list[str]:
     """The hosts whose chips and jobs a large fleet's view reads: the outliers, then the least busy."""
-    chosen = [o["host"] for o in fleet["outliers"]]
-    busy = sorted((h for h in fleet["hosts"] if h["host"] not in chosen),
-                  key=lambda h: (h["up"], h["utilization_percent"] if h["utilization_percent"] is not None
-                                 else -1.0, h["host"]))
-    chosen += [h["host"] for h in busy]
+    chosen = [o.host for o in fleet.outliers]
+    busy = sorted((h for h in fleet.hosts if h.host not in chosen),
+                  key=lambda h: (h.up, h.utilization_percent if h.utilization_percent is not None else -1.0, h.host))
+    chosen += [h.host for h in busy]
     return list(dict.fromkeys(chosen))[:limit]
 
 
@@ -90,37 +90,41 @@ class FleetSource:
         except RuntimeFailure as error:
             return self._stale(report, str(error), now)
         groups = build_groups(series, up, summaries)
-        groups["fleet"].update({"detail_hosts": detail, "silent_clusters": self._silent(ages, now)})
         sampled = iso_time(now)
-        for group in groups.values():
-            group.update({"period_s": None, "sampled_at": sampled})
-            group.setdefault("error", None)
+        for name, group in groups.items():
+            if isinstance(group, GroupRecord):
+                groups[name] = msgspec.structs.replace(group, period_s=None, sampled_at=sampled)
+            else:
+                group.update({"period_s": None, "sampled_at": sampled})
+                group.setdefault("error", None)
         groups["host"]["hostname"] = report.hostname
-        groups["fleet"].update({"source": self.endpoint.shown, "stale": False, "stale_since": None,
-                                "query_time_s": round(time.monotonic() - started, 4)})
+        groups["fleet"] = msgspec.structs.replace(
+            groups["fleet"], detail_hosts=detail, silent_clusters=self._silent(ages, now), source=self.endpoint.shown,
+            stale=False, stale_since=None, query_time_s=round(time.monotonic() - started, 4))
         report = msgspec.structs.replace(report, **groups)
         self._last, self._stale_since = report, None
         return report
 
-    def _silent(self, ages: list[Sample], now: float) -> list[dict[str, Any]]:
+    def _silent(self, ages: list[Sample], now: float) -> list[SilentCluster]:
         """Clusters whose newest sample is older than `silent_after_s`, or that were seen and are gone (a
         cluster's series all marked stale vanish from the store's answers)."""
         for sample in ages:
             self._cluster_newest[sample.labels.get(CLUSTER_LABEL, "?")] = now - sample.value
-        return [{"cluster": cluster, "last_sample_age_s": round(now - newest, 1)}
+        return [SilentCluster(cluster=cluster, last_sample_age_s=round(now - newest, 1))
                 for cluster, newest in sorted(self._cluster_newest.items()) if now - newest > self.silent_after_s]
 
     def _stale(self, report: MonitorReport, error: str, now: float) -> MonitorReport:
         if self._stale_since is None:
             self._stale_since = now
         if self._last is None:  # nothing to show yet: every group says why
-            failed = {"period_s": None, "sampled_at": report.time, "error": error}
+            failed: dict[str, Any] = {"period_s": None, "sampled_at": report.time, "error": error}
             return msgspec.structs.replace(
                 report, host=dict(failed), devices=dict(failed), processes=dict(failed),
-                fleet={**failed, "source": self.endpoint.shown, "hosts": [], "hosts_down": [], "outliers": [],
-                       "stale": True, "stale_since": iso_time(self._stale_since)})
+                fleet=FleetGroup(**failed, source=self.endpoint.shown, stale=True,
+                                 stale_since=iso_time(self._stale_since)))
         last = self._last
-        fleet = {**copy.deepcopy(last.fleet), "error": error, "stale": True, "stale_since": iso_time(self._stale_since)}
+        fleet = msgspec.structs.replace(last.fleet or FleetGroup(), error=error, stale=True,
+                                        stale_since=iso_time(self._stale_since))
         return msgspec.structs.replace(last, time=report.time, time_unix_s=report.time_unix_s,
                                        sequence=report.sequence, fleet=fleet)
 

@@ -19,6 +19,7 @@ from tpu_tools.metrics.libtpu import DeviceFigures as ServiceDevice
 from tpu_tools.metrics.libtpu import LibtpuSnapshot
 from tpu_tools.metrics.libtpu.export import gauge_samples, histogram_samples, report_group
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
+from tpu_tools.metrics.records.libtpu import LibtpuGroup as LibtpuGroupRecord
 from tpu_tools.pjrt.discover import Chip
 
 SOURCE = "libtpu"
@@ -52,6 +53,7 @@ def place_devices(snapshots: Sequence[LibtpuSnapshot],
 
 class LibtpuGroup:
     name = "libtpu"
+    record_type = LibtpuGroupRecord
 
     def __init__(self, options: CollectOptions):
         self._addresses = list(options.metrics_addresses)
@@ -76,11 +78,11 @@ class LibtpuGroup:
     def _placed(self, context: CollectContext) -> tuple[list[tuple[int, ServiceDevice]], str | None]:
         return place_devices(self.snapshots(context), context.discovery().chips_for_platform("tpu"))
 
-    def collect(self, context: CollectContext) -> dict[str, Any]:
+    def collect(self, context: CollectContext) -> LibtpuGroupRecord:
         snapshots = self.snapshots(context)
         self._latest = snapshots
         _, note = self._placed(context)
-        return {**report_group(snapshots), "notes": [note] if note else []}
+        return report_group(snapshots, [note] if note else [])
 
     def device_figures(self, context: CollectContext) -> list[DeviceFigures]:
         placed, _ = self._placed(context)
@@ -91,7 +93,7 @@ class LibtpuGroup:
                                      if getattr(device, figure) is not None})
                 for position, device in placed]
 
-    def prometheus(self, data: dict[str, Any]) -> Iterable[Any]:
+    def prometheus(self, data: LibtpuGroupRecord) -> Iterable[Any]:
         from tpu_tools.metrics.samplefamilies import histogram_families, sample_families
 
         return [*sample_families(gauge_samples(self._latest)), *histogram_families(histogram_samples(self._latest))]

@@ -17,6 +17,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
+
+from tpu_tools.metrics.records.libtpu import Distribution
+
 PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999))  # tpu-info's, and p99
 
 
@@ -103,21 +107,11 @@ class Histogram:
         return sum(self.counts)
 
 
-@dataclass(frozen=True)
-class DistributionSummary:
-    """What a consumer shows of a distribution; every figure is None when there are no samples."""
+class DistributionSummary(Distribution, kw_only=True):
+    """What a consumer shows of a distribution (the report's figures, metrics.records.libtpu), and its buckets."""
 
-    count: int
-    mean: float | None = None
-    min: float | None = None
-    max: float | None = None
-    p50: float | None = None
-    p90: float | None = None
-    p95: float | None = None
-    p99: float | None = None
-    p999: float | None = None
     # (upper bound, samples in the bucket) of every bucket of the layout, math.inf for the overflow bucket; empty
-    # when the layout cannot be read. Not in to_dict: the report keeps its percentiles, Prometheus the buckets.
+    # when the layout cannot be read. Not in the record: the report keeps its percentiles, Prometheus the buckets.
     buckets: tuple[tuple[float, int], ...] = ()
 
     @property
@@ -128,9 +122,11 @@ class DistributionSummary:
         value: float | None = getattr(self, name)
         return value
 
+    def to_record(self) -> Distribution:
+        return Distribution(**{name: getattr(self, name) for name in Distribution.__struct_fields__})
+
     def to_dict(self) -> dict[str, float | int | None]:
-        return {"count": self.count, "mean": self.mean, "min": self.min, "max": self.max, "p50": self.p50,
-                "p90": self.p90, "p95": self.p95, "p99": self.p99, "p999": self.p999}
+        return msgspec.to_builtins(self.to_record())  # type: ignore[no-any-return]
 
 
 NO_SAMPLES = DistributionSummary(count=0)

@@ -13,19 +13,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tpu_tools.metrics.libtpu.distribution import DistributionSummary
 from tpu_tools.metrics.libtpu.records import LibtpuSnapshot
+from tpu_tools.metrics.records.libtpu import LibtpuGroup
 
 PREFIX = "tpu_tools_libtpu_"
 
 
-def report_group(snapshots: Sequence[LibtpuSnapshot]) -> dict[str, Any]:
-    """{"error", "services"}: error is null when any address answered, else why none did."""
+def report_group(snapshots: Sequence[LibtpuSnapshot], notes: Sequence[str] = ()) -> LibtpuGroup:
+    """The group's record: its error is None when any address answered, else why none did."""
     answered = any(s.ok for s in snapshots)
     error = None if answered or not snapshots else "; ".join(s.error or "" for s in snapshots)
-    return {"error": error, "services": [s.to_dict() for s in snapshots]}
+    return LibtpuGroup(error=error, services=[s.to_record() for s in snapshots], notes=list(notes))
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 One `LibtpuSnapshot` per address and refresh. The same record feeds a table (tpu-ls), a report
 group and Prometheus gauges (tpu-monitor), a terminal panel (tpu-top) and a support bundle (tpu-dump):
-`to_dict()` is the JSON form all of them embed. A figure the runtime does not serve is None, and its
-metric is named in `not_served_metrics`; an address that did not answer has `error` set.
+`to_record()` is the form a report holds (metrics.records.libtpu) and `to_dict()` its JSON. A figure the
+runtime does not serve is None, and its metric is named in `not_served_metrics`; an address that did not answer
+has `error` set.
 """
 
 from __future__ import annotations
@@ -12,14 +13,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from tpu_tools.metrics.libtpu import names
 from tpu_tools.metrics.libtpu.distribution import DistributionSummary
+from tpu_tools.metrics.records.libtpu import DeliveryRate as DeliveryRateRecord
+from tpu_tools.metrics.records.libtpu import LibtpuDevice, LibtpuService
+from tpu_tools.metrics.records.libtpu import TransferLatency as TransferLatencyRecord
 
 NOT_SERVED = "not served by this runtime"
 NO_SAMPLES = "no samples"
 
 DUTY_PER_DEVICE = "device"
 DUTY_PER_CHIP = "chip"
+
+
+def _builtins(record: msgspec.Struct) -> dict[str, Any]:
+    return msgspec.to_builtins(record)  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -35,18 +45,16 @@ class DeviceFigures:
     hlo_queue_size: int | None = None
     hlo_execution_time_us: DistributionSummary | None = None
 
+    def to_record(self) -> LibtpuDevice:
+        return LibtpuDevice(
+            device_id=self.device_id, hbm_used_bytes=self.hbm_used_bytes, hbm_total_bytes=self.hbm_total_bytes,
+            duty_cycle_percent=self.duty_cycle_percent,
+            hbm_bandwidth_utilization_percent=self.hbm_bandwidth_utilization_percent,
+            tensorcore_idle_duration_s=self.tensorcore_idle_duration_s, hlo_queue_size=self.hlo_queue_size,
+            hlo_execution_time_us=self.hlo_execution_time_us.to_record() if self.hlo_execution_time_us else None)
+
     def to_dict(self) -> dict[str, Any]:
-        """The device as tpu-monitor's libtpu group writes it."""
-        return {
-            "device_id": self.device_id,
-            "hbm_used_bytes": self.hbm_used_bytes,
-            "hbm_total_bytes": self.hbm_total_bytes,
-            "duty_cycle_percent": self.duty_cycle_percent,
-            "hbm_bandwidth_utilization_percent": self.hbm_bandwidth_utilization_percent,
-            "tensorcore_idle_duration_s": self.tensorcore_idle_duration_s,
-            "hlo_queue_size": self.hlo_queue_size,
-            "hlo_execution_time_us": self.hlo_execution_time_us.to_dict() if self.hlo_execution_time_us else None,
-        }
+        return _builtins(self.to_record())
 
 
 @dataclass
@@ -61,9 +69,12 @@ class TransferLatency:
     def name(self) -> str:
         return names.short_name(self.metric)
 
+    def to_record(self) -> TransferLatencyRecord:
+        return TransferLatencyRecord(metric=self.metric, name=self.name, buffer_size=self.buffer_size,
+                                     latency_us=self.latency_us.to_record())
+
     def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "name": self.name, "buffer_size": self.buffer_size,
-                "latency_us": self.latency_us.to_dict()}
+        return _builtins(self.to_record())
 
 
 @dataclass
@@ -78,8 +89,12 @@ class DeliveryRate:
     def name(self) -> str:
         return names.short_name(self.metric)
 
+    def to_record(self) -> DeliveryRateRecord:
+        return DeliveryRateRecord(metric=self.metric, name=self.name, label=self.label,
+                                  rate_mbps=self.rate_mbps.to_record())
+
     def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "name": self.name, "label": self.label, "rate_mbps": self.rate_mbps.to_dict()}
+        return _builtins(self.to_record())
 
 
 @dataclass
@@ -138,21 +153,17 @@ class LibtpuSnapshot:
         """The figures of the device the runtime numbers `device_id`, or None."""
         return next((d for d in self.devices if d.device_id == device_id), None)
 
+    def to_record(self) -> LibtpuService:
+        return LibtpuService(
+            address=self.address, error=self.error, elapsed_ms=round(self.elapsed_ms, 3),
+            served_metrics=list(self.served_metrics), not_served_metrics=list(self.not_served_metrics),
+            unread_metrics=list(self.unread_metrics), duty_cycle_scope=self.duty_cycle_scope,
+            devices=[d.to_record() for d in self.devices],
+            transfer_latencies=[t.to_record() for t in self.transfer_latencies],
+            delivery_rates=[r.to_record() for r in self.delivery_rates], notes=list(self.notes))
+
     def to_dict(self) -> dict[str, Any]:
-        """The snapshot as tpu-monitor's libtpu group writes it."""
-        return {
-            "address": self.address,
-            "error": self.error,
-            "elapsed_ms": round(self.elapsed_ms, 3),
-            "served_metrics": list(self.served_metrics),
-            "not_served_metrics": list(self.not_served_metrics),
-            "unread_metrics": list(self.unread_metrics),
-            "duty_cycle_scope": self.duty_cycle_scope,
-            "devices": [d.to_dict() for d in self.devices],
-            "transfer_latencies": [t.to_dict() for t in self.transfer_latencies],
-            "delivery_rates": [r.to_dict() for r in self.delivery_rates],
-            "notes": list(self.notes),
-        }
+        return _builtins(self.to_record())
 
 
 # --- runtime status ---------------------------------------------------------------------------------
