@@ -17,10 +17,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from tpu_tools.dump.collectors.diagnostics import INDEX as DIAGNOSTICS_INDEX
 from tpu_tools.dump.collectors.diagnostics import stall_cores
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
+from tpu_tools.metrics.records.gpu import STATUS_LOST, STATUS_NOT_ANSWERING, GpuRecord
 from tpu_tools.metrics.tpuhealth import attention
 from tpu_tools.shorten import shorten
 
@@ -274,68 +277,82 @@ def _runtime_warnings(bundle: Bundle, out: list[Finding]) -> None:
                 out.append(Finding("device_held", note.replace("(or --force,", "(or --force-runtime,")))
 
 
+class _GpuFile(msgspec.Struct):
+    """A bundle's NVML or amdsmi snapshot, its GPUs each left to decode on its own."""
+
+    gpus: list[msgspec.Raw] = msgspec.field(default_factory=list)
+
+
+def _gpus_in(bundle: Bundle, path: str) -> list[GpuRecord]:
+    """The GPUs of a bundle's GPU snapshot as records; a GPU whose entry does not decode is left out (a damaged
+    file still tells what the rest of it says)."""
+    try:
+        listed = msgspec.json.decode(bundle.read(path), type=_GpuFile)
+    except (BundleError, msgspec.DecodeError, RecursionError):
+        return []
+    gpus = []
+    for raw in listed.gpus:
+        try:
+            gpus.append(msgspec.json.decode(raw, type=GpuRecord))
+        except (msgspec.DecodeError, RecursionError):
+            continue
+    return gpus
+
+
 def _gpu_warnings(bundle: Bundle, out: list[Finding]) -> None:
     """From the NVML and amdsmi snapshots: a lost or silent GPU, ECC errors, remapped rows, thermal or power
     slowdown."""
     for path, source, kind in (("accelerators/nvml.json", "NVML", "NVIDIA GPU"),
                                ("accelerators/amdsmi.json", "amdsmi", "AMD GPU")):
-        snapshot = bundle.read_json(path)
-        if isinstance(snapshot, dict) and isinstance(snapshot.get("gpus"), list):
-            _snapshot_warnings(snapshot["gpus"], source, kind, out)
+        _snapshot_warnings(_gpus_in(bundle, path), source, kind, out)
 
 
-def _snapshot_warnings(gpus: list[Any], source: str, kind: str, out: list[Finding]) -> None:
+def _snapshot_warnings(gpus: list[GpuRecord], source: str, kind: str, out: list[Finding]) -> None:
     for gpu in gpus:
-        if not isinstance(gpu, dict):
-            continue
-        who = f"GPU {gpu.get('index')} ({gpu.get('name') or kind}, {gpu.get('pci_bus_id') or 'bus id unknown'})"
-        status = gpu.get("status")
-        if status == "lost":
+        who = f"GPU {gpu.index} ({gpu.name or kind}, {gpu.pci_bus_id or 'bus id unknown'})"
+        if gpu.status == STATUS_LOST:
             out.append(Finding("gpu_lost", f"{who} is lost (NVML: GPU_IS_LOST): it fell off the bus or needs a "
                                            "reset; jobs on it fail until then"))
             continue
-        if status == "not_answering":
+        if gpu.status == STATUS_NOT_ANSWERING:
             out.append(Finding("gpu_not_answering", f"{who} did not answer {source} in time: a hung driver call"))
             continue
-        volatile, aggregate = gpu.get("ecc_volatile_uncorrected_errors"), gpu.get("ecc_aggregate_uncorrected_errors")
+        volatile, aggregate = gpu.ecc_volatile_uncorrected_errors, gpu.ecc_aggregate_uncorrected_errors
         if (volatile or 0) > 0 or (aggregate or 0) > 0:
             lifetime = "" if aggregate is None and source != "NVML" else f", {aggregate or 0} in its lifetime"
             out.append(Finding("gpu_ecc_errors", f"{who} has uncorrected ECC errors: {volatile or 0} since the "
                                                  f"driver loaded{lifetime}"))
-        if (gpu.get("remapped_rows_uncorrectable") or 0) > 0 or gpu.get("remapped_rows_pending") \
-                or gpu.get("remapped_rows_failed"):
-            state = "; a remapping failed: replace the GPU" if gpu.get("remapped_rows_failed") else \
-                ("; a remapping waits for a GPU reset" if gpu.get("remapped_rows_pending") else "")
-            out.append(Finding("gpu_remapped_rows", f"{who} remapped {gpu.get('remapped_rows_uncorrectable') or 0} "
+        if (gpu.remapped_rows_uncorrectable or 0) > 0 or gpu.remapped_rows_pending or gpu.remapped_rows_failed:
+            state = "; a remapping failed: replace the GPU" if gpu.remapped_rows_failed else \
+                ("; a remapping waits for a GPU reset" if gpu.remapped_rows_pending else "")
+            out.append(Finding("gpu_remapped_rows", f"{who} remapped {gpu.remapped_rows_uncorrectable or 0} "
                                                     f"rows after uncorrectable memory errors{state}"))
         _link_warnings(gpu, who, out)
-        reasons = set(gpu.get("clock_event_reasons") or [])
-        for kind, names in (("thermal", THERMAL_REASONS), ("power", POWER_REASONS)):
+        reasons = set(gpu.clock_event_reasons or [])
+        for slowdown, names in (("thermal", THERMAL_REASONS), ("power", POWER_REASONS)):
             active = sorted(reasons & names)
             if active:
-                out.append(Finding(f"gpu_{kind}_slowdown", f"{who} is slowed down ({', '.join(active)}) at "
-                                                           f"{gpu.get('temperature_celsius')} C, "
-                                                           f"{gpu.get('power_draw_watts')} W"))
+                out.append(Finding(f"gpu_{slowdown}_slowdown", f"{who} is slowed down ({', '.join(active)}) at "
+                                                               f"{gpu.temperature_celsius} C, "
+                                                               f"{gpu.power_draw_watts} W"))
 
 
-def _link_warnings(gpu: dict[str, Any], who: str, out: list[Finding]) -> None:
+def _link_warnings(gpu: GpuRecord, who: str, out: list[Finding]) -> None:
     """A PCIe link narrower than its maximum, PCIe replays, NVLink links down, XID errors a monitor counted."""
-    width, widest = gpu.get("pcie_link_width"), gpu.get("pcie_link_width_max")
-    if isinstance(width, int) and isinstance(widest, int) and width < widest:
+    width, widest = gpu.pcie_link_width, gpu.pcie_link_width_max
+    if width is not None and widest is not None and width < widest:
         out.append(Finding("gpu_pcie_degraded", f"{who} runs its PCIe link at x{width} of x{widest} (generation "
-                                                f"{gpu.get('pcie_link_generation')} of "
-                                                f"{gpu.get('pcie_link_generation_max')}): a bad riser or slot"))
-    replays = gpu.get("pcie_replay_errors")
-    if isinstance(replays, int) and replays > 0:
-        out.append(Finding("gpu_pcie_replays", f"{who} counted {replays} PCIe replays since the driver loaded "
-                                               "(link-level retransmissions: a marginal link)"))
-    down = gpu.get("nvlink_links_down")
-    if isinstance(down, list) and down:
-        out.append(Finding("gpu_nvlink_down", f"{who} has NVLink links down: {', '.join(str(d) for d in down)} of "
-                                              f"{gpu.get('nvlink_links')}"))
-    xids = gpu.get("xid_errors")
-    if isinstance(xids, dict) and xids:
-        counts = ", ".join(f"XID {code} x{count}" for code, count in sorted(xids.items()))
+                                                f"{gpu.pcie_link_generation} of "
+                                                f"{gpu.pcie_link_generation_max}): a bad riser or slot"))
+    if (gpu.pcie_replay_errors or 0) > 0:
+        out.append(Finding("gpu_pcie_replays", f"{who} counted {gpu.pcie_replay_errors} PCIe replays since the "
+                                               "driver loaded (link-level retransmissions: a marginal link)"))
+    if gpu.nvlink_links_down:
+        out.append(Finding("gpu_nvlink_down", f"{who} has NVLink links down: "
+                                              f"{', '.join(str(d) for d in gpu.nvlink_links_down)} of "
+                                              f"{gpu.nvlink_links}"))
+    if gpu.xid_errors:
+        counts = ", ".join(f"XID {code} x{count}" for code, count in sorted(gpu.xid_errors.items()))
         out.append(Finding("gpu_xid_errors", f"{who} reported {counts}"))
 
 

@@ -101,7 +101,8 @@ class ReportBuilder:
                 return record_type(period_s=period, sampled_at=sampled, error=first_line(error))
             return {"period_s": period, "sampled_at": sampled, "error": first_line(error)}
         if isinstance(data, GroupRecord):
-            return msgspec.structs.replace(data, period_s=period, sampled_at=sampled, error=None)
+            # the record's own error stands: a group may fail in part and still give its figures
+            return msgspec.structs.replace(data, period_s=period, sampled_at=sampled)
         return {"period_s": period, "sampled_at": sampled, "error": None, **data}
 
     def close(self) -> None:

@@ -31,6 +31,8 @@ from tpu_tools.metrics.fleet.records import (
     build_groups,
     host_key,
 )
+from tpu_tools.metrics.records.devices import DevicesRecord
+from tpu_tools.metrics.records.host import HostRecord
 from tpu_tools.metrics.records.report import SCHEMA, MonitorReport
 from tpu_tools.metrics.report import iso_time
 
@@ -98,7 +100,8 @@ class FleetSource:
         groups["host"]["hostname"] = report.hostname
         groups["fleet"].update({"source": self.endpoint.shown, "stale": False, "stale_since": None,
                                 "query_time_s": round(time.monotonic() - started, 4)})
-        report = msgspec.structs.replace(report, **groups)
+        report = msgspec.structs.replace(report, **{**groups, "host": msgspec.convert(groups["host"], HostRecord),
+                                                    "devices": msgspec.convert(groups["devices"], DevicesRecord)})
         self._last, self._stale_since = report, None
         return report
 
@@ -116,7 +119,8 @@ class FleetSource:
         if self._last is None:  # nothing to show yet: every group says why
             failed = {"period_s": None, "sampled_at": report.time, "error": error}
             return msgspec.structs.replace(
-                report, host=dict(failed), devices=dict(failed), processes=dict(failed),
+                report, host=HostRecord(sampled_at=report.time, error=error),
+                devices=DevicesRecord(sampled_at=report.time, error=error), processes=dict(failed),
                 fleet={**failed, "source": self.endpoint.shown, "hosts": [], "hosts_down": [], "outliers": [],
                        "stale": True, "stale_since": iso_time(self._stale_since)})
         last = self._last

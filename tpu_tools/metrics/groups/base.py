@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 from tpu_tools.metrics.agent_client import DEFAULT_TIMEOUT_S, AgentConnections, AgentScan, query_agents
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu.addresses import default_address
+from tpu_tools.metrics.records.devices import DeviceExtra
 from tpu_tools.pjrt.discover import Discovery, Holder, discover
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
@@ -32,8 +33,8 @@ class DeviceFigures:
 
     `device_id` is the device's local id on `platform` (the PJRT id of an
     addressable device; libtpu's device ordinal). A field left None is not
-    reported by the source; `extra` holds source-specific figures by name with
-    units in the name (e.g. {"hbm_bandwidth_utilization_percent": 12.0}).
+    reported by the source; `extra` holds the figures one kind of source reads
+    (libtpu's HBM bandwidth, a GPU's power and temperature, tpu-diag's verdict).
     """
 
     platform: str
@@ -42,7 +43,7 @@ class DeviceFigures:
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
     utilization_percent: float | None = None
-    extra: dict[str, float | int | str | None] = field(default_factory=dict)
+    extra: DeviceExtra = field(default_factory=DeviceExtra)
     # The processes on the device as the vendor's library lists them (NVML's compute and graphics processes);
     # None where the source does not say, and the device nodes' holders stand.
     holders: list[Holder] | None = None

@@ -6,17 +6,14 @@ from typing import Any
 
 import msgspec
 
+from tpu_tools.metrics.records.devices import DevicesRecord
+from tpu_tools.metrics.records.gpu import GpusRecord
+from tpu_tools.metrics.records.group import GroupRecord
+from tpu_tools.metrics.records.host import HostRecord
+
+__all__ = ["SCHEMA", "GroupRecord", "MonitorReport", "waiting_report"]
+
 SCHEMA = "tpu-tools/monitor/v1"
-
-
-class GroupRecord(msgspec.Struct, kw_only=True):
-    """The part of a report group common to all groups: its sampling period (None: every report), when it was
-    sampled (ISO 8601 UTC) and why it failed (None when it did not: a failed group keeps its other fields at
-    their defaults, or at its last figures where the report repeats them)."""
-
-    period_s: float | None = None
-    sampled_at: str | None = None
-    error: str | None = None
 
 
 # Groups not planned for a report (`--groups`) are left out of its JSON rather than written as null.
@@ -30,13 +27,13 @@ class MonitorReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     sequence: int
     tpu_tools_version: str
     tpu_slice: dict[str, Any] | None = None  # this host's place in a TPU slice (pjrt.tpuvm.SliceInfo.to_dict)
-    host: Any = None
-    devices: Any = None
+    host: HostRecord | None = None
+    devices: DevicesRecord | None = None
     processes: Any = None
     libtpu: Any = None
     workload: Any = None
-    nvml: Any = None
-    amdsmi: Any = None
+    nvml: GpusRecord | None = None
+    amdsmi: GpusRecord | None = None
     diag: Any = None
     fleet: Any = None  # a fleet reader's own group (metrics.fleet)
 
