@@ -19,6 +19,15 @@ from typing import Any
 
 import msgspec
 
+from tpu_tools.dump.accelerator_files import (
+    DISCOVERY,
+    RUNTIME,
+    DiscoveryFile,
+    GpuSnapshotFile,
+    NodeHolder,
+    RuntimeFile,
+    read_file,
+)
 from tpu_tools.dump.collectors.diagnostics import INDEX as DIAGNOSTICS_INDEX
 from tpu_tools.dump.collectors.diagnostics import stall_cores
 from tpu_tools.dump.reader import Bundle, BundleError
@@ -238,58 +247,47 @@ def _stack_warnings(bundle: Bundle, out: list[Finding]) -> None:
 
 
 def _holder_warnings(bundle: Bundle, out: list[Finding]) -> None:
-    discovery = bundle.read_json("accelerators/discovery.json") or {}
-    troubled: dict[int, tuple[dict, list[str]]] = {}  # pid -> (holder, device nodes)
-    for chip in discovery.get("chips") or []:
-        for node in chip.get("device_nodes") or []:
-            for holder in node.get("holders") or []:
-                if holder.get("state") in ("Z", "X", "D") or holder.get("alive") is False:
-                    troubled.setdefault(holder.get("pid"), (holder, []))[1].append(str(node.get("path")))
-            if node.get("exists") and node.get("accessible") is False:
-                out.append(Finding("no_access", f"{node.get('path')} (mode {node.get('mode')}, uid {node.get('uid')}"
-                                                f", gid {node.get('gid')}) cannot be opened by the user who ran "
-                                                "tpu-dump"))
+    discovery = read_file(bundle, DISCOVERY, DiscoveryFile) or DiscoveryFile()
+    troubled: dict[int | None, tuple[NodeHolder, list[str]]] = {}  # pid -> (holder, device nodes)
+    for chip in discovery.chips:
+        for node in chip.device_nodes:
+            for holder in node.holders:
+                if holder.state in ("Z", "X", "D") or holder.alive is False:
+                    troubled.setdefault(holder.pid, (holder, []))[1].append(str(node.path))
+            if node.exists and node.accessible is False:
+                out.append(Finding("no_access", f"{node.path} (mode {node.mode}, uid {node.uid}, gid {node.gid}) "
+                                                "cannot be opened by the user who ran tpu-dump"))
     for pid, (holder, nodes) in troubled.items():
         who = f"{', '.join(nodes)} {'is' if len(nodes) == 1 else 'are'} held by process {pid} " \
-              f"({str(holder.get('command') or '?').split(' ')[0]})"
-        if holder.get("state") == "D":
+              f"({(holder.command or '?').split(' ')[0]})"
+        if holder.state == "D":
             out.append(Finding("stuck_holder", f"{who}, stuck in an uninterruptible wait (state D): a driver call "
                                                "that does not return"))
         else:
-            out.append(Finding("dead_holder", f"{who}, which has exited ({holder.get('state_name') or 'gone'}) "
+            out.append(Finding("dead_holder", f"{who}, which has exited ({holder.state_name or 'gone'}) "
                                               "but still has them open; the devices stay busy until every thread "
                                               "of it ends"))
-    for note in discovery.get("notes") or []:
+    for note in discovery.notes:
         if "is missing" in note:
             out.append(Finding("missing_device_node", note))
 
 
 def _runtime_warnings(bundle: Bundle, out: list[Finding]) -> None:
-    runtime = bundle.read_json("accelerators/runtime.json") or {}
-    for device in runtime.get("devices") or []:
-        probe = device.get("probe") or {}
-        if probe and not probe.get("ok"):
-            out.append(Finding("probe_failed", f"device {device.get('id')} ({device.get('device_kind')}) failed "
-                                               f"the probe: {probe.get('error')}"))
-    if runtime.get("runtime_status") == "held":
-        for note in runtime.get("notes") or []:
+    runtime = read_file(bundle, RUNTIME, RuntimeFile) or RuntimeFile()
+    for device in runtime.devices:
+        if device.probe is not None and not device.probe.ok:
+            out.append(Finding("probe_failed", f"device {device.id} ({device.device_kind}) failed "
+                                               f"the probe: {device.probe.error}"))
+    if runtime.runtime_status == "held":
+        for note in runtime.notes:
             if "held by" in note:
                 out.append(Finding("device_held", note.replace("(or --force,", "(or --force-runtime,")))
-
-
-class _GpuFile(msgspec.Struct):
-    """A bundle's NVML or amdsmi snapshot, its GPUs each left to decode on its own."""
-
-    gpus: list[msgspec.Raw] = msgspec.field(default_factory=list)
 
 
 def _gpus_in(bundle: Bundle, path: str) -> list[GpuRecord]:
     """The GPUs of a bundle's GPU snapshot as records; a GPU whose entry does not decode is left out (a damaged
     file still tells what the rest of it says)."""
-    try:
-        listed = msgspec.json.decode(bundle.read(path), type=_GpuFile)
-    except (BundleError, msgspec.DecodeError, RecursionError):
-        return []
+    listed = read_file(bundle, path, GpuSnapshotFile) or GpuSnapshotFile()
     gpus = []
     for raw in listed.gpus:
         try:
