@@ -33,6 +33,8 @@ def test_monitor_reports_the_amd_gpus_and_places_them_by_pci_bus_id(fake_amdsmi_
     report = json.loads(result.stdout)
     group = report["amdsmi"]
     assert group["error"] is None and group["source"] == "amdsmi" and group["driver_version"] == "6.12.12"
+    assert list(group) == ["period_s", "sampled_at", "error", "available", "driver_version", "elapsed_ms", "gpus",
+                           "source", "bindings_version", "notes"]  # amdsmi's versions in place of NVML's
     busy, idle = group["gpus"]
     assert (busy["device_key"], idle["device_key"]) == ("gpu:0", "gpu:1")
     assert busy["processes"][0]["pid"] == 4574 and busy["processes"][0]["tag"] is None

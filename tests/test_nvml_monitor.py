@@ -33,7 +33,12 @@ def test_monitor_reports_every_figure_and_places_the_gpus_by_pci_bus_id(fake_nvm
     report = json.loads(result.stdout)
     group = report["nvml"]
     assert group["error"] is None and group["driver_version"] == "580.159.04"
+    assert list(group) == ["period_s", "sampled_at", "error", "available", "driver_version", "nvml_version",
+                           "cuda_driver_version", "elapsed_ms", "gpus", "notes"]
     busy, lost = group["gpus"]
+    assert list(busy)[:3] == ["index", "status", "error"] and list(busy)[-3:] == ["processes", "unsupported",
+                                                                                   "device_key"]
+    assert list(busy["processes"][0])[-2:] == ["tag", "slurm_job_id"]
     assert busy["device_key"] == "gpu:0" and busy["pci_bus_id"] == "0000:18:00.0"
     assert busy["processes"][0]["pid"] == 4574 and busy["processes"][0]["command"] == "python3 torchjob.py 80"
     assert lost["status"] == "lost"
