@@ -43,7 +43,7 @@ def test_monitor_reports_the_amd_gpus_and_places_them_by_pci_bus_id(fake_amdsmi_
     assert gpu0["memory_used_bytes"] == BUSY_USED and gpu0["utilization_percent"] == 91
     assert gpu0["sources"] == ["discovery", "amdsmi"]
     assert gpu0["extra"]["gpu_name"] == "Instinct MI300X" and gpu0["extra"]["power_draw_watts"] == 612
-    assert gpu0["extra"]["temperature_celsius"] == 61 and gpu0["extra"]["amdsmi_status"] == "ok"
+    assert gpu0["extra"]["temperature_celsius"] == 61 and gpu0["extra"]["gpu_status"] == "ok"
     # on a host without NVIDIA GPUs, NVML's absence is a note, not an error
     assert report["nvml"]["error"] is None and report["nvml"]["notes"]
 
@@ -125,7 +125,7 @@ def test_a_hung_amd_gpu_costs_each_round_the_deadline_only(fake_amdsmi_dir, amd_
         answering, hung = report["amdsmi"]["gpus"]
         assert answering["status"] == "ok" and hung["status"] == "not_answering"
         devices = {d["key"]: d for d in report["devices"]["devices"]}
-        assert devices["gpu:1"]["extra"]["amdsmi_status"] == "not_answering"
+        assert devices["gpu:1"]["extra"]["gpu_status"] == "not_answering"
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ def test_monitor_reports_every_figure_and_places_the_gpus_by_pci_bus_id(fake_nvm
     assert gpu0["memory_used_bytes"] == BUSY_USED and gpu0["memory_total_bytes"] == 85520809984
     assert gpu0["utilization_percent"] == 83 and gpu0["sources"] == ["discovery", "nvml"]
     assert gpu0["extra"]["temperature_celsius"] == 57 and gpu0["extra"]["power_draw_watts"] == pytest.approx(471.191)
-    assert devices["gpu:1"]["extra"]["nvml_status"] == "lost"
+    assert devices["gpu:1"]["extra"]["gpu_status"] == "lost"
     assert gpu0["name"] == devices["gpu:1"]["name"] == "NVIDIA H100 80GB HBM3"  # the driver's name, even when lost
 
 
@@ -163,4 +163,4 @@ def test_a_gpu_whose_nvml_calls_hang_costs_each_round_the_deadline_only(fake_nvm
         answering, hung = report["nvml"]["gpus"]
         assert answering["status"] == "ok" and hung["status"] == "not_answering"
         devices = {d["key"]: d for d in report["devices"]["devices"]}
-        assert devices["gpu:1"]["extra"]["nvml_status"] == "not_answering"  # placed on the bus id left over
+        assert devices["gpu:1"]["extra"]["gpu_status"] == "not_answering"  # placed on the bus id left over

@@ -331,8 +331,8 @@ def test_device_states_temperature_power_and_a_host_column():
     report = _report(agents=2, devices=3)
     devices = report["devices"]["devices"]
     devices[0].update(extra={"temperature_celsius": 71.0, "power_draw_watts": 245.0}, host="vm-a")
-    devices[1].update(extra={"nvml_status": "lost"}, host="vm-a")
-    devices[2].update(extra={"amdsmi_status": "not_answering"}, host="vm-b")
+    devices[1].update(extra={"gpu_status": "lost"}, host="vm-a")
+    devices[2].update(extra={"gpu_status": "not_answering"}, host="vm-b")
     report["processes"]["agents"][0]["host"] = "vm-a"
     report["processes"]["agents"][1]["host"] = "vm-b"
     frame = frame_text(render(as_report(report), ViewState(), 200, 50))

@@ -174,7 +174,7 @@ def _libtpu_status(report: MonitorReport, not_served: set[str]) -> Segment | Non
 
 def device_condition(device: Device) -> str | None:
     """"lost" (the device stopped answering a GPU library's calls), when a source says so."""
-    return "lost" if device.extra.gpu_status() in ("lost", "not_answering") else None
+    return "lost" if device.extra.gpu_status in ("lost", "not_answering") else None
 
 
 def _device_columns(devices: list[Device], multi_host: bool, with_history: bool) -> list[Column]:

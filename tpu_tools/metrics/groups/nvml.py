@@ -96,8 +96,7 @@ class NvmlGroup:
                                 clock_sm_hz=gpu.clock_sm_hz, utilization_memory_percent=gpu.utilization_memory_percent,
                                 # the model, which discovery's PCI ids alone do not tell
                                 gpu_name=gpu.name.removeprefix(self.name_prefix) if gpu.name else None,
-                                nvml_status=gpu.status if self.name == "nvml" else None,
-                                amdsmi_status=gpu.status if self.name == "amdsmi" else None)
+                                gpu_status=gpu.status)
             figures.append(DeviceFigures("gpu", position, self.name, memory_used_bytes=gpu.memory_used_bytes,
                                          memory_total_bytes=gpu.memory_total_bytes,
                                          utilization_percent=gpu.utilization_gpu_percent, extra=extra,

@@ -40,16 +40,11 @@ class DeviceExtra(msgspec.Struct, kw_only=True, omit_defaults=True):
     energy_joules: float | None = None
     clock_sm_hz: float | None = None
     utilization_memory_percent: float | None = None
-    nvml_status: str | None = None  # the GPU's status as NVML answered: ok, lost, not_answering, error
-    amdsmi_status: str | None = None  # the same as amdsmi answered
+    gpu_status: str | None = None  # as NVML or amdsmi answered (the device's holders_source): ok, lost, ...
     gpu_name: str | None = None  # the card's model, without its vendor's name
     # tpu-diag's last run on this host
     diag_status: str | None = None  # pass, warn, fail, skip
     diag_age_s: int | float | None = None
-
-    def gpu_status(self) -> str | None:
-        """The GPU library's status of the device (NVML's or amdsmi's), None for a device neither reads."""
-        return self.nvml_status if self.nvml_status is not None else self.amdsmi_status
 
 
 class Device(msgspec.Struct, kw_only=True):
