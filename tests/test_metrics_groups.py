@@ -11,6 +11,7 @@ from prometheus_client.registry import CollectorRegistry
 from tpu_tools.exporter.prometheus import ReportCollector, exporters_for, parse_listen_address
 from tpu_tools.metrics.groups import GROUPS
 from tpu_tools.metrics.groups.base import CollectOptions, DeviceFigures
+from tpu_tools.metrics.records.devices import DeviceExtra
 from tpu_tools.metrics.report import SCHEMA, GroupPlan, ReportBuilder
 from tpu_tools.parsing import parse_duration
 from tpu_tools.top.frame import frame_text, render
@@ -39,7 +40,7 @@ class FakeRuntimeSource:
 
     def device_figures(self, context):
         return [DeviceFigures("tpu", k, "fakeruntime", memory_used_bytes=used, memory_total_bytes=total,
-                              utilization_percent=util, extra={"hbm_bandwidth_utilization_percent": 40.0})
+                              utilization_percent=util, extra=DeviceExtra(hbm_bandwidth_utilization_percent=40.0))
                 for k, (used, total, util) in self._fetch(context).items()]
 
 
