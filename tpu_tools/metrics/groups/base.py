@@ -1,7 +1,8 @@
 """What a report group is, and the per-round context groups share.
 
 A collector is created once per monitor run and asked `collect(context)` each
-time its period is due; it returns the group's data (a dict). Whatever it
+time its period is due; it returns the group's record (tpu_tools.metrics.records,
+or a dict for a group without one yet). Whatever it
 raises becomes the group's `error` string: one failing group never costs the
 rest of the report. The context fetches the inputs several groups need
 (passive discovery, agent snapshots, per-device figures of every source) once
@@ -147,8 +148,9 @@ class GroupCollector(Protocol):
     """One group of the report.
 
     name: the key in the report. default_period_s: None means every report.
-    collect(context) -> dict: the group's figures (without `period_s`/`error`,
-    which the report adds). Optional: `device_figures(context) ->
+    collect(context): the group's record (its `record_type`, a GroupRecord
+    whose `period_s` and `sampled_at` the report fills; the record type is
+    also what a failed group is made of), or a dict of its figures. Optional: `device_figures(context) ->
     list[DeviceFigures]` for sources with per-device figures, and
     `prometheus(data) -> iterable of prometheus_client metric families` for
     exposition of the group's own figures; `close()` to release connections;
@@ -158,7 +160,7 @@ class GroupCollector(Protocol):
 
     name: str
 
-    def collect(self, context: CollectContext) -> dict[str, Any]: ...
+    def collect(self, context: CollectContext) -> Any: ...
 
 
 def load_collector(name: str, options: CollectOptions) -> GroupCollector:
