@@ -231,22 +231,24 @@ class SyntheticGpuExporter:
     """The GPU series of one node with two GPUs (one hot and throttling, one with ECC errors)."""
 
     def __init__(self) -> None:
+        import msgspec
         from prometheus_client import CollectorRegistry, start_http_server
 
         from tpu_tools.metrics.nvml.export import families
+        from tpu_tools.metrics.records.gpu import GpusRecord
 
         def gpu(index: int, **figures: object) -> dict[str, object]:
             return {"index": index, "uuid": f"GPU-{index}", "pci_bus_id": f"0000:0{index}:00.0", "status": "ok",
-                    "memory_total_bytes": 80e9, **figures}
+                    "memory_total_bytes": 80 * 10**9, **figures}
 
         # The nvml group's own export code, fed the records a hot, throttling GPU and an idle one would give.
-        records = {"gpus": [
-            gpu(0, utilization_gpu_percent=93.0, memory_used_bytes=78e9, temperature_celsius=88.0,
+        records = msgspec.convert({"gpus": [
+            gpu(0, utilization_gpu_percent=93.0, memory_used_bytes=78 * 10**9, temperature_celsius=88.0,
                 power_draw_watts=690.0, ecc_aggregate_uncorrected_errors=0,
                 clock_event_reasons=["hw_thermal_slowdown"]),
-            gpu(1, utilization_gpu_percent=0.0, memory_used_bytes=1e9, temperature_celsius=40.0,
+            gpu(1, utilization_gpu_percent=0.0, memory_used_bytes=10**9, temperature_celsius=40.0,
                 power_draw_watts=70.0, ecc_aggregate_uncorrected_errors=2, clock_event_reasons=["gpu_idle"]),
-        ]}
+        ]}, GpusRecord)
 
         class Records:
             def collect(self):  # noqa: ANN202 (prometheus_client's collector protocol)

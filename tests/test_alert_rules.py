@@ -15,7 +15,7 @@ RULE_TESTS = REPO / "deploy" / "prometheus" / "alerts_test.yml"
 GPU_RECORD = {"index": 0, "uuid": "GPU-0", "pci_bus_id": "0000:00:06.0", "status": "ok", "memory_used_bytes": 1,
               "memory_total_bytes": 2, "utilization_gpu_percent": 50.0, "temperature_celsius": 40.0,
               "power_draw_watts": 300.0, "ecc_aggregate_uncorrected_errors": 0, "clock_event_reasons": ["gpu_idle"],
-              "processes": [{"pid": 7, "gpu_memory_bytes": 1, "tag": "t"}], "xid_errors": {"79": 1},
+              "processes": [{"pid": 7, "kind": "compute", "gpu_memory_bytes": 1, "tag": "t"}], "xid_errors": {"79": 1},
               "pcie_link_width": 8, "pcie_link_width_max": 16, "nvlink_links": 18, "nvlink_links_active": 17}
 
 
@@ -40,15 +40,22 @@ def test_every_alert_has_a_case_where_it_fires():
 
 def exported_names() -> set[str]:
     """The names the exporter serves, from its own code fed one device and one agent."""
+    import msgspec
+
     from tpu_tools.exporter.prometheus import device_metrics, host_metrics, process_metrics
     from tpu_tools.metrics.nvml.export import families as gpu_metrics
+    from tpu_tools.metrics.records.devices import DevicesRecord
+    from tpu_tools.metrics.records.gpu import GpusRecord
+    from tpu_tools.metrics.records.host import HostRecord
 
     device = {"key": "tpu:0", "platform": "tpu", "name": "TPU v5e", "memory_used_bytes": 1, "memory_total_bytes": 2,
               "live_array_bytes": 1, "utilization_percent": 5.0, "holders": [{"pid": 1}]}
     agent = {"pid": 7, "tag": "t", "error": None, "cpu_percent": 1.0, "compiles": {"recompile_count": 1},
              "steps": {"count": 3}}
-    families = [*host_metrics({"cpu_percent": 1.0}), *device_metrics({"devices": [device]}),
-                *process_metrics({"agents": [agent]}), *gpu_metrics({"gpus": [GPU_RECORD]})]
+    families = [*host_metrics(HostRecord(cpu_percent=1.0)),
+                *device_metrics(msgspec.convert({"devices": [device]}, DevicesRecord)),
+                *process_metrics({"agents": [agent]}),
+                *gpu_metrics(msgspec.convert({"gpus": [GPU_RECORD]}, GpusRecord))]
     from tpu_tools.metrics.groups.base import CollectOptions
     from tpu_tools.metrics.groups.diag import DiagGroup
     from tpu_tools.metrics.records.diag import DiagCheck, DiagResult

@@ -35,6 +35,8 @@ def test_monitor_reports_the_amd_gpus_and_places_them_by_pci_bus_id(fake_amdsmi_
     assert group["error"] is None
     assert group["source"] == "amdsmi"
     assert group["driver_version"] == "6.12.12"
+    assert list(group) == ["period_s", "sampled_at", "error", "available", "driver_version", "elapsed_ms", "gpus",
+                           "source", "bindings_version", "notes"]  # amdsmi's versions in place of NVML's
     busy, idle = group["gpus"]
     assert (busy["device_key"], idle["device_key"]) == ("gpu:0", "gpu:1")
     assert busy["processes"][0]["pid"] == 4574
@@ -47,7 +49,7 @@ def test_monitor_reports_the_amd_gpus_and_places_them_by_pci_bus_id(fake_amdsmi_
     assert gpu0["extra"]["gpu_name"] == "Instinct MI300X"
     assert gpu0["extra"]["power_draw_watts"] == 612
     assert gpu0["extra"]["temperature_celsius"] == 61
-    assert gpu0["extra"]["amdsmi_status"] == "ok"
+    assert gpu0["extra"]["gpu_status"] == "ok"
     # on a host without NVIDIA GPUs, NVML's absence is a note, not an error
     assert report["nvml"]["error"] is None
     assert report["nvml"]["notes"]
@@ -137,7 +139,7 @@ def test_a_hung_amd_gpu_costs_each_round_the_deadline_only(fake_amdsmi_dir, amd_
         assert answering["status"] == "ok"
         assert hung["status"] == "not_answering"
         devices = {d["key"]: d for d in report["devices"]["devices"]}
-        assert devices["gpu:1"]["extra"]["amdsmi_status"] == "not_answering"
+        assert devices["gpu:1"]["extra"]["gpu_status"] == "not_answering"
 
 
 @pytest.fixture

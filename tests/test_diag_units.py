@@ -210,6 +210,7 @@ def test_monitor_exports_the_verdict_per_test_and_device_and_top_shows_it(rundir
     from tpu_tools.metrics.diagstate import write_last
     from tpu_tools.metrics.groups.base import CollectContext, CollectOptions
     from tpu_tools.metrics.groups.diag import DiagGroup
+    from tpu_tools.metrics.records.devices import DeviceExtra
     from tpu_tools.top.frame import device_lines, diag_cell, frame_text
 
     document = _report().to_dict()
@@ -221,7 +222,7 @@ def test_monitor_exports_the_verdict_per_test_and_device_and_top_shows_it(rundir
     assert data.last is not None
     assert data.last.status == "fail"
     assert data.last.failed_checks == 1
-    figures = {f.device_id: f.extra["diag_status"] for f in group.device_figures(context)}
+    figures = {f.device_id: f.extra.diag_status for f in group.device_figures(context)}
     assert figures == {0: "pass", 1: "fail"}
 
     class Families:
@@ -237,7 +238,7 @@ def test_monitor_exports_the_verdict_per_test_and_device_and_top_shows_it(rundir
     assert "tpu_tools_diag_level 2.0" in text
     age = float(next(line.split()[1] for line in text.splitlines() if line.startswith("tpu_tools_diag_age_seconds")))
     assert 7100 < age < 7300
-    assert diag_cell({"diag_status": "fail", "diag_age_s": 7200}) == ("FAIL 2h", "error")
+    assert diag_cell(DeviceExtra(diag_status="fail", diag_age_s=7200)) == ("FAIL 2h", "error")
     report = {"diag": data, "devices": {"devices": [
         {"key": "tpu:1", "platform": "tpu", "id": 1, "name": "TPU v4", "extra": {"diag_status": "fail",
                                                                                  "diag_age_s": 7200}}]}}

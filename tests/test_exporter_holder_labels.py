@@ -32,7 +32,7 @@ def _report(tag: str = "train", pod: dict | None = None) -> dict:
     idle = {"key": "tpu:1", "platform": "tpu", "name": "TPU v5e", "memory_used_bytes": 2, "holders": [],
             "processes": []}
     gpu = {"index": 0, "uuid": "GPU-0", "pci_bus_id": "0000:18:00.0", "device_key": "gpu:0", "status": "ok",
-           "temperature_celsius": 50, "processes": [{"pid": 20, "gpu_memory_bytes": 5, "tag": None}]}
+           "temperature_celsius": 50, "processes": [{"pid": 20, "kind": "compute", "gpu_memory_bytes": 5, "tag": None}]}
     return {"devices": {"error": None, "devices": [device, idle]},
             "processes": {"error": None,
                           "agents": [{"pid": 10, "tag": tag, "kubernetes": pod or POD, "slurm_job_id": None}],

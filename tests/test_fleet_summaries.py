@@ -6,7 +6,9 @@ import msgspec
 
 from tpu_tools.metrics.fleet.client import Sample
 from tpu_tools.metrics.fleet.records import SUMMARY_RECORDS, build_groups, host_key
-from tpu_tools.metrics.fleet.source import DETAIL_HOSTS, detail_hosts, detail_query
+from tpu_tools.metrics.fleet.source import DETAIL_HOSTS, detail_hosts, detail_query, typed_group
+from tpu_tools.metrics.records.devices import DevicesRecord
+from tpu_tools.metrics.records.host import HostRecord
 
 
 def _summary(cluster: str, instance: str, record: str, value: float) -> Sample:
@@ -49,3 +51,24 @@ def test_detail_query_quotes_instances_for_promql():
     assert query == ('{__name__=~"tpu_tools_.+",instance=~"10\\\\.0\\\\.0\\\\.1:9400|odd\\"name|plain"}')
     assert host_key({"instance": "n1"}) == "n1"
     assert host_key({"instance": "n1", "cluster": "c"}) == "c/n1"
+
+
+def test_a_series_that_does_not_fit_its_record_is_that_groups_error():
+    labels = {"instance": "n1:9100", "job": "tpu-tools", "device": "tpu:0", "platform": "tpu", "name": "TPU v5e"}
+    series = [Sample({"__name__": "tpu_tools_device_memory_used_bytes", **labels}, 1.5),  # bytes are whole
+              Sample({"__name__": "tpu_tools_device_hlo_queue_size", **labels}, 3.0),
+              Sample({"__name__": "tpu_tools_host_cpu_percent", **labels}, 12.5)]
+    groups = build_groups(series, [])
+    devices = typed_group(groups["devices"], DevicesRecord)
+    assert devices.devices == []
+    assert devices.error is not None
+    assert "does not fit the report" in devices.error
+    assert "$.devices[0].memory_used_bytes" in devices.error
+    host = typed_group(groups["host"], HostRecord)  # the other groups go on
+    assert host.error is None
+    assert host.cpu_percent == 12.5
+    fitting = typed_group(build_groups(series[1:], [])["devices"], DevicesRecord)
+    (device,) = fitting.devices
+    assert fitting.error is None
+    assert device.host_name() == "n1:9100"
+    assert device.extra.hlo_queue_size == 3

@@ -11,6 +11,8 @@ from prometheus_client.registry import CollectorRegistry
 from tpu_tools.exporter.prometheus import ReportCollector, exporters_for, parse_listen_address
 from tpu_tools.metrics.groups import GROUPS
 from tpu_tools.metrics.groups.base import CollectOptions, DeviceFigures
+from tpu_tools.metrics.records.devices import DeviceExtra
+from tpu_tools.metrics.records.libtpu import LibtpuGroup, LibtpuService
 from tpu_tools.metrics.report import SCHEMA, GroupPlan, ReportBuilder
 from tpu_tools.parsing import parse_duration
 from tpu_tools.top.frame import frame_text, render
@@ -34,12 +36,15 @@ class FakeRuntimeSource:
             return {0: (3 << 30, 16 << 30, 87.5), 1: (1 << 30, 16 << 30, 12.0)}
         return context.memo("fakeruntime", fetch)
 
+    record_type = LibtpuGroup
+
     def collect(self, context):
-        return {"devices": [{"device_id": k, "duty_cycle_percent": v[2]} for k, v in self._fetch(context).items()]}
+        self._fetch(context)  # its group says only which service answered: the figures go to the devices group
+        return LibtpuGroup(services=[LibtpuService(address="fake:8431")])
 
     def device_figures(self, context):
         return [DeviceFigures("tpu", k, "fakeruntime", memory_used_bytes=used, memory_total_bytes=total,
-                              utilization_percent=util, extra={"hbm_bandwidth_utilization_percent": 40.0})
+                              utilization_percent=util, extra=DeviceExtra(hbm_bandwidth_utilization_percent=40.0))
                 for k, (used, total, util) in self._fetch(context).items()]
 
 
@@ -63,7 +68,7 @@ def test_a_registered_source_feeds_its_group_the_devices_and_top(tpu_host):
     assert list(document)[-8:] == ["host", "devices", "processes", "libtpu",
                                                                     "workload", "nvml", "amdsmi", "diag"]
     assert document["libtpu"]["error"] is None
-    assert len(document["libtpu"]["devices"]) == 2
+    assert [service["address"] for service in document["libtpu"]["services"]] == ["fake:8431"]
     assert builder.collectors["libtpu"].calls == 1  # fetched once per round, shared by two groups
     devices = {d["key"]: d for d in document["devices"]["devices"]}
     assert devices["tpu:0"]["utilization_percent"] == 87.5

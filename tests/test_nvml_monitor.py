@@ -34,7 +34,13 @@ def test_monitor_reports_every_figure_and_places_the_gpus_by_pci_bus_id(fake_nvm
     group = report["nvml"]
     assert group["error"] is None
     assert group["driver_version"] == "580.159.04"
+    assert list(group) == ["period_s", "sampled_at", "error", "available", "driver_version", "nvml_version",
+                           "cuda_driver_version", "elapsed_ms", "gpus", "notes"]
     busy, lost = group["gpus"]
+    assert list(busy)[:3] == ["index", "status", "error"]
+    assert list(busy)[-3:] == ["processes", "unsupported",
+                                                                                   "device_key"]
+    assert list(busy["processes"][0])[-2:] == ["tag", "slurm_job_id"]
     assert busy["device_key"] == "gpu:0"
     assert busy["pci_bus_id"] == "0000:18:00.0"
     assert busy["processes"][0]["pid"] == 4574
@@ -48,7 +54,7 @@ def test_monitor_reports_every_figure_and_places_the_gpus_by_pci_bus_id(fake_nvm
     assert gpu0["sources"] == ["discovery", "nvml"]
     assert gpu0["extra"]["temperature_celsius"] == 57
     assert gpu0["extra"]["power_draw_watts"] == pytest.approx(471.191)
-    assert devices["gpu:1"]["extra"]["nvml_status"] == "lost"
+    assert devices["gpu:1"]["extra"]["gpu_status"] == "lost"
     assert gpu0["name"] == devices["gpu:1"]["name"] == "NVIDIA H100 80GB HBM3"  # the driver's name, even when lost
 
 
@@ -176,4 +182,4 @@ def test_a_gpu_whose_nvml_calls_hang_costs_each_round_the_deadline_only(fake_nvm
         assert answering["status"] == "ok"
         assert hung["status"] == "not_answering"
         devices = {d["key"]: d for d in report["devices"]["devices"]}
-        assert devices["gpu:1"]["extra"]["nvml_status"] == "not_answering"  # placed on the bus id left over
+        assert devices["gpu:1"]["extra"]["gpu_status"] == "not_answering"  # placed on the bus id left over

@@ -351,9 +351,9 @@ def test_narrow_terminals_drop_whole_columns_and_never_break_a_header_word():
 def test_device_states_temperature_power_and_a_host_column():
     report = _report(agents=2, devices=3)
     devices = report["devices"]["devices"]
-    devices[0].update(temperature_c=71.0, power_w=245.0, host="vm-a")
-    devices[1].update(lost=True, host="vm-a")
-    devices[2].update(throttled=True, host="vm-b")
+    devices[0].update(extra={"temperature_celsius": 71.0, "power_draw_watts": 245.0}, host="vm-a")
+    devices[1].update(extra={"gpu_status": "lost"}, host="vm-a")
+    devices[2].update(extra={"gpu_status": "not_answering"}, host="vm-b")
     report["processes"]["agents"][0]["host"] = "vm-a"
     report["processes"]["agents"][1]["host"] = "vm-b"
     frame = frame_text(render(as_report(report), ViewState(), 200, 50))
@@ -361,7 +361,7 @@ def test_device_states_temperature_power_and_a_host_column():
     assert "71C" in rows["tpu:0"]
     assert "245W" in rows["tpu:0"]
     assert "LOST" in rows["tpu:1"]
-    assert "THROTTLED" in rows["tpu:2"]
+    assert "LOST" in rows["tpu:2"]
     assert " HOST " in frame
     assert "2 hosts" in frame.splitlines()[0]
     process_rows = [line.split() for line in frame.splitlines() if line.split()[1:2] in (["1000"], ["1001"])]
@@ -435,11 +435,12 @@ def _cells(line: str) -> int:
 def _gpu_report() -> dict:
     report = _report(agents=1, devices=1)
     report["nvml"] = {"gpus": [
-        {"device_key": "gpu:0", "processes": [{"pid": 4242, "gpu_memory_bytes": 1 << 30, "sm_utilization_percent": 37.0,
-                                               "command": "python train.py", "user": "bob"}]},
-        {"device_key": "gpu:1", "processes": [
-            {"pid": 4242, "gpu_memory_bytes": 1 << 30, "sm_utilization_percent": 80.0},
-            {"pid": 4343, "gpu_memory_bytes": 1 << 20}]}]}
+        {"index": 0, "device_key": "gpu:0", "processes": [
+            {"pid": 4242, "kind": "compute", "gpu_memory_bytes": 1 << 30, "sm_utilization_percent": 37.0,
+             "command": "python train.py", "user": "bob"}]},
+        {"index": 1, "device_key": "gpu:1", "processes": [
+            {"pid": 4242, "kind": "compute", "gpu_memory_bytes": 1 << 30, "sm_utilization_percent": 80.0},
+            {"pid": 4343, "kind": "compute", "gpu_memory_bytes": 1 << 20}]}]}
     return report
 
 

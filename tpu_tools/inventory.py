@@ -26,7 +26,7 @@ from tpu_tools.metrics.libtpu import DeviceFigures, LibtpuSnapshot, RuntimeStatu
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
 from tpu_tools.metrics.nvml import NvmlSnapshot, read_snapshot
 from tpu_tools.metrics.nvml.reader import PendingRead
-from tpu_tools.metrics.nvml.records import GpuRecord
+from tpu_tools.metrics.records.gpu import GpuRecord
 from tpu_tools.pjrt import headstart, isolate, queries
 from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
 from tpu_tools.pjrt.discover import Chip, Discovery, Holder, discover

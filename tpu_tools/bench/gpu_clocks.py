@@ -14,7 +14,7 @@ from typing import Any
 
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
 from tpu_tools.metrics.nvml.reader import NvmlReader
-from tpu_tools.metrics.nvml.records import STATUS_OK, GpuRecord
+from tpu_tools.metrics.records.gpu import STATUS_OK, GpuRecord
 from tpu_tools.parsing import ascii_digits
 
 READ_TIMEOUT_S = 2.0

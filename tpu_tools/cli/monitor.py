@@ -40,7 +40,7 @@ MAN_SECTIONS = {
         "host with NVIDIA GPUs, notes[] says it on a host without any; "
         "each read within --metrics-timeout, a GPU whose NVML calls hang is not_answering), amdsmi (AMD GPUs as "
         "amdsmi reports them, with the tpu-tools[amd] extra: the same as nvml, the fields amdsmi lacks null, "
-        "extra.amdsmi_status in the devices group), diag (the last tpu-diag result of this host: last {time, "
+        "extra.gpu_status in the devices group), diag (the last tpu-diag result of this host: last {time, "
         "age_s, level, platform, status, failed_checks, checks[]} or null, extra.diag_status and diag_age_s in "
         "the devices group) and workload (what "
         "the job and the node serve besides: the Orbax and Grain families of the job's Prometheus endpoint, "

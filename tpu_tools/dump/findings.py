@@ -19,12 +19,22 @@ from typing import Any
 
 import msgspec
 
+from tpu_tools.dump.accelerator_files import (
+    DISCOVERY,
+    RUNTIME,
+    DiscoveryFile,
+    GpuSnapshotFile,
+    NodeHolder,
+    RuntimeFile,
+    read_file,
+)
 from tpu_tools.dump.collectors.diagnostics import INDEX as DIAGNOSTICS_INDEX
 from tpu_tools.dump.collectors.diagnostics import stall_cores
 from tpu_tools.dump.libtpusummary import LibtpuSummary, libtpu_summary
 from tpu_tools.dump.manifest import CollectorStatus, RedactionCounts
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
+from tpu_tools.metrics.records.gpu import STATUS_LOST, STATUS_NOT_ANSWERING, GpuRecord
 from tpu_tools.metrics.tpuhealth import attention
 from tpu_tools.shorten import shorten
 
@@ -247,43 +257,54 @@ def _stack_warnings(bundle: Bundle, out: list[Finding]) -> None:
 
 
 def _holder_warnings(bundle: Bundle, out: list[Finding]) -> None:
-    discovery = bundle.read_json("accelerators/discovery.json") or {}
-    troubled: dict[int, tuple[dict, list[str]]] = {}  # pid -> (holder, device nodes)
-    for chip in discovery.get("chips") or []:
-        for node in chip.get("device_nodes") or []:
-            for holder in node.get("holders") or []:
-                if holder.get("state") in ("Z", "X", "D") or holder.get("alive") is False:
-                    troubled.setdefault(holder.get("pid"), (holder, []))[1].append(str(node.get("path")))
-            if node.get("exists") and node.get("accessible") is False:
-                out.append(Finding("no_access", f"{node.get('path')} (mode {node.get('mode')}, uid {node.get('uid')}"
-                                                f", gid {node.get('gid')}) cannot be opened by the user who ran "
-                                                "tpu-dump"))
+    discovery = read_file(bundle, DISCOVERY, DiscoveryFile) or DiscoveryFile()
+    troubled: dict[int | None, tuple[NodeHolder, list[str]]] = {}  # pid -> (holder, device nodes)
+    for chip in discovery.chips:
+        for node in chip.device_nodes:
+            for holder in node.holders:
+                if holder.state in ("Z", "X", "D") or holder.alive is False:
+                    troubled.setdefault(holder.pid, (holder, []))[1].append(str(node.path))
+            if node.exists and node.accessible is False:
+                out.append(Finding("no_access", f"{node.path} (mode {node.mode}, uid {node.uid}, gid {node.gid}) "
+                                                "cannot be opened by the user who ran tpu-dump"))
     for pid, (holder, nodes) in troubled.items():
         who = f"{', '.join(nodes)} {'is' if len(nodes) == 1 else 'are'} held by process {pid} " \
-              f"({str(holder.get('command') or '?').split(' ')[0]})"
-        if holder.get("state") == "D":
+              f"({(holder.command or '?').split(' ')[0]})"
+        if holder.state == "D":
             out.append(Finding("stuck_holder", f"{who}, stuck in an uninterruptible wait (state D): a driver call "
                                                "that does not return"))
         else:
-            out.append(Finding("dead_holder", f"{who}, which has exited ({holder.get('state_name') or 'gone'}) "
+            out.append(Finding("dead_holder", f"{who}, which has exited ({holder.state_name or 'gone'}) "
                                               "but still has them open; the devices stay busy until every thread "
                                               "of it ends"))
-    for note in discovery.get("notes") or []:
+    for note in discovery.notes:
         if "is missing" in note:
             out.append(Finding("missing_device_node", note))
 
 
 def _runtime_warnings(bundle: Bundle, out: list[Finding]) -> None:
-    runtime = bundle.read_json("accelerators/runtime.json") or {}
-    for device in runtime.get("devices") or []:
-        probe = device.get("probe") or {}
-        if probe and not probe.get("ok"):
-            out.append(Finding("probe_failed", f"device {device.get('id')} ({device.get('device_kind')}) failed "
-                                               f"the probe: {probe.get('error')}"))
-    if runtime.get("runtime_status") == "held":
-        for note in runtime.get("notes") or []:
+    runtime = read_file(bundle, RUNTIME, RuntimeFile) or RuntimeFile()
+    for device in runtime.devices:
+        if device.probe is not None and not device.probe.ok:
+            out.append(Finding("probe_failed", f"device {device.id} ({device.device_kind}) failed "
+                                               f"the probe: {device.probe.error}"))
+    if runtime.runtime_status == "held":
+        for note in runtime.notes:
             if "held by" in note:
                 out.append(Finding("device_held", note.replace("(or --force,", "(or --force-runtime,")))
+
+
+def _gpus_in(bundle: Bundle, path: str) -> list[GpuRecord]:
+    """The GPUs of a bundle's GPU snapshot as records; a GPU whose entry does not decode is left out (a damaged
+    file still tells what the rest of it says)."""
+    listed = read_file(bundle, path, GpuSnapshotFile) or GpuSnapshotFile()
+    gpus = []
+    for raw in listed.gpus:
+        try:
+            gpus.append(msgspec.json.decode(raw, type=GpuRecord))
+        except (msgspec.DecodeError, RecursionError):
+            continue
+    return gpus
 
 
 def _gpu_warnings(bundle: Bundle, out: list[Finding]) -> None:
@@ -291,63 +312,55 @@ def _gpu_warnings(bundle: Bundle, out: list[Finding]) -> None:
     slowdown."""
     for path, source, kind in (("accelerators/nvml.json", "NVML", "NVIDIA GPU"),
                                ("accelerators/amdsmi.json", "amdsmi", "AMD GPU")):
-        snapshot = bundle.read_json(path)
-        if isinstance(snapshot, dict) and isinstance(snapshot.get("gpus"), list):
-            _snapshot_warnings(snapshot["gpus"], source, kind, out)
+        _snapshot_warnings(_gpus_in(bundle, path), source, kind, out)
 
 
-def _snapshot_warnings(gpus: list[Any], source: str, kind: str, out: list[Finding]) -> None:
+def _snapshot_warnings(gpus: list[GpuRecord], source: str, kind: str, out: list[Finding]) -> None:
     for gpu in gpus:
-        if not isinstance(gpu, dict):
-            continue
-        who = f"GPU {gpu.get('index')} ({gpu.get('name') or kind}, {gpu.get('pci_bus_id') or 'bus id unknown'})"
-        status = gpu.get("status")
-        if status == "lost":
+        who = f"GPU {gpu.index} ({gpu.name or kind}, {gpu.pci_bus_id or 'bus id unknown'})"
+        if gpu.status == STATUS_LOST:
             out.append(Finding("gpu_lost", f"{who} is lost (NVML: GPU_IS_LOST): it fell off the bus or needs a "
                                            "reset; jobs on it fail until then"))
             continue
-        if status == "not_answering":
+        if gpu.status == STATUS_NOT_ANSWERING:
             out.append(Finding("gpu_not_answering", f"{who} did not answer {source} in time: a hung driver call"))
             continue
-        volatile, aggregate = gpu.get("ecc_volatile_uncorrected_errors"), gpu.get("ecc_aggregate_uncorrected_errors")
+        volatile, aggregate = gpu.ecc_volatile_uncorrected_errors, gpu.ecc_aggregate_uncorrected_errors
         if (volatile or 0) > 0 or (aggregate or 0) > 0:
             lifetime = "" if aggregate is None and source != "NVML" else f", {aggregate or 0} in its lifetime"
             out.append(Finding("gpu_ecc_errors", f"{who} has uncorrected ECC errors: {volatile or 0} since the "
                                                  f"driver loaded{lifetime}"))
-        if (gpu.get("remapped_rows_uncorrectable") or 0) > 0 or gpu.get("remapped_rows_pending") \
-                or gpu.get("remapped_rows_failed"):
-            state = "; a remapping failed: replace the GPU" if gpu.get("remapped_rows_failed") else \
-                ("; a remapping waits for a GPU reset" if gpu.get("remapped_rows_pending") else "")
-            out.append(Finding("gpu_remapped_rows", f"{who} remapped {gpu.get('remapped_rows_uncorrectable') or 0} "
+        if (gpu.remapped_rows_uncorrectable or 0) > 0 or gpu.remapped_rows_pending or gpu.remapped_rows_failed:
+            state = "; a remapping failed: replace the GPU" if gpu.remapped_rows_failed else \
+                ("; a remapping waits for a GPU reset" if gpu.remapped_rows_pending else "")
+            out.append(Finding("gpu_remapped_rows", f"{who} remapped {gpu.remapped_rows_uncorrectable or 0} "
                                                     f"rows after uncorrectable memory errors{state}"))
         _link_warnings(gpu, who, out)
-        reasons = set(gpu.get("clock_event_reasons") or [])
-        for kind, names in (("thermal", THERMAL_REASONS), ("power", POWER_REASONS)):
+        reasons = set(gpu.clock_event_reasons or [])
+        for slowdown, names in (("thermal", THERMAL_REASONS), ("power", POWER_REASONS)):
             active = sorted(reasons & names)
             if active:
-                out.append(Finding(f"gpu_{kind}_slowdown", f"{who} is slowed down ({', '.join(active)}) at "
-                                                           f"{gpu.get('temperature_celsius')} C, "
-                                                           f"{gpu.get('power_draw_watts')} W"))
+                out.append(Finding(f"gpu_{slowdown}_slowdown", f"{who} is slowed down ({', '.join(active)}) at "
+                                                               f"{gpu.temperature_celsius} C, "
+                                                               f"{gpu.power_draw_watts} W"))
 
 
-def _link_warnings(gpu: dict[str, Any], who: str, out: list[Finding]) -> None:
+def _link_warnings(gpu: GpuRecord, who: str, out: list[Finding]) -> None:
     """A PCIe link narrower than its maximum, PCIe replays, NVLink links down, XID errors a monitor counted."""
-    width, widest = gpu.get("pcie_link_width"), gpu.get("pcie_link_width_max")
-    if isinstance(width, int) and isinstance(widest, int) and width < widest:
+    width, widest = gpu.pcie_link_width, gpu.pcie_link_width_max
+    if width is not None and widest is not None and width < widest:
         out.append(Finding("gpu_pcie_degraded", f"{who} runs its PCIe link at x{width} of x{widest} (generation "
-                                                f"{gpu.get('pcie_link_generation')} of "
-                                                f"{gpu.get('pcie_link_generation_max')}): a bad riser or slot"))
-    replays = gpu.get("pcie_replay_errors")
-    if isinstance(replays, int) and replays > 0:
-        out.append(Finding("gpu_pcie_replays", f"{who} counted {replays} PCIe replays since the driver loaded "
-                                               "(link-level retransmissions: a marginal link)"))
-    down = gpu.get("nvlink_links_down")
-    if isinstance(down, list) and down:
-        out.append(Finding("gpu_nvlink_down", f"{who} has NVLink links down: {', '.join(str(d) for d in down)} of "
-                                              f"{gpu.get('nvlink_links')}"))
-    xids = gpu.get("xid_errors")
-    if isinstance(xids, dict) and xids:
-        counts = ", ".join(f"XID {code} x{count}" for code, count in sorted(xids.items()))
+                                                f"{gpu.pcie_link_generation} of "
+                                                f"{gpu.pcie_link_generation_max}): a bad riser or slot"))
+    if (gpu.pcie_replay_errors or 0) > 0:
+        out.append(Finding("gpu_pcie_replays", f"{who} counted {gpu.pcie_replay_errors} PCIe replays since the "
+                                               "driver loaded (link-level retransmissions: a marginal link)"))
+    if gpu.nvlink_links_down:
+        out.append(Finding("gpu_nvlink_down", f"{who} has NVLink links down: "
+                                              f"{', '.join(str(d) for d in gpu.nvlink_links_down)} of "
+                                              f"{gpu.nvlink_links}"))
+    if gpu.xid_errors:
+        counts = ", ".join(f"XID {code} x{count}" for code, count in sorted(gpu.xid_errors.items()))
         out.append(Finding("gpu_xid_errors", f"{who} reported {counts}"))
 
 

@@ -11,11 +11,11 @@ empty. A dashboard joins it on `instance` to show, or group by, what each host r
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 
 from tpu_tools.metrics.labeltext import label_value
+from tpu_tools.metrics.records.devices import Device
 from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 from tpu_tools.versions import StackVersions, stack_versions
@@ -30,9 +30,9 @@ def _versions() -> StackVersions:
     return stack_versions()
 
 
-def _accelerators(report: MonitorReport) -> list[dict[str, Any]]:
-    devices = (report.devices or {}).get("devices") if isinstance(report.devices, dict) else None
-    return [d for d in devices or [] if isinstance(d, dict) and d.get("platform") in ("tpu", *GPU_PLATFORMS)]
+def _accelerators(report: MonitorReport) -> list[Device]:
+    devices = report.devices.devices if report.devices is not None else []
+    return [d for d in devices if d.platform in ("tpu", *GPU_PLATFORMS)]
 
 
 def build_info_values(report: MonitorReport) -> dict[str, str]:
@@ -41,13 +41,13 @@ def build_info_values(report: MonitorReport) -> dict[str, str]:
     libtpu = next((v for name, v in versions.plugins.items() if name.startswith("libtpu")), "")
     driver = ""
     for data in (report.nvml, report.amdsmi):
-        if isinstance(data, dict) and data.get("driver_version"):
-            driver = str(data["driver_version"])
+        if data is not None and data.driver_version:
+            driver = data.driver_version
             break
     accelerators = _accelerators(report)
-    platform = str(accelerators[0].get("platform")) if accelerators else "cpu"
+    platform = str(accelerators[0].platform) if accelerators else "cpu"
     accelerator_type = (report.tpu_slice.accelerator_type if report.tpu_slice is not None else None) or (
-        accelerators[0].get("name") if accelerators else "")
+        accelerators[0].name if accelerators else "")
     values = {"version": versions.tpu_tools, "jax": versions.jax or "", "jaxlib": versions.jaxlib or "",
               "libtpu": libtpu, "driver": driver, "platform": platform, "accelerator_type": accelerator_type or ""}
     return {key: label_value(str(value)) for key, value in values.items()}

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 from prometheus_client.core import Metric
 
 from tpu_tools.exporter.buildinfo import NAME as BUILD_INFO
@@ -22,7 +23,9 @@ from tpu_tools.metrics.libtpu.distribution import DistributionSummary
 from tpu_tools.metrics.libtpu.export import gauge_samples, histogram_samples
 from tpu_tools.metrics.libtpu.records import DeliveryRate, DeviceFigures, LibtpuSnapshot, TransferLatency
 from tpu_tools.metrics.nvml.export import families as gpu_families
-from tpu_tools.metrics.nvml.records import GpuProcess, GpuRecord
+from tpu_tools.metrics.records.devices import Device, DeviceExtra, DeviceHolder, DevicesRecord
+from tpu_tools.metrics.records.gpu import GpuProcess, GpuRecord, GpusRecord, MigInstance, XidEvent
+from tpu_tools.metrics.records.host import HostRecord
 from tpu_tools.metrics.records.report import waiting_report
 from tpu_tools.metrics.samplefamilies import histogram_families, sample_families
 
@@ -61,20 +64,35 @@ def _filled(record_type: Any, **fixed: Any) -> dict[str, Any]:
     return result
 
 
+_S = TypeVar("_S", bound=msgspec.Struct)
+
+
+def _filled_struct(record_type: type[_S], **fixed: Any) -> _S:
+    """A record of this Struct type with every number and flag set (1, True)."""
+    values: dict[str, Any] = {}
+    for spec in msgspec.structs.fields(record_type):
+        kind = str(spec.type)
+        if kind.startswith(("int", "float")):
+            values[spec.name] = 1
+        elif kind.startswith("bool"):
+            values[spec.name] = True
+    return record_type(**{**values, **fixed})
+
+
 def _example_families() -> Iterable[tuple[str, Metric]]:
     # the host group through the collector itself, which adds the group error family
     collector = ReportCollector({"host": host_metrics})
     example = waiting_report()
-    example.host = {"error": None, "cpu_percent": 1, "memory_total_bytes": 1, "memory_used_bytes": 1,
-                    "memory_available_bytes": 1, "swap_used_bytes": 1, "load_average_1m": 1}
+    example.host = HostRecord(cpu_percent=1, memory_total_bytes=1, memory_used_bytes=1, memory_available_bytes=1,
+                              swap_used_bytes=1, load_average_1m=1)
     collector.update(example)
     yield from (("host" if f.name.startswith(PREFIX + "host_") else "every report" if f.name == BUILD_INFO
                  else "every group", f) for f in collector.collect())
-    device = {"key": "tpu:0", "platform": "tpu", "name": "TPU", "memory_used_bytes": 1, "memory_total_bytes": 1,
-              "live_array_bytes": 1, "utilization_percent": 1, "holders": [{}],
-              "extra": {"hbm_bandwidth_utilization_percent": 1, "tensorcore_idle_duration_seconds": 1,
-                        "hlo_queue_size": 1}}
-    yield from (("devices", f) for f in device_metrics({"devices": [device]}))
+    device = Device(key="tpu:0", platform="tpu", name="TPU", memory_used_bytes=1, memory_total_bytes=1,
+                    live_array_bytes=1, utilization_percent=1, holders=[DeviceHolder(pid=1)],
+                    extra=DeviceExtra(hbm_bandwidth_utilization_percent=1, tensorcore_idle_duration_seconds=1,
+                                      hlo_queue_size=1))
+    yield from (("devices", f) for f in device_metrics(DevicesRecord(devices=[device])))
     agent = {"pid": 1, "tag": "t", "error": None, "cpu_percent": 1, "rss_bytes": 1, "threads": 1,
              "device_memory_used_bytes": 1, "live_array_bytes": 1, "live_array_count": 1,
              "compiles": {"compile_count": 1, "recompile_count": 1, "cache_hits": 1, "cache_misses": 1,
@@ -95,13 +113,13 @@ def _example_families() -> Iterable[tuple[str, Metric]]:
                               delivery_rates=[DeliveryRate("m", "all", summary)])
     yield from (("libtpu", f) for f in sample_families(gauge_samples([snapshot])))
     yield from (("libtpu", f) for f in histogram_families(histogram_samples([snapshot])))
-    process = _filled(GpuProcess, pid=1, kind="compute")
-    gpu = {**_filled(GpuRecord, index=0, clock_event_reasons=["r"], xid_errors={"79": 1}, nvlink_links_down=[0],
-                     mig_instances=[{"gpu_instance_id": 1, "compute_instance_id": 0, "memory_used_bytes": 1,
-                                     "memory_total_bytes": 1}],
-                     xid_last={"code": 79, "time_unix_s": 1.0, "description": "d"}),
-           "processes": [process], "device_key": "gpu:0"}
-    yield from (("nvml, amdsmi", f) for f in gpu_families({"gpus": [gpu]}))
+    process = _filled_struct(GpuProcess, pid=1, kind="compute")
+    gpu = _filled_struct(GpuRecord, index=0, clock_event_reasons=["r"], xid_errors={"79": 1}, nvlink_links_down=[0],
+                         mig_instances=[MigInstance(index=0, gpu_instance_id=1, compute_instance_id=0,
+                                                    memory_used_bytes=1, memory_total_bytes=1)],
+                         xid_last=XidEvent(code=79, time_unix_s=1.0, description="d"), processes=[process],
+                         device_key="gpu:0")
+    yield from (("nvml, amdsmi", f) for f in gpu_families(GpusRecord(gpus=[gpu])))
     plugin = {"accelerators": [{"duty_cycle_percent": 1, "memory_used_bytes": 1, "memory_total_bytes": 1}]}
     yield from (("workload", f) for f in workload_families({"device_plugin": plugin}))
 

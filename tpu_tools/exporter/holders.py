@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from tpu_tools.metrics.labeltext import label_value
+from tpu_tools.metrics.records.gpu import GpuProcess
 from tpu_tools.metrics.records.report import MonitorReport
 
 HOLDER_LABELS = ("tag", "namespace", "pod", "container", "slurm_job_id")
-GPU_GROUPS = ("nvml", "amdsmi")
 
 
 def _identity(entry: dict[str, Any]) -> dict[str, str]:
@@ -26,6 +26,11 @@ def _identity(entry: dict[str, Any]) -> dict[str, str]:
     labels = {key: label_value(str(value)) for key, value in found.items() if value}
     # --pod-labels: the pod's own labels, already named and bounded (kube/api.py)
     return {**{key: value for key, value in (pod.get("labels") or {}).items() if key not in labels}, **labels}
+
+
+def _gpu_process_identity(process: GpuProcess) -> dict[str, str]:
+    found = {"tag": process.tag, "slurm_job_id": process.slurm_job_id}
+    return {key: label_value(str(value)) for key, value in found.items() if value}
 
 
 def _group(report: MonitorReport, name: str) -> dict[str, Any]:
@@ -41,19 +46,14 @@ def device_holders(report: MonitorReport) -> dict[str, dict[str, str]]:
         if isinstance(entry, dict) and isinstance(entry.get("pid"), int) and entry["pid"] not in identity:
             identity[entry["pid"]] = _identity(entry)
     candidates: dict[str, list[int]] = {}
-    devices = _group(report, "devices")
-    for device in devices.get("devices") or []:
-        agents = [p.get("pid") for p in device.get("processes") or []]
-        holders = sorted(h.get("pid") for h in device.get("holders") or [] if isinstance(h.get("pid"), int))
-        candidates[str(device.get("key"))] = [*agents, *holders]
-    for group in GPU_GROUPS:
-        data = _group(report, group)
-        for gpu in data.get("gpus") or []:
-            if gpu.get("device_key"):
-                processes_of = [p for p in gpu.get("processes") or [] if isinstance(p.get("pid"), int)]
-                for process in processes_of:  # a process without an agent: its own tag and Slurm job
-                    identity.setdefault(process["pid"], _identity(process))
-                candidates.setdefault(gpu["device_key"], []).extend(sorted(p["pid"] for p in processes_of))
+    for device in report.devices.devices if report.devices is not None else []:
+        candidates[device.key] = [*(p.pid for p in device.processes), *sorted(h.pid for h in device.holders)]
+    for group in (report.nvml, report.amdsmi):
+        for gpu in group.gpus if group is not None else []:
+            if gpu.device_key:
+                for process in gpu.processes:  # a process without an agent: its own tag and Slurm job
+                    identity.setdefault(process.pid, _gpu_process_identity(process))
+                candidates.setdefault(gpu.device_key, []).extend(sorted(p.pid for p in gpu.processes))
     labels: dict[str, dict[str, str]] = {}
     for key, pids in candidates.items():
         known = [identity[pid] for pid in pids if pid in identity]

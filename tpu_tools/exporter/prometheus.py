@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -29,6 +30,8 @@ from tpu_tools.exporter.processlabels import process_label_values, process_label
 from tpu_tools.exporter.selection import MetricSelection
 from tpu_tools.metrics.cacheshare import cache_metrics
 from tpu_tools.metrics.labeltext import label_value
+from tpu_tools.metrics.records.devices import DevicesRecord
+from tpu_tools.metrics.records.host import HostRecord
 from tpu_tools.metrics.records.report import GroupRecord, MonitorReport
 from tpu_tools.parsing import port_number
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
@@ -62,24 +65,25 @@ def _add(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], val
     family.add_metric(labels, float(value))
 
 
-def host_metrics(data: dict[str, Any]) -> Iterator[Metric]:
+def host_metrics(data: HostRecord) -> Iterator[Metric]:
     """Prometheus families of the `host` group; an unknown figure is left out."""
-    simple = [("host_cpu_percent", "cpu_percent", "Host CPU use, percent of all cores."),
-              ("host_memory_total_bytes", "memory_total_bytes", "Host memory."),
-              ("host_memory_used_bytes", "memory_used_bytes", "Host memory in use (total minus available)."),
-              ("host_memory_available_bytes", "memory_available_bytes", "Host memory available."),
-              ("host_swap_used_bytes", "swap_used_bytes", "Host swap in use.")]
-    for name, key, doc in simple:
+    simple = [("host_cpu_percent", data.cpu_percent, "Host CPU use, percent of all cores."),
+              ("host_memory_total_bytes", data.memory_total_bytes, "Host memory."),
+              ("host_memory_used_bytes", data.memory_used_bytes, "Host memory in use (total minus available)."),
+              ("host_memory_available_bytes", data.memory_available_bytes, "Host memory available."),
+              ("host_swap_used_bytes", data.swap_used_bytes, "Host swap in use.")]
+    for name, value, doc in simple:
         family = _gauge(name, doc, [])
-        _add(family, [], data.get(key))
+        _add(family, [], value)
         yield family
     load = _gauge("host_load_average", "Host load average.", ["window"])
-    for window in ("1m", "5m", "15m"):
-        _add(load, [window], data.get(f"load_average_{window}"))
+    for window, value in (("1m", data.load_average_1m), ("5m", data.load_average_5m),
+                          ("15m", data.load_average_15m)):
+        _add(load, [window], value)
     yield load
 
 
-def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
+def device_metrics(data: DevicesRecord) -> Iterator[Metric]:
     """Prometheus families of the `devices` group, labelled by device, platform and name.
 
     Utilization is a ratio (0..1) on every platform. A source's extra figures are exported here only for
@@ -87,11 +91,10 @@ def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
     per figure).
     """
     labels = ["device", "platform", "name"]
-    families = {key: _gauge(f"device_{key}", doc, labels) for key, doc in [
-        ("memory_used_bytes", "Device memory in use (the platform's figure, or a source such as libtpu or NVML)."),
-        ("memory_total_bytes", "Device memory capacity."),
-        ("live_array_bytes", "Bytes of live arrays on the device, from the agents."),
-    ]}
+    used = _gauge("device_memory_used_bytes", "Device memory in use (the platform's figure, or a source such as "
+                  "libtpu or NVML).", labels)
+    total = _gauge("device_memory_total_bytes", "Device memory capacity.", labels)
+    live = _gauge("device_live_array_bytes", "Bytes of live arrays on the device, from the agents.", labels)
     utilization = _gauge("device_utilization_ratio", "Device utilization from 0 to 1 (TensorCore duty cycle, "
                          "or the share of time a GPU kernel ran), where a source reports it.", labels)
     holders = _gauge("device_holder_processes", "Processes holding the device: on a GPU the processes its driver "
@@ -99,26 +102,29 @@ def device_metrics(data: dict[str, Any]) -> Iterator[Metric]:
                      "(holders_source=\"device_nodes\"); the toolkit's own observing programs are never counted.",
                      [*labels, "holders_source"])
     extra: dict[str, GaugeMetricFamily] = {}
-    for device in data.get("devices") or []:
-        values = [str(device.get("key")), str(device.get("platform")), str(device.get("name"))]
-        for key, family in families.items():
-            _add(family, values, device.get(key))
-        percent = device.get("utilization_percent")
-        _add(utilization, values, percent / 100 if isinstance(percent, (int, float)) else None)
-        _add(holders, [*values, str(device.get("holders_source") or "")], len(device.get("holders") or []))
-        if device.get("platform") in GPU_PLATFORMS:
+    for device in data.devices:
+        values = [device.key, str(device.platform), str(device.name)]
+        _add(used, values, device.memory_used_bytes)
+        _add(total, values, device.memory_total_bytes)
+        _add(live, values, device.live_array_bytes)
+        percent = device.utilization_percent
+        _add(utilization, values, None if percent is None else percent / 100)
+        _add(holders, [*values, device.holders_source or ""], len(device.holders))
+        if device.platform in GPU_PLATFORMS:
             continue
-        for name, value in (device.get("extra") or {}).items():
+        # The extra record's figures by their names: each is a series of its own (device_<figure>).
+        for name, value in msgspec.structs.asdict(device.extra).items():
+            if value is None:
+                continue
             if name.endswith("_percent") and isinstance(value, (int, float)):
                 name, value = name.removesuffix("_percent") + "_ratio", value / 100
             if name not in extra:
                 extra[name] = _gauge(f"device_{name}", f"Device figure {name} from an extra source.", labels)
             _add(extra[name], values, value)
-    yield from families.values()
+    yield from (used, total, live)
     yield utilization
     yield holders
     yield from extra.values()
-
 
 
 def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterator[Metric]:
@@ -222,7 +228,7 @@ def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterat
     yield from cache_metrics(data)
 
 
-BUILTIN: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {
+BUILTIN: dict[str, Callable[[Any], Iterable[Metric]]] = {
     "host": host_metrics,
     "devices": device_metrics,
     "processes": process_metrics,
@@ -255,7 +261,7 @@ def with_holders(family: Metric, holders: dict[str, dict[str, str]]) -> Metric:
 class ReportCollector(Collector):
     """Serves the latest report; `update()` is called by the monitor loop after each round."""
 
-    def __init__(self, exporters: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]],
+    def __init__(self, exporters: dict[str, Callable[[Any], Iterable[Metric]]],
                  selection: MetricSelection | None = None):
         self._exporters = exporters
         self._selection = selection or MetricSelection()
@@ -310,13 +316,13 @@ class ReportCollector(Collector):
 
 
 def exporters_for(collectors: dict[str, Any], command_label: bool = False,
-                  ) -> dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]:
+                  ) -> dict[str, Callable[[Any], Iterable[Metric]]]:
     """The built-in exporter of each group, else the collector's own `prometheus` method. `command_label`: the
     process series carry their command (exporter/processlabels.py)."""
     builtin = dict(BUILTIN)
     if command_label:
         builtin["processes"] = functools.partial(process_metrics, command_label=True)
-    found: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {}
+    found: dict[str, Callable[[Any], Iterable[Metric]]] = {}
     for name, collector in collectors.items():
         export = builtin.get(name) or getattr(collector, "prometheus", None)
         if export is not None:

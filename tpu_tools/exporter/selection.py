@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tpu_tools.errors import UsageError
-from tpu_tools.shorten import shorten
+from tpu_tools.shorten import quoted
 
 GLOB = re.compile(r"^[A-Za-z0-9_:*?\[\]!]{1,200}$")
 MAX_GLOBS = 1000
@@ -51,8 +51,9 @@ def parse_globs(values: Iterable[str], where: str) -> tuple[str, ...]:
     for value in values:
         for glob in (part.strip() for part in value.split(",")):
             if not GLOB.match(glob):
-                shown = shorten(glob, 60)
-                raise UsageError(f"{where}: {shown!r} is not a metric name or glob (letters, digits, _ : and "
+                # its repr cut, not the text: an escaped control character or code point takes up to ten
+                shown = quoted(glob, 60)
+                raise UsageError(f"{where}: {shown} is not a metric name or glob (letters, digits, _ : and "
                                  f"the wildcards * ? [ ])")
             globs.append(glob)
     if len(globs) > MAX_GLOBS:

@@ -102,7 +102,8 @@ class ReportBuilder:
             if record_type is not None:
                 return record_type(period_s=period, sampled_at=sampled, error=first_line(error))
             return {"period_s": period, "sampled_at": sampled, "error": first_line(error)}
-        if isinstance(data, GroupRecord):  # its error is the collector's (a group that answered in part)
+        if isinstance(data, GroupRecord):
+            # the record's own error stands: a group may fail in part and still give its figures
             return msgspec.structs.replace(data, period_s=period, sampled_at=sampled)
         return {"period_s": period, "sampled_at": sampled, "error": None, **data}
 

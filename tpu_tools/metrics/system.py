@@ -5,38 +5,19 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
 
 import psutil
 
+from tpu_tools.metrics.records.host import HostRecord
+
 _FIRST_WINDOW_S = 0.25  # the first CPU % needs two readings; later ones use the previous call
-
-
-@dataclass
-class HostFigures:
-    hostname: str
-    cpu_count: int | None
-    cpu_percent: float
-    memory_total_bytes: int
-    memory_used_bytes: int
-    memory_available_bytes: int
-    swap_total_bytes: int
-    swap_used_bytes: int
-    load_average_1m: float | None
-    load_average_5m: float | None
-    load_average_15m: float | None
-    uptime_s: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class HostSampler:
     def __init__(self) -> None:
         self._primed = False
 
-    def sample(self) -> HostFigures:
+    def sample(self) -> HostRecord:
         if not self._primed:
             psutil.cpu_percent(None)
             time.sleep(_FIRST_WINDOW_S)
@@ -53,7 +34,7 @@ class HostSampler:
             uptime = time.time() - psutil.boot_time()
         except Exception:  # noqa: BLE001 psutil fails its own ways where /proc is odd: uptime unknown
             uptime = None
-        return HostFigures(
+        return HostRecord(
             hostname=socket.gethostname(),
             cpu_count=psutil.cpu_count(),
             cpu_percent=float(cpu),

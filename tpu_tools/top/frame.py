@@ -14,6 +14,8 @@ from typing import Any
 
 from tpu_tools.metrics.libtpu.names import FIELD_METRICS
 from tpu_tools.metrics.libtpu.records import NOT_SERVED
+from tpu_tools.metrics.records.devices import Device, DeviceExtra
+from tpu_tools.metrics.records.gpu import GpuProcess
 from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.metrics.tpuhealth import short_health
 from tpu_tools.shorten import shorten
@@ -48,7 +50,7 @@ from tpu_tools.top.fleet_panel import fleet_lines
 from tpu_tools.top.history import History, device_graph_series, device_key
 from tpu_tools.top.jobview import job_lines
 from tpu_tools.top.keys import help_lines
-from tpu_tools.top.model import SORT_COLUMNS, ProcessRow, ViewState, device_memory_fraction
+from tpu_tools.top.model import SORT_COLUMNS, ProcessRow, ViewState, device_memory_fraction, gpus_of
 from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_number
 
 HELP_LINES = help_lines()
@@ -57,17 +59,17 @@ NOT_SERVED_CELL = "n/s"  # the device panel's short form of NOT_SERVED
 
 def _hosts(report: MonitorReport) -> set[str]:
     """Hosts named by the report's records: a source that reads several hosts sets `host` on each record."""
-    devices = (report.devices or {}).get("devices") or []
+    devices = report.devices.devices if report.devices is not None else []
     processes = report.processes or {}
-    return {r["host"] for r in [*devices, *(processes.get("agents") or []), *(processes.get("holders") or [])]
-            if r.get("host")}
+    hosts = {r["host"] for r in [*(processes.get("agents") or []), *(processes.get("holders") or [])] if r.get("host")}
+    return hosts | {host for host in (d.host_name() for d in devices) if host}
 
 
 # --- panels ----------------------------------------------------------------------------------------------
 
 def header_line(report: MonitorReport, state: ViewState, width: int, interactive: bool) -> Line:
-    devices = (report.devices or {}).get("devices") or []
-    platforms = sorted({d.get("platform") for d in devices if d.get("platform")})
+    devices = report.devices.devices if report.devices is not None else []
+    platforms = sorted({d.platform for d in devices if d.platform})
     clock = time.strftime("%H:%M:%S", time.localtime(report.time_unix_s or time.time()))
     hosts = _hosts(report)
     where = f"{len(hosts)} hosts" if len(hosts) > 1 else f"host {(report.hostname or '?')}"
@@ -84,9 +86,9 @@ def host_lines(report: MonitorReport, width: int) -> list[Line]:
     host = report.host
     if host is None:
         return []
-    if host.get("error"):
-        return [Line().add(" host: ", TITLE).add(host["error"], ERROR)]
-    cpu, used, total = host.get("cpu_percent"), host.get("memory_used_bytes"), host.get("memory_total_bytes")
+    if host.error:
+        return [Line().add(" host: ", TITLE).add(host.error, ERROR)]
+    cpu, used, total = host.cpu_percent, host.memory_used_bytes, host.memory_total_bytes
     cpu_text = f" {percent_text(cpu)}%"
     memory_text = f" {format_bytes(used)} / {format_bytes(total)}"
     bar_width = max(6, (width - 6 - len(cpu_text) - 6 - len(memory_text) - 4) // 2)
@@ -98,30 +100,27 @@ def host_lines(report: MonitorReport, width: int) -> list[Line]:
         first.add(cpu_text + "   ").add("MEM ", TITLE)
         first.segments += bar_segments(used / total if used is not None and total else None, bar_width)
         first.add(memory_text)
-    loads = [host.get(f"load_average_{w}") for w in ("1m", "5m", "15m")]
+    loads = [host.load_average_1m, host.load_average_5m, host.load_average_15m]
     load_text = " ".join(MISSING if v is None else f"{v:.2f}" for v in loads)
     agents = (report.processes or {}).get("agents")
-    parts = [(f" LOAD {load_text}", NORMAL), (f"CPUS {host.get('cpu_count') or MISSING}", NORMAL),
-             (f"SWAP {format_bytes(host.get('swap_used_bytes'))} / {format_bytes(host.get('swap_total_bytes'))}",
-              NORMAL)]
+    parts = [(f" LOAD {load_text}", NORMAL), (f"CPUS {host.cpu_count or MISSING}", NORMAL),
+             (f"SWAP {format_bytes(host.swap_used_bytes)} / {format_bytes(host.swap_total_bytes)}", NORMAL)]
     if agents is not None:
         parts.append((f"AGENTS {len(agents)}", NORMAL))
     return [first, parts_line(parts, width, "   ")]
 
 
-def _holders_text(device: dict[str, Any], gpu_processes: dict[str, list[dict[str, Any]]]) -> str:
-    names = []
-    for process in device.get("processes") or []:
-        names.append(f"{process['pid']} {process.get('tag') or ''}".strip())
-    seen = {p["pid"] for p in device.get("processes") or []}
-    for process in gpu_processes.get(str(device.get("key")), []):  # NVML's list: every process on the GPU
-        if process["pid"] not in seen:
-            seen.add(process["pid"])
-            label = process.get("tag") or short_command(process.get("command")).split(" ")[0]
-            names.append(f"{process['pid']} {label}".strip())
-    for holder in device.get("holders") or []:
-        if holder["pid"] not in seen:
-            names.append(f"{holder['pid']} {short_command(holder.get('command')).split(' ')[0]}")
+def _holders_text(device: Device, gpu_processes: dict[str, list[GpuProcess]]) -> str:
+    names = [f"{process.pid} {process.tag or ''}".strip() for process in device.processes]
+    seen = {p.pid for p in device.processes}
+    for gpu_process in gpu_processes.get(device.key, []):  # NVML's list: every process on the GPU
+        if gpu_process.pid not in seen:
+            seen.add(gpu_process.pid)
+            label = gpu_process.tag or short_command(gpu_process.command).split(" ")[0]
+            names.append(f"{gpu_process.pid} {label}".strip())
+    for holder in device.holders:
+        if holder.pid not in seen:
+            names.append(f"{holder.pid} {short_command(holder.command).split(' ')[0]}")
     return ", ".join(names) or MISSING
 
 
@@ -152,52 +151,24 @@ def _libtpu_status(report: MonitorReport, not_served: set[str]) -> Segment | Non
     return Segment(f"libtpu: {informative[0] if informative else group.error or 'no metrics service'}", ERROR)
 
 
-def _first(device: dict[str, Any], *names: str) -> Any:
-    """The first of several names a figure may carry (sources name temperature and power differently), on the
-    device record or among the figures a source adds to its `extra` (NVML's)."""
-    extra = device.get("extra") or {}
-    for name in names:
-        if device.get(name) is not None:
-            return device[name]
-        if extra.get(name) is not None:
-            return extra[name]
-    return None
+def device_condition(device: Device) -> str | None:
+    """"lost" (the device stopped answering a GPU library's calls), when a source says so."""
+    return "lost" if device.extra.gpu_status in ("lost", "not_answering") else None
 
 
-def temperature_c(device: dict[str, Any]) -> float | None:
-    value = _first(device, "temperature_c", "temperature_celsius")
-    return None if value is None else float(value)
-
-
-def power_w(device: dict[str, Any]) -> float | None:
-    value = _first(device, "power_w", "power_watts", "power_draw_watts", "power_usage_w")
-    return None if value is None else float(value)
-
-
-def device_condition(device: dict[str, Any]) -> str | None:
-    """"lost" (the device stopped answering) or "throttled" (clocks held down), when a source says so."""
-    state = str(device.get("state") or device.get("status") or _first(device, "nvml_status", "amdsmi_status")
-                or "").lower()
-    if device.get("lost") or state in ("lost", "not_answering"):
-        return "lost"
-    if device.get("throttled") or state == "throttled" or device.get("throttle_reasons"):
-        return "throttled"
-    return None
-
-
-def _device_columns(devices: list[dict[str, Any]], multi_host: bool, with_history: bool) -> list[Column]:
+def _device_columns(devices: list[Device], multi_host: bool, with_history: bool) -> list[Column]:
     # A fleet's device keys carry their host (HOST:PORT/tpu:0): room for them, as for a local key.
-    key_width = max(6, min(32 if multi_host else 16, max(len(str(d.get("key"))) for d in devices)))
+    key_width = max(6, min(32 if multi_host else 16, max(len(d.key) for d in devices)))
     columns = [Column("host", "HOST", 12, priority=1)] if multi_host else []
     columns += [Column("key", "DEVICE", key_width, priority=0), Column("name", "NAME", 12, priority=7),
                 Column("bar", "MEMORY", 8, priority=5, flex_max=30),
                 Column("memory", "USED / TOTAL", 21, right=True, priority=1),
                 Column("util", "UTIL%", 5, right=True, priority=2)]
-    if any(temperature_c(d) is not None for d in devices):
+    if any(d.extra.temperature_celsius is not None for d in devices):
         columns.append(Column("temp", "TEMP", 5, right=True, priority=8))
-    if any(power_w(d) is not None for d in devices):
+    if any(d.extra.power_draw_watts is not None for d in devices):
         columns.append(Column("power", "POWER", 6, right=True, priority=9))
-    if any((d.get("extra") or {}).get("diag_status") for d in devices):
+    if any(d.extra.diag_status for d in devices):
         columns.append(Column("diag", "DIAG", 9, priority=4))
     if with_history:
         columns.append(Column("history", "HISTORY", 6, priority=6, flex_max=40))
@@ -218,12 +189,12 @@ def age_text(seconds: float | None) -> str:
     return f"{seconds:.0f}s"
 
 
-def diag_cell(extra: dict[str, Any]) -> tuple[str, str]:
+def diag_cell(extra: DeviceExtra) -> tuple[str, str]:
     """A device's last tpu-diag verdict and its age (the monitor's diag group)."""
-    status = extra.get("diag_status")
+    status = extra.diag_status
     if not status:
         return (MISSING, DIM)
-    return (f"{str(status).upper()} {age_text(extra.get('diag_age_s'))}", _DIAG_STYLE.get(str(status), NORMAL))
+    return (f"{status.upper()} {age_text(extra.diag_age_s)}", _DIAG_STYLE.get(status, NORMAL))
 
 
 def diag_status(report: MonitorReport) -> Segment | None:
@@ -256,40 +227,36 @@ def device_lines(report: MonitorReport, width: int, max_rows: int | None, state:
     if verdict is not None and len(title.text) + 2 + len(verdict.text) <= width:
         title.add("  ").add(verdict.text, verdict.style)
     lines = [title]
-    if group.get("error"):
-        return [*lines, Line().add(f"  {group['error']}", ERROR)]
+    if group.error:
+        return [*lines, Line().add(f"  {group.error}", ERROR)]
     devices = state.filters.devices_of(report)
     if not devices:
-        text = "no device matches --device" if state.filters.devices and group.get("devices") else \
+        text = "no device matches --device" if state.filters.devices and group.devices else \
             "no accelerator found, and no agent reports a device"
         return [*lines, Line().add(f"  {text}", DIM)]
     columns = layout(_device_columns(devices, len(_hosts(report)) > 1, history is not None), width)
-    gpu_processes = {str(gpu.get("device_key")): gpu.get("processes") or []
-                     for source in (report.nvml, report.amdsmi) for gpu in (source or {}).get("gpus") or []
-                     if gpu.get("device_key")}
+    gpu_processes = {gpu.device_key: gpu.processes for gpu in gpus_of(report) if gpu.device_key}
     lines.append(column_header(columns))
     history_width = next((size for column, size in columns if column.key == "history"), 0)
     shown = devices if max_rows is None or len(devices) <= max_rows else devices[: max(1, max_rows - 1)]
     for device in shown:
-        used = device.get("memory_used_bytes")
-        if used is None:
-            used = device.get("live_array_bytes")
-        total = device.get("memory_total_bytes")
-        utilization = device.get("utilization_percent")
-        from_libtpu = "libtpu" in (device.get("sources") or [])
+        used = device.memory_used_or_live_bytes()
+        total = device.memory_total_bytes
+        utilization = device.utilization_percent
+        from_libtpu = "libtpu" in device.sources
         used_text = NOT_SERVED_CELL if used is None and from_libtpu and "hbm_used_bytes" in not_served \
             else format_bytes(used)
         util_text = NOT_SERVED_CELL if utilization is None and from_libtpu and "duty_cycle_percent" in not_served \
             else percent_text(utilization)
         condition = device_condition(device)
-        temperature, power = temperature_c(device), power_w(device)
+        temperature, power = device.extra.temperature_celsius, device.extra.power_draw_watts
         series, top = device_graph_series(device)
         graph = sparkline(history.device(device_key(device), series, history_width), history_width, top,
                           state.unicode) if history is not None and history_width else ""
         cells: dict[str, list[Segment] | tuple[str, str]] = {
-            "host": (str(device.get("host") or MISSING), NORMAL),
-            "key": (str(device.get("key")), ERROR if condition == "lost" else NORMAL),
-            "name": (condition.upper() if condition else str(_first(device, "gpu_name", "name") or MISSING),
+            "host": (device.host_name() or MISSING, NORMAL),
+            "key": (device.key, ERROR if condition == "lost" else NORMAL),
+            "name": (condition.upper() if condition else device.extra.gpu_name or device.name or MISSING,
                      ERROR if condition == "lost" else WARN if condition else NORMAL),
             "bar": bar_segments(device_memory_fraction(device), next((s for c, s in columns if c.key == "bar"), 8)),
             "memory": (f"{used_text} / {format_bytes(total)}", NORMAL),
@@ -300,7 +267,7 @@ def device_lines(report: MonitorReport, width: int, max_rows: int | None, state:
             "history": [Segment(graph, level_style(None if utilization is None else utilization / 100)
                                 if utilization is not None else DIM)],
             "processes": (_holders_text(device, gpu_processes), NORMAL),
-            "diag": diag_cell(device.get("extra") or {}),
+            "diag": diag_cell(device.extra),
         }
         lines.append(table_row(columns, cells))
     if len(shown) < len(devices):
@@ -408,7 +375,7 @@ def process_lines(report: MonitorReport, state: ViewState, width: int, max_rows:
     hosts = _hosts(report)
     # HOST:PORT of a fleet's hosts in full where they fit (up to 22 characters), else cut with a mark
     health = any((a.get("tpu_sdk") or {}).get("health") for a in group.get("agents") or [])
-    gpus = any((source or {}).get("gpus") for source in (report.nvml, report.amdsmi))
+    gpus = bool(gpus_of(report))
     rows = state.visible_rows(report)
     times = any(row.started_unix_s is not None for row in rows)
     columns = layout(_process_columns(len(hosts) > 1, max(4, min(22, max(map(len, hosts), default=4))), health,
@@ -496,7 +463,7 @@ def history_lines(report: MonitorReport, state: ViewState, history: History, wid
         return []
     seconds = history.capacity * state.interval_s
     lines = [parts_line([(" History", TITLE), (f"last {seconds / 60:g} min, one sample a refresh", DIM)], width)]
-    key_width = max(6, min(16, max(len(str(d.get("key"))) for d in devices)))
+    key_width = max(6, min(16, max(len(d.key) for d in devices)))
     graph = max(4, (width - key_width - 2 - 2 * 16) // 2)
     budget = max_rows - 1 - (1 if selected is not None and selected.has_agent else 0)
     shown = devices[: max(0, budget)]
@@ -513,7 +480,7 @@ def history_lines(report: MonitorReport, state: ViewState, history: History, wid
     return lines
 
 
-def _device_history(device: dict[str, Any], history: History, state: ViewState, width: int, key_width: int,
+def _device_history(device: Device, history: History, state: ViewState, width: int, key_width: int,
                     graph: int, rows: int) -> list[Line]:
     """One device's UTIL and MEM graphs, `rows` tall, side by side; labels and last values on the top line."""
     key = device_key(device)
@@ -537,7 +504,7 @@ def _device_history(device: dict[str, Any], history: History, state: ViewState, 
     lines = []
     for row in range(rows):
         first = row == 0  # the labels and the last values go on the top line
-        line = Line().add(" " + fit(str(device.get("key")) if first else "", key_width) + " ")
+        line = Line().add(" " + fit(device.key if first else "", key_width) + " ")
         if has_utilization:
             line.add(" UTIL " if first else " " * 6, DIM).add(fit(util_rows[row], graph), util_style)
             line.add((fit(percent_text(last_util), 6, True) if first else " " * 6) + " ")
@@ -624,7 +591,7 @@ def render(report: MonitorReport, state: ViewState, width: int, height: int | No
         fixed = len(top) + len(footer) + details_budget + 1  # + the blank line between panels
         available = height - fixed
         shown = len(state.visible_rows(report)) if report.processes else 0
-        device_need = len(state.filters.devices_of(report)) + 2 if report.devices else 0
+        device_need = len(state.filters.devices_of(report)) + 2 if report.devices is not None else 0
         process_need = shown + 2
         # The processes keep at least half the room they ask for; the devices take what is left, and the
         # history panel takes what neither needs, when there is enough of it.

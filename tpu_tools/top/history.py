@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpu_tools.metrics.records.devices import Device
 from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.top.model import ProcessRow, device_memory_fraction
 
@@ -102,14 +103,13 @@ class History:
         self._last_sequence = marker
         self.samples += 1
         seen: set[tuple[str, str]] = set()
-        for device in (report.devices or {}).get("devices") or []:
+        for device in report.devices.devices if report.devices is not None else []:
             key = device_key(device)
             subject = self._subject(self.devices, key, DEVICE_SERIES)
             fraction = device_memory_fraction(device)
-            subject.series["utilization_percent"].append(device.get("utilization_percent"))
+            subject.series["utilization_percent"].append(device.utilization_percent)
             subject.series["memory_percent"].append(None if fraction is None else 100.0 * fraction)
-            used = device.get("memory_used_bytes")
-            subject.series["memory_used_bytes"].append(used if used is not None else device.get("live_array_bytes"))
+            subject.series["memory_used_bytes"].append(device.memory_used_or_live_bytes())
             seen.add(("d", key))
         for row in rows:
             key = row.key
@@ -154,15 +154,15 @@ class History:
                    for ring in s.series.values())
 
 
-def device_key(device: dict[str, Any]) -> str:
-    host = device.get("host")
-    return f"{host}/{device.get('key')}" if host else str(device.get("key"))
+def device_key(device: Device) -> str:
+    host = device.host_name()
+    return f"{host}/{device.key}" if host else device.key
 
 
-def device_graph_series(device: dict[str, Any]) -> tuple[str, float | None]:
+def device_graph_series(device: Device) -> tuple[str, float | None]:
     """What a device's one-line graph shows, with its full scale: utilization, else memory as a share of the
     total, else memory used scaled to its own maximum (a platform that reports no total, as the CPU)."""
-    if device.get("utilization_percent") is not None:
+    if device.utilization_percent is not None:
         return "utilization_percent", 100.0
     if device_memory_fraction(device) is not None:
         return "memory_percent", 100.0

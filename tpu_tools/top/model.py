@@ -7,6 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
+from tpu_tools.metrics.records.devices import Device
+from tpu_tools.metrics.records.gpu import GpuProcess, GpuRecord
 from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.top.arrays_view import ArraysBoard
 
@@ -93,26 +97,22 @@ def rows_from_report(report: MonitorReport) -> list[ProcessRow]:
     return rows
 
 
-def device_memory_fraction(device: dict[str, Any]) -> float | None:
+def device_memory_fraction(device: Device) -> float | None:
     """Used / total of a device's memory (the platform's figure, else the live arrays); None when unknown."""
-    used = device.get("memory_used_bytes")
-    if used is None:
-        used = device.get("live_array_bytes")
-    total = device.get("memory_total_bytes")
+    used, total = device.memory_used_or_live_bytes(), device.memory_total_bytes
     return used / total if used is not None and total else None
 
 
-def device_matches(device: dict[str, Any], wanted: tuple[str, ...]) -> bool:
+def device_matches(device: Device, wanted: tuple[str, ...]) -> bool:
     """--device: a device key (`tpu:0`, `cpu:1@4242`) or its part before `@`, or a platform (`tpu`)."""
     if not wanted:
         return True
-    key = str(device.get("key"))
-    return any(w in (key, key.split("@")[0], device.get("platform")) for w in wanted)
+    return any(w in (device.key, device.key.split("@")[0], device.platform) for w in wanted)
 
 
-def device_pids(device: dict[str, Any]) -> set[int]:
+def device_pids(device: Device) -> set[int]:
     """The processes a device panel row names: agents using it and processes holding it."""
-    return {p["pid"] for p in device.get("processes") or []} | {h["pid"] for h in device.get("holders") or []}
+    return {p.pid for p in device.processes} | {h.pid for h in device.holders}
 
 
 @dataclass
@@ -133,8 +133,9 @@ class Filters:
         parts += [] if self.show_all else ["agents only"]
         return parts
 
-    def devices_of(self, report: MonitorReport) -> list[dict[str, Any]]:
-        return [d for d in (report.devices or {}).get("devices") or [] if device_matches(d, self.devices)]
+    def devices_of(self, report: MonitorReport) -> list[Device]:
+        devices = report.devices.devices if report.devices is not None else []
+        return [d for d in devices if device_matches(d, self.devices)]
 
     def rows(self, report: MonitorReport, rows: list[ProcessRow]) -> list[ProcessRow]:
         on_devices: set[int] | None = None
@@ -166,26 +167,32 @@ class Pending:
     def targets(self) -> list[ProcessRow]:
         return self.rows or [self.row]
 
+def gpus_of(report: MonitorReport) -> list[GpuRecord]:
+    """The GPUs of the report's GPU groups (NVML's, then amdsmi's)."""
+    return [gpu for group in (report.nvml, report.amdsmi) if group is not None for gpu in group.gpus]
+
+
 def _add_gpu_processes(rows: list[ProcessRow], report: MonitorReport) -> None:
     """Every process NVML (or amdsmi) lists on a GPU, agent or not, with the GPU memory it holds (the card's own
     figure)."""
     memory: dict[int, int] = {}
     busy: dict[int, float] = {}
-    listed: dict[int, dict[str, Any]] = {}
-    for gpu in [g for group in (report.nvml, report.amdsmi) for g in (group or {}).get("gpus") or []]:
-        for process in gpu.get("processes") or []:
-            listed.setdefault(process["pid"], process)
-            if process.get("gpu_memory_bytes") is not None:
-                memory[process["pid"]] = memory.get(process["pid"], 0) + process["gpu_memory_bytes"]
-            if process.get("sm_utilization_percent") is not None:
-                busy[process["pid"]] = max(busy.get(process["pid"], 0.0), float(process["sm_utilization_percent"]))
+    listed: dict[int, GpuProcess] = {}
+    for gpu in gpus_of(report):
+        for process in gpu.processes:
+            listed.setdefault(process.pid, process)
+            if process.gpu_memory_bytes is not None:
+                memory[process.pid] = memory.get(process.pid, 0) + process.gpu_memory_bytes
+            if process.sm_utilization_percent is not None:
+                busy[process.pid] = max(busy.get(process.pid, 0.0), process.sm_utilization_percent)
     by_pid = {row.pid: row for row in rows}
     for pid, process in listed.items():
         row = by_pid.get(pid)
-        command = process.get("command") if process.get("visible", True) else "(other PID namespace)"
+        command = process.command if process.visible else "(other PID namespace)"
         if row is None:
-            row = ProcessRow(pid=pid, user=process.get("user"), tag=process.get("tag"), command=command,
-                             has_agent=False, detail=process)
+            # the row's detail is the process as the report lists it (the process screen reads any row's so)
+            row = ProcessRow(pid=pid, user=process.user, tag=process.tag or None, command=command,
+                             has_agent=False, detail=msgspec.structs.asdict(process))
             rows.append(row)
         elif not row.has_agent and row.command in (None, "?"):  # a holder the driver named: its words for it
             row.command = command

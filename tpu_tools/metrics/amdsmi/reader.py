@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tpu_tools.metrics.nvml.procfs import identify_process
-from tpu_tools.metrics.nvml.records import STATUS_NOT_ANSWERING, GpuProcess, GpuRecord, NvmlSnapshot
+from tpu_tools.metrics.nvml.records import NvmlSnapshot
+from tpu_tools.metrics.records.gpu import STATUS_NOT_ANSWERING, GpuProcess, GpuRecord
 
 DEFAULT_TIMEOUT_S = 5.0
 ENABLE_VARIABLE = "TPU_TOOLS_AMDSMI"  # "0" or "off": do not read amdsmi at all

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -30,8 +30,10 @@ from tpu_tools.metrics.fleet.records import (
     build_groups,
     host_key,
 )
+from tpu_tools.metrics.records.devices import DevicesRecord
 from tpu_tools.metrics.records.fleet import FleetGroup, SilentCluster
 from tpu_tools.metrics.records.group import GroupRecord
+from tpu_tools.metrics.records.host import HostRecord
 from tpu_tools.metrics.records.report import SCHEMA, MonitorReport
 from tpu_tools.metrics.report import iso_time
 
@@ -57,6 +59,19 @@ def detail_query(hosts: list[str]) -> str:
     instances = sorted({host.rpartition("/")[2] for host in hosts})
     pattern = "|".join(re.escape(name) for name in instances).replace("\\", "\\\\").replace('"', '\\"')
     return '{__name__=~"' + PREFIX + '.+",' + HOST_LABEL + '=~"' + pattern + '"}'
+
+
+_G = TypeVar("_G", bound=GroupRecord)
+
+
+def typed_group(data: dict[str, Any], record_type: type[_G]) -> _G:
+    """A fleet group as its record; figures that do not fit it (a series of another type than the exporter
+    serves) are the group's error, naming the figure, and the other groups go on."""
+    try:
+        return msgspec.convert(data, record_type)
+    except msgspec.ValidationError as error:
+        return record_type(sampled_at=data.get("sampled_at"),
+                           error=f"the Prometheus answer does not fit the report: {error}")
 
 
 class FleetSource:
@@ -101,7 +116,8 @@ class FleetSource:
         groups["fleet"] = msgspec.structs.replace(
             groups["fleet"], detail_hosts=detail, silent_clusters=self._silent(ages, now), source=self.endpoint.shown,
             stale=False, stale_since=None, query_time_s=round(time.monotonic() - started, 4))
-        report = msgspec.structs.replace(report, **groups)
+        report = msgspec.structs.replace(report, **{**groups, "host": typed_group(groups["host"], HostRecord),
+                                                    "devices": typed_group(groups["devices"], DevicesRecord)})
         self._last, self._stale_since = report, None
         return report
 
@@ -119,7 +135,8 @@ class FleetSource:
         if self._last is None:  # nothing to show yet: every group says why
             failed: dict[str, Any] = {"period_s": None, "sampled_at": report.time, "error": error}
             return msgspec.structs.replace(
-                report, host=dict(failed), devices=dict(failed), processes=dict(failed),
+                report, host=HostRecord(sampled_at=report.time, error=error),
+                devices=DevicesRecord(sampled_at=report.time, error=error), processes=dict(failed),
                 fleet=FleetGroup(**failed, source=self.endpoint.shown, stale=True,
                                  stale_since=iso_time(self._stale_since)))
         last = self._last

@@ -11,8 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
+
 from tpu_tools.metrics.amdsmi import AmdSmiReader
+from tpu_tools.metrics.amdsmi.reader import AmdSmiSnapshot
 from tpu_tools.metrics.groups.nvml import NvmlGroup
+from tpu_tools.metrics.nvml import NvmlSnapshot
+from tpu_tools.metrics.records.gpu import GpusRecord
 
 
 class AmdSmiGroup(NvmlGroup):
@@ -23,7 +28,11 @@ class AmdSmiGroup(NvmlGroup):
     def _new_reader(self) -> Any:
         return AmdSmiReader()
 
-    def prometheus(self, data: dict[str, Any]) -> Iterable[Any]:
+    def _versions(self, snapshot: NvmlSnapshot, record: GpusRecord) -> GpusRecord:
+        bindings = snapshot.bindings_version if isinstance(snapshot, AmdSmiSnapshot) else None
+        return msgspec.structs.replace(record, source="amdsmi", bindings_version=bindings)
+
+    def prometheus(self, data: GpusRecord) -> Iterable[Any]:
         from tpu_tools.metrics.nvml.export import families
 
         return families(data, vendor="amd")

@@ -1,7 +1,8 @@
 """What a report group is, and the per-round context groups share.
 
 A collector is created once per monitor run and asked `collect(context)` each
-time its period is due; it returns the group's data (a dict). Whatever it
+time its period is due; it returns the group's record (tpu_tools.metrics.records,
+or a dict for a group without one yet). Whatever it
 raises becomes the group's `error` string: one failing group never costs the
 rest of the report. The context fetches the inputs several groups need
 (passive discovery, agent snapshots, per-device figures of every source) once
@@ -20,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 from tpu_tools.metrics.agent_client import DEFAULT_TIMEOUT_S, AgentConnections, AgentScan, query_agents
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu.addresses import default_address
+from tpu_tools.metrics.records.devices import DeviceExtra
 from tpu_tools.pjrt.discover import Discovery, Holder, discover
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
@@ -32,8 +34,8 @@ class DeviceFigures:
 
     `device_id` is the device's local id on `platform` (the PJRT id of an
     addressable device; libtpu's device ordinal). A field left None is not
-    reported by the source; `extra` holds source-specific figures by name with
-    units in the name (e.g. {"hbm_bandwidth_utilization_percent": 12.0}).
+    reported by the source; `extra` holds the figures one kind of source reads
+    (libtpu's HBM bandwidth, a GPU's power and temperature, tpu-diag's verdict).
     """
 
     platform: str
@@ -42,7 +44,7 @@ class DeviceFigures:
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
     utilization_percent: float | None = None
-    extra: dict[str, float | int | str | None] = field(default_factory=dict)
+    extra: DeviceExtra = field(default_factory=DeviceExtra)
     # The processes on the device as the vendor's library lists them (NVML's compute and graphics processes);
     # None where the source does not say, and the device nodes' holders stand.
     holders: list[Holder] | None = None
@@ -146,8 +148,9 @@ class GroupCollector(Protocol):
     """One group of the report.
 
     name: the key in the report. default_period_s: None means every report.
-    collect(context) -> dict: the group's figures (without `period_s`/`error`,
-    which the report adds). Optional: `device_figures(context) ->
+    collect(context): the group's record (its `record_type`, a GroupRecord
+    whose `period_s` and `sampled_at` the report fills; the record type is
+    also what a failed group is made of), or a dict of its figures. Optional: `device_figures(context) ->
     list[DeviceFigures]` for sources with per-device figures, and
     `prometheus(data) -> iterable of prometheus_client metric families` for
     exposition of the group's own figures; `close()` to release connections;
@@ -157,7 +160,7 @@ class GroupCollector(Protocol):
 
     name: str
 
-    def collect(self, context: CollectContext) -> dict[str, Any]: ...
+    def collect(self, context: CollectContext) -> Any: ...
 
 
 def load_collector(name: str, options: CollectOptions) -> GroupCollector:

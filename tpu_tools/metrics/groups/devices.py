@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from tpu_tools.accelerators import spec_for_device_kind
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures, DeviceHolders
+from tpu_tools.metrics.records.devices import Device, DeviceHolder, DeviceProcess, DevicesRecord
 from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
-from tpu_tools.pjrt.discover import Chip
+from tpu_tools.pjrt.discover import Chip, Holder
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS, match_chips
 
 
@@ -24,30 +27,19 @@ def _family(platform: str | None) -> str:
     return "gpu" if platform in GPU_PLATFORMS else (platform or "?")
 
 
+def _holders(held: list[Holder]) -> list[DeviceHolder]:
+    return [DeviceHolder(pid=h.pid, user=h.user, command=h.command, frontend=h.frontend) for h in held]
+
+
 def _new_entry(key: str, platform: str, device_id: int, name: str, chip: Chip | None,
-               held: DeviceHolders | None = None) -> dict[str, Any]:
+               held: DeviceHolders | None = None) -> Device:
     total = None
     if chip is not None and chip.hbm_bytes:
         total = chip.hbm_bytes // (chip.devices_per_chip or 1)
-    return {
-        "key": key,
-        "platform": platform,
-        "id": device_id,
-        "name": name,
-        "chip_index": chip.index if chip else None,
-        "pci_address": chip.pci_address if chip else None,
-        "memory_used_bytes": None,
-        "memory_total_bytes": total,
-        "memory_peak_bytes": None,
-        "live_array_bytes": None,
-        "live_array_count": None,
-        "utilization_percent": None,
-        "holders": [h.to_dict() for h in held.holders] if held else [],
-        "holders_source": held.source if held else None,
-        "processes": [],
-        "sources": ["discovery"] if chip else [],
-        "extra": {},
-    }
+    return Device(key=key, platform=platform, id=device_id, name=name, chip_index=chip.index if chip else None,
+                  pci_address=chip.pci_address if chip else None, memory_total_bytes=total,
+                  holders=_holders(held.holders) if held else [], holders_source=held.source if held else None,
+                  sources=["discovery"] if chip else [])
 
 
 def _add(total: int | None, value: int | None) -> int | None:
@@ -56,32 +48,34 @@ def _add(total: int | None, value: int | None) -> int | None:
     return value if total is None else total + value
 
 
-def _merge_agent_device(entry: dict[str, Any], device: dict[str, Any], pid: int, tag: str | None) -> None:
-    entry["memory_used_bytes"] = _add(entry["memory_used_bytes"], device.get("memory_used_bytes"))
-    entry["memory_peak_bytes"] = _add(entry["memory_peak_bytes"], device.get("memory_peak_bytes"))
-    entry["live_array_bytes"] = _add(entry["live_array_bytes"], device.get("live_array_bytes"))
-    entry["live_array_count"] = _add(entry["live_array_count"], device.get("live_array_count"))
+def _merge_agent_device(entry: Device, device: dict[str, Any], pid: int, tag: str | None) -> None:
+    # `device`: one of an agent snapshot's devices, as the agent's checked snapshot gives it
+    entry.memory_used_bytes = _add(entry.memory_used_bytes, device.get("memory_used_bytes"))
+    entry.memory_peak_bytes = _add(entry.memory_peak_bytes, device.get("memory_peak_bytes"))
+    entry.live_array_bytes = _add(entry.live_array_bytes, device.get("live_array_bytes"))
+    entry.live_array_count = _add(entry.live_array_count, device.get("live_array_count"))
     if device.get("memory_limit_bytes") is not None:
-        entry["memory_total_bytes"] = device["memory_limit_bytes"]
-    entry["processes"].append({"pid": pid, "tag": tag})
-    if "agent" not in entry["sources"]:
-        entry["sources"].append("agent")
+        entry.memory_total_bytes = device["memory_limit_bytes"]
+    entry.processes.append(DeviceProcess(pid=pid, tag=tag))
+    if "agent" not in entry.sources:
+        entry.sources.append("agent")
 
 
-def _merge_figures(entry: dict[str, Any], figures: DeviceFigures) -> None:
+def _merge_figures(entry: Device, figures: DeviceFigures) -> None:
     # A source that reads the device itself (libtpu) knows its whole memory, agents only their own part.
     if figures.memory_used_bytes is not None:
-        entry["memory_used_bytes"] = figures.memory_used_bytes
+        entry.memory_used_bytes = figures.memory_used_bytes
     if figures.memory_total_bytes is not None:
-        entry["memory_total_bytes"] = figures.memory_total_bytes
+        entry.memory_total_bytes = figures.memory_total_bytes
     if figures.utilization_percent is not None:
-        entry["utilization_percent"] = figures.utilization_percent
-    entry["extra"].update(figures.extra)
+        entry.utilization_percent = figures.utilization_percent
+    given = {name: value for name, value in msgspec.structs.asdict(figures.extra).items() if value is not None}
+    entry.extra = msgspec.structs.replace(entry.extra, **given)
     if figures.holders is not None:  # the vendor's list of the device's processes, not the device nodes'
-        entry["holders"] = [h.to_dict() for h in figures.holders]
-        entry["holders_source"] = figures.source
-    if figures.source not in entry["sources"]:
-        entry["sources"].append(figures.source)
+        entry.holders = _holders(figures.holders)
+        entry.holders_source = figures.source
+    if figures.source not in entry.sources:
+        entry.sources.append(figures.source)
 
 
 def _runtime_of(snapshot: dict[str, Any]) -> RuntimeRecord | None:
@@ -97,20 +91,18 @@ def _runtime_of(snapshot: dict[str, Any]) -> RuntimeRecord | None:
                          jaxlib_version="", devices=records)
 
 
-def build_devices(context: CollectContext) -> dict[str, Any]:
-    """The `devices` group: discovered chips joined with the agents' devices and the sources' figures.
-
-    Returns {"devices": [...], "chips": [...], "notes": [...]}; a source that fails is left out, not raised.
-    """
+def build_devices(context: CollectContext) -> DevicesRecord:
+    """The `devices` group: discovered chips joined with the agents' devices and the sources' figures (a source
+    that fails is left out, not raised)."""
     discovery = context.discovery()
     held = context.chip_holders()
-    entries: list[dict[str, Any]] = []
-    by_chip: dict[tuple[int, int], dict[str, Any]] = {}  # (chip index, device on chip) -> entry
-    by_id: dict[tuple[str, int], dict[str, Any]] = {}  # (platform family, local id) -> hardware entry
+    entries: list[Device] = []
+    by_chip: dict[tuple[int, int], Device] = {}  # (chip index, device on chip) -> entry
+    by_id: dict[tuple[str, int], Device] = {}  # (platform family, local id) -> hardware entry
     for chip in discovery.chips:
         family = _family(chip.platform)
         for k in range(chip.devices_per_chip or 1):
-            device_id = sum(1 for e in entries if _family(e["platform"]) == family)
+            device_id = sum(1 for e in entries if _family(e.platform) == family)
             entry = _new_entry(f"{family}:{device_id}", chip.platform, device_id, chip.name, chip, held[chip.index])
             entries.append(entry)
             by_chip[(chip.index, k)] = entry
@@ -146,19 +138,16 @@ def build_devices(context: CollectContext) -> dict[str, Any]:
             entries.append(known)
             by_id[(family, figures.device_id)] = known
         _merge_figures(known, figures)
-    return {
-        "devices": entries,
-        "chips": [chip.to_dict() for chip in discovery.chips],
-        "notes": notes,
-    }
+    return DevicesRecord(devices=entries, chips=[chip.to_dict() for chip in discovery.chips], notes=notes)
 
 
 class DevicesGroup:
     name = "devices"
     reads_agents = True  # the report asks the agents at the start of a round in which this group is due
+    record_type = DevicesRecord
 
     def __init__(self, options: CollectOptions):
         pass
 
-    def collect(self, context: CollectContext) -> dict[str, Any]:
+    def collect(self, context: CollectContext) -> DevicesRecord:
         return build_devices(context)

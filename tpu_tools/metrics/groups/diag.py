@@ -17,6 +17,7 @@ from typing import Any
 
 from tpu_tools.metrics.diagstate import STATUS_VALUES, read_last
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
+from tpu_tools.metrics.records.devices import DeviceExtra
 from tpu_tools.metrics.records.diag import DiagGroup as DiagGroupRecord
 
 SOURCE = "diag"
@@ -47,7 +48,7 @@ class DiagGroup:
             return []
         age = last.age_s()
         return [DeviceFigures(last.platform, device, SOURCE,
-                              extra={"diag_status": status, "diag_age_s": None if age is None else round(age)})
+                              extra=DeviceExtra(diag_status=status, diag_age_s=None if age is None else round(age)))
                 for device, status in sorted(last.device_status().items())]
 
     def prometheus(self, data: DiagGroupRecord) -> Iterable[Any]:

@@ -19,16 +19,11 @@ from tpu_tools.metrics.libtpu import DeviceFigures as ServiceDevice
 from tpu_tools.metrics.libtpu import LibtpuSnapshot
 from tpu_tools.metrics.libtpu.export import gauge_samples, histogram_samples, report_group
 from tpu_tools.metrics.libtpu.pairing import pair_with_chips, served_devices
+from tpu_tools.metrics.records.devices import DeviceExtra
 from tpu_tools.metrics.records.libtpu import LibtpuGroup as LibtpuGroupRecord
 from tpu_tools.pjrt.discover import Chip
 
 SOURCE = "libtpu"
-# DeviceFigures (service) field -> name of the devices group's extra figure (units in the name)
-_EXTRA = {
-    "hbm_bandwidth_utilization_percent": "hbm_bandwidth_utilization_percent",
-    "tensorcore_idle_duration_s": "tensorcore_idle_duration_seconds",
-    "hlo_queue_size": "hlo_queue_size",
-}
 
 
 def place_devices(snapshots: Sequence[LibtpuSnapshot],
@@ -89,8 +84,10 @@ class LibtpuGroup:
         return [DeviceFigures("tpu", position, SOURCE, memory_used_bytes=device.hbm_used_bytes,
                               memory_total_bytes=device.hbm_total_bytes,
                               utilization_percent=device.duty_cycle_percent,
-                              extra={name: getattr(device, figure) for figure, name in _EXTRA.items()
-                                     if getattr(device, figure) is not None})
+                              extra=DeviceExtra(
+                                  hbm_bandwidth_utilization_percent=device.hbm_bandwidth_utilization_percent,
+                                  tensorcore_idle_duration_seconds=device.tensorcore_idle_duration_s,
+                                  hlo_queue_size=device.hlo_queue_size))
                 for position, device in placed]
 
     def prometheus(self, data: LibtpuGroupRecord) -> Iterable[Any]:

@@ -13,21 +13,23 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
+
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
 from tpu_tools.metrics.nvml import GpuRecord, NvmlReader, NvmlSnapshot
 from tpu_tools.metrics.processfacts import ProcessFacts
+from tpu_tools.metrics.records.devices import DeviceExtra
+from tpu_tools.metrics.records.gpu import GpusRecord
 from tpu_tools.metrics.slurm import job_id
 from tpu_tools.pjrt.discover import Holder, is_observer, sysroot
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
 SOURCE = "nvml"
-# GpuRecord field -> the devices group's extra figure (units in the name)
-EXTRA = ("temperature_celsius", "power_draw_watts", "power_limit_watts", "energy_joules", "clock_sm_hz",
-         "utilization_memory_percent")
 
 
 class NvmlGroup:
     name = "nvml"
+    record_type = GpusRecord
     vendor = "nvidia"  # discovery's vendor of the GPUs this group reads
     name_prefix = "NVIDIA "  # what the card's name repeats of the vendor
 
@@ -50,23 +52,31 @@ class NvmlGroup:
 
         return context.memo(self.name, read)
 
-    def collect(self, context: CollectContext) -> dict[str, Any]:
+    def collect(self, context: CollectContext) -> GpusRecord:
         snapshot = self.snapshot(context)
-        data = snapshot.to_dict()
+        # This round's copies: the reader's records stay as NVML gave them, the report's carry the monitor's own.
+        gpus = [msgspec.structs.replace(gpu, device_key=None, processes=list(gpu.processes))
+                for gpu in snapshot.gpus]
         tags = {r.pid: r.tag for r in context.agents().results}
-        self._slurm_jobs.forget_except({process["pid"] for gpu in data["gpus"] for process in gpu["processes"]})
-        for gpu in data["gpus"]:
-            gpu["device_key"] = None
-            for process in gpu["processes"]:
-                process["tag"] = tags.get(process["pid"])
-                process["slurm_job_id"] = self._slurm_jobs.get(process["pid"])
+        self._slurm_jobs.forget_except({process.pid for gpu in gpus for process in gpu.processes})
+        for gpu in gpus:
+            gpu.processes = [msgspec.structs.replace(process, tag=tags.get(process.pid),
+                                                     slurm_job_id=self._slurm_jobs.get(process.pid))
+                             for process in gpu.processes]
         for position, gpu in self._placed(context, snapshot):
-            data["gpus"][snapshot.gpus.index(gpu)]["device_key"] = f"gpu:{position}"
-        data["notes"] = []
+            gpus[snapshot.gpus.index(gpu)].device_key = f"gpu:{position}"
+        record = self._versions(snapshot, GpusRecord(available=snapshot.available, error=snapshot.error,
+                                                     driver_version=snapshot.driver_version,
+                                                     elapsed_ms=snapshot.elapsed_ms, gpus=gpus))
         if not snapshot.available and not any(c.vendor == self.vendor for c in context.discovery().chips):
             # No GPU of this vendor here: nothing is wrong, and the group must not count as failed (alerts).
-            data["error"], data["notes"] = None, [snapshot.error]
-        return data
+            record.error, record.notes = None, [snapshot.error or ""]
+        return record
+
+    def _versions(self, snapshot: NvmlSnapshot, record: GpusRecord) -> GpusRecord:
+        """The record with the versions this library reports."""
+        return msgspec.structs.replace(record, nvml_version=snapshot.nvml_version,
+                                       cuda_driver_version=snapshot.cuda_driver_version)
 
     def _placed(self, context: CollectContext, snapshot: NvmlSnapshot) -> list[tuple[int, GpuRecord]]:
         """(the devices group's GPU position, NVML GPU): by PCI bus id on discovery's GPUs, else NVML's index."""
@@ -81,11 +91,12 @@ class NvmlGroup:
         snapshot = self.snapshot(context)
         figures = []
         for position, gpu in self._placed(context, snapshot):
-            extra: dict[str, float | int | str | None] = {
-                key: getattr(gpu, key) for key in EXTRA if getattr(gpu, key) is not None}
-            extra[f"{self.name}_status"] = gpu.status
-            if gpu.name:  # the model, which discovery's PCI ids alone do not tell
-                extra["gpu_name"] = gpu.name.removeprefix(self.name_prefix)
+            extra = DeviceExtra(temperature_celsius=gpu.temperature_celsius, power_draw_watts=gpu.power_draw_watts,
+                                power_limit_watts=gpu.power_limit_watts, energy_joules=gpu.energy_joules,
+                                clock_sm_hz=gpu.clock_sm_hz, utilization_memory_percent=gpu.utilization_memory_percent,
+                                # the model, which discovery's PCI ids alone do not tell
+                                gpu_name=gpu.name.removeprefix(self.name_prefix) if gpu.name else None,
+                                gpu_status=gpu.status)
             figures.append(DeviceFigures("gpu", position, self.name, memory_used_bytes=gpu.memory_used_bytes,
                                          memory_total_bytes=gpu.memory_total_bytes,
                                          utilization_percent=gpu.utilization_gpu_percent, extra=extra,
@@ -100,7 +111,7 @@ class NvmlGroup:
         return [Holder(p.pid, p.user or "?", p.command or "?") for p in gpu.processes
                 if not is_observer(p.command or "")]
 
-    def prometheus(self, data: dict[str, Any]) -> Iterable[Any]:
+    def prometheus(self, data: GpusRecord) -> Iterable[Any]:
         from tpu_tools.metrics.nvml.export import families
 
         return families(data)

@@ -5,14 +5,14 @@
 """
 
 from tpu_tools.metrics.nvml.reader import DEFAULT_TIMEOUT_S, ENABLE_VARIABLE, NvmlReader, enabled, read_snapshot
-from tpu_tools.metrics.nvml.records import (
+from tpu_tools.metrics.nvml.records import NvmlSnapshot
+from tpu_tools.metrics.records.gpu import (
     STATUS_ERROR,
     STATUS_LOST,
     STATUS_NOT_ANSWERING,
     STATUS_OK,
     GpuProcess,
     GpuRecord,
-    NvmlSnapshot,
 )
 
 __all__ = ["DEFAULT_TIMEOUT_S", "ENABLE_VARIABLE", "STATUS_ERROR", "STATUS_LOST", "STATUS_NOT_ANSWERING", "STATUS_OK",

@@ -13,8 +13,9 @@ import ctypes
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
+
+from tpu_tools.metrics.records.gpu import XidEvent
 
 XID_CRITICAL_ERROR = 0x8  # nvmlEventTypeXidCriticalError
 _NVML_ERROR_TIMEOUT = 10
@@ -40,14 +41,10 @@ XID_MEANINGS = {
 }
 
 
-@dataclass(frozen=True)
-class XidEvent:
-    code: int
-    time_unix_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "time_unix_s": round(self.time_unix_s, 3),
-                "description": XID_MEANINGS.get(self.code, "see NVIDIA's XID catalogue")}
+def xid_event(code: int, time_unix_s: float) -> XidEvent:
+    """The record of an XID event, with what its code means."""
+    return XidEvent(code=code, time_unix_s=round(time_unix_s, 3),
+                    description=XID_MEANINGS.get(code, "see NVIDIA's XID catalogue"))
 
 
 class XidWatcher:
@@ -97,7 +94,7 @@ class XidWatcher:
             code = int(data.eventData)
             with self._lock:
                 self._counts[(index, code)] += 1
-                self._last[index] = XidEvent(code, time.time())
+                self._last[index] = xid_event(code, time.time())
 
     def of(self, index: int) -> tuple[dict[str, int], XidEvent | None]:
         """{code: count} of one GPU since the watcher started, and its last event."""

@@ -17,11 +17,12 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from tpu_tools.metrics.labeltext import label_value
+from tpu_tools.metrics.records.gpu import GpuRecord, GpusRecord
 
 PREFIX = "tpu_tools_gpu_"
 GPU_LABELS = ["gpu", "uuid", "pci_bus_id", "device"]
 
-# (metric name, record key, scale, documentation)
+# (metric name, GpuRecord field, scale, documentation)
 _GAUGES: list[tuple[str, str, float, str]] = [
     ("memory_reserved_bytes", "memory_reserved_bytes", 1, "GPU memory the driver reserves for itself."),
     ("memory_free_bytes", "memory_free_bytes", 1, "GPU memory free."),
@@ -70,8 +71,21 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric]:
-    """Families of the group's data: {"gpus": [GpuRecord dicts with processes[].tag], ...}.
+def _add_figures(gpu: GpuRecord, labels: list[str], gauges: dict[str, GaugeMetricFamily],
+                 counters: dict[str, CounterMetricFamily]) -> None:
+    """The GPU's one-number figures, each into its gauge or counter."""
+    for name, key, scale, _ in _GAUGES:
+        value = _number(getattr(gpu, key))
+        if value is not None:
+            gauges[name].add_metric(labels, round(value * scale, 9))
+    for name, key, _ in _COUNTERS:
+        value = _number(getattr(gpu, key))
+        if value is not None:
+            counters[name].add_metric(labels, value)
+
+
+def families(data: GpusRecord, vendor: str | None = None) -> Iterator[Metric]:
+    """Families of the group's record (its GPUs, their processes with their agents' tags).
 
     vendor: the value of a `vendor` label on every series (None: no such label, NVML's series).
     """
@@ -99,47 +113,35 @@ def families(data: dict[str, Any], vendor: str | None = None) -> Iterator[Metric
                                        labels=[*gpu_labels, "pid", "tag"])
     process_sm = GaugeMetricFamily(PREFIX + "process_sm_utilization_ratio", "A process's share of SM time (NVML's "
                                    "recent sample).", labels=[*gpu_labels, "pid", "tag"])
-    for gpu in data.get("gpus") or []:
-        labels = [str(gpu.get("index")), str(gpu.get("uuid") or ""), str(gpu.get("pci_bus_id") or ""),
-                  str(gpu.get("device_key") or "")]
+    for gpu in data.gpus:
+        labels = [str(gpu.index), gpu.uuid or "", gpu.pci_bus_id or "", gpu.device_key or ""]
         labels += [vendor] if vendor else []
-        up.add_metric([*labels, str(gpu.get("status"))], 1.0 if gpu.get("status") == "ok" else 0.0)
-        for name, key, scale, _ in _GAUGES:
-            value = _number(gpu.get(key))
-            if value is not None:
-                gauges[name].add_metric(labels, round(value * scale, 9))
-        for name, key, _ in _COUNTERS:
-            value = _number(gpu.get(key))
-            if value is not None:
-                counters[name].add_metric(labels, value)
-        for code, count in (gpu.get("xid_errors") or {}).items():
-            xid.add_metric([*labels, str(code)], float(count))
-        last = gpu.get("xid_last")
-        if isinstance(last, dict):
-            xid_last.add_metric([*labels, str(last.get("code")), str(last.get("description") or "")],
-                                float(last.get("time_unix_s") or 0))
-        for instance in gpu.get("mig_instances") or []:
-            ids = [str(instance.get("gpu_instance_id")), str(instance.get("compute_instance_id"))]
-            for family, key in ((mig_used, "memory_used_bytes"), (mig_total, "memory_total_bytes")):
-                value = _number(instance.get(key))
+        up.add_metric([*labels, gpu.status], 1.0 if gpu.ok else 0.0)
+        _add_figures(gpu, labels, gauges, counters)
+        for code, count in (gpu.xid_errors or {}).items():
+            xid.add_metric([*labels, code], float(count))
+        if gpu.xid_last is not None:
+            xid_last.add_metric([*labels, str(gpu.xid_last.code), gpu.xid_last.description or ""],
+                                gpu.xid_last.time_unix_s)
+        for instance in gpu.mig_instances or []:
+            ids = [str(instance.gpu_instance_id), str(instance.compute_instance_id)]
+            for family, value in ((mig_used, instance.memory_used_bytes), (mig_total, instance.memory_total_bytes)):
                 if value is not None:
-                    family.add_metric([*labels, *ids], value)
-        for link in gpu.get("nvlink_links_down") or []:
+                    family.add_metric([*labels, *ids], float(value))
+        for link in gpu.nvlink_links_down or []:
             link_down.add_metric([*labels, str(link)], 1.0)
-        for reason in gpu.get("clock_event_reasons") or []:
+        for reason in gpu.clock_event_reasons or []:
             reasons.add_metric([*labels, reason], 1.0)
-        for kind in ("correctable", "uncorrectable"):
-            value = _number(gpu.get(f"remapped_rows_{kind}"))
-            if value is not None:
-                remapped.add_metric([*labels, kind], value)
-        for process in gpu.get("processes") or []:
-            process_labels = [*labels, str(process.get("pid")), label_value(str(process.get("tag") or ""))]
-            memory = _number(process.get("gpu_memory_bytes"))
-            if memory is not None:
-                process_memory.add_metric(process_labels, memory)
-            sm = _number(process.get("sm_utilization_percent"))
-            if sm is not None:
-                process_sm.add_metric(process_labels, round(sm / 100, 9))
+        for kind, rows in (("correctable", gpu.remapped_rows_correctable),
+                           ("uncorrectable", gpu.remapped_rows_uncorrectable)):
+            if rows is not None:
+                remapped.add_metric([*labels, kind], float(rows))
+        for process in gpu.processes:
+            process_labels = [*labels, str(process.pid), label_value(process.tag or "")]
+            if process.gpu_memory_bytes is not None:
+                process_memory.add_metric(process_labels, float(process.gpu_memory_bytes))
+            if process.sm_utilization_percent is not None:
+                process_sm.add_metric(process_labels, round(process.sm_utilization_percent / 100, 9))
     yield up
     yield from gauges.values()
     yield from counters.values()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpu_tools.metrics.nvml.records import GpuProcess
+from tpu_tools.metrics.records.gpu import GpuProcess
 
 
 def identify_process(process: GpuProcess, sysroot: Path) -> None:

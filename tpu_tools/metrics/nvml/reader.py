@@ -23,13 +23,14 @@ from typing import Any, TypeVar
 
 from tpu_tools.metrics.nvml import decode
 from tpu_tools.metrics.nvml.procfs import identify_process
-from tpu_tools.metrics.nvml.records import (
+from tpu_tools.metrics.nvml.records import NvmlSnapshot
+from tpu_tools.metrics.records.gpu import (
     STATUS_ERROR,
     STATUS_LOST,
     STATUS_NOT_ANSWERING,
     GpuProcess,
     GpuRecord,
-    NvmlSnapshot,
+    MigInstance,
 )
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -196,7 +197,7 @@ class _Gpu:
         between two calls is left out, never an error."""
         nvml, r = self.nvml, self.record
         most = self.get("mig_devices", lambda: int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)))
-        instances: list[dict[str, Any]] = []
+        instances: list[MigInstance] = []
         for index in range(min(most or 0, _MAX_MIG_DEVICES)):
             try:
                 mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
@@ -207,8 +208,9 @@ class _Gpu:
                 if getattr(error, "value", None) == _NVML_ERROR_GPU_IS_LOST:
                     raise _Lost from error
                 continue  # an empty slot, or an instance destroyed since
-            instances.append({"index": index, "gpu_instance_id": gpu_instance, "compute_instance_id": compute_instance,
-                              "memory_used_bytes": int(memory.used), "memory_total_bytes": int(memory.total)})
+            instances.append(MigInstance(index=index, gpu_instance_id=gpu_instance,
+                                         compute_instance_id=compute_instance, memory_used_bytes=int(memory.used),
+                                         memory_total_bytes=int(memory.total)))
         r.mig_instances = instances
 
     def _links(self, handle: Any) -> None:
@@ -368,7 +370,7 @@ class NvmlReader:
                 record = readers[index].record
                 if self._watcher is not None and self._watcher.error is None:
                     record.xid_errors, last = self._watcher.of(index)
-                    record.xid_last = last.to_dict() if last is not None else None
+                    record.xid_last = last
                 elif self._watcher is not None:
                     record.unsupported["xid_events"] = self._watcher.error
                 snapshot.gpus.append(record)

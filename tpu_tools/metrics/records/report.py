@@ -6,9 +6,12 @@ from typing import Any
 
 import msgspec
 
+from tpu_tools.metrics.records.devices import DevicesRecord
 from tpu_tools.metrics.records.diag import DiagGroup
 from tpu_tools.metrics.records.fleet import FleetGroup
+from tpu_tools.metrics.records.gpu import GpusRecord
 from tpu_tools.metrics.records.group import GroupRecord
+from tpu_tools.metrics.records.host import HostRecord
 from tpu_tools.metrics.records.libtpu import LibtpuGroup
 from tpu_tools.metrics.records.slice import TpuSlice
 
@@ -28,13 +31,13 @@ class MonitorReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     sequence: int
     tpu_tools_version: str
     tpu_slice: TpuSlice | None = None  # this host's place in a TPU slice
-    host: Any = None
-    devices: Any = None
+    host: HostRecord | None = None
+    devices: DevicesRecord | None = None
     processes: Any = None
     libtpu: LibtpuGroup | None = None
     workload: Any = None
-    nvml: Any = None
-    amdsmi: Any = None
+    nvml: GpusRecord | None = None
+    amdsmi: GpusRecord | None = None
     diag: DiagGroup | None = None
     fleet: FleetGroup | None = None  # a fleet reader's own group (metrics.fleet)
 
