@@ -134,6 +134,9 @@ def test_the_agent_asks_the_sdk_only_for_in_job_metrics_and_a_failed_one_once(ru
     try:
         documents = [json.loads(run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir)).stdout)
                      for _ in range(2)]
+        # The SDK is read at most once a second, whoever asks: readers that keep asking see it read again.
+        wait_for(lambda: run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir)).returncode == 0
+                 and calls.read_text().split().count("tensorcore_util") >= 2, 60)
         listed = run_tool("tpu-ls", "--metric", "ici_link_health", "--metric", "tpu_throttle_score", "--json",
                           env=agent_env(rundir))
         table = run_tool("tpu-ls", "--metric", "ici_link_health", env=agent_env(rundir))
