@@ -69,6 +69,18 @@ def read_snapshot_file(path: Path, max_bytes: int) -> Published | None:
     """The snapshot an agent published at `path`; None when there is none to read (no file, nothing published yet,
     or no live writer holding it: the caller asks the socket). Raises SnapshotFileError when the file is unsafe,
     malformed, larger than `max_bytes` or never still long enough to copy."""
+    fd = open_snapshot_file(path)
+    if fd is None:
+        return None
+    try:
+        return copy_published(fd, path, max_bytes) if writer_alive(fd) else None
+    finally:
+        os.close(fd)
+
+
+def open_snapshot_file(path: Path) -> int | None:
+    """A read-only descriptor of the snapshot file at `path`, checked (a regular file of this user, mode 0600, no
+    link followed); None when there is no file. Raises SnapshotFileError when it is unsafe or cannot be opened."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -77,20 +89,34 @@ def read_snapshot_file(path: Path, max_bytes: int) -> Published | None:
         raise SnapshotFileError(f"{path.name} cannot be opened ({error.strerror})") from error
     try:
         problem = private_file_problem(os.fstat(fd), stat.S_ISREG, "a regular file")
-        if problem:
-            raise SnapshotFileError(f"{path.name} {problem}; not using it")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass  # the agent holds it: alive
-        else:
-            return None  # its writer is gone (a PID reused since): the socket says what is there now
-        return _copy(fd, path, max_bytes)
-    finally:
+    except OSError as error:
         os.close(fd)
+        raise SnapshotFileError(f"{path.name} cannot be read ({error.strerror})") from error
+    if problem:
+        os.close(fd)
+        raise SnapshotFileError(f"{path.name} {problem}; not using it")
+    return fd
 
 
-def _copy(fd: int, path: Path, max_bytes: int) -> Published | None:
+def writer_alive(fd: int) -> bool:
+    """Whether a live agent holds the file open behind `fd` (its exclusive lock); when none does (its writer is
+    gone, a PID reused since), the caller asks the socket what is there now."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    return False
+
+
+def generation_of(fd: int) -> int:
+    """The file's generation now (odd while its agent writes): a reader that has the content of an even generation
+    equal to it has nothing new to copy."""
+    head = os.pread(fd, _GENERATION.size, _GENERATION_AT)
+    return _GENERATION.unpack(head)[0] if len(head) == _GENERATION.size else 0
+
+
+def copy_published(fd: int, path: Path, max_bytes: int) -> Published | None:
+    """The whole snapshot in the open file `fd` (named `path` in errors); None when nothing is published yet."""
     deadline, tries = time.monotonic() + READ_PATIENCE_S, 0
     while tries < _QUICK_TRIES or time.monotonic() < deadline:
         if tries >= _QUICK_TRIES:
