@@ -35,6 +35,7 @@ from tpu_tools.metrics.agent_snapshot import parse_snapshot
 from tpu_tools.metrics.rundir import SocketEntry, list_socket_entries, pid_alive, remove_stale
 from tpu_tools.metrics.snapfile import SnapshotFileError, read_snapshot_file, snapshot_file_for
 from tpu_tools.metrics.snapreader import PublishedSnapshot, SnapshotFiles
+from tpu_tools.metrics.socketlist import SocketListing
 from tpu_tools.records import RecordError
 from tpu_tools.units import format_bytes
 
@@ -106,6 +107,7 @@ class AgentConnections:
         self._lock = threading.Lock()
         self._open: dict[Path, tuple[int, socket.socket]] = {}  # socket path -> (its pid, the connection)
         self.files = SnapshotFiles()  # the agents' snapshot files, open, with what was last read from each
+        self.listing = SocketListing()  # the run directory's sockets, listed again when it changed
 
     def take(self, entry: SocketEntry) -> socket.socket | None:
         """The kept connection to `entry`'s agent, now the caller's (None when there is none)."""
@@ -366,9 +368,9 @@ def _pool() -> DaemonExecutor:
     return _executor
 
 
-def _usable_entries(directory: Path | None, scan: AgentScan) -> list[SocketEntry]:
+def _usable_entries(directory: Path | None, scan: AgentScan, listing: SocketListing | None = None) -> list[SocketEntry]:
     usable = []
-    for entry in list_socket_entries(directory):
+    for entry in (listing.entries(directory) if listing is not None else list_socket_entries(directory)):
         if not entry.usable:
             scan.ignored.append(IgnoredSocket(entry.path, f"{entry.path.name} {entry.problem}; ignored"))
         elif not pid_alive(entry.pid):
@@ -390,7 +392,7 @@ def query_agents(timeout_s: float = DEFAULT_TIMEOUT_S, *, tag_filter: str | re.P
     rundir.RunDirError when the runtime directory itself is unsafe.
     """
     scan = AgentScan()
-    entries = _usable_entries(directory, scan)
+    entries = _usable_entries(directory, scan, connections.listing if connections is not None else None)
     if pids is not None:
         entries = [entry for entry in entries if entry.pid in pids]
     if connections is not None:
