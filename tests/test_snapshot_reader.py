@@ -135,3 +135,13 @@ def test_a_monitors_rounds_read_each_generation_once_and_age_every_round(rundir,
     finally:
         connections.close()
         server.stop()
+
+
+def test_a_kept_file_whose_mode_opens_up_is_refused(writer):
+    files = SnapshotFiles()
+    writer.publish(orjson.dumps(snapshot(1)))
+    assert files.read(writer.path, 1 << 20) is not None
+    os.chmod(writer.path, 0o644)
+    with pytest.raises(SnapshotFileError, match="has mode 0644, not 0600"):
+        files.read(writer.path, 1 << 20)
+    files.close()

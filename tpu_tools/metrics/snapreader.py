@@ -17,6 +17,7 @@ build their own records from them, never change them in place (a top-level field
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from typing import Any
 
 from tpu_tools.metrics import wire
 from tpu_tools.metrics.agent_snapshot import SNAPSHOT, parse_snapshot
+from tpu_tools.metrics.rundir import private_file_problem
 from tpu_tools.metrics.snapfile import (
     SnapshotFileError,
     copy_published,
@@ -124,6 +126,10 @@ class SnapshotFiles:
             raise SnapshotFileError(f"{path.name} cannot be read ({error.strerror})") from error
         kept = self._kept.get(path)
         if kept is not None and (kept.device, kept.inode) == (info.st_dev, info.st_ino):
+            problem = private_file_problem(info, stat.S_ISREG, "a regular file")  # a mode changed since it was opened
+            if problem:
+                self._drop(path)
+                raise SnapshotFileError(f"{path.name} {problem}; not using it")
             return kept
         self._drop(path)
         fd = open_snapshot_file(path)
