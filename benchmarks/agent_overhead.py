@@ -286,12 +286,13 @@ def compare_designs(counts: list[int], processes: int, blocks: int, steps: int, 
                     process.wait(timeout=30)
             off_median = statistics.median(steps_of["off"])
             polls = {kind: block_s[kind] * 10 * count for kind in block_s}  # each poller polls 10 times a second
-            print(f"{count:2d} monitors at 10 Hz, the pollers' CPU per poll: no agent "
-                  f"{readers_cpu_s['off'] / polls['off'] * 1e3:.3f} ms, socket "
-                  f"{readers_cpu_s['socket'] / polls['socket'] * 1e3:.3f} ms, file "
-                  f"{readers_cpu_s['file'] / polls['file'] * 1e3:.3f} ms; all of them, in % of one core: "
-                  + ", ".join(f"{kind} {readers_cpu_s[kind] / block_s[kind] * 100:.1f}%" for kind in block_s),
-                  flush=True)
+            if count:
+                print(f"{count:2d} monitors at 10 Hz, the pollers' CPU per poll: no agent "
+                      f"{readers_cpu_s['off'] / polls['off'] * 1e3:.3f} ms, socket "
+                      f"{readers_cpu_s['socket'] / polls['socket'] * 1e3:.3f} ms, file "
+                      f"{readers_cpu_s['file'] / polls['file'] * 1e3:.3f} ms; all of them, in % of one core: "
+                      + ", ".join(f"{kind} {readers_cpu_s[kind] / block_s[kind] * 100:.1f}%" for kind in block_s),
+                      flush=True)
             for kind in ("socket", "file"):
                 ratio = statistics.median(steps_of[kind]) / off_median
                 low, high = resampled_interval(pairs[kind])
