@@ -14,7 +14,7 @@ from tpu_tools.agent.server import AgentServer
 from tpu_tools.metrics import wire
 from tpu_tools.metrics.agent_client import AgentConnections, query_agents
 from tpu_tools.metrics.agent_snapshot import parse_snapshot
-from tpu_tools.metrics.snapfile import SnapshotFileError, SnapshotWriter
+from tpu_tools.metrics.snapfile import HEADER_SIZE, SnapshotFileError, SnapshotWriter
 from tpu_tools.metrics.snapreader import SnapshotFiles
 from tpu_tools.records import RecordError
 
@@ -34,7 +34,7 @@ def writer(rundir: Path) -> Iterator[SnapshotWriter]:
     kept.close()
 
 
-def test_an_unchanged_generation_is_neither_copied_nor_decoded(writer):
+def test_an_unchanged_generation_is_not_decoded_again(writer):
     files = SnapshotFiles()
     writer.publish(orjson.dumps(snapshot(1)))
     first = files.read(writer.path, 1 << 20)
@@ -143,5 +143,20 @@ def test_a_kept_file_whose_mode_opens_up_is_refused(writer):
     assert files.read(writer.path, 1 << 20) is not None
     os.chmod(writer.path, 0o644)
     with pytest.raises(SnapshotFileError, match="has mode 0644, not 0600"):
+        files.read(writer.path, 1 << 20)
+    files.close()
+
+
+def test_a_damaged_document_read_with_its_header_is_called_damaged(writer):
+    files = SnapshotFiles()
+    writer.publish(orjson.dumps(snapshot(1)))
+    files.read(writer.path, 1 << 20)  # the next read takes the header and a document of this size in one
+    writer.publish(orjson.dumps(snapshot(2)))
+    fd = os.open(writer.path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, b"#", HEADER_SIZE + 3)  # the content no longer matches its checksum
+    finally:
+        os.close(fd)
+    with pytest.raises(SnapshotFileError, match="is damaged"):
         files.read(writer.path, 1 << 20)
     files.close()

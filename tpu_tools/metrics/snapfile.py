@@ -108,21 +108,19 @@ def writer_alive(fd: int) -> bool:
     return False
 
 
-def generation_of(fd: int) -> int:
-    """The file's generation now (odd while its agent writes): a reader that has the content of an even generation
-    equal to it has nothing new to copy."""
-    head = os.pread(fd, _GENERATION.size, _GENERATION_AT)
-    return _GENERATION.unpack(head)[0] if len(head) == _GENERATION.size else 0
+def copy_published(fd: int, path: Path, max_bytes: int, *, held: int = 0, expect_bytes: int = 0) -> Published | None:
+    """The whole snapshot in the open file `fd` (named `path` in errors); None when nothing is published yet.
 
-
-def copy_published(fd: int, path: Path, max_bytes: int) -> Published | None:
-    """The whole snapshot in the open file `fd` (named `path` in errors); None when nothing is published yet."""
+    A reader that already holds generation `held` gets it back with an empty document while the file is still
+    at it (nothing copied), and one that `expect_bytes` about that many copies the header and the document in
+    one read where they fit.
+    """
     deadline, tries = time.monotonic() + READ_PATIENCE_S, 0
     while tries < _QUICK_TRIES or time.monotonic() < deadline:
         if tries >= _QUICK_TRIES:
             time.sleep(0.001)
         tries += 1
-        head = os.pread(fd, HEADER_SIZE, 0)
+        head = os.pread(fd, HEADER_SIZE + expect_bytes, 0)
         if len(head) < HEADER_SIZE:
             raise SnapshotFileError(f"{path.name} is shorter than its header")
         magic, generation, length, crc, _, published = HEADER.unpack_from(head)
@@ -132,14 +130,20 @@ def copy_published(fd: int, path: Path, max_bytes: int) -> Published | None:
             continue
         if generation == 0:
             return None
+        if generation == held:
+            return Published(b"", published, generation)
         if length > max_bytes:
             raise SnapshotFileError(f"{path.name} holds {length} bytes, more than the {max_bytes} allowed; "
                                     "not reading it")
-        document = os.pread(fd, length, HEADER_SIZE)
+        combined = len(head) >= HEADER_SIZE + length
+        document = head[HEADER_SIZE:HEADER_SIZE + length] if combined else os.pread(fd, length, HEADER_SIZE)
         again = _GENERATION.unpack(os.pread(fd, _GENERATION.size, _GENERATION_AT))[0]
         if again != generation:
             continue
         if len(document) != length or zlib.crc32(document) != crc:
+            if combined:  # copied in one read with its header: copy it again after the header before judging it
+                expect_bytes = 0
+                continue
             raise SnapshotFileError(f"{path.name} is damaged (its content does not match its checksum)")
         return Published(document, published, generation)
     raise SnapshotFileError(f"{path.name} was being written at every read for {READ_PATIENCE_S:g} s")

@@ -3,9 +3,10 @@
 A monitor reads every agent's file 10 times a second; on a host whose cores a job's threads fill, what the
 reader spends is taken from the job. A `SnapshotFiles` kept from round to round (with the monitor's
 connections) therefore keeps each file open and, per round, asks the kernel three things: is the path still
-the file it holds (`lstat`), does a live agent still hold it (a lock probe), and what is its generation now.
-An unchanged generation is the snapshot already checked: nothing is copied, decoded or checked. A new one is
-copied and decoded, and of its top-level fields only those whose value differs from the last generation's
+the file it holds (`lstat`), does a live agent still hold it (a lock probe), and what is its generation now
+(one read that also takes the document, where it is about the size of the last one).
+An unchanged generation is the snapshot already checked: nothing is decoded or checked again. A new one is
+decoded, and of its top-level fields only those whose value differs from the last generation's
 are checked again (the devices, the compiled functions, the cache's figures seldom move between two
 publications; the steps and the goodput do). The result is what `parse_snapshot` gives for the whole
 document.
@@ -30,7 +31,6 @@ from tpu_tools.metrics.rundir import private_file_problem
 from tpu_tools.metrics.snapfile import (
     SnapshotFileError,
     copy_published,
-    generation_of,
     open_snapshot_file,
     writer_alive,
 )
@@ -45,8 +45,8 @@ _CARRIED = tuple(name for name, spec in SNAPSHOT.fields.items()
 class ReadCounts:
     """What the reads cost, counted (the tests assert on these, not on time)."""
 
-    unchanged: int = 0  # reads that found the generation already checked: no copy, no decoding
-    decoded: int = 0  # documents copied and decoded
+    unchanged: int = 0  # reads that found the generation already checked: nothing decoded
+    decoded: int = 0  # documents decoded
     fields_checked: int = 0  # top-level fields checked anew in those documents
     fields_carried: int = 0  # top-level fields taken from the last generation's check
 
@@ -66,6 +66,7 @@ class _Kept:
     inode: int
     generation: int = 0
     published_unix_s: float = 0.0
+    length: int = 0  # of the last document read
     document: dict[str, Any] | None = None  # the last generation as decoded
     snapshot: dict[str, Any] | None = None  # and as checked
 
@@ -93,16 +94,18 @@ class SnapshotFiles:
             if not writer_alive(kept.fd):
                 self._drop(path)
                 return None
-            generation = generation_of(kept.fd)
-            if generation == kept.generation and kept.snapshot is not None:
-                self.counts.unchanged += 1
-                return PublishedSnapshot(dict(kept.snapshot), kept.published_unix_s)
-            published = copy_published(kept.fd, path, max_bytes)
+            held = kept.generation if kept.snapshot is not None else 0
+            # one read for the header and a document the size of the last one (and a little more)
+            published = copy_published(kept.fd, path, max_bytes, held=held,
+                                       expect_bytes=min(max_bytes, kept.length + kept.length // 4 + 256))
         except BaseException:
             self._drop(path)
             raise
         if published is None:
             return None
+        if held and published.generation == held and kept.snapshot is not None:
+            self.counts.unchanged += 1
+            return PublishedSnapshot(dict(kept.snapshot), kept.published_unix_s)
         self.counts.decoded += 1
         try:
             document = wire.decode_response(published.document)
@@ -111,6 +114,7 @@ class SnapshotFiles:
             raise SnapshotFileError("published something that is not JSON") from error
         snapshot = self._checked(document, kept)
         kept.generation, kept.published_unix_s = published.generation, published.published_unix_s
+        kept.length = len(published.document)
         kept.document, kept.snapshot = document, snapshot
         return PublishedSnapshot(dict(snapshot), published.published_unix_s)
 
