@@ -223,9 +223,7 @@ def _published(entry: SocketEntry, max_bytes: int, files: SnapshotFiles | None =
     path = snapshot_file_for(entry.path)
     try:
         read = files.read(path, max_bytes) if files is not None else _read_once(path, max_bytes)
-    except SnapshotFileError as error:
-        raise AgentQueryError(str(error)) from error
-    except RecordError as error:
+    except (SnapshotFileError, RecordError) as error:  # the file's fault, or its snapshot's
         raise AgentQueryError(str(error)) from error
     if read is None:
         return None
