@@ -36,7 +36,9 @@ kept connections, as tpu-monitor does, without the rest of tpu-monitor's round s
 that 16 of them fit beside the job); per N, each design's figure as above, and
 the CPU the agent's own threads (serving, publishing) took per step: what the
 job pays, apart from the pollers' own CPU, which on a 2-core machine competes
-with the job's threads whatever the design.
+with the job's threads whatever the design; that is printed too, per poll while
+each kind of block ran (each poller's figure from the scheduler, read by the
+training process as each block starts and ends).
 Target: the file design at most 1.005 with 16 monitors.
 
     python benchmarks/agent_overhead.py [--processes 3] [--blocks 120] [--steps 10] [--no-monitor | --ping-only]
@@ -119,6 +121,19 @@ HARNESS = textwrap.dedent("""
         except (OSError, AttributeError):
             return 0.0
 
+    pollers = [int(pid) for pid in os.environ.get("TTBENCH_POLLERS", "").split(",") if pid]
+
+    def pollers_cpu_s():
+        # CPU time of the benchmark's pollers (the readers), in ns from the scheduler; 0 for one that is gone.
+        total = 0
+        for pid in pollers:
+            try:
+                with open(f"/proc/{pid}/schedstat") as stat:
+                    total += int(stat.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+        return total / 1e9
+
     answered = []  # (start, end) of every answer, to tell the steps a request landed in from the others
 
     def record_answers():
@@ -155,6 +170,7 @@ HARNESS = textwrap.dedent("""
         if polled:  # start at a random phase of the monitor's poll, never in step with it (see the docstring)
             time.sleep(random.uniform(0.0, 0.1))
         times, spans = [], []
+        readers_before, block_start = pollers_cpu_s(), time.perf_counter()
         if on:
             cpu_before, served_before = server_cpu_s(), agent._agent.server.counters.served
             published_before = publisher_cpu_s()
@@ -164,7 +180,8 @@ HARNESS = textwrap.dedent("""
             end = time.perf_counter()
             times.append(end - start)
             spans.append((start, end))
-        record = {"on": on, "kind": kind, "median_step_s": statistics.median(times), "step_s": times}
+        record = {"on": on, "kind": kind, "median_step_s": statistics.median(times), "step_s": times,
+                  "pollers_cpu_s": pollers_cpu_s() - readers_before, "block_s": time.perf_counter() - block_start}
         if on:
             record["server_cpu_s"] = server_cpu_s() - cpu_before
             record["publisher_cpu_s"] = publisher_cpu_s() - published_before
@@ -238,16 +255,22 @@ def compare_designs(counts: list[int], processes: int, blocks: int, steps: int, 
             steps_of: dict[str, list[float]] = {"off": [], "socket": [], "file": []}
             served = {"socket": 0, "file": 0}
             agent_cpu_s = {"socket": 0.0, "file": 0.0}  # the agent's threads: serving and publishing
+            readers_cpu_s = {"off": 0.0, "socket": 0.0, "file": 0.0}  # the pollers', while each kind of block ran
+            block_s = {"off": 0.0, "socket": 0.0, "file": 0.0}
+            env_run = {**env, "TTBENCH_POLLERS": ",".join(str(process.pid) for process in pollers)}
             pairs: dict[str, list[tuple[list[float], list[float]]]] = {"socket": [], "file": []}
             try:
                 for index in range(processes):
                     shift = (index * 3) % len(DESIGNS_SCHEDULE)
                     schedule = ",".join(DESIGNS_SCHEDULE[shift:] + DESIGNS_SCHEDULE[:shift])
                     command = [python, str(train), str(blocks), str(steps), schedule, "polled", "snapshot"]
-                    result = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=900)
+                    result = subprocess.run(command, env=env_run, capture_output=True, text=True, check=True,
+                                            timeout=900)
                     records = json.loads(result.stdout.strip().splitlines()[-1])["blocks"]
                     for record in records:
                         steps_of[record["kind"]] += record["step_s"]
+                        readers_cpu_s[record["kind"]] += record["pollers_cpu_s"]
+                        block_s[record["kind"]] += record["block_s"]
                         served[record["kind"]] = served.get(record["kind"], 0) + record.get("served", 0)
                         if record["kind"] in agent_cpu_s:
                             agent_cpu_s[record["kind"]] += record["server_cpu_s"] + record["publisher_cpu_s"]
@@ -262,6 +285,14 @@ def compare_designs(counts: list[int], processes: int, blocks: int, steps: int, 
                 for process in pollers:
                     process.wait(timeout=30)
             off_median = statistics.median(steps_of["off"])
+            polls = {kind: block_s[kind] * 10 * count for kind in block_s}  # each poller polls 10 times a second
+            if count:
+                print(f"{count:2d} monitors at 10 Hz, the pollers' CPU per poll: no agent "
+                      f"{readers_cpu_s['off'] / polls['off'] * 1e3:.3f} ms, socket "
+                      f"{readers_cpu_s['socket'] / polls['socket'] * 1e3:.3f} ms, file "
+                      f"{readers_cpu_s['file'] / polls['file'] * 1e3:.3f} ms; all of them, in % of one core: "
+                      + ", ".join(f"{kind} {readers_cpu_s[kind] / block_s[kind] * 100:.1f}%" for kind in block_s),
+                      flush=True)
             for kind in ("socket", "file"):
                 ratio = statistics.median(steps_of[kind]) / off_median
                 low, high = resampled_interval(pairs[kind])

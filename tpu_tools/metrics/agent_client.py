@@ -33,7 +33,9 @@ from tpu_tools.errors import first_line
 from tpu_tools.metrics import wire
 from tpu_tools.metrics.agent_snapshot import parse_snapshot
 from tpu_tools.metrics.rundir import SocketEntry, list_socket_entries, pid_alive, remove_stale
-from tpu_tools.metrics.snapfile import Published, SnapshotFileError, read_snapshot_file, snapshot_file_for
+from tpu_tools.metrics.snapfile import SnapshotFileError, read_snapshot_file, snapshot_file_for
+from tpu_tools.metrics.snapreader import PublishedSnapshot, SnapshotFiles
+from tpu_tools.metrics.socketlist import SocketListing
 from tpu_tools.records import RecordError
 from tpu_tools.units import format_bytes
 
@@ -104,6 +106,8 @@ class AgentConnections:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: dict[Path, tuple[int, socket.socket]] = {}  # socket path -> (its pid, the connection)
+        self.files = SnapshotFiles()  # the agents' snapshot files, open, with what was last read from each
+        self.listing = SocketListing()  # the run directory's sockets, listed again when it changed
 
     def take(self, entry: SocketEntry) -> socket.socket | None:
         """The kept connection to `entry`'s agent, now the caller's (None when there is none)."""
@@ -127,6 +131,7 @@ class AgentConnections:
             closing = [self._open.pop(path) for path in [p for p in self._open if p not in paths]]
         for _, sock in closing:
             sock.close()
+        self.files.forget_except({snapshot_file_for(path) for path in paths})
 
     def close(self) -> None:
         self.forget_except(())
@@ -203,42 +208,56 @@ def _checked(document: Any) -> dict[str, Any]:
         snapshot = parse_snapshot(document)
     except RecordError as error:
         raise AgentQueryError(str(error)) from error
+    return _no_error(snapshot)
+
+
+def _no_error(snapshot: dict[str, Any]) -> dict[str, Any]:
     if snapshot.get("error"):
         raise AgentQueryError(f"the agent failed: {first_line(RuntimeError(snapshot['error']), limit=500)}")
     return snapshot
 
 
-def _published(entry: SocketEntry, max_bytes: int) -> dict[str, Any] | None:
-    """The snapshot the agent published in its file, checked as a socket answer is; None when there is none."""
+def _published(entry: SocketEntry, max_bytes: int, files: SnapshotFiles | None = None) -> dict[str, Any] | None:
+    """The snapshot the agent published in its file, checked as a socket answer is; None when there is none.
+    Read through `files` where given (kept between rounds: what did not change since is not read again)."""
+    path = snapshot_file_for(entry.path)
     try:
-        published = read_snapshot_file(snapshot_file_for(entry.path), max_bytes)
-    except SnapshotFileError as error:
+        read = files.read(path, max_bytes) if files is not None else _read_once(path, max_bytes)
+    except (SnapshotFileError, RecordError) as error:  # the file's fault, or its snapshot's
         raise AgentQueryError(str(error)) from error
+    if read is None:
+        return None
+    snapshot = _no_error(read.snapshot)
+    if snapshot["pid"] != entry.pid:
+        raise AgentQueryError(f"the snapshot file names process {snapshot['pid']}, not {entry.pid}; not using it")
+    _age(snapshot, read.published_unix_s)
+    return snapshot
+
+
+def _read_once(path: Path, max_bytes: int) -> PublishedSnapshot | None:
+    published = read_snapshot_file(path, max_bytes)
     if published is None:
         return None
     try:
         document = wire.decode_response(published.document)
     except (ValueError, RecursionError) as error:
-        raise AgentQueryError("published something that is not JSON") from error
-    snapshot = _checked(document)
-    if snapshot["pid"] != entry.pid:
-        raise AgentQueryError(f"the snapshot file names process {snapshot['pid']}, not {entry.pid}; not using it")
-    _age(snapshot, published)
-    return snapshot
+        raise SnapshotFileError("published something that is not JSON") from error
+    return PublishedSnapshot(parse_snapshot(document), published.published_unix_s)
 
 
-def _age(snapshot: dict[str, Any], published: Published) -> None:
-    """Bring the figures that count time since something to now: the file was written up to a second ago."""
-    age = max(0.0, time.time() - published.published_unix_s)
-    snapshot["published_unix_s"] = published.published_unix_s
+def _age(snapshot: dict[str, Any], published_unix_s: float) -> None:
+    """Bring the figures that count time since something to now: the file was written up to a second ago. The
+    nested records are replaced, not changed: a kept reader shares them with the snapshots of other rounds."""
+    age = max(0.0, time.time() - published_unix_s)
+    snapshot["published_unix_s"] = published_unix_s
     if isinstance(snapshot.get("uptime_s"), float):
         snapshot["uptime_s"] += age
     steps = snapshot.get("steps")
     if isinstance(steps, dict) and isinstance(steps.get("last_step_age_s"), float):
-        steps["last_step_age_s"] += age
+        snapshot["steps"] = {**steps, "last_step_age_s": steps["last_step_age_s"] + age}
     sdk = snapshot.get("tpu_sdk")
     if isinstance(sdk, dict) and isinstance(sdk.get("read_age_s"), float):
-        sdk["read_age_s"] += age
+        snapshot["tpu_sdk"] = {**sdk, "read_age_s": sdk["read_age_s"] + age}
 
 
 def _exchange(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int = wire.MAX_RESPONSE_BYTES,
@@ -306,7 +325,7 @@ def _ask_all(entries: list[SocketEntry], request: str, timeout_s: float, scan: A
             return None
 
     if request == wire.REQUEST_SNAPSHOT:
-        entries = _read_published(entries, max_bytes, scan)
+        entries = _read_published(entries, max_bytes, scan, connections.files if connections is not None else None)
     if not entries:
         return
     # One agent is asked in this thread; several in parallel, on threads kept for the next round (a
@@ -315,7 +334,8 @@ def _ask_all(entries: list[SocketEntry], request: str, timeout_s: float, scan: A
     scan.results.extend(r for r in results if r is not None)
 
 
-def _read_published(entries: list[SocketEntry], max_bytes: int, scan: AgentScan) -> list[SocketEntry]:
+def _read_published(entries: list[SocketEntry], max_bytes: int, scan: AgentScan,
+                    files: SnapshotFiles | None = None) -> list[SocketEntry]:
     """Read the published snapshots, one after another in this thread (a file read waits on nothing a pool would
     hide); returns the entries that have none, to be asked on their sockets."""
     unpublished = []
@@ -323,7 +343,7 @@ def _read_published(entries: list[SocketEntry], max_bytes: int, scan: AgentScan)
         started = time.monotonic()
         result = AgentResult(entry.pid, entry.path)
         try:
-            result.snapshot = _published(entry, max_bytes)
+            result.snapshot = _published(entry, max_bytes, files)
         except AgentQueryError as error:
             result.error = str(error)
         except OSError as error:
@@ -346,9 +366,9 @@ def _pool() -> DaemonExecutor:
     return _executor
 
 
-def _usable_entries(directory: Path | None, scan: AgentScan) -> list[SocketEntry]:
+def _usable_entries(directory: Path | None, scan: AgentScan, listing: SocketListing | None = None) -> list[SocketEntry]:
     usable = []
-    for entry in list_socket_entries(directory):
+    for entry in (listing.entries(directory) if listing is not None else list_socket_entries(directory)):
         if not entry.usable:
             scan.ignored.append(IgnoredSocket(entry.path, f"{entry.path.name} {entry.problem}; ignored"))
         elif not pid_alive(entry.pid):
@@ -370,7 +390,7 @@ def query_agents(timeout_s: float = DEFAULT_TIMEOUT_S, *, tag_filter: str | re.P
     rundir.RunDirError when the runtime directory itself is unsafe.
     """
     scan = AgentScan()
-    entries = _usable_entries(directory, scan)
+    entries = _usable_entries(directory, scan, connections.listing if connections is not None else None)
     if pids is not None:
         entries = [entry for entry in entries if entry.pid in pids]
     if connections is not None:

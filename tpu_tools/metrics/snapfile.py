@@ -69,6 +69,18 @@ def read_snapshot_file(path: Path, max_bytes: int) -> Published | None:
     """The snapshot an agent published at `path`; None when there is none to read (no file, nothing published yet,
     or no live writer holding it: the caller asks the socket). Raises SnapshotFileError when the file is unsafe,
     malformed, larger than `max_bytes` or never still long enough to copy."""
+    fd = open_snapshot_file(path)
+    if fd is None:
+        return None
+    try:
+        return copy_published(fd, path, max_bytes) if writer_alive(fd) else None
+    finally:
+        os.close(fd)
+
+
+def open_snapshot_file(path: Path) -> int | None:
+    """A read-only descriptor of the snapshot file at `path`, checked (a regular file of this user, mode 0600, no
+    link followed); None when there is no file. Raises SnapshotFileError when it is unsafe or cannot be opened."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -77,26 +89,38 @@ def read_snapshot_file(path: Path, max_bytes: int) -> Published | None:
         raise SnapshotFileError(f"{path.name} cannot be opened ({error.strerror})") from error
     try:
         problem = private_file_problem(os.fstat(fd), stat.S_ISREG, "a regular file")
-        if problem:
-            raise SnapshotFileError(f"{path.name} {problem}; not using it")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass  # the agent holds it: alive
-        else:
-            return None  # its writer is gone (a PID reused since): the socket says what is there now
-        return _copy(fd, path, max_bytes)
-    finally:
+    except OSError as error:
         os.close(fd)
+        raise SnapshotFileError(f"{path.name} cannot be read ({error.strerror})") from error
+    if problem:
+        os.close(fd)
+        raise SnapshotFileError(f"{path.name} {problem}; not using it")
+    return fd
 
 
-def _copy(fd: int, path: Path, max_bytes: int) -> Published | None:
+def writer_alive(fd: int) -> bool:
+    """Whether a live agent holds the file open behind `fd` (its exclusive lock); when none does (its writer is
+    gone, a PID reused since), the caller asks the socket what is there now."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    return False
+
+
+def copy_published(fd: int, path: Path, max_bytes: int, *, held: int = 0, expect_bytes: int = 0) -> Published | None:
+    """The whole snapshot in the open file `fd` (named `path` in errors); None when nothing is published yet.
+
+    A reader that already holds generation `held` gets it back with an empty document while the file is still
+    at it (nothing copied), and one that `expect_bytes` about that many copies the header and the document in
+    one read where they fit.
+    """
     deadline, tries = time.monotonic() + READ_PATIENCE_S, 0
     while tries < _QUICK_TRIES or time.monotonic() < deadline:
         if tries >= _QUICK_TRIES:
             time.sleep(0.001)
         tries += 1
-        head = os.pread(fd, HEADER_SIZE, 0)
+        head = os.pread(fd, HEADER_SIZE + expect_bytes, 0)
         if len(head) < HEADER_SIZE:
             raise SnapshotFileError(f"{path.name} is shorter than its header")
         magic, generation, length, crc, _, published = HEADER.unpack_from(head)
@@ -106,14 +130,20 @@ def _copy(fd: int, path: Path, max_bytes: int) -> Published | None:
             continue
         if generation == 0:
             return None
+        if generation == held:
+            return Published(b"", published, generation)
         if length > max_bytes:
             raise SnapshotFileError(f"{path.name} holds {length} bytes, more than the {max_bytes} allowed; "
                                     "not reading it")
-        document = os.pread(fd, length, HEADER_SIZE)
+        combined = len(head) >= HEADER_SIZE + length
+        document = head[HEADER_SIZE:HEADER_SIZE + length] if combined else os.pread(fd, length, HEADER_SIZE)
         again = _GENERATION.unpack(os.pread(fd, _GENERATION.size, _GENERATION_AT))[0]
         if again != generation:
             continue
         if len(document) != length or zlib.crc32(document) != crc:
+            if combined:  # copied in one read with its header: copy it again after the header before judging it
+                expect_bytes = 0
+                continue
             raise SnapshotFileError(f"{path.name} is damaged (its content does not match its checksum)")
         return Published(document, published, generation)
     raise SnapshotFileError(f"{path.name} was being written at every read for {READ_PATIENCE_S:g} s")
