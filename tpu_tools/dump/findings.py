@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from tpu_tools.dump.collectors.diagnostics import INDEX as DIAGNOSTICS_INDEX
 from tpu_tools.dump.collectors.diagnostics import stall_cores
 from tpu_tools.dump.reader import Bundle, BundleError
@@ -122,8 +124,9 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
     if not isinstance(document, dict):
         return None
     from tpu_tools.metrics.agent_client import AgentResult
-    from tpu_tools.metrics.agent_snapshot import parse_snapshot
+    from tpu_tools.metrics.agent_snapshot import snapshot_record
     from tpu_tools.metrics.groups.processes import agent_entry
+    from tpu_tools.metrics.records.jobs import EntryCompiles, EntrySteps
     from tpu_tools.records import RecordError
 
     agents = []
@@ -131,29 +134,29 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
     for item in items if isinstance(items, list) else []:
         if not isinstance(item, dict) or isinstance(item.get("pid"), bool) or not isinstance(item.get("pid"), int):
             continue  # not an agent entry: nothing to say about it
-        snapshot, error = item.get("snapshot"), item.get("error")
+        error = item.get("error")
         error = error if isinstance(error, str) else None
-        if snapshot is not None:
+        snapshot = None
+        if item.get("snapshot") is not None:
             try:
-                snapshot = parse_snapshot(snapshot)
+                snapshot = snapshot_record(item["snapshot"])
             except RecordError as problem:
-                snapshot, error = None, str(problem)
+                error = str(problem)
         socket = item.get("socket")
         entry = agent_entry(AgentResult(item["pid"], Path(socket) if isinstance(socket, str) else Path("-"), snapshot,
                                         error))
-        compiles = entry.get("compiles") or {}
-        recent = compiles.get("recent_recompiles") or []
+        compiles = entry.compiles or EntryCompiles()
+        recent = compiles.recent_recompiles
         tag = item.get("tag")
-        agents.append({"pid": entry["pid"], "tag": entry.get("tag") or (tag if isinstance(tag, str) else None),
-                       "platform": entry.get("platform"), "error": entry.get("error"),
-                       "compile_count": compiles.get("compile_count"),
-                       "recompile_count": compiles.get("recompile_count"),
-                       "device_memory_used_bytes": entry.get("device_memory_used_bytes"),
-                       "steps_per_second": (entry.get("steps") or {}).get("steps_per_second"),
-                       "last_recompile": ({"function": recent[-1].get("function"), "reason": recent[-1].get("reason")}
+        agents.append({"pid": entry.pid, "tag": entry.tag or (tag if isinstance(tag, str) else None),
+                       "platform": entry.platform, "error": entry.error,
+                       "compile_count": compiles.compile_count, "recompile_count": compiles.recompile_count,
+                       "device_memory_used_bytes": entry.device_memory_used_bytes,
+                       "steps_per_second": (entry.steps or EntrySteps()).steps_per_second,
+                       "last_recompile": ({"function": recent[-1].function, "reason": recent[-1].reason}
                                           if recent else None),
-                       "tpu_health": (entry.get("tpu_sdk") or {}).get("health"),
-                       "startup": entry.get("startup") or []})
+                       "tpu_health": msgspec.to_builtins(entry.tpu_sdk.health) if entry.tpu_sdk else None,
+                       "startup": msgspec.to_builtins(entry.startup or [])})
     ignored = document.get("ignored_sockets")
     return {"agents": agents, "ignored_sockets": len(ignored) if isinstance(ignored, list) else 0}
 

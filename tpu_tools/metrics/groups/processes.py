@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from tpu_tools.metrics.agent_client import AgentResult
 from tpu_tools.metrics.cacheshare import shared_cache_dirs
 from tpu_tools.metrics.global_check import global_metric_findings
@@ -16,99 +18,92 @@ from tpu_tools.metrics.goodput import goodput_entry
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceHolders
 from tpu_tools.metrics.process import ProcessSampler
 from tpu_tools.metrics.processfacts import ProcessFacts
+from tpu_tools.metrics.records.agent import CompileCounts, Compiles, Device, Metrics, ProcessFigures, Steps, TpuSdk
+from tpu_tools.metrics.records.jobs import AgentDevice, AgentEntry, ChipHealth, EntryCompiles, EntrySteps, SdkFigures
 from tpu_tools.metrics.slurm import job_id
 from tpu_tools.metrics.stall import StallStacks, stall_findings, stalled_for
 from tpu_tools.metrics.tpuhealth import health_from_sdk
 from tpu_tools.shorten import shorten
 
-DEVICE_KEYS = ("id", "platform", "device_kind", "memory_used_bytes", "memory_peak_bytes", "memory_limit_bytes",
-               "live_array_bytes", "live_array_count")
-COMPILE_KEYS = ("compile_count", "recompile_count", "trace_count", "trace_time_s", "lowering_time_s",
-                "backend_compile_time_s", "cache_hits", "cache_misses", "in_memory_cache_hits")
-STEP_KEYS = ("count", "steps_per_second", "last_step_time_s", "p50_step_time_s", "p99_step_time_s",
-             "last_step_age_s")
 PROCESS_KEYS = ("cpu_percent", "cpu_time_s", "rss_bytes", "threads")
 
 
-def device_memory_bytes(device: dict[str, Any]) -> int | None:
+def device_memory_bytes(device: AgentDevice) -> int | None:
     """What a device holds for a process: the platform's figure, else its live arrays."""
-    used = device.get("memory_used_bytes")
-    return used if used is not None else device.get("live_array_bytes")
+    return device.memory_used_bytes if device.memory_used_bytes is not None else device.live_array_bytes
 
 
-def sdk_figures(snapshot: dict[str, Any]) -> dict[str, Any] | None:
+def sdk_figures(sdk: TpuSdk | None) -> SdkFigures | None:
     """The agent's libtpu SDK read (TensorCore utilization per core), checked; None from older agents."""
-    sdk = snapshot.get("tpu_sdk")
-    if not isinstance(sdk, dict):
+    if sdk is None:
         return None
-    cores = sdk.get("tensorcore_utilization_percent")
+    cores = sdk.tensorcore_utilization_percent
     utilization = None
-    if isinstance(cores, list):
+    if cores is not None:  # free-form in the snapshot: each core's figure is checked here
         utilization = [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 100
                        else None for v in cores]
-    served = sdk.get("metrics")
-    metrics: dict[str, Any] = served if isinstance(served, dict) else {}
+    metrics = sdk.metrics or {}
     unreadable = {str(name): shorten(str(entry.get("error")), 200) for name, entry in metrics.items()
                   if isinstance(entry, dict) and entry.get("error") is not None}
     health = health_from_sdk(metrics)
-    age = sdk.get("read_age_s")  # how old the agent's latest complete reading is (its reads run apart)
-    return {"status": shorten(str(sdk.get("status")), 200), "tensorcore_utilization_percent": utilization,
-            "metrics": sorted(str(name) for name in metrics if str(name) not in unreadable),
-            "unreadable": unreadable, "health": health.to_dict() if health is not None else None,
-            "read_age_s": float(age) if isinstance(age, (int, float)) and not isinstance(age, bool) else None}
+    return SdkFigures(status=shorten(str(sdk.status), 200), tensorcore_utilization_percent=utilization,
+                      metrics=sorted(str(name) for name in metrics if str(name) not in unreadable),
+                      unreadable=unreadable,
+                      health=msgspec.convert(health.to_dict(), ChipHealth) if health is not None else None,
+                      read_age_s=sdk.read_age_s)  # how old the agent's latest complete reading is
 
 
-def _total(devices: list[dict[str, Any]], key: str) -> int | None:
+def _total(devices: list[AgentDevice], figure: str) -> int | None:
     """A figure summed over the devices; unknown where no device knows it (torch_xla counts no live arrays)."""
-    known = [d[key] for d in devices if d.get(key) is not None]
+    known = [value for value in (getattr(d, figure) for d in devices) if value is not None]
     return sum(known) if known else None
 
 
-def agent_entry(result: AgentResult) -> dict[str, Any]:
-    """One entry of the `processes` group from an agent's answer (its figures, or its error); never raises."""
-    snapshot = result.snapshot or {}
-    process = snapshot.get("process") or {}
-    compiles = snapshot.get("compiles") or {}
-    devices = [{k: d.get(k) for k in DEVICE_KEYS} for d in snapshot.get("devices") or []]
-    memory = [device_memory_bytes(d) for d in devices]
-    runtime = snapshot.get("runtime") or {}
-    return {
-        "pid": result.pid,
-        "tag": snapshot.get("tag"),
-        "user": snapshot.get("user"),
-        "command": snapshot.get("command"),
-        "error": result.error,
-        "socket": str(result.socket_path),
-        "uptime_s": snapshot.get("uptime_s"),
-        "jax_version": snapshot.get("jax_version"),
-        "frontend": snapshot.get("frontend"),
-        "frontend_version": snapshot.get("frontend_version"),
-        "platform": runtime.get("platform"),
-        **{k: process.get(k) for k in PROCESS_KEYS},
+def _device(device: Device) -> AgentDevice:
+    return AgentDevice(id=device.id, platform=device.platform, device_kind=device.device_kind,
+                       memory_used_bytes=device.memory_used_bytes, memory_peak_bytes=device.memory_peak_bytes,
+                       memory_limit_bytes=device.memory_limit_bytes, live_array_bytes=device.live_array_bytes,
+                       live_array_count=device.live_array_count)
+
+
+def _compiles(compiles: Compiles | None) -> EntryCompiles:
+    if compiles is None:
+        return EntryCompiles()
+    counts = {name: getattr(compiles, name) for name in CompileCounts.__struct_fields__}
+    return EntryCompiles(**counts, in_memory_cache_hits=compiles.in_memory_cache_hits,
+                         functions=compiles.functions or [], recent_recompiles=compiles.recent_recompiles or [])
+
+
+def agent_entry(result: AgentResult, price_per_hour: float | None = None) -> AgentEntry:
+    """One entry of the `processes` group from an agent's answer (its figures, or its error), with the monitor's
+    price where the job has none; never raises."""
+    entry = AgentEntry(pid=result.pid, error=result.error, socket=str(result.socket_path),
+                       query_time_s=result.elapsed_s)
+    snapshot = result.snapshot
+    if snapshot is None:
+        return entry
+    process = snapshot.process or ProcessFigures()
+    runtime = snapshot.runtime
+    devices = [_device(d) for d in snapshot.devices or []]
+    memory = [m for m in (device_memory_bytes(d) for d in devices) if m is not None]
+    metrics = snapshot.metrics or Metrics()
+    steps = snapshot.steps or Steps()
+    return msgspec.structs.replace(
+        entry, tag=snapshot.tag, user=snapshot.user, command=snapshot.command, uptime_s=snapshot.uptime_s,
+        jax_version=snapshot.jax_version, frontend=snapshot.frontend, frontend_version=snapshot.frontend_version,
+        platform=runtime.platform if runtime else None, cpu_percent=process.cpu_percent,
+        cpu_time_s=process.cpu_time_s, rss_bytes=process.rss_bytes, threads=process.threads,
         # unknown, never 0, where no device knows it (torch_xla on the CPU platform)
-        "device_memory_used_bytes": sum(m for m in memory if m is not None) if any(m is not None for m in memory)
-        else None,
-        "live_array_bytes": _total(devices, "live_array_bytes"),
-        "live_array_count": _total(devices, "live_array_count"),
-        "devices": devices,
-        "compiles": ({**{k: compiles.get(k) for k in COMPILE_KEYS},
-                      "functions": compiles.get("functions") or [],
-                      "recent_recompiles": compiles.get("recent_recompiles") or []} if snapshot else None),
-        "steps": {k: (snapshot.get("steps") or {}).get(k) for k in STEP_KEYS} if snapshot else None,
-        "compilation_cache": snapshot.get("compilation_cache"),
-        "executions": snapshot.get("executions"),
-        "transfers": snapshot.get("transfers"),
-        "cpu_fallbacks": snapshot.get("cpu_fallbacks"),
-        "startup": snapshot.get("startup"),
-        "tpu_sdk": sdk_figures(snapshot),
-        "goodput": goodput_entry(snapshot),
-        "process_index": runtime.get("process_index"),
-        "process_count": runtime.get("process_count"),
-        "metrics": (snapshot.get("metrics") or {}).get("values") or [],
-        "metrics_rejected": (snapshot.get("metrics") or {}).get("rejected"),
-        "metrics_error": (snapshot.get("metrics") or {}).get("last_error"),
-        "query_time_s": result.elapsed_s,
-    }
+        device_memory_used_bytes=sum(memory) if memory else None,
+        live_array_bytes=_total(devices, "live_array_bytes"), live_array_count=_total(devices, "live_array_count"),
+        devices=devices, compiles=_compiles(snapshot.compiles),
+        steps=EntrySteps(**msgspec.structs.asdict(steps)), compilation_cache=snapshot.compilation_cache,
+        executions=snapshot.executions, transfers=snapshot.transfers, cpu_fallbacks=snapshot.cpu_fallbacks,
+        startup=snapshot.startup, tpu_sdk=sdk_figures(snapshot.tpu_sdk),
+        goodput=goodput_entry(snapshot.goodput, price_per_hour),
+        process_index=runtime.process_index if runtime else None,
+        process_count=runtime.process_count if runtime else None, metrics=metrics.values or [],
+        metrics_rejected=metrics.rejected, metrics_error=metrics.last_error)
 
 
 def _ask_stacks(pid: int, timeout_s: float) -> Any:
@@ -139,10 +134,7 @@ class ProcessesGroup:
 
     def collect(self, context: CollectContext) -> dict[str, Any]:
         scan = context.agents()
-        agents = [agent_entry(r) for r in scan.results]
-        if context.options.price_per_hour is not None:
-            for agent in agents:
-                agent["goodput"] = goodput_entry({"goodput": agent["goodput"]}, context.options.price_per_hour)
+        agents = [msgspec.to_builtins(agent_entry(r, context.options.price_per_hour)) for r in scan.results]
         agent_pids = {r.pid for r in scan.results}
         self._mark_stalls(agents)
         holders: dict[int, dict[str, Any]] = {}
