@@ -23,6 +23,7 @@ from tpu_tools.metrics.libtpu.export import gauge_samples, histogram_samples
 from tpu_tools.metrics.libtpu.records import DeliveryRate, DeviceFigures, LibtpuSnapshot, TransferLatency
 from tpu_tools.metrics.nvml.export import families as gpu_families
 from tpu_tools.metrics.nvml.records import GpuProcess, GpuRecord
+from tpu_tools.metrics.records.jobs import PluginAccelerator, PluginRead, WorkloadGroup
 from tpu_tools.metrics.records.report import waiting_report
 from tpu_tools.metrics.samplefamilies import histogram_families, sample_families
 
@@ -100,8 +101,9 @@ def _example_families() -> Iterable[tuple[str, Metric]]:
                      xid_last={"code": 79, "time_unix_s": 1.0, "description": "d"}),
            "processes": [process], "device_key": "gpu:0"}
     yield from (("nvml, amdsmi", f) for f in gpu_families({"gpus": [gpu]}))
-    plugin = {"accelerators": [{"duty_cycle_percent": 1, "memory_used_bytes": 1, "memory_total_bytes": 1}]}
-    yield from (("workload", f) for f in workload_families({"device_plugin": plugin}))
+    plugin = PluginRead(accelerators=[PluginAccelerator(accelerator_id="0", duty_cycle_percent=1, memory_used_bytes=1,
+                                                        memory_total_bytes=1)])
+    yield from (("workload", f) for f in workload_families(WorkloadGroup(device_plugin=plugin)))
 
 
 PATTERNS = [

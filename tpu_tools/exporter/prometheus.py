@@ -28,7 +28,7 @@ from tpu_tools.exporter.processlabels import process_label_values, process_label
 from tpu_tools.exporter.selection import MetricSelection
 from tpu_tools.metrics.cacheshare import cache_metrics
 from tpu_tools.metrics.labeltext import label_value
-from tpu_tools.metrics.records.report import MonitorReport
+from tpu_tools.metrics.records.report import GroupRecord, MonitorReport
 from tpu_tools.parsing import port_number
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
@@ -220,7 +220,7 @@ def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterat
     yield from cache_metrics(data)
 
 
-BUILTIN: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {
+BUILTIN: dict[str, Callable[[Any], Iterable[Metric]]] = {
     "host": host_metrics,
     "devices": device_metrics,
     "processes": process_metrics,
@@ -256,7 +256,7 @@ def with_holders(family: Metric, holders: dict[str, dict[str, str]]) -> Metric:
 class ReportCollector(Collector):
     """Serves the latest report; `update()` is called by the monitor loop after each round."""
 
-    def __init__(self, exporters: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]],
+    def __init__(self, exporters: dict[str, Callable[[Any], Iterable[Metric]]],
                  selection: MetricSelection | None = None):
         self._exporters = exporters
         self._selection = selection or MetricSelection()
@@ -292,10 +292,11 @@ class ReportCollector(Collector):
         merged: dict[str, Metric] = {}
         for name, export in self._exporters.items():
             data = getattr(report, name)
-            if not isinstance(data, dict):
+            if not isinstance(data, (dict, GroupRecord)):
                 continue
-            errors.add_metric([name], 1.0 if data.get("error") else 0.0)
-            if not data.get("error"):
+            error = data.error if isinstance(data, GroupRecord) else data.get("error")  # a typed group, or a dict
+            errors.add_metric([name], 1.0 if error else 0.0)
+            if not error:
                 for family in export(data):
                     first = merged.setdefault(family.name, family)
                     if first is not family:
@@ -307,13 +308,13 @@ class ReportCollector(Collector):
 
 
 def exporters_for(collectors: dict[str, Any], command_label: bool = False,
-                  ) -> dict[str, Callable[[dict[str, Any]], Iterable[Metric]]]:
+                  ) -> dict[str, Callable[[Any], Iterable[Metric]]]:
     """The built-in exporter of each group, else the collector's own `prometheus` method. `command_label`: the
     process series carry their command (exporter/processlabels.py)."""
     builtin = dict(BUILTIN)
     if command_label:
         builtin["processes"] = functools.partial(process_metrics, command_label=True)
-    found: dict[str, Callable[[dict[str, Any]], Iterable[Metric]]] = {}
+    found: dict[str, Callable[[Any], Iterable[Metric]]] = {}
     for name, collector in collectors.items():
         export = builtin.get(name) or getattr(collector, "prometheus", None)
         if export is not None:

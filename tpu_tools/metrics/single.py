@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpu_tools.metrics.jobexport import JobEndpoint
 from tpu_tools.metrics.libtpu import DistributionSummary, LibtpuSnapshot, RuntimeStatus, names
-from tpu_tools.metrics.records.jobs import AgentEntry, SdkFigures
+from tpu_tools.metrics.records.jobs import AgentEntry, JobEndpoint, SdkFigures
 
 SCHEMA = "tpu-tools/metric/v1"
 PERCENTILE_COLUMNS = ("p50", "p90", "p95", "p999")  # tpu-info's
@@ -217,7 +216,7 @@ def job_family(query: str, endpoints: Sequence[JobEndpoint]) -> MetricResult:
             continue
         for family in endpoint.families:
             if family.name.startswith(query):
-                result.rows += [[endpoint.address, s["name"], s["labels"], s["value"]] for s in family.samples]
+                result.rows += [[endpoint.address, s.name, s.labels, s.value] for s in family.samples]
     return result
 
 

@@ -23,7 +23,7 @@ from tpu_tools.metrics.records.agent import (
     StepProgram,
     Transfers,
 )
-from tpu_tools.metrics.records.report import GroupRecord
+from tpu_tools.metrics.records.group import GroupRecord
 
 
 class AgentDevice(msgspec.Struct, kw_only=True):

@@ -6,17 +6,12 @@ from typing import Any
 
 import msgspec
 
+from tpu_tools.metrics.records.group import GroupRecord
+from tpu_tools.metrics.records.jobs import WorkloadGroup
+
+__all__ = ["SCHEMA", "GroupRecord", "MonitorReport", "waiting_report"]
+
 SCHEMA = "tpu-tools/monitor/v1"
-
-
-class GroupRecord(msgspec.Struct, kw_only=True):
-    """The part of a report group common to all groups: its sampling period (None: every report), when it was
-    sampled (ISO 8601 UTC) and why it failed (None when it did not: a failed group keeps its other fields at
-    their defaults, or at its last figures where the report repeats them)."""
-
-    period_s: float | None = None
-    sampled_at: str | None = None
-    error: str | None = None
 
 
 # Groups not planned for a report (`--groups`) are left out of its JSON rather than written as null.
@@ -34,7 +29,7 @@ class MonitorReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     devices: Any = None
     processes: Any = None
     libtpu: Any = None
-    workload: Any = None
+    workload: WorkloadGroup | None = None
     nvml: Any = None
     amdsmi: Any = None
     diag: Any = None
