@@ -80,7 +80,7 @@ def test_a_job_holding_its_lock_gives_its_stacks_through_faulthandler(tmp_path, 
     process, _ = start(tmp_path, rundir, "crunch")
     try:
         snapshot = wait_for(lambda: next(iter(r.snapshot for r in query_agents(5.0, directory=rundir).results), None))
-        assert snapshot["stacks_signal"] == signal.SIGUSR2
+        assert snapshot.stacks_signal == signal.SIGUSR2
         answer = query_stacks(process.pid, 1.0, directory=rundir)
         assert answer.source == "faulthandler"
         assert answer.where == "crunch (job.py:15)"
@@ -105,7 +105,7 @@ def test_turned_off_no_signal_is_registered_nor_sent(tmp_path, rundir):
     process, _ = start(tmp_path, rundir, "crunch", TPU_TOOLS_STACKS_SIGNAL="0")
     try:
         snapshot = wait_for(lambda: next(iter(r.snapshot for r in query_agents(5.0, directory=rundir).results), None))
-        assert snapshot.get("stacks_signal") is None
+        assert snapshot.stacks_signal is None
         assert not (rundir / f"agent-{process.pid}.stacks").exists()
         with pytest.raises(AgentQueryError, match="publishes no signal for its stacks"):
             query_stacks(process.pid, 0.5, directory=rundir)

@@ -88,9 +88,7 @@ def _job(pid: int, snapshot: AgentSnapshot | None, error: str | None) -> Job:
         steps=_steps(snapshot.steps) if snapshot.steps is not None else None,
         compile_count=compiles.compile_count if compiles is not None else None,
         recompile_count=compiles.recompile_count if compiles is not None else None,
-        compile_time_s=sum(seconds or 0.0 for seconds in (compiles.trace_time_s, compiles.lowering_time_s,
-                                                          compiles.backend_compile_time_s))
-        if compiles is not None else None,
+        compile_time_s=compiles.compile_time_s if compiles is not None else None,
         device_memory_used_bytes=[d.memory_used_bytes for d in snapshot.devices or []],
         goodput_percent=since_start.goodput_percent if since_start is not None else None,
         mfu_percent=since_start.mfu_percent if since_start is not None else None,

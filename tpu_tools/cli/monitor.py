@@ -537,7 +537,7 @@ def _loop(builder: Any, period: float, count: int | None, exporter: Any, quiet: 
         report = rounds.build_unless_stopped(stop)
         if report is None:
             break
-        reason = (report.processes or {}).get("pod_labels_error")
+        reason = report.processes.pod_labels_error if report.processes is not None else None
         if reason != pods_reason and reason and is_debug():  # why process metrics carry no pod labels
             sys.stderr.write(f"tpu-monitor: no pod labels: {reason}\n")
         pods_reason = reason

@@ -23,6 +23,7 @@ from tpu_tools.dump.collectors.diagnostics import INDEX as DIAGNOSTICS_INDEX
 from tpu_tools.dump.collectors.diagnostics import stall_cores
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
+from tpu_tools.metrics.records.jobs import ChipHealth
 from tpu_tools.metrics.tpuhealth import attention
 from tpu_tools.shorten import shorten
 
@@ -182,7 +183,8 @@ def _job_warnings(summary: Summary, out: list[Finding]) -> None:
         if agent.get("error"):
             out.append(Finding("agent_error", f"the agent of {who} did not answer: {agent['error']}"))
             continue
-        for line in attention(agent.get("tpu_health")):
+        health = agent.get("tpu_health")
+        for line in attention(msgspec.convert(health, ChipHealth) if isinstance(health, dict) else None):
             out.append(Finding("tpu_health", f"{who}: {line}"))
         for broken in agent.get("startup") or []:  # the startup contract (torch_xla), each with its fix
             if isinstance(broken, dict):

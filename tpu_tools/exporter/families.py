@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from prometheus_client.core import Metric
 
 from tpu_tools.exporter.buildinfo import NAME as BUILD_INFO
@@ -23,7 +24,7 @@ from tpu_tools.metrics.libtpu.export import gauge_samples, histogram_samples
 from tpu_tools.metrics.libtpu.records import DeliveryRate, DeviceFigures, LibtpuSnapshot, TransferLatency
 from tpu_tools.metrics.nvml.export import families as gpu_families
 from tpu_tools.metrics.nvml.records import GpuProcess, GpuRecord
-from tpu_tools.metrics.records.jobs import PluginAccelerator, PluginRead, WorkloadGroup
+from tpu_tools.metrics.records.jobs import AgentEntry, PluginAccelerator, PluginRead, ProcessesGroup, WorkloadGroup
 from tpu_tools.metrics.records.report import waiting_report
 from tpu_tools.metrics.samplefamilies import histogram_families, sample_families
 
@@ -76,7 +77,7 @@ def _example_families() -> Iterable[tuple[str, Metric]]:
               "extra": {"hbm_bandwidth_utilization_percent": 1, "tensorcore_idle_duration_seconds": 1,
                         "hlo_queue_size": 1}}
     yield from (("devices", f) for f in device_metrics({"devices": [device]}))
-    agent = {"pid": 1, "tag": "t", "error": None, "cpu_percent": 1, "rss_bytes": 1, "threads": 1,
+    agent = msgspec.convert({"pid": 1, "tag": "t", "error": None, "cpu_percent": 1, "rss_bytes": 1, "threads": 1,
              "device_memory_used_bytes": 1, "live_array_bytes": 1, "live_array_count": 1,
              "compiles": {"compile_count": 1, "recompile_count": 1, "cache_hits": 1, "cache_misses": 1,
                           "trace_time_s": 1},
@@ -84,8 +85,8 @@ def _example_families() -> Iterable[tuple[str, Metric]]:
              "devices": [{"platform": "tpu", "id": 0, "memory_used_bytes": 1}],
              "tpu_sdk": {"tensorcore_utilization_percent": [1]}, "frontend": "torch_xla", "frontend_version": "1",
              "cpu_fallbacks": {"ops": [{"op": "aten::nonzero", "count": 1}]}, "executions": {"count": 1, "time_s": 1},
-             "transfers": {"to_device": {"bytes": 1, "time_s": 1}}}
-    yield from (("processes", f) for f in process_metrics({"agents": [agent]}))
+             "transfers": {"to_device": {"bytes": 1, "time_s": 1}}}, AgentEntry)
+    yield from (("processes", f) for f in process_metrics(ProcessesGroup(agents=[agent])))
     summary = DistributionSummary(count=1, mean=1.0, buckets=((1.0, 1), (float("inf"), 0)))
     device_figures = DeviceFigures(**{**{k: v for k, v in _filled(DeviceFigures, device_id=0).items()
                                          if k != "hlo_execution_time_us"}, "hlo_execution_time_us": summary})

@@ -12,8 +12,6 @@ import msgspec
 from tpu_tools.metrics.records.agent import Goodput, GoodputSpan
 from tpu_tools.metrics.records.jobs import EntryGoodput
 
-SPANS = ("since_start", "recent")
-
 
 def _priced(span: GoodputSpan | None, price_per_hour: float) -> GoodputSpan | None:
     if span is None:

@@ -11,10 +11,13 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
+
 from tpu_tools.metrics.cacheshare import shared_cache_dirs, take_fleet_sample
 from tpu_tools.metrics.fleet.client import Sample
 from tpu_tools.metrics.fleet.outliers import digest_outliers, furthest, median_of
 from tpu_tools.metrics.global_check import global_metric_findings
+from tpu_tools.metrics.records.jobs import AgentEntry, ProcessesGroup
 from tpu_tools.metrics.stall import stall_findings
 from tpu_tools.parsing import ascii_digits
 
@@ -270,7 +273,7 @@ def _host_group(hosts: list[_Host]) -> dict[str, Any]:
 
 
 def build_groups(series: list[Sample], up: list[Sample], summaries: list[Sample] | None = None
-                 ) -> dict[str, dict[str, Any]]:
+                 ) -> dict[str, Any]:
     """The host, devices, processes, libtpu and fleet groups from `tpu_tools_*` series and `up` of their jobs.
 
     With `summaries` (the recording rules' series of every host), the Hosts figures come from them and
@@ -307,15 +310,15 @@ def build_groups(series: list[Sample], up: list[Sample], summaries: list[Sample]
     for name, sentence in [(o.host, o.sentence) for o in outliers] + [(o.host, o.sentence) for o in differing]:
         found = by_host[name]
         found.outlier = sentence if found.outlier is None else f"{found.outlier}; {sentence}"
-    agents = [a for h in ordered for a in h.agents.values()]
+    # the scraped figures as the processes group's entries (lax: a counter scraped as a float is an int)
+    agents = [msgspec.convert(a, AgentEntry, strict=False) for h in ordered for a in h.agents.values()]
     findings = global_metric_findings(agents)
     stalls = stall_findings(agents)
     return {
         "host": _host_group(ordered),
         "devices": {"devices": [d for h in ordered for d in h.devices.values()], "chips": [], "notes": []},
-        "processes": {"agents": agents, "holders": [], "ignored_sockets": [],
-                      "global_metric_findings": findings, "stall_findings": stalls,
-                      "shared_cache_dirs": [s.to_dict() for s in shared_cache_dirs(agents)]},
+        "processes": ProcessesGroup(agents=agents, global_metric_findings=findings, stall_findings=stalls,
+                                    shared_cache_dirs=shared_cache_dirs(agents)),
         "libtpu": {"error": None, "notes": [],
                    "services": [{"address": f"{h.name}/{address}", "error": None if ok else "not answering"}
                                 for h in ordered for address, ok in sorted(h.libtpu.items())]},
@@ -324,7 +327,7 @@ def build_groups(series: list[Sample], up: list[Sample], summaries: list[Sample]
                   "median_utilization_percent": median_of(utilization), "median_step_time_s": median_of(step_time),
                   "outliers": [asdict(o) for o in outliers], "global_metric_findings": len(findings),
                   "digest_outliers": [asdict(o) for o in differing],
-                  "stall_findings": stalls, "clusters": _clusters(listed)},
+                  "stall_findings": msgspec.to_builtins(stalls), "clusters": _clusters(listed)},
     }
 
 

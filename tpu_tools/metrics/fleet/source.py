@@ -31,7 +31,8 @@ from tpu_tools.metrics.fleet.records import (
     build_groups,
     host_key,
 )
-from tpu_tools.metrics.records.report import SCHEMA, MonitorReport
+from tpu_tools.metrics.records.jobs import ProcessesGroup
+from tpu_tools.metrics.records.report import SCHEMA, GroupRecord, MonitorReport
 from tpu_tools.metrics.report import iso_time
 
 SERIES_QUERY = '{__name__=~"' + PREFIX + '.+"}'
@@ -92,7 +93,10 @@ class FleetSource:
         groups = build_groups(series, up, summaries)
         groups["fleet"].update({"detail_hosts": detail, "silent_clusters": self._silent(ages, now)})
         sampled = iso_time(now)
-        for group in groups.values():
+        for name, group in groups.items():
+            if isinstance(group, GroupRecord):  # a typed group's header
+                groups[name] = msgspec.structs.replace(group, period_s=None, sampled_at=sampled, error=None)
+                continue
             group.update({"period_s": None, "sampled_at": sampled})
             group.setdefault("error", None)
         groups["host"]["hostname"] = report.hostname
@@ -116,7 +120,8 @@ class FleetSource:
         if self._last is None:  # nothing to show yet: every group says why
             failed = {"period_s": None, "sampled_at": report.time, "error": error}
             return msgspec.structs.replace(
-                report, host=dict(failed), devices=dict(failed), processes=dict(failed),
+                report, host=dict(failed), devices=dict(failed),
+                processes=ProcessesGroup(sampled_at=report.time, error=error),
                 fleet={**failed, "source": self.endpoint.shown, "hosts": [], "hosts_down": [], "outliers": [],
                        "stale": True, "stale_since": iso_time(self._stale_since)})
         last = self._last

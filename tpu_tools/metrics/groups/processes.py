@@ -19,13 +19,23 @@ from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, Device
 from tpu_tools.metrics.process import ProcessSampler
 from tpu_tools.metrics.processfacts import ProcessFacts
 from tpu_tools.metrics.records.agent import CompileCounts, Compiles, Device, Metrics, ProcessFigures, Steps, TpuSdk
-from tpu_tools.metrics.records.jobs import AgentDevice, AgentEntry, ChipHealth, EntryCompiles, EntrySteps, SdkFigures
+from tpu_tools.metrics.records.jobs import (
+    AgentDevice,
+    AgentEntry,
+    ChipHealth,
+    EntryCompiles,
+    EntrySteps,
+    Holder,
+    IgnoredSocket,
+    PodOwner,
+    PublishedMetric,
+    SdkFigures,
+)
+from tpu_tools.metrics.records.jobs import ProcessesGroup as Processes
 from tpu_tools.metrics.slurm import job_id
 from tpu_tools.metrics.stall import StallStacks, stall_findings, stalled_for
 from tpu_tools.metrics.tpuhealth import health_from_sdk
 from tpu_tools.shorten import shorten
-
-PROCESS_KEYS = ("cpu_percent", "cpu_time_s", "rss_bytes", "threads")
 
 
 def device_memory_bytes(device: AgentDevice) -> int | None:
@@ -102,7 +112,8 @@ def agent_entry(result: AgentResult, price_per_hour: float | None = None) -> Age
         startup=snapshot.startup, tpu_sdk=sdk_figures(snapshot.tpu_sdk),
         goodput=goodput_entry(snapshot.goodput, price_per_hour),
         process_index=runtime.process_index if runtime else None,
-        process_count=runtime.process_count if runtime else None, metrics=metrics.values or [],
+        process_count=runtime.process_count if runtime else None,
+        metrics=[PublishedMetric(**msgspec.structs.asdict(m)) for m in metrics.values or []],
         metrics_rejected=metrics.rejected, metrics_error=metrics.last_error)
 
 
@@ -114,6 +125,7 @@ def _ask_stacks(pid: int, timeout_s: float) -> Any:
 
 class ProcessesGroup:
     name = "processes"
+    record_type = Processes
     reads_agents = True  # the report asks the agents at the start of a round in which this group is due
 
     def __init__(self, options: CollectOptions):
@@ -132,53 +144,51 @@ class ProcessesGroup:
 
             self._pod_labels = PodLabelReader(options.agent_timeout_s)
 
-    def collect(self, context: CollectContext) -> dict[str, Any]:
+    def collect(self, context: CollectContext) -> Processes:
         scan = context.agents()
-        agents = [msgspec.to_builtins(agent_entry(r, context.options.price_per_hour)) for r in scan.results]
+        agents = [agent_entry(r, context.options.price_per_hour) for r in scan.results]
         agent_pids = {r.pid for r in scan.results}
         self._mark_stalls(agents)
-        holders: dict[int, dict[str, Any]] = {}
+        holders: dict[int, Holder] = {}
         discovery = context.discovery()
         held = context.chip_holders()
         for chip in discovery.chips:
             for holder in held[chip.index].holders:
                 if holder.pid in agent_pids:
                     continue
-                entry = holders.setdefault(holder.pid, {"pid": holder.pid, "user": holder.user,
-                                                        "command": holder.command, "chips": []})
-                entry["chips"].append(chip.index)
+                entry = holders.setdefault(holder.pid, Holder(pid=holder.pid, user=holder.user,
+                                                              command=holder.command))
+                entry.chips.append(chip.index)
         for pid, entry in holders.items():
             figures = self._sampler.sample(pid)
-            entry.update({k: getattr(figures, k) if figures else None for k in PROCESS_KEYS})
+            if figures:
+                entry.cpu_percent, entry.cpu_time_s = figures.cpu_percent, figures.cpu_time_s
+                entry.rss_bytes, entry.threads = figures.rss_bytes, figures.threads
         self._sampler.forget_except(set(holders))
-        pods_error = self._label_pods(agents, list(holders.values()), discovery, held)
-        entries = [*agents, *holders.values()]
-        self._slurm_jobs.forget_except({entry["pid"] for entry in entries})
-        for entry in entries:
-            entry["slurm_job_id"] = self._slurm_jobs.get(entry["pid"])
+        entries: list[AgentEntry | Holder] = [*agents, *holders.values()]
+        pods_error = self._label_pods(entries, discovery, held)
+        self._slurm_jobs.forget_except({process.pid for process in entries})
+        for process in entries:
+            process.slurm_job_id = self._slurm_jobs.get(process.pid)
         if self._pod_labels is not None:
-            pods_error = self._read_pod_labels([*agents, *holders.values()]) or pods_error
-        return {
-            "agents": agents,
-            "shared_cache_dirs": [s.to_dict() for s in shared_cache_dirs(agents)],
-            "holders": sorted(holders.values(), key=lambda h: h["pid"]),
-            "ignored_sockets": [i.to_dict() for i in scan.ignored],
-            "pod_labels_error": pods_error,
-            "global_metric_findings": global_metric_findings(agents),
-            "stall_findings": stall_findings(agents),
-        }
+            pods_error = self._read_pod_labels(entries) or pods_error
+        return Processes(agents=agents, shared_cache_dirs=shared_cache_dirs(agents),
+                         holders=sorted(holders.values(), key=lambda h: h.pid),
+                         ignored_sockets=[IgnoredSocket(socket=str(i.path), reason=i.reason) for i in scan.ignored],
+                         pod_labels_error=pods_error, global_metric_findings=global_metric_findings(agents),
+                         stall_findings=stall_findings(agents))
 
-    def _mark_stalls(self, agents: list[dict[str, Any]]) -> None:
+    def _mark_stalls(self, agents: list[AgentEntry]) -> None:
         """`stalled_s` on every agent entry, and the `stack` of each stalled one (asked once per step count)."""
         stalled = set()
         for agent in agents:
-            agent["stalled_s"] = stalled_for(agent.get("steps")) if not agent.get("error") else None
-            if agent["stalled_s"] is not None:
-                stalled.add(agent["pid"])
-                agent["stack"] = self._stalls.stack(agent["pid"], (agent.get("steps") or {}).get("count"))
+            agent.stalled_s = stalled_for(agent.steps) if not agent.error else None
+            if agent.stalled_s is not None:
+                stalled.add(agent.pid)
+                agent.stack = self._stalls.stack(agent.pid, agent.steps.count if agent.steps else None)
         self._stalls.forget_except(stalled)
 
-    def _label_pods(self, agents: list[dict[str, Any]], holders: list[dict[str, Any]], discovery: Any,
+    def _label_pods(self, entries: list[AgentEntry | Holder], discovery: Any,
                     chip_holders: dict[int, DeviceHolders]) -> str | None:
         """Set `kubernetes` {namespace, pod, container} on the entries of processes that run in a pod."""
         from tpu_tools.metrics.kube.labels import HeldChip, chip_aliases
@@ -191,25 +201,24 @@ class ProcessesGroup:
             named = HeldChip(chip.platform, chip.index, chip_aliases(self._pods.root, chip.platform, chip.pci_address))
             for holder in holders_of_chip:
                 held.setdefault(holder.pid, []).append(named)
-        entries = [*agents, *holders]
-        found, error = self._pods.labels([e["pid"] for e in entries], held)
+        found, error = self._pods.labels([e.pid for e in entries], held)
         for entry in entries:
-            owner = found.get(entry["pid"])
-            entry["kubernetes"] = ({"namespace": owner.namespace, "pod": owner.pod, "container": owner.container}
-                                   if owner else None)
+            owner = found.get(entry.pid)
+            entry.kubernetes = (PodOwner(namespace=owner.namespace, pod=owner.pod, container=owner.container)
+                                if owner else None)
         return error
 
-    def _read_pod_labels(self, entries: list[dict[str, Any]]) -> str | None:
+    def _read_pod_labels(self, entries: list[AgentEntry | Holder]) -> str | None:
         """Add `labels` (the pod's Kubernetes labels, as label names) to each entry's `kubernetes`; the first
         failure, if any."""
         from tpu_tools.errors import RuntimeFailure
 
         error = None
         for entry in entries:
-            pod = entry.get("kubernetes")
-            if pod:
+            pod = entry.kubernetes
+            if pod is not None:
                 try:
-                    pod["labels"] = self._pod_labels.labels(pod["namespace"], pod["pod"])
+                    pod.labels = self._pod_labels.labels(pod.namespace, pod.pod)
                 except RuntimeFailure as failure:
                     error = error or str(failure)
         return error

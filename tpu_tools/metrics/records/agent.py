@@ -79,6 +79,12 @@ class CompileCounts(msgspec.Struct, kw_only=True):
     cache_hits: Count | None = None
     cache_misses: Count | None = None
 
+    @property
+    def compile_time_s(self) -> float:
+        """Tracing, lowering and backend compiling together (a phase not reported counts 0)."""
+        return sum(seconds or 0.0 for seconds in (self.trace_time_s, self.lowering_time_s,
+                                                  self.backend_compile_time_s))
+
 
 class Function(CompileCounts, kw_only=True):
     """One jitted function's compiles and traces."""

@@ -17,7 +17,6 @@ from tpu_tools.metrics.records.agent import (
     Executions,
     Function,
     GoodputSpan,
-    Metric,
     Recompile,
     StartupFinding,
     StepProgram,
@@ -141,6 +140,20 @@ class PodOwner(msgspec.Struct, kw_only=True):
     labels: dict[str, str] | msgspec.UnsetType = msgspec.UNSET  # label name -> value
 
 
+class PublishedMetric(msgspec.Struct, kw_only=True):
+    """A scalar the job published (`tpu_tools.agent.metric`), as the report and the fleet view carry it."""
+
+    name: str
+    value: float | None = None
+    step: int | None = None
+    scope: str | None = None  # "global" or "local", as the job claimed
+    kind: str | None = None  # "replicated", "local" or "host"
+    devices: int | None = None
+    job_devices: int | None = None
+    time_unix_s: float | None = None
+    suspect: str | None = None
+
+
 class AgentEntry(msgspec.Struct, kw_only=True):
     """One agent-attached process: its job's figures, or why its agent did not answer (`error`)."""
 
@@ -174,7 +187,7 @@ class AgentEntry(msgspec.Struct, kw_only=True):
     goodput: EntryGoodput | None = None
     process_index: int | None = None
     process_count: int | None = None
-    metrics: list[Metric] = msgspec.field(default_factory=list)
+    metrics: list[PublishedMetric] = msgspec.field(default_factory=list)
     metrics_rejected: int | None = None
     metrics_error: str | None = None
     query_time_s: float | None = None
@@ -182,6 +195,12 @@ class AgentEntry(msgspec.Struct, kw_only=True):
     stack: StallStack | msgspec.UnsetType = msgspec.UNSET  # only on a stalled job
     kubernetes: PodOwner | None = None
     slurm_job_id: str | None = None
+    host: str | msgspec.UnsetType = msgspec.UNSET  # the host of a fleet view's entry; absent from one host's report
+
+    @property
+    def host_name(self) -> str | None:
+        """The host a fleet view's entry names; None in one host's report."""
+        return self.host if isinstance(self.host, str) else None
 
 
 class Holder(msgspec.Struct, kw_only=True):

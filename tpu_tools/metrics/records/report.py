@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 
 from tpu_tools.metrics.records.group import GroupRecord
-from tpu_tools.metrics.records.jobs import WorkloadGroup
+from tpu_tools.metrics.records.jobs import ProcessesGroup, WorkloadGroup
 
 __all__ = ["SCHEMA", "GroupRecord", "MonitorReport", "waiting_report"]
 
@@ -27,7 +27,7 @@ class MonitorReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     tpu_slice: dict[str, Any] | None = None  # this host's place in a TPU slice (pjrt.tpuvm.SliceInfo.to_dict)
     host: Any = None
     devices: Any = None
-    processes: Any = None
+    processes: ProcessesGroup | None = None
     libtpu: Any = None
     workload: WorkloadGroup | None = None
     nvml: Any = None
