@@ -35,7 +35,7 @@ from tpu_tools.background import DaemonExecutor
 from tpu_tools.errors import first_line
 from tpu_tools.metrics import wire
 from tpu_tools.metrics.agent_snapshot import NOT_JSON, decode_snapshot
-from tpu_tools.metrics.records.agent import AgentSnapshot
+from tpu_tools.metrics.records.agent import AgentSnapshot, Stacks
 from tpu_tools.metrics.rundir import SocketEntry, list_socket_entries, pid_alive, remove_stale
 from tpu_tools.metrics.snapfile import Published, SnapshotFileError, read_snapshot_file, snapshot_file_for
 from tpu_tools.records import RecordError
@@ -421,7 +421,7 @@ class StacksAnswer:
     """Where every Python thread of a job is (records.agent.Stacks, as JSON), how it was read, and its main frame."""
 
     pid: int
-    stacks: dict[str, Any]
+    stacks: Stacks
     source: str  # "agent": its answer; "faulthandler": written on a signal, the job being stuck holding its lock
     where: str | None
 
@@ -434,7 +434,7 @@ def query_stacks(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: P
     from tpu_tools.metrics.stacks import StacksError, read_fault_stacks, where
 
     try:
-        stacks = query_agent(pid, timeout_s, directory=directory, request=wire.REQUEST_STACKS).get("stacks")
+        stacks = query_snapshot(pid, timeout_s, directory=directory, request=wire.REQUEST_STACKS).stacks
         if stacks is None:
             raise AgentQueryError("answered without stacks (an agent of an earlier version)")
         return StacksAnswer(pid, stacks, "agent", where(stacks))

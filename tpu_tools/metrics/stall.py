@@ -20,11 +20,9 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from tpu_tools.errors import first_line
 from tpu_tools.metrics.records.jobs import AgentEntry, EntrySteps, StackFrame, StalledWorker, StallFinding, StallStack
-from tpu_tools.metrics.stacks import is_library
+from tpu_tools.metrics.stacks import is_library, main_thread
 
 STALL_FACTOR = 10.0
 STALL_FLOOR_S = 5.0
@@ -45,12 +43,13 @@ def stalled_for(steps: EntrySteps | None) -> float | None:
 
 def stack_summary(answer: Any) -> StallStack:
     """Where the main thread of a StacksAnswer is, and its innermost frames."""
-    threads = answer.stacks.get("threads") or []
-    main = next((t for t in threads if t.get("main")), threads[0] if threads else {})
-    frames = [msgspec.convert(frame, StackFrame) for frame in (main.get("frames") or [])[-MAX_FRAMES_KEPT:]]
+    main = main_thread(answer.stacks)
+    frames = [StackFrame(file=frame.file or "?", line=frame.line, function=frame.function)
+              for frame in ((main.frames if main is not None else None) or [])[-MAX_FRAMES_KEPT:]]
     # inside a library (waiting in a collective, say), rather than in the job's own code
     return StallStack(where=answer.where, source=answer.source, frames=frames,
-                      in_library=bool(frames) and is_library(frames[-1].file), threads=len(threads))
+                      in_library=bool(frames) and is_library(frames[-1].file),
+                      threads=len(answer.stacks.threads or []))
 
 
 class StallStacks:

@@ -129,11 +129,12 @@ def _add_stacks(ctx: CollectContext, pids: list[int]) -> None:
             jobs.append({"pid": pid, "error": str(error)})
             text.append(f"process {pid}: {error}\n")
             continue
-        jobs.append({"pid": pid, "source": answer.source, "where": answer.where, "stacks": answer.stacks})
+        jobs.append({"pid": pid, "source": answer.source, "where": answer.where,
+                     "stacks": msgspec.to_builtins(answer.stacks)})
         text.append(f"process {pid} ({answer.source}), main thread in {answer.where}\n")
-        for thread in answer.stacks.get("threads") or []:
-            text.append(f"  thread {thread.get('name')}{' (main)' if thread.get('main') else ''}\n")
-            text += [f"    {f['file']}:{f['line']} in {f['function']}\n" for f in thread.get("frames") or []]
+        for thread in answer.stacks.threads or []:
+            text.append(f"  thread {thread.name}{' (main)' if thread.main else ''}\n")
+            text += [f"    {f.file}:{f.line} in {f.function}\n" for f in thread.frames or []]
     if jobs:
         ctx.add_json("accelerators/stacks.json", {"jobs": jobs})
         ctx.add_text("accelerators/stacks.txt", "".join(text))
