@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import msgspec
 import yaml
 from conftest import REPO
 from promstack import check_and_test_rules, needs_promtool, rules_in
@@ -42,13 +43,15 @@ def exported_names() -> set[str]:
     """The names the exporter serves, from its own code fed one device and one agent."""
     from tpu_tools.exporter.prometheus import device_metrics, host_metrics, process_metrics
     from tpu_tools.metrics.nvml.export import families as gpu_metrics
+    from tpu_tools.metrics.records.jobs import ProcessesGroup
 
     device = {"key": "tpu:0", "platform": "tpu", "name": "TPU v5e", "memory_used_bytes": 1, "memory_total_bytes": 2,
               "live_array_bytes": 1, "utilization_percent": 5.0, "holders": [{"pid": 1}]}
     agent = {"pid": 7, "tag": "t", "error": None, "cpu_percent": 1.0, "compiles": {"recompile_count": 1},
              "steps": {"count": 3}}
     families = [*host_metrics({"cpu_percent": 1.0}), *device_metrics({"devices": [device]}),
-                *process_metrics({"agents": [agent]}), *gpu_metrics({"gpus": [GPU_RECORD]})]
+                *process_metrics(msgspec.convert({"agents": [agent]}, ProcessesGroup)),
+                *gpu_metrics({"gpus": [GPU_RECORD]})]
     from tpu_tools.metrics.groups.base import CollectOptions
     from tpu_tools.metrics.groups.diag import DiagGroup
 
