@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import msgspec
 
 from tpu_tools.instrument.steps import StepStats
 from tpu_tools.inventory import DeviceSummary, build_inventory
@@ -69,7 +66,7 @@ class Job:
     device_memory_used_bytes: list[int | None] = field(default_factory=list)  # per device of the job
     goodput_percent: float | None = None  # since the job started
     mfu_percent: float | None = None  # since the job started
-    snapshot: dict[str, Any] = field(default_factory=dict, repr=False)  # the whole answer (tpu-monitor's fields)
+    snapshot: AgentSnapshot | None = field(default=None, repr=False)  # the whole answer, as its record
 
     @property
     def steps_per_s(self) -> float | None:
@@ -92,7 +89,7 @@ def _job(pid: int, snapshot: AgentSnapshot | None, error: str | None) -> Job:
         device_memory_used_bytes=[d.memory_used_bytes for d in snapshot.devices or []],
         goodput_percent=since_start.goodput_percent if since_start is not None else None,
         mfu_percent=since_start.mfu_percent if since_start is not None else None,
-        snapshot=msgspec.to_builtins(snapshot))
+        snapshot=snapshot)
 
 
 def _steps(steps: Steps) -> StepStats:
