@@ -64,12 +64,12 @@ def test_a_monitor_reads_the_published_snapshot_and_the_agent_serves_nothing(dir
     for _ in range(3):
         agent.step()
     served = agent._agent.server.counters.served
-    wait_for(lambda: query_agents(5.0).results[0].snapshot["steps"]["count"] == marked, timeout=10, interval=0.02)
+    wait_for(lambda: query_agents(5.0).results[0].snapshot.steps.count == marked, timeout=10, interval=0.02)
     scan = query_agents(5.0)
     assert [(r.tag, r.error) for r in scan.results] == [("published", None)]
     snapshot = scan.results[0].snapshot
-    assert snapshot["published_unix_s"] > 0
-    assert snapshot["uptime_s"] > 0
+    assert snapshot.published_unix_s > 0
+    assert snapshot.uptime_s > 0
     assert agent._agent.server.counters.served == served  # nobody woke the job's serving thread
     assert query_agent(os.getpid(), 5.0)["tag"] == "published"  # on demand: made now, on the socket
     assert agent._agent.server.counters.served == served + 1

@@ -17,6 +17,7 @@ from conftest import clean_env
 
 from tpu_tools.agent.stacks import chosen_signal
 from tpu_tools.metrics.agent_client import AgentQueryError, query_agents, query_stacks
+from tpu_tools.metrics.records.agent import Stacks
 from tpu_tools.metrics.stacks import StacksError, parse_fault_text, read_fault_stacks, where
 
 JOB = textwrap.dedent("""
@@ -68,11 +69,11 @@ def test_the_agent_answers_with_every_threads_stack(tmp_path, rundir):
         answer = query_stacks(process.pid, 10.0, directory=rundir)
         assert answer.source == "agent"
         assert answer.where == "load_batch (job.py:11)"
-        main = answer.stacks["threads"][0]
-        assert main["main"]
-        assert main["name"] == "MainThread"
-        assert [f["function"] for f in main["frames"]][-2:] == ["<module>", "load_batch"]
-        assert not any(t["name"].startswith("tpu-tools-") for t in answer.stacks["threads"])  # not the agent's
+        main = answer.stacks.threads[0]
+        assert main.main
+        assert main.name == "MainThread"
+        assert [f.function for f in main.frames][-2:] == ["<module>", "load_batch"]
+        assert not any(t.name.startswith("tpu-tools-") for t in answer.stacks.threads)  # not the agent's
     finally:
         finish(process)
 
@@ -81,7 +82,7 @@ def test_a_job_holding_its_lock_gives_its_stacks_through_faulthandler(tmp_path, 
     process, _ = start(tmp_path, rundir, "crunch")
     try:
         snapshot = wait_for(lambda: next(iter(r.snapshot for r in query_agents(5.0, directory=rundir).results), None))
-        assert snapshot["stacks_signal"] == signal.SIGUSR2
+        assert snapshot.stacks_signal == signal.SIGUSR2
         answer = query_stacks(process.pid, 1.0, directory=rundir)
         assert answer.source == "faulthandler"
         assert answer.where == "crunch (job.py:15)"
@@ -106,7 +107,7 @@ def test_turned_off_no_signal_is_registered_nor_sent(tmp_path, rundir):
     process, _ = start(tmp_path, rundir, "crunch", TPU_TOOLS_STACKS_SIGNAL="0")
     try:
         snapshot = wait_for(lambda: next(iter(r.snapshot for r in query_agents(5.0, directory=rundir).results), None))
-        assert snapshot.get("stacks_signal") is None
+        assert snapshot.stacks_signal is None
         assert not (rundir / f"agent-{process.pid}.stacks").exists()
         with pytest.raises(AgentQueryError, match="publishes no signal for its stacks"):
             query_stacks(process.pid, 0.5, directory=rundir)
@@ -131,8 +132,8 @@ def test_faulthandlers_text_reads_back_as_the_threads_it_names(tmp_path):
 
     innermost()
     stacks = parse_fault_text((tmp_path / "dump").read_text())
-    assert stacks["threads"][0]["frames"][-1]["function"] == "innermost"
-    assert where({"threads": [stacks["threads"][0]]}).startswith("innermost (test_agent_stacks.py:")
+    assert stacks.threads[0].frames[-1].function == "innermost"
+    assert where(Stacks(threads=[stacks.threads[0]])).startswith("innermost (test_agent_stacks.py:")
 
 
 @pytest.mark.parametrize("kind", ["mode", "link"])

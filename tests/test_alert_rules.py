@@ -47,6 +47,7 @@ def exported_names() -> set[str]:
     from tpu_tools.metrics.records.devices import DevicesRecord
     from tpu_tools.metrics.records.gpu import GpusRecord
     from tpu_tools.metrics.records.host import HostRecord
+    from tpu_tools.metrics.records.jobs import ProcessesGroup
 
     device = {"key": "tpu:0", "platform": "tpu", "name": "TPU v5e", "memory_used_bytes": 1, "memory_total_bytes": 2,
               "live_array_bytes": 1, "utilization_percent": 5.0, "holders": [{"pid": 1}]}
@@ -54,7 +55,7 @@ def exported_names() -> set[str]:
              "steps": {"count": 3}}
     families = [*host_metrics(HostRecord(cpu_percent=1.0)),
                 *device_metrics(msgspec.convert({"devices": [device]}, DevicesRecord)),
-                *process_metrics({"agents": [agent]}),
+                *process_metrics(msgspec.convert({"agents": [agent]}, ProcessesGroup)),
                 *gpu_metrics(msgspec.convert({"gpus": [GPU_RECORD]}, GpusRecord))]
     from tpu_tools.metrics.groups.base import CollectOptions
     from tpu_tools.metrics.groups.diag import DiagGroup

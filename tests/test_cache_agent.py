@@ -8,14 +8,17 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 from agentjobs import agent_env, make_rundir, remove_rundir
 from cachejobs import AGENT_CACHE_JOB, run_cache_job
-from conftest import as_report, clean_env, run_tool
+from conftest import clean_env, run_tool
 
 from tpu_tools.metrics.cacheshare import cache_metrics, shared_cache_dirs, take_fleet_sample
 from tpu_tools.metrics.fleet.client import Sample
 from tpu_tools.metrics.fleet.records import build_groups
+from tpu_tools.metrics.records.jobs import AgentEntry, ProcessesGroup
+from tpu_tools.metrics.records.report import waiting_report
 from tpu_tools.top.cacheview import cache_section, shared_cache_lines
 
 
@@ -124,13 +127,13 @@ def test_two_jobs_writing_one_directory_are_flagged_with_their_figures(tmp_path:
     assert len(differing) == 2
     assert all(str(cache) in f["message"] for f in differing)
     # Prometheus: the figures per job, labelled by directory, and the shared directory's writer count
-    families = {f.name: f for f in cache_metrics(processes)}
+    families = {f.name: f for f in cache_metrics(msgspec.convert(processes, ProcessesGroup))}
     written = families["tpu_tools_process_compilation_cache_entries_written"].samples
     assert {s.labels["cache_dir"] for s in written} == {str(cache)}
     assert len(written) == 2
     assert families["tpu_tools_compilation_cache_writers"].samples[0].value == 2
     # tpu-top's job screen
-    text = "\n".join(line.text for line in cache_section(agents["one"], 100))
+    text = "\n".join(line.text for line in cache_section(msgspec.convert(agents["one"], AgentEntry), 100))
     assert str(cache) in text
     assert "entries written" in text
     assert "miss" in text
@@ -148,11 +151,11 @@ def test_the_fleet_view_flags_one_directory_written_from_two_hosts() -> None:
         series += [Sample({"__name__": "tpu_tools_agent_up", **labels}, 1.0),
                    Sample({"__name__": "tpu_tools_process_compilation_cache_entries_written_total", **labels}, 4.0),
                    Sample({"__name__": "tpu_tools_process_compilation_cache_hits_total", **labels}, 2.0)]
-    report = build_groups(series, [])
-    (found,) = report["processes"]["shared_cache_dirs"]
-    assert found["hosts"] == ["node-1:9100", "node-2:9100"]
-    assert "on 2 hosts" in found["message"]
-    (line,) = shared_cache_lines(as_report(report), 300)
+    groups = build_groups(series, [])
+    (found,) = groups["processes"].shared_cache_dirs
+    assert found.hosts == ["node-1:9100", "node-2:9100"]
+    assert "on 2 hosts" in found.message
+    (line,) = shared_cache_lines(msgspec.structs.replace(waiting_report(), processes=groups["processes"]), 300)
     assert "node-1:9100:10 (train)" in line.text
     assert "node-2:9100:20 (train)" in line.text
     agents = []
@@ -163,11 +166,11 @@ def test_the_fleet_view_flags_one_directory_written_from_two_hosts() -> None:
         assert take_fleet_sample(agent, "compilation_cache_hits_total", labels, 1.0)
         agents.append(agent)
     assert not take_fleet_sample({}, "steps_total", {}, 1.0)
-    (found,) = shared_cache_dirs(agents)
+    (found,) = shared_cache_dirs([msgspec.convert(agent, AgentEntry) for agent in agents])
     assert found.hosts == ["node-1", "node-2"]
     assert "on 2 hosts" in found.message
     assert "node-1:10" in found.message
     assert "node-2:20" in found.message
     # a directory one process writes and others only read is the safe pattern: not flagged
     agents[1]["compilation_cache"]["entries_written"] = 0
-    assert shared_cache_dirs(agents) == []
+    assert shared_cache_dirs([msgspec.convert(agent, AgentEntry) for agent in agents]) == []

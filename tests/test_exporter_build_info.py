@@ -101,8 +101,9 @@ def test_the_command_label_needs_the_exporter():
 @pytest.mark.parametrize("command", ["python train.py", None, "a\tb\n\x00c"])
 def test_command_label_values(command):
     from tpu_tools.exporter.processlabels import process_label_values, process_labels
+    from tpu_tools.metrics.records.jobs import AgentEntry, PodOwner
 
-    agent = {"pid": 7, "tag": "t", "command": command, "kubernetes": {"pod": "p"}}
+    agent = AgentEntry(pid=7, tag="t", command=command, kubernetes=PodOwner(namespace="", pod="p"))
     labels = process_labels([agent], command=True)
     assert labels == ["pid", "tag", "command", "namespace", "pod", "container"]
     values = dict(zip(labels, process_label_values(agent, labels), strict=True))

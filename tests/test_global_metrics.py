@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from agentjobs import agent_env, rundir, wait_for  # noqa: F401 (rundir is a fixture)
@@ -18,6 +19,7 @@ from conftest import clean_env, run_tool
 
 from tpu_tools.agent.metrics import MAX_METRICS, MetricStore
 from tpu_tools.metrics.global_check import global_metric_findings
+from tpu_tools.metrics.records.jobs import AgentEntry
 
 WORKER = textwrap.dedent("""
     import os, sys, time
@@ -127,7 +129,7 @@ def test_workers_of_a_job_are_compared_at_the_same_step(values, flagged):
               for i, v in enumerate(values)]
     agents.append({"pid": 99, "tag": "j", "process_count": len(values), "process_index": 0,
                    "metrics": [{"name": "loss", "value": 9.0, "step": 8, "scope": "global", "kind": "host"}]})
-    assert bool(global_metric_findings(agents)) == flagged
+    assert bool(global_metric_findings([msgspec.convert(agent, AgentEntry) for agent in agents])) == flagged
 
 
 def test_many_metric_names_stay_bounded_in_the_agent_snapshot(tmp_path, rundir):
@@ -167,11 +169,11 @@ def test_the_fleet_view_compares_a_global_metric_between_hosts_and_shows_goodput
                    _series(host, "process_goodput_ratio", 0.8, pid="7", tag="train", window="recent"),
                    _series(host, "process_goodput_seconds_total", 40.0, pid="7", tag="train", cause="productive")]
     groups = build_groups(series, [])
-    [finding] = groups["processes"]["global_metric_findings"]
-    assert finding["name"] == "loss"
-    assert finding["reason"] == "differs between 3 workers at step 100 (2.5 to 2.9)"
-    assert {w["host"]: w["kind"] for w in finding["workers"]}["w2"] == "local"
+    [finding] = groups["processes"].global_metric_findings
+    assert finding.name == "loss"
+    assert finding.reason == "differs between 3 workers at step 100 (2.5 to 2.9)"
+    assert {w.host: w.kind for w in finding.workers}["w2"] == "local"
     assert groups["fleet"].global_metric_findings == 1
     assert [h.goodput_percent for h in groups["fleet"].hosts] == [80.0, 80.0, 80.0]
-    agent = groups["processes"]["agents"][0]
-    assert agent["goodput"]["since_start"]["causes_s"] == {"productive": 40.0}
+    agent = groups["processes"].agents[0]
+    assert agent.goodput.since_start.causes_s == {"productive": 40.0}

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from agentjobs import agent_env, rundir, start_job  # noqa: F401 (rundir is a fixture)
 from conftest import assert_one_line_error, run_tool
@@ -16,6 +17,7 @@ from test_dump_cli import _members
 from tpu_tools.cli.monitor_config import load_config
 from tpu_tools.errors import UsageError
 from tpu_tools.exporter.prometheus import process_metrics
+from tpu_tools.metrics.records.jobs import ProcessesGroup
 
 JOB = Path(__file__).with_name("goodput_job.py")
 
@@ -25,7 +27,7 @@ class _Families:
         self.data = data
 
     def collect(self):
-        return process_metrics(self.data)
+        return process_metrics(msgspec.convert(self.data, ProcessesGroup))
 
 
 def exposition(agents: list[dict]) -> str:

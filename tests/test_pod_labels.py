@@ -6,6 +6,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import msgspec
 import pytest
 import sysroot
 from agentjobs import agent_env, running_job
@@ -18,6 +19,7 @@ from tpu_tools.errors import RuntimeFailure
 from tpu_tools.exporter.prometheus import process_metrics
 from tpu_tools.metrics.kube.cgroup import PodRef, parse_cgroup
 from tpu_tools.metrics.kube.podresources import ContainerRef, PodResourcesClient
+from tpu_tools.metrics.records.jobs import AgentEntry, ProcessesGroup
 
 UID = "6f2c1e4a-93b1-4c1e-8d3a-2b7e0f9c1d55"
 CID = "0123456789abcdef" * 4
@@ -90,7 +92,7 @@ def test_monitor_labels_agents_and_holders_with_their_pods(tmp_path):
         assert holder["pid"] == 4001
         assert holder["kubernetes"]["pod"] == "eval-0"
         assert processes["pod_labels_error"] is None
-        families = {f.name: f for f in process_metrics(processes)}
+        families = {f.name: f for f in process_metrics(msgspec.convert(processes, ProcessesGroup))}
         (sample,) = families["tpu_tools_agent_up"].samples
         assert sample.labels == {"pid": str(job.pid), "tag": "train", "namespace": "ml", "pod": "train-0",
                                  "container": "trainer"}
@@ -119,7 +121,7 @@ def test_absent_or_hanging_socket_means_no_labels_and_debug_says_why(tmp_path):
 
 
 def test_no_pod_labels_outside_kubernetes():
-    families = {f.name: f for f in process_metrics({"agents": [{"pid": 7, "tag": "t", "error": None}]})}
+    families = {f.name: f for f in process_metrics(ProcessesGroup(agents=[AgentEntry(pid=7, tag="t")]))}
     assert families["tpu_tools_agent_up"].samples[0].labels == {"pid": "7", "tag": "t"}
 
 

@@ -13,7 +13,7 @@ from agentjobs import rundir  # noqa: F401 (a fixture)
 from tpu_tools.agent.server import AgentServer
 from tpu_tools.metrics import wire
 from tpu_tools.metrics.agent_client import AgentConnections, query_agents
-from tpu_tools.metrics.agent_snapshot import parse_snapshot
+from tpu_tools.metrics.agent_snapshot import decode_snapshot
 from tpu_tools.metrics.snapfile import HEADER_SIZE, SnapshotFileError, SnapshotWriter
 from tpu_tools.metrics.snapreader import SnapshotFiles
 from tpu_tools.records import RecordError
@@ -39,38 +39,35 @@ def test_an_unchanged_generation_is_not_decoded_again(writer):
     writer.publish(orjson.dumps(snapshot(1)))
     first = files.read(writer.path, 1 << 20)
     assert first is not None
-    assert first.snapshot["steps"]["count"] == 1
+    assert first.snapshot.steps.count == 1
     assert files.counts.decoded == 1
     assert files.counts.unchanged == 0
     for _ in range(5):
         again = files.read(writer.path, 1 << 20)
         assert again is not None
         assert again.snapshot == first.snapshot
-        assert again.snapshot is not first.snapshot  # a top-level dict of its own, for the caller to age
+        assert again.snapshot is first.snapshot  # the record decoded before, shared: readers never change it
     assert files.counts.decoded == 1
     assert files.counts.unchanged == 5
     writer.publish(orjson.dumps(snapshot(2)))
     changed = files.read(writer.path, 1 << 20)
     assert changed is not None
-    assert changed.snapshot["steps"]["count"] == 2
+    assert changed.snapshot.steps.count == 2
     assert files.counts.decoded == 2
     files.close()
 
 
-def test_a_new_generation_checks_only_the_fields_that_moved_and_reads_as_a_whole_check(writer):
+def test_a_new_generation_is_decoded_whole_into_the_record_an_answer_gives(writer):
     files = SnapshotFiles()
     writer.publish(orjson.dumps(snapshot(1)))
     files.read(writer.path, 1 << 20)
-    checked = files.counts.fields_checked
-    document = snapshot(2, tag="renamed")
-    writer.publish(orjson.dumps(document))
+    document = orjson.dumps(snapshot(2, tag="renamed"))
+    writer.publish(document)
     read = files.read(writer.path, 1 << 20)
     assert read is not None
-    assert read.snapshot == parse_snapshot(document)
-    assert list(read.snapshot) == list(parse_snapshot(document))  # the same fields in the same order
-    # devices and compiles are carried over; the scalars and the steps are checked again
-    assert files.counts.fields_carried == 2
-    assert files.counts.fields_checked - checked == len(document) - 2
+    assert read.snapshot == decode_snapshot(document)
+    assert read.snapshot.tag == "renamed"
+    assert files.counts.decoded == 2
     files.close()
 
 
@@ -84,14 +81,14 @@ def test_a_field_that_turns_bad_is_refused_though_the_last_generation_held_it_go
     writer.publish(orjson.dumps(snapshot(3)))
     read = files.read(writer.path, 1 << 20)
     assert read is not None
-    assert read.snapshot["devices"][0]["id"] == 0
+    assert read.snapshot.devices[0].id == 0
     files.close()
 
 
 def test_a_file_replaced_at_its_path_is_opened_anew(rundir, writer):
     files = SnapshotFiles()
     writer.publish(orjson.dumps(snapshot(1, tag="first")))
-    assert files.read(writer.path, 1 << 20).snapshot["tag"] == "first"
+    assert files.read(writer.path, 1 << 20).snapshot.tag == "first"
     writer.close()  # its agent ended; another took the same path
     assert files.read(writer.path, 1 << 20) is None
     second = SnapshotWriter(writer.path, 1 << 20)
@@ -100,7 +97,7 @@ def test_a_file_replaced_at_its_path_is_opened_anew(rundir, writer):
         second.publish(orjson.dumps(snapshot(1, tag="second")))  # generation 2, as the first one's was
         read = files.read(writer.path, 1 << 20)
         assert read is not None
-        assert read.snapshot["tag"] == "second"
+        assert read.snapshot.tag == "second"
     finally:
         second.close()
         files.close()
@@ -134,14 +131,14 @@ def test_a_monitors_rounds_read_each_generation_once_and_age_every_round(rundir,
             scan = query_agents(5.0, directory=rundir, connections=connections)
             [result] = scan.results
             assert result.error is None
-            assert result.snapshot["steps"]["count"] == 7
-            assert result.snapshot["steps"]["last_step_age_s"] >= 0.25
+            assert result.snapshot.steps.count == 7
+            assert result.snapshot.steps.last_step_age_s >= 0.25
         assert connections.files.counts.decoded == 1
         assert connections.files.counts.unchanged == 2
         kept = connections.files.read(writer.path, 1 << 20)
         # each round aged a copy
         assert kept is not None
-        assert kept.snapshot["steps"]["last_step_age_s"] == 0.25
+        assert kept.snapshot.steps.last_step_age_s == 0.25
         assert server.counters.served == 0
     finally:
         connections.close()

@@ -16,6 +16,7 @@ from agentjobs import agent_env, make_rundir, remove_rundir, wait_for
 from conftest import as_report, clean_env, run_tool, tool_command
 from promstack import PROMETHEUS, PrometheusServer, free_port
 
+from tpu_tools.metrics.records.jobs import AgentEntry, EntrySteps, StallStack
 from tpu_tools.metrics.stall import STALL_FLOOR_S, stall_findings, stalled_for
 from tpu_tools.top.frame import frame_text
 from tpu_tools.top.jobview import job_lines
@@ -142,21 +143,22 @@ def test_the_fleet_view_names_the_worker_that_differs(stalled_job, tmp_path):
 
 
 def test_a_job_is_stalled_past_ten_median_steps_and_five_seconds():
-    assert stalled_for({"count": 50, "p50_step_time_s": 0.1, "last_step_age_s": 4.0}) is None  # under the floor
-    assert stalled_for({"count": 50, "p50_step_time_s": 0.1, "last_step_age_s": 6.0}) == 6.0
-    assert stalled_for({"count": 50, "p50_step_time_s": 2.0, "last_step_age_s": 19.0}) is None  # under 10 steps
-    assert stalled_for({"count": 1, "p50_step_time_s": 0.1, "last_step_age_s": 60.0}) is None  # no median yet
+    assert stalled_for(EntrySteps(count=50, p50_step_time_s=0.1, last_step_age_s=4.0)) is None  # under the floor
+    assert stalled_for(EntrySteps(count=50, p50_step_time_s=0.1, last_step_age_s=6.0)) == 6.0
+    assert stalled_for(EntrySteps(count=50, p50_step_time_s=2.0, last_step_age_s=19.0)) is None  # under 10 steps
+    assert stalled_for(EntrySteps(count=1, p50_step_time_s=0.1, last_step_age_s=60.0)) is None  # no median yet
     assert stalled_for(None) is None
 
 
 def test_seven_in_an_all_reduce_and_one_loading_data():
-    def worker(pid: int, where: str, library: bool) -> dict:
-        return {"pid": pid, "tag": "big", "host": f"h{pid}", "stalled_s": 60.0,
-                "stack": {"where": where, "in_library": library}}
+    def worker(pid: int, where: str, library: bool) -> AgentEntry:
+        return AgentEntry(pid=pid, tag="big", host=f"h{pid}", stalled_s=60.0,
+                          stack=StallStack(where=where, in_library=library))
 
     agents = [worker(pid, "train (job.py:21)", True) for pid in range(7)] + [worker(7, "load (job.py:9)", False)]
     [finding] = stall_findings(agents)
-    assert [w["pid"] for w in finding["workers"]] == [7]
+    assert [w.pid for w in finding.workers] == [7]
+    assert finding.workers[0].host == "h7"
     assert stall_findings(agents[:7]) == []  # all in the same place: nobody differs
     tied = [worker(1, "a (job.py:1)", False), worker(2, "b (job.py:2)", False)]
     assert stall_findings(tied) == []  # two in their own code, each elsewhere: no way to tell

@@ -6,11 +6,13 @@ import os
 import threading
 from pathlib import Path
 
+import msgspec
 from agentjobs import agent_env, running_job, wait_for
 from conftest import as_report, tool_command
 from programs import require_program
 from test_top import Tmux
 
+from tpu_tools.metrics.records.agent import AgentSnapshot, Arrays
 from tpu_tools.top.arrays_view import ArraysBoard, ArraysRead, arrays_lines
 from tpu_tools.top.frame import frame_text, render
 from tpu_tools.top.jobview import job_lines
@@ -86,9 +88,11 @@ def test_no_agent_registered_is_an_error_line_not_a_raise(tmp_path, monkeypatch)
 
 def test_the_keys_never_wait_for_a_slow_agent():
     release = threading.Event()
-    board = ArraysBoard(ask=lambda pid: (release.wait(20), {"arrays_report": {"arrays": []}})[1])
+    answer = AgentSnapshot(schema="tpu-tools/agent/v1", pid=7, arrays_report=Arrays(arrays=[]))
+    board = ArraysBoard(ask=lambda pid: (release.wait(20), answer)[1])
+    # type: ignore[union-attr]
     assert board.ask("7", 7)
-    assert board.read("7").pending  # type: ignore[union-attr]
+    assert board.read("7").pending
     assert not board.ask("7", 7)  # a second press while it runs starts nothing more
     lines = frame_text(arrays_lines(board.read("7"), 100))
     assert "asking the agent of 7" in lines
@@ -104,7 +108,7 @@ def test_rendering_fits_any_width_and_bounds_the_rows():
               "arrays_looked_at": 40, "truncated": True, "elapsed_s": 0.031,
               "sites": [{"source": "/home/u/project/model.py:12 (init_params)", "bytes": 1 << 30, "count": 40}],
               "sites_error": None}
-    read = ArraysRead(1, 1.0e9, 1.0e9 + 0.5, report)
+    read = ArraysRead(1, 1.0e9, 1.0e9 + 0.5, msgspec.convert(report, Arrays))
     for width in (40, 80, 200):
         lines = arrays_lines(read, width)
         text = frame_text(lines)
@@ -118,7 +122,8 @@ def test_rendering_fits_any_width_and_bounds_the_rows():
     failed = frame_text(arrays_lines(ArraysRead(1, 1.0e9, 1.0e9, None, "timed out after 10 s"), 80))
     assert "timed out after 10 s" in failed
     no_traceback = dict(report, arrays=[{**report["arrays"][0], "source": ""}], truncated=False)
-    assert "(no traceback)" in frame_text(arrays_lines(ArraysRead(1, 1.0e9, 1.0e9, no_traceback), 200))
+    assert "(no traceback)" in frame_text(arrays_lines(ArraysRead(1, 1.0e9, 1.0e9, msgspec.convert(no_traceback,
+                                                                                                   Arrays)), 200))
 
 
 def _row_of(screen: str, text: str) -> str:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 
+import msgspec
 import yaml
 from conftest import REPO
 from promstack import check_and_test_rules, needs_promtool, rules_in
 
 from tpu_tools.exporter.prometheus import process_metrics
+from tpu_tools.metrics.records.jobs import ProcessesGroup
 
 RULES = REPO / "deploy" / "prometheus" / "alerts_tpu_health.yml"
 RULE_TESTS = REPO / "deploy" / "prometheus" / "alerts_tpu_health_test.yml"
@@ -37,7 +39,8 @@ def test_every_alert_fires_in_a_case():
 
 def test_the_exporter_serves_the_series_the_rules_use_with_the_link_location():
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in process_metrics({"agents": [AGENT]}) for s in family.samples}
+               for family in process_metrics(msgspec.convert({"agents": [AGENT]}, ProcessesGroup))
+               for s in family.samples}
     link = ("tpu_tools_process_ici_link_health", (("chip", "3"), ("link", "tray1.chip3.ici1.int"), ("pid", "7"),
                                                   ("port", "1"), ("tag", "train"), ("tray", "1")))
     assert samples[link] == 10.0

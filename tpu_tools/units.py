@@ -83,3 +83,8 @@ def format_number(value: float | None) -> str:
     if value is None:
         return MISSING
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def format_known(value: object) -> str:
+    """A count or word as it is, MISSING where it is unknown (None)."""
+    return MISSING if value is None else str(value)

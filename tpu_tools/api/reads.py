@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from tpu_tools.instrument.steps import StepStats
 from tpu_tools.inventory import DeviceSummary, build_inventory
-from tpu_tools.metrics.agent_client import AgentResult, query_agent, query_agents
+from tpu_tools.metrics.agent_client import AgentResult, query_agents, query_snapshot
 from tpu_tools.metrics.libtpu import read_once
 from tpu_tools.metrics.libtpu.addresses import metrics_addresses
 from tpu_tools.metrics.libtpu.records import LibtpuSnapshot
+from tpu_tools.metrics.records.agent import AgentSnapshot, Steps
 from tpu_tools.pjrt.placement import FreeChips
 from tpu_tools.pjrt.runtime import RuntimePolicy
 
@@ -66,7 +66,7 @@ class Job:
     device_memory_used_bytes: list[int | None] = field(default_factory=list)  # per device of the job
     goodput_percent: float | None = None  # since the job started
     mfu_percent: float | None = None  # since the job started
-    snapshot: dict[str, Any] = field(default_factory=dict, repr=False)  # the whole answer (tpu-monitor's fields)
+    snapshot: AgentSnapshot | None = field(default=None, repr=False)  # the whole answer, as its record
 
     @property
     def steps_per_s(self) -> float | None:
@@ -74,33 +74,29 @@ class Job:
         return self.steps.steps_per_second if self.steps is not None else None
 
 
-def _job(pid: int, snapshot: dict[str, Any] | None, error: str | None) -> Job:
+def _job(pid: int, snapshot: AgentSnapshot | None, error: str | None) -> Job:
     if snapshot is None:
         return Job(pid, None, error=error)
-    steps = snapshot.get("steps")
-    compiles = snapshot.get("compiles") or {}
-    since_start = (snapshot.get("goodput") or {}).get("since_start") or {}
+    compiles = snapshot.compiles
+    since_start = snapshot.goodput.since_start if snapshot.goodput is not None else None
     return Job(
-        pid=pid, tag=snapshot.get("tag"), error=error, user=snapshot.get("user"), command=snapshot.get("command"),
-        platform=(snapshot.get("runtime") or {}).get("platform"), jax_version=snapshot.get("jax_version"),
-        uptime_s=snapshot.get("uptime_s"),
-        steps=_steps(steps) if isinstance(steps, dict) else None,
-        compile_count=compiles.get("compile_count"), recompile_count=compiles.get("recompile_count"),
-        compile_time_s=sum(compiles.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s",
-                                                            "backend_compile_time_s")) if compiles else None,
-        device_memory_used_bytes=[d.get("memory_used_bytes") for d in snapshot.get("devices") or []],
-        goodput_percent=since_start.get("goodput_percent"), mfu_percent=since_start.get("mfu_percent"),
+        pid=pid, tag=snapshot.tag, error=error, user=snapshot.user, command=snapshot.command,
+        platform=snapshot.runtime.platform if snapshot.runtime is not None else None,
+        jax_version=snapshot.jax_version, uptime_s=snapshot.uptime_s,
+        steps=_steps(snapshot.steps) if snapshot.steps is not None else None,
+        compile_count=compiles.compile_count if compiles is not None else None,
+        recompile_count=compiles.recompile_count if compiles is not None else None,
+        compile_time_s=compiles.compile_time_s if compiles is not None else None,
+        device_memory_used_bytes=[d.memory_used_bytes for d in snapshot.devices or []],
+        goodput_percent=since_start.goodput_percent if since_start is not None else None,
+        mfu_percent=since_start.mfu_percent if since_start is not None else None,
         snapshot=snapshot)
 
 
-def _steps(data: dict[str, Any]) -> StepStats:
-    def number(key: str) -> float | None:
-        value = data.get(key)
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-    return StepStats(count=int(data.get("count") or 0), steps_per_second=number("steps_per_second"),
-                     last_step_time_s=number("last_step_time_s"), p50_step_time_s=number("p50_step_time_s"),
-                     p99_step_time_s=number("p99_step_time_s"), last_step_age_s=number("last_step_age_s"))
+def _steps(steps: Steps) -> StepStats:
+    return StepStats(count=steps.count or 0, steps_per_second=steps.steps_per_second,
+                     last_step_time_s=steps.last_step_time_s, p50_step_time_s=steps.p50_step_time_s,
+                     p99_step_time_s=steps.p99_step_time_s, last_step_age_s=steps.last_step_age_s)
 
 
 def _from_result(result: AgentResult) -> Job:
@@ -116,4 +112,4 @@ def jobs(*, tag: str | None = None, timeout_s: float = AGENT_TIMEOUT_S) -> list[
 def job(pid: int, *, timeout_s: float = AGENT_TIMEOUT_S) -> Job:
     """The figures of the job `pid`'s agent; raises `tpu_tools.metrics.agent_client.AgentQueryError` (AgentGone
     when no agent runs there)."""
-    return _job(pid, query_agent(pid, timeout_s), None)
+    return _job(pid, query_snapshot(pid, timeout_s), None)

@@ -29,7 +29,8 @@ from tpu_tools.bench.interrupts import raise_kept_interrupt
 from tpu_tools.bench.records import Case, CaseResult
 from tpu_tools.bench.stats import summarize
 from tpu_tools.errors import RuntimeFailure
-from tpu_tools.metrics.agent_client import AgentQueryError, query_agent
+from tpu_tools.metrics.agent_client import AgentQueryError, query_snapshot
+from tpu_tools.metrics.records.agent import AgentSnapshot, Compiles, GoodputSpan, Steps
 from tpu_tools.pjrt.runtime import RuntimePolicy
 from tpu_tools.shorten import one_line
 
@@ -63,11 +64,11 @@ class Reading:
     """One answer of the agent: its snapshot, and when it came (seconds since the program started)."""
 
     at_s: float
-    snapshot: dict[str, Any]
+    snapshot: AgentSnapshot
 
     @property
-    def steps(self) -> dict[str, Any]:
-        return self.snapshot.get("steps") or {}
+    def steps(self) -> Steps:
+        return self.snapshot.steps or Steps()
 
 
 def run_out_of_process(case: Case, policy: RuntimePolicy, timeout_s: float) -> CaseResult:
@@ -117,7 +118,7 @@ def run_out_of_process(case: Case, policy: RuntimePolicy, timeout_s: float) -> C
 
 def _ask(pid: int, started: float) -> Reading | None:
     try:
-        snapshot = query_agent(pid, ASK_TIMEOUT_S)
+        snapshot = query_snapshot(pid, ASK_TIMEOUT_S)
     except (AgentQueryError, OSError, ValueError):  # not started yet, or gone: the loop goes on
         return None
     return Reading(time.monotonic() - started, snapshot)
@@ -151,7 +152,7 @@ def _tail(path: Path) -> str:
 
 def _result(case: Case, readings: list[Reading], wall_s: float, ended_itself: bool, exit_code: int | None,
             ) -> CaseResult:
-    stepping = [r for r in readings if (r.steps.get("count") or 0) >= 2 and r.steps.get("steps_per_second")]
+    stepping = [r for r in readings if (r.steps.count or 0) >= 2 and r.steps.steps_per_second]
     if not stepping:
         why = "it ended" if ended_itself else f"{case.params['duration_s']:g} s"
         raise RuntimeFailure(f"the program marked fewer than 2 steps the agent could time before {why} "
@@ -163,24 +164,23 @@ def _result(case: Case, readings: list[Reading], wall_s: float, ended_itself: bo
     # carry the compiles and the program's start.
     steady = stepping[len(stepping) // 2:] if len(stepping) >= 6 else stepping
     result = CaseResult(case, primary="steps_per_s")
-    result.stats["steps_per_s"] = summarize([r.steps["steps_per_second"] for r in steady], higher_is_better=True)
-    medians = [r.steps["p50_step_time_s"] * 1e3 for r in steady if r.steps.get("p50_step_time_s") is not None]
+    result.stats["steps_per_s"] = summarize([r.steps.steps_per_second or 0.0 for r in steady], higher_is_better=True)
+    medians = [r.steps.p50_step_time_s * 1e3 for r in steady if r.steps.p50_step_time_s is not None]
     if medians:
         result.stats["step_time_ms"] = summarize(medians)
-    since_start = (last.snapshot.get("goodput") or {}).get("since_start") or {}
-    compiles = last.snapshot.get("compiles") or {}
+    since_start = (last.snapshot.goodput.since_start if last.snapshot.goodput else None) or GoodputSpan()
+    compiles = last.snapshot.compiles or Compiles()
     result.values.update({
         "timing": "agent",
-        "steps": steps.get("count"),
-        "agent_steps_per_s": steps.get("steps_per_second"),
-        "step_time_p50_ms": _ms(steps.get("p50_step_time_s")),
-        "step_time_p99_ms": _ms(steps.get("p99_step_time_s")),
-        "mfu_percent": since_start.get("mfu_percent"),
-        "goodput_percent": since_start.get("goodput_percent"),
-        "compile_count": compiles.get("compile_count"),
-        "recompile_count": compiles.get("recompile_count"),
-        "compile_time_s": sum(compiles.get(key) or 0.0 for key in ("trace_time_s", "lowering_time_s",
-                                                                  "backend_compile_time_s")),
+        "steps": steps.count,
+        "agent_steps_per_s": steps.steps_per_second,
+        "step_time_p50_ms": _ms(steps.p50_step_time_s),
+        "step_time_p99_ms": _ms(steps.p99_step_time_s),
+        "mfu_percent": since_start.mfu_percent,
+        "goodput_percent": since_start.goodput_percent,
+        "compile_count": compiles.compile_count,
+        "recompile_count": compiles.recompile_count,
+        "compile_time_s": compiles.compile_time_s,
         "run_s": wall_s,
         "ended": "by itself" if ended_itself else "stopped at the duration",
         "exit_code": exit_code if ended_itself else None,

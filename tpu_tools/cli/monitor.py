@@ -515,17 +515,20 @@ def _arrays(pid: int, agent_timeout: float) -> int:
     """--arrays PID: ask that job's agent once (the agent reads its arrays on this request only)."""
     import json
 
+    import msgspec
+
     from tpu_tools.errors import RuntimeFailure
     from tpu_tools.metrics import wire
-    from tpu_tools.metrics.agent_client import AgentQueryError, query_agent
+    from tpu_tools.metrics.agent_client import AgentQueryError, query_snapshot
 
     try:
-        answer = query_agent(pid, max(agent_timeout, 10.0), request=wire.REQUEST_ARRAYS)
+        answer = query_snapshot(pid, max(agent_timeout, 10.0), request=wire.REQUEST_ARRAYS)
     except AgentQueryError as error:
         raise RuntimeFailure(f"--arrays {pid}: {error}") from None
-    if answer.get("arrays_report") is None:
-        raise RuntimeFailure(f"--arrays {pid}: {answer.get('arrays_error') or 'the agent read no arrays'}")
-    document = {"schema": "tpu-tools/arrays/v1", "pid": pid, "tag": answer.get("tag"), **answer["arrays_report"]}
+    if answer.arrays_report is None:
+        raise RuntimeFailure(f"--arrays {pid}: {answer.arrays_error or 'the agent read no arrays'}")
+    document = {"schema": "tpu-tools/arrays/v1", "pid": pid, "tag": answer.tag,
+                **msgspec.to_builtins(answer.arrays_report)}
     sys.stdout.write(json.dumps(document) + "\n")
     return EXIT_OK
 
@@ -570,7 +573,7 @@ def _loop(builder: Any, period: float, count: int | None, exporter: Any, quiet: 
         report = rounds.build_unless_stopped(stop)
         if report is None:
             break
-        reason = (report.processes or {}).get("pod_labels_error")
+        reason = report.processes.pod_labels_error if report.processes is not None else None
         if reason != pods_reason and reason and is_debug():  # why process metrics carry no pod labels
             sys.stderr.write(f"tpu-monitor: no pod labels: {reason}\n")
         pods_reason = reason

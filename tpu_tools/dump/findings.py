@@ -35,6 +35,7 @@ from tpu_tools.dump.manifest import CollectorStatus, RedactionCounts
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
 from tpu_tools.metrics.records.gpu import STATUS_LOST, STATUS_NOT_ANSWERING, GpuRecord
+from tpu_tools.metrics.records.jobs import ChipHealth
 from tpu_tools.metrics.tpuhealth import attention
 from tpu_tools.shorten import shorten
 
@@ -145,8 +146,9 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
     if not isinstance(document, dict):
         return None
     from tpu_tools.metrics.agent_client import AgentResult
-    from tpu_tools.metrics.agent_snapshot import parse_snapshot
+    from tpu_tools.metrics.agent_snapshot import snapshot_record
     from tpu_tools.metrics.groups.processes import agent_entry
+    from tpu_tools.metrics.records.jobs import EntryCompiles, EntrySteps
     from tpu_tools.records import RecordError
 
     agents = []
@@ -154,29 +156,29 @@ def _agents(bundle: Bundle) -> dict[str, Any] | None:
     for item in items if isinstance(items, list) else []:
         if not isinstance(item, dict) or isinstance(item.get("pid"), bool) or not isinstance(item.get("pid"), int):
             continue  # not an agent entry: nothing to say about it
-        snapshot, error = item.get("snapshot"), item.get("error")
+        error = item.get("error")
         error = error if isinstance(error, str) else None
-        if snapshot is not None:
+        snapshot = None
+        if item.get("snapshot") is not None:
             try:
-                snapshot = parse_snapshot(snapshot)
+                snapshot = snapshot_record(item["snapshot"])
             except RecordError as problem:
-                snapshot, error = None, str(problem)
+                error = str(problem)
         socket = item.get("socket")
         entry = agent_entry(AgentResult(item["pid"], Path(socket) if isinstance(socket, str) else Path("-"), snapshot,
                                         error))
-        compiles = entry.get("compiles") or {}
-        recent = compiles.get("recent_recompiles") or []
+        compiles = entry.compiles or EntryCompiles()
+        recent = compiles.recent_recompiles
         tag = item.get("tag")
-        agents.append({"pid": entry["pid"], "tag": entry.get("tag") or (tag if isinstance(tag, str) else None),
-                       "platform": entry.get("platform"), "error": entry.get("error"),
-                       "compile_count": compiles.get("compile_count"),
-                       "recompile_count": compiles.get("recompile_count"),
-                       "device_memory_used_bytes": entry.get("device_memory_used_bytes"),
-                       "steps_per_second": (entry.get("steps") or {}).get("steps_per_second"),
-                       "last_recompile": ({"function": recent[-1].get("function"), "reason": recent[-1].get("reason")}
+        agents.append({"pid": entry.pid, "tag": entry.tag or (tag if isinstance(tag, str) else None),
+                       "platform": entry.platform, "error": entry.error,
+                       "compile_count": compiles.compile_count, "recompile_count": compiles.recompile_count,
+                       "device_memory_used_bytes": entry.device_memory_used_bytes,
+                       "steps_per_second": (entry.steps or EntrySteps()).steps_per_second,
+                       "last_recompile": ({"function": recent[-1].function, "reason": recent[-1].reason}
                                           if recent else None),
-                       "tpu_health": (entry.get("tpu_sdk") or {}).get("health"),
-                       "startup": entry.get("startup") or []})
+                       "tpu_health": msgspec.to_builtins(entry.tpu_sdk.health) if entry.tpu_sdk else None,
+                       "startup": msgspec.to_builtins(entry.startup or [])})
     ignored = document.get("ignored_sockets")
     return {"agents": agents, "ignored_sockets": len(ignored) if isinstance(ignored, list) else 0}
 
@@ -201,7 +203,8 @@ def _job_warnings(summary: Summary, out: list[Finding]) -> None:
         if agent.get("error"):
             out.append(Finding("agent_error", f"the agent of {who} did not answer: {agent['error']}"))
             continue
-        for line in attention(agent.get("tpu_health")):
+        health = agent.get("tpu_health")
+        for line in attention(msgspec.convert(health, ChipHealth) if isinstance(health, dict) else None):
             out.append(Finding("tpu_health", f"{who}: {line}"))
         for broken in agent.get("startup") or []:  # the startup contract (torch_xla), each with its fix
             if isinstance(broken, dict):

@@ -26,6 +26,15 @@ from tpu_tools.metrics.nvml.export import families as gpu_families
 from tpu_tools.metrics.records.devices import Device, DeviceExtra, DeviceHolder, DevicesRecord
 from tpu_tools.metrics.records.gpu import GpuProcess, GpuRecord, GpusRecord, MigInstance, XidEvent
 from tpu_tools.metrics.records.host import HostRecord
+from tpu_tools.metrics.records.jobs import (
+    AgentEntry,
+    JobLife,
+    JobLifeFigures,
+    PluginAccelerator,
+    PluginRead,
+    ProcessesGroup,
+    WorkloadGroup,
+)
 from tpu_tools.metrics.records.report import waiting_report
 from tpu_tools.metrics.samplefamilies import histogram_families, sample_families
 
@@ -93,7 +102,7 @@ def _example_families() -> Iterable[tuple[str, Metric]]:
                     extra=DeviceExtra(hbm_bandwidth_utilization_percent=1, tensorcore_idle_duration_seconds=1,
                                       hlo_queue_size=1))
     yield from (("devices", f) for f in device_metrics(DevicesRecord(devices=[device])))
-    agent = {"pid": 1, "tag": "t", "error": None, "cpu_percent": 1, "rss_bytes": 1, "threads": 1,
+    agent = msgspec.convert({"pid": 1, "tag": "t", "error": None, "cpu_percent": 1, "rss_bytes": 1, "threads": 1,
              "device_memory_used_bytes": 1, "live_array_bytes": 1, "live_array_count": 1,
              "compiles": {"compile_count": 1, "recompile_count": 1, "cache_hits": 1, "cache_misses": 1,
                           "trace_time_s": 1},
@@ -101,10 +110,10 @@ def _example_families() -> Iterable[tuple[str, Metric]]:
              "devices": [{"platform": "tpu", "id": 0, "memory_used_bytes": 1}],
              "tpu_sdk": {"tensorcore_utilization_percent": [1]}, "frontend": "torch_xla", "frontend_version": "1",
              "cpu_fallbacks": {"ops": [{"op": "aten::nonzero", "count": 1}]}, "executions": {"count": 1, "time_s": 1},
-             "transfers": {"to_device": {"bytes": 1, "time_s": 1}}, "job": {"id": "j"}}
-    job = {"job": "j", "goodput": {key: 1 for key in ("goodput_percent", "lost_progress_s", "lost_progress_steps",
-                                                      "recovery_s", "disruptions")}}
-    yield from (("processes", f) for f in process_metrics({"agents": [agent], "jobs": [job]}))
+             "transfers": {"to_device": {"bytes": 1, "time_s": 1}}, "job": {"id": "j"}}, AgentEntry)
+    job = JobLife(job="j", goodput=JobLifeFigures(goodput_percent=1, lost_progress_s=1, lost_progress_steps=1,
+                                                  recovery_s=1, disruptions=1))
+    yield from (("processes", f) for f in process_metrics(ProcessesGroup(agents=[agent], jobs=[job])))
     summary = DistributionSummary(count=1, mean=1.0, buckets=((1.0, 1), (float("inf"), 0)))
     device_figures = DeviceFigures(**{**{k: v for k, v in _filled(DeviceFigures, device_id=0).items()
                                          if k != "hlo_execution_time_us"}, "hlo_execution_time_us": summary})
@@ -120,8 +129,9 @@ def _example_families() -> Iterable[tuple[str, Metric]]:
                          xid_last=XidEvent(code=79, time_unix_s=1.0, description="d"), processes=[process],
                          device_key="gpu:0")
     yield from (("nvml, amdsmi", f) for f in gpu_families(GpusRecord(gpus=[gpu])))
-    plugin = {"accelerators": [{"duty_cycle_percent": 1, "memory_used_bytes": 1, "memory_total_bytes": 1}]}
-    yield from (("workload", f) for f in workload_families({"device_plugin": plugin}))
+    plugin = PluginRead(accelerators=[PluginAccelerator(accelerator_id="0", duty_cycle_percent=1, memory_used_bytes=1,
+                                                        memory_total_bytes=1)])
+    yield from (("workload", f) for f in workload_families(WorkloadGroup(device_plugin=plugin)))
 
 
 PATTERNS = [

@@ -6,17 +6,16 @@ Unknown stays None: a series is left out, never 0.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from tpu_tools.metrics.goodput import SPANS
+from tpu_tools.metrics.records.jobs import AgentEntry
 
 _PREFIX = "tpu_tools_"
 
 
-def goodput_families(agents: list[dict[str, Any]], labels: list[str],
-                     values_of: Callable[[dict[str, Any]], list[str]]) -> Iterator[Metric]:
+def goodput_families(agents: list[AgentEntry], labels: list[str],
+                     values_of: Callable[[AgentEntry], list[str]]) -> Iterator[Metric]:
     """Prometheus families of the agents' goodput: seconds per cause, and per span goodput, MFU, rates, cost."""
     seconds = CounterMetricFamily(f"{_PREFIX}process_goodput_seconds",
                                   "Wall time of the job since it started, by cause (productive is goodput).",
@@ -32,23 +31,23 @@ def goodput_families(agents: list[dict[str, Any]], labels: list[str],
         ("cost_per_million_samples", "cost_per_million_samples", "Price of one million samples at the price per hour."),
     ]}
     for agent in agents:
-        figures = agent.get("goodput")
-        if agent.get("error") or not isinstance(figures, dict):
+        figures = agent.goodput
+        if agent.error or figures is None:
             continue
         values = values_of(agent)
-        since = figures.get("since_start") or {}
-        for cause, value in sorted((since.get("causes_s") or {}).items()):
-            if isinstance(value, (int, float)):
-                seconds.add_metric([*values, str(cause)], float(value))
-        for span in SPANS:
-            span_figures = figures.get(span) or {}
+        causes = (figures.since_start.causes_s if figures.since_start is not None else None) or {}
+        for cause, value in sorted(causes.items()):
+            seconds.add_metric([*values, cause], float(value))  # causes -> seconds: a map from outside
+        for span, span_figures in (("since_start", figures.since_start), ("recent", figures.recent)):
+            if span_figures is None:
+                continue
             for key, family in ratios.items():
-                value = span_figures.get(key)
-                if isinstance(value, (int, float)):
+                value = getattr(span_figures, key)
+                if value is not None:
                     family.add_metric([*values, span], float(value) / 100.0)
             for key, family in gauges.items():
-                value = span_figures.get(key)
-                if isinstance(value, (int, float)):
+                value = getattr(span_figures, key)
+                if value is not None:
                     family.add_metric([*values, span], float(value))
     yield seconds
     yield from ratios.values()
@@ -56,8 +55,8 @@ def goodput_families(agents: list[dict[str, Any]], labels: list[str],
     yield from metric_families(agents, labels, values_of)
 
 
-def metric_families(agents: list[dict[str, Any]], labels: list[str],
-                    values_of: Callable[[dict[str, Any]], list[str]]) -> Iterator[Metric]:
+def metric_families(agents: list[AgentEntry], labels: list[str],
+                    values_of: Callable[[AgentEntry], list[str]]) -> Iterator[Metric]:
     """The jobs' own scalars (`tpu_tools.agent.metric`) with their scope and kind, and the step of each."""
     value = GaugeMetricFamily(f"{_PREFIX}process_metric", "A scalar the job published (loss, accuracy), labelled "
                               "with its name, claimed scope and kind (replicated, local, host).",
@@ -65,16 +64,15 @@ def metric_families(agents: list[dict[str, Any]], labels: list[str],
     step = GaugeMetricFamily(f"{_PREFIX}process_metric_step", "The step at which the job published the scalar.",
                              labels=[*labels, "name", "scope"])
     for agent in agents:
-        if agent.get("error"):
+        if agent.error:
             continue
         values = values_of(agent)
-        for metric in agent.get("metrics") or []:
-            number = metric.get("value") if isinstance(metric, dict) else None
-            if not isinstance(number, (int, float)):
+        for metric in agent.metrics:
+            if metric.value is None:
                 continue
-            scope = str(metric.get("scope") or "")
-            value.add_metric([*values, str(metric.get("name")), scope, str(metric.get("kind"))], float(number))
-            if isinstance(metric.get("step"), int):
-                step.add_metric([*values, str(metric.get("name")), scope], float(metric["step"]))
+            scope = metric.scope or ""
+            value.add_metric([*values, metric.name, scope, str(metric.kind)], float(metric.value))
+            if metric.step is not None:
+                step.add_metric([*values, metric.name, scope], float(metric.step))
     yield value
     yield step

@@ -9,14 +9,14 @@ Each carries the process labels of the other process series (pid, tag and the po
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from tpu_tools.exporter.processlabels import process_label_values
+from tpu_tools.metrics.records.jobs import ProcessesGroup
 
 
-def health_families(data: dict[str, Any], labels: list[str]) -> Iterator[Metric]:
+def health_families(data: ProcessesGroup, labels: list[str]) -> Iterator[Metric]:
     """From the `processes` group: one series per link and per device of every agent that read them."""
     links = GaugeMetricFamily("tpu_tools_process_ici_link_health",
                               "ICI link health read in the job through libtpu's SDK: 0 healthy, 1-5 transient, "
@@ -27,17 +27,17 @@ def health_families(data: dict[str, Any], labels: list[str]) -> Iterator[Metric]
     unreadable = GaugeMetricFamily("tpu_tools_process_tpu_health_unreadable_values",
                                    "Health values from libtpu's SDK in no documented form (reported, not shown).",
                                    labels=labels)
-    for agent in data.get("agents") or []:
-        health = (agent.get("tpu_sdk") or {}).get("health") if not agent.get("error") else None
-        if not isinstance(health, dict):
+    for agent in data.agents:
+        health = agent.tpu_sdk.health if agent.tpu_sdk is not None and not agent.error else None
+        if health is None:
             continue
         values = process_label_values(agent, labels)
-        for link in health.get("ici_links") or []:
-            links.add_metric([*values, str(link["location"]), str(link["tray"]), str(link["chip"]),
-                              str(link["port"])], float(link["score"]))
-        for device in health.get("throttle") or []:
-            throttle.add_metric([*values, str(device["device"])], float(device["score"]))
-        unreadable.add_metric(values, float(len(health.get("problems") or [])))
+        for link in health.ici_links:
+            links.add_metric([*values, str(link.location), str(link.tray), str(link.chip), str(link.port)],
+                             float(link.score or 0))
+        for device in health.throttle:
+            throttle.add_metric([*values, str(device.device)], float(device.score))
+        unreadable.add_metric(values, float(len(health.problems)))
     yield links
     yield throttle
     yield unreadable

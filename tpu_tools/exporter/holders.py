@@ -14,9 +14,20 @@ from typing import Any
 
 from tpu_tools.metrics.labeltext import label_value
 from tpu_tools.metrics.records.gpu import GpuProcess
+from tpu_tools.metrics.records.jobs import AgentEntry, Holder
 from tpu_tools.metrics.records.report import MonitorReport
 
 HOLDER_LABELS = ("tag", "namespace", "pod", "container", "slurm_job_id")
+
+
+def _process_identity(entry: AgentEntry | Holder) -> dict[str, str]:
+    pod = entry.kubernetes
+    found = {"tag": entry.tag if isinstance(entry, AgentEntry) else None, "slurm_job_id": entry.slurm_job_id,
+             **({"namespace": pod.namespace, "pod": pod.pod, "container": pod.container} if pod is not None else {})}
+    labels = {key: label_value(str(value)) for key, value in found.items() if value}
+    # --pod-labels: the pod's own labels, already named and bounded (kube/api.py)
+    pod_labels = pod.labels if pod is not None and isinstance(pod.labels, dict) else {}
+    return {**{key: value for key, value in pod_labels.items() if key not in labels}, **labels}
 
 
 def _identity(entry: dict[str, Any]) -> dict[str, str]:
@@ -40,11 +51,12 @@ def _group(report: MonitorReport, name: str) -> dict[str, Any]:
 
 def device_holders(report: MonitorReport) -> dict[str, dict[str, str]]:
     """{device key: {label: value}} for every device whose holders tell something (only the labels known)."""
-    processes = _group(report, "processes")
+    processes = report.processes
     identity: dict[int, dict[str, str]] = {}
-    for entry in [*(processes.get("agents") or []), *(processes.get("holders") or [])]:
-        if isinstance(entry, dict) and isinstance(entry.get("pid"), int) and entry["pid"] not in identity:
-            identity[entry["pid"]] = _identity(entry)
+    entries: list[AgentEntry | Holder] = [*processes.agents, *processes.holders] if processes is not None else []
+    for entry in entries:
+        if entry.pid not in identity:
+            identity[entry.pid] = _process_identity(entry)
     candidates: dict[str, list[int]] = {}
     for device in report.devices.devices if report.devices is not None else []:
         candidates[device.key] = [*(p.pid for p in device.processes), *sorted(h.pid for h in device.holders)]

@@ -12,14 +12,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpu_tools.metrics.labeltext import label_value
+from tpu_tools.metrics.records.jobs import AgentEntry
 
 POD_LABELS = ("namespace", "pod", "container")
 COMMAND_LABEL = "command"
 
 
-def process_labels(agents: Sequence[dict[str, Any]], command: bool = False) -> list[str]:
+def process_labels(agents: Sequence[AgentEntry], command: bool = False) -> list[str]:
     """pid, tag, command (asked for), then the pod's labels where any process runs in a Kubernetes pod."""
-    in_pods = any(agent.get("kubernetes") for agent in agents)
+    in_pods = any(agent.kubernetes for agent in agents)
     return ["pid", "tag", *([COMMAND_LABEL] if command else []), *(POD_LABELS if in_pods else ())]
 
 
@@ -27,17 +28,17 @@ def command_label_value(command: Any) -> str:
     return label_value(" ".join(str(command or "").split()))
 
 
-def process_label_values(agent: dict[str, Any], labels: Sequence[str]) -> list[str]:
+def process_label_values(agent: AgentEntry, labels: Sequence[str]) -> list[str]:
     """The values of `labels` (process_labels) for one agent's entry of the processes group."""
-    pod = agent.get("kubernetes") or {}
+    pod = agent.kubernetes
     values = []
     for label in labels:
         if label == "pid":
-            values.append(str(agent.get("pid")))
+            values.append(str(agent.pid))
         elif label == "tag":
-            values.append(label_value(str(agent.get("tag") or "")))
+            values.append(label_value(agent.tag or ""))
         elif label == COMMAND_LABEL:
-            values.append(command_label_value(agent.get("command")))
+            values.append(command_label_value(agent.command))
         else:
-            values.append(label_value(str(pod.get(label) or "")))
+            values.append(label_value(str((getattr(pod, label) if pod is not None else None) or "")))
     return values

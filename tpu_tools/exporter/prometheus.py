@@ -32,6 +32,7 @@ from tpu_tools.metrics.cacheshare import cache_metrics
 from tpu_tools.metrics.labeltext import label_value
 from tpu_tools.metrics.records.devices import DevicesRecord
 from tpu_tools.metrics.records.host import HostRecord
+from tpu_tools.metrics.records.jobs import AgentEntry, EntryCompiles, EntrySteps, ProcessesGroup, StallStack
 from tpu_tools.metrics.records.report import GroupRecord, MonitorReport
 from tpu_tools.parsing import port_number
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
@@ -127,11 +128,32 @@ def device_metrics(data: DevicesRecord) -> Iterator[Metric]:
     yield from extra.values()
 
 
-def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterator[Metric]:
+def _add_frontend_figures(agent: AgentEntry, values: list[str], frontend: GaugeMetricFamily,
+                          fallbacks: CounterMetricFamily, executions: CounterMetricFamily,
+                          execute_time: CounterMetricFamily, transfer_bytes: CounterMetricFamily,
+                          transfer_time: CounterMetricFamily) -> None:
+    """The frontend's own figures of one agent: its name and version, and torch_xla's fallbacks, executions and
+    transfers (null for a JAX job)."""
+    if agent.frontend:
+        frontend.add_metric([*values, label_value(agent.frontend), label_value(agent.frontend_version or "")], 1.0)
+    for entry in agent.cpu_fallbacks.ops or [] if agent.cpu_fallbacks else []:
+        _add(fallbacks, [*values, label_value(entry.op)], entry.count)
+    if agent.executions is not None:
+        _add(executions, values, agent.executions.count)
+        _add(execute_time, values, agent.executions.time_s)
+    if agent.transfers is not None:
+        for direction, moved in (("to_device", agent.transfers.to_device),
+                                 ("from_device", agent.transfers.from_device)):
+            if moved is not None:
+                _add(transfer_bytes, [*values, direction], moved.bytes)
+                _add(transfer_time, [*values, direction], moved.time_s)
+
+
+def process_metrics(data: ProcessesGroup, command_label: bool = False) -> Iterator[Metric]:
     """Prometheus families of the `processes` group (agents), labelled by pid and tag (and pod, and the command
     where `command_label` asks for it: exporter/processlabels.py)."""
     # Where a process runs in a Kubernetes pod, every process series also names its pod (empty for the others).
-    labels = process_labels(data.get("agents") or [], command_label)
+    labels = process_labels(data.agents, command_label)
     up = _gauge("agent_up", "1 when the process's agent answered, 0 when asking it failed.", labels)
     gauges = {key: _gauge(f"process_{key}", doc, labels) for key, doc in [
         ("cpu_percent", "Process CPU use, percent of one core."),
@@ -172,46 +194,39 @@ def process_metrics(data: dict[str, Any], command_label: bool = False) -> Iterat
     tensorcore = _gauge("process_tensorcore_utilization_ratio",
                         "TensorCore utilization per core from 0 to 1, read in the job through libtpu's SDK.",
                         [*labels, "core"])
-    for agent in data.get("agents") or []:
+    for agent in data.agents:
         values = process_label_values(agent, labels)
-        up.add_metric(values, 0.0 if agent.get("error") else 1.0)
-        if agent.get("error"):
+        up.add_metric(values, 0.0 if agent.error else 1.0)
+        if agent.error:
             continue
         for key, family in gauges.items():
-            _add(family, values, agent.get("live_array_count" if key == "live_arrays" else key))
-        compiles = agent.get("compiles") or {}
+            _add(family, values, getattr(agent, "live_array_count" if key == "live_arrays" else key))
+        compiles = agent.compiles or EntryCompiles()
         for key, counter in counters.items():
-            _add(counter, values, compiles.get(key))
-        for phase in ("trace", "lowering", "backend_compile"):
-            _add(compile_time, [*values, phase], compiles.get(f"{phase}_time_s"))
-        if agent.get("frontend"):
-            frontend.add_metric([*values, label_value(str(agent["frontend"])),
-                                 label_value(str(agent.get("frontend_version") or ""))], 1.0)
-        for entry in (agent.get("cpu_fallbacks") or {}).get("ops") or []:
-            _add(fallbacks, [*values, label_value(str(entry.get("op")))], entry.get("count"))
-        ran = agent.get("executions") or {}
-        _add(executions, values, ran.get("count"))
-        _add(execute_time, values, ran.get("time_s"))
-        for direction, moved in (agent.get("transfers") or {}).items():
-            _add(transfer_bytes, [*values, direction], (moved or {}).get("bytes"))
-            _add(transfer_time, [*values, direction], (moved or {}).get("time_s"))
-        step_stats = agent.get("steps") or {}
-        _add(steps, values, step_stats.get("count"))
-        _add(steps_rate, values, step_stats.get("steps_per_second"))
-        for stat in ("last", "p50", "p99"):
-            _add(step_time, [*values, stat], step_stats.get(f"{stat}_step_time_s"))
-        _add(stalled, values, agent.get("stalled_s"))
-        where = (agent.get("stack") or {}).get("where")
-        if agent.get("stalled_s") is not None and where:
-            stack.add_metric([*values, label_value(where), "1" if agent["stack"].get("in_library") else "0"], 1.0)
-        for device in agent.get("devices") or []:
-            used = device.get("memory_used_bytes")
-            used = used if used is not None else device.get("live_array_bytes")
-            _add(device_memory, [*values, f"{device.get('platform')}:{device.get('id')}"], used)
-        for core, value in enumerate((agent.get("tpu_sdk") or {}).get("tensorcore_utilization_percent") or []):
-            _add(tensorcore, [*values, str(core)], value / 100 if isinstance(value, (int, float)) else None)
+            _add(counter, values, getattr(compiles, key))
+        for phase, seconds in (("trace", compiles.trace_time_s), ("lowering", compiles.lowering_time_s),
+                               ("backend_compile", compiles.backend_compile_time_s)):
+            _add(compile_time, [*values, phase], seconds)
+        _add_frontend_figures(agent, values, frontend, fallbacks, executions, execute_time, transfer_bytes,
+                              transfer_time)
+        step_stats = agent.steps or EntrySteps()
+        _add(steps, values, step_stats.count)
+        _add(steps_rate, values, step_stats.steps_per_second)
+        for stat, seconds in (("last", step_stats.last_step_time_s), ("p50", step_stats.p50_step_time_s),
+                              ("p99", step_stats.p99_step_time_s)):
+            _add(step_time, [*values, stat], seconds)
+        _add(stalled, values, agent.stalled_s)
+        if agent.stalled_s is not None and isinstance(agent.stack, StallStack) and agent.stack.where:
+            stack.add_metric([*values, label_value(agent.stack.where), "1" if agent.stack.in_library is True else "0"],
+                             1.0)
+        for device in agent.devices:
+            used = device.memory_used_bytes if device.memory_used_bytes is not None else device.live_array_bytes
+            _add(device_memory, [*values, f"{device.platform}:{device.id}"], used)
+        cores = agent.tpu_sdk.tensorcore_utilization_percent if agent.tpu_sdk is not None else None
+        for core, value in enumerate(cores or []):
+            _add(tensorcore, [*values, str(core)], value / 100 if value is not None else None)
     yield up
-    yield from goodput_families(data.get("agents") or [], labels, lambda agent: process_label_values(agent, labels))
+    yield from goodput_families(data.agents, labels, lambda agent: process_label_values(agent, labels))
     yield from job_families(data, labels, lambda agent: process_label_values(agent, labels))
     yield from gauges.values()
     yield from counters.values()

@@ -1,13 +1,14 @@
 """Finding and asking the agents of this user: the API below tpu-monitor, tpu-top and tpu-dump.
 
     list_agents()                -> [AgentRecord(pid, tag, socket_path)] of live agents
-    query_agent(pid)             -> the agent's snapshot (a dict, schema tpu-tools/agent/v1)
+    query_snapshot(pid)          -> the agent's snapshot (records.agent.AgentSnapshot, schema tpu-tools/agent/v1)
+    query_agent(pid)             -> the same as its JSON document
     query_agents(tag_filter=...) -> AgentScan: every agent's snapshot or error, in parallel
 
 `query_agents` reads each snapshot from the file the agent publishes beside its
 socket (tpu_tools.metrics.snapfile), which wakes nothing in the job; it asks the
 socket only where there is no such file (an agent with it turned off, or older).
-`query_agent`, on demand, asks the socket: for the arrays, or a snapshot made
+`query_snapshot`, on demand, asks the socket: for the arrays, or a snapshot made
 now. Every call has a deadline. Sockets of processes that are gone are removed on
 the way; sockets that are not ours or not private are reported, never used.
 Before sending anything the client checks, with the kernel's peer
@@ -28,10 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from tpu_tools.background import DaemonExecutor
 from tpu_tools.errors import first_line
 from tpu_tools.metrics import wire
-from tpu_tools.metrics.agent_snapshot import parse_snapshot
+from tpu_tools.metrics.agent_snapshot import NOT_JSON, decode_snapshot
+from tpu_tools.metrics.records.agent import AgentSnapshot, Stacks
 from tpu_tools.metrics.rundir import SocketEntry, list_socket_entries, pid_alive, remove_stale
 from tpu_tools.metrics.snapfile import SnapshotFileError, read_snapshot_file, snapshot_file_for
 from tpu_tools.metrics.snapreader import PublishedSnapshot, SnapshotFiles
@@ -67,13 +71,13 @@ class AgentResult:
 
     pid: int
     socket_path: Path
-    snapshot: dict[str, Any] | None = None
+    snapshot: AgentSnapshot | None = None
     error: str | None = None
     elapsed_s: float = 0.0
 
     @property
     def tag(self) -> str | None:
-        return self.snapshot.get("tag") if self.snapshot else None
+        return self.snapshot.tag if self.snapshot else None
 
 
 @dataclass
@@ -203,65 +207,63 @@ def _on_kept(connections: AgentConnections, entry: SocketEntry, line: bytes, dea
     return sock, received
 
 
-def _checked(document: Any) -> dict[str, Any]:
+def _checked(data: bytes | bytearray | memoryview, not_json: str) -> AgentSnapshot:
+    """The record of an answer's JSON bytes, decoded straight into it; AgentQueryError says what is wrong."""
     try:
-        snapshot = parse_snapshot(document)
+        snapshot = decode_snapshot(data)
     except RecordError as error:
-        raise AgentQueryError(str(error)) from error
+        raise AgentQueryError(not_json if str(error) == NOT_JSON else str(error)) from error
     return _no_error(snapshot)
 
 
-def _no_error(snapshot: dict[str, Any]) -> dict[str, Any]:
-    if snapshot.get("error"):
-        raise AgentQueryError(f"the agent failed: {first_line(RuntimeError(snapshot['error']), limit=500)}")
+def _no_error(snapshot: AgentSnapshot) -> AgentSnapshot:
+    if snapshot.error:
+        raise AgentQueryError(f"the agent failed: {first_line(RuntimeError(snapshot.error), limit=500)}")
     return snapshot
 
 
-def _published(entry: SocketEntry, max_bytes: int, files: SnapshotFiles | None = None) -> dict[str, Any] | None:
+def _published(entry: SocketEntry, max_bytes: int, files: SnapshotFiles | None = None) -> AgentSnapshot | None:
     """The snapshot the agent published in its file, checked as a socket answer is; None when there is none.
     Read through `files` where given (kept between rounds: what did not change since is not read again)."""
     path = snapshot_file_for(entry.path)
     try:
         read = files.read(path, max_bytes) if files is not None else _read_once(path, max_bytes)
-    except (SnapshotFileError, RecordError) as error:  # the file's fault, or its snapshot's
+    except SnapshotFileError as error:  # the file's fault
         raise AgentQueryError(str(error)) from error
+    except RecordError as error:  # its snapshot's
+        raise AgentQueryError("published something that is not JSON" if str(error) == NOT_JSON
+                              else str(error)) from error
     if read is None:
         return None
     snapshot = _no_error(read.snapshot)
-    if snapshot["pid"] != entry.pid:
-        raise AgentQueryError(f"the snapshot file names process {snapshot['pid']}, not {entry.pid}; not using it")
-    _age(snapshot, read.published_unix_s)
-    return snapshot
+    if snapshot.pid != entry.pid:
+        raise AgentQueryError(f"the snapshot file names process {snapshot.pid}, not {entry.pid}; not using it")
+    return _age(snapshot, read.published_unix_s)
 
 
 def _read_once(path: Path, max_bytes: int) -> PublishedSnapshot | None:
     published = read_snapshot_file(path, max_bytes)
     if published is None:
         return None
-    try:
-        document = wire.decode_response(published.document)
-    except (ValueError, RecursionError) as error:
-        raise SnapshotFileError("published something that is not JSON") from error
-    return PublishedSnapshot(parse_snapshot(document), published.published_unix_s)
+    return PublishedSnapshot(decode_snapshot(published.document), published.published_unix_s)
 
 
-def _age(snapshot: dict[str, Any], published_unix_s: float) -> None:
-    """Bring the figures that count time since something to now: the file was written up to a second ago. The
-    nested records are replaced, not changed: a kept reader shares them with the snapshots of other rounds."""
+def _age(snapshot: AgentSnapshot, published_unix_s: float) -> AgentSnapshot:
+    """The snapshot with the figures that count time since something brought to now: the file was written up to a
+    second ago. A new record, the nested ones replaced, not changed: a kept reader shares them between rounds."""
     age = max(0.0, time.time() - published_unix_s)
-    snapshot["published_unix_s"] = published_unix_s
-    if isinstance(snapshot.get("uptime_s"), float):
-        snapshot["uptime_s"] += age
-    steps = snapshot.get("steps")
-    if isinstance(steps, dict) and isinstance(steps.get("last_step_age_s"), float):
-        snapshot["steps"] = {**steps, "last_step_age_s": steps["last_step_age_s"] + age}
-    sdk = snapshot.get("tpu_sdk")
-    if isinstance(sdk, dict) and isinstance(sdk.get("read_age_s"), float):
-        snapshot["tpu_sdk"] = {**sdk, "read_age_s": sdk["read_age_s"] + age}
+    steps, sdk = snapshot.steps, snapshot.tpu_sdk
+    return msgspec.structs.replace(
+        snapshot, published_unix_s=published_unix_s,
+        uptime_s=None if snapshot.uptime_s is None else snapshot.uptime_s + age,
+        steps=steps if steps is None or steps.last_step_age_s is None else msgspec.structs.replace(
+            steps, last_step_age_s=steps.last_step_age_s + age),
+        tpu_sdk=sdk if sdk is None or sdk.read_age_s is None else msgspec.structs.replace(
+            sdk, read_age_s=sdk.read_age_s + age))
 
 
 def _exchange(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int = wire.MAX_RESPONSE_BYTES,
-              connections: AgentConnections | None = None, published: bool = True) -> dict[str, Any]:
+              connections: AgentConnections | None = None, published: bool = True) -> AgentSnapshot:
     if request == wire.REQUEST_SNAPSHOT and published:
         snapshot = _published(entry, max_bytes)
         if snapshot is not None:
@@ -291,11 +293,7 @@ def _exchange(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int
         if not pid_alive(entry.pid):
             raise AgentGone(f"process {entry.pid} is gone")
         raise AgentQueryError("closed the connection without answering")
-    try:
-        document = wire.decode_response(received)
-    except (ValueError, RecursionError) as error:
-        raise AgentQueryError("answered something that is not JSON") from error
-    return _checked(document)
+    return _checked(received, NOT_JSON)
 
 
 def _ask(entry: SocketEntry, request: str, timeout_s: float, max_bytes: int,
@@ -412,6 +410,15 @@ def list_agents(timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None 
 
 def query_agent(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None = None,
                 request: str = wire.REQUEST_SNAPSHOT) -> dict[str, Any]:
+    """`query_snapshot`'s answer as its JSON document: every field of the record, None where the agent sent none
+    (for callers that write or compare the answer as JSON)."""
+    document: dict[str, Any] = msgspec.to_builtins(query_snapshot(pid, timeout_s, directory=directory,
+                                                                  request=request))
+    return document
+
+
+def query_snapshot(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Path | None = None,
+                   request: str = wire.REQUEST_SNAPSHOT) -> AgentSnapshot:
     """The answer of the agent in process `pid` to `request` (its snapshot by default), asked on its socket: made
     now, not the one it published last; raises AgentQueryError (AgentGone if it exited)."""
     from tpu_tools.metrics.rundir import check_socket_file, socket_path
@@ -434,10 +441,10 @@ def query_agent(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: Pa
 
 @dataclass
 class StacksAnswer:
-    """Where every Python thread of a job is (agent_snapshot.STACKS), how it was read, and its main frame."""
+    """Where every Python thread of a job is (records.agent.Stacks, as JSON), how it was read, and its main frame."""
 
     pid: int
-    stacks: dict[str, Any]
+    stacks: Stacks
     source: str  # "agent": its answer; "faulthandler": written on a signal, the job being stuck holding its lock
     where: str | None
 
@@ -450,7 +457,7 @@ def query_stacks(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: P
     from tpu_tools.metrics.stacks import StacksError, read_fault_stacks, where
 
     try:
-        stacks = query_agent(pid, timeout_s, directory=directory, request=wire.REQUEST_STACKS).get("stacks")
+        stacks = query_snapshot(pid, timeout_s, directory=directory, request=wire.REQUEST_STACKS).stacks
         if stacks is None:
             raise AgentQueryError("answered without stacks (an agent of an earlier version)")
         return StacksAnswer(pid, stacks, "agent", where(stacks))
@@ -460,7 +467,7 @@ def query_stacks(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S, *, directory: P
         unanswered = error
     entry = SocketEntry(pid, socket_path(pid, directory))
     published = _published(entry, DEFAULT_MAX_BYTES)
-    number = published.get("stacks_signal") if published is not None else None
+    number = published.stacks_signal if published is not None else None
     if number is None:
         raise AgentQueryError(f"{unanswered}; and its agent publishes no signal for its stacks")
     try:

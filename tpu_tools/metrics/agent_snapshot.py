@@ -1,155 +1,191 @@
-"""The agent snapshot (schema tpu-tools/agent/v1) as a typed record.
+"""Decoding an agent's answer (schema tpu-tools/agent/v1) into its record, `records.agent.AgentSnapshot`.
 
-An agent is another process: whatever it answers is checked here, field by field, before a
-monitor, tpu-top or a bundle reads it. A snapshot that does not fit becomes one error for that
-agent (`RecordError`), so one broken or hostile job never hides the others.
+An agent is another process: whatever it answers is decoded straight from its bytes into the typed record,
+checked against its types and bounds, before a monitor, tpu-top or a bundle reads it. A snapshot that does not
+fit becomes one error for that agent (`RecordError`, one sentence naming the field), so one broken or hostile
+job never hides the others.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from tpu_tools.records import AnyJSON, Bool, Float, Int, List, Map, Obj, RecordError, Str, parse
+import msgspec
+import msgspec.inspect as types
 
-SCHEMA = "tpu-tools/agent/v1"
+from tpu_tools.metrics.records.agent import MAX_DEPTH, SCHEMA, AgentSnapshot
+from tpu_tools.records import RecordError
+from tpu_tools.shorten import quoted, shorten
 
-_COUNT = Int(min=0)
-_BYTES = Int(min=0)
-_SECONDS = Float(min=0.0)
+__all__ = ["SCHEMA", "RecordError", "decode_snapshot", "parse_snapshot", "snapshot_record"]
 
-DEVICE = Obj({
-    "id": Int(min=0), "local_hardware_id": Int(), "platform": Str(256), "device_kind": Str(256),
-    "process_index": Int(min=0), "host": Str(256), "coords": List(Int(), max_items=8), "core_on_chip": Int(min=0),
-    "memory_limit_bytes": _BYTES, "memory_used_bytes": _BYTES, "memory_peak_bytes": _BYTES,
-    "live_array_bytes": _BYTES, "live_array_count": _COUNT,
-}, required=("id", "platform", "device_kind"))  # what the devices group pairs devices with chips by
+NOT_A_SNAPSHOT = "answered something that is not an agent snapshot"
+NOT_JSON = "answered something that is not JSON"
 
-FUNCTION = Obj({
-    "name": Str(4096), "compile_count": _COUNT, "recompile_count": _COUNT, "trace_count": _COUNT,
-    "trace_time_s": _SECONDS, "lowering_time_s": _SECONDS, "backend_compile_time_s": _SECONDS,
-    "cache_hits": _COUNT, "cache_misses": _COUNT, "last_recompile_reason": Str(),
-})
+_DECODER = msgspec.json.Decoder(AgentSnapshot)
+_KINDS = {"array": "a list", "object": "an object", "int": "an integer", "float": "a number", "str": "a string",
+          "bool": "true or false"}
+_TOO_LONG = re.compile(r"Expected `str` of length <= \d+")
+_SNAPSHOT_TYPE = msgspec.inspect.type_info(AgentSnapshot)
+_MESSAGE = re.compile(r"(?P<what>.*?)(?: - at `\$(?P<path>.*)`)?$", re.DOTALL)
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+|\.\.\.)\]")
 
-RECOMPILE = Obj({
-    "function": Str(4096), "time_unix_s": Float(), "compile_count": _COUNT, "backend_compile_time_s": _SECONDS,
-    "reason": Str(),
-})
 
-COMPILES = Obj({
-    "listening": Bool(), "compile_count": _COUNT, "recompile_count": _COUNT, "trace_count": _COUNT,
-    "trace_time_s": _SECONDS, "lowering_time_s": _SECONDS, "backend_compile_time_s": _SECONDS,
-    "cache_hits": _COUNT, "cache_misses": _COUNT, "in_memory_cache_hits": _COUNT,  # the last: torch_xla's
-    "functions": List(FUNCTION), "recent_recompiles": List(RECOMPILE),
-})
+def decode_snapshot(data: bytes | bytearray | memoryview) -> AgentSnapshot:
+    """The record of an agent's answer, decoded from its JSON bytes; RecordError says in one sentence what is
+    wrong (the answer is not JSON, not a snapshot, or a field does not fit)."""
+    try:
+        snapshot = _DECODER.decode(data)
+    except msgspec.ValidationError as error:
+        document = _document(data)
+        if _TOO_LONG.match(str(error)) and isinstance(document, dict):
+            return snapshot_record(document)  # cuts the texts past their bounds
+        raise RecordError(_sentence(error, document)) from None
+    except msgspec.DecodeError:
+        # NaN and Infinity are not JSON, but Python's json writes them (earlier agents did): read them as json
+        # does, and the record's check names the figure
+        return snapshot_record(_lenient_document(data))
+    except RecursionError as error:
+        raise RecordError(NOT_JSON) from error
+    if snapshot.schema != SCHEMA:
+        raise RecordError(NOT_A_SNAPSHOT)
+    return snapshot
 
-# torch_xla's figures (tpu_tools.agent.torchxla); a JAX job's are null
-_TRANSFER = Obj({"count": _COUNT, "time_s": _SECONDS, "bytes": _BYTES})
-EXECUTIONS = Obj({"count": _COUNT, "time_s": _SECONDS})
-TRANSFERS = Obj({"to_device": _TRANSFER, "from_device": _TRANSFER})
-CPU_FALLBACKS = Obj({"total": _COUNT, "ops": List(Obj({"op": Str(256), "count": _COUNT}, required=("op",)),
-                                                  max_items=1024)})
 
-COMPILATION_CACHE = Obj({
-    "listening": Bool(), "dir_configured": Str(4096), "dir_in_use": Str(4096), "lookups": _COUNT, "hits": _COUNT,
-    "misses": _COUNT, "entries_written": _COUNT, "seconds_saved_s": _SECONDS, "key_records_written": _COUNT,
-    "key_record_error": Str(512), "host": Str(256), "deserialize_failures": _COUNT,
-    "recent_misses": List(Obj({"module": Str(1024), "key": Str(1200), "time_unix_s": Float(),
-                               "differing": List(Str(64), max_items=32), "explanation": Str(2000)}), max_items=64),
-    "set_too_late": List(Obj({"setting": Str(64), "in_effect": Str(4096), "now": Str(4096), "message": Str(512)}),
-                         max_items=8),
-})
-
-STEPS = Obj({
-    "count": _COUNT, "steps_per_second": _SECONDS, "last_step_time_s": _SECONDS, "p50_step_time_s": _SECONDS,
-    "p99_step_time_s": _SECONDS, "last_step_age_s": _SECONDS,
-})
-
-_FIGURE = Float(min=0.0)
-GOODPUT_SPAN = Obj({
-    "wall_s": _SECONDS, "goodput_percent": _FIGURE, "causes_s": Map(_SECONDS, max_items=32),
-    "causes_percent": Map(_FIGURE, max_items=32), "flops": _FIGURE, "samples": _FIGURE, "flops_per_s": _FIGURE,
-    "mfu_percent": _FIGURE, "samples_per_s": _FIGURE, "cost_per_million_samples": _FIGURE,
-})
-
-GOODPUT = Obj({
-    "started_unix_s": Float(), "steps": _COUNT, "median_step_time_s": _SECONDS, "idle_threshold_s": _SECONDS,
-    "step_flops": _FIGURE, "step_flops_source": Str(64),
-    "step_programs": List(Obj({"name": Str(256), "flops": _FIGURE}), max_items=16),
-    "since_start": GOODPUT_SPAN, "recent": GOODPUT_SPAN,
-    "window_s": _SECONDS, "rejected": Map(_COUNT, max_items=16), "last_error": Str(512),
-    "peak_flops_per_s": _FIGURE, "peak_source": Str(256), "price_per_hour": _FIGURE,
-    "problems": List(Str(512), max_items=16),
-})
-
-METRIC = Obj({
-    "name": Str(128), "value": Float(), "step": _COUNT, "scope": Str(16, one_of=("global", "local")),
-    "kind": Str(16, one_of=("replicated", "local", "host")), "devices": _COUNT, "job_devices": _COUNT,
-    "time_unix_s": Float(), "suspect": Str(256),
-}, required=("name", "kind"))
-
-METRICS = Obj({"values": List(METRIC, max_items=256), "rejected": _COUNT, "last_error": Str(512)})
-
-# The answer to the "arrays" request (tpu_tools.agent.arrays): device memory by allocation, on request only
-ARRAYS = Obj({
-    "arrays": List(Obj({"shape": Str(1024), "dtype": Str(64), "sharding": Str(4096), "source": Str(4096),
-                        "bytes": _BYTES,
-                        "count": _COUNT}), max_items=1000),
-    "arrays_looked_at": _COUNT, "truncated": Bool(),
-    "sites": List(Obj({"source": Str(4096), "bytes": _BYTES, "count": _COUNT}), max_items=1000),
-    "sites_error": Str(), "elapsed_s": _SECONDS,
-})
-
-# The answer to the "stacks" request (tpu_tools.agent.stacks), also what faulthandler's text is read into
-FRAME = Obj({"file": Str(4096), "line": Int(min=0), "function": Str(1024)})
-STACKS = Obj({
-    "time_unix_s": Float(),
-    "threads": List(Obj({"name": Str(256), "id": Int(), "main": Bool(), "daemon": Bool(),
-                         "frames": List(FRAME, max_items=256)}), max_items=1024),
-})
-
-SNAPSHOT = Obj({
-    "schema": Str(64), "pid": Int(min=1), "tag": Str(1024), "user": Str(256), "command": Str(),
-    "agent_version": Str(256), "started_unix_s": Float(), "uptime_s": Float(), "jax_version": Str(256),
-    "frontend": Str(32), "frontend_version": Str(256),
-    "explain_recompiles": Bool(),
-    "runtime": Obj({"platform": Str(256), "platform_version": Str(1024), "process_index": Int(min=0),
-                    "process_count": Int(min=1), "live_arrays_age_s": _SECONDS}, required=("platform",)),
-    "devices": List(DEVICE, max_items=4096),
-    "memory_error": Str(),
-    "process": Obj({"cpu_percent": Float(min=0.0), "cpu_time_s": _SECONDS, "rss_bytes": _BYTES,
-                    "threads": _COUNT}),
-    "compiles": COMPILES,
-    "compilation_cache": COMPILATION_CACHE,
-    "executions": EXECUTIONS, "transfers": TRANSFERS, "cpu_fallbacks": CPU_FALLBACKS,
-    # the startup contract's findings (tpu_tools.agent.xlastartup)
-    "startup": List(Obj({"check": Str(64), "message": Str(512), "fix": Str(512)}, required=("message",)),
-                    max_items=16),
-    "steps": STEPS,
-    # libtpu's SDK metrics read in the job (tpu_tools.agent.tpusdk); checked again where they are used
-    "tpu_sdk": Obj({"status": Str(256), "metrics": Map(AnyJSON(), max_items=64),
-                    "tensorcore_utilization_percent": List(AnyJSON(), max_items=1024),
-                    "read_age_s": Float(min=0.0)}),
-    "goodput": GOODPUT,  # tpu_tools.agent.goodput
-    "metrics": METRICS,  # tpu_tools.agent.metrics
-    "error": AnyJSON(),
-    "arrays_report": ARRAYS,
-    "arrays_error": Str(),
-    "stacks": STACKS,
-    "stacks_signal": Int(min=1, max=64),  # faulthandler writes the stacks to agent-<pid>.stacks on this signal
-    "published_unix_s": Float(),  # read from the snapshot file (tpu_tools.metrics.snapfile): when it was written
-    "publish_error": Str(512),
-    # the job the process is one process of, across restarts and hosts (tpu_tools.agent.joblog)
-    "job": Obj({"id": Str(200), "source": Str(64), "worker": Str(64), "log": Str(4096), "step": _COUNT,
-                "last_checkpoint_step": _COUNT, "log_error": Str(512)}, required=("id",)),
-}, required=("schema", "pid"))
+def snapshot_record(document: Any) -> AgentSnapshot:
+    """The record of an agent's answer already read as JSON (a bundle's member); RecordError as decode_snapshot."""
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise RecordError(NOT_A_SNAPSHOT)
+    try:
+        try:
+            return msgspec.convert(document, AgentSnapshot)
+        except msgspec.ValidationError as error:
+            if not _TOO_LONG.match(str(error)):
+                raise
+            # A text past its bound is cut, not refused: read once more with every such text cut (the rare way:
+            # the bounds are checked by msgspec as it decodes, the cutting walks the document in Python)
+            return msgspec.convert(_cut_texts(document, _SNAPSHOT_TYPE, 0), AgentSnapshot)
+    except msgspec.ValidationError as error:
+        raise RecordError(_sentence(error, document)) from None
+    except RecursionError as error:
+        raise RecordError("answered a malformed snapshot (nested too deeply)") from error
 
 
 def parse_snapshot(document: Any) -> dict[str, Any]:
-    """The checked copy of an agent's answer; RecordError says what is wrong with it in one sentence."""
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise RecordError("answered something that is not an agent snapshot")
+    """The checked JSON document of an agent's answer (every field, None where the agent sent none)."""
+    document_of_record: dict[str, Any] = msgspec.to_builtins(snapshot_record(document))
+    return document_of_record
+
+
+_TOO_DEEP = object()
+
+
+def _cut_texts(value: Any, kind: types.Type, depth: int) -> Any:
+    """`value` with every text longer than the `max_length` of its place in `kind` cut to it (what does not fit
+    `kind` otherwise is left for msgspec to name)."""
+    if depth > MAX_DEPTH:
+        return value
+    if isinstance(kind, types.UnionType):
+        for member in kind.types:
+            value = _cut_texts(value, member, depth)
+        return value
+    if isinstance(kind, types.StrType) and isinstance(value, str):
+        return value[:kind.max_length] if kind.max_length is not None else value
+    if isinstance(kind, types.StructType) and isinstance(value, dict):
+        cut = dict(value)
+        for field in kind.fields:
+            if field.encode_name in cut:
+                cut[field.encode_name] = _cut_texts(cut[field.encode_name], field.type, depth + 1)
+        return cut
+    if isinstance(kind, types.ListType) and isinstance(value, list):
+        return [_cut_texts(item, kind.item_type, depth + 1) for item in value]
+    if isinstance(kind, types.DictType) and isinstance(value, dict):
+        return {key: _cut_texts(item, kind.value_type, depth + 1) for key, item in value.items()}
+    return value
+
+
+def _document(data: bytes | bytearray | memoryview) -> Any:
+    """The answer as plain JSON, to name the value that did not fit (read only for an answer that does not)."""
     try:
-        snapshot: dict[str, Any] = parse(SNAPSHOT, document)
-    except RecordError as error:
-        raise RecordError(f"answered a malformed snapshot ({error})") from error
-    return snapshot
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return None
+    except RecursionError:
+        return _TOO_DEEP
+
+
+def _lenient_document(data: bytes | bytearray | memoryview) -> Any:
+    from tpu_tools.metrics import wire
+
+    try:
+        return wire.decode_response(bytes(data))
+    except (ValueError, RecursionError) as error:
+        raise RecordError(NOT_JSON) from error
+
+
+def _sentence(error: msgspec.ValidationError, document: Any) -> str:
+    """msgspec's account of a misfit, in the words of the project's records: the path, then what is wrong."""
+    if document is _TOO_DEEP:
+        return "answered a malformed snapshot (nested too deeply)"
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        return NOT_A_SNAPSHOT
+    match = _MESSAGE.match(str(error))
+    assert match is not None  # the pattern matches any text
+    what, path = match["what"], match["path"] or ""
+    steps = [name or index for name, index in _STEP.findall(path)]
+    value, found = _at(document, steps)
+    reason = _reason(what, value if found else None)
+    if found and value is None and steps:
+        last = steps[-1]
+        parent = _path(steps[:-1])
+        if last.isdigit() or last == "...":
+            reason, parent = "is null", _path(steps)
+        else:
+            reason = f"{last} is missing"
+        return f"answered a malformed snapshot ({parent + ': ' if parent else ''}{reason})"
+    required = re.fullmatch(r"Object missing required field `(.*)`", what)
+    if required:
+        reason = f"{required[1]} is missing"
+    where = _path(steps)
+    return f"answered a malformed snapshot ({where + ': ' if where else ''}{reason})"
+
+
+def _at(document: Any, steps: list[str]) -> tuple[Any, bool]:
+    value = document
+    for step in steps:
+        if isinstance(value, dict) and step in value:
+            value = value[step]
+        elif isinstance(value, list) and step.isdigit() and int(step) < len(value):
+            value = value[int(step)]
+        else:
+            return None, False
+    return value, True
+
+
+def _path(steps: list[str]) -> str:
+    text = "".join(f"[{step}]" if step.isdigit() or step == "..." else f".{step}" for step in steps)
+    return text[1:] if text.startswith(".") else text
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"  # repr() of 5000 digits raises
+    return quoted(value, 40)
+
+
+def _reason(what: str, value: Any) -> str:
+    expected = re.fullmatch(r"Expected `([a-z]+)(?: \| null)?`, got `.*`", what)
+    if expected:
+        return f"expected {_KINDS.get(expected[1], expected[1])}, got {_describe(value)}"
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return f"expected a finite number, got {_describe(value)}"
+    if re.fullmatch(r"Expected `(int|float)` [<>]=? .*", what) or what == "Integer value out of range":
+        return f"{_describe(value)} is out of range"
+    longest = re.fullmatch(r"Expected `(array|object)` of length <= (\d+)", what)
+    if longest and isinstance(value, (list, dict)):
+        unit = "items" if longest[1] == "array" else "entries"
+        return f"has {len(value)} {unit}, more than {longest[2]}"
+    if what.startswith("Invalid enum value"):
+        return f"{_describe(value)} is not one of the words it may be"
+    return shorten(what[:1].lower() + what[1:], 200)

@@ -12,10 +12,11 @@ directory.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from tpu_tools.metrics.records.jobs import AgentEntry, CacheWriter, ProcessesGroup, SharedCacheDir
 
 PREFIX = "tpu_tools_"
 _COUNTERS = (("lookups", "compilation_cache_lookups", "Persistent compilation cache lookups of the job."),
@@ -29,64 +30,35 @@ _COUNTERS = (("lookups", "compilation_cache_lookups", "Persistent compilation ca
 FLEET_SERIES = {f"{name}_total": key for key, name, _ in _COUNTERS}
 
 
-@dataclass
-class Writer:
-    pid: int | None
-    tag: str | None
-    host: str | None
-    entries_written: int
-
-    @property
-    def text(self) -> str:
-        where = f"{self.host}:" if self.host else ""
-        return f"{where}{self.pid}" + (f" ({self.tag})" if self.tag else "")
+def _writer_text(writer: CacheWriter) -> str:
+    where = f"{writer.host}:" if writer.host else ""
+    return f"{where}{writer.pid}" + (f" ({writer.tag})" if writer.tag else "")
 
 
-@dataclass
-class SharedCacheDir:
-    """A cache directory written by more than one process."""
-
-    dir: str
-    writers: list[Writer] = field(default_factory=list)
-
-    @property
-    def hosts(self) -> list[str]:
-        return sorted({w.host for w in self.writers if w.host})
-
-    @property
-    def message(self) -> str:
-        across = f" on {len(self.hosts)} hosts" if len(self.hosts) > 1 else ""
-        return (f"compilation cache {self.dir} is written by {len(self.writers)} processes{across}: "
-                f"{', '.join(w.text for w in self.writers)}; give each process or host its own cache, or let one "
-                "writer warm it and the others read")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"dir": self.dir, "writers": [asdict(w) for w in self.writers], "hosts": self.hosts,
-                "message": self.message}
+def _shared(directory: str, writers: list[CacheWriter]) -> SharedCacheDir:
+    hosts = sorted({w.host for w in writers if w.host})
+    across = f" on {len(hosts)} hosts" if len(hosts) > 1 else ""
+    return SharedCacheDir(dir=directory, writers=writers, hosts=hosts, message=(
+        f"compilation cache {directory} is written by {len(writers)} processes{across}: "
+        f"{', '.join(_writer_text(w) for w in writers)}; give each process or host its own cache, or let one "
+        "writer warm it and the others read"))
 
 
-def _cache(agent: dict[str, Any]) -> dict[str, Any]:
-    cache = agent.get("compilation_cache")
-    return cache if isinstance(cache, dict) else {}
-
-
-def shared_cache_dirs(agents: list[dict[str, Any]]) -> list[SharedCacheDir]:
-    """The directories more than one of these agents' jobs wrote entries into (never raises on odd entries)."""
-    by_dir: dict[str, list[Writer]] = {}
+def shared_cache_dirs(agents: list[AgentEntry]) -> list[SharedCacheDir]:
+    """The directories more than one of these agents' jobs wrote entries into."""
+    by_dir: dict[str, list[CacheWriter]] = {}
     for agent in agents:
-        cache = _cache(agent)
-        directory, written = cache.get("dir_in_use"), cache.get("entries_written")
-        if not isinstance(directory, str) or not isinstance(written, int) or written <= 0:
+        cache = agent.compilation_cache
+        if cache is None or not cache.dir_in_use or not cache.entries_written:
             continue
-        host = agent.get("host") or cache.get("host")
-        pid = agent.get("pid")
-        by_dir.setdefault(directory, []).append(Writer(pid if isinstance(pid, int) else None, agent.get("tag"),
-                                                       str(host) if host else None, written))
-    return [SharedCacheDir(d, sorted(w, key=lambda x: (x.host or "", x.pid or 0)))
+        host = agent.host_name or cache.host
+        by_dir.setdefault(cache.dir_in_use, []).append(CacheWriter(pid=agent.pid, tag=agent.tag, host=host or None,
+                                                                   entries_written=cache.entries_written))
+    return [_shared(d, sorted(w, key=lambda x: (x.host or "", x.pid or 0)))
             for d, w in sorted(by_dir.items()) if len(w) > 1]
 
 
-def cache_metrics(data: dict[str, Any]) -> Iterator[Metric]:
+def cache_metrics(data: ProcessesGroup) -> Iterator[Metric]:
     """Prometheus families of the jobs' caches, labelled by pid, tag and cache_dir (the directory in use)."""
     labels = ["pid", "tag", "cache_dir"]
     counters = {key: CounterMetricFamily(f"{PREFIX}process_{name}", doc, labels=labels)
@@ -97,19 +69,19 @@ def cache_metrics(data: dict[str, Any]) -> Iterator[Metric]:
     shared = GaugeMetricFamily(f"{PREFIX}compilation_cache_writers",
                                "Processes on this host that wrote into a cache directory written by more than one.",
                                labels=["cache_dir"])
-    agents = [a for a in data.get("agents") or [] if isinstance(a, dict) and not a.get("error")]
+    agents = [a for a in data.agents if not a.error]
     for agent in agents:
-        cache = _cache(agent)
-        pid, tag = str(agent.get("pid")), str(agent.get("tag") or "")
-        directory = cache.get("dir_in_use")
-        if isinstance(directory, str):
+        cache = agent.compilation_cache
+        if cache is None:
+            continue
+        pid, tag = str(agent.pid), agent.tag or ""
+        if cache.dir_in_use is not None:
             for key, family in counters.items():
-                value = cache.get(key)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    family.add_metric([pid, tag, directory], float(value))
-        for setting in cache.get("set_too_late") or []:
-            if isinstance(setting, dict):
-                late.add_metric([pid, tag, str(setting.get("setting"))], 1.0)
+                value = getattr(cache, key)
+                if value is not None:
+                    family.add_metric([pid, tag, cache.dir_in_use], float(value))
+        for setting in cache.set_too_late or []:
+            late.add_metric([pid, tag, str(setting.setting)], 1.0)
     for found in shared_cache_dirs(agents):
         shared.add_metric([found.dir], float(len(found.writers)))
     yield from counters.values()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpu_tools.metrics.libtpu import LibtpuSnapshot, names
+from tpu_tools.metrics.records.jobs import AgentEntry
 
 SCHEMA = "tpu-tools/list-metrics/v1"
 READ = "read"
@@ -62,25 +63,23 @@ def libtpu_listing(snapshot: LibtpuSnapshot) -> SourceListing:
     return listing
 
 
-def agent_listing(agent: dict[str, Any]) -> SourceListing:
+def agent_listing(agent: AgentEntry) -> SourceListing:
     """The libtpu SDK metrics an agent reads in its job (a `processes` group entry)."""
-    tag = agent.get("tag")
-    source = f"pid {agent.get('pid')}" + (f" ({tag})" if tag else "")
-    listing = SourceListing("agent", source, error=agent.get("error"))
-    sdk = agent.get("tpu_sdk")
+    source = f"pid {agent.pid}" + (f" ({agent.tag})" if agent.tag else "")
+    listing = SourceListing("agent", source, error=agent.error)
+    sdk = agent.tpu_sdk
     if listing.error is not None:
         return listing
-    if not isinstance(sdk, dict):
+    if sdk is None:
         listing.error = "this agent reads no libtpu SDK metrics (an older tpu-tools)"
         return listing
-    if sdk.get("status") != "ok":
-        listing.error = str(sdk.get("status"))
+    if sdk.status != "ok":
+        listing.error = str(sdk.status)
         return listing
-    listing.metrics = [MetricEntry(name, READ) for name in sdk.get("metrics") or []]
-    unreadable = sdk.get("unreadable") or {}
-    listing.metrics += [MetricEntry(name, f"{UNREADABLE}: {why}") for name, why in unreadable.items()]
+    listing.metrics = [MetricEntry(name, READ) for name in sdk.metrics]
+    listing.metrics += [MetricEntry(name, f"{UNREADABLE}: {why}") for name, why in sdk.unreadable.items()]
     return listing
 
 
-def build_catalog(snapshots: Sequence[LibtpuSnapshot], agents: Sequence[dict[str, Any]]) -> MetricCatalog:
+def build_catalog(snapshots: Sequence[LibtpuSnapshot], agents: Sequence[AgentEntry]) -> MetricCatalog:
     return MetricCatalog([*(libtpu_listing(s) for s in snapshots), *(agent_listing(a) for a in agents)])

@@ -91,11 +91,11 @@ def held_chips(discovery: Discovery, exclude_pids: frozenset[int] = frozenset())
 
 
 def _job_health(result: AgentResult) -> tuple[str | None, TpuHealth | None]:
-    sdk = (result.snapshot or {}).get("tpu_sdk")
-    if not isinstance(sdk, dict):
+    sdk = result.snapshot.tpu_sdk if result.snapshot is not None else None
+    if sdk is None:
         return None, None
-    status = shorten(str(sdk.get("status")), 200) if sdk.get("status") is not None else None
-    return status, health_from_sdk(sdk.get("metrics"))
+    status = shorten(sdk.status, 200) if sdk.status is not None else None
+    return status, health_from_sdk(sdk.metrics)
 
 
 def pair(job: JobHealth, chips: Sequence[Chip], host_chips: Sequence[Chip]) -> tuple[dict[int, ChipHealth],
@@ -155,8 +155,8 @@ def read_host_health(discovery: Discovery, timeout_s: float,
         if result.error is not None:
             host.notes.append(f"{who} holds TPU chips but its agent did not answer: {result.error}")
             continue
-        frontend = (result.snapshot or {}).get("frontend")
-        job.frontend = shorten(frontend, 32) if isinstance(frontend, str) and frontend else None
+        frontend = result.snapshot.frontend if result.snapshot is not None else None
+        job.frontend = shorten(frontend, 32) if frontend else None
         job.sdk_status, job.health = _job_health(result)
         if job.health is None:
             host.notes.append(f"{who}'s agent read no TPU health ({job.sdk_status or 'no libtpu SDK read'})")

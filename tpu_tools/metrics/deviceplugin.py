@@ -12,10 +12,9 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from tpu_tools.metrics.metricspage import PageTooLarge, read_metrics_page, unreachable_reason
+from tpu_tools.metrics.records.jobs import PluginAccelerator, PluginRead
 from tpu_tools.shorten import shorten
 
 DEFAULT_ADDRESS = "localhost:2112"
@@ -25,31 +24,6 @@ _FIGURES = {"duty_cycle": "duty_cycle_percent", "memory_used": "memory_used_byte
 _LABELS = ("model", "make", "namespace", "pod", "container")
 _MAX_BYTES = 4 << 20
 _MAX_ACCELERATORS = 1024
-
-
-@dataclass
-class PluginAccelerator:
-    accelerator_id: str
-    model: str | None = None
-    make: str | None = None
-    namespace: str | None = None
-    pod: str | None = None
-    container: str | None = None
-    duty_cycle_percent: float | None = None
-    memory_used_bytes: float | None = None
-    memory_total_bytes: float | None = None
-
-
-@dataclass
-class PluginRead:
-    address: str | None  # None: not asked (not a Kubernetes node and no address given)
-    error: str | None = None
-    accelerators: list[PluginAccelerator] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"address": self.address, "error": self.error,
-                "accelerators": [asdict(a) for a in self.accelerators], "notes": list(self.notes)}
 
 
 def plugin_address(environ: Mapping[str, str] | None = None) -> str | None:
@@ -81,7 +55,7 @@ def parse(text: str) -> tuple[list[PluginAccelerator], list[str]]:
             if not identity or (identity not in accelerators and len(accelerators) >= _MAX_ACCELERATORS):
                 skipped += 1
                 continue
-            entry = accelerators.setdefault(identity, PluginAccelerator(shorten(identity, 200)))
+            entry = accelerators.setdefault(identity, PluginAccelerator(accelerator_id=shorten(identity, 200)))
             for label in _LABELS:
                 if sample.labels.get(label):
                     setattr(entry, label, sample.labels[label][:200])
@@ -95,7 +69,7 @@ def parse(text: str) -> tuple[list[PluginAccelerator], list[str]]:
 
 def read_plugin(timeout_s: float, environ: Mapping[str, str] | None = None) -> PluginRead:
     address = plugin_address(environ)
-    result = PluginRead(address)
+    result = PluginRead(address=address)
     if address is None:
         return result
     try:

@@ -13,6 +13,8 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from tpu_tools.metrics.records.jobs import AgentEntry, GlobalMetricFinding, MetricWorker
+
 RELATIVE_TOLERANCE = 1e-6  # replicated values are bitwise equal; this only forgives printing round-trips
 
 
@@ -21,29 +23,27 @@ def _differ(values: list[float]) -> bool:
     return high - low > RELATIVE_TOLERANCE * max(abs(low), abs(high), 1e-30)
 
 
-def global_metric_findings(agents: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One finding per global metric that is not global: {tag, name, step, reason, workers[]}."""
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
-    findings: list[dict[str, Any]] = []
+def global_metric_findings(agents: list[AgentEntry]) -> list[GlobalMetricFinding]:
+    """One finding per global metric that is not global: its tag, name, step, reason and workers."""
+    groups: dict[tuple[Any, ...], list[MetricWorker]] = defaultdict(list)
+    findings: list[GlobalMetricFinding] = []
     for agent in agents:
-        if agent.get("error"):
+        if agent.error:
             continue
-        for metric in agent.get("metrics") or []:
-            if not isinstance(metric, dict) or metric.get("scope") != "global":
+        for metric in agent.metrics:
+            if metric.scope != "global":
                 continue
-            worker = {"host": agent.get("host"), "pid": agent.get("pid"),
-                      "process_index": agent.get("process_index"), "value": metric.get("value"),
-                      "kind": metric.get("kind"), "step": metric.get("step")}
-            if metric.get("suspect"):
-                findings.append({"tag": agent.get("tag"), "name": metric.get("name"), "step": metric.get("step"),
-                                 "reason": str(metric["suspect"]), "workers": [worker]})
-            groups[(agent.get("tag"), agent.get("process_count"), metric.get("name"), metric.get("step"))].append(
-                worker)
+            worker = MetricWorker(host=agent.host_name, pid=agent.pid, process_index=agent.process_index,
+                                  value=metric.value, kind=metric.kind, step=metric.step)
+            if metric.suspect:
+                findings.append(GlobalMetricFinding(tag=agent.tag, name=metric.name, step=metric.step,
+                                                    reason=metric.suspect, workers=[worker]))
+            groups[(agent.tag, agent.process_count, metric.name, metric.step)].append(worker)
     for (tag, _, name, step), workers in sorted(groups.items(), key=lambda item: str(item[0])):
-        values = [w["value"] for w in workers if isinstance(w["value"], (int, float)) and math.isfinite(w["value"])]
+        values = [w.value for w in workers if w.value is not None and math.isfinite(w.value)]
         if len(values) >= 2 and _differ(values):
-            findings.append({"tag": tag, "name": name, "step": step,
-                             "reason": f"differs between {len(workers)} workers at step {step} "
-                                       f"({min(values):.6g} to {max(values):.6g})",
-                             "workers": workers})
+            findings.append(GlobalMetricFinding(
+                tag=tag, name=name, step=step, workers=workers,
+                reason=f"differs between {len(workers)} workers at step {step} ({min(values):.6g} to "
+                       f"{max(values):.6g})"))
     return findings

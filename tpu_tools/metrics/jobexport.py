@@ -10,10 +10,9 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from tpu_tools.metrics.metricspage import PageTooLarge, read_metrics_page, unreachable_reason
+from tpu_tools.metrics.records.jobs import ExportedFamily, ExportedSample, JobEndpoint
 from tpu_tools.parsing import port_number
 from tpu_tools.shorten import shorten
 
@@ -23,32 +22,6 @@ PREFIXES = {"orbax": ("jax_orbax_write_", "jax_checkpoint_write_", "jax_orbax_re
             "grain": ("grain_python_",)}
 _MAX_BYTES = 8 << 20
 _MAX_SAMPLES = 5000
-
-
-@dataclass
-class ExportedFamily:
-    source: str  # "orbax" or "grain"
-    name: str
-    type: str
-    documentation: str
-    samples: list[dict[str, Any]] = field(default_factory=list)  # {name, labels, value (None: not finite)}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "name": self.name, "type": self.type, "documentation": self.documentation,
-                "samples": self.samples}
-
-
-@dataclass
-class JobEndpoint:
-    address: str
-    sources: list[str]  # which of orbax / grain this port is configured for
-    error: str | None = None
-    families: list[ExportedFamily] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"address": self.address, "sources": list(self.sources), "error": self.error,
-                "families": [f.to_dict() for f in self.families], "notes": list(self.notes)}
 
 
 def endpoints(environ: Mapping[str, str] | None = None) -> dict[int, list[str]]:
@@ -70,7 +43,7 @@ def scrape(port: int, sources: list[str], timeout_s: float, host: str = "127.0.0
     """The Orbax / Grain families the job's endpoint serves now; an endpoint that fails sets `error`."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    endpoint = JobEndpoint(f"{host}:{port}", sources)
+    endpoint = JobEndpoint(address=f"{host}:{port}", sources=sources)
     try:
         text = read_metrics_page(endpoint.address, timeout_s, _MAX_BYTES)
     except PageTooLarge as error:
@@ -85,14 +58,15 @@ def scrape(port: int, sources: list[str], timeout_s: float, host: str = "127.0.0
             source = _source_of(family.name, sources)
             if source is None:
                 continue
-            exported = ExportedFamily(source, family.name, family.type, shorten(family.documentation, 200))
+            exported = ExportedFamily(source=source, name=family.name, type=family.type,
+                                      documentation=shorten(family.documentation, 200))
             for sample in family.samples:
                 if kept >= _MAX_SAMPLES:
                     endpoint.notes.append(f"more than {_MAX_SAMPLES} samples: the rest left out")
                     break
                 value = float(sample.value)
-                exported.samples.append({"name": sample.name, "labels": dict(sample.labels),
-                                         "value": value if math.isfinite(value) else None})
+                exported.samples.append(ExportedSample(name=sample.name, labels=dict(sample.labels),
+                                                       value=value if math.isfinite(value) else None))
                 kept += 1
             endpoint.families.append(exported)
             if kept >= _MAX_SAMPLES:

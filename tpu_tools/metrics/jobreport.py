@@ -9,31 +9,21 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tpu_tools.metrics.joblife import Figures, ProcessLife, job_life
 from tpu_tools.metrics.joblog import host_name, read_log
+from tpu_tools.metrics.records.jobs import AgentEntry, JobLife, JobLifeFigures
 from tpu_tools.metrics.rundir import pid_alive
 
 REREAD_S = 10.0
 
 
-@dataclass
-class JobReport:
-    job: str
-    log: str
-    state: str | None = None
-    processes: int = 0
-    last_step: int | None = None
-    figures: Figures | None = None
-    error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"job": self.job, "log": self.log, "state": self.state, "processes": self.processes,
-                "last_step": self.last_step, "goodput": self.figures.to_dict() if self.figures else None,
-                "error": self.error}
+def job_figures(figures: Figures) -> JobLifeFigures:
+    return JobLifeFigures(wall_s=figures.wall_s, goodput_percent=figures.goodput_percent, causes_s=figures.causes_s,
+                          disruptions=figures.disruptions, lost_progress_steps=figures.lost_steps,
+                          lost_progress_s=figures.lost_s, recovery_s=figures.recovery_s)
 
 
 def local_pid_gone(process: ProcessLife) -> bool:
@@ -41,32 +31,28 @@ def local_pid_gone(process: ProcessLife) -> bool:
     return process.host == host_name() and not pid_alive(process.pid)
 
 
-def read_job(job: str, log: str) -> JobReport:
+def read_job(job: str, log: str) -> JobLife:
     """The job's life from its log; a log that cannot be read gives `error`."""
-    report = JobReport(job, log)
     try:
         read = read_log(Path(log))
     except OSError as error:
-        report.error = f"cannot read the job's log {log}: {error.strerror or error}"
-        return report
+        return JobLife(job=job, log=log, error=f"cannot read the job's log {log}: {error.strerror or error}")
     life = job_life(read.events, local_pid_gone, time.time())
-    report.state, report.processes, report.last_step = life.state, len(life.processes), life.last_step
-    report.figures = life.figures
-    return report
+    return JobLife(job=job, log=log, state=life.state, processes=len(life.processes), last_step=life.last_step,
+                   goodput=job_figures(life.figures) if life.figures else None)
 
 
 class JobLogs:
     """The reports of the jobs the agents name, each log read again only when it changed or REREAD_S passed."""
 
     def __init__(self) -> None:
-        self._read: dict[tuple[str, str], tuple[Any, JobReport]] = {}
+        self._read: dict[tuple[str, str], tuple[Any, JobLife]] = {}
 
-    def reports(self, agents: list[dict[str, Any]]) -> list[JobReport]:
+    def reports(self, agents: list[AgentEntry]) -> list[JobLife]:
         named: dict[tuple[str, str], None] = {}
         for agent in agents:
-            job = agent.get("job")
-            if isinstance(job, dict) and isinstance(job.get("id"), str) and isinstance(job.get("log"), str):
-                named[(job["id"], job["log"])] = None
+            if agent.job is not None and agent.job.log is not None:
+                named[(agent.job.id, agent.job.log)] = None
         found = []
         for key in named:
             try:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpu_tools.metrics.jobexport import JobEndpoint
 from tpu_tools.metrics.libtpu import DistributionSummary, LibtpuSnapshot, RuntimeStatus, names
+from tpu_tools.metrics.records.jobs import AgentEntry, JobEndpoint, SdkFigures
 
 SCHEMA = "tpu-tools/metric/v1"
 PERCENTILE_COLUMNS = ("p50", "p90", "p95", "p999")  # tpu-info's
@@ -160,45 +160,48 @@ def runtime_status(query: str, statuses: Sequence[RuntimeStatus]) -> MetricResul
     return result
 
 
-def tensorcore_utilization(agents: Sequence[dict[str, Any]]) -> MetricResult:
+def _status(sdk: SdkFigures | None) -> str:
+    return (sdk.status if sdk is not None else None) or "no SDK"
+
+
+def tensorcore_utilization(agents: Sequence[AgentEntry]) -> MetricResult:
     result = MetricResult("tensorcore_utilization", ["pid", "tag", "core", "utilization_percent"])
     for agent in agents:
-        sdk = agent.get("tpu_sdk") or {}
-        cores = sdk.get("tensorcore_utilization_percent")
-        if agent.get("error") or cores is None:
-            result.notes.append(f"pid {agent.get('pid')}: {agent.get('error') or sdk.get('status') or 'no SDK'}")
+        cores = agent.tpu_sdk.tensorcore_utilization_percent if agent.tpu_sdk is not None else None
+        if agent.error or cores is None:
+            result.notes.append(f"pid {agent.pid}: {agent.error or _status(agent.tpu_sdk)}")
             continue
-        result.rows += [[agent.get("pid"), agent.get("tag"), core, value] for core, value in enumerate(cores)]
+        result.rows += [[agent.pid, agent.tag, core, value] for core, value in enumerate(cores)]
     if not agents:
         result.notes.append("no agent answered (TensorCore utilization is read inside the job by its agent)")
     return result
 
 
-def _health_rows(agents: Sequence[dict[str, Any]], name: str, key: str, result: MetricResult) -> None:
+def _health_rows(agents: Sequence[AgentEntry], name: str, key: str, result: MetricResult) -> None:
     """Rows of one health list of every agent that read it; problems and agents without it become notes."""
     for agent in agents:
-        sdk = agent.get("tpu_sdk") or {}
-        health = sdk.get("health")
-        who = f"pid {agent.get('pid')}"
-        if agent.get("error") or not isinstance(health, dict):
-            result.notes.append(f"{who}: {agent.get('error') or sdk.get('status') or 'no SDK'}"
-                                + ("" if agent.get("error") or not sdk else f"; {name} not read"))
+        sdk = agent.tpu_sdk
+        health = sdk.health if sdk is not None else None
+        who = f"pid {agent.pid}"
+        if agent.error or health is None:
+            result.notes.append(f"{who}: {agent.error or _status(sdk)}"
+                                + ("" if agent.error or sdk is None else f"; {name} not read"))
             continue
-        for item in health.get(key) or []:
-            result.rows.append([agent.get("pid"), agent.get("tag"), *(item[c] for c in result.columns[2:])])
-        result.notes += [f"{who}: {problem}" for problem in health.get("problems") or [] if problem.startswith(name)]
+        for item in getattr(health, key):
+            result.rows.append([agent.pid, agent.tag, *(getattr(item, c) for c in result.columns[2:])])
+        result.notes += [f"{who}: {problem}" for problem in health.problems if problem.startswith(name)]
     if not agents:
         result.notes.append(f"no agent answered ({name} is read inside the job by its agent)")
 
 
-def link_health(agents: Sequence[dict[str, Any]]) -> MetricResult:
+def link_health(agents: Sequence[AgentEntry]) -> MetricResult:
     """libtpu's ICI link health per link (0 healthy .. 10 unusable) of every job whose agent read it."""
     result = MetricResult("ici_link_health", ["pid", "tag", "location", "tray", "chip", "port", "score", "state"])
     _health_rows(agents, "ici_link_health", "ici_links", result)
     return result
 
 
-def throttle_scores(agents: Sequence[dict[str, Any]]) -> MetricResult:
+def throttle_scores(agents: Sequence[AgentEntry]) -> MetricResult:
     """libtpu's throttle score per device (0 .. 10 = throttled by 0-100 %) of every job whose agent read it."""
     result = MetricResult("tpu_throttle_score", ["pid", "tag", "device", "score", "throttled_percent"])
     _health_rows(agents, "tpu_throttle_score", "throttle", result)
@@ -213,12 +216,12 @@ def job_family(query: str, endpoints: Sequence[JobEndpoint]) -> MetricResult:
             continue
         for family in endpoint.families:
             if family.name.startswith(query):
-                result.rows += [[endpoint.address, s["name"], s["labels"], s["value"]] for s in family.samples]
+                result.rows += [[endpoint.address, s.name, s.labels, s.value] for s in family.samples]
     return result
 
 
 def answer(query: str, *, snapshots: Sequence[LibtpuSnapshot] = (), statuses: Sequence[RuntimeStatus] = (),
-           agents: Sequence[dict[str, Any]] = (), endpoints: Sequence[JobEndpoint] = ()) -> MetricResult:
+           agents: Sequence[AgentEntry] = (), endpoints: Sequence[JobEndpoint] = ()) -> MetricResult:
     if query in PER_DEVICE:
         return per_device(query, snapshots)
     if query in RUNTIME_STATUS:

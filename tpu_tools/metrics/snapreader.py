@@ -5,14 +5,11 @@ reader spends is taken from the job. A `SnapshotFiles` kept from round to round 
 connections) therefore keeps each file open and, per round, asks the kernel three things: is the path still
 the file it holds (`lstat`), does a live agent still hold it (a lock probe), and what is its generation now
 (one read that also takes the document, where it is about the size of the last one).
-An unchanged generation is the snapshot already checked: nothing is decoded or checked again. A new one is
-decoded, and of its top-level fields only those whose value differs from the last generation's
-are checked again (the devices, the compiled functions, the cache's figures seldom move between two
-publications; the steps and the goodput do). The result is what `parse_snapshot` gives for the whole
-document.
+An unchanged generation is the snapshot already decoded: nothing is read into a record again. A new one is
+decoded straight into its record (`agent_snapshot.decode_snapshot`), as a socket answer is.
 
-The snapshots returned share their unchanged parts with those of earlier rounds: readers read them, and
-build their own records from them, never change them in place (a top-level field may be replaced).
+The records returned are shared with the readers of earlier rounds: readers never change them in place (a
+reader that brings a figure up to date makes a new record, `msgspec.structs.replace`).
 """
 
 from __future__ import annotations
@@ -23,10 +20,9 @@ import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from tpu_tools.metrics import wire
-from tpu_tools.metrics.agent_snapshot import SNAPSHOT, parse_snapshot
+from tpu_tools.metrics.agent_snapshot import NOT_JSON, decode_snapshot
+from tpu_tools.metrics.records.agent import AgentSnapshot
 from tpu_tools.metrics.rundir import private_file_problem
 from tpu_tools.metrics.snapfile import (
     SnapshotFileError,
@@ -34,28 +30,22 @@ from tpu_tools.metrics.snapfile import (
     open_snapshot_file,
     writer_alive,
 )
-
-# Top-level fields a generation may carry over from the last one's check: those the record may lack (a field
-# it must hold stays in the document that is checked, so its absence is never mistaken for a fault).
-_CARRIED = tuple(name for name, spec in SNAPSHOT.fields.items()
-                 if spec.nullable and name not in SNAPSHOT.required and name not in SNAPSHOT.present)
+from tpu_tools.records import RecordError
 
 
 @dataclass
 class ReadCounts:
     """What the reads cost, counted (the tests assert on these, not on time)."""
 
-    unchanged: int = 0  # reads that found the generation already checked: nothing decoded
+    unchanged: int = 0  # reads that found the generation already decoded: nothing decoded again
     decoded: int = 0  # documents decoded
-    fields_checked: int = 0  # top-level fields checked anew in those documents
-    fields_carried: int = 0  # top-level fields taken from the last generation's check
 
 
 @dataclass
 class PublishedSnapshot:
     """A checked snapshot read from a file, and when its agent published it."""
 
-    snapshot: dict[str, Any]
+    snapshot: AgentSnapshot
     published_unix_s: float
 
 
@@ -67,22 +57,21 @@ class _Kept:
     generation: int = 0
     published_unix_s: float = 0.0
     length: int = 0  # of the last document read
-    document: dict[str, Any] | None = None  # the last generation as decoded
-    snapshot: dict[str, Any] | None = None  # and as checked
+    snapshot: AgentSnapshot | None = None  # the last generation as decoded
 
 
 @dataclass
 class SnapshotFiles:
-    """Snapshot files kept open between rounds, each with its last generation decoded and checked."""
+    """Snapshot files kept open between rounds, each with its last generation decoded."""
 
     counts: ReadCounts = field(default_factory=ReadCounts)
     _kept: dict[Path, _Kept] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)  # a round's reads, or its end, at a time
 
     def read(self, path: Path, max_bytes: int) -> PublishedSnapshot | None:
-        """The snapshot published at `path`, checked as `parse_snapshot` checks it (a new top-level dict each
-        call); None when there is none (no file, nothing published yet, its writer gone). Raises
-        SnapshotFileError when the file is unsafe or malformed, RecordError when its snapshot is."""
+        """The snapshot published at `path`, decoded into its record (shared: never changed in place); None when
+        there is none (no file, nothing published yet, its writer gone). Raises SnapshotFileError when the file
+        is unsafe or malformed, RecordError when its snapshot is."""
         with self._lock:
             return self._read(path, max_bytes)
 
@@ -105,18 +94,18 @@ class SnapshotFiles:
             return None
         if held and published.generation == held and kept.snapshot is not None:
             self.counts.unchanged += 1
-            return PublishedSnapshot(dict(kept.snapshot), kept.published_unix_s)
+            return PublishedSnapshot(kept.snapshot, kept.published_unix_s)
         self.counts.decoded += 1
         try:
-            document = wire.decode_response(published.document)
-        except (ValueError, RecursionError) as error:
+            snapshot = decode_snapshot(published.document)
+        except RecordError as error:
             self._drop(path)
-            raise SnapshotFileError("published something that is not JSON") from error
-        snapshot = self._checked(document, kept)
+            if str(error) == NOT_JSON:
+                raise SnapshotFileError("published something that is not JSON") from error
+            raise
         kept.generation, kept.published_unix_s = published.generation, published.published_unix_s
-        kept.length = len(published.document)
-        kept.document, kept.snapshot = document, snapshot
-        return PublishedSnapshot(dict(snapshot), published.published_unix_s)
+        kept.length, kept.snapshot = len(published.document), snapshot
+        return PublishedSnapshot(snapshot, published.published_unix_s)
 
     def _current(self, path: Path) -> _Kept | None:
         """The file at `path`, kept open: the one opened before while the path still names it, else opened now."""
@@ -142,25 +131,6 @@ class SnapshotFiles:
         opened = os.fstat(fd)  # what was opened, which may have replaced what lstat saw
         kept = self._kept[path] = _Kept(fd, opened.st_dev, opened.st_ino)
         return kept
-
-    def _checked(self, document: Any, kept: _Kept) -> dict[str, Any]:
-        """`parse_snapshot(document)`, with the top-level fields equal to the last generation's taken from its
-        check (the same value checks to the same result)."""
-        last, checked = kept.document, kept.snapshot
-        if last is None or checked is None or not isinstance(document, dict):
-            self.counts.fields_checked += len(document) if isinstance(document, dict) else 1
-            return parse_snapshot(document)
-        carried = [name for name in _CARRIED
-                   if isinstance(document.get(name), (dict, list)) and name in last and document[name] == last[name]]
-        if not carried:
-            self.counts.fields_checked += len(document)
-            return parse_snapshot(document)
-        snapshot = parse_snapshot({name: value for name, value in document.items() if name not in carried})
-        for name in carried:
-            snapshot[name] = checked[name]
-        self.counts.fields_checked += len(document) - len(carried)
-        self.counts.fields_carried += len(carried)
-        return snapshot
 
     def forget_except(self, paths: Collection[Path]) -> None:
         """Close the files of every other agent (gone, or no longer read)."""

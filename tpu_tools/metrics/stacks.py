@@ -3,7 +3,7 @@
 Stacks come from the agent's `stacks` answer or, for a job stuck holding its
 interpreter's lock, from the text faulthandler writes into the run directory's
 `agent-<pid>.stacks` on the signal the agent registered
-(tpu_tools.agent.stacks). Both become the same record (agent_snapshot.STACKS):
+(tpu_tools.agent.stacks). Both become the same record (records.agent.Stacks):
 threads, each with its frames outermost first.
 """
 
@@ -14,8 +14,8 @@ import re
 import stat
 import time
 from pathlib import Path
-from typing import Any
 
+from tpu_tools.metrics.records.agent import Frame, Stacks, Thread
 from tpu_tools.metrics.rundir import private_file_problem
 
 MAX_FAULT_TEXT = 4 << 20
@@ -30,44 +30,50 @@ class StacksError(Exception):
     """The stacks could not be read; the message says why in one sentence."""
 
 
-def parse_fault_text(text: str) -> dict[str, Any]:
-    """faulthandler's all-threads dump as a STACKS record; the thread whose outermost frame is `<module>` is main."""
-    threads: list[dict[str, Any]] = []
+def parse_fault_text(text: str) -> Stacks:
+    """faulthandler's all-threads dump as a Stacks record; the thread whose outermost frame is `<module>` is main."""
+    threads: list[Thread] = []
     for line in text.splitlines():
         header = _THREAD.match(line)
         if header:
-            threads.append({"name": f"thread {header.group(2)}", "id": int(header.group(2), 16), "main": False,
-                            "frames": []})
+            threads.append(Thread(name=f"thread {header.group(2)}", id=int(header.group(2), 16), main=False,
+                                  frames=[]))
             continue
         frame = _FRAME.match(line)
         if frame and threads:
-            threads[-1]["frames"].insert(0, {"file": frame.group(1), "line": int(frame.group(2)),
-                                             "function": frame.group(3)})
+            frames = threads[-1].frames
+            assert frames is not None  # made with a list just above
+            frames.insert(0, Frame(file=frame.group(1), line=int(frame.group(2)), function=frame.group(3)))
     for thread in threads:
-        thread["main"] = bool(thread["frames"]) and thread["frames"][0]["function"] == "<module>"
-    threads.sort(key=lambda entry: not entry["main"])
-    return {"time_unix_s": time.time(), "threads": threads}
+        thread.main = bool(thread.frames) and thread.frames is not None and thread.frames[0].function == "<module>"
+    threads.sort(key=lambda entry: not entry.main)
+    return Stacks(time_unix_s=time.time(), threads=threads)
 
 
 def is_library(file: str) -> bool:
     return any(marker in file for marker in _LIBRARY)
 
 
-def where(stacks: dict[str, Any]) -> str | None:
+def main_thread(stacks: Stacks) -> Thread | None:
+    """The job's main thread, else its first; None without threads."""
+    threads = stacks.threads or []
+    return next((t for t in threads if t.main), threads[0] if threads else None)
+
+
+def where(stacks: Stacks) -> str | None:
     """"function (file:line)" of the innermost frame of the job's own code in its main thread (else its first
     thread; else the innermost frame of any kind); None without frames."""
-    threads = stacks.get("threads") or []
-    thread = next((t for t in threads if t.get("main")), threads[0] if threads else None)
-    frames = (thread or {}).get("frames") or []
+    thread = main_thread(stacks)
+    frames = (thread.frames if thread is not None else None) or []
     if not frames:
         return None
-    frame = next((f for f in reversed(frames) if not is_library(f["file"])), frames[-1])
-    return f"{frame['function']} ({os.path.basename(frame['file'])}:{frame['line']})"
+    frame = next((f for f in reversed(frames) if not is_library(f.file or "")), frames[-1])
+    return f"{frame.function} ({os.path.basename(frame.file or '?')}:{frame.line})"
 
 
-def read_fault_stacks(pid: int, signal_number: int, path: Path, timeout_s: float) -> dict[str, Any]:
+def read_fault_stacks(pid: int, signal_number: int, path: Path, timeout_s: float) -> Stacks:
     """Send `signal_number` to `pid` and read what faulthandler appends to `path` (this user's private file)
-    within `timeout_s`, as a STACKS record. Raises StacksError."""
+    within `timeout_s`, as a Stacks record. Raises StacksError."""
     fd = _open_private(path)
     try:
         before = os.fstat(fd).st_size
@@ -92,7 +98,7 @@ def read_fault_stacks(pid: int, signal_number: int, path: Path, timeout_s: float
     finally:
         os.close(fd)
     stacks = parse_fault_text(text)
-    if not stacks["threads"]:
+    if not stacks.threads:
         raise StacksError(f"process {pid} wrote something that is not faulthandler's stacks")
     return stacks
 

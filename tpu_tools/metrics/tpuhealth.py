@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpu_tools.metrics.records.jobs import ChipHealth
 from tpu_tools.outside import OutsideError
 from tpu_tools.shorten import quoted, shorten
 
@@ -210,38 +211,37 @@ def _values(metrics: dict[Any, Any], name: str, problems: list[str]) -> list[obj
     return values
 
 
-def attention(health: dict[str, Any] | None) -> list[str]:
-    """Sentences for what needs a look, from a health record's JSON form: links that are not healthy (worst
-    first), throttled devices, values that were not read."""
-    if not health:
+def attention(health: ChipHealth | None) -> list[str]:
+    """Sentences for what needs a look, from a health record: links that are not healthy (worst first), throttled
+    devices, values that were not read."""
+    if health is None:
         return []
     lines = []
-    links = sorted(health.get("ici_links") or [], key=lambda link: -int(link["score"]))
-    for link in links:
-        if link["score"] > 0:
-            lines.append(f"ICI link {link['location']} is at {link['score']} of 10 ({link_state(link['score'])})")
-    for device in health.get("throttle") or []:
-        if device["score"] > 0:
-            lines.append(f"TPU device {device['device']} is throttled by {device['throttled_percent']} %")
-    lines += [f"health value not read: {problem}" for problem in health.get("problems") or []]
+    for link in sorted(health.ici_links, key=lambda link: -(link.score or 0)):
+        if link.score:
+            lines.append(f"ICI link {link.location} is at {link.score} of 10 ({link_state(link.score)})")
+    for device in health.throttle:
+        if device.score > 0:
+            lines.append(f"TPU device {device.device} is throttled by {device.throttled_percent} %")
+    lines += [f"health value not read: {problem}" for problem in health.problems]
     return lines
 
 
-def short_health(health: dict[str, Any] | None) -> tuple[str, str]:
+def short_health(health: ChipHealth | None) -> tuple[str, str]:
     """(text of at most 7 characters, level) for a table cell: the worst link, else the worst throttling.
 
     level: "error" (a link unusable), "warn" (a link with a problem, a throttled device, a value not read),
     "ok", or "none" (no health read)."""
-    if not health:
+    if health is None:
         return "-", "none"
-    link = max((int(x["score"]) for x in health.get("ici_links") or []), default=None)
-    throttle = max((int(x["score"]) for x in health.get("throttle") or []), default=None)
+    link = max((x.score or 0 for x in health.ici_links), default=None)
+    throttle = max((x.score for x in health.throttle), default=None)
     if link is not None and link >= 10:
         return "ICI 10", "error"
     if link is not None and link > 0:
         return f"ICI {link}", "warn"
     if throttle:
         return f"thr{throttle * 10}%", "warn"
-    if health.get("problems"):
+    if health.problems:
         return "?", "warn"
     return ("ok", "ok") if link is not None or throttle is not None else ("-", "none")

@@ -113,13 +113,11 @@ def running_jobs(timeout_s: float = 2.0) -> RunningJobs:
     found: dict[str, str] = {}
     writers: set[str] = set()
     for result in scan.results:
-        cache = (result.snapshot or {}).get("compilation_cache")
-        used = cache.get("dir_in_use") if isinstance(cache, dict) else None
-        if isinstance(used, str) and used:
+        cache = result.snapshot.compilation_cache if result.snapshot is not None else None
+        if cache is not None and cache.dir_in_use:
             who = f"{result.pid}" + (f" ({result.tag})" if result.tag else "")
-            found[who] = used
-            written = cache.get("entries_written") if isinstance(cache, dict) else None
-            if isinstance(written, int) and written > 0:  # a reader of a warmed cache writes nothing
+            found[who] = cache.dir_in_use
+            if cache.entries_written:  # a reader of a warmed cache writes nothing
                 writers.add(who)
     return RunningJobs(found, frozenset(writers))
 

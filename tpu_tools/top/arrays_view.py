@@ -11,11 +11,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from tpu_tools.errors import first_line
 from tpu_tools.metrics import wire
-from tpu_tools.metrics.agent_client import query_agent
+from tpu_tools.metrics.agent_client import query_snapshot
+from tpu_tools.metrics.records.agent import AgentSnapshot, Arrays
 from tpu_tools.shorten import shorten
 from tpu_tools.top.drawing import DIM, ERROR, NORMAL, TITLE, Column, Line, column_header, layout, table_row
 from tpu_tools.units import format_bytes
@@ -24,11 +24,11 @@ ASK_TIMEOUT_S = 10.0  # the agent bounds its own read to about half a second; th
 MAX_ARRAY_ROWS = 10
 MAX_SITE_ROWS = 8
 
-Ask = Callable[[int], dict[str, Any]]  # PID -> the agent's answer to the arrays request
+Ask = Callable[[int], AgentSnapshot]  # PID -> the agent's answer to the arrays request
 
 
-def ask_agent(pid: int) -> dict[str, Any]:
-    return query_agent(pid, ASK_TIMEOUT_S, request=wire.REQUEST_ARRAYS)
+def ask_agent(pid: int) -> AgentSnapshot:
+    return query_snapshot(pid, ASK_TIMEOUT_S, request=wire.REQUEST_ARRAYS)
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class ArraysRead:
     pid: int
     asked_unix_s: float
     finished_unix_s: float | None = None
-    report: dict[str, Any] | None = None  # the agent's arrays_report
+    report: Arrays | None = None  # the agent's arrays_report
     error: str | None = None
 
     @property
@@ -72,13 +72,13 @@ class ArraysBoard:
 
     def _run(self, key: str, pid: int) -> None:
         asked = self.read(key)
-        report: dict[str, Any] | None = None
+        report: Arrays | None = None
         error: str | None = None
         try:
             answer = self._ask(pid)
-            report = answer.get("arrays_report")
+            report = answer.arrays_report
             if report is None:
-                error = str(answer.get("arrays_error") or "the agent read no arrays")
+                error = answer.arrays_error or "the agent read no arrays"
         except Exception as exc:  # noqa: BLE001 any failure of one job's agent is that job's one line, never the screen's
             error = first_line(exc)
         with self._lock:
@@ -98,12 +98,12 @@ def arrays_lines(read: ArraysRead | None, width: int) -> list[Line]:
     when = f"  read at {_clock(read.finished_unix_s)}"
     if read.error is not None:
         return [Line(), title.add(when, DIM), Line().add(shorten(f"  {read.error}", width), ERROR)]
-    report = read.report or {}
-    arrays = report.get("arrays") or []
-    took = report.get("elapsed_s")
-    title.add(f"{when} in {took:.2f} s, {report.get('arrays_looked_at', 0)} arrays looked at"
-              if isinstance(took, float) else when, DIM)
-    if report.get("truncated"):
+    report = read.report or Arrays()
+    arrays = report.arrays or []
+    took = report.elapsed_s
+    title.add(f"{when} in {took:.2f} s, {report.arrays_looked_at or 0} arrays looked at" if took is not None
+              else when, DIM)
+    if report.truncated:
         title.add("  (stopped at its bound: the figures are partial)", ERROR)
     lines = [Line(), title]
     columns = layout([Column("bytes", "BYTES", 10, right=True), Column("count", "#", 5, right=True),
@@ -117,26 +117,30 @@ def arrays_lines(read: ArraysRead | None, width: int) -> list[Line]:
         lines.append(column_header(columns))
         for group in arrays[:MAX_ARRAY_ROWS]:
             lines.append(table_row(columns, {
-                "bytes": (format_bytes(group.get("bytes")), NORMAL), "count": (str(group.get("count", "")), NORMAL),
-                "shape": (str(group.get("shape", "")), NORMAL), "dtype": (str(group.get("dtype", "")), NORMAL),
-                "sharding": (str(group.get("sharding", "")), NORMAL),
-                "source": (_short_source(group.get("source")) or "(no traceback)", NORMAL if group.get("source")
-                           else DIM)}))
+                "bytes": (format_bytes(group.bytes), NORMAL), "count": (_text(group.count), NORMAL),
+                "shape": (_text(group.shape), NORMAL), "dtype": (_text(group.dtype), NORMAL),
+                "sharding": (_text(group.sharding), NORMAL),
+                "source": (_short_source(group.source) or "(no traceback)", NORMAL if group.source else DIM)}))
         if len(arrays) > MAX_ARRAY_ROWS:
             lines.append(Line().add(f"  ... {len(arrays) - MAX_ARRAY_ROWS} more groups (tpu-monitor --arrays)", DIM))
-    sites = report.get("sites") or []
+    sites = report.sites or []
     lines.append(Line().add(" Allocation sites", TITLE).add("  JAX's device memory profile, by source line", DIM))
-    if report.get("sites_error"):
-        lines.append(Line().add(f"  {report['sites_error']}"[:width], ERROR))
+    if report.sites_error:
+        lines.append(Line().add(f"  {report.sites_error}"[:width], ERROR))
     elif not sites:
         lines.append(Line().add("  none", DIM))
     for site in sites[:MAX_SITE_ROWS]:
-        lines.append(Line().add(f"  {format_bytes(site.get('bytes')):>10} {site.get('count', ''):>5}  ")
-                     .add(_short_source(site.get("source")) or "?"))
+        lines.append(Line().add(f"  {format_bytes(site.bytes):>10} {_text(site.count):>5}  ")
+                     .add(_short_source(site.source) or "?"))
     return lines
 
 
-def _short_source(source: Any) -> str:
+def _text(value: object) -> str:
+    """A figure or word of the answer; empty where the agent sent none."""
+    return "" if value is None else str(value)
+
+
+def _short_source(source: str | None) -> str:
     """A source line without its directory: "job.py:13 (<module>)" (the full path is in tpu-monitor --arrays)."""
     if not source:
         return ""

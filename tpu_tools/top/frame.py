@@ -10,12 +10,12 @@ whole, so no header is ever cut inside a word.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from tpu_tools.metrics.libtpu.names import FIELD_METRICS
 from tpu_tools.metrics.libtpu.records import NOT_SERVED
 from tpu_tools.metrics.records.devices import Device, DeviceExtra
 from tpu_tools.metrics.records.gpu import GpuProcess
+from tpu_tools.metrics.records.jobs import AgentEntry, EntryCompiles, EntrySteps, StallFinding
 from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.metrics.tpuhealth import short_health
 from tpu_tools.shorten import shorten
@@ -51,7 +51,7 @@ from tpu_tools.top.history import History, device_graph_series, device_key
 from tpu_tools.top.jobview import job_lines
 from tpu_tools.top.keys import help_lines
 from tpu_tools.top.model import SORT_COLUMNS, ProcessRow, ViewState, device_memory_fraction, gpus_of
-from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_number
+from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_known, format_number
 
 HELP_LINES = help_lines()
 NOT_SERVED_CELL = "n/s"  # the device panel's short form of NOT_SERVED
@@ -60,9 +60,8 @@ NOT_SERVED_CELL = "n/s"  # the device panel's short form of NOT_SERVED
 def _hosts(report: MonitorReport) -> set[str]:
     """Hosts named by the report's records: a source that reads several hosts sets `host` on each record."""
     devices = report.devices.devices if report.devices is not None else []
-    processes = report.processes or {}
-    hosts = {r["host"] for r in [*(processes.get("agents") or []), *(processes.get("holders") or [])] if r.get("host")}
-    return hosts | {host for host in (d.host_name() for d in devices) if host}
+    agents = report.processes.agents if report.processes else []
+    return {a.host_name for a in agents if a.host_name} | {host for host in (d.host_name() for d in devices) if host}
 
 
 # --- panels ----------------------------------------------------------------------------------------------
@@ -102,7 +101,7 @@ def host_lines(report: MonitorReport, width: int) -> list[Line]:
         first.add(memory_text)
     loads = [host.load_average_1m, host.load_average_5m, host.load_average_15m]
     load_text = " ".join(MISSING if v is None else f"{v:.2f}" for v in loads)
-    agents = (report.processes or {}).get("agents")
+    agents = report.processes.agents if report.processes is not None else None
     parts = [(f" LOAD {load_text}", NORMAL), (f"CPUS {host.cpu_count or MISSING}", NORMAL),
              (f"SWAP {format_bytes(host.swap_used_bytes)} / {format_bytes(host.swap_total_bytes)}", NORMAL)]
     if agents is not None:
@@ -309,7 +308,7 @@ def elapsed_text(seconds: float | None) -> str:
 def _process_cells(row: ProcessRow, now: float, marked: bool = False) -> dict[str, list[Segment] | tuple[str, str]]:
     agent = row.has_agent and row.error is None
     tail = f"error: {row.error}" if row.error else short_command(row.command)
-    frontend = row.detail.get("frontend") if agent else None
+    frontend = row.agent.frontend if agent and row.agent else None
     if frontend and frontend != "jax":  # a frontend other than JAX is named: [torch_xla] train.py
         tail = f"[{frontend}] {tail}"
     if row.depth:  # the tree view: under its parent
@@ -327,7 +326,7 @@ def _process_cells(row: ProcessRow, now: float, marked: bool = False) -> dict[st
         "recompiles": (str(row.recompiles) if agent and row.recompiles is not None else MISSING,
                        WARN if agent and row.recompiles else NORMAL),
         # a job whose steps stopped (tpu_tools.metrics.stall): its last rate would hide it
-        "steps": ("STALL", ERROR) if agent and row.detail.get("stalled_s") is not None
+        "steps": ("STALL", ERROR) if agent and row.agent and row.agent.stalled_s is not None
         else (format_number(row.steps_per_second) if agent else MISSING, NORMAL),
         "sm": (percent_text(row.sm_percent), NORMAL),
         "time": (elapsed_text(None if row.started_unix_s is None else now - row.started_unix_s), NORMAL),
@@ -337,19 +336,19 @@ def _process_cells(row: ProcessRow, now: float, marked: bool = False) -> dict[st
 
 
 def _health_cell(row: ProcessRow) -> tuple[str, str]:
-    text, level = short_health((row.detail.get("tpu_sdk") or {}).get("health") if row.has_agent else None)
+    sdk = row.agent.tpu_sdk if row.agent is not None else None
+    text, level = short_health(sdk.health if sdk is not None else None)
     return (MISSING if level == "none" else text), {"error": ERROR, "warn": WARN}.get(level, NORMAL)
 
 
-def stall_finding_lines(findings: list[dict[str, Any]], width: int) -> list[Line]:
+def stall_finding_lines(findings: list[StallFinding], width: int) -> list[Line]:
     """One line per stalled job whose workers are in different places: the worker that differs, and where."""
     lines = []
     for finding in findings:
-        workers = ", ".join(f"{w.get('host')}/{w.get('pid')}" if w.get("host") else str(w.get("pid"))
-                            for w in finding.get("workers") or [])
-        where = (finding.get("workers") or [{}])[0].get("where")
-        text = (f"  stalled job {finding.get('tag') or MISSING}: worker {workers} differs, in {where}; "
-                f"the others in {', '.join(finding.get('others_where') or [])}")
+        workers = ", ".join(f"{w.host}/{w.pid}" if w.host else str(w.pid) for w in finding.workers)
+        where = finding.workers[0].where if finding.workers else None
+        text = (f"  stalled job {finding.tag or MISSING}: worker {workers} differs, in {where}; "
+                f"the others in {', '.join(finding.others_where)}")
         lines.append(Line().add(shorten(text, width), ERROR))
     return lines
 
@@ -369,12 +368,12 @@ def process_lines(report: MonitorReport, state: ViewState, width: int, max_rows:
     if state.marked:
         title_parts.append((f"{len(state.marked)} marked (space)", WARN))
     lines = [parts_line(title_parts, width)]
-    if group.get("error"):
-        return [*lines, Line().add(f"  {group['error']}", ERROR)], None
-    lines += stall_finding_lines(group.get("stall_findings") or [], width)
+    if group.error:
+        return [*lines, Line().add(f"  {group.error}", ERROR)], None
+    lines += stall_finding_lines(group.stall_findings, width)
     hosts = _hosts(report)
     # HOST:PORT of a fleet's hosts in full where they fit (up to 22 characters), else cut with a mark
-    health = any((a.get("tpu_sdk") or {}).get("health") for a in group.get("agents") or [])
+    health = any(a.tpu_sdk is not None and a.tpu_sdk.health is not None for a in group.agents)
     gpus = bool(gpus_of(report))
     rows = state.visible_rows(report)
     times = any(row.started_unix_s is not None for row in rows)
@@ -384,8 +383,7 @@ def process_lines(report: MonitorReport, state: ViewState, width: int, max_rows:
     now = report.time_unix_s or time.time()
     selected = state.resolve_selection(rows) if interactive else None
     if not rows:
-        text = "no process matches the filter" if state.filters.active() and (group.get("agents")
-                                                                            or group.get("holders")) \
+        text = "no process matches the filter" if state.filters.active() and (group.agents or group.holders) \
             else "no job runs the agent: start one with python -m tpu_tools.agent script.py"
         lines.append(Line().add(f"  {text}", DIM))
         return lines, None
@@ -419,28 +417,26 @@ def detail_lines(row: ProcessRow | None, width: int = 120, history: History | No
         return [Line().add(label, TITLE).add(row.error, ERROR), Line()]
     if not row.has_agent:
         return [Line().add(label, TITLE).add("holds a device; no tpu-tools agent in this process", DIM), Line()]
-    steps = row.detail.get("steps") or {}
-    compiles = row.detail.get("compiles") or {}
-    compile_time = sum(compiles.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s", "backend_compile_time_s"))
-    first = parts_line([(label + f"steps {steps.get('count') if steps.get('count') is not None else MISSING}", NORMAL),
-                    (f"last {seconds_text(steps.get('last_step_time_s'))}", NORMAL),
-                    (f"p50 {seconds_text(steps.get('p50_step_time_s'))}", NORMAL),
-                    (f"p99 {seconds_text(steps.get('p99_step_time_s'))}", NORMAL),
-                    (f"compile time {seconds_text(compile_time)}", NORMAL),
-                    (f"cache hits {compiles.get('cache_hits', MISSING)} misses {compiles.get('cache_misses', MISSING)}",
-                     NORMAL)], width)
+    agent = row.agent or AgentEntry(pid=row.pid)
+    steps, compiles = agent.steps or EntrySteps(), agent.compiles or EntryCompiles()
+    first = parts_line([(label + f"steps {steps.count if steps.count is not None else MISSING}", NORMAL),
+                    (f"last {seconds_text(steps.last_step_time_s)}", NORMAL),
+                    (f"p50 {seconds_text(steps.p50_step_time_s)}", NORMAL),
+                    (f"p99 {seconds_text(steps.p99_step_time_s)}", NORMAL),
+                    (f"compile time {seconds_text(compiles.compile_time_s)}", NORMAL),
+                    (f"cache hits {format_known(compiles.cache_hits)} misses "
+                     f"{format_known(compiles.cache_misses)}", NORMAL)], width)
     room = width - len(first.text) - 12
     if history is not None and room >= 8:
         rates = history.job(row.key, "steps_per_second", room)
         if any(v is not None for v in rates):
             first.add("  steps/s ", DIM).add(sparkline(rates, room, None, unicode), BAR_LOW)
-    recompiles = compiles.get("recent_recompiles") or []
+    recompiles = compiles.recent_recompiles
     second = Line().add(" last recompile: ", TITLE)
     if recompiles:
         last = recompiles[-1]
-        second.add(f"{last['function']} ({seconds_text(last.get('backend_compile_time_s'))})"
-                   + (f": {last['reason']}" if last.get("reason") else
-                      "  (reason: start the job with --explain-recompiles)"))
+        second.add(f"{last.function} ({seconds_text(last.backend_compile_time_s)})"
+                   + (f": {last.reason}" if last.reason else "  (reason: start the job with --explain-recompiles)"))
     else:
         second.add("none", DIM)
     return [first, second]

@@ -7,8 +7,7 @@ started; the legend under it gives each cause's share and seconds. Unknown figur
 
 from __future__ import annotations
 
-from typing import Any
-
+from tpu_tools.metrics.records.jobs import AgentEntry
 from tpu_tools.top.drawing import BAR_HIGH, BAR_LOW, BAR_MID, DIM, NORMAL, TITLE, WARN, Line, seconds_text
 from tpu_tools.units import format_number
 
@@ -20,12 +19,12 @@ UNKNOWN = "unknown"
 MAX_METRICS_SHOWN = 4
 
 
-def _percent(value: Any) -> str:
-    return f"{value:.1f}%" if isinstance(value, (int, float)) else UNKNOWN
+def _percent(value: float | None) -> str:
+    return f"{value:.1f}%" if value is not None else UNKNOWN
 
 
-def _number(value: Any) -> str:
-    return format_number(value) if isinstance(value, (int, float)) else UNKNOWN
+def _number(value: float | None) -> str:
+    return format_number(value) if value is not None else UNKNOWN
 
 
 def _bar(causes: dict[str, float], wall: float, width: int) -> Line:
@@ -42,20 +41,22 @@ def _bar(causes: dict[str, float], wall: float, width: int) -> Line:
     return line
 
 
-def goodput_lines(detail: dict[str, Any], width: int) -> list[Line]:
+def goodput_lines(detail: AgentEntry, width: int) -> list[Line]:
     """Lines for an agent's entry; none when the agent serves no goodput (an older agent)."""
-    figures = detail.get("goodput")
-    if not isinstance(figures, dict) or not isinstance(figures.get("since_start"), dict):
+    figures = detail.goodput
+    if figures is None or figures.since_start is None:
         return []
-    since = figures["since_start"]
-    recent = figures.get("recent") or {}
-    cost = recent.get("cost_per_million_samples", since.get("cost_per_million_samples"))
+    since = figures.since_start
+    recent = figures.recent
+    # the recent span's figure where the job reports a recent span, else the whole run's
+    cost = recent.cost_per_million_samples if recent is not None else since.cost_per_million_samples
+    mfu = recent.mfu_percent if recent is not None else since.mfu_percent
     lines = [Line().add(" GOODPUT ", TITLE).add(
-        f"{_percent(since.get('goodput_percent'))} since start, {_percent(recent.get('goodput_percent'))} "
-        f"recent  MFU {_percent(recent.get('mfu_percent', since.get('mfu_percent')))}  "
-        f"samples/s {_number(recent.get('samples_per_s'))}  cost/1M samples {_number(cost)}")]
-    wall = since.get("wall_s") or 0.0
-    causes = {str(k): float(v) for k, v in (since.get("causes_s") or {}).items() if isinstance(v, (int, float))}
+        f"{_percent(since.goodput_percent)} since start, {_percent(recent.goodput_percent if recent else None)} "
+        f"recent  MFU {_percent(mfu)}  samples/s {_number(recent.samples_per_s if recent else None)}  "
+        f"cost/1M samples {_number(cost)}")]
+    wall = since.wall_s or 0.0
+    causes = since.causes_s or {}  # cause -> seconds: a map, as the job names its phases
     if wall > 0 and causes:
         lines.append(_bar(causes, wall, width))
         legend = Line().add(" ")
@@ -64,11 +65,11 @@ def goodput_lines(detail: dict[str, Any], width: int) -> list[Line]:
             legend.add(f"{letter} {cause} {100 * seconds / wall:.0f}% {seconds_text(seconds)}  ",
                        NORMAL if cause == "productive" else DIM)
         lines.append(legend)
-    problems = [*(figures.get("problems") or []), *([figures["last_error"]] if figures.get("last_error") else [])]
+    problems = [*(figures.problems or []), *([figures.last_error] if figures.last_error else [])]
     for problem in problems[:2]:
         lines.append(Line().add(f" {problem}", WARN))
-    for metric in (detail.get("metrics") or [])[:MAX_METRICS_SHOWN]:
-        text = (f" {metric.get('name')} {_number(metric.get('value'))}  step "
-                f"{metric.get('step')}  {metric.get('scope') or 'no scope'}, {metric.get('kind')}")
-        lines.append(Line().add(text, NORMAL).add(f"  {metric['suspect']}" if metric.get("suspect") else "", WARN))
+    for metric in detail.metrics[:MAX_METRICS_SHOWN]:
+        text = (f" {metric.name} {_number(metric.value)}  step "
+                f"{metric.step}  {metric.scope or 'no scope'}, {metric.kind}")
+        lines.append(Line().add(text, NORMAL).add(f"  {metric.suspect}" if metric.suspect else "", WARN))
     return lines

@@ -114,9 +114,9 @@ class History:
         for row in rows:
             key = row.key
             subject = self._subject(self.jobs, key, JOB_SERIES)
-            steps = row.detail.get("steps") or {} if row.has_agent else {}
+            steps = row.agent.steps if row.agent is not None else None
             subject.series["steps_per_second"].append(row.steps_per_second)
-            subject.series["step_time_s"].append(steps.get("last_step_time_s"))
+            subject.series["step_time_s"].append(steps.last_step_time_s if steps is not None else None)
             subject.series["cpu_percent"].append(row.cpu_percent)
             subject.series["rss_bytes"].append(row.rss_bytes)
             seen.add(("j", key))

@@ -9,8 +9,8 @@ beyond what every refresh asks, except its arrays when `m` is pressed
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from tpu_tools.metrics.records.jobs import AgentEntry, EntryCompiles, EntrySteps
 from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.metrics.tpuhealth import attention
 from tpu_tools.top.arrays_view import arrays_lines
@@ -38,7 +38,7 @@ from tpu_tools.top.history import History
 from tpu_tools.top.jobpanel import job_life_lines
 from tpu_tools.top.model import ProcessRow, ViewState, rows_from_report
 from tpu_tools.top.stallview import stall_lines
-from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_number
+from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_known, format_number
 
 MAX_FUNCTIONS = 12
 MAX_RECOMPILES = 6
@@ -100,23 +100,23 @@ def job_lines(report: MonitorReport, state: ViewState, history: History | None, 
                 Line().add(" Esc goes back", DIM)]
     lines = [Line().add(f" {row.pid} {row.tag or ''}".rstrip(), TITLE).add(
         "" if row.has_agent else "   (no tpu-tools agent: what the system says of it)", DIM)]
-    detail = row.detail
+    detail = row.agent or AgentEntry(pid=row.pid)
     lines += [Line().add(text) for text in _wrap(row.command or MISSING, width, " ")][:3]
-    uptime = detail.get("uptime_s")
+    uptime = detail.uptime_s
     started = None if uptime is None else (report.time_unix_s or time.time()) - uptime
     facts = [f"user {row.user or MISSING}"]
     if started is not None:
         facts.append(f"started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}")
     if row.host:
         facts.append(f"host {row.host}")
-    if detail.get("platform"):
-        facts.append(f"platform {detail['platform']}")
-    if detail.get("jax_version"):
-        facts.append(f"jax {detail['jax_version']}")
-    elif detail.get("frontend"):  # a frontend other than JAX (torch_xla)
-        facts.append(f"{detail['frontend']} {detail.get('frontend_version') or MISSING}".rstrip())
-    if not row.has_agent and detail.get("chips") is not None:
-        facts.append(f"holds chips {', '.join(map(str, detail['chips']))}")
+    if detail.platform:
+        facts.append(f"platform {detail.platform}")
+    if detail.jax_version:
+        facts.append(f"jax {detail.jax_version}")
+    elif detail.frontend:  # a frontend other than JAX (torch_xla)
+        facts.append(f"{detail.frontend} {detail.frontend_version or MISSING}".rstrip())
+    if not row.has_agent and row.chips is not None:
+        facts.append(f"holds chips {', '.join(map(str, row.chips))}")
     lines.append(Line().add(" " + "  ".join(facts), DIM))
     cpu = history.job(row.key, "cpu_percent") if history else []
     rss = history.job(row.key, "rss_bytes") if history else []
@@ -157,44 +157,44 @@ def job_lines(report: MonitorReport, state: ViewState, history: History | None, 
 MAX_FALLBACK_OPS = 6
 
 
-def startup_lines(detail: dict[str, Any], width: int) -> list[Line]:
+def startup_lines(detail: AgentEntry, width: int) -> list[Line]:
     """The startup contract's findings (torch_xla: a setting made too late), each with its fix; none when kept."""
-    findings = [f for f in detail.get("startup") or [] if isinstance(f, dict)]
+    findings = detail.startup or []
     if not findings:
         return []
     lines = [Line(), Line().add(" Startup contract", TITLE).add(f"  {len(findings)} broken", DIM)]
     for finding in findings[:6]:
-        lines += [Line().add(text, ERROR) for text in _wrap(f"! {finding.get('message')}", width, "  ")][:2]
-        lines += [Line().add(text, DIM) for text in _wrap(f"fix: {finding.get('fix')}", width, "    ")][:2]
+        lines += [Line().add(text, ERROR) for text in _wrap(f"! {finding.message}", width, "  ")][:2]
+        lines += [Line().add(text, DIM) for text in _wrap(f"fix: {finding.fix}", width, "    ")][:2]
     return lines
 
 
 
-def fallback_lines(detail: dict[str, Any], width: int) -> list[Line]:
+def fallback_lines(detail: AgentEntry, width: int) -> list[Line]:
     """The ops the frontend ran on the CPU (torch_xla's aten:: fallbacks), most frequent first; none for JAX."""
-    fallbacks = detail.get("cpu_fallbacks")
-    if not isinstance(fallbacks, dict):
+    fallbacks = detail.cpu_fallbacks
+    if fallbacks is None:
         return []
-    ops = fallbacks.get("ops") or []
+    ops = fallbacks.ops or []
     title = Line().add(" CPU fallbacks", TITLE).add(
-        f"  {fallbacks.get('total', MISSING)} calls of {len(ops)} op{'s' if len(ops) != 1 else ''} ran on the CPU"
+        f"  {fallbacks.total} calls of {len(ops)} op{'s' if len(ops) != 1 else ''} ran on the CPU"
         if ops else "  none: every op ran on the device", DIM)
     lines = [title]
     for entry in ops[:MAX_FALLBACK_OPS]:
-        lines.append(Line().add(f"  {entry.get('count', MISSING):>8}  {entry.get('op')}"[:width], WARN))
+        lines.append(Line().add(f"  {entry.count!s:>8}  {entry.op}"[:width], WARN))
     if len(ops) > MAX_FALLBACK_OPS:
         lines.append(Line().add(f"  ... {len(ops) - MAX_FALLBACK_OPS} more ops (tpu-monitor --json)", DIM))
     return lines
 
 
-def _health_section(detail: dict[str, Any], width: int) -> list[Line]:
+def _health_section(detail: AgentEntry, width: int) -> list[Line]:
     """libtpu's ICI link health and throttling as the job's agent read them: what needs a look, worst first."""
-    health = (detail.get("tpu_sdk") or {}).get("health")
-    if not health:
+    health = detail.tpu_sdk.health if detail.tpu_sdk is not None else None
+    if health is None or not (health.ici_links or health.throttle or health.problems):
         return []
     said = attention(health)
-    title = Line().add(" TPU health", TITLE).add(
-        f"  {len(health.get('ici_links') or [])} ICI links, {len(health.get('throttle') or [])} devices", DIM)
+    title = Line().add(" TPU health", TITLE).add(f"  {len(health.ici_links)} ICI links, {len(health.throttle)} devices",
+                                                 DIM)
     if not said:
         return [title.add("  all healthy, none throttled", DIM)]
     return [title, *(Line().add(f"  {text}"[:width], ERROR if " 10 of 10 " in text else WARN) for text in said[:6])]
@@ -215,11 +215,11 @@ def _tall_graph(label: str, values: list[float | None], last: str, width: int, r
     return out
 
 
-def _device_section(detail: dict[str, Any], width: int) -> list[Line]:
-    devices = detail.get("devices") or []
+def _device_section(detail: AgentEntry, width: int) -> list[Line]:
+    devices = detail.devices
     lines = [Line(), Line().add(" Devices", TITLE).add(
-        f"  live arrays {detail.get('live_array_count') if detail.get('live_array_count') is not None else MISSING}"
-        f" ({format_bytes(detail.get('live_array_bytes'))})", DIM)]
+        f"  live arrays {detail.live_array_count if detail.live_array_count is not None else MISSING}"
+        f" ({format_bytes(detail.live_array_bytes)})", DIM)]
     if not devices:
         return [*lines, Line().add("  none reported", DIM)]
     columns = layout([Column("id", "ID", 4, right=True), Column("kind", "KIND", 14, priority=4, flex_max=24),
@@ -231,25 +231,23 @@ def _device_section(detail: dict[str, Any], width: int) -> list[Line]:
     lines.append(column_header(columns))
     for device in devices[:8]:
         lines.append(table_row(columns, {
-            "id": (str(device.get("id")), NORMAL), "kind": (str(device.get("device_kind") or MISSING), NORMAL),
-            "used": (format_bytes(device.get("memory_used_bytes")), NORMAL),
-            "peak": (format_bytes(device.get("memory_peak_bytes")), NORMAL),
-            "limit": (format_bytes(device.get("memory_limit_bytes")), NORMAL),
-            "arrays": (format_bytes(device.get("live_array_bytes")), NORMAL),
-            "count": (str(device.get("live_array_count") if device.get("live_array_count") is not None
-                          else MISSING), NORMAL)}))
+            "id": (str(device.id), NORMAL), "kind": (device.device_kind or MISSING, NORMAL),
+            "used": (format_bytes(device.memory_used_bytes), NORMAL),
+            "peak": (format_bytes(device.memory_peak_bytes), NORMAL),
+            "limit": (format_bytes(device.memory_limit_bytes), NORMAL),
+            "arrays": (format_bytes(device.live_array_bytes), NORMAL),
+            "count": (str(device.live_array_count) if device.live_array_count is not None else MISSING, NORMAL)}))
     if len(devices) > 8:
         lines.append(Line().add(f"  ... {len(devices) - 8} more devices", DIM))
     return lines
 
 
-def _compile_section(detail: dict[str, Any], width: int) -> list[Line]:
-    compiles = detail.get("compiles") or {}
-    functions = compiles.get("functions") or []
-    total = sum(compiles.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s", "backend_compile_time_s"))
+def _compile_section(detail: AgentEntry, width: int) -> list[Line]:
+    compiles = detail.compiles or EntryCompiles()
+    functions = compiles.functions
     lines = [Line(), Line().add(" Compiles by function", TITLE).add(
-        f"  {compiles.get('compile_count', MISSING)} compiles, {compiles.get('recompile_count', MISSING)} "
-        f"recompiles, {seconds_text(total)}", DIM)]
+        f"  {format_known(compiles.compile_count)} compiles, {format_known(compiles.recompile_count)} "
+        f"recompiles, {seconds_text(compiles.compile_time_s)}", DIM)]
     if not functions:
         return [*lines, Line().add("  none yet", DIM)]
     columns = layout([Column("name", "FUNCTION", 12, priority=0, flex_max=32),
@@ -260,38 +258,36 @@ def _compile_section(detail: dict[str, Any], width: int) -> list[Line]:
                       Column("reason", "LAST RECOMPILE REASON", 21, priority=3, flex_max=1000)], width)
     lines.append(column_header(columns))
     for function in functions[:MAX_FUNCTIONS]:
-        time_s = sum(function.get(k) or 0.0 for k in ("trace_time_s", "lowering_time_s", "backend_compile_time_s"))
-        reason = function.get("last_recompile_reason")
+        reason = function.last_recompile_reason
         lines.append(table_row(columns, {
-            "name": (str(function.get("name")), NORMAL), "count": (str(function.get("compile_count", 0)), NORMAL),
-            "recompiles": (str(function.get("recompile_count", 0)), WARN if function.get("recompile_count") else
-                           NORMAL),
-            "time": (seconds_text(time_s), NORMAL),
-            "hits": (f"{function.get('cache_hits', 0)}/{function.get('cache_misses', 0)}", NORMAL),
-            "reason": (reason or ("-" if not function.get("recompile_count") else "(no reason recorded)"),
+            "name": (str(function.name), NORMAL), "count": (str(function.compile_count), NORMAL),
+            "recompiles": (str(function.recompile_count), WARN if function.recompile_count else NORMAL),
+            "time": (seconds_text(function.compile_time_s), NORMAL),
+            "hits": (f"{function.cache_hits}/{function.cache_misses}", NORMAL),
+            "reason": (reason or ("-" if not function.recompile_count else "(no reason recorded)"),
                        NORMAL if reason else DIM)}))
     if len(functions) > MAX_FUNCTIONS:
         lines.append(Line().add(f"  ... {len(functions) - MAX_FUNCTIONS} more functions (tpu-monitor --json)", DIM))
-    recompiles = compiles.get("recent_recompiles") or []
+    recompiles = compiles.recent_recompiles
     lines.append(Line().add(" Recent recompiles", TITLE).add("  none" if not recompiles else "", DIM))
     for event in reversed(recompiles[-MAX_RECOMPILES:]):
-        when = time.strftime("%H:%M:%S", time.localtime(event.get("time_unix_s") or 0))
-        took = seconds_text(event.get("backend_compile_time_s"))
-        lines.append(Line().add(f"  {when} {event.get('function')} ({took})")
-                     .add(f": {event['reason']}" if event.get("reason") else "  (no reason recorded)",
-                          NORMAL if event.get("reason") else DIM))
+        when = time.strftime("%H:%M:%S", time.localtime(event.time_unix_s or 0))
+        took = seconds_text(event.backend_compile_time_s)
+        lines.append(Line().add(f"  {when} {event.function} ({took})")
+                     .add(f": {event.reason}" if event.reason else "  (no reason recorded)",
+                          NORMAL if event.reason else DIM))
     return lines
 
 
 def _steps_section(row: ProcessRow, history: History | None, state: ViewState, width: int) -> list[Line]:
     """The steps line, the steps/s graph, then the histogram of sampled step times (as many bins as fit)."""
-    steps = row.detail.get("steps") or {}
+    steps = (row.agent.steps if row.agent is not None else None) or EntrySteps()
     sampled = [v for v in (history.job(row.key, "step_time_s") if history else []) if v is not None]
     lines = [Line().add(" STEPS ", TITLE).add(
-        f"{steps.get('count') if steps.get('count') is not None else MISSING}  "
-        f"{format_number(steps.get('steps_per_second'))}/s  last {seconds_text(steps.get('last_step_time_s'))}  "
-        f"p50 {seconds_text(steps.get('p50_step_time_s'))}  p90 {seconds_text(percentile(sampled, 0.9))} (sampled)  "
-        f"p99 {seconds_text(steps.get('p99_step_time_s'))}")]
+        f"{format_known(steps.count)}  "
+        f"{format_number(steps.steps_per_second)}/s  last {seconds_text(steps.last_step_time_s)}  "
+        f"p50 {seconds_text(steps.p50_step_time_s)}  p90 {seconds_text(percentile(sampled, 0.9))} (sampled)  "
+        f"p99 {seconds_text(steps.p99_step_time_s)}")]
     rates = history.job(row.key, "steps_per_second") if history else []
     lines.append(_graph_line("STEP/S", rates, format_number(row.steps_per_second), width, None, state.unicode))
     if sampled and max(sampled) == min(sampled):

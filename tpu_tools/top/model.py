@@ -7,10 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from tpu_tools.metrics.records.devices import Device
 from tpu_tools.metrics.records.gpu import GpuProcess, GpuRecord
+from tpu_tools.metrics.records.jobs import AgentEntry, ProcessesGroup
 from tpu_tools.metrics.records.report import MonitorReport
 from tpu_tools.top.arrays_view import ArraysBoard
 
@@ -29,7 +28,8 @@ class ProcessRow:
     steps_per_second: float | None = None
     has_agent: bool = True
     error: str | None = None
-    detail: dict[str, Any] = field(default_factory=dict)  # the agent entry, for the selected-process lines
+    agent: AgentEntry | None = None  # the agent entry, for the selected-process lines and the job screen
+    chips: list[int] | None = None  # the chips a process without an agent holds
     host: str | None = None  # set by a source that reads several hosts
     sm_percent: float | None = None  # NVML's per-process SM utilization, the busiest GPU's where it uses several
     started_unix_s: float | None = None  # from /proc, for local processes (procinfo.ProcessInfo)
@@ -74,24 +74,21 @@ DEFAULT_SORT = "devmem"
 
 
 def rows_from_report(report: MonitorReport) -> list[ProcessRow]:
-    processes = report.processes or {}
+    processes = report.processes or ProcessesGroup()
     rows = []
-    for agent in processes.get("agents") or []:
-        compiles = agent.get("compiles") or {}
-        steps = agent.get("steps") or {}
+    for agent in processes.agents:
         rows.append(ProcessRow(
-            pid=agent["pid"], user=agent.get("user"), tag=agent.get("tag"), command=agent.get("command"),
-            cpu_percent=agent.get("cpu_percent"), rss_bytes=agent.get("rss_bytes"),
-            device_memory_bytes=agent.get("device_memory_used_bytes"),
-            compiles=compiles.get("compile_count"), recompiles=compiles.get("recompile_count"),
-            steps_per_second=steps.get("steps_per_second"), error=agent.get("error"), detail=agent,
-            host=agent.get("host"),
+            pid=agent.pid, user=agent.user, tag=agent.tag, command=agent.command, cpu_percent=agent.cpu_percent,
+            rss_bytes=agent.rss_bytes, device_memory_bytes=agent.device_memory_used_bytes,
+            compiles=agent.compiles.compile_count if agent.compiles else None,
+            recompiles=agent.compiles.recompile_count if agent.compiles else None,
+            steps_per_second=agent.steps.steps_per_second if agent.steps else None, error=agent.error, agent=agent,
+            host=agent.host_name,
         ))
-    for holder in processes.get("holders") or []:
+    for holder in processes.holders:
         rows.append(ProcessRow(
-            pid=holder["pid"], user=holder.get("user"), tag=None, command=holder.get("command"),
-            cpu_percent=holder.get("cpu_percent"), rss_bytes=holder.get("rss_bytes"), has_agent=False,
-            detail=holder, host=holder.get("host"),
+            pid=holder.pid, user=holder.user, tag=None, command=holder.command, cpu_percent=holder.cpu_percent,
+            rss_bytes=holder.rss_bytes, has_agent=False, chips=holder.chips,
         ))
     _add_gpu_processes(rows, report)
     return rows
@@ -190,9 +187,7 @@ def _add_gpu_processes(rows: list[ProcessRow], report: MonitorReport) -> None:
         row = by_pid.get(pid)
         command = process.command if process.visible else "(other PID namespace)"
         if row is None:
-            # the row's detail is the process as the report lists it (the process screen reads any row's so)
-            row = ProcessRow(pid=pid, user=process.user, tag=process.tag or None, command=command,
-                             has_agent=False, detail=msgspec.structs.asdict(process))
+            row = ProcessRow(pid=pid, user=process.user, tag=process.tag or None, command=command, has_agent=False)
             rows.append(row)
         elif not row.has_agent and row.command in (None, "?"):  # a holder the driver named: its words for it
             row.command = command

@@ -8,8 +8,11 @@ a skip with the reason; a service that accepts connections but does not answer i
 
 from __future__ import annotations
 
+import msgspec
+
 from tpu_tools.dump.collector import CollectContext, Skipped, TimedOut
 from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.metrics.records.jobs import AgentEntry, EntryCompiles, EntrySteps
 from tpu_tools.render.table import Column, TableData, plain_table
 from tpu_tools.units import MISSING, format_bytes
 
@@ -62,18 +65,17 @@ def collect_libtpu(ctx: CollectContext) -> None:
             ctx.note(f"libtpu metrics at {snapshot.address}: {line}")
 
 
-def _agents_table(entries: list[dict]) -> TableData:
+def _agents_table(entries: list[AgentEntry]) -> TableData:
     table = TableData([Column("PID", "right"), Column("TAG"), Column("PLATFORM"), Column("DEVICES", "right"),
                        Column("DEVICE MEMORY", "right"), Column("COMPILES", "right"), Column("RECOMPILES", "right"),
                        Column("STEPS", "right"), Column("STEPS/S", "right"), Column("COMMAND / ERROR", max_width=60)])
     for entry in entries:
-        compiles, steps = entry.get("compiles") or {}, entry.get("steps") or {}
-        rate = steps.get("steps_per_second")
-        table.add_row(entry["pid"], entry.get("tag") or MISSING, entry.get("platform") or MISSING,
-                      len(entry.get("devices") or []), format_bytes(entry.get("device_memory_used_bytes")),
-                      _cell(compiles.get("compile_count")), _cell(compiles.get("recompile_count")),
-                      _cell(steps.get("count")), MISSING if rate is None else f"{rate:.2f}",
-                      f"error: {entry['error']}" if entry.get("error") else entry.get("command") or MISSING)
+        compiles, steps = entry.compiles or EntryCompiles(), entry.steps or EntrySteps()
+        rate = steps.steps_per_second
+        table.add_row(entry.pid, entry.tag or MISSING, entry.platform or MISSING, len(entry.devices),
+                      format_bytes(entry.device_memory_used_bytes), _cell(compiles.compile_count),
+                      _cell(compiles.recompile_count), _cell(steps.count), MISSING if rate is None else f"{rate:.2f}",
+                      f"error: {entry.error}" if entry.error else entry.command or MISSING)
     return table
 
 
@@ -97,7 +99,8 @@ def collect_agents(ctx: CollectContext) -> None:
     ctx.add_json("accelerators/agents.json", {
         "runtime_dir": str(directory),
         "agents": [{"pid": r.pid, "tag": r.tag, "socket": str(r.socket_path), "error": r.error,
-                    "query_time_s": round(r.elapsed_s, 6), "snapshot": r.snapshot} for r in scan.results],
+                    "query_time_s": round(r.elapsed_s, 6),
+                    "snapshot": msgspec.to_builtins(r.snapshot)} for r in scan.results],
         "ignored_sockets": [i.to_dict() for i in scan.ignored],
         "removed_stale_pids": scan.removed_stale,
     })
@@ -127,24 +130,25 @@ def _add_stacks(ctx: CollectContext, pids: list[int]) -> None:
             jobs.append({"pid": pid, "error": str(error)})
             text.append(f"process {pid}: {error}\n")
             continue
-        jobs.append({"pid": pid, "source": answer.source, "where": answer.where, "stacks": answer.stacks})
+        jobs.append({"pid": pid, "source": answer.source, "where": answer.where,
+                     "stacks": msgspec.to_builtins(answer.stacks)})
         text.append(f"process {pid} ({answer.source}), main thread in {answer.where}\n")
-        for thread in answer.stacks.get("threads") or []:
-            text.append(f"  thread {thread.get('name')}{' (main)' if thread.get('main') else ''}\n")
-            text += [f"    {f['file']}:{f['line']} in {f['function']}\n" for f in thread.get("frames") or []]
+        for thread in answer.stacks.threads or []:
+            text.append(f"  thread {thread.name}{' (main)' if thread.main else ''}\n")
+            text += [f"    {f.file}:{f.line} in {f.function}\n" for f in thread.frames or []]
     if jobs:
         ctx.add_json("accelerators/stacks.json", {"jobs": jobs})
         ctx.add_text("accelerators/stacks.txt", "".join(text))
 
 
-def _add_job_lives(ctx: CollectContext, entries: list[dict]) -> None:
+def _add_job_lives(ctx: CollectContext, entries: list[AgentEntry]) -> None:
     """The jobs across restarts the agents name, over their whole lives, read from their logs
     (`tpu-monitor --job`), when any agent names one."""
     from tpu_tools.metrics.jobreport import JobLogs
 
     reports = JobLogs().reports(entries)
     if reports:
-        ctx.add_json("accelerators/jobs.json", {"jobs": [report.to_dict() for report in reports]})
+        ctx.add_json("accelerators/jobs.json", {"jobs": msgspec.to_builtins(reports)})
 
 
 def _add_jobs_ended(ctx: CollectContext) -> None:

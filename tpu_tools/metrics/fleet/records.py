@@ -12,12 +12,15 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from tpu_tools.metrics.cacheshare import shared_cache_dirs, take_fleet_sample
 from tpu_tools.metrics.fleet.client import Sample
 from tpu_tools.metrics.fleet.jobs import fleet_jobs
 from tpu_tools.metrics.fleet.outliers import digest_outliers, furthest, median_of
 from tpu_tools.metrics.global_check import global_metric_findings
 from tpu_tools.metrics.records.fleet import ClusterSummary, FleetGroup, FleetHost
+from tpu_tools.metrics.records.jobs import AgentEntry, JobLife, ProcessesGroup
 from tpu_tools.metrics.records.libtpu import LibtpuGroup, LibtpuService
 from tpu_tools.metrics.stall import stall_findings
 from tpu_tools.parsing import ascii_digits
@@ -296,16 +299,16 @@ def build_groups(series: list[Sample], up: list[Sample], summaries: list[Sample]
     for name, sentence in [(o.host, o.sentence) for o in outliers] + [(o.host, o.sentence) for o in differing]:
         found = by_host[name]
         found.outlier = sentence if found.outlier is None else f"{found.outlier}; {sentence}"
-    agents = [a for h in ordered for a in h.agents.values()]
+    # the scraped figures as the processes group's entries (lax: a counter scraped as a float is an int)
+    agents = [msgspec.convert(a, AgentEntry, strict=False) for h in ordered for a in h.agents.values()]
     findings = global_metric_findings(agents)
     stalls = stall_findings(agents)
     return {
         "host": _host_group(ordered),
         "devices": {"devices": [d for h in ordered for d in h.devices.values()], "chips": [], "notes": []},
-        "processes": {"agents": agents, "holders": [], "ignored_sockets": [],
-                      "global_metric_findings": findings, "stall_findings": stalls,
-                      "shared_cache_dirs": [s.to_dict() for s in shared_cache_dirs(agents)],
-                      "jobs": fleet_jobs(series, host_key)},
+        "processes": ProcessesGroup(agents=agents, global_metric_findings=findings, stall_findings=stalls,
+                                    shared_cache_dirs=shared_cache_dirs(agents),
+                                    jobs=msgspec.convert(fleet_jobs(series, host_key), list[JobLife])),
         "libtpu": LibtpuGroup(services=[LibtpuService(address=f"{h.name}/{address}",
                                                       error=None if ok else "not answering")
                                         for h in ordered for address, ok in sorted(h.libtpu.items())]),

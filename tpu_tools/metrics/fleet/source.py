@@ -34,6 +34,7 @@ from tpu_tools.metrics.records.devices import DevicesRecord
 from tpu_tools.metrics.records.fleet import FleetGroup, SilentCluster
 from tpu_tools.metrics.records.group import GroupRecord
 from tpu_tools.metrics.records.host import HostRecord
+from tpu_tools.metrics.records.jobs import ProcessesGroup
 from tpu_tools.metrics.records.report import SCHEMA, MonitorReport
 from tpu_tools.metrics.report import iso_time
 
@@ -136,7 +137,8 @@ class FleetSource:
             failed: dict[str, Any] = {"period_s": None, "sampled_at": report.time, "error": error}
             return msgspec.structs.replace(
                 report, host=HostRecord(sampled_at=report.time, error=error),
-                devices=DevicesRecord(sampled_at=report.time, error=error), processes=dict(failed),
+                devices=DevicesRecord(sampled_at=report.time, error=error),
+                processes=ProcessesGroup(sampled_at=report.time, error=error),
                 fleet=FleetGroup(**failed, source=self.endpoint.shown, stale=True,
                                  stale_since=iso_time(self._stale_since)))
         last = self._last

@@ -11,12 +11,12 @@ per process.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from tpu_tools.accelerators import spec_for_device_kind
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures, DeviceHolders
+from tpu_tools.metrics.records.agent import AgentSnapshot
+from tpu_tools.metrics.records.agent import Device as AgentDevice
 from tpu_tools.metrics.records.devices import Device, DeviceHolder, DeviceProcess, DevicesRecord
 from tpu_tools.pjrt.devices import DeviceRecord, RuntimeRecord
 from tpu_tools.pjrt.discover import Chip, Holder
@@ -48,14 +48,13 @@ def _add(total: int | None, value: int | None) -> int | None:
     return value if total is None else total + value
 
 
-def _merge_agent_device(entry: Device, device: dict[str, Any], pid: int, tag: str | None) -> None:
-    # `device`: one of an agent snapshot's devices, as the agent's checked snapshot gives it
-    entry.memory_used_bytes = _add(entry.memory_used_bytes, device.get("memory_used_bytes"))
-    entry.memory_peak_bytes = _add(entry.memory_peak_bytes, device.get("memory_peak_bytes"))
-    entry.live_array_bytes = _add(entry.live_array_bytes, device.get("live_array_bytes"))
-    entry.live_array_count = _add(entry.live_array_count, device.get("live_array_count"))
-    if device.get("memory_limit_bytes") is not None:
-        entry.memory_total_bytes = device["memory_limit_bytes"]
+def _merge_agent_device(entry: Device, device: AgentDevice, pid: int, tag: str | None) -> None:
+    entry.memory_used_bytes = _add(entry.memory_used_bytes, device.memory_used_bytes)
+    entry.memory_peak_bytes = _add(entry.memory_peak_bytes, device.memory_peak_bytes)
+    entry.live_array_bytes = _add(entry.live_array_bytes, device.live_array_bytes)
+    entry.live_array_count = _add(entry.live_array_count, device.live_array_count)
+    if device.memory_limit_bytes is not None:
+        entry.memory_total_bytes = device.memory_limit_bytes
     entry.processes.append(DeviceProcess(pid=pid, tag=tag))
     if "agent" not in entry.sources:
         entry.sources.append("agent")
@@ -78,15 +77,13 @@ def _merge_figures(entry: Device, figures: DeviceFigures) -> None:
         entry.sources.append(figures.source)
 
 
-def _runtime_of(snapshot: dict[str, Any]) -> RuntimeRecord | None:
-    runtime, devices = snapshot.get("runtime"), snapshot.get("devices") or []
-    if not runtime or not devices:
+def _runtime_of(snapshot: AgentSnapshot) -> RuntimeRecord | None:
+    runtime, devices = snapshot.runtime, snapshot.devices or []
+    if runtime is None or not devices:
         return None
-    records = [DeviceRecord.from_dict(d) for d in devices]
-    # a checked snapshot (agent_snapshot.SNAPSHOT) has every field, None where the agent sent none
-    return RuntimeRecord(platform=runtime["platform"], platform_version=runtime.get("platform_version") or "",
-                         process_index=runtime.get("process_index") or 0,
-                         process_count=runtime.get("process_count") or 1,
+    records = [DeviceRecord.from_dict(msgspec.structs.asdict(d)) for d in devices]
+    return RuntimeRecord(platform=runtime.platform, platform_version=runtime.platform_version or "",
+                         process_index=runtime.process_index or 0, process_count=runtime.process_count or 1,
                          device_count=len(records), local_device_count=len(records), jax_version="",
                          jaxlib_version="", devices=records)
 
@@ -115,7 +112,7 @@ def build_devices(context: CollectContext) -> DevicesRecord:
             continue
         chips = match_chips(runtime, discovery)
         seen_on_chip: dict[int, int] = {}
-        for device, raw in sorted(zip(runtime.devices, snapshot["devices"]), key=lambda pair: pair[0].id):
+        for device, raw in sorted(zip(runtime.devices, snapshot.devices or []), key=lambda pair: pair[0].id):
             paired = chips.get(device.id)
             found = None
             if paired is not None:

@@ -15,6 +15,7 @@ from tpu_tools.metrics.deviceplugin import read_plugin
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions
 from tpu_tools.metrics.jobexport import read_job_metrics
 from tpu_tools.metrics.libtpu.export import GaugeSample
+from tpu_tools.metrics.records.jobs import WorkloadGroup as Workload
 
 PREFIX = "tpu_tools_"
 # the plugin's figure -> (series name, scale to base units, help)
@@ -29,36 +30,35 @@ _PLUGIN_FIGURES = {
 class WorkloadGroup:
     name = "workload"
 
+    record_type = Workload
+
     def __init__(self, options: CollectOptions):
         self._timeout_s = options.metrics_timeout_s
 
-    def collect(self, context: CollectContext) -> dict[str, Any]:
-        return {"endpoints": [endpoint.to_dict() for endpoint in read_job_metrics(self._timeout_s)],
-                "device_plugin": read_plugin(self._timeout_s).to_dict()}
+    def collect(self, context: CollectContext) -> Workload:
+        return Workload(endpoints=read_job_metrics(self._timeout_s), device_plugin=read_plugin(self._timeout_s))
 
-    def prometheus(self, data: dict[str, Any]) -> Iterable[Any]:
+    def prometheus(self, data: Workload) -> Iterable[Any]:
         return prometheus_families(data)
 
 
-def prometheus_families(data: dict[str, Any]) -> Iterable[Any]:
+def prometheus_families(data: Workload) -> Iterable[Any]:
     """The group's families: the job's own samples under tpu_tools_ names, the device plugin's figures."""
     from tpu_tools.metrics.samplefamilies import sample_families
 
     samples = []
-    for endpoint in data.get("endpoints") or []:
-        for family in endpoint.get("families") or []:
-            for sample in family.get("samples") or []:
-                if sample.get("value") is not None:
-                    labels = {**sample.get("labels", {}), "endpoint": endpoint.get("address", "")}
-                    samples.append(GaugeSample(PREFIX + sample["name"], family.get("documentation") or
-                                               f"{family.get('source')} metric {family.get('name')}",
-                                               labels, sample["value"]))
-    plugin = data.get("device_plugin") or {}
-    for accelerator in plugin.get("accelerators") or []:
-        labels = {key: str(accelerator.get(key) or "") for key in ("accelerator_id", "model", "namespace", "pod",
-                                                                   "container")}
+    for endpoint in data.endpoints:
+        for family in endpoint.families:
+            for sample in family.samples:
+                if sample.value is not None:
+                    labels = {**sample.labels, "endpoint": endpoint.address}
+                    samples.append(GaugeSample(PREFIX + sample.name, family.documentation or
+                                               f"{family.source} metric {family.name}", labels, sample.value))
+    for accelerator in data.device_plugin.accelerators if data.device_plugin is not None else []:
+        labels = {"accelerator_id": accelerator.accelerator_id,
+                  **{key: getattr(accelerator, key) or "" for key in ("model", "namespace", "pod", "container")}}
         for figure, (name, scale, documentation) in _PLUGIN_FIGURES.items():
-            if accelerator.get(figure) is not None:
-                samples.append(GaugeSample(f"{PREFIX}device_plugin_{name}", documentation, labels,
-                                           accelerator[figure] * scale))
+            value = getattr(accelerator, figure)
+            if value is not None:
+                samples.append(GaugeSample(f"{PREFIX}device_plugin_{name}", documentation, labels, value * scale))
     return sample_families(samples)

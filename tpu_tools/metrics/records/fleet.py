@@ -3,11 +3,10 @@ outliers and what is wrong with the store itself (a stale read, a silent cluster
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from tpu_tools.metrics.records.group import GroupRecord
+from tpu_tools.metrics.records.jobs import StallFinding
 
 
 class FleetHost(msgspec.Struct, kw_only=True):
@@ -82,7 +81,7 @@ class FleetGroup(GroupRecord, kw_only=True):
     outliers: list[Outlier] = msgspec.field(default_factory=list)
     global_metric_findings: int = 0  # how many global metrics differ between workers (the processes group's list)
     digest_outliers: list[DigestOutlier] = msgspec.field(default_factory=list)
-    stall_findings: list[dict[str, Any]] = msgspec.field(default_factory=list)  # the processes group's findings
+    stall_findings: list[StallFinding] = msgspec.field(default_factory=list)  # the processes group's findings
     clusters: list[ClusterSummary] = msgspec.field(default_factory=list)
     detail_hosts: list[str] | None = None  # on a large fleet: the hosts whose chips and jobs were read
     silent_clusters: list[SilentCluster] = msgspec.field(default_factory=list)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from tpu_tools.metrics.records.devices import DevicesRecord
@@ -12,6 +10,7 @@ from tpu_tools.metrics.records.fleet import FleetGroup
 from tpu_tools.metrics.records.gpu import GpusRecord
 from tpu_tools.metrics.records.group import GroupRecord
 from tpu_tools.metrics.records.host import HostRecord
+from tpu_tools.metrics.records.jobs import ProcessesGroup, WorkloadGroup
 from tpu_tools.metrics.records.libtpu import LibtpuGroup
 from tpu_tools.metrics.records.slice import TpuSlice
 
@@ -33,9 +32,9 @@ class MonitorReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     tpu_slice: TpuSlice | None = None  # this host's place in a TPU slice
     host: HostRecord | None = None
     devices: DevicesRecord | None = None
-    processes: Any = None
+    processes: ProcessesGroup | None = None
     libtpu: LibtpuGroup | None = None
-    workload: Any = None
+    workload: WorkloadGroup | None = None
     nvml: GpusRecord | None = None
     amdsmi: GpusRecord | None = None
     diag: DiagGroup | None = None
