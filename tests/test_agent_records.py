@@ -13,7 +13,7 @@ from conftest import TESTS, run_tool
 from tpu_tools.metrics.agent_snapshot import decode_snapshot, snapshot_record
 from tpu_tools.metrics.records.agent import MAX_TEXT, AgentSnapshot
 from tpu_tools.metrics.records.jobs import ProcessesGroup, WorkloadGroup
-from tpu_tools.records import RecordError
+from tpu_tools.outside import OutsideError
 
 # The answer of a real job on the CPU platform (8 host devices, recompiles, goodput, a compilation cache, a
 # metric): benchmarks/snapshot_decode.py --record tests/agent_snapshot_cpu.json
@@ -80,25 +80,25 @@ def test_texts_past_their_bounds_are_cut_not_refused():
 def test_a_misfit_is_one_sentence_naming_the_field(change, sentence):
     document = {"schema": "tpu-tools/agent/v1", "pid": 7, **change}
     for decode in (lambda: decode_snapshot(_payload(document)), lambda: snapshot_record(document)):
-        with pytest.raises(RecordError) as caught:
+        with pytest.raises(OutsideError) as caught:
             decode()
         assert str(caught.value) == f"answered a malformed snapshot ({sentence})"
 
 
 @pytest.mark.parametrize("payload", [b"[]\n", b'{"schema": "other/v1", "pid": 3}\n', b'"x"\n'])
 def test_what_is_no_snapshot_is_said_so(payload):
-    with pytest.raises(RecordError, match="^answered something that is not an agent snapshot$"):
+    with pytest.raises(OutsideError, match="^answered something that is not an agent snapshot$"):
         decode_snapshot(payload)
 
 
 def test_not_json_is_said_so():
-    with pytest.raises(RecordError, match="^answered something that is not JSON$"):
+    with pytest.raises(OutsideError, match="^answered something that is not JSON$"):
         decode_snapshot(b'{"schema": "tpu-tools/agent/v1", "pid": 3')
 
 
 def test_free_form_sdk_figures_are_finite():
     document = {"schema": "tpu-tools/agent/v1", "pid": 7, "tpu_sdk": {"metrics": {"duty_cycle": [float("nan")]}}}
-    with pytest.raises(RecordError, match="tpu_sdk: expected a finite number, got nan"):
+    with pytest.raises(OutsideError, match="tpu_sdk: expected a finite number, got nan"):
         snapshot_record(document)
 
 

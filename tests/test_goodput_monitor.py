@@ -140,7 +140,7 @@ def test_a_hostile_agent_snapshot_of_goodput_and_metrics_is_refused_with_one_sen
     import pytest
 
     from tpu_tools.metrics.agent_snapshot import SCHEMA, parse_snapshot
-    from tpu_tools.records import RecordError
+    from tpu_tools.outside import OutsideError
 
     base = {"schema": SCHEMA, "pid": 7}
     good = parse_snapshot({**base, "goodput": {"since_start": {"wall_s": 1.0, "causes_s": {"productive": 1.0}},
@@ -153,6 +153,6 @@ def test_a_hostile_agent_snapshot_of_goodput_and_metrics_is_refused_with_one_sen
         ({"metrics": {"values": [{"name": "loss", "kind": "global-ish"}]}}, "is not one of"),
         ({"metrics": {"values": [{"name": "x", "kind": "host"}] * 300}}, "more than 256"),
     ]:
-        with pytest.raises(RecordError, match="malformed snapshot") as caught:
+        with pytest.raises(OutsideError, match="malformed snapshot") as caught:
             parse_snapshot({**base, **bad})
         assert fragment in str(caught.value)

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     # (the only layer where that is allowed: they are single modules, not packages).
     # Checking and writing what comes from or goes outside (records, terminal text, JSON, files, signals).
     ("tpu_tools", "errors", "units", "parsing", "accelerators", "versions", "shorten",
-     "records", "outside", "jsonout", "sanitize", "atomic", "signals", "infile", "background", "environment"),
+     "outside", "jsonout", "sanitize", "atomic", "signals", "infile", "background", "environment"),
     ("pjrt",),  # the PJRT client layer: platform policy, isolation, devices, discovery, probes
     ("metrics",),  # sampling and exposition; reads PJRT device records
     # Libraries below the features: in-process instrumentation shared by the agent and the profiler,
@@ -45,7 +45,7 @@ _SAME_LAYER_ALLOWED = {0}
 # (tools/gen_docs.py; tests/test_docs.py fails when the table is stale), so a new layer needs its line here.
 LAYER_JOBS: dict[str, str] = {
     "tpu_tools": "errors and exit codes, formatting quantities, parsing sizes and durations, PCI ids and chip peaks, "
-                 "versions, outside text cut to a bound, records checked from outside, JSON, terminal text, atomic "
+                 "versions, outside text cut to a bound, records from outside decoded and bounded (msgspec), JSON, terminal text, atomic "
                  "files, signals, reading files from outside (regular, capped), calls run ahead on daemon threads, "
                  "the TPU_TOOLS_* variables",
     "pjrt": "runtime policy before `import jax`, the isolated child, device records, passive discovery, probes, chip "

@@ -16,22 +16,25 @@ from tpu_tools.agent.server import AgentServer
 from tpu_tools.metrics import wire
 from tpu_tools.metrics.groups import GROUPS
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions
+from tpu_tools.metrics.records.diag import DiagGroup
 from tpu_tools.metrics.report import GroupPlan, ReportBuilder
 
 ASKED = threading.Event()  # set by the agent below when it is asked for its snapshot
 
 
 class AskedYet:
-    """A group collected before any group that reads the agents: it says whether the agent has been asked yet,
-    waiting for that (with a deadline) so that the answer does not depend on which thread runs first."""
+    """A group collected before any group that reads the agents: it says (in its error, the one text every group
+    carries) whether the agent has been asked yet, waiting for that (with a deadline) so that the answer does not
+    depend on which thread runs first."""
 
     name = "diag"  # in the place of a group the report has: it reads no agent
+    record_type = DiagGroup
 
     def __init__(self, options: CollectOptions):
         pass
 
-    def collect(self, context: CollectContext) -> dict[str, Any]:
-        return {"agent_asked": ASKED.wait(timeout=10.0)}
+    def collect(self, context: CollectContext) -> DiagGroup:
+        return DiagGroup(error=f"agent asked: {ASKED.wait(timeout=10.0)}")
 
 
 @pytest.fixture
@@ -59,7 +62,7 @@ def test_the_agents_are_asked_before_the_first_group_is_sampled(agent):
     finally:
         builder.close()
     document = report_document(report)
-    assert document["diag"]["agent_asked"] is True
+    assert document["diag"]["error"] == "agent asked: True"
     assert document["processes"]["error"] is None
     assert [a["tag"] for a in document["processes"]["agents"]] == ["early"]
     assert agent.counters.served == 1  # asked once, although two groups read the answer

@@ -16,7 +16,7 @@ from tpu_tools.metrics.agent_client import AgentConnections, query_agents
 from tpu_tools.metrics.agent_snapshot import decode_snapshot
 from tpu_tools.metrics.snapfile import HEADER_SIZE, SnapshotFileError, SnapshotWriter
 from tpu_tools.metrics.snapreader import SnapshotFiles
-from tpu_tools.records import RecordError
+from tpu_tools.outside import OutsideError
 
 
 def snapshot(step: int, **fields: object) -> dict[str, object]:
@@ -76,7 +76,7 @@ def test_a_field_that_turns_bad_is_refused_though_the_last_generation_held_it_go
     writer.publish(orjson.dumps(snapshot(1)))
     files.read(writer.path, 1 << 20)
     writer.publish(orjson.dumps(snapshot(2, devices=[{"id": "zero", "platform": "cpu", "device_kind": "cpu"}])))
-    with pytest.raises(RecordError, match=r"devices\[0\]\.id"):
+    with pytest.raises(OutsideError, match=r"devices\[0\]\.id"):
         files.read(writer.path, 1 << 20)
     writer.publish(orjson.dumps(snapshot(3)))
     read = files.read(writer.path, 1 << 20)

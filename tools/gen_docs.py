@@ -410,7 +410,7 @@ def _is_dataclass(node: ast.ClassDef) -> bool:
 
 def record_types() -> list[tuple[str, str, str]]:
     """(record, module, what) of every record type: each msgspec Struct of the package, and each dataclass of a
-    `records` module or package of a feature or below (the base module tpu_tools/records.py holds validators)."""
+    `records` module or package of a feature or below."""
     package = REPO / "tpu_tools"
     classes = []
     for path in sorted(package.rglob("*.py")):

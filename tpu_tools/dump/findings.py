@@ -22,10 +22,16 @@ import msgspec
 from tpu_tools.dump.accelerator_files import (
     DISCOVERY,
     RUNTIME,
+    AgentItem,
+    AgentsFile,
+    CompilerMetadata,
+    DecodedFile,
+    DiagnosticsIndex,
     DiscoveryFile,
     GpuSnapshotFile,
     NodeHolder,
     RuntimeFile,
+    RuntimeInfo,
     read_file,
 )
 from tpu_tools.dump.collectors.diagnostics import INDEX as DIAGNOSTICS_INDEX
@@ -35,7 +41,17 @@ from tpu_tools.dump.manifest import CollectorStatus, RedactionCounts
 from tpu_tools.dump.reader import Bundle, BundleError
 from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
 from tpu_tools.metrics.records.gpu import STATUS_LOST, STATUS_NOT_ANSWERING, GpuRecord
+from tpu_tools.dump.software_files import (
+    CgroupFile,
+    CompileCacheFile,
+    PackagesFile,
+    PythonFile,
+    StackFile,
+    StackVersions,
+)
+from tpu_tools.metrics.records.agent import StartupFinding
 from tpu_tools.metrics.records.jobs import ChipHealth
+from tpu_tools.outside import OutsideError
 from tpu_tools.metrics.tpuhealth import attention
 from tpu_tools.shorten import shorten
 
@@ -83,6 +99,51 @@ class UnsafeMember(msgspec.Struct, kw_only=True):
     problem: str | None
 
 
+class HolderSummary(msgspec.Struct, kw_only=True):
+    pid: int | None
+    command: str | None
+
+
+class DevicesSummary(msgspec.Struct, kw_only=True):
+    """The runtime listing and the chips the bundle recorded (accelerators/runtime.json, discovery.json)."""
+
+    runtime_status: str | None = None
+    platform: str | None = None
+    platform_version: str | None = None
+    device_count: int = 0
+    device_kinds: dict[str, int] = {}  # device kind -> devices
+    probe_passed: int = 0
+    probe_failed: int = 0
+    chips: dict[str, int] = {}  # chip name -> chips
+    holders: list[HolderSummary] = []
+
+
+class RecompileSummary(msgspec.Struct, kw_only=True):
+    function: str | None
+    reason: str | None
+
+
+class AgentSummary(msgspec.Struct, kw_only=True):
+    """One agent's job as the bundle recorded it (accelerators/agents.json)."""
+
+    pid: int
+    tag: str | None
+    platform: str | None
+    error: str | None
+    compile_count: int | None
+    recompile_count: int | None
+    device_memory_used_bytes: int | None
+    steps_per_second: float | None
+    last_recompile: RecompileSummary | None
+    tpu_health: ChipHealth | None
+    startup: list[StartupFinding]
+
+
+class AgentsSummary(msgspec.Struct, kw_only=True):
+    agents: list[AgentSummary] = []
+    ignored_sockets: int = 0
+
+
 class Summary(msgspec.Struct, kw_only=True):
     """`tpu-dump show`'s document (schema `tpu-tools/dump-show/v1`), in its JSON key order."""
 
@@ -93,10 +154,10 @@ class Summary(msgspec.Struct, kw_only=True):
     tool_version: str | None
     duration_s: float | None
     redaction: RedactionCounts
-    devices: dict[str, Any] = {}
+    devices: DevicesSummary = msgspec.field(default_factory=DevicesSummary)
     versions: SoftwareVersions = msgspec.field(default_factory=SoftwareVersions)
     libtpu: LibtpuSummary | None = None  # None: the bundle holds no libtpu figures
-    agents: dict[str, Any] | None = None  # None: the bundle holds no agent snapshots
+    agents: AgentsSummary | None = None  # None: the bundle holds no agent snapshots
     collectors: list[CollectorStatus]
     warnings: list[Finding] = []
     files: list[FileSummary] = []
@@ -105,35 +166,28 @@ class Summary(msgspec.Struct, kw_only=True):
     failed_collectors: list[str | None] = []  # names of the collectors that failed or timed out
 
 
-def _devices(bundle: Bundle) -> dict[str, Any]:
-    runtime = bundle.read_json("accelerators/runtime.json") or {}
-    discovery = bundle.read_json("accelerators/discovery.json") or {}
-    devices = runtime.get("devices") or []
-    chips = Counter(c.get("name") for c in discovery.get("chips") or [])
-    holders = sorted({(h.get("pid"), h.get("command")) for c in discovery.get("chips") or []
-                      for h in c.get("holders") or []}, key=lambda h: h[0] or 0)
-    probes = [d.get("probe") for d in devices if d.get("probe")]
-    return {
-        "runtime_status": runtime.get("runtime_status"),
-        "platform": (runtime.get("runtime") or {}).get("platform"),
-        "platform_version": (runtime.get("runtime") or {}).get("platform_version"),
-        "device_count": len(devices),
-        "device_kinds": dict(Counter(d.get("device_kind") for d in devices)),
-        "probe_passed": sum(1 for p in probes if p.get("ok")),
-        "probe_failed": sum(1 for p in probes if not p.get("ok")),
-        "chips": dict(chips),
-        "holders": [{"pid": pid, "command": command} for pid, command in holders],
-    }
+def _devices(bundle: Bundle) -> DevicesSummary:
+    runtime = read_file(bundle, RUNTIME, RuntimeFile) or RuntimeFile()
+    discovery = read_file(bundle, DISCOVERY, DiscoveryFile) or DiscoveryFile()
+    holders = sorted({(h.pid, h.command) for chip in discovery.chips for h in chip.holders}, key=lambda h: h[0] or 0)
+    probes = [device.probe for device in runtime.devices if device.probe is not None]
+    info = runtime.runtime or RuntimeInfo()
+    return DevicesSummary(
+        runtime_status=runtime.runtime_status, platform=info.platform, platform_version=info.platform_version,
+        device_count=len(runtime.devices),
+        device_kinds=dict(Counter(str(device.device_kind) for device in runtime.devices)),
+        probe_passed=sum(1 for probe in probes if probe.ok), probe_failed=sum(1 for probe in probes if not probe.ok),
+        chips=dict(Counter(str(chip.name) for chip in discovery.chips)),
+        holders=[HolderSummary(pid=pid, command=command) for pid, command in holders])
 
 
 def _versions(bundle: Bundle) -> SoftwareVersions:
-    stack = bundle.read_json("software/stack.json") or {}
-    python = bundle.read_json("software/python.json") or {}
-    versions = stack.get("versions") or {}
-    return msgspec.convert({"jax": versions.get("jax"), "jaxlib": versions.get("jaxlib"),
-                            "libtpu": versions.get("libtpu"), "plugins": versions.get("plugins") or {},
-                            "tpu_tools": versions.get("tpu_tools"), "python": python.get("version"),
-                            "agree": stack.get("agree")}, SoftwareVersions)
+    stack = read_file(bundle, "software/stack.json", StackFile) or StackFile()
+    python = read_file(bundle, "software/python.json", PythonFile) or PythonFile()
+    versions = stack.versions or StackVersions()
+    return SoftwareVersions(jax=versions.jax, jaxlib=versions.jaxlib, libtpu=versions.libtpu,
+                            plugins=versions.plugins, tpu_tools=versions.tpu_tools, python=python.version,
+                            agree=stack.agree)
 
 
 def _libtpu(bundle: Bundle) -> LibtpuSummary | None:
@@ -141,46 +195,45 @@ def _libtpu(bundle: Bundle) -> LibtpuSummary | None:
     return libtpu_summary(document) if isinstance(document, dict) else None
 
 
-def _agents(bundle: Bundle) -> dict[str, Any] | None:
+def _agents(bundle: Bundle) -> AgentsSummary | None:
     document = bundle.read_json("accelerators/agents.json")
     if not isinstance(document, dict):
         return None
+    listed = msgspec.convert(document, AgentsFile)
+    items = []
+    for raw in listed.agents if isinstance(listed.agents, list) else []:
+        try:
+            items.append(msgspec.convert(raw, AgentItem))
+        except msgspec.ValidationError:
+            continue  # not an agent entry: nothing to say about it
+    return AgentsSummary(agents=[_agent_summary(item) for item in items],
+                         ignored_sockets=len(listed.ignored_sockets) if isinstance(listed.ignored_sockets, list) else 0)
+
+
+def _agent_summary(item: AgentItem) -> AgentSummary:
     from tpu_tools.metrics.agent_client import AgentResult
     from tpu_tools.metrics.agent_snapshot import snapshot_record
     from tpu_tools.metrics.groups.processes import agent_entry
     from tpu_tools.metrics.records.jobs import EntryCompiles, EntrySteps
-    from tpu_tools.records import RecordError
 
-    agents = []
-    items = document.get("agents")
-    for item in items if isinstance(items, list) else []:
-        if not isinstance(item, dict) or isinstance(item.get("pid"), bool) or not isinstance(item.get("pid"), int):
-            continue  # not an agent entry: nothing to say about it
-        error = item.get("error")
-        error = error if isinstance(error, str) else None
-        snapshot = None
-        if item.get("snapshot") is not None:
-            try:
-                snapshot = snapshot_record(item["snapshot"])
-            except RecordError as problem:
-                error = str(problem)
-        socket = item.get("socket")
-        entry = agent_entry(AgentResult(item["pid"], Path(socket) if isinstance(socket, str) else Path("-"), snapshot,
-                                        error))
-        compiles = entry.compiles or EntryCompiles()
-        recent = compiles.recent_recompiles
-        tag = item.get("tag")
-        agents.append({"pid": entry.pid, "tag": entry.tag or (tag if isinstance(tag, str) else None),
-                       "platform": entry.platform, "error": entry.error,
-                       "compile_count": compiles.compile_count, "recompile_count": compiles.recompile_count,
-                       "device_memory_used_bytes": entry.device_memory_used_bytes,
-                       "steps_per_second": (entry.steps or EntrySteps()).steps_per_second,
-                       "last_recompile": ({"function": recent[-1].function, "reason": recent[-1].reason}
-                                          if recent else None),
-                       "tpu_health": msgspec.to_builtins(entry.tpu_sdk.health) if entry.tpu_sdk else None,
-                       "startup": msgspec.to_builtins(entry.startup or [])})
-    ignored = document.get("ignored_sockets")
-    return {"agents": agents, "ignored_sockets": len(ignored) if isinstance(ignored, list) else 0}
+    error = item.error if isinstance(item.error, str) else None
+    snapshot = None
+    if item.snapshot is not None:
+        try:
+            snapshot = snapshot_record(item.snapshot)
+        except OutsideError as problem:
+            error = str(problem)
+    socket = Path(item.socket) if isinstance(item.socket, str) else Path("-")
+    entry = agent_entry(AgentResult(item.pid, socket, snapshot, error))
+    compiles = entry.compiles or EntryCompiles()
+    recent = compiles.recent_recompiles
+    return AgentSummary(
+        pid=entry.pid, tag=entry.tag or (item.tag if isinstance(item.tag, str) else None), platform=entry.platform,
+        error=entry.error, compile_count=compiles.compile_count, recompile_count=compiles.recompile_count,
+        device_memory_used_bytes=entry.device_memory_used_bytes,
+        steps_per_second=(entry.steps or EntrySteps()).steps_per_second,
+        last_recompile=RecompileSummary(function=recent[-1].function, reason=recent[-1].reason) if recent else None,
+        tpu_health=entry.tpu_sdk.health if entry.tpu_sdk else None, startup=entry.startup or [])
 
 
 def _tolerant(read: Any, bundle: Any, notes: list[str], *args: Any) -> Any:
@@ -198,65 +251,58 @@ def _job_warnings(summary: Summary, out: list[Finding]) -> None:
         kind = (core.core_type or "core").replace("_", " ")
         out.append(Finding("libtpu_core_error", f"core {core.global_core_id} (chip {core.chip_id}, {kind}) at "
                                                 f"{core.address} is in error: {core.error_message}"))
-    for agent in (summary.agents or {}).get("agents") or []:
-        who = f"process {agent['pid']}" + (f" ({agent['tag']})" if agent.get("tag") else "")
-        if agent.get("error"):
-            out.append(Finding("agent_error", f"the agent of {who} did not answer: {agent['error']}"))
+    for agent in summary.agents.agents if summary.agents is not None else []:
+        who = f"process {agent.pid}" + (f" ({agent.tag})" if agent.tag else "")
+        if agent.error:
+            out.append(Finding("agent_error", f"the agent of {who} did not answer: {agent.error}"))
             continue
-        health = agent.get("tpu_health")
-        for line in attention(msgspec.convert(health, ChipHealth) if isinstance(health, dict) else None):
+        for line in attention(agent.tpu_health):
             out.append(Finding("tpu_health", f"{who}: {line}"))
-        for broken in agent.get("startup") or []:  # the startup contract (torch_xla), each with its fix
-            if isinstance(broken, dict):
-                out.append(Finding("startup_contract", f"{who}: {broken.get('message')}; {broken.get('fix')}"))
-        if agent.get("recompile_count"):
-            last = agent.get("last_recompile") or {}
-            reason = f"; last: {last.get('function')}" + (f": {last['reason']}" if last.get("reason") else "") \
-                if last else ""
-            out.append(Finding("recompiles", f"{who} compiled functions again {agent['recompile_count']} "
-                                             f"time{'s' if agent['recompile_count'] != 1 else ''}{reason}"))
+        for broken in agent.startup:  # the startup contract (torch_xla), each with its fix
+            out.append(Finding("startup_contract", f"{who}: {broken.message}; {broken.fix}"))
+        if agent.recompile_count:
+            last = agent.last_recompile
+            reason = f"; last: {last.function}" + (f": {last.reason}" if last.reason else "") if last else ""
+            out.append(Finding("recompiles", f"{who} compiled functions again {agent.recompile_count} "
+                                             f"time{'s' if agent.recompile_count != 1 else ''}{reason}"))
 
 
 def _libtpu_file_warnings(bundle: Bundle, out: list[Finding]) -> None:
     """libtpu's stall and crash files the bundle holds: stalled cores with program and HLO location."""
-    index = bundle.read_json(DIAGNOSTICS_INDEX)
-    for entry in (index or {}).get("files") or [] if isinstance(index, dict) else []:
-        if not isinstance(entry, dict):
-            continue
-        name = shorten(os.path.basename(str(entry.get("path"))), 200)
-        kind = str(entry.get("kind"))
-        decoded = bundle.read_json(str(entry["decoded"])) if isinstance(entry.get("decoded"), str) else None
-        document = decoded.get("decoded") if isinstance(decoded, dict) else None
-        if kind == "stall_summary" and document is not None:
+    index = read_file(bundle, DIAGNOSTICS_INDEX, DiagnosticsIndex) or DiagnosticsIndex()
+    for entry in index.files:
+        name = shorten(os.path.basename(str(entry.path)), 200)
+        decoded = read_file(bundle, entry.decoded, DecodedFile) if entry.decoded is not None else None
+        document = decoded.decoded if decoded is not None else None
+        if entry.kind == "stall_summary" and document is not None:
             cores = stall_cores(document)
             out.append(Finding("libtpu_stall", f"libtpu stall summary {name}: " + ("; ".join(cores) or "no cores")))
-        elif kind == "core_dump":
+        elif entry.kind == "core_dump":
             out.append(Finding("libtpu_core_dump", f"libtpu core dump {name}" + (
-                " (decoded)" if document is not None else f": {entry.get('error') or 'not decoded'}")))
-        elif kind == "compiler_metadata" and isinstance(document, dict):
+                " (decoded)" if document is not None else f": {entry.error or 'not decoded'}")))
+        elif entry.kind == "compiler_metadata" and isinstance(document, dict):
+            program = msgspec.convert(document, CompilerMetadata)
             out.append(Finding("libtpu_program", f"libtpu compiler metadata {name}: module "
-                                                 f"{shorten(str(document.get('module_name') or '?'), 200)}, program id "
-                                                 f"{shorten(str(document.get('program_id')), 24)}"))
+                                                 f"{shorten(str(program.module_name or '?'), 200)}, program id "
+                                                 f"{shorten(str(program.program_id), 24)}"))
         elif document is None:
-            out.append(Finding("libtpu_file", f"libtpu {kind.replace('_', ' ')} {name}: "
-                                              f"{shorten(str(entry.get('error') or 'not decoded'), 300)}"))
+            out.append(Finding("libtpu_file", f"libtpu {str(entry.kind).replace('_', ' ')} {name}: "
+                                              f"{shorten(str(entry.error or 'not decoded'), 300)}"))
 
 
 def _stack_warnings(bundle: Bundle, out: list[Finding]) -> None:
-    stack = bundle.read_json("software/stack.json") or {}
-    for check in stack.get("checks") or []:
-        if check.get("ok") is False:
-            extras = check.get("via_extras")
-            how = f" (jax[{'|'.join(extras)}])" if extras else ""
-            out.append(Finding("version_mismatch", f"{check.get('distribution')} {check.get('installed_version')} "
-                                                   f"does not satisfy {check.get('requirement')}, required by "
-                                                   f"{check.get('required_by')}{how}"))
-    packages = bundle.read_json("software/packages.json") or {}
-    for item in packages.get("shadowed") or []:
-        if re.match(r"^(jax|jaxlib|libtpu|jax-(cuda|rocm))", str(item.get("name"))):
-            out.append(Finding("shadowed_package", f"{item.get('name')} {item.get('version')} in "
-                                                   f"{item.get('location')} is hidden by version "
-                                                   f"{item.get('shadowed_by')} earlier on sys.path"))
+    stack = read_file(bundle, "software/stack.json", StackFile) or StackFile()
+    for check in stack.checks:
+        if check.ok is False:
+            how = f" (jax[{'|'.join(check.via_extras)}])" if check.via_extras else ""
+            out.append(Finding("version_mismatch", f"{check.distribution} {check.installed_version} "
+                                                   f"does not satisfy {check.requirement}, required by "
+                                                   f"{check.required_by}{how}"))
+    packages = read_file(bundle, "software/packages.json", PackagesFile) or PackagesFile()
+    for item in packages.shadowed:
+        if re.match(r"^(jax|jaxlib|libtpu|jax-(cuda|rocm))", str(item.name)):
+            out.append(Finding("shadowed_package", f"{item.name} {item.version} in {item.location} is hidden by "
+                                                   f"version {item.shadowed_by} earlier on sys.path"))
 
 
 def _holder_warnings(bundle: Bundle, out: list[Finding]) -> None:
@@ -368,12 +414,12 @@ def _link_warnings(gpu: GpuRecord, who: str, out: list[Finding]) -> None:
 
 
 def _system_warnings(bundle: Bundle, out: list[Finding]) -> None:
-    cgroup = bundle.read_json("system/cgroup.json") or {}
-    if (cgroup.get("oom_kills") or 0) > 0:
-        out.append(Finding("oom_kills", f"the OOM killer ended {cgroup['oom_kills']} processes in this cgroup"))
-    cache = bundle.read_json("software/compile_cache.json") or {}
-    if cache.get("exists") and cache.get("writable") is False:
-        out.append(Finding("compile_cache", f"the compilation cache {cache.get('path')} is not writable"))
+    cgroup = read_file(bundle, "system/cgroup.json", CgroupFile) or CgroupFile()
+    if cgroup.oom_kills:
+        out.append(Finding("oom_kills", f"the OOM killer ended {cgroup.oom_kills} processes in this cgroup"))
+    cache = read_file(bundle, "software/compile_cache.json", CompileCacheFile) or CompileCacheFile()
+    if cache.exists and cache.writable is False:
+        out.append(Finding("compile_cache", f"the compilation cache {cache.path} is not writable"))
     try:
         kernel = bundle.read("logs/kernel.txt").decode("utf-8", "replace").splitlines()
     except BundleError:
@@ -409,7 +455,7 @@ def summarize(bundle: Bundle) -> Summary:
         notes=[*(note for note in manifest.notes or [] if note is not None), *bundle.notes],
         failed_collectors=[c.name for c in collectors if c.status in ("failed", "timed_out")],
     )
-    summary.devices = _tolerant(_devices, bundle, summary.notes) or {}
+    summary.devices = _tolerant(_devices, bundle, summary.notes) or DevicesSummary()
     summary.versions = _tolerant(_versions, bundle, summary.notes) or SoftwareVersions()
     summary.libtpu = _tolerant(_libtpu, bundle, summary.notes)
     summary.agents = _tolerant(_agents, bundle, summary.notes)

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from tpu_tools.dump.findings import FileSummary, SoftwareVersions, Summary
+from tpu_tools.dump.findings import AgentsSummary, DevicesSummary, FileSummary, SoftwareVersions, Summary
 from tpu_tools.dump.libtpusummary import LibtpuSummary
 from tpu_tools.dump.manifest import CollectorStatus, Manifest, RedactionCounts
 from tpu_tools.render.table import Column, TableData
@@ -67,23 +67,22 @@ def report_lines(manifest: Manifest, path: str, size_bytes: int) -> list[str]:
     return lines
 
 
-def _devices_line(devices: dict[str, Any]) -> str:
+def _devices_line(devices: DevicesSummary) -> str:
     parts = []
-    if devices.get("device_count"):
-        kinds = ", ".join(f"{count} x {printable(kind)}" for kind, count in devices["device_kinds"].items())
-        parts.append(f"{kinds} on the {printable(devices.get('platform'))} platform")
-        if devices.get("probe_passed") or devices.get("probe_failed"):
-            parts.append(f"probe {devices['probe_passed']} passed, {devices['probe_failed']} failed")
-    elif devices.get("runtime_status") == "held":
+    if devices.device_count:
+        kinds = ", ".join(f"{count} x {printable(kind)}" for kind, count in devices.device_kinds.items())
+        parts.append(f"{kinds} on the {printable(devices.platform)} platform")
+        if devices.probe_passed or devices.probe_failed:
+            parts.append(f"probe {devices.probe_passed} passed, {devices.probe_failed} failed")
+    elif devices.runtime_status == "held":
         parts.append("runtime not opened (a TPU is held)")
-    elif devices.get("runtime_status"):
-        parts.append(f"runtime {printable(devices['runtime_status'])}")
+    elif devices.runtime_status:
+        parts.append(f"runtime {printable(devices.runtime_status)}")
     else:
         parts.append("no runtime listing")
-    chips = ", ".join(f"{count} x {printable(name)}" for name, count in (devices.get("chips") or {}).items())
+    chips = ", ".join(f"{count} x {printable(name)}" for name, count in devices.chips.items())
     parts.append(f"chips: {chips or 'none found'}")
-    holders = ", ".join(f"{h['pid']} ({printable(str(h.get('command') or '?').split(' ')[0])})"
-                        for h in devices.get("holders") or [])
+    holders = ", ".join(f"{h.pid} ({printable((h.command or '?').split(' ')[0])})" for h in devices.holders)
     if holders:
         parts.append(f"held by {holders}")
     return "; ".join(parts)
@@ -121,18 +120,18 @@ def _libtpu_line(libtpu: LibtpuSummary) -> str:
     return "; ".join(parts) or "no service figures"
 
 
-def _agents_line(agents: dict[str, Any]) -> str:
+def _agents_line(agents: AgentsSummary) -> str:
     parts = []
-    for agent in agents.get("agents") or []:
-        if agent.get("error"):
-            parts.append(f"{agent['pid']} ({printable(agent.get('tag') or '?')}, error)")
+    for agent in agents.agents:
+        if agent.error:
+            parts.append(f"{agent.pid} ({printable(agent.tag or '?')}, error)")
             continue
-        recompiles = agent.get("recompile_count")
-        parts.append(f"{agent['pid']} ({printable(agent.get('tag') or '-')}, {printable(agent.get('platform'))}, "
-                     f"{agent.get('compile_count') if agent.get('compile_count') is not None else MISSING} compiles, "
-                     f"{recompiles if recompiles is not None else MISSING} recompiles)")
-    if agents.get("ignored_sockets"):
-        parts.append(f"{agents['ignored_sockets']} sockets ignored")
+        compiles = agent.compile_count if agent.compile_count is not None else MISSING
+        recompiles = agent.recompile_count if agent.recompile_count is not None else MISSING
+        parts.append(f"{agent.pid} ({printable(agent.tag or '-')}, {printable(agent.platform)}, {compiles} compiles, "
+                     f"{recompiles} recompiles)")
+    if agents.ignored_sockets:
+        parts.append(f"{agents.ignored_sockets} sockets ignored")
     return ", ".join(parts) or "none answered"
 
 

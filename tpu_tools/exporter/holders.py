@@ -30,23 +30,9 @@ def _process_identity(entry: AgentEntry | Holder) -> dict[str, str]:
     return {**{key: value for key, value in pod_labels.items() if key not in labels}, **labels}
 
 
-def _identity(entry: dict[str, Any]) -> dict[str, str]:
-    pod = entry.get("kubernetes") or {}
-    found = {"tag": entry.get("tag"), "slurm_job_id": entry.get("slurm_job_id"),
-             **{key: pod.get(key) for key in ("namespace", "pod", "container")}}
-    labels = {key: label_value(str(value)) for key, value in found.items() if value}
-    # --pod-labels: the pod's own labels, already named and bounded (kube/api.py)
-    return {**{key: value for key, value in (pod.get("labels") or {}).items() if key not in labels}, **labels}
-
-
 def _gpu_process_identity(process: GpuProcess) -> dict[str, str]:
     found = {"tag": process.tag, "slurm_job_id": process.slurm_job_id}
     return {key: label_value(str(value)) for key, value in found.items() if value}
-
-
-def _group(report: MonitorReport, name: str) -> dict[str, Any]:
-    data = getattr(report, name)
-    return data if isinstance(data, dict) else {}
 
 
 def device_holders(report: MonitorReport) -> dict[str, dict[str, str]]:

@@ -312,14 +312,10 @@ class ReportCollector(Collector):
         merged: dict[str, Metric] = {}
         for name, export in self._exporters.items():
             data = getattr(report, name)
-            if isinstance(data, GroupRecord):
-                error = data.error
-            elif isinstance(data, dict):  # a group not yet a record of its own
-                error = data.get("error")
-            else:
+            if not isinstance(data, GroupRecord):  # a group the report does not carry
                 continue
-            errors.add_metric([name], 1.0 if error else 0.0)
-            if not error:
+            errors.add_metric([name], 1.0 if data.error else 0.0)
+            if not data.error:
                 for family in export(data):
                     first = merged.setdefault(family.name, family)
                     if first is not family:

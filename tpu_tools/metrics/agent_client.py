@@ -40,7 +40,7 @@ from tpu_tools.metrics.rundir import SocketEntry, list_socket_entries, pid_alive
 from tpu_tools.metrics.snapfile import SnapshotFileError, read_snapshot_file, snapshot_file_for
 from tpu_tools.metrics.snapreader import PublishedSnapshot, SnapshotFiles
 from tpu_tools.metrics.socketlist import SocketListing
-from tpu_tools.records import RecordError
+from tpu_tools.outside import OutsideError
 from tpu_tools.units import format_bytes
 
 DEFAULT_TIMEOUT_S = 1.0
@@ -211,7 +211,7 @@ def _checked(data: bytes | bytearray | memoryview, not_json: str) -> AgentSnapsh
     """The record of an answer's JSON bytes, decoded straight into it; AgentQueryError says what is wrong."""
     try:
         snapshot = decode_snapshot(data)
-    except RecordError as error:
+    except OutsideError as error:
         raise AgentQueryError(not_json if str(error) == NOT_JSON else str(error)) from error
     return _no_error(snapshot)
 
@@ -230,7 +230,7 @@ def _published(entry: SocketEntry, max_bytes: int, files: SnapshotFiles | None =
         read = files.read(path, max_bytes) if files is not None else _read_once(path, max_bytes)
     except SnapshotFileError as error:  # the file's fault
         raise AgentQueryError(str(error)) from error
-    except RecordError as error:  # its snapshot's
+    except OutsideError as error:  # its snapshot's
         raise AgentQueryError("published something that is not JSON" if str(error) == NOT_JSON
                               else str(error)) from error
     if read is None:

@@ -2,7 +2,7 @@
 
 An agent is another process: whatever it answers is decoded straight from its bytes into the typed record,
 checked against its types and bounds, before a monitor, tpu-top or a bundle reads it. A snapshot that does not
-fit becomes one error for that agent (`RecordError`, one sentence naming the field), so one broken or hostile
+fit becomes one error for that agent (`OutsideError`, one sentence naming the field), so one broken or hostile
 job never hides the others.
 """
 
@@ -15,10 +15,10 @@ import msgspec
 import msgspec.inspect as types
 
 from tpu_tools.metrics.records.agent import MAX_DEPTH, SCHEMA, AgentSnapshot
-from tpu_tools.records import RecordError
+from tpu_tools.outside import OutsideError
 from tpu_tools.shorten import quoted, shorten
 
-__all__ = ["SCHEMA", "RecordError", "decode_snapshot", "parse_snapshot", "snapshot_record"]
+__all__ = ["SCHEMA", "OutsideError", "decode_snapshot", "parse_snapshot", "snapshot_record"]
 
 NOT_A_SNAPSHOT = "answered something that is not an agent snapshot"
 NOT_JSON = "answered something that is not JSON"
@@ -33,7 +33,7 @@ _STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+|\.\.\.)\]")
 
 
 def decode_snapshot(data: bytes | bytearray | memoryview) -> AgentSnapshot:
-    """The record of an agent's answer, decoded from its JSON bytes; RecordError says in one sentence what is
+    """The record of an agent's answer, decoded from its JSON bytes; OutsideError says in one sentence what is
     wrong (the answer is not JSON, not a snapshot, or a field does not fit)."""
     try:
         snapshot = _DECODER.decode(data)
@@ -41,22 +41,22 @@ def decode_snapshot(data: bytes | bytearray | memoryview) -> AgentSnapshot:
         document = _document(data)
         if _TOO_LONG.match(str(error)) and isinstance(document, dict):
             return snapshot_record(document)  # cuts the texts past their bounds
-        raise RecordError(_sentence(error, document)) from None
+        raise OutsideError(_sentence(error, document)) from None
     except msgspec.DecodeError:
         # NaN and Infinity are not JSON, but Python's json writes them (earlier agents did): read them as json
         # does, and the record's check names the figure
         return snapshot_record(_lenient_document(data))
     except RecursionError as error:
-        raise RecordError(NOT_JSON) from error
+        raise OutsideError(NOT_JSON) from error
     if snapshot.schema != SCHEMA:
-        raise RecordError(NOT_A_SNAPSHOT)
+        raise OutsideError(NOT_A_SNAPSHOT)
     return snapshot
 
 
 def snapshot_record(document: Any) -> AgentSnapshot:
-    """The record of an agent's answer already read as JSON (a bundle's member); RecordError as decode_snapshot."""
+    """The record of an agent's answer already read as JSON (a bundle's member); OutsideError as decode_snapshot."""
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise RecordError(NOT_A_SNAPSHOT)
+        raise OutsideError(NOT_A_SNAPSHOT)
     try:
         try:
             return msgspec.convert(document, AgentSnapshot)
@@ -67,9 +67,9 @@ def snapshot_record(document: Any) -> AgentSnapshot:
             # the bounds are checked by msgspec as it decodes, the cutting walks the document in Python)
             return msgspec.convert(_cut_texts(document, _SNAPSHOT_TYPE, 0), AgentSnapshot)
     except msgspec.ValidationError as error:
-        raise RecordError(_sentence(error, document)) from None
+        raise OutsideError(_sentence(error, document)) from None
     except RecursionError as error:
-        raise RecordError("answered a malformed snapshot (nested too deeply)") from error
+        raise OutsideError("answered a malformed snapshot (nested too deeply)") from error
 
 
 def parse_snapshot(document: Any) -> dict[str, Any]:
@@ -121,7 +121,7 @@ def _lenient_document(data: bytes | bytearray | memoryview) -> Any:
     try:
         return wire.decode_response(bytes(data))
     except (ValueError, RecursionError) as error:
-        raise RecordError(NOT_JSON) from error
+        raise OutsideError(NOT_JSON) from error
 
 
 def _sentence(error: msgspec.ValidationError, document: Any) -> str:

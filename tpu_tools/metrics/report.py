@@ -53,7 +53,7 @@ class ReportBuilder:
         self.report_period_s = report_period_s
         self.collectors: dict[str, GroupCollector] = {}
         self.agent_connections = AgentConnections()  # one per agent, kept from round to round
-        self._last: dict[str, Any] = {}  # group name -> its last record
+        self._last: dict[str, GroupRecord] = {}  # group name -> its last record
         self._due: dict[str, float] = {}
         self.sequence = 0
         self._early = DaemonExecutor(1, "tpu-tools-agents-early")  # a hung agent never holds the program's exit
@@ -91,21 +91,16 @@ class ReportBuilder:
         slack = 0.5 * self.report_period_s if self.report_period_s else 0.001
         return due is None or monotonic >= due - slack or group.name not in self._last
 
-    def _collect(self, group: GroupPlan, context: CollectContext) -> Any:
+    def _collect(self, group: GroupPlan, context: CollectContext) -> GroupRecord:
         started = time.time()
         period, sampled = self._period(group), iso_time(started)
         collector = self.collectors[group.name]
         try:
             data = collector.collect(context)
         except Exception as error:  # noqa: BLE001 the group reports its failure; the report goes on
-            record_type = getattr(collector, "record_type", None)
-            if record_type is not None:
-                return record_type(period_s=period, sampled_at=sampled, error=first_line(error))
-            return {"period_s": period, "sampled_at": sampled, "error": first_line(error)}
-        if isinstance(data, GroupRecord):
-            # the record's own error stands: a group may fail in part and still give its figures
-            return msgspec.structs.replace(data, period_s=period, sampled_at=sampled)
-        return {"period_s": period, "sampled_at": sampled, "error": None, **data}
+            return collector.record_type(period_s=period, sampled_at=sampled, error=first_line(error))
+        # the record's own error stands: a group may fail in part and still give its figures
+        return msgspec.structs.replace(data, period_s=period, sampled_at=sampled)
 
     def close(self) -> None:
         self.agent_connections.close()

@@ -30,7 +30,7 @@ from tpu_tools.metrics.snapfile import (
     open_snapshot_file,
     writer_alive,
 )
-from tpu_tools.records import RecordError
+from tpu_tools.outside import OutsideError
 
 
 @dataclass
@@ -71,7 +71,7 @@ class SnapshotFiles:
     def read(self, path: Path, max_bytes: int) -> PublishedSnapshot | None:
         """The snapshot published at `path`, decoded into its record (shared: never changed in place); None when
         there is none (no file, nothing published yet, its writer gone). Raises SnapshotFileError when the file
-        is unsafe or malformed, RecordError when its snapshot is."""
+        is unsafe or malformed, OutsideError when its snapshot is."""
         with self._lock:
             return self._read(path, max_bytes)
 
@@ -98,7 +98,7 @@ class SnapshotFiles:
         self.counts.decoded += 1
         try:
             snapshot = decode_snapshot(published.document)
-        except RecordError as error:
+        except OutsideError as error:
             self._drop(path)
             if str(error) == NOT_JSON:
                 raise SnapshotFileError("published something that is not JSON") from error

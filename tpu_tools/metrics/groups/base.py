@@ -22,6 +22,7 @@ from tpu_tools.metrics.agent_client import DEFAULT_TIMEOUT_S, AgentConnections, 
 from tpu_tools.metrics.libtpu.addresses import DEFAULT_TIMEOUT_S as METRICS_TIMEOUT_S
 from tpu_tools.metrics.libtpu.addresses import default_address
 from tpu_tools.metrics.records.devices import DeviceExtra
+from tpu_tools.metrics.records.group import GroupRecord
 from tpu_tools.pjrt.discover import Discovery, Holder, discover
 from tpu_tools.pjrt.pairing import GPU_PLATFORMS
 
@@ -150,7 +151,7 @@ class GroupCollector(Protocol):
     name: the key in the report. default_period_s: None means every report.
     collect(context): the group's record (its `record_type`, a GroupRecord
     whose `period_s` and `sampled_at` the report fills; the record type is
-    also what a failed group is made of), or a dict of its figures. Optional: `device_figures(context) ->
+    also what a failed group is made of). Optional: `device_figures(context) ->
     list[DeviceFigures]` for sources with per-device figures, and
     `prometheus(data) -> iterable of prometheus_client metric families` for
     exposition of the group's own figures; `close()` to release connections;
@@ -159,8 +160,9 @@ class GroupCollector(Protocol):
     """
 
     name: str
+    record_type: type[GroupRecord]
 
-    def collect(self, context: CollectContext) -> Any: ...
+    def collect(self, context: CollectContext) -> GroupRecord: ...
 
 
 def load_collector(name: str, options: CollectOptions) -> GroupCollector:
