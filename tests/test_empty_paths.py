@@ -68,7 +68,7 @@ def test_an_empty_cache_variable_is_refused_like_no_variable(tmp_path: Path) -> 
 def _walk(command: click.Command, trail: str) -> list[tuple[str, click.Parameter]]:
     found = [(trail, param) for param in command.params]
     if isinstance(command, click.Group):
-        ctx = click.Context(command, info_name=trail)
+        ctx = click.Context(command, info_name=trail, **command.context_settings)  # its -h, as the program has
         for name in command.list_commands(ctx):
             sub = command.get_command(ctx, name)
             if sub is not None:

@@ -45,7 +45,8 @@ _SAME_LAYER_ALLOWED = {0}
 # (tools/gen_docs.py; tests/test_docs.py fails when the table is stale), so a new layer needs its line here.
 LAYER_JOBS: dict[str, str] = {
     "tpu_tools": "errors and exit codes, formatting quantities, parsing sizes and durations, PCI ids and chip peaks, "
-                 "versions, outside text cut to a bound, records from outside decoded and bounded (msgspec), JSON, terminal text, atomic "
+                 "versions, outside text cut to a bound, records from outside decoded and bounded (msgspec), JSON, "
+                 "terminal text, atomic "
                  "files, signals, reading files from outside (regular, capped), calls run ahead on daemon threads, "
                  "the TPU_TOOLS_* variables",
     "pjrt": "runtime policy before `import jax`, the isolated child, device records, passive discovery, probes, chip "

@@ -222,14 +222,16 @@ def test_parse_number_reads_every_whole_number_in_ascii_digits(text):
 def _click_commands():
     from tpu_tools.cli.main import cli
 
+    # Each context with its command's own settings: click keeps the help option a command first made, so a context
+    # without `-h` would take `-h` from the program for the rest of the process.
     def walk(command: click.Command, ctx: click.Context):
         yield ctx.command_path, command
         if isinstance(command, click.Group):
             for name in command.list_commands(ctx):
                 sub = command.get_command(ctx, name)
-                yield from walk(sub, click.Context(sub, parent=ctx, info_name=name))
+                yield from walk(sub, click.Context(sub, parent=ctx, info_name=name, **sub.context_settings))
 
-    return list(walk(cli, click.Context(cli, info_name="tpu-tools")))
+    return list(walk(cli, click.Context(cli, info_name="tpu-tools", **cli.context_settings)))
 
 
 def test_no_option_reads_a_number_with_clicks_own_types():

@@ -39,8 +39,6 @@ from tpu_tools.dump.collectors.diagnostics import stall_cores
 from tpu_tools.dump.libtpusummary import LibtpuSummary, libtpu_summary
 from tpu_tools.dump.manifest import CollectorStatus, RedactionCounts
 from tpu_tools.dump.reader import Bundle, BundleError
-from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
-from tpu_tools.metrics.records.gpu import STATUS_LOST, STATUS_NOT_ANSWERING, GpuRecord
 from tpu_tools.dump.software_files import (
     CgroupFile,
     CompileCacheFile,
@@ -49,10 +47,12 @@ from tpu_tools.dump.software_files import (
     StackFile,
     StackVersions,
 )
+from tpu_tools.metrics.nvml.decode import POWER_REASONS, THERMAL_REASONS
 from tpu_tools.metrics.records.agent import StartupFinding
+from tpu_tools.metrics.records.gpu import STATUS_LOST, STATUS_NOT_ANSWERING, GpuRecord
 from tpu_tools.metrics.records.jobs import ChipHealth
-from tpu_tools.outside import OutsideError
 from tpu_tools.metrics.tpuhealth import attention
+from tpu_tools.outside import OutsideError
 from tpu_tools.shorten import shorten
 
 SHOW_SCHEMA = "tpu-tools/dump-show/v1"

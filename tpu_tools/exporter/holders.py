@@ -10,8 +10,6 @@ from outside (a job chooses its tag, a pod its names): every one is made printab
 
 from __future__ import annotations
 
-from typing import Any
-
 from tpu_tools.metrics.labeltext import label_value
 from tpu_tools.metrics.records.gpu import GpuProcess
 from tpu_tools.metrics.records.jobs import AgentEntry, Holder

@@ -13,7 +13,6 @@ import socket
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 import msgspec
 
@@ -77,10 +76,11 @@ class ReportBuilder:
                 # Keep to the schedule; after a slow round, start again from now.
                 due = self._due.get(group.name, monotonic) + period
                 self._due[group.name] = due if due > monotonic else monotonic + period
+        # each group's record in the field of its name (which mypy cannot pair with the field's type)
         report = MonitorReport(
             schema=SCHEMA, time=iso_time(now), time_unix_s=round(now, 3), hostname=socket.gethostname(),
             sequence=self.sequence, tpu_tools_version=tpu_tools.__version__, tpu_slice=self._slice_record,
-            **{group.name: self._last[group.name] for group in self.plan})
+            **{group.name: self._last[group.name] for group in self.plan})  # type: ignore[arg-type]
         self.sequence += 1
         return report
 

@@ -46,6 +46,7 @@ class DeviceFigures:
     hlo_execution_time_us: DistributionSummary | None = None
 
     def to_record(self) -> LibtpuDevice:
+        """The device as the report's libtpu group carries it."""
         return LibtpuDevice(
             device_id=self.device_id, hbm_used_bytes=self.hbm_used_bytes, hbm_total_bytes=self.hbm_total_bytes,
             duty_cycle_percent=self.duty_cycle_percent,
@@ -54,6 +55,7 @@ class DeviceFigures:
             hlo_execution_time_us=self.hlo_execution_time_us.to_record() if self.hlo_execution_time_us else None)
 
     def to_dict(self) -> dict[str, Any]:
+        """The record's JSON form (what `to_record` gives, as plain data)."""
         return _builtins(self.to_record())
 
 
@@ -70,10 +72,12 @@ class TransferLatency:
         return names.short_name(self.metric)
 
     def to_record(self) -> TransferLatencyRecord:
+        """The distribution as the report's libtpu group carries it."""
         return TransferLatencyRecord(metric=self.metric, name=self.name, buffer_size=self.buffer_size,
                                      latency_us=self.latency_us.to_record())
 
     def to_dict(self) -> dict[str, Any]:
+        """The record's JSON form (what `to_record` gives, as plain data)."""
         return _builtins(self.to_record())
 
 
@@ -90,10 +94,12 @@ class DeliveryRate:
         return names.short_name(self.metric)
 
     def to_record(self) -> DeliveryRateRecord:
+        """The distribution as the report's libtpu group carries it."""
         return DeliveryRateRecord(metric=self.metric, name=self.name, label=self.label,
                                   rate_mbps=self.rate_mbps.to_record())
 
     def to_dict(self) -> dict[str, Any]:
+        """The record's JSON form (what `to_record` gives, as plain data)."""
         return _builtins(self.to_record())
 
 
@@ -154,6 +160,7 @@ class LibtpuSnapshot:
         return next((d for d in self.devices if d.device_id == device_id), None)
 
     def to_record(self) -> LibtpuService:
+        """The snapshot as the report's libtpu group carries it (one service of the group)."""
         return LibtpuService(
             address=self.address, error=self.error, elapsed_ms=round(self.elapsed_ms, 3),
             served_metrics=list(self.served_metrics), not_served_metrics=list(self.not_served_metrics),
@@ -163,6 +170,7 @@ class LibtpuSnapshot:
             delivery_rates=[r.to_record() for r in self.delivery_rates], notes=list(self.notes))
 
     def to_dict(self) -> dict[str, Any]:
+        """The record's JSON form (what `to_record` gives, as plain data)."""
         return _builtins(self.to_record())
 
 
