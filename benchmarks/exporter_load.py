@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -30,13 +31,14 @@ SERVERS = ("tpu-tools", "prometheus_client")
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: exporter\r\nConnection: close\r\n\r\n"
 
 
-def report() -> dict:
-    from fleet_view import host_report
+def report() -> Any:
+    from fleet_view import host_document
+    from harness import monitor_report
 
-    data = host_report(3, 8)
+    data = host_document(3, 8)
     agent = data["processes"]["agents"][0]
     data["processes"]["agents"] = [{**agent, "pid": 2000 + i, "tag": f"job{i}"} for i in range(20)]
-    return data
+    return monitor_report(data)
 
 
 def serve(kind: str, port_file: Path) -> None:

@@ -19,24 +19,27 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from harness import monitor_report  # noqa: E402
 from prometheus_client import start_http_server  # noqa: E402
 from prometheus_client.registry import CollectorRegistry  # noqa: E402
 from promstack import PROMETHEUS, PrometheusServer, free_port  # noqa: E402
 
 from tpu_tools.exporter.prometheus import BUILTIN, ReportCollector  # noqa: E402
 from tpu_tools.metrics.fleet.source import FleetSource  # noqa: E402
-from tpu_tools.metrics.records.report import SCHEMA, MonitorReport  # noqa: E402
+from tpu_tools.metrics.records.report import MonitorReport  # noqa: E402
 from tpu_tools.top.frame import render  # noqa: E402
 from tpu_tools.top.model import ViewState  # noqa: E402
 
 GIB = 1 << 30
 
 
-def host_report(index: int, chips: int) -> MonitorReport:
+def host_document(index: int, chips: int) -> dict[str, Any]:
+    """One host's report as its JSON document (tpu-monitor's shape)."""
     duty = 40.0 if index == 17 else 85.0 + (index % 5)  # host 17 is the slow worker
     devices = [{"key": f"tpu:{c}", "platform": "tpu", "name": "TPU v5e", "memory_used_bytes": 11 * GIB + c,
                 "memory_total_bytes": 16 * GIB, "live_array_bytes": 10 * GIB, "utilization_percent": duty,
@@ -48,11 +51,14 @@ def host_report(index: int, chips: int) -> MonitorReport:
              "steps": {"count": 5000, "steps_per_second": 2.0 * duty / 85, "p50_step_time_s": 0.5 * 85 / duty,
                        "last_step_time_s": 0.5, "p99_step_time_s": 0.7},
              "devices": [{"id": c, "platform": "tpu", "memory_used_bytes": 11 * GIB} for c in range(chips)]}
-    return MonitorReport(schema=SCHEMA, time="", time_unix_s=0.0, hostname=f"host-{index}", sequence=0,
-                         tpu_tools_version="",
-                         host={"error": None, "cpu_percent": 30.0, "memory_total_bytes": 400 * GIB,
-                               "memory_used_bytes": 100 * GIB, "load_average_1m": 8.0},
-                         devices={"error": None, "devices": devices}, processes={"error": None, "agents": [agent]})
+    return {"hostname": f"host-{index}",
+            "host": {"error": None, "cpu_percent": 30.0, "memory_total_bytes": 400 * GIB,
+                     "memory_used_bytes": 100 * GIB, "load_average_1m": 8.0},
+            "devices": {"error": None, "devices": devices}, "processes": {"error": None, "agents": [agent]}}
+
+
+def host_report(index: int, chips: int) -> MonitorReport:
+    return monitor_report(host_document(index, chips))
 
 
 def main() -> int:
@@ -87,7 +93,7 @@ def main() -> int:
         assert report.fleet is not None and report.fleet.error is None and len(report.fleet.hosts) == args.hosts
         outliers = [o.host for o in report.fleet.outliers]
         print(f"# benchmarks/fleet_view.py --hosts {args.hosts} --chips {args.chips} --refreshes {args.refreshes}"
-              f"  (Prometheus {prometheus.url}, {len(report.devices['devices'])} chips, outliers {outliers})")
+              f"  (Prometheus {prometheus.url}, {len(report.devices.devices) if report.devices else 0} chips, outliers {outliers})")
         print(f"fleet view refresh (queries + records + frame): median {statistics.median(times) * 1e3:.0f} ms, "
               f"max {max(times) * 1e3:.0f} ms (target < 1000 ms)")
     finally:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What checking outside input costs: the agent snapshot parse, the terminal sanitiser and the redactor.
 
-- parse_snapshot: seconds per MiB of a realistic agent answer (8 devices, thousands of jitted functions
+- decode_snapshot: seconds per MiB of a realistic agent answer (8 devices, thousands of jitted functions
   and recompile records), i.e. what one agent's answer costs a monitor report or a dump; and microseconds
   per everyday answer (8 devices, 3 functions: about 5 KB), what a monitor polling 10 times a second pays;
 - safe_text: MiB per second on text with a few escape characters;
@@ -58,25 +58,25 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     from tpu_tools.dump.redact import Redactor
-    from tpu_tools.metrics.agent_snapshot import parse_snapshot
+    from tpu_tools.metrics.agent_snapshot import decode_snapshot
     from tpu_tools.sanitize import safe_text
 
-    wire = json.dumps(_snapshot(args.functions))
+    wire = json.dumps(_snapshot(args.functions)).encode()
     mib = len(wire) / (1 << 20)
-    parse_s = _best(lambda: parse_snapshot(json.loads(wire)), args.repeat)
+    parse_s = _best(lambda: decode_snapshot(wire), args.repeat)
     decode_s = _best(lambda: json.loads(wire), args.repeat)
-    everyday = json.loads(json.dumps(_snapshot(3)))
+    everyday = json.dumps(_snapshot(3)).encode()
     rounds = 2000
-    everyday_s = _best(lambda: [parse_snapshot(everyday) for _ in range(rounds)], args.repeat) / rounds
+    everyday_s = _best(lambda: [decode_snapshot(everyday) for _ in range(rounds)], args.repeat) / rounds
     line = "2026-01-01 12:00:00.123 I0101 tpu_driver.cc:123] step 1234 loss 2.345 lr 3e-4 \x1b[0m host t1v-n-0\n"
     text = line * ((8 << 20) // len(line))
     text_mib = len(text) / (1 << 20)
     sanitise_s = _best(lambda: safe_text(text, multiline=True), args.repeat)
     redact_s = _best(lambda: Redactor().text(text), max(1, args.repeat // 2))
     print(f"command: {' '.join([sys.executable, *sys.argv])}")
-    print(f"agent snapshot: {mib:.1f} MiB; json.loads {decode_s / mib:.3f} s/MiB; json.loads + parse_snapshot "
+    print(f"agent snapshot: {mib:.1f} MiB; json.loads {decode_s / mib:.3f} s/MiB; decode_snapshot (msgspec into AgentSnapshot) "
           f"{parse_s / mib:.3f} s/MiB ({parse_s:.2f} s for this answer)")
-    print(f"parse_snapshot of an everyday answer ({len(json.dumps(everyday)) / 1000:.1f} KB): "
+    print(f"decode_snapshot of an everyday answer ({len(everyday) / 1000:.1f} KB): "
           f"{everyday_s * 1e6:.0f} us")
     print(f"safe_text: {text_mib / sanitise_s:.0f} MiB/s on log text")
     print(f"Redactor.text: {redact_s / text_mib:.3f} s/MiB on log text")

@@ -97,6 +97,8 @@ def history_memory(jobs: int, devices: int = 8, hours: float = 1.0) -> tuple[int
     """(ring bytes, bytes allocated by the history as Python sees them, samples) after `hours` of 1 s samples."""
     import tracemalloc
 
+    from harness import monitor_report
+
     from tpu_tools.top.history import History
     from tpu_tools.top.model import rows_from_report
 
@@ -107,7 +109,7 @@ def history_memory(jobs: int, devices: int = 8, hours: float = 1.0) -> tuple[int
     for n in range(samples):
         generation = n // 300  # every five minutes a tenth of the jobs are new processes
         pids = [10_000 + i + (generation * 1000 if i < max(1, jobs // 10) else 0) for i in range(jobs)]
-        report = {
+        report = monitor_report({
             "hostname": "bench", "sequence": n, "time_unix_s": float(n),
             "devices": {"devices": [{"key": f"tpu:{d}", "utilization_percent": float((n + d) % 100),
                                      "memory_used_bytes": (n % 16) << 30, "memory_total_bytes": 16 << 30}
@@ -117,7 +119,7 @@ def history_memory(jobs: int, devices: int = 8, hours: float = 1.0) -> tuple[int
                  "device_memory_used_bytes": 1 << 30, "steps": {"steps_per_second": 10.0 + n % 7,
                                                                  "last_step_time_s": 0.1}, "compiles": {}}
                 for pid in pids]},
-        }
+        })
         history.record(report, rows_from_report(report))
     after = tracemalloc.take_snapshot()
     allocated = sum(stat.size_diff for stat in after.compare_to(before, "filename")
