@@ -92,8 +92,9 @@ def main() -> int:
             times.append(time.perf_counter() - started)
         assert report.fleet is not None and report.fleet.error is None and len(report.fleet.hosts) == args.hosts
         outliers = [o.host for o in report.fleet.outliers]
+        chips = len(report.devices.devices) if report.devices else 0
         print(f"# benchmarks/fleet_view.py --hosts {args.hosts} --chips {args.chips} --refreshes {args.refreshes}"
-              f"  (Prometheus {prometheus.url}, {len(report.devices.devices) if report.devices else 0} chips, outliers {outliers})")
+              f"  (Prometheus {prometheus.url}, {chips} chips, outliers {outliers})")
         print(f"fleet view refresh (queries + records + frame): median {statistics.median(times) * 1e3:.0f} ms, "
               f"max {max(times) * 1e3:.0f} ms (target < 1000 ms)")
     finally:

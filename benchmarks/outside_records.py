@@ -74,8 +74,8 @@ def main() -> None:
     sanitise_s = _best(lambda: safe_text(text, multiline=True), args.repeat)
     redact_s = _best(lambda: Redactor().text(text), max(1, args.repeat // 2))
     print(f"command: {' '.join([sys.executable, *sys.argv])}")
-    print(f"agent snapshot: {mib:.1f} MiB; json.loads {decode_s / mib:.3f} s/MiB; decode_snapshot (msgspec into AgentSnapshot) "
-          f"{parse_s / mib:.3f} s/MiB ({parse_s:.2f} s for this answer)")
+    print(f"agent snapshot: {mib:.1f} MiB; json.loads {decode_s / mib:.3f} s/MiB; decode_snapshot (msgspec into "
+          f"AgentSnapshot) {parse_s / mib:.3f} s/MiB ({parse_s:.2f} s for this answer)")
     print(f"decode_snapshot of an everyday answer ({len(everyday) / 1000:.1f} KB): "
           f"{everyday_s * 1e6:.0f} us")
     print(f"safe_text: {text_mib / sanitise_s:.0f} MiB/s on log text")
