@@ -163,3 +163,32 @@ def test_an_nvidia_gpu_of_an_unknown_id_without_the_driver_is_a_generic_nvidia_g
     found = discover(tmp_path)
     assert [(c.name, c.platform, c.hbm_bytes) for c in found.chips] == [
         ("NVIDIA GPU", "cuda", None), ("NVIDIA H100 SXM", "cuda", 80 * 10**9)]
+
+
+def _pci_function(root: Path, address: str, vendor: str) -> Path:
+    directory = root / "sys/bus/pci/devices" / address
+    directory.mkdir(parents=True)
+    for name, value in (("vendor", vendor), ("device", "0x0063"), ("class", "0x120000"),
+                        ("subsystem_device", "0x0000"), ("numa_node", "0"), ("local_cpulist", "0-3")):
+        (directory / name).write_text(value + "\n")
+    return directory
+
+
+def test_a_function_of_another_vendor_is_read_once_while_its_entry_stands(tmp_path):
+    """A monitor reads PCI every round: an entry known to be of another vendor is not read again, but a function
+    that replaces it (a new entry, as a hot-plug makes) is."""
+    import shutil
+
+    from tpu_tools.pjrt.discover import GOOGLE, read_pci_functions
+
+    other = _pci_function(tmp_path, "0000:00:05.0", "0x8086")
+    assert read_pci_functions(tmp_path, []) == []
+    (other / "vendor").write_text("0x1ae0\n")  # the same entry: what was read of it stands
+    assert read_pci_functions(tmp_path, []) == []
+    # a new entry at that address (made while the old one stands, so another inode, as the kernel numbers them)
+    new = _pci_function(tmp_path, "0000:00:06.0", "0x1ae0")
+    shutil.rmtree(other)
+    new.rename(other)
+    (found,) = read_pci_functions(tmp_path, [])
+    assert found.vendor_id == GOOGLE
+    assert found.address == "0000:00:05.0"

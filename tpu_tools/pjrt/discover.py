@@ -171,6 +171,14 @@ def _link_name(path: Path) -> str | None:
 
 # --- PCI -------------------------------------------------------------------------------------------
 
+# The PCI functions of other vendors, by sysfs entry (its path and inode): a function's vendor does not change while
+# its entry stands (a hot-unplug removes the entry; the kernel numbers a new one's inode anew, cyclically), so a
+# monitor reading every round reads each such entry's vendor once instead of every round (on a VM, every function
+# is one). The inode comes with the directory listing: no call per entry.
+_OTHER_VENDORS: set[tuple[str, int]] = set()
+_MAX_KNOWN = 4096
+
+
 def read_pci_functions(root: Path, notes: list[str]) -> list[PciFunction]:
     """Accelerator PCI functions (Google, NVIDIA, AMD) under root's sysfs, by address.
 
@@ -179,14 +187,22 @@ def read_pci_functions(root: Path, notes: list[str]) -> list[PciFunction]:
     """
     base = root / "sys/bus/pci/devices"
     try:
-        entries = sorted(os.listdir(base))
+        with os.scandir(base) as listing:
+            entries = sorted((entry.name, entry.inode()) for entry in listing)
     except OSError:
         return []
     functions = []
-    for address in entries:
+    for address, identity in entries:
         directory = base / address
+        known = (str(directory), identity)
+        if known in _OTHER_VENDORS:
+            continue
         vendor = _read_hex(directory / "vendor")
-        if vendor not in (GOOGLE, NVIDIA, AMD):  # most functions: one read each (a monitor reads them every round)
+        if vendor not in (GOOGLE, NVIDIA, AMD):  # most functions: read once, then known by their entry
+            if vendor is not None:
+                if len(_OTHER_VENDORS) >= _MAX_KNOWN:
+                    _OTHER_VENDORS.clear()
+                _OTHER_VENDORS.add(known)
             continue
         device, pci_class = _read_hex(directory / "device"), _read_hex(directory / "class")
         if device is None or pci_class is None:
