@@ -101,6 +101,50 @@ class Case:
         return f"{self.benchmark}/{self.name.replace(' ', '/')}"
 
 
+class CaseFigures(msgspec.Struct, kw_only=True):
+    """The figures of a case's `values` that its report line shows, by name: each benchmark writes those of its
+    kind (the others stay None). `values` stays the benchmark's own open map, as tpu-bench's JSON writes it."""
+
+    percent_of_peak: float | None = None
+    mfu_percent: float | None = None
+    arithmetic: str | None = None  # what a matmul ran as (f32 at the default precision: tf32 or bf16)
+    percent_of_roofline: float | None = None
+    roofline_bound: str | None = None
+    measured_bound: str | None = None
+    step_time_p50_ms: float | None = None
+    step_time_p99_ms: float | None = None
+    steps: int | None = None
+    run_s: float | None = None
+    ended: str | None = None
+    compile_time_s: float | None = None
+    compile_count: int | None = None
+    speedup: float | None = None
+    model_flops_per_step: float | None = None
+    devices: int | None = None
+    global_batch: int | None = None
+    cost_per_1m_samples: float | None = None
+    compile_ms: float | None = None
+    noisy: bool | None = None
+
+
+class CaseStatistics(msgspec.Struct, kw_only=True):
+    """The statistics of a case that its report line shows, by name (each benchmark records those of its kind)."""
+
+    time_us: Summary | None = None
+    bandwidth_gbps: Summary | None = None
+    latency_us: Summary | None = None
+    back_to_back_us: Summary | None = None
+    cold_compile_ms: Summary | None = None
+    warm_compile_ms: Summary | None = None
+    step_time_ms: Summary | None = None
+    tokens_per_s: Summary | None = None
+    latency_ms: Summary | None = None
+
+
+_FIGURE_NAMES = frozenset(CaseFigures.__struct_fields__)
+_STATISTIC_NAMES = frozenset(CaseStatistics.__struct_fields__)
+
+
 @dataclass
 class CaseResult:
     case: Case
@@ -111,6 +155,18 @@ class CaseResult:
     values: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     duration_s: float = 0.0  # wall time of the whole case: set-up, compile, warm-up and samples
+
+    def figures(self) -> CaseFigures:
+        """The shown figures of `values` as a record; none where a value is not of its kind (a damaged result file)."""
+        try:
+            return msgspec.convert({name: value for name, value in self.values.items() if name in _FIGURE_NAMES},
+                                   CaseFigures, strict=False)
+        except msgspec.ValidationError:
+            return CaseFigures()
+
+    def statistics(self) -> CaseStatistics:
+        """The shown statistics as a record."""
+        return CaseStatistics(**{name: summary for name, summary in self.stats.items() if name in _STATISTIC_NAMES})
 
     def warn(self, warning: str | None) -> None:
         """Keep a warning (None is none)."""

@@ -57,7 +57,8 @@ def spread_text(summary: Summary) -> str:
 
 
 def _peak(result: CaseResult) -> float | None:
-    return result.values.get("percent_of_peak", result.values.get("mfu_percent"))
+    figures = result.figures()
+    return figures.percent_of_peak if figures.percent_of_peak is not None else figures.mfu_percent
 
 
 def results_table(run: RunResult) -> TableData:
@@ -84,55 +85,56 @@ def results_table(run: RunResult) -> TableData:
     return table
 
 
+def _time(summary: Summary | None, key: str = "time_us") -> str:
+    return format_figure(key, summary.median if summary is not None else None)
+
+
 def details(result: CaseResult) -> str:  # noqa: C901 one short branch per benchmark kind, read as one table
-    stats, values = result.stats, result.values
+    stats, figures = result.statistics(), result.figures()
     benchmark = result.case.benchmark
     parts: list[str] = []
     if benchmark in ("matmul", "memory", "transfer"):
-        parts.append(f"time {format_figure('time_us', stats['time_us'].median)}")
-        arithmetic = values.get("arithmetic")
-        if benchmark == "matmul" and arithmetic and arithmetic != result.case.params.get("dtype"):
-            parts.append(f"ran as {arithmetic}")  # f32 at the default precision: tf32 on NVIDIA, bf16 on a TPU
+        parts.append(f"time {_time(stats.time_us)}")
+        ran_as = figures.arithmetic
+        if benchmark == "matmul" and ran_as and ran_as != result.case.params.get("dtype"):
+            parts.append(f"ran as {ran_as}")  # f32 at the default precision: tf32 on NVIDIA, bf16 on a TPU
     elif benchmark == "fn":
         if result.primary != "time_us":
-            parts.append(f"time {format_figure('time_us', stats['time_us'].median)}")
-        if "bandwidth_gbps" in stats:
-            parts.append(format_figure("bandwidth_gbps", stats["bandwidth_gbps"].median))
-        if values.get("percent_of_roofline") is not None:
-            parts.append(f"{values['percent_of_roofline']:.3g}% of the roofline ({values['roofline_bound']}-bound), "
-                         f"nearer the {values['measured_bound']} ceiling")
+            parts.append(f"time {_time(stats.time_us)}")
+        if stats.bandwidth_gbps is not None:
+            parts.append(_time(stats.bandwidth_gbps, "bandwidth_gbps"))
+        if figures.percent_of_roofline is not None:
+            parts.append(f"{figures.percent_of_roofline:.3g}% of the roofline ({figures.roofline_bound}-bound), "
+                         f"nearer the {figures.measured_bound} ceiling")
     elif benchmark == "program":
-        if values.get("step_time_p50_ms") is not None:
-            parts.append(f"step p50/p99 {values['step_time_p50_ms']:.4g}/{values['step_time_p99_ms']:.4g} ms")
-        parts.append(f"{values['steps']} steps in {values['run_s']:.1f} s ({values['ended']})")
-        compile_text = format_figure("compile_ms", values["compile_time_s"] * 1e3)
-        parts.append(f"{values['compile_count']} compiles, {compile_text}")
-    elif benchmark == "dispatch":
-        latency = stats["latency_us"]
-        parts.append(f"p99 {format_figure('latency_us', latency.p99)}")
-        if "back_to_back_us" in stats:
-            parts.append(f"back to back {format_figure('latency_us', stats['back_to_back_us'].median)}")
+        if figures.step_time_p50_ms is not None and figures.step_time_p99_ms is not None:
+            parts.append(f"step p50/p99 {figures.step_time_p50_ms:.4g}/{figures.step_time_p99_ms:.4g} ms")
+        parts.append(f"{figures.steps} steps in {figures.run_s or 0.0:.1f} s ({figures.ended})")
+        compile_ms = figures.compile_time_s * 1e3 if figures.compile_time_s is not None else None
+        parts.append(f"{figures.compile_count} compiles, {format_figure('compile_ms', compile_ms)}")
+    elif benchmark == "dispatch" and stats.latency_us is not None:
+        parts.append(f"p99 {format_figure('latency_us', stats.latency_us.p99)}")
+        if stats.back_to_back_us is not None:
+            parts.append(f"back to back {_time(stats.back_to_back_us, 'latency_us')}")
     elif benchmark == "compile":
-        cold, warm = stats["cold_compile_ms"].median, stats["warm_compile_ms"].median
-        parts.append(f"cold {format_figure('cold_ms', cold)}, warm {format_figure('warm_ms', warm)} "
-                     f"({values['speedup']:.1f}x), cache hit verified")
-    elif benchmark == "train":
-        step = stats["step_time_ms"]
-        parts.append(format_figure("tokens_per_s", stats["tokens_per_s"].median))
+        parts.append(f"cold {_time(stats.cold_compile_ms, 'cold_ms')}, warm {_time(stats.warm_compile_ms, 'warm_ms')} "
+                     f"({figures.speedup or 0.0:.1f}x), cache hit verified")
+    elif benchmark == "train" and stats.step_time_ms is not None:
+        step = stats.step_time_ms
+        parts.append(_time(stats.tokens_per_s, "tokens_per_s"))
         parts.append(f"step p50/p90/p99 {step.median:.4g}/{step.p90:.4g}/{step.p99:.4g} ms")
-        parts.append(f"{values['model_flops_per_step'] / 1e9:.4g} GFLOP/step")
-        devices = values["devices"]
-        parts.append(f"{devices} device{'s' if devices != 1 else ''} x batch {values['global_batch'] // devices}")
-    elif benchmark == "infer":
-        latency = stats["latency_ms"]
+        parts.append(f"{(figures.model_flops_per_step or 0.0) / 1e9:.4g} GFLOP/step")
+        devices = figures.devices or 1
+        parts.append(f"{devices} device{'s' if devices != 1 else ''} x batch {(figures.global_batch or 0) // devices}")
+    elif benchmark == "infer" and stats.latency_ms is not None:
+        latency = stats.latency_ms
         parts.append(f"latency p50/p99 {latency.median:.4g}/{latency.p99:.4g} ms")
-        parts.append(format_figure("tokens_per_s", stats["tokens_per_s"].median))
-    cost = values.get("cost_per_1m_samples")
-    if cost is not None:
-        parts.append(f"{cost:.4g} per 1M samples")
-    if values.get("compile_ms") is not None:
-        parts.append(f"compile {format_figure('compile_ms', values['compile_ms'])}")
-    if values.get("noisy"):
+        parts.append(_time(stats.tokens_per_s, "tokens_per_s"))
+    if figures.cost_per_1m_samples is not None:
+        parts.append(f"{figures.cost_per_1m_samples:.4g} per 1M samples")
+    if figures.compile_ms is not None:
+        parts.append(f"compile {format_figure('compile_ms', figures.compile_ms)}")
+    if figures.noisy:
         parts.append("noisy")  # the warnings below say why
     return ", ".join(parts)
 
