@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import torch_xla_env
-from agentjobs import Job, agent_env, make_rundir, remove_rundir
+from agentjobs import Job, agent_env, make_rundir, remove_rundir, wait_for
 from conftest import run_tool
 
 from tpu_tools.profile.cachedoctor import diagnose
@@ -65,9 +65,20 @@ def jobs() -> Iterator[tuple[dict[str, Any], dict[str, int], Path, Path]]:
             started[tag] = Job(process, workdir / f"ready-{tag}", workdir)
         for job in started.values():
             job.wait_ready(300)
-        result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
-        assert result.returncode == 0, result.stderr
-        yield json.loads(result.stdout), {t: j.process.pid for t, j in started.items()}, rundir, cache
+
+        def published_since_ready() -> dict[str, Any] | None:
+            # A job that marks no step publishes its snapshot every second: until each has published once after
+            # its sync, the monitor may read one from before its startup check and its cache's first write.
+            result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
+            assert result.returncode == 0, result.stderr
+            report = json.loads(result.stdout)
+            agents = report["processes"]["agents"]
+            settled = len(agents) == len(JOBS) and all(
+                a["startup"] is not None and a["compilation_cache"] is not None for a in agents)
+            return report if settled else None
+
+        report = wait_for(published_since_ready, timeout=120, interval=0.5)
+        yield report, {t: j.process.pid for t, j in started.items()}, rundir, cache
     finally:
         for job in started.values():
             job.stop()
