@@ -25,10 +25,6 @@ def time_run(command: list[str], env: dict[str, str]) -> float:
 def monitor_report(document: dict[str, Any]) -> Any:
     """A monitor report record (tpu_tools.metrics.records.report) from a document of its JSON shape, a header it
     leaves out blank: the groups are decoded into their records as a saved tpu-monitor line would be."""
-    import msgspec
+    from tpu_tools.metrics.records.report import report_from_document
 
-    from tpu_tools.metrics.records.report import SCHEMA, MonitorReport
-
-    header = {"schema": SCHEMA, "time": "", "time_unix_s": 0.0, "hostname": "", "sequence": 0,
-              "tpu_tools_version": ""}
-    return msgspec.convert({**header, **document}, MonitorReport)
+    return report_from_document(document)

@@ -246,12 +246,6 @@ def report_document(report: Any) -> dict[str, Any]:
 def as_report(document: dict[str, Any]) -> Any:
     """A monitor report record from a test's document of the report's JSON shape (a header it leaves out is blank),
     checked as a report from outside is: a group of the wrong shape fails here."""
-    import msgspec
+    from tpu_tools.metrics.records.report import MonitorReport, report_from_document
 
-    from tpu_tools.metrics.records.report import SCHEMA, MonitorReport
-
-    if isinstance(document, MonitorReport):
-        return document
-    header = {"schema": SCHEMA, "time": "", "time_unix_s": 0.0, "hostname": "", "sequence": 0,
-              "tpu_tools_version": ""}
-    return msgspec.convert({**header, **document}, MonitorReport)
+    return document if isinstance(document, MonitorReport) else report_from_document(document)

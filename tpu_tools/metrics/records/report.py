@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from tpu_tools.metrics.records.devices import DevicesRecord
@@ -41,6 +43,18 @@ class MonitorReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     fleet: FleetGroup | None = None  # a fleet reader's own group (metrics.fleet)
 
 
+# A header with nothing known: what a report has before its first round, or where a document leaves a field out.
+_BLANK_HEADER: dict[str, Any] = {"schema": SCHEMA, "time": "", "time_unix_s": 0.0, "hostname": "", "sequence": 0,
+                                 "tpu_tools_version": ""}
+
+
 def waiting_report() -> MonitorReport:
     """What a view shows before its first report arrives: a header with nothing known and no group."""
-    return MonitorReport(schema=SCHEMA, time="", time_unix_s=0.0, hostname="", sequence=0, tpu_tools_version="")
+    return MonitorReport(**_BLANK_HEADER)
+
+
+def report_from_document(document: dict[str, Any]) -> MonitorReport:
+    """The record of a document of the report's JSON shape (a saved tpu-monitor line, a fixture), each group decoded
+    into its record and checked as outside data is (msgspec.ValidationError for a group of the wrong shape); a header
+    field it leaves out is blank."""
+    return msgspec.convert({**_BLANK_HEADER, **document}, MonitorReport)
