@@ -38,7 +38,7 @@ from tpu_tools.metrics.agent_snapshot import NOT_JSON, decode_snapshot
 from tpu_tools.metrics.records.agent import AgentSnapshot, Stacks
 from tpu_tools.metrics.rundir import SocketEntry, list_socket_entries, pid_alive, remove_stale
 from tpu_tools.metrics.snapfile import SnapshotFileError, read_snapshot_file, snapshot_file_for
-from tpu_tools.metrics.snapreader import PublishedSnapshot, SnapshotFiles
+from tpu_tools.metrics.snapreader import PublishedSnapshot, SnapshotFiles, decode_published
 from tpu_tools.metrics.socketlist import SocketListing
 from tpu_tools.outside import OutsideError
 from tpu_tools.units import format_bytes
@@ -228,11 +228,8 @@ def _published(entry: SocketEntry, max_bytes: int, files: SnapshotFiles | None =
     path = snapshot_file_for(entry.path)
     try:
         read = files.read(path, max_bytes) if files is not None else _read_once(path, max_bytes)
-    except SnapshotFileError as error:  # the file's fault
+    except (SnapshotFileError, OutsideError) as error:  # the file's fault, or its snapshot's
         raise AgentQueryError(str(error)) from error
-    except OutsideError as error:  # its snapshot's
-        raise AgentQueryError("published something that is not JSON" if str(error) == NOT_JSON
-                              else str(error)) from error
     if read is None:
         return None
     snapshot = _no_error(read.snapshot)
@@ -245,7 +242,7 @@ def _read_once(path: Path, max_bytes: int) -> PublishedSnapshot | None:
     published = read_snapshot_file(path, max_bytes)
     if published is None:
         return None
-    return PublishedSnapshot(decode_snapshot(published.document), published.published_unix_s)
+    return PublishedSnapshot(decode_published(published.document), published.published_unix_s)
 
 
 def _age(snapshot: AgentSnapshot, published_unix_s: float) -> AgentSnapshot:

@@ -33,6 +33,17 @@ from tpu_tools.metrics.snapfile import (
 from tpu_tools.outside import OutsideError
 
 
+def decode_published(document: bytes | bytearray | memoryview) -> AgentSnapshot:
+    """The record of a snapshot file's document: SnapshotFileError when it is not JSON (the file's fault),
+    OutsideError when its snapshot does not fit (the agent's)."""
+    try:
+        return decode_snapshot(document)
+    except OutsideError as error:
+        if str(error) == NOT_JSON:
+            raise SnapshotFileError("published something that is not JSON") from error
+        raise
+
+
 @dataclass
 class ReadCounts:
     """What the reads cost, counted (the tests assert on these, not on time)."""
@@ -97,11 +108,9 @@ class SnapshotFiles:
             return PublishedSnapshot(kept.snapshot, kept.published_unix_s)
         self.counts.decoded += 1
         try:
-            snapshot = decode_snapshot(published.document)
-        except OutsideError as error:
+            snapshot = decode_published(published.document)
+        except (SnapshotFileError, OutsideError):
             self._drop(path)
-            if str(error) == NOT_JSON:
-                raise SnapshotFileError("published something that is not JSON") from error
             raise
         kept.generation, kept.published_unix_s = published.generation, published.published_unix_s
         kept.length, kept.snapshot = len(published.document), snapshot
