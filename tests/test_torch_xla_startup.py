@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch_xla_env
-from agentjobs import Job, agent_env, make_rundir, remove_rundir
+from agentjobs import Job, agent_env, make_rundir, remove_rundir, wait_for
 from conftest import as_report, run_tool
 
 from tpu_tools.top.frame import frame_text, render
@@ -55,9 +55,17 @@ def broken() -> Iterator[tuple[dict[str, Any], Path]]:
     job = Job(process, workdir / "ready", workdir)
     try:
         job.wait_ready(300)
-        result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
-        assert result.returncode == 0, result.stderr
-        yield json.loads(result.stdout), rundir
+
+        def published_since_ready() -> dict[str, Any] | None:
+            # A job that marks no step publishes its snapshot every second: until it has published once after its
+            # startup check, the monitor may read one from before it.
+            result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
+            assert result.returncode == 0, result.stderr
+            report = json.loads(result.stdout)
+            agents = report["processes"]["agents"]
+            return report if agents and all(a["startup"] is not None for a in agents) else None
+
+        yield wait_for(published_since_ready, timeout=120, interval=0.5), rundir
     finally:
         job.stop()
         remove_rundir(rundir)
