@@ -40,9 +40,16 @@ with the job's threads whatever the design; that is printed too, per poll while
 each kind of block ran (each poller's figure from the scheduler, read by the
 training process as each block starts and ends).
 Target: the file design at most 1.005 with 16 monitors.
+`--pin` puts the job on half of the CPUs and the pollers on the other half, as on a
+host with cores to spare for its monitors (a TPU VM has dozens): the pollers' own
+CPU then no longer competes with the job's threads, and what remains is what the
+agent costs the job, by design, for each number of monitors: the socket design's
+serving thread wakes inside the job for every poll, the file design's does not.
+Without it, on a machine whose every core the job fills (this 2-core one), each
+figure also holds the pollers' CPU taken from the job.
 
     python benchmarks/agent_overhead.py [--processes 3] [--blocks 120] [--steps 10] [--no-monitor | --ping-only]
-    python benchmarks/agent_overhead.py --monitors 1,4,16 [--processes 2] [--blocks 60]
+    python benchmarks/agent_overhead.py --monitors 1,4,16 [--pin] [--processes 2] [--blocks 60]
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import script
@@ -65,6 +73,8 @@ from harness import script
 # with the agent when `on`), then HARNESS (the blocks, their timing and the agent's answers).
 PREAMBLE = textwrap.dedent("""
     import json, os, random, statistics, sys, time
+    if os.environ.get("TTBENCH_JOB_CPUS"):  # before the runtime starts its threads, which inherit it
+        os.sched_setaffinity(0, {int(cpu) for cpu in os.environ["TTBENCH_JOB_CPUS"].split(",")})
     blocks, steps, polled = int(sys.argv[1]), int(sys.argv[2]), sys.argv[4] == "polled"
     schedule = sys.argv[3].split(",")  # the kind of each block, in turn: off, socket, file
     ping_only = sys.argv[5] == "ping-only"
@@ -235,9 +245,38 @@ POLLER = textwrap.dedent("""
 DESIGNS_SCHEDULE = ["off", "socket", "file", "file", "socket", "off"]
 
 
+@dataclass(frozen=True)
+class Placement:
+    """The CPUs the job runs on and those the pollers run on, apart (--pin)."""
+
+    job_cpus: frozenset[int]
+    poller_cpus: frozenset[int]
+
+
+def pinned_placement() -> Placement:
+    """The job on the upper half of this process's CPUs, the pollers on the lower half (at least one each)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least two CPUs: the job on some, the pollers on the others")
+    half = len(cpus) // 2
+    return Placement(job_cpus=frozenset(cpus[half:]), poller_cpus=frozenset(cpus[:half]))
+
+
+def start_pollers(count: int, poller: Path, env: dict[str, str],
+                  placement: Placement | None) -> list[subprocess.Popen[bytes]]:
+    """`count` poller processes, on the pollers' CPUs of `placement` when given."""
+    pollers = [subprocess.Popen([sys.executable, str(poller)], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL) for _ in range(count)]
+    if placement is not None:
+        for process in pollers:
+            os.sched_setaffinity(process.pid, placement.poller_cpus)
+    return pollers
+
+
 def compare_designs(counts: list[int], processes: int, blocks: int, steps: int, train_text: str, python: str,
-                    env_extra: dict[str, str]) -> int:
-    """Per count of pollers: the median step of each design's blocks over that of the no-agent blocks."""
+                    env_extra: dict[str, str], placement: Placement | None = None) -> int:
+    """Per count of pollers: the median step of each design's blocks over that of the no-agent blocks; with
+    `placement`, the job and the pollers each on CPUs of their own."""
     workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
     rundir = workdir / "run"
     rundir.mkdir(mode=0o700)
@@ -247,17 +286,20 @@ def compare_designs(counts: list[int], processes: int, blocks: int, steps: int, 
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES", "TPU_TOOLS_TAG")}
     env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir), **env_extra)
     print(f"# {' '.join([sys.executable, *sys.argv])}")
+    if placement is not None:
+        print(f"# the job on CPUs {sorted(placement.job_cpus)}, the pollers on CPUs {sorted(placement.poller_cpus)}")
     worst = 0.0
     try:
         for count in counts:
-            pollers = [subprocess.Popen([sys.executable, str(poller)], env=env, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL) for _ in range(count)]
+            pollers = start_pollers(count, poller, env, placement)
             steps_of: dict[str, list[float]] = {"off": [], "socket": [], "file": []}
             served = {"socket": 0, "file": 0}
             agent_cpu_s = {"socket": 0.0, "file": 0.0}  # the agent's threads: serving and publishing
             readers_cpu_s = {"off": 0.0, "socket": 0.0, "file": 0.0}  # the pollers', while each kind of block ran
             block_s = {"off": 0.0, "socket": 0.0, "file": 0.0}
             env_run = {**env, "TTBENCH_POLLERS": ",".join(str(process.pid) for process in pollers)}
+            if placement is not None:
+                env_run["TTBENCH_JOB_CPUS"] = ",".join(str(cpu) for cpu in sorted(placement.job_cpus))
             pairs: dict[str, list[tuple[list[float], list[float]]]] = {"socket": [], "file": []}
             try:
                 for index in range(processes):
@@ -326,10 +368,16 @@ def main(train_text: str = TRAIN, description: str | None = None, python: str | 
                          help="the agent answers snapshot requests with its one-line ping reply")
     answers.add_argument("--monitors", metavar="N,N,...",
                          help="compare the two designs under N pollers at 10 Hz each (e.g. 1,4,16)")
+    parser.add_argument("--pin", action="store_true",
+                        help="with --monitors: the job on half of the CPUs, the pollers on the other half, as on a "
+                             "host whose monitors do not share the job's cores")
     args = parser.parse_args()
+    if args.pin and not args.monitors:
+        parser.error("--pin goes with --monitors")
     if args.monitors:
         return compare_designs([int(n) for n in args.monitors.split(",")], args.processes, args.blocks, args.steps,
-                               train_text, args.python, env_extra or {})
+                               train_text, args.python, env_extra or {},
+                               pinned_placement() if args.pin else None)
     workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
     rundir = workdir / "run"
     rundir.mkdir(mode=0o700)
