@@ -177,24 +177,23 @@ def test_a_reader_on_the_junit_fifo_gets_the_whole_document(tmp_path):
     assert 'tests="1"' in xml.decode()
 
 
-def test_launched_processes_report_their_partial_results_on_sigterm(tmp_path):
-    env = _env(tmp_path)
+def _launch_until_the_long_memory_estimate(tmp_path: Path) -> subprocess.Popen:
+    """`tpu-diag --launch 2` at -r 4, once process 0 said its estimate: its compile and long memory checks
+    ended, the sustained load (a gather from process 1 at every iteration) begins."""
     process = subprocess.Popen([*tool_command("tpu-diag"), "--launch", "2", "--host-devices", "1", "-r", "4",
                                 "--only", "compile,memory long address,sustained", "--memory-fraction", "0.0001",
                                 "--duration", "10m", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=env)
-    try:
-        assert process.stderr is not None
-        line = ""
-        deadline = time.monotonic() + 240
-        while "-r 4 long memory" not in line and time.monotonic() < deadline and process.poll() is None:
-            line = process.stderr.readline()  # the estimate comes after the compile checks ended
-        assert "-r 4 long memory" in line, line
-        process.send_signal(signal.SIGTERM)
-        stdout, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
+                               text=True, env=_env(tmp_path))
+    assert process.stderr is not None
+    line = ""
+    deadline = time.monotonic() + 240
+    while "-r 4 long memory" not in line and time.monotonic() < deadline and process.poll() is None:
+        line = process.stderr.readline()  # the estimate comes after the compile checks ended
+    assert "-r 4 long memory" in line, line
+    return process
+
+
+def _assert_partial_report(process: subprocess.Popen, stdout: str, stderr: str, tmp_path: Path) -> None:
     assert process.returncode == 143, stderr
     document = json.loads(stdout)
     assert document["interrupted"] is True
@@ -203,3 +202,68 @@ def test_launched_processes_report_their_partial_results_on_sigterm(tmp_path):
     kept = json.loads((tmp_path / "run" / "diag-last.json").read_text())
     assert kept["status"] == "interrupted"
     assert kept["checks"]
+
+
+def test_launched_processes_report_their_partial_results_on_sigterm(tmp_path):
+    process = _launch_until_the_long_memory_estimate(tmp_path)
+    try:
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    _assert_partial_report(process, stdout, stderr, tmp_path)
+
+
+def _launched(launcher: int, process_id: int) -> int | None:
+    """The pid of the launched process `process_id` of the launcher `launcher`."""
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text()
+            arguments = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if f"\nPPid:\t{launcher}\n" in status and b"--process-id" in arguments and \
+                arguments[arguments.index(b"--process-id") + 1] == str(process_id).encode():
+            return int(entry.name)
+    return None
+
+
+class CpuIdle:
+    """Whether a process used (almost) no CPU over the last second: it waits, its threads computing nothing."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.samples: list[tuple[float, int]] = []
+
+    def __call__(self) -> bool:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        now = time.monotonic()
+        self.samples.append((now, int(fields[11]) + int(fields[12])))  # utime + stime, in clock ticks
+        earlier = [(at, ticks) for at, ticks in self.samples if now - at >= 1.0]
+        # a computing process uses a core's share even on a loaded machine; one that waits, a tick or two
+        return bool(earlier) and self.samples[-1][1] - earlier[-1][1] <= os.sysconf("SC_CLK_TCK") // 20
+
+
+def test_process_0_reports_on_sigterm_while_it_waits_for_a_peer_that_never_answers(tmp_path):
+    # A peer held back (as a loaded machine may hold it) leaves process 0 waiting for its digests in the
+    # key-value store, in native code; the signal must still reach process 0's report, not the launcher's kill.
+    process = _launch_until_the_long_memory_estimate(tmp_path)
+    peer = None
+    try:
+        peer = wait_for(lambda: _launched(process.pid, 1), timeout=60)
+        first = wait_for(lambda: _launched(process.pid, 0), timeout=60)
+        os.kill(peer, signal.SIGSTOP)
+        wait_for(CpuIdle(first), timeout=120)  # process 0 waits for process 1
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if peer is not None:
+            try:
+                os.kill(peer, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if process.poll() is None:
+            process.kill()
+    _assert_partial_report(process, stdout, stderr, tmp_path)
