@@ -216,17 +216,32 @@ def test_launched_processes_report_their_partial_results_on_sigterm(tmp_path):
 
 
 def _launched(launcher: int, process_id: int) -> int | None:
-    """The pid of the launched process `process_id` of the launcher `launcher`."""
-    for entry in Path("/proc").iterdir():
+    """The pid of the launched process `process_id` of the launcher `launcher` (started by its main thread)."""
+    try:
+        pids = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
+    except OSError:
+        return None
+    for pid in pids:
         try:
-            status = (entry / "status").read_text()
-            arguments = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError):
+            arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
             continue
-        if f"\nPPid:\t{launcher}\n" in status and b"--process-id" in arguments and \
-                arguments[arguments.index(b"--process-id") + 1] == str(process_id).encode():
-            return int(entry.name)
+        if b"--process-id" in arguments and arguments[arguments.index(b"--process-id") + 1] == str(process_id).encode():
+            return int(pid)
     return None
+
+
+def _status(pid: int, field: str) -> str:
+    """A field of /proc/PID/status."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def _sigterm_bit(pid: int, field: str) -> bool:
+    """Whether SIGTERM is in a signal set of /proc/PID/status (SigCgt: handled; ShdPnd: pending)."""
+    return bool(int(_status(pid, field), 16) >> (signal.SIGTERM - 1) & 1)
 
 
 class CpuIdle:
@@ -267,3 +282,36 @@ def test_process_0_reports_on_sigterm_while_it_waits_for_a_peer_that_never_answe
         if process.poll() is None:
             process.kill()
     _assert_partial_report(process, stdout, stderr, tmp_path)
+
+
+def test_a_launched_run_stopped_while_process_0_starts_says_so_in_one_line(tmp_path):
+    process = subprocess.Popen([*tool_command("tpu-diag"), "--launch", "2", "--host-devices", "1", "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    first = None
+    try:
+        first = wait_for(lambda: _launched(process.pid, 0), timeout=120, interval=0.01)
+        # Held where it is, in Python's start-up, before the CLI's handler; stopped before the signal comes (a
+        # process with the stop still pending would be ended by the signal at once, as a running one is).
+        os.kill(first, signal.SIGSTOP)
+        wait_for(lambda: _status(first, "State").startswith("T"), timeout=60, interval=0.01)
+        if _sigterm_bit(first, "SigCgt"):
+            pytest.skip("process 0 was past its start-up when it was first seen")
+        process.send_signal(signal.SIGTERM)
+        wait_for(lambda: _sigterm_bit(first, "ShdPnd"), timeout=60)  # the launcher passed the signal on
+        os.kill(first, signal.SIGCONT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if first is not None:
+            try:
+                os.kill(first, signal.SIGKILL)  # ended already, unless the test failed with it held
+            except ProcessLookupError:
+                pass
+    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    message = assert_one_line_error(result, 143, "terminated (SIGTERM) before process 0 reported", "still starting",
+                                    "no check ran")
+    document = json.loads(stdout)
+    assert document["error"] == message.split(": error: ", 1)[1]
+    assert document["exit_code"] == 143
+    assert not (tmp_path / "run" / "diag-last.json").exists()
