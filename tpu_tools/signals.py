@@ -70,9 +70,11 @@ def interrupt_word() -> str:
 
 class deferred:  # noqa: N801 - used as a statement: `with deferred():`
     """Hold SIGINT and SIGTERM while partial results are written; a signal received meanwhile is recorded,
-    and the write completes (the program is ending anyway)."""
+    and the write completes (the program is ending anyway). `held` is the signal that came meanwhile, if any:
+    a caller that goes on raises it again (`signal.raise_signal`) once the block is done."""
 
     def __enter__(self) -> deferred:
+        self.held: int | None = None
         self._previous: list[tuple[int, object]] = []
         if threading.current_thread() is threading.main_thread():
             for number in (signal.SIGINT, signal.SIGTERM):
@@ -82,6 +84,7 @@ class deferred:  # noqa: N801 - used as a statement: `with deferred():`
     def _hold(self, signum: int, frame: FrameType | None) -> None:
         global _received
         _received = _received or signum
+        self.held = self.held or signum
 
     def __exit__(self, *exc: object) -> None:
         for number, handler in self._previous:

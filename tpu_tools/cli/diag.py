@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import socket
 import sys
 import time
@@ -24,7 +25,7 @@ from tpu_tools.cli.common import (
 )
 from tpu_tools.cli.output import Output, console_on, json_written, note, reserve_stdout
 from tpu_tools.cli.params import Count, Duration, Number, PathParam
-from tpu_tools.errors import RuntimeFailure, UsageError
+from tpu_tools.errors import RuntimeFailure, ToolError, UsageError
 from tpu_tools.pjrt.runtime import RuntimePolicy
 from tpu_tools.shorten import quoted
 
@@ -405,12 +406,17 @@ def _launch(ctx: click.Context, processes: int, join: Any, policy: RuntimePolicy
                         module="tpu_tools.cli.diag", forward_interrupt=True)
     try:
         outcome = launcher.run()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as error:
         # the interrupt reached process 0 too: where it exited by itself it wrote its partial document
-        first = launcher.children[0].returncode if launcher.children else None
-        if first is not None and first >= 0:
-            json_written()
-        raise
+        first = launcher.ranks[0] if launcher.ranks else None
+        if first is None or first.returncode is not None and first.returncode >= 0:
+            if first is not None:
+                json_written()
+            raise
+        from tpu_tools import signals
+
+        signals.note_interrupt(error)
+        raise Unreported(f"{signals.interrupt_word()} before process 0 reported: {_unreported(first)}") from None
     launched_first_answered(outcome)
     first = outcome.ranks[0] if outcome.ranks else None
     if first is not None and first.error is None and first.returncode in (0, 1, 3) and (
@@ -420,6 +426,28 @@ def _launch(ctx: click.Context, processes: int, join: Any, policy: RuntimePolicy
 
     message = outcome.message or "a launched process failed"
     raise UsageError(message) if outcome.exit_code == EXIT_USAGE else RuntimeFailure(message)
+
+
+class Unreported(ToolError):
+    """Interrupted, and process 0 wrote no report: the launcher says what became of it."""
+
+    def __init__(self, message: str):
+        from tpu_tools import signals
+
+        super().__init__(message)
+        self.exit_code = signals.interrupted_exit_code()
+
+
+def _unreported(first: Any) -> str:
+    """Why process 0 of a launched run wrote no report after the interrupt was passed on to it."""
+    from tpu_tools.collectives.launch import INTERRUPT_GRACE_S
+
+    who = f"process 0 (pid {first.pid})"
+    if first.returncode in (None, -signal.SIGKILL):
+        return f"{who} did not write it within {INTERRUPT_GRACE_S:g} s and was killed"
+    if first.returncode in (-signal.SIGTERM, -signal.SIGINT):
+        return f"{who} was still starting (the signal came before it could answer it): no check ran"
+    return first.describe_death() or f"{who} ended without one"
 
 
 def _finish(report: Any, out: Output, outputs: Outputs | None, reference: Any) -> None:

@@ -137,17 +137,24 @@ class Launcher:
         env[LAUNCHER_ENV] = str(os.getpid())
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"
+        from tpu_tools import signals
+
         for process_id in range(self.processes):
             command = rank_command(self.args, self.coordinator, self.processes, process_id, self.module)
-            child = subprocess.Popen(command, stdin=subprocess.DEVNULL,
-                                     stdout=None if process_id == 0 else subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
-            self.children.append(child)
-            rank = RankOutcome(process_id, child.pid)
-            self.ranks.append(rank)
-            reader = threading.Thread(target=self._read, args=(child, rank), daemon=True)
-            reader.start()
-            self._readers.append(reader)
+            # Held until the process is recorded: a signal that raised inside Popen, after the process began,
+            # would leave it running unrecorded, neither passed the signal nor killed.
+            with signals.deferred() as held:
+                child = subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                         stdout=None if process_id == 0 else subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, env=env, start_new_session=True)
+                self.children.append(child)
+                rank = RankOutcome(process_id, child.pid)
+                self.ranks.append(rank)
+                reader = threading.Thread(target=self._read, args=(child, rank), daemon=True)
+                reader.start()
+                self._readers.append(reader)
+            if held.held is not None:
+                signal.raise_signal(held.held)
 
     def _read(self, child: subprocess.Popen, rank: RankOutcome) -> None:
         assert child.stderr is not None
