@@ -45,7 +45,7 @@ from tpu_tools.top.drawing import (
 from tpu_tools.top.frame import render
 from tpu_tools.top.history import History
 from tpu_tools.top.keys import QUIT, handle_key
-from tpu_tools.top.model import ViewState, rows_from_report
+from tpu_tools.top.model import ViewState
 
 _KEYS = {
     curses.KEY_UP: "up", curses.KEY_DOWN: "down", curses.KEY_PPAGE: "pageup", curses.KEY_NPAGE: "pagedown",
@@ -61,7 +61,7 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise _Terminated()
 
 
-def _styles(colour: bool = True) -> dict[str, int]:
+def styles_for(colour: bool = True) -> dict[str, int]:
     """Curses attributes for the frame's styles. Colours carry meaning (green to red as a bar fills, red for
     errors and lost devices, yellow for warnings); without colour (NO_COLOR, a monochrome terminal) the same
     styles are told apart by bold, dim and reverse. Text keeps the terminal's own background, so a light
@@ -98,26 +98,84 @@ def _styles(colour: bool = True) -> dict[str, int]:
     return styles
 
 
-def _paint(window: Any, lines: list[Line], styles: dict[str, int], width: int, height: int) -> None:
-    window.erase()
-    for y, line in enumerate(lines[:height]):
-        x = 0
-        for segment in line.segments:
-            text = safe_text(segment.text)[: max(0, width - x)]  # names and commands come from other processes
-            if not text:
+Run = tuple[str, int]  # text and its curses attribute
+
+
+def line_runs(line: Line, styles: dict[str, int], width: int) -> tuple[Run, ...]:
+    """What a line puts on the screen, cut to `width`: runs of text of one attribute each (neighbouring segments
+    that look alike become one run, one call to curses), then the fill's spaces."""
+    runs: list[Run] = []
+    pieces: list[str] = []
+    attribute = curses.A_NORMAL
+    x = 0
+    for segment in line.segments:
+        if not segment.text:
+            continue
+        style = styles.get(segment.style, curses.A_NORMAL)
+        if pieces and style != attribute:
+            x = _add_run(runs, pieces, attribute, x, width)
+            pieces = []
+        attribute = style
+        pieces.append(segment.text)
+    if pieces:
+        x = _add_run(runs, pieces, attribute, x, width)
+    if line.fill is not None and x < width:
+        runs.append((" " * (width - x), styles.get(line.fill, curses.A_NORMAL)))
+    return tuple(runs)
+
+
+def _add_run(runs: list[Run], pieces: list[str], attribute: int, x: int, width: int) -> int:
+    text = safe_text("".join(pieces))[: max(0, width - x)]  # names and commands come from other processes
+    if text:
+        runs.append((text, attribute))
+    return x + len(text)
+
+
+class Painter:
+    """Paints frames into a curses window, writing only the lines that differ from the frame painted before
+    (curses then sends the terminal only the cells that changed, as it would for the whole frame): most lines
+    of a frame, titles, headers, blank lines and the rows whose figures held still, cost nothing to paint
+    again. A frame of another size is painted whole, on a cleared window."""
+
+    def __init__(self, window: Any, styles: dict[str, int]):
+        self.window = window
+        self.styles = styles
+        self._shown: list[tuple[Run, ...]] = []  # each painted line's runs, top first
+        self._size = (0, 0)
+        self.lines_written = 0  # lines written to the window since it was made (the tests read it)
+
+    def paint(self, lines: list[Line], width: int, height: int) -> None:
+        window = self.window
+        if (width, height) != self._size:  # resized: nothing on the window can be trusted to stand
+            window.erase()
+            self._shown, self._size = [], (width, height)
+        shown = [line_runs(line, self.styles, width) for line in lines[:height]]
+        for y, runs in enumerate(shown):
+            if y < len(self._shown) and self._shown[y] == runs:
                 continue
+            self._write(y, runs, width)
+        for y in range(len(shown), len(self._shown)):  # lines the last frame had and this one has not
+            self._write(y, (), width)
+        self._shown = shown
+        window.noutrefresh()
+        curses.doupdate()
+
+    def _write(self, y: int, runs: tuple[Run, ...], width: int) -> None:
+        window = self.window
+        x = 0
+        for text, attribute in runs:
             try:
-                window.addstr(y, x, text, styles.get(segment.style, curses.A_NORMAL))
+                window.addstr(y, x, text, attribute)
             except curses.error:  # writing the bottom-right cell moves the cursor off screen; harmless
                 pass
             x += len(text)
-        if line.fill is not None and x < width:
+        if x < width:  # the rest of the line as erase() leaves it
             try:
-                window.addstr(y, x, " " * (width - x), styles.get(line.fill, curses.A_NORMAL))
+                window.move(y, x)
+                window.clrtoeol()
             except curses.error:
                 pass
-    window.noutrefresh()
-    curses.doupdate()
+        self.lines_written += 1
 
 
 @contextlib.contextmanager
@@ -171,7 +229,7 @@ def _run_screen(collector: Collector, state: ViewState, history: History | None)
         except curses.error:
             pass
         _enable_mouse()
-        styles = _styles(colour="NO_COLOR" not in os.environ)
+        styles = styles_for(colour="NO_COLOR" not in os.environ)
         _loop(window, collector, state, history, styles)
     except (KeyboardInterrupt, _Terminated):
         pass
@@ -236,16 +294,17 @@ def _loop(window: Any, collector: Collector, state: ViewState, history: History 
     snapshot = collector.wait_first(0.3)  # a quick source shows at once; a slow one does not hold the screen
     report = snapshot.report if snapshot else _WAITING
     if snapshot is not None and history is not None:
-        history.record(report, rows_from_report(report))
+        history.record(report, state.report_rows(report))
     shown_message: tuple[str, bool] | None = None
     failed_sequence = 0
     arrays_version = state.arrays.version  # a read of a job's arrays started or ended: redraw
 
+    painter = Painter(window, styles)
+
     def draw() -> None:
         height, width = window.getmaxyx()
         height, width = min(height, MAX_LINES), min(width, MAX_COLUMNS)
-        _paint(window, render(report, state, width, height, interactive=True, history=history), styles, width,
-               height)
+        painter.paint(render(report, state, width, height, interactive=True, history=history), width, height)
 
     draw()
     window.timeout(_WAKE_MS)
@@ -261,7 +320,7 @@ def _loop(window: Any, collector: Collector, state: ViewState, history: History 
                 if not state.paused and latest is not None and latest.report is not report:
                     report = latest.report
                     if history is not None:
-                        history.record(report, rows_from_report(report))
+                        history.record(report, state.report_rows(report))
                 if latest is not None and latest.error and latest.sequence != failed_sequence:
                     failed_sequence = latest.sequence  # say it once; the screen keeps the last figures
                     state.say(f"gathering the report failed: {latest.error}", error=True)
