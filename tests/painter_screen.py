@@ -1,4 +1,4 @@
-"""tpu-top's painter in a real terminal, frame after frame, for tests/test_top_paint.py.
+"""tpu-top's painter in a real terminal, frame after frame, for tests/test_top_cost.py.
 
     python painter_screen.py FRAMES.json STATUS
 

@@ -1,8 +1,9 @@
 """The live tpu-top screen: curses, keys, resizes, and a terminal restored however it ends.
 
 Reports are gathered by a `Collector` on its own thread; the loop sleeps in
-`getch` until a key arrives (handled at once, from the last report) or for at
-most 100 ms, then picks up a new report if there is one. A slow source makes
+`getch` until a key arrives (handled at once, from the last report) or until
+the next report is due (`wake_ms`), then picks up a new report if there is one,
+and paints only the lines that changed (`Painter`). A slow source makes
 the figures older, never the keys slower. `q`, Ctrl-C and SIGTERM all leave through
 the same `finally`, which gives the terminal back as it was (main screen,
 echo, line mode, cursor). Nothing else writes to the terminal meanwhile:
@@ -18,6 +19,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -273,8 +275,29 @@ def mouse_key(event: tuple[int, int, int, int, int]) -> str:
     return ""
 
 
-_WAKE_MS = 100  # how often the loop looks for a new report when no key comes; keys end the wait at once
+# How long the loop waits for a key before it looks for a new report (keys end the wait at once): until the next
+# report is due, then from _SOON_MS growing to _WAKE_MS while it is late; each wake costs the process more than its
+# few lines (the code is cold after a wait), and ten a second were a fifth of tpu-top's CPU at a 1 s refresh.
+_WAKE_MS = 100  # the longest wait while something may change at any moment (a late report, an arrays read)
+_SOON_MS = 10
+_IDLE_MS = 1000  # the longest wait of all
 _WAITING = waiting_report()  # shown until the first report arrives
+
+
+def wake_ms(collector: Collector, state: ViewState, now: float) -> int:
+    """The loop's next wait for a key, in ms: a little past the time the next report is due, or, while it is late
+    (being gathered, a slow source, the first one), as long as it has been late, from 10 to 100 ms; 100 ms while
+    a job's arrays are being read; never past the end of the message shown."""
+    wait = _IDLE_MS / 1000
+    due = collector.next_due()
+    if due is not None:
+        late = now - due
+        wait = min(wait, max(_SOON_MS / 1000, min(_WAKE_MS / 1000, late)) if late >= 0 else _SOON_MS / 1000 - late)
+    if state.arrays.pending():
+        wait = min(wait, _WAKE_MS / 1000)
+    if state.message is not None:
+        wait = min(wait, max(0.0, state.message[2] - now) + 0.001)
+    return max(1, round(wait * 1000))
 
 
 def _key_name(code: int) -> str:
@@ -307,8 +330,8 @@ def _loop(window: Any, collector: Collector, state: ViewState, history: History 
         painter.paint(render(report, state, width, height, interactive=True, history=history), width, height)
 
     draw()
-    window.timeout(_WAKE_MS)
     while True:
+        window.timeout(wake_ms(collector, state, time.monotonic()))
         code = window.getch()
         if code == -1:
             latest = collector.latest()

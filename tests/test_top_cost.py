@@ -1,11 +1,13 @@
 """What tpu-top saves from round to round stays true: lines painted again only where they changed (a resized
-terminal painted whole), rows made once per report and new with the next, graphs drawn as before."""
+terminal painted whole), rows made once per report and new with the next, graphs drawn as before, the screen's
+loop asleep until something can have changed."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 from agentjobs import wait_for
@@ -16,9 +18,12 @@ from programs import require_program
 from test_top import Tmux, _report
 
 from tpu_tools.metrics.groups import GROUPS
+from tpu_tools.top.arrays_view import ArraysBoard
+from tpu_tools.top.collector import Collector
 from tpu_tools.top.drawing import graph_rows
 from tpu_tools.top.frame import SHOWN_GROUPS, frame_text, render
 from tpu_tools.top.model import ViewState
+from tpu_tools.top.screen import wake_ms
 
 PAINTER = Path(__file__).with_name("painter_screen.py")
 
@@ -135,3 +140,42 @@ def _graph_rows_by_cell(values: list[float | None], width: int, rows: int, top: 
        st.integers(0, 70), st.integers(1, 4), st.sampled_from([None, 100.0, 0.0]), st.booleans())
 def test_graph_rows_draw_each_cell_as_defined(values, width, rows, top, unicode):
     assert graph_rows(values, width, rows, top, unicode) == _graph_rows_by_cell(values, width, rows, top, unicode)
+
+
+def test_the_screen_sleeps_until_the_next_report_is_due_and_no_longer():
+    released = threading.Event()
+
+    def ask(pid: int):
+        released.wait(20.0)
+        raise RuntimeError("no agent answers")
+
+    reports = []
+    collector = Collector(lambda: reports.append(1) or as_report(_report(agents=1, devices=1)), interval_s=5.0)
+    state = ViewState(arrays=ArraysBoard(ask))
+    assert wake_ms(collector, state, 100.0) == 100  # nothing gathered yet: looked for every 100 ms
+    collector.start()
+    try:
+        assert collector.wait_first(10.0) is not None
+        due = wait_for(collector.next_due)
+        assert wake_ms(collector, state, due - 3.0) == 1000  # at most a second at a time
+        assert wake_ms(collector, state, due - 0.5) == 510  # just past the time the next report is due
+        assert wake_ms(collector, state, due + 0.002) == 10  # late: soon, then less and less often
+        assert wake_ms(collector, state, due + 0.04) == 40
+        assert wake_ms(collector, state, due + 3.0) == 100
+        state.say("sent SIGTERM", now=due - 4.0)  # shown until 5 s later
+        assert wake_ms(collector, state, due - 0.5) == 510
+        assert wake_ms(collector, state, due - 3.0) == 1000
+        state.say("sent SIGTERM", now=due - 5.5)
+        assert wake_ms(collector, state, due - 1.0) == 501  # the message ends first
+        state.message = None
+        collector.pause(True)
+        assert collector.next_due() is None
+        assert wake_ms(collector, state, due - 3.0) == 1000  # paused: no report to wait for
+        assert state.arrays.ask("4242", 4242)
+        assert wake_ms(collector, state, due - 3.0) == 100  # a read under way ends at any moment
+        released.set()
+        wait_for(lambda: not state.arrays.pending())
+        assert wake_ms(collector, state, due - 3.0) == 1000
+    finally:
+        released.set()
+        collector.close()
