@@ -65,6 +65,29 @@ JOB = textwrap.dedent("""
 """)
 
 
+def start_jobs(count: int, workdir: Path, env: dict[str, str], lifetime_s: float) -> list[subprocess.Popen[bytes]]:
+    """`count` agent jobs running for `lifetime_s` (two of them JAX jobs, the others light loops), from `workdir`."""
+    (workdir / "job.py").write_text(JOB)
+    (workdir / "light.py").write_text(LIGHT_JOB)
+    heavy = min(2, count)
+    jobs = [subprocess.Popen([sys.executable, "-m", "tpu_tools.agent", "--tag", f"tpubench{i}",
+                              str(workdir / "job.py"), str(lifetime_s)], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL) for i in range(heavy)]
+    jobs += [subprocess.Popen([sys.executable, str(workdir / "light.py"), str(lifetime_s), f"tpubench{i}"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for i in range(heavy, count)]
+    return jobs
+
+
+def wait_for_agents(rundir: Path, count: int) -> None:
+    """Until `count` agents have their sockets in `rundir` (at most two minutes), and a little longer: their first
+    snapshots are published and the start-up is not what is measured."""
+    deadline = time.monotonic() + 120
+    while len(list(rundir.glob("agent-*.sock"))) < count and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(3.0)
+
+
 def _tmux(socket: str, *args: str) -> str:
     return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, check=True,
                           timeout=30).stdout
@@ -152,8 +175,6 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
     rundir = workdir / "run"
     rundir.mkdir(mode=0o700)
-    (workdir / "job.py").write_text(JOB)
-    (workdir / "light.py").write_text(LIGHT_JOB)
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "TPU_TOOLS_TAG")}
     env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir),
                TPU_TOOLS_SNAPSHOT_FILE="0" if args.socket else "1")
@@ -167,20 +188,10 @@ def main() -> int:
         address = service.stdout.readline().strip()
         top += f" --metrics-addr {address}"
         expect = f"libtpu {address}"
-    lifetime = str(2 * (args.seconds + 10) + 60)
-    heavy = min(2, args.jobs)
-    jobs = [subprocess.Popen([sys.executable, "-m", "tpu_tools.agent", "--tag", f"tpubench{i}",
-                              str(workdir / "job.py"), lifetime], env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL) for i in range(heavy)]
-    jobs += [subprocess.Popen([sys.executable, str(workdir / "light.py"), lifetime, f"tpubench{i}"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for i in range(heavy, args.jobs)]
+    jobs = start_jobs(args.jobs, workdir, env, 2 * (args.seconds + 10) + 60)
     failed = False
     try:
-        deadline = time.monotonic() + 120
-        while len(list(rundir.glob("agent-*.sock"))) < args.jobs and time.monotonic() < deadline:
-            time.sleep(0.5)
-        time.sleep(3.0)
+        wait_for_agents(rundir, args.jobs)
         for width, height in ((80, 24), (200, 60)):
             percent = measure(width, height, args.seconds, env, top, expect)
             verdict = "ok" if percent < 2.0 else "OVER TARGET"

@@ -7,6 +7,7 @@ Peaks are dense figures per chip, from vendor pages.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -175,8 +176,10 @@ def generic_gpu_spec(vendor: str) -> ChipSpec:
     return ChipSpec("AMD GPU", "amd", "rocm", devices_per_chip=1)
 
 
+@functools.lru_cache(maxsize=256)
 def spec_for_device_kind(device_kind: str) -> ChipSpec | None:
-    """The chip behind a PJRT device kind string ("TPU v5 lite", "NVIDIA H100 80GB HBM3"), if known."""
+    """The chip behind a PJRT device kind string ("TPU v5 lite", "NVIDIA H100 80GB HBM3"), if known (a monitor asks
+    for each agent's devices every round: the patterns are searched once per kind)."""
     for spec in (*TPU_BY_PCI_ID.values(), *GPU_SPECS):
         if spec.device_kind_pattern and re.search(spec.device_kind_pattern, device_kind, re.IGNORECASE):
             return spec

@@ -134,7 +134,8 @@ def top_command(interval: float, once: bool, readonly: bool, sort: str, tag_filt
         raise UsageError("tpu-top needs a terminal (stdin and stdout); use --once to print one frame, "
                          "or tpu-monitor for a stream of reports")
     from tpu_tools.metrics.groups.base import CollectOptions
-    from tpu_tools.metrics.report import ReportBuilder
+    from tpu_tools.metrics.report import GroupPlan, ReportBuilder
+    from tpu_tools.top.frame import SHOWN_GROUPS
     from tpu_tools.top.model import Filters, ViewState
 
     state = ViewState(sort_index=SORT_KEYS.index(sort), interval_s=interval,
@@ -151,7 +152,8 @@ def top_command(interval: float, once: bool, readonly: bool, sort: str, tag_filt
 
         builder = FleetSource(from_prometheus, from_prometheus_timeout)
     else:
-        builder = ReportBuilder(options=CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
+        builder = ReportBuilder(plan=[GroupPlan(name) for name in SHOWN_GROUPS],
+                                options=CollectOptions(agent_timeout_s=agent_timeout, tag_filter=tag_filter,
                                                        metrics_addresses=metrics_addresses,
                                                        metrics_timeout_s=metrics_timeout_s))
     try:

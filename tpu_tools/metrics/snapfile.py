@@ -23,6 +23,7 @@ a regular file of this user with mode 0600, as it does the socket beside it.
 from __future__ import annotations
 
 import fcntl
+import functools
 import mmap
 import os
 import stat
@@ -51,8 +52,11 @@ class SnapshotFileError(Exception):
     """The snapshot file cannot be used; the message says why in one sentence."""
 
 
+@functools.lru_cache(maxsize=4096)
 def snapshot_file_for(socket: Path) -> Path:
-    """The snapshot file beside an agent's socket: agent-<pid>.sock -> agent-<pid>.snap."""
+    """The snapshot file beside an agent's socket: agent-<pid>.sock -> agent-<pid>.snap. The same path object for
+    the same socket, made once: a monitor asks for every agent's twice a round, and keys its open files by it
+    (a new path object would hash its text again each time)."""
     return socket.with_suffix(".snap")
 
 

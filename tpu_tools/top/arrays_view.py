@@ -59,6 +59,11 @@ class ArraysBoard:
         with self._lock:
             return self._reads.get(key)
 
+    def pending(self) -> bool:
+        """Whether a read is under way (its end changes the screen)."""
+        with self._lock:
+            return any(read.pending for read in self._reads.values())
+
     def ask(self, key: str, pid: int) -> bool:
         """Start reading the arrays of process `pid` (row `key`); False when a read of it is under way."""
         with self._lock:

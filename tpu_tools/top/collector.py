@@ -37,6 +37,7 @@ class Collector:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._paused = False
+        self._next_due = 0.0  # monotonic: when the next report starts to be gathered (0: at once)
         self._thread = threading.Thread(target=self._run, name="tpu-top-collector", daemon=True)
 
     def start(self) -> Collector:
@@ -52,6 +53,11 @@ class Collector:
         while self.latest() is None and time.monotonic() < deadline and self._thread.is_alive():
             time.sleep(0.01)
         return self.latest()
+
+    def next_due(self) -> float | None:
+        """When (time.monotonic()) the next report starts to be gathered: past while one is being gathered (or is
+        late); None while paused."""
+        return None if self._paused else self._next_due
 
     def pause(self, paused: bool) -> None:
         """While paused no report is gathered; resuming gathers one at once."""
@@ -71,6 +77,7 @@ class Collector:
             started = time.monotonic()
             if not self._paused:
                 self._one()
+                self._next_due = started + self.interval_s
             # The next report is due one interval after this one started; a slow one starts the next at once.
             self._wake.wait(max(0.0, self.interval_s - (time.monotonic() - started)) if not self._paused else None)
             self._wake.clear()

@@ -6,6 +6,7 @@ report. Every character drawn is one terminal cell.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from tpu_tools.units import MISSING, format_duration_us
@@ -20,7 +21,7 @@ _SPARK_ASCII = " .:-=+*#@"
 _NARROW_GRAPHICS = (0x2580, 0x28FF)  # block elements and braille: one cell each
 
 
-@dataclass
+@dataclass(slots=True)
 class Segment:
     text: str
     style: str = NORMAL
@@ -40,6 +41,9 @@ class Line:
         return "".join(s.text for s in self.segments)
 
     def cut(self, width: int) -> Line:
+        """The line cut to `width` (the line itself where it fits)."""
+        if sum([len(segment.text) for segment in self.segments]) <= width:
+            return self
         out, used = Line(fill=self.fill), 0
         for segment in self.segments:
             if used >= width:
@@ -118,18 +122,26 @@ def graph_rows(values: list[float | None], width: int, rows: int, top: float | N
     values = values[-width:] if width > 0 else []
     known = [v for v in values if v is not None]
     scale = top if top else (max(known) if known else 0.0)
-    out = []
+    if scale <= 0:
+        return [" " * len(values) for _ in range(rows)]
+    # Each value's height in eighths of a cell once (0: a gap; a known value shows at least one eighth), then
+    # each line as one lookup per value, at C speed: a tall history panel draws thousands of cells a frame.
+    tall = rows * 8
+    heights = [0 if value is None else max(1, round(value / scale * tall)) if 0 < value / scale < 1
+               else 1 if value / scale <= 0 else tall for value in values]
+    return ["".join(map(ramp.__getitem__, heights)) for ramp in _graph_ramps(rows, unicode)]
+
+
+@functools.lru_cache(maxsize=64)
+def _graph_ramps(rows: int, unicode: bool) -> list[tuple[str, ...]]:
+    """For each line of a graph `rows` tall, top first: the character it shows for each height in eighths."""
+    tall = rows * 8
+    ramps = []
     for row in range(rows - 1, -1, -1):
-        cells = []
-        for value in values:
-            if value is None or scale <= 0:
-                cells.append(" ")
-                continue
-            eighths = max(1, round(max(0.0, min(1.0, value / scale)) * rows * 8)) - row * 8
-            eighths = max(0, min(8, eighths))
-            cells.append(_SPARK_UNICODE[eighths] if unicode else ("#" if eighths >= 4 else " "))
-        out.append("".join(cells))
-    return out
+        floor = row * 8
+        ramps.append((" ", *(_SPARK_UNICODE[max(0, min(8, height - floor))] if unicode
+                             else ("#" if height - floor >= 4 else " ") for height in range(1, tall + 1))))
+    return ramps
 
 
 def percent_text(value: float | None) -> str:
@@ -200,16 +212,23 @@ def column_header(columns: list[tuple[Column, int]], sorted_key: str | None = No
 
 def table_row(columns: list[tuple[Column, int]], cells: dict[str, list[Segment] | tuple[str, str]],
          fill: str | None = None) -> Line:
-    line = Line(fill=fill).add(" ", fill or NORMAL)
-    for index, (column, size) in enumerate(columns):
-        if index:
-            line.add(" ", fill or NORMAL)
+    line = Line(fill=fill)
+    segments = line.segments
+    gap_style = fill or NORMAL
+    for column, size in columns:  # a space before each column: the row's first one, then one between two
         cell = cells.get(column.key, (MISSING, NORMAL))
         if isinstance(cell, tuple):
-            text, style = cell
-            line.add(fit(text, size, column.right), fill or style)
+            text, style = cell[0], fill or cell[1]
+            text = _printable(fit(text, size, column.right))
+            if style == gap_style:  # the space and the cell in one segment: half the segments to draw
+                segments.append(Segment(" " + text, style))
+            else:
+                segments += (Segment(" ", gap_style), Segment(text, style))
         else:  # segments drawn to the column's width (bars, graphs)
-            line.segments += _stretch(cell, size, fill)
+            segments.append(Segment(" ", gap_style))
+            segments += _stretch(cell, size, fill)
+    if not columns:
+        segments.append(Segment(" ", gap_style))
     return line
 
 

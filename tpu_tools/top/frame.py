@@ -54,6 +54,9 @@ from tpu_tools.top.model import SORT_COLUMNS, ProcessRow, ViewState, device_memo
 from tpu_tools.units import MISSING, format_bytes, format_bytes_short, format_known, format_number
 
 HELP_LINES = help_lines()
+# The report groups a frame reads: tpu-top gathers these alone (the workload group's scrapes of the job's own
+# metrics endpoint and the device plugin would cost every round and show nowhere on its screens).
+SHOWN_GROUPS = ("host", "devices", "processes", "libtpu", "nvml", "amdsmi", "diag")
 NOT_SERVED_CELL = "n/s"  # the device panel's short form of NOT_SERVED
 
 

@@ -230,17 +230,28 @@ class ViewState:
     environment: Environment | None = None  # the environment screen (`e`) is open
     read_environment: Callable[[ProcessRow], Environment] | None = None  # for `e`; None: not offered
     row_at: dict[int, str] = field(default_factory=dict)  # screen line -> the process row drawn there (mouse)
+    # the rows of the last report asked for: a frame, the keys and the history read them again and again
+    _rows_of: tuple[MonitorReport, list[ProcessRow]] | None = field(default=None, init=False, repr=False,
+                                                                    compare=False)
 
     @property
     def sort(self) -> SortColumn:
         return SORT_COLUMNS[self.sort_index]
 
-    def listed_rows(self, report: MonitorReport) -> list[ProcessRow]:
-        """The process panel's rows, filtered, not yet sorted."""
+    def report_rows(self, report: MonitorReport) -> list[ProcessRow]:
+        """Every process row of `report`, with their start times and parents: made once per report (a report is
+        never changed once made), then the same rows."""
+        if self._rows_of is not None and self._rows_of[0] is report:
+            return self._rows_of[1]
         rows = rows_from_report(report)
         if self.annotate is not None:
             self.annotate(rows)
-        return self.filters.rows(report, rows)
+        self._rows_of = (report, rows)
+        return rows
+
+    def listed_rows(self, report: MonitorReport) -> list[ProcessRow]:
+        """The process panel's rows, filtered, not yet sorted."""
+        return self.filters.rows(report, self.report_rows(report))
 
     def visible_rows(self, report: MonitorReport) -> list[ProcessRow]:
         """The process panel's rows: filtered, then sorted."""

@@ -1,8 +1,9 @@
 """The live tpu-top screen: curses, keys, resizes, and a terminal restored however it ends.
 
 Reports are gathered by a `Collector` on its own thread; the loop sleeps in
-`getch` until a key arrives (handled at once, from the last report) or for at
-most 100 ms, then picks up a new report if there is one. A slow source makes
+`getch` until a key arrives (handled at once, from the last report) or until
+the next report is due (`wake_ms`), then picks up a new report if there is one,
+and paints only the lines that changed (`Painter`). A slow source makes
 the figures older, never the keys slower. `q`, Ctrl-C and SIGTERM all leave through
 the same `finally`, which gives the terminal back as it was (main screen,
 echo, line mode, cursor). Nothing else writes to the terminal meanwhile:
@@ -18,6 +19,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,7 +47,7 @@ from tpu_tools.top.drawing import (
 from tpu_tools.top.frame import render
 from tpu_tools.top.history import History
 from tpu_tools.top.keys import QUIT, handle_key
-from tpu_tools.top.model import ViewState, rows_from_report
+from tpu_tools.top.model import ViewState
 
 _KEYS = {
     curses.KEY_UP: "up", curses.KEY_DOWN: "down", curses.KEY_PPAGE: "pageup", curses.KEY_NPAGE: "pagedown",
@@ -61,7 +63,7 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise _Terminated()
 
 
-def _styles(colour: bool = True) -> dict[str, int]:
+def styles_for(colour: bool = True) -> dict[str, int]:
     """Curses attributes for the frame's styles. Colours carry meaning (green to red as a bar fills, red for
     errors and lost devices, yellow for warnings); without colour (NO_COLOR, a monochrome terminal) the same
     styles are told apart by bold, dim and reverse. Text keeps the terminal's own background, so a light
@@ -98,26 +100,84 @@ def _styles(colour: bool = True) -> dict[str, int]:
     return styles
 
 
-def _paint(window: Any, lines: list[Line], styles: dict[str, int], width: int, height: int) -> None:
-    window.erase()
-    for y, line in enumerate(lines[:height]):
-        x = 0
-        for segment in line.segments:
-            text = safe_text(segment.text)[: max(0, width - x)]  # names and commands come from other processes
-            if not text:
+Run = tuple[str, int]  # text and its curses attribute
+
+
+def line_runs(line: Line, styles: dict[str, int], width: int) -> tuple[Run, ...]:
+    """What a line puts on the screen, cut to `width`: runs of text of one attribute each (neighbouring segments
+    that look alike become one run, one call to curses), then the fill's spaces."""
+    runs: list[Run] = []
+    pieces: list[str] = []
+    attribute = curses.A_NORMAL
+    x = 0
+    for segment in line.segments:
+        if not segment.text:
+            continue
+        style = styles.get(segment.style, curses.A_NORMAL)
+        if pieces and style != attribute:
+            x = _add_run(runs, pieces, attribute, x, width)
+            pieces = []
+        attribute = style
+        pieces.append(segment.text)
+    if pieces:
+        x = _add_run(runs, pieces, attribute, x, width)
+    if line.fill is not None and x < width:
+        runs.append((" " * (width - x), styles.get(line.fill, curses.A_NORMAL)))
+    return tuple(runs)
+
+
+def _add_run(runs: list[Run], pieces: list[str], attribute: int, x: int, width: int) -> int:
+    text = safe_text("".join(pieces))[: max(0, width - x)]  # names and commands come from other processes
+    if text:
+        runs.append((text, attribute))
+    return x + len(text)
+
+
+class Painter:
+    """Paints frames into a curses window, writing only the lines that differ from the frame painted before
+    (curses then sends the terminal only the cells that changed, as it would for the whole frame): most lines
+    of a frame, titles, headers, blank lines and the rows whose figures held still, cost nothing to paint
+    again. A frame of another size is painted whole, on a cleared window."""
+
+    def __init__(self, window: Any, styles: dict[str, int]):
+        self.window = window
+        self.styles = styles
+        self._shown: list[tuple[Run, ...]] = []  # each painted line's runs, top first
+        self._size = (0, 0)
+        self.lines_written = 0  # lines written to the window since it was made (the tests read it)
+
+    def paint(self, lines: list[Line], width: int, height: int) -> None:
+        window = self.window
+        if (width, height) != self._size:  # resized: nothing on the window can be trusted to stand
+            window.erase()
+            self._shown, self._size = [], (width, height)
+        shown = [line_runs(line, self.styles, width) for line in lines[:height]]
+        for y, runs in enumerate(shown):
+            if y < len(self._shown) and self._shown[y] == runs:
                 continue
+            self._write(y, runs, width)
+        for y in range(len(shown), len(self._shown)):  # lines the last frame had and this one has not
+            self._write(y, (), width)
+        self._shown = shown
+        window.noutrefresh()
+        curses.doupdate()
+
+    def _write(self, y: int, runs: tuple[Run, ...], width: int) -> None:
+        window = self.window
+        x = 0
+        for text, attribute in runs:
             try:
-                window.addstr(y, x, text, styles.get(segment.style, curses.A_NORMAL))
+                window.addstr(y, x, text, attribute)
             except curses.error:  # writing the bottom-right cell moves the cursor off screen; harmless
                 pass
             x += len(text)
-        if line.fill is not None and x < width:
+        if x < width:  # the rest of the line as erase() leaves it
             try:
-                window.addstr(y, x, " " * (width - x), styles.get(line.fill, curses.A_NORMAL))
+                window.move(y, x)
+                window.clrtoeol()
             except curses.error:
                 pass
-    window.noutrefresh()
-    curses.doupdate()
+        self.lines_written += 1
 
 
 @contextlib.contextmanager
@@ -171,7 +231,7 @@ def _run_screen(collector: Collector, state: ViewState, history: History | None)
         except curses.error:
             pass
         _enable_mouse()
-        styles = _styles(colour="NO_COLOR" not in os.environ)
+        styles = styles_for(colour="NO_COLOR" not in os.environ)
         _loop(window, collector, state, history, styles)
     except (KeyboardInterrupt, _Terminated):
         pass
@@ -215,8 +275,29 @@ def mouse_key(event: tuple[int, int, int, int, int]) -> str:
     return ""
 
 
-_WAKE_MS = 100  # how often the loop looks for a new report when no key comes; keys end the wait at once
+# How long the loop waits for a key before it looks for a new report (keys end the wait at once): until the next
+# report is due, then from _SOON_MS growing to _WAKE_MS while it is late; each wake costs the process more than its
+# few lines (the code is cold after a wait), and ten a second were a fifth of tpu-top's CPU at a 1 s refresh.
+_WAKE_MS = 100  # the longest wait while something may change at any moment (a late report, an arrays read)
+_SOON_MS = 10
+_IDLE_MS = 1000  # the longest wait of all
 _WAITING = waiting_report()  # shown until the first report arrives
+
+
+def wake_ms(collector: Collector, state: ViewState, now: float) -> int:
+    """The loop's next wait for a key, in ms: a little past the time the next report is due, or, while it is late
+    (being gathered, a slow source, the first one), as long as it has been late, from 10 to 100 ms; 100 ms while
+    a job's arrays are being read; never past the end of the message shown."""
+    wait = _IDLE_MS / 1000
+    due = collector.next_due()
+    if due is not None:
+        late = now - due
+        wait = min(wait, max(_SOON_MS / 1000, min(_WAKE_MS / 1000, late)) if late >= 0 else _SOON_MS / 1000 - late)
+    if state.arrays.pending():
+        wait = min(wait, _WAKE_MS / 1000)
+    if state.message is not None:
+        wait = min(wait, max(0.0, state.message[2] - now) + 0.001)
+    return max(1, round(wait * 1000))
 
 
 def _key_name(code: int) -> str:
@@ -236,20 +317,21 @@ def _loop(window: Any, collector: Collector, state: ViewState, history: History 
     snapshot = collector.wait_first(0.3)  # a quick source shows at once; a slow one does not hold the screen
     report = snapshot.report if snapshot else _WAITING
     if snapshot is not None and history is not None:
-        history.record(report, rows_from_report(report))
+        history.record(report, state.report_rows(report))
     shown_message: tuple[str, bool] | None = None
     failed_sequence = 0
     arrays_version = state.arrays.version  # a read of a job's arrays started or ended: redraw
 
+    painter = Painter(window, styles)
+
     def draw() -> None:
         height, width = window.getmaxyx()
         height, width = min(height, MAX_LINES), min(width, MAX_COLUMNS)
-        _paint(window, render(report, state, width, height, interactive=True, history=history), styles, width,
-               height)
+        painter.paint(render(report, state, width, height, interactive=True, history=history), width, height)
 
     draw()
-    window.timeout(_WAKE_MS)
     while True:
+        window.timeout(wake_ms(collector, state, time.monotonic()))
         code = window.getch()
         if code == -1:
             latest = collector.latest()
@@ -261,7 +343,7 @@ def _loop(window: Any, collector: Collector, state: ViewState, history: History 
                 if not state.paused and latest is not None and latest.report is not report:
                     report = latest.report
                     if history is not None:
-                        history.record(report, rows_from_report(report))
+                        history.record(report, state.report_rows(report))
                 if latest is not None and latest.error and latest.sequence != failed_sequence:
                     failed_sequence = latest.sequence  # say it once; the screen keeps the last figures
                     state.say(f"gathering the report failed: {latest.error}", error=True)

@@ -16,3 +16,6 @@ class HostGroup:
 
     def collect(self, context: CollectContext) -> HostRecord:
         return self._sampler.sample()
+
+    def close(self) -> None:
+        self._sampler.close()
