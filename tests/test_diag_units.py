@@ -165,6 +165,31 @@ def test_the_last_result_is_kept_and_read_back(rundir):
     assert [c.test for c in last.failed()] == ["gemm f32"]
 
 
+def test_a_reader_asking_every_round_decodes_the_file_again_only_when_it_changed(rundir):
+    from tpu_tools.metrics.diagstate import LastDiagReader, write_last
+
+    reader = LastDiagReader()
+    assert reader.read() is None
+    write_last(_report("fail").to_dict())
+    first = reader.read()
+    assert first is not None
+    assert first.status == "fail"
+    assert reader.read() is first  # unchanged: the record read before, not decoded again
+    write_last(_report("pass").to_dict())
+    again = reader.read()
+    assert again is not None
+    assert again is not first
+    assert again.status == "pass"
+    rundir.chmod(0o777)  # an unsafe directory is said at once, though the file did not change
+    unsafe = reader.read()
+    assert unsafe is not None
+    assert unsafe.error
+    rundir.chmod(0o700)
+    assert reader.read().status == "pass"
+    (rundir / "diag-last.json").unlink()
+    assert reader.read() is None
+
+
 @pytest.mark.parametrize("content", ["not json", '{"schema": "other"}', '[1, 2]',
                                      '{"schema": "tpu-tools/diag/v1", "time": "yesterday"}'])
 def test_a_damaged_last_result_is_an_error_not_a_crash(rundir, content):

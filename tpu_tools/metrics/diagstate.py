@@ -197,6 +197,31 @@ def read_last(directory: Path | None = None) -> LastDiag | None:
     return last
 
 
+class LastDiagReader:
+    """`read_last` for a reader that asks every round (tpu-top, tpu-monitor): the file is decoded again only
+    when it is another file or changed (its inode, size, modification or status change time); the runtime
+    directory's ownership and mode are checked at every read."""
+
+    def __init__(self, directory: Path | None = None):
+        self._directory = directory
+        self._seen: tuple[str, int, int, int, int, int] | None = None
+        self._last: LastDiag | None = None
+
+    def read(self) -> LastDiag | None:
+        path = last_path(self._directory)
+        try:
+            check_private_dir(path.parent)
+            stat = os.lstat(path)
+        except (OSError, RunDirError):  # no file (no run yet), or a directory read_last says is unsafe
+            self._seen = None
+            return read_last(self._directory)
+        seen = (str(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+        if seen != self._seen:
+            self._last = read_last(self._directory)
+            self._seen = seen if self._last is not None and self._last.error is None else None
+        return self._last
+
+
 def _unix_time(text: str, name: str) -> float:
     try:
         return datetime.fromisoformat(text).timestamp()

@@ -1,13 +1,12 @@
 """The `diag` group: the last `tpu-diag` result of this host (its verdict per test and device, and its age).
 
-Read from the runtime directory each round (a small file); no file means no run yet, which is a note, not
-an error. Each device's worst status reaches the devices group (and tpu-top) as the extra figure
-`diag_status`. Prometheus: tpu_tools_diag_check_status{test, device, link} (0 pass, 1 fail, 2 warn,
-3 skip), tpu_tools_diag_failed (1 when the record holds a failure: the last run's, or an earlier one a
-partial run did not re-run), tpu_tools_diag_age_seconds (since the last complete run),
-tpu_tools_diag_last_run_timestamp_seconds, tpu_tools_diag_level, and tpu_tools_diag_digest_info{test,
-device, key, digest} (each GEMM's digest under its comparability key: the fleet's reference, see
-docs/diag.md).
+Read from the runtime directory each round (a small file, decoded again only when it changed); no file means
+no run yet, which is a note, not an error. Each device's worst status reaches the devices group (and tpu-top)
+as the extra figure `diag_status`. Prometheus: tpu_tools_diag_check_status{test, device, link} (0 pass, 1
+fail, 2 warn, 3 skip), tpu_tools_diag_failed (1 when the record holds a failure: the last run's, or an earlier
+one a partial run did not re-run), tpu_tools_diag_age_seconds (since the last complete run),
+tpu_tools_diag_last_run_timestamp_seconds, tpu_tools_diag_level, and tpu_tools_diag_digest_info{test, device,
+key, digest} (each GEMM's digest under its comparability key: the fleet's reference, see docs/diag.md).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from tpu_tools.metrics.diagstate import STATUS_VALUES, read_last
+from tpu_tools.metrics.diagstate import STATUS_VALUES, LastDiagReader
 from tpu_tools.metrics.groups.base import CollectContext, CollectOptions, DeviceFigures
 from tpu_tools.metrics.records.devices import DeviceExtra
 from tpu_tools.metrics.records.diag import DiagGroup as DiagGroupRecord
@@ -29,9 +28,10 @@ class DiagGroup:
 
     def __init__(self, options: CollectOptions):
         del options
+        self._reader = LastDiagReader()  # decodes the file again only when it changed
 
     def _last(self, context: CollectContext) -> Any:
-        return context.memo(self.name, read_last)
+        return context.memo(self.name, self._reader.read)
 
     def collect(self, context: CollectContext) -> DiagGroupRecord:
         last = self._last(context)
