@@ -66,3 +66,21 @@ def test_figures_follow_cpu_work_threads_and_a_fork(tmp_path):
     assert child["cpu"] < first["cpu_time_s"] + 0.2
     assert child["threads"] == 1
     assert found["fds_after"] == found["fds_before"] - 1  # close() gives the file back
+
+
+def test_figures_younger_than_the_age_asked_are_given_again_and_older_ones_read_anew():
+    import time
+
+    from tpu_tools.metrics.process import SelfSampler
+
+    sampler = SelfSampler()
+    first = sampler.sample()
+    assert sampler.sample(max_age_s=3600.0) is first  # the agent's publications between two /proc reads
+    started = time.process_time()
+    while time.process_time() - started < 0.05:  # CPU the next read must see
+        pass
+    fresh = sampler.sample()  # no age given: read now
+    assert fresh is not first
+    assert fresh.cpu_time_s is not None
+    assert first.cpu_time_s is not None
+    assert fresh.cpu_time_s > first.cpu_time_s

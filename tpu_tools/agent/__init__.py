@@ -71,6 +71,10 @@ from tpu_tools.instrument.jobvalues import job_flag, job_float, job_name
 from tpu_tools.instrument.steps import StepCallback, process_steps
 
 ENV_TAG = "TPU_TOOLS_TAG"
+# The process's CPU, memory and threads are read from /proc at most this often: the snapshot is published up to
+# ten times a second, and that read is the largest part of a publication's cost to the job (its CPU % needs a
+# window of 0.2 s or more anyway).
+PROCESS_FIGURES_MAX_AGE_S = 0.5
 
 __all__ = ["AgentError", "AgentInfo", "ENV_TAG", "checkpoint_restored", "checkpoint_saved", "current", "goodput",
            "metric", "on_step", "phase", "start", "step", "step_context", "step_count", "step_flops", "stop"]
@@ -378,7 +382,7 @@ class _Agent:
                 shown = frontend.figures()
             except Exception as error:  # noqa: BLE001 a frontend that fails must not cost the other figures
                 shown.memory_error = f"{type(error).__name__}: {error}"
-        figures = self.process.sample()
+        figures = self.process.sample(max_age_s=PROCESS_FIGURES_MAX_AGE_S)
         snapshot = {
             "schema": self._wire.SNAPSHOT_SCHEMA,
             "pid": self.pid,

@@ -57,6 +57,8 @@ class SelfSampler:
         self._samples: deque[tuple[float, float]] = deque(maxlen=256)
         self._stat_fd = -1
         self._stat_pid = -1  # the process whose stat file _stat_fd is (a forked child must open its own)
+        self._last: ProcessFigures | None = None
+        self._last_at = 0.0
 
     def _read_stat(self) -> bytes:
         if self._stat_pid != os.getpid():
@@ -86,9 +88,12 @@ class SelfSampler:
                 pass
         self._stat_fd, self._stat_pid = -1, -1
 
-    def sample(self) -> ProcessFigures:
-        cpu, rss, threads = self._read()
+    def sample(self, max_age_s: float = 0.0) -> ProcessFigures:
+        """The process's figures now, or those of the last call when it is less than `max_age_s` old."""
         now = time.monotonic()
+        if self._last is not None and now - self._last_at < max_age_s and self._last.pid == os.getpid():
+            return self._last
+        cpu, rss, threads = self._read()
         percent = None
         for at, then in reversed(self._samples):
             if now - at >= _MIN_WINDOW_S:
@@ -100,7 +105,8 @@ class SelfSampler:
         self._samples.append((now, cpu))
         while self._samples and now - self._samples[0][0] > _KEEP_SAMPLES_S:
             self._samples.popleft()
-        return ProcessFigures(os.getpid(), percent, cpu, rss, threads)
+        self._last, self._last_at = ProcessFigures(os.getpid(), percent, cpu, rss, threads), now
+        return self._last
 
 
 class ProcessSampler:
