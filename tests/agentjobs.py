@@ -148,6 +148,16 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1):
         time.sleep(interval)
 
 
+def published_after(rundir: Path, since_unix_s: float, agents: int) -> bool:
+    """Whether `agents` agents of `rundir` have each published a snapshot after `since_unix_s`: a job that marks
+    no step publishes every second, so a monitor that reads before then may read one from before."""
+    from tpu_tools.metrics.agent_client import query_agents
+
+    scan = query_agents(2.0, directory=rundir)
+    times = [r.snapshot.published_unix_s for r in scan.results if r.snapshot is not None]
+    return len(times) >= agents and all(t is not None and t > since_unix_s for t in times)
+
+
 def agent_env(rundir: Path, **extra: str) -> dict[str, str]:
     return clean_env(TPU_TOOLS_RUNTIME_DIR=str(rundir), **extra)
 

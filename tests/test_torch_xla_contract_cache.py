@@ -14,13 +14,14 @@ import json
 import subprocess
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch_xla_env
-from agentjobs import Job, agent_env, make_rundir, remove_rundir, wait_for
+from agentjobs import Job, agent_env, make_rundir, published_after, remove_rundir, wait_for
 from conftest import run_tool
 
 from tpu_tools.profile.cachedoctor import diagnose
@@ -65,10 +66,10 @@ def jobs() -> Iterator[tuple[dict[str, Any], dict[str, int], Path, Path]]:
             started[tag] = Job(process, workdir / f"ready-{tag}", workdir)
         for job in started.values():
             job.wait_ready(300)
+        ready_at = time.time()  # each job synced, and its cache was written, before it wrote its ready file
+        wait_for(lambda: published_after(rundir, ready_at, len(JOBS)), timeout=120, interval=0.2)
 
         def published_since_ready() -> dict[str, Any] | None:
-            # A job that marks no step publishes its snapshot every second: until each has published once after
-            # its sync, the monitor may read one from before its startup check and its cache's first write.
             result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
             assert result.returncode == 0, result.stderr
             report = json.loads(result.stdout)

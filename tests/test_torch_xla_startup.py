@@ -9,13 +9,14 @@ import json
 import subprocess
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch_xla_env
-from agentjobs import Job, agent_env, make_rundir, remove_rundir, wait_for
+from agentjobs import Job, agent_env, make_rundir, published_after, remove_rundir, wait_for
 from conftest import as_report, run_tool
 
 from tpu_tools.top.frame import frame_text, render
@@ -55,10 +56,10 @@ def broken() -> Iterator[tuple[dict[str, Any], Path]]:
     job = Job(process, workdir / "ready", workdir)
     try:
         job.wait_ready(300)
+        ready_at = time.time()  # the job broke every rule before it wrote its ready file
+        wait_for(lambda: published_after(rundir, ready_at, 1), timeout=120, interval=0.2)
 
         def published_since_ready() -> dict[str, Any] | None:
-            # A job that marks no step publishes its snapshot every second: until it has published once after its
-            # startup check, the monitor may read one from before it.
             result = run_tool("tpu-monitor", "--count", "1", env=agent_env(rundir))
             assert result.returncode == 0, result.stderr
             report = json.loads(result.stdout)
