@@ -127,8 +127,7 @@ def graph_rows(values: list[float | None], width: int, rows: int, top: float | N
     # Each value's height in eighths of a cell once (0: a gap; a known value shows at least one eighth), then
     # each line as one lookup per value, at C speed: a tall history panel draws thousands of cells a frame.
     tall = rows * 8
-    heights = [0 if value is None else max(1, round(value / scale * tall)) if 0 < value / scale < 1
-               else 1 if value / scale <= 0 else tall for value in values]
+    heights = [0 if value is None else max(1, round(min(1.0, max(0.0, value / scale)) * tall)) for value in values]
     return ["".join(map(ramp.__getitem__, heights)) for ramp in _graph_ramps(rows, unicode)]
 
 
