@@ -65,12 +65,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import script
+from harness import private_workdir, script
 
 # The training process: PREAMBLE, then a frontend's part (its model and `one_step(on)`, one timed step, marked
 # with the agent when `on`), then HARNESS (the blocks, their timing and the agent's answers).
@@ -283,9 +282,7 @@ def compare_designs(counts: list[int], processes: int, blocks: int, steps: int, 
                     env_extra: dict[str, str], placement: Placement | None = None) -> int:
     """Per count of pollers: the median step of each design's blocks over that of the no-agent blocks; with
     `placement`, the job and the pollers each on CPUs of their own."""
-    workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
-    rundir = workdir / "run"
-    rundir.mkdir(mode=0o700)
+    workdir, rundir = private_workdir()
     train, poller = workdir / "train.py", workdir / "poller.py"
     train.write_text(train_text)
     poller.write_text(POLLER)
@@ -384,9 +381,7 @@ def main(train_text: str = TRAIN, description: str | None = None, python: str | 
         return compare_designs([int(n) for n in args.monitors.split(",")], args.processes, args.blocks, args.steps,
                                train_text, args.python, env_extra or {},
                                pinned_placement() if args.pin else None)
-    workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
-    rundir = workdir / "run"
-    rundir.mkdir(mode=0o700)
+    workdir, rundir = private_workdir()
     train = workdir / "train.py"
     train.write_text(train_text)
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES", "TPU_TOOLS_TAG")}

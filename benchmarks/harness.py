@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,15 @@ def script(name: str) -> list[str]:
     """The console script next to this interpreter, else `python -m tpu_tools <subcommand>`."""
     candidate = Path(sys.executable).parent / name
     return [str(candidate)] if candidate.exists() else [sys.executable, "-m", "tpu_tools", name.removeprefix("tpu-")]
+
+
+def private_workdir(prefix: str = "ttbench") -> tuple[Path, Path]:
+    """(a new folder under /tmp for a benchmark's files, its private run directory `run` inside it, mode 0700 as
+    the agents require); the caller removes the folder."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    rundir = workdir / "run"
+    rundir.mkdir(mode=0o700)
+    return workdir, rundir
 
 
 def time_run(command: list[str], env: dict[str, str]) -> float:

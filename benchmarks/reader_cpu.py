@@ -22,10 +22,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+from harness import private_workdir
 
 LIGHT_JOB = textwrap.dedent("""
     import sys, time
@@ -69,9 +70,7 @@ def main() -> int:
     parser.add_argument("--against", metavar="DIR", help="a tree of tpu_tools to compare with, alternating")
     args = parser.parse_args()
     print(f"# {' '.join([sys.executable, *sys.argv])}")
-    workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
-    rundir = workdir / "run"
-    rundir.mkdir(mode=0o700)
+    workdir, rundir = private_workdir()
     job, poller = workdir / "job.py", workdir / "poller.py"
     job.write_text(LIGHT_JOB)
     poller.write_text(POLLER)

@@ -32,14 +32,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import uuid
 from pathlib import Path
 
 import psutil
-from harness import script
+from harness import private_workdir, script
 
 LIGHT_JOB = textwrap.dedent("""
     import sys, time
@@ -172,9 +171,7 @@ def main() -> int:
     if not shutil.which("tmux"):
         print("tmux is not installed")
         return 2
-    workdir = Path(tempfile.mkdtemp(prefix="ttbench", dir="/tmp"))
-    rundir = workdir / "run"
-    rundir.mkdir(mode=0o700)
+    workdir, rundir = private_workdir()
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "TPU_TOOLS_TAG")}
     env.update(JAX_PLATFORMS="cpu", TPU_TOOLS_RUNTIME_DIR=str(rundir),
                TPU_TOOLS_SNAPSHOT_FILE="0" if args.socket else "1")

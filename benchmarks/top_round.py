@@ -21,13 +21,12 @@ import pstats
 import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
+from harness import private_workdir
 from top_cpu import start_jobs, wait_for_agents
 
 
@@ -83,9 +82,7 @@ def main() -> int:
     args = parser.parse_args()
     width, height = (int(v) for v in args.size.split("x"))
     print(f"# {' '.join([sys.executable, *sys.argv])}", flush=True)
-    workdir = Path(tempfile.mkdtemp(prefix="ttround", dir="/tmp"))
-    rundir = workdir / "run"
-    rundir.mkdir(mode=0o700)
+    workdir, rundir = private_workdir("ttround")
     os.environ["TPU_TOOLS_RUNTIME_DIR"] = str(rundir)
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "TPU_TOOLS_TAG")}
     env.update(JAX_PLATFORMS="cpu")
