@@ -46,11 +46,12 @@ JOB = textwrap.dedent("""
     second = {"fresh": fresh.read(backend), "reused": reused.read(backend), "hourly": hourly.read(backend)}
     memory = DeviceMemory(reused)
     runtime, devices = memory.read(jax)
-    devices[0]["id"] = -1  # a reader's change to one answer is not the next answer's
     again = memory.read(jax)[1]
+    kept = memory.read(jax, refresh=False)[1]  # between full snapshots: the devices of the last read
     asked = [memory_figures(device) for device in jax.local_devices()]  # what the platform says when asked now
     print(json.dumps({"counted": counted, "one_by_one": one_by_one, "first": first, "second": second,
-                      "runtime": runtime, "devices": again, "asked": asked}))
+                      "runtime": runtime, "devices": again, "asked": asked,
+                      "records_made_again": [again is not devices, kept is not again]}))
 """)
 
 
@@ -90,3 +91,5 @@ def test_arrays_counted_by_kind_give_what_sizing_each_gives_and_a_dear_walk_is_r
     # the reader then stops asking)
     assert [{k: d[k] for k in asked} for d, asked in zip(found["devices"], found["asked"])] == found["asked"]
     assert [d["live_array_count"] for d in found["devices"]] == [reused_before["0"][1], reused_before["1"][1]]
+    # a platform without memory figures and the same tally: the records of the last read are given again
+    assert found["records_made_again"] == [False, False]

@@ -17,6 +17,7 @@ import pytest
 from agentjobs import start_job, wait_for
 
 import tpu_tools.agent as agent
+from tpu_tools.agent.publish import Publisher
 from tpu_tools.agent.server import AgentServer
 from tpu_tools.metrics import wire
 from tpu_tools.metrics.agent_client import query_agent, query_agents
@@ -212,3 +213,60 @@ def test_a_forked_child_leaves_its_parents_file_alone(directory):
     assert query_agents(5.0).results[0].tag == "parent"
     assert agent._agent.server.counters.served == served  # the parent still holds its file's lock
 
+
+
+def test_between_changes_a_publication_reads_again_only_what_steps_change(directory):
+    built: list[str] = []
+
+    def full() -> dict[str, object]:
+        built.append("full")
+        return snapshot_of(os.getpid(), built="full")
+
+    def since_full() -> dict[str, object]:
+        built.append("steps")
+        return snapshot_of(os.getpid(), built="steps")
+
+    # nothing but the test and a change asks for a publication here: no idle one, no full one by age
+    publisher = Publisher(directory / f"agent-{os.getpid()}.sock", full, since_full, refresh_s=3600, idle_s=3600)
+    publisher.start()
+    try:
+        assert built == ["full"]  # the first publication reads everything
+        publisher.publish()
+        publisher.publish()
+        assert built == ["full", "steps", "steps"]  # step boundaries: what steps change, the rest kept
+        assert orjson.loads(read_snapshot_file(publisher.path, 1 << 20).document)["built"] == "steps"
+        publisher.request()  # a change outside a step (a compile, a metric): the publishing thread reads it all
+        wait_for(lambda: built[-1] == "full", timeout=10, interval=0.01)
+        publisher.publish()
+        assert built[-1] == "steps"
+    finally:
+        publisher.stop()
+    built.clear()
+    every_time = Publisher(directory / f"agent-{os.getpid()}.sock", full, since_full, refresh_s=0.0, idle_s=3600)
+    every_time.start()
+    try:
+        every_time.publish()
+        assert built == ["full", "full"]  # a full snapshot at least every refresh_s
+    finally:
+        every_time.stop()
+
+
+def test_a_step_snapshot_is_the_last_full_one_with_what_steps_change_read_again(directory):
+    agent.start(tag="steps")
+    running = agent._agent
+    for _ in range(3):
+        agent.step()
+    full = running.snapshot()
+    for _ in range(2):
+        agent.step()
+    between = running.step_snapshot()
+    assert between.keys() == full.keys()
+    assert between["steps"]["count"] == full["steps"]["count"] + 2
+    assert between["goodput"]["steps"] == full["goodput"]["steps"] + 2
+    assert between["uptime_s"] > full["uptime_s"]
+    assert between["compiles"] is full["compiles"]  # what changes outside steps: the full snapshot's, not read
+    assert between["metrics"] is full["metrics"]
+    # a metric is a change outside a step: the publisher reads everything again for the file
+    assert agent.metric("loss", 0.25)
+    wait_for(lambda: [m.name for m in query_agents(5.0).results[0].snapshot.metrics.values] == ["loss"],
+             timeout=10, interval=0.02)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -37,9 +38,25 @@ def test_percentiles_after_every_run_of_steps_equal_a_full_sort(runs: list[list[
 
 
 def test_a_window_with_a_value_it_cannot_find_is_sorted_again() -> None:
-    window = SortedWindow()
-    assert window.update([3.0, math.nan, 1.0], 3) is not None
-    assert window.update([1.0, 2.0], 5) == [1.0, 2.0]  # the evicted NaN cannot be found: sorted afresh
+    source: deque[float] = deque(maxlen=3)
+    window = SortedWindow(3)
+    source.extend([3.0, math.nan, 1.0])
+    assert len(window.update(source, 3)) == 3
+    source.extend([1.0, 2.0])  # pushes out 3.0 and the NaN, which cannot be found: sorted afresh
+    assert window.update(source, 5) == [1.0, 1.0, 2.0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(min_value=1, max_value=40),
+       st.lists(st.lists(st.floats(min_value=-5.0, max_value=5.0, allow_nan=False), max_size=60), max_size=15))
+def test_a_window_kept_up_to_date_equals_its_deque_sorted(capacity: int, batches: list[list[float]]) -> None:
+    source: deque[float] = deque(maxlen=capacity)
+    window = SortedWindow(capacity)
+    appended = 0
+    for batch in batches:
+        source.extend(batch)
+        appended += len(batch)
+        assert window.update(source, appended) == sorted(source)
 
 
 def test_the_rate_counts_the_steps_that_ended_within_the_last_ten_seconds() -> None:

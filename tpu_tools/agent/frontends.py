@@ -47,6 +47,11 @@ class Frontend(Protocol):
 
     def figures(self) -> FrontendFigures: ...
 
+    def memory_now(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str | None]:
+        """(runtime, devices, memory_error) as `figures()` gives them, the devices' memory read again: what a
+        publication between two full snapshots brings up to date (tpu_tools.agent.publish)."""
+        ...
+
 
 class JaxFrontend:
     """JAX: compiles from `jax.monitoring` (the compile tracker), memory and live arrays from its devices, the
@@ -75,6 +80,13 @@ class JaxFrontend:
             memory_error = f"{type(error).__name__}: {error}"
         return FrontendFigures(runtime, devices, memory_error, self._compiles.snapshot(),
                                self._cache_watch().snapshot())
+
+    def memory_now(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str | None]:
+        try:
+            runtime, devices = self._device_memory.read(self.jax, refresh=False)
+        except Exception as error:  # noqa: BLE001 a runtime that fails must not cost the other figures
+            return None, [], f"{type(error).__name__}: {error}"
+        return runtime, devices, None
 
 
 def reported(frontends: dict[str, Frontend]) -> Frontend | None:

@@ -126,27 +126,37 @@ class DeviceMemory:
         # False for a device set whose platform keeps no memory statistics (the CPU platform): not asked again
         # while the same devices exist, their records keep the fields' None.
         self._asks_memory = True
+        self._shown: list[dict[str, Any]] = []  # the records of the last read
+        self._shown_usage: dict[int, list[int]] | None = None  # the live-array tally they show
+        self._client: Any = None  # the devices' backend
 
-    def read(self, jax_module: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """(runtime summary or None, one dict per local device of the default backend)."""
-        if "jax" not in sys.modules or not backends_ready(jax_module):
-            return None, []
-        devices = jax_module.local_devices()
-        if len(devices) != len(self._devices) or any(a is not b for a, b in zip(devices, self._devices)):
-            self._describe(jax_module, devices)
-        usage, age_s = self.tally.read(devices[0].client)
-        records = []
-        for device, described in zip(devices, self._records):
-            record = {**described, **memory_figures(device)} if self._asks_memory else dict(described)
-            record["live_array_bytes"], record["live_array_count"] = usage.get(device.id, (0, 0))
-            records.append(record)
-        return {**self._runtime, "live_arrays_age_s": round(age_s, 3)}, records
+    def read(self, jax_module: Any, refresh: bool = True) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """(runtime summary or None, one dict per local device of the default backend). refresh=False (the
+        publisher between changes): the devices are those of the last read rather than asked of jax again. The
+        records are shared with earlier answers while nothing in them changed (a platform without memory
+        figures, the same live-array tally): read them, do not change them."""
+        devices = self._devices
+        if refresh or not devices:
+            if "jax" not in sys.modules or not backends_ready(jax_module):
+                return None, []
+            devices = jax_module.local_devices()
+            if len(devices) != len(self._devices) or any(a is not b for a, b in zip(devices, self._devices)):
+                self._describe(jax_module, devices)
+        usage, age_s = self.tally.read(self._client)
+        if self._asks_memory or usage is not self._shown_usage:
+            records = []
+            for device, described in zip(devices, self._records):
+                record = {**described, **memory_figures(device)} if self._asks_memory else dict(described)
+                record["live_array_bytes"], record["live_array_count"] = usage.get(device.id, (0, 0))
+                records.append(record)
+            self._shown, self._shown_usage = records, usage
+        return {**self._runtime, "live_arrays_age_s": round(age_s, 3)}, self._shown
 
     def _describe(self, jax_module: Any, devices: list[Any]) -> None:
         host = socket.gethostname()
         self._records = [dict(vars(device_record(device, host, addressable=False))) for device in devices]
         self._asks_memory = any(v is not None for device in devices for v in memory_figures(device).values())
-        backend = devices[0].client
+        backend = self._client = devices[0].client
         self._runtime = {
             "platform": backend.platform,
             "platform_version": str(backend.platform_version),
@@ -154,3 +164,4 @@ class DeviceMemory:
             "process_count": int(jax_module.process_count()),
         }
         self._devices = list(devices)
+        self._shown_usage = None  # the records of other devices: made again

@@ -12,8 +12,9 @@ Every second of the process's life is given to exactly one cause:
   `idle_min_s`): the job is stuck or waiting.
 
 Phases and compiles *claim* their time from whatever interval they fall in; the rest of the
-interval goes to the interval's own cause when it closes (a step boundary). A step marks two
-clock reads and a few additions under a lock; statistics are made when someone asks.
+interval goes to the interval's own cause when it closes (a step boundary). A step boundary
+costs the training thread a clock read and an append: the ledger accounts it at its next use
+(`end_step`); statistics are made when someone asks.
 
 FLOPs and samples per step feed MFU, samples/s and the cost per 1M samples; a figure that
 was never given is unknown (None), never 0. Without a figure from the job, a step's FLOPs are
@@ -57,6 +58,7 @@ WINDOW_S = 60.0  # the "recent" figures cover the last this many seconds
 _HISTORY_PERIOD_S = 1.0  # one point of history per second at most
 _MEDIAN_EVERY = 32  # steps between recomputations of the median step time
 _RECENT_STEPS = 255
+_MAX_UNSETTLED = 64  # steps noted before the training thread accounts them itself
 PROGRAMS_SOURCE = "xla_step_programs"  # step_flops_source of the FLOPs of the step's programs
 MAX_PROGRAMS_SHOWN = 16
 MAX_STEP_PROGRAMS = 64  # distinct program names kept as a step's programs; later ones are not counted
@@ -123,6 +125,7 @@ class GoodputLedger:
         self._last_error: str | None = None
         self._history: deque[tuple[float, dict[str, float], float, float]] = deque()
         self._next_history = start_perf_s
+        self._ended: deque[float] = deque()  # when each step not yet accounted ended (see end_step)
 
     # --- what the job's loop calls ---------------------------------------------------------------
 
@@ -130,6 +133,7 @@ class GoodputLedger:
         """A step's block begins: the gap before it goes to host (or startup before the first step)."""
         now = self._clock() if now is None else now
         with self._lock:
+            self._settle()
             self._uses_blocks = True
             self._close(now, STARTUP if self._steps == 0 else HOST)
             self._in_block = True
@@ -137,41 +141,21 @@ class GoodputLedger:
                 self._interval_programs = {}
 
     def end_step(self, now: float | None = None) -> None:
-        """A step ended: its block (or with bare step(), the time since the last boundary) is productive."""
-        now = self._clock() if now is None else now
-        with self._lock:
-            if self._in_block:
-                rest = self._close(now, PRODUCTIVE)
-                self._recent.append(rest)
-            elif self._steps == 0:
-                self._close(now, STARTUP)  # bare step(): the first step's start is unknown
-            else:
-                rest = self._close(now, PRODUCTIVE)
-                self._recent.append(rest)
-            self._in_block = False
-            self._steps += 1
-            if self._interval_programs:
-                self._take_programs()
-            flops = self._pending_flops if self._pending_flops is not None else self._default_flops
-            if flops is None:
-                flops = self._program_flops
-            if flops is not None:
-                self._flops_total += flops
-                self._flops_steps += 1
-            if self._pending_samples is not None:
-                self._samples_total += self._pending_samples
-                self._samples_steps += 1
-            self._pending_flops = self._pending_samples = None
-            if self._steps % _MEDIAN_EVERY == 1 and self._recent:
-                ordered = sorted(self._recent)
-                self._median = ordered[len(ordered) // 2]
-                self._idle_threshold = max(self.settings.idle_factor * self._median, self.settings.idle_min_s)
-            if now >= self._next_history:
-                self._record_history(now)
+        """A step ended: its block (or with bare step(), the time since the last boundary) is productive.
+
+        Noted here and accounted by the ledger's next use (any of its calls, or the snapshot a monitor reads), in
+        the order the steps ended: the training thread pays for a clock read and an append, not for the
+        accounting with the caches its step left cold. A job nobody reads settles every _MAX_UNSETTLED steps.
+        """
+        self._ended.append(self._clock() if now is None else now)
+        if len(self._ended) >= _MAX_UNSETTLED:
+            with self._lock:
+                self._settle()
 
     def note_work(self, flops: Any = None, samples: Any = None) -> None:
         """FLOPs and samples of the step about to end (`step(flops=..., samples=...)`); bad values are rejected."""
         with self._lock:
+            self._settle()
             if flops is not None:
                 value = _finite_non_negative(flops)
                 if value is None:
@@ -190,6 +174,7 @@ class GoodputLedger:
         returns the FLOPs taken, None when the value was rejected."""
         value = _finite_non_negative(flops)
         with self._lock:
+            self._settle()
             if value is None:
                 self._reject("flops", f"step FLOPs {quoted(flops, 40)} from {source} are not a finite number >= 0")
                 return None
@@ -206,6 +191,7 @@ class GoodputLedger:
             return
         value = _finite_non_negative(flops) if flops is not None else None
         with self._lock:
+            self._settle()
             if name in self._interval_programs or len(self._interval_programs) < MAX_STEP_PROGRAMS:
                 self._interval_programs[name] = value
 
@@ -220,6 +206,7 @@ class GoodputLedger:
             return
         now = self._clock()
         with self._lock:
+            self._settle()
             self._claim(cause, value, now)
 
     @contextmanager
@@ -236,6 +223,7 @@ class GoodputLedger:
             try:
                 now = self._clock()
                 with self._lock:
+                    self._settle()
                     cause = self._phase_cause(name)
                     self._claim(cause, max(0.0, (now - start) - (self._claimed_total - claimed_before)), now)
             except Exception:  # noqa: BLE001 the job's own exception, if any, goes on; ours never does
@@ -247,6 +235,7 @@ class GoodputLedger:
         """Seconds and % per cause since start and over the recent window, goodput, work rates."""
         now = self._clock() if now is None else now
         with self._lock:
+            self._settle()
             totals = self._provisional(now)
             steps = self._steps
             flops, samples = self._flops_total, self._samples_total
@@ -286,6 +275,43 @@ class GoodputLedger:
         }
 
     # --- inside the lock -------------------------------------------------------------------------------
+
+    def _settle(self) -> None:
+        """Account the steps that ended since the last use, in order (inside the lock)."""
+        ended = self._ended
+        while ended:
+            self._end_step(ended.popleft())
+
+    def _end_step(self, now: float) -> None:
+        """The step that ended at `now`: the interval it closes is productive (startup before the first)."""
+        if self._in_block:
+            rest = self._close(now, PRODUCTIVE)
+            self._recent.append(rest)
+        elif self._steps == 0:
+            self._close(now, STARTUP)  # bare step(): the first step's start is unknown
+        else:
+            rest = self._close(now, PRODUCTIVE)
+            self._recent.append(rest)
+        self._in_block = False
+        self._steps += 1
+        if self._interval_programs:
+            self._take_programs()
+        flops = self._pending_flops if self._pending_flops is not None else self._default_flops
+        if flops is None:
+            flops = self._program_flops
+        if flops is not None:
+            self._flops_total += flops
+            self._flops_steps += 1
+        if self._pending_samples is not None:
+            self._samples_total += self._pending_samples
+            self._samples_steps += 1
+        self._pending_flops = self._pending_samples = None
+        if self._steps % _MEDIAN_EVERY == 1 and self._recent:
+            ordered = sorted(self._recent)
+            self._median = ordered[len(ordered) // 2]
+            self._idle_threshold = max(self.settings.idle_factor * self._median, self.settings.idle_min_s)
+        if now >= self._next_history:
+            self._record_history(now)
 
     def _close(self, now: float, cause: str) -> float:
         rest = max(0.0, (now - self._cursor) - self._claimed)

@@ -59,36 +59,41 @@ def percentile(sorted_values: list[float], fraction: float) -> float | None:
 
 
 class SortedWindow:
-    """The values of a bounded deque in ascending order, brought up to date with what was appended since the
-    last call rather than sorted again: a monitor asks 10 times a second while a job marks a few steps in
-    between, and sorting all 1,024 step times each time cost the agent's thread about 0.1 ms of the job's CPU."""
+    """The values of a bounded deque in ascending order, kept up to date from the values appended to it since the
+    last call: only those are read (from the deque's right end) and inserted, and those they pushed out of the
+    deque are taken out. A monitor asks 10 times a second while a job marks a few steps in between; copying or
+    sorting all 1,024 step times each time touched every one of them, which the job's steps in between had
+    evicted from the CPU's caches: most of the statistics' cost to the job."""
 
-    def __init__(self) -> None:
-        self._window: list[float] = []  # the deque's values at the last update, oldest first
+    def __init__(self, capacity: int) -> None:
+        self._mirror: deque[float] = deque(maxlen=capacity)  # the deque's values at the last update, oldest first
         self._sorted: list[float] = []
         self._appended = 0  # how many values had been appended to the deque by then
 
-    def update(self, window: list[float], appended: int) -> list[float]:
-        """The values of `window` (the deque's values now, oldest first, `appended` of them appended ever) in
+    def update(self, source: deque[float], appended: int) -> list[float]:
+        """The values of `source` (a deque of this window's capacity, `appended` values appended to it ever) in
         ascending order. The list returned is the window's own: read it, do not change it."""
         new = appended - self._appended
-        if not (0 <= new < len(window) and new <= _RESORT_ABOVE and self._drop(len(self._window) + new - len(window))):
-            self._sorted = sorted(window)
-        else:
-            for value in window[len(window) - new:]:
-                insort(self._sorted, value)
-        self._window, self._appended = window, appended
+        if not (0 <= new <= min(len(source), _RESORT_ABOVE) and self._take_in(source, new)):
+            self._mirror = deque(source, maxlen=self._mirror.maxlen)
+            self._sorted = sorted(source)
+        self._appended = appended
         return self._sorted
 
-    def _drop(self, evicted: int) -> bool:
-        """Take out the `evicted` oldest values of the last window; False where one is not found (a NaN)."""
-        if evicted < 0:
-            return False
-        for value in self._window[:evicted]:
-            index = bisect_left(self._sorted, value)
-            if index == len(self._sorted) or self._sorted[index] != value:
-                return False
-            del self._sorted[index]
+    def _take_in(self, source: deque[float], new: int) -> bool:
+        """Insert the `new` last values of `source`, taking out the oldest ones as the deque did; False where one
+        to take out is not found (a NaN), the window then being out of step."""
+        mirror, ordered = self._mirror, self._sorted
+        for back in range(new, 0, -1):
+            if len(mirror) == mirror.maxlen:
+                oldest = mirror.popleft()
+                index = bisect_left(ordered, oldest)
+                if index == len(ordered) or ordered[index] != oldest:
+                    return False
+                del ordered[index]
+            value = source[-back]
+            mirror.append(value)
+            insort(ordered, value)
         return True
 
 
@@ -102,9 +107,9 @@ class StepTracker:
         self._ends: deque[float] = deque(maxlen=_RECENT_STEPS)
         self._callbacks: list[StepCallback] = []
         self._timed = 0  # step times appended to _times, ever
-        self._sorted_times = SortedWindow()
-        self._lock = threading.Lock()  # guards the counters and deques against steps marked from several threads
-        self._stats_lock = threading.Lock()  # guards _sorted_times against stats asked from several threads
+        self._sorted_times = SortedWindow(_RECENT_STEPS)
+        # guards the counters, the deques and _sorted_times against steps marked and stats asked from several threads
+        self._lock = threading.Lock()
         self.callback_errors: list[str] = []  # one line per callback disabled because it raised
 
     def on_step(self, callback: StepCallback) -> Callable[[], None]:
@@ -168,7 +173,6 @@ class StepTracker:
     def after_fork(self) -> None:
         """In a forked child: a lock another thread of the parent held would never be released."""
         self._lock = threading.Lock()
-        self._stats_lock = threading.Lock()
 
     @contextmanager
     def context(self) -> Iterator[None]:
@@ -183,27 +187,30 @@ class StepTracker:
 
     def stats(self, now: float | None = None) -> StepStats:
         """Count, rate over the last 10 s, last/p50/p99 step time and age of the last step (None if unknown)."""
-        with self._lock:  # one consistent view, copied at C speed
-            window, timed, ends, count = list(self._times), self._timed, list(self._ends), self._count
         now = time.perf_counter() if now is None else now
-        with self._stats_lock:
-            times = self._sorted_times.update(window, timed)
-            p50, p99 = percentile(times, 0.50), percentile(times, 0.99)
-        last = window[-1] if window else None
+        window_start = now - _RATE_WINDOW_S
+        # Read in place, under the lock the steps are marked with: only the step times appended since the last
+        # call and a few probes of the step ends are touched, not every value kept (see SortedWindow).
+        with self._lock:
+            count, times, ends = self._count, self._times, self._ends
+            ordered = self._sorted_times.update(times, self._timed)
+            p50, p99 = percentile(ordered, 0.50), percentile(ordered, 0.99)
+            last = times[-1] if times else None
+            kept, first_end, last_end = len(ends), ends[0] if ends else None, ends[-1] if ends else None
+            # the ends are in time order: those after the window's start are the last ones
+            in_window = kept - bisect_right(ends, window_start) if ends else 0
         rate = None
-        if ends:
-            window_start = now - _RATE_WINDOW_S
-            if ends[0] > window_start:  # the window is not full yet: intervals between the ends we have
-                rate = (len(ends) - 1) / (now - ends[0]) if len(ends) > 1 and now > ends[0] else None
-            else:  # the ends are in time order: those after the window's start are the last ones
-                rate = (len(ends) - bisect_right(ends, window_start)) / _RATE_WINDOW_S
+        if first_end is not None and first_end > window_start:  # the window is not full yet: the ends we have
+            rate = (kept - 1) / (now - first_end) if kept > 1 and now > first_end else None
+        elif first_end is not None:
+            rate = in_window / _RATE_WINDOW_S
         return StepStats(
             count=count,
             steps_per_second=rate,
             last_step_time_s=last,
             p50_step_time_s=p50,
             p99_step_time_s=p99,
-            last_step_age_s=(now - ends[-1]) if ends else None,
+            last_step_age_s=(now - last_end) if last_end is not None else None,
         )
 
 
