@@ -230,7 +230,8 @@ int amdsmi_get_gpu_process_list(void *handle, uint32_t *max, amdsmi_proc_info_t 
     uint32_t found = 0;
     char buffer[512];
     copy(buffer, sizeof(buffer), spec ? spec : "");
-    for (char *item = strtok(buffer, ","); item; item = strtok(NULL, ",")) {
+    char *rest = NULL;  /* strtok_r: the reader asks each GPU from a thread of its own, at once */
+    for (char *item = strtok_r(buffer, ",", &rest); item; item = strtok_r(NULL, ",", &rest)) {
         int index = 0;
         unsigned pid = 0;
         unsigned long long vram = 0;
