@@ -109,3 +109,28 @@ def test_a_cpu_job_knows_none_of_it(tmp_path, rundir):
     hardware, _ = run_job(tmp_path, rundir, "cpu", agent_env(rundir, TPU_TOOLS_NVML="0"))
     assert hardware == {"source": None, "xid_events": None, "throttled_s": None, "energy_joules": None,
                         "ici_link_changes": None, "device_memory_peak_bytes": None, "error": None}
+
+
+EXITING_JOB = textwrap.dedent("""
+    import sys
+    import libtpu  # a TPU job
+    import tpu_tools.agent as agent
+    import tpu_tools.agent.tpusdk as sdk
+    sdk.MIN_READ_INTERVAL_S = 0.0  # every full snapshot asks the SDK anew: so does the last one, at the exit
+    agent.start(tag="exiting")
+    for _ in range(50):
+        agent.step()
+    print(agent.current().pid, flush=True)
+""")  # and the interpreter exits: the agent stops in its atexit handler
+
+
+def test_a_job_that_exits_leaves_its_record_though_no_sdk_read_can_start_then(tmp_path, rundir):
+    script = tmp_path / "job.py"
+    script.write_text(EXITING_JOB)
+    env = agent_env(rundir, PYTHONPATH=str(FAKE_LIBTPU), TPU_TOOLS_NVML="0")
+    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "no job summary written" not in result.stderr  # starting a thread at the exit raises: not into the record
+    listed = run_tool("tpu-monitor", "--jobs-ended", env=agent_env(rundir))
+    [record] = [job for job in json.loads(listed.stdout)["jobs"] if job["pid"] == int(result.stdout.split()[0])]
+    assert record["hardware"]["source"] == "libtpu_sdk"

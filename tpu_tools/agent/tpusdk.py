@@ -144,14 +144,19 @@ class _Reader:
             fresh = self._latest is not None and time.monotonic() - self._finished_at < MIN_READ_INTERVAL_S
             started_here = running is None and not fresh
             if started_here:
-                running = self._running = threading.Thread(target=self._read, args=(module,), daemon=True,
-                                                           name="tpu-tools-agent-sdk")
-                self._started_at = time.monotonic()
-                running.start()
+                running = threading.Thread(target=self._read, args=(module,), daemon=True, name="tpu-tools-agent-sdk")
+                try:
+                    running.start()
+                except RuntimeError:  # at the interpreter's exit no thread can start: the latest reading stands
+                    running, started_here = None, False
+                else:
+                    self._running, self._started_at = running, time.monotonic()
         if started_here and running is not None:  # a read that an earlier request started is not waited for again
             running.join(_READ_WAIT_S)
         with self._state:
             latest, finished_at, started_at = self._latest, self._finished_at, self._started_at
+        if latest is None and not started_at:
+            return _no_reading("libtpu's SDK was not read before the interpreter's exit")
         if latest is None:
             waited = time.monotonic() - started_at
             return _no_reading(f"libtpu's SDK has not answered its first read yet ({waited:.1f} s)")
