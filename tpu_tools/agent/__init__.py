@@ -429,7 +429,8 @@ class _Agent:
 
     def step_snapshot(self) -> dict[str, Any]:
         """The last full snapshot with what the job's steps change read again: its steps, goodput, uptime, the
-        process's figures, the devices' memory and the job log's step; libtpu's SDK reading's age brought to now.
+        process's figures, the job log's step and the frontend's step figures (the devices' memory; torch_xla's
+        executions and transfers too); libtpu's SDK reading's age brought to now.
         What the publisher writes between full snapshots (tpu_tools.agent.publish): the rest changes when the job
         compiles, publishes a metric or saves a checkpoint, which asks for a full one. Each function called here
         costs the job some 10 us of CPU with the caches its steps left cold."""
@@ -444,7 +445,10 @@ class _Agent:
         if self.joblog is not None:
             snapshot["job"] = self.joblog.snapshot()
         if frontend is not None:
-            snapshot["runtime"], snapshot["devices"], snapshot["memory_error"] = frontend.memory_now()
+            try:
+                snapshot.update(frontend.step_figures())
+            except Exception as error:  # noqa: BLE001 a frontend that fails must not cost the other figures
+                snapshot["memory_error"] = f"{type(error).__name__}: {error}"
         reading = last["tpu_sdk"]
         age = reading.get("read_age_s")
         if isinstance(age, float):  # as old as that at the last full snapshot

@@ -35,6 +35,13 @@ class FrontendFigures:
     cpu_fallbacks: dict[str, Any] | None = None  # {total, ops: [{op, count}]}
     startup: list[dict[str, Any]] | None = None  # the startup contract's findings [{check, message, fix}]
 
+    def fields(self) -> dict[str, Any]:
+        """The figures as the snapshot's fields of the same names."""
+        return {"runtime": self.runtime, "devices": self.devices, "memory_error": self.memory_error,
+                "compiles": self.compiles, "compilation_cache": self.compilation_cache,
+                "executions": self.executions, "transfers": self.transfers, "cpu_fallbacks": self.cpu_fallbacks,
+                "startup": self.startup}
+
 
 class Frontend(Protocol):
     """What the agent asks of a frontend's adapter; called from the agent's serving thread, never raises."""
@@ -47,9 +54,9 @@ class Frontend(Protocol):
 
     def figures(self) -> FrontendFigures: ...
 
-    def memory_now(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str | None]:
-        """(runtime, devices, memory_error) as `figures()` gives them, the devices' memory read again: what a
-        publication between two full snapshots brings up to date (tpu_tools.agent.publish)."""
+    def step_figures(self) -> dict[str, Any]:
+        """The snapshot's fields of this frontend that steps change, read now: what a publication between two
+        full snapshots brings up to date (tpu_tools.agent.publish)."""
         ...
 
 
@@ -81,12 +88,14 @@ class JaxFrontend:
         return FrontendFigures(runtime, devices, memory_error, self._compiles.snapshot(),
                                self._cache_watch().snapshot())
 
-    def memory_now(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str | None]:
+    def step_figures(self) -> dict[str, Any]:
+        """The devices' memory (the compiles and the persistent cache change when the job compiles, which asks
+        for a full snapshot)."""
         try:
             runtime, devices = self._device_memory.read(self.jax, refresh=False)
         except Exception as error:  # noqa: BLE001 a runtime that fails must not cost the other figures
-            return None, [], f"{type(error).__name__}: {error}"
-        return runtime, devices, None
+            return {"runtime": None, "devices": [], "memory_error": f"{type(error).__name__}: {error}"}
+        return {"runtime": runtime, "devices": devices, "memory_error": None}
 
 
 def reported(frontends: dict[str, Frontend]) -> Frontend | None:

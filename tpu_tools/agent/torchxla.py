@@ -84,7 +84,6 @@ class TorchXlaFrontend:
         self._lock = threading.Lock()
         self._boundary_steps = 0  # steps marked at a sync; fewer than all steps once the job marks its own
         self._memory_error: str | None = None
-        self._started = False  # its runtime is up (it compiled or ran a graph): asking for memory starts nothing
         self._metrics = XlaMetricTaker(torch_xla, process_metrics())
         self._startup = StartupContract(torch_xla, self._reader.counter, before_import or environment_now())
         # --explain-recompiles: torch_xla's debug file, read as it grows; its i-th block is the i-th compile
@@ -171,7 +170,6 @@ class TorchXlaFrontend:
                 self._take_compiles(READ_BEFORE_SYNC)  # made since the last sync: outside any step boundary
             figures = self._reader.read()
         started = figures.compiles > 0 or figures.executions > 0  # the runtime is up: asking starts nothing
-        self._started = self._started or started
         runtime, devices, memory_error = self._runtime() if started else (None, [], None)
         persistent_hits = max(0, figures.persistent_loads - figures.persistent_deserialize_failures)
         compiles = {**self._tracker.snapshot(), "compile_count": figures.compiles,
@@ -197,8 +195,9 @@ class TorchXlaFrontend:
             cpu_fallbacks=fallbacks_record(figures.fallbacks),
             startup=[finding.to_dict() for finding in self._startup.findings(runtime["platform"] if runtime else None)])
 
-    def memory_now(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str | None]:
-        return self._runtime() if self._started else (None, [], None)
+    def step_figures(self) -> dict[str, Any]:
+        """Every figure: its executions and transfers move with each step, and all come from one read."""
+        return self.figures().fields()
 
     def _runtime(self) -> tuple[dict[str, Any], list[dict[str, Any]], str | None]:
         """The platform, and the default device's memory where torch_xla gives it (unknown, never 0, where
