@@ -132,8 +132,7 @@ class GoodputLedger:
     def begin_step(self, now: float | None = None) -> None:
         """A step's block begins: the gap before it goes to host (or startup before the first step)."""
         now = self._clock() if now is None else now
-        with self._lock:
-            self._settle()
+        with self._accounted():
             self._uses_blocks = True
             self._close(now, STARTUP if self._steps == 0 else HOST)
             self._in_block = True
@@ -154,8 +153,7 @@ class GoodputLedger:
 
     def note_work(self, flops: Any = None, samples: Any = None) -> None:
         """FLOPs and samples of the step about to end (`step(flops=..., samples=...)`); bad values are rejected."""
-        with self._lock:
-            self._settle()
+        with self._accounted():
             if flops is not None:
                 value = _finite_non_negative(flops)
                 if value is None:
@@ -173,8 +171,7 @@ class GoodputLedger:
         """FLOPs of every later step that does not give its own (from XLA's cost analysis or the user);
         returns the FLOPs taken, None when the value was rejected."""
         value = _finite_non_negative(flops)
-        with self._lock:
-            self._settle()
+        with self._accounted():
             if value is None:
                 self._reject("flops", f"step FLOPs {quoted(flops, 40)} from {source} are not a finite number >= 0")
                 return None
@@ -190,8 +187,7 @@ class GoodputLedger:
         if getattr(self._local, "phases", 0):
             return
         value = _finite_non_negative(flops) if flops is not None else None
-        with self._lock:
-            self._settle()
+        with self._accounted():
             if name in self._interval_programs or len(self._interval_programs) < MAX_STEP_PROGRAMS:
                 self._interval_programs[name] = value
 
@@ -205,8 +201,7 @@ class GoodputLedger:
         if value is None:
             return
         now = self._clock()
-        with self._lock:
-            self._settle()
+        with self._accounted():
             self._claim(cause, value, now)
 
     @contextmanager
@@ -222,8 +217,7 @@ class GoodputLedger:
             local.phases -= 1
             try:
                 now = self._clock()
-                with self._lock:
-                    self._settle()
+                with self._accounted():
                     cause = self._phase_cause(name)
                     self._claim(cause, max(0.0, (now - start) - (self._claimed_total - claimed_before)), now)
             except Exception:  # noqa: BLE001 the job's own exception, if any, goes on; ours never does
@@ -234,8 +228,7 @@ class GoodputLedger:
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """Seconds and % per cause since start and over the recent window, goodput, work rates."""
         now = self._clock() if now is None else now
-        with self._lock:
-            self._settle()
+        with self._accounted():
             totals = self._provisional(now)
             steps = self._steps
             flops, samples = self._flops_total, self._samples_total
@@ -275,6 +268,13 @@ class GoodputLedger:
         }
 
     # --- inside the lock -------------------------------------------------------------------------------
+
+    @contextmanager
+    def _accounted(self) -> Iterator[None]:
+        """The ledger's lock, the steps that ended since its last use accounted first (see end_step)."""
+        with self._lock:
+            self._settle()
+            yield
 
     def _settle(self) -> None:
         """Account the steps that ended since the last use, in order (inside the lock)."""
